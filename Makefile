@@ -1,0 +1,75 @@
+# pjserve - the commands a person types. CMake does the building.
+#
+#   make            build everything into build/ (bootstraps dependencies first)
+#   make test       unit tests, corpus replays, end-to-end tests, a short fuzz run
+#   make models     export the demo model bundles into models/
+#   make demo       export the demo models and run each once with pjserve run
+#   make asan       the same tests on an AddressSanitizer+UBSan build (build-asan/)
+#   make tsan       the same tests on a ThreadSanitizer build (build-tsan/)
+#   make fuzz       build the libFuzzer drivers (build-fuzz/) and fuzz each for FUZZ_SECONDS
+#   make clean
+
+JOBS ?= $(shell nproc)
+FUZZ_SECONDS ?= 20
+PYTHON := .venv/bin/python
+PYTEST := $(PYTHON) -m pytest -q -p no:cacheprovider
+
+.PHONY: all bootstrap build test unit e2e models demo asan tsan fuzz fuzz-build fuzz-smoke clean
+
+all: build
+
+bootstrap:
+	@scripts/bootstrap --check >/dev/null 2>&1 || scripts/bootstrap
+
+# $(1): build directory, $(2): extra CMake arguments
+define cmake_build
+	@test -f $(1)/CMakeCache.txt || cmake -S . -B $(1) $(2) >/dev/null
+	cmake --build $(1) -j $(JOBS)
+endef
+
+build: bootstrap
+	$(call cmake_build,build,)
+
+unit: build
+	cd build && ctest --output-on-failure -j $(JOBS)
+
+e2e: build
+	PJSERVE_BIN=$(CURDIR)/build/pjserve $(PYTEST) tests/e2e
+
+test: unit e2e fuzz-smoke
+
+models: build
+	$(PYTHON) examples/make_demo_models.py models
+
+demo: models
+	$(PYTHON) examples/run_demo.py --pjserve build/pjserve models
+
+asan: bootstrap
+	$(call cmake_build,build-asan,-DPJSERVE_SANITIZE=address -DCMAKE_BUILD_TYPE=Debug)
+	cd build-asan && ASAN_OPTIONS=detect_leaks=1 ctest --output-on-failure -j $(JOBS)
+	PJSERVE_BIN=$(CURDIR)/build-asan/pjserve $(PYTEST) tests/e2e
+
+tsan: bootstrap
+	$(call cmake_build,build-tsan,-DPJSERVE_SANITIZE=thread -DCMAKE_BUILD_TYPE=Debug)
+	cd build-tsan && ctest --output-on-failure -j $(JOBS)
+	PJSERVE_BIN=$(CURDIR)/build-tsan/pjserve $(PYTEST) tests/e2e
+
+fuzz-build: bootstrap
+	$(call cmake_build,build-fuzz,-DPJSERVE_FUZZ=ON -DCMAKE_C_COMPILER=clang-14)
+
+# Fuzz each driver from its seed corpus for FUZZ_SECONDS; new inputs go to a
+# scratch directory so the committed corpus only changes by hand.
+fuzz: fuzz-build
+	@for f in build-fuzz/fuzz_*; do \
+	  case $$f in *_replay) continue;; esac; \
+	  name=$$(basename $$f); mkdir -p build-fuzz/corpus-$$name; \
+	  echo "fuzzing $$name for $(FUZZ_SECONDS)s"; \
+	  $$f -max_total_time=$(FUZZ_SECONDS) -print_final_stats=1 \
+	      build-fuzz/corpus-$$name fuzz/corpus/$$name 2>&1 | tail -n 3 || exit 1; \
+	done
+
+fuzz-smoke:
+	$(MAKE) fuzz FUZZ_SECONDS=10
+
+clean:
+	rm -rf build build-asan build-tsan build-fuzz

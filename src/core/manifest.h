@@ -1,0 +1,65 @@
+/*
+ * manifest.h - the bundle manifest (manifest.yaml), parsed and validated.
+ *
+ * See docs/bundle-format.md for the schema. The parser is strict: unknown
+ * keys, wrong types, duplicate names, a batch axis anywhere but first, or a
+ * format_version other than "2.0" are rejected with a message that names the
+ * file (the `label`) and the field ("inputs[1].dtype").
+ *
+ * A parsed manifest is plain owned memory, read-only after parsing.
+ */
+#ifndef PJS_CORE_MANIFEST_H
+#define PJS_CORE_MANIFEST_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/dtype.h"
+#include "core/shape.h"
+#include "core/status.h"
+
+/* Largest manifest file accepted. */
+#define PJS_MANIFEST_MAX_BYTES (1u << 20)
+
+typedef enum pjs_model_kind { PJS_KIND_MODEL = 0, PJS_KIND_META = 1 } pjs_model_kind;
+
+/* Where a model's weights live between executions (see docs/bundle-format.md). */
+typedef enum pjs_residency {
+    PJS_RESIDENCY_HOST = 0,     /* host floor, loaded to the device on demand (default) */
+    PJS_RESIDENCY_DEVICE = 1,   /* kept on the device for the server's life */
+    PJS_RESIDENCY_UNPINNED = 2, /* no host floor: read from the file when needed */
+} pjs_residency;
+
+typedef struct pjs_tensor_spec {
+    char *name;
+    pjs_dtype dtype;
+    /* Extents; when `batched`, dims[0] is the batch axis and holds -1. */
+    pjs_shape shape;
+    bool batched;
+} pjs_tensor_spec;
+
+typedef struct pjs_manifest {
+    char *name;
+    pjs_model_kind kind;
+    char *description;             /* optional, may be NULL */
+    size_t n_inputs;
+    pjs_tensor_spec *inputs;       /* client_inputs for kind meta */
+    size_t n_outputs;
+    pjs_tensor_spec *outputs;      /* client_outputs for kind meta */
+    size_t n_batch_sizes;
+    int64_t *batch_sizes;          /* strictly ascending, each >= 1 */
+    pjs_residency residency;
+    double weight;                 /* scheduler share, > 0; default 1 */
+    size_t n_calls;
+    char **calls;                  /* meta.calls (kind meta only) */
+} pjs_manifest;
+
+int pjs_manifest_parse(pjs_manifest *m, const char *yaml, size_t len, const char *label,
+                       pjs_error *err);
+int pjs_manifest_load(pjs_manifest *m, const char *path, pjs_error *err);
+void pjs_manifest_free(pjs_manifest *m);
+
+const char *pjs_residency_name(pjs_residency r);
+
+#endif
