@@ -9,6 +9,7 @@
 #define PJS_CORE_SHAPE_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #define PJS_MAX_RANK 8

@@ -1,0 +1,846 @@
+/*
+ * runtime.c - the PJRT plugin, client, compile, buffers and execute
+ * (see runtime.h and pjrt_abi.h).
+ *
+ * Each call fills a zeroed args struct whose struct_size is our (newest)
+ * layout, checks that the plugin's table has the slot, calls it, and turns a
+ * returned PJRT_Error into a pjs_error carrying the plugin's message. Loaded
+ * plugins are kept in a small process-wide list guarded by a mutex: a plugin
+ * is a process-wide object by nature (it may be initialized only once and is
+ * never unloaded).
+ */
+#include "runtime/runtime.h"
+
+#include <dlfcn.h>
+#include <glob.h>
+#include <limits.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "core/log.h"
+#include "runtime/exec_cache.h"
+#include "runtime/hlo_signature.h"
+
+#define MAX_PLUGINS 4
+
+struct pjs_rt_plugin {
+    char path[PATH_MAX];
+    const struct pjrt_api *api;
+    pjs_rt_plugin_info info;
+    /* identity for cache keys: api version, xla version, file size, mtime */
+    char identity[256];
+};
+
+struct pjs_rt_client {
+    pjs_rt_plugin *plugin;
+    pjrt_client *client;
+    pjrt_device *device; /* the device we execute on */
+    pjrt_device *const *devices;
+    size_t n_devices;
+    char platform[64];
+    char platform_version[256];
+};
+
+static pthread_mutex_t plugins_lock = PTHREAD_MUTEX_INITIALIZER;
+static pjs_rt_plugin *plugins[MAX_PLUGINS];
+static size_t n_plugins;
+
+/* xla.CompileOptionsProto { executable_build_options { num_replicas: 1
+ * num_partitions: 1 } }: the smallest options every plugin accepts. */
+static const char compile_options[] = {0x1a, 0x04, 0x20, 0x01, 0x28, 0x01};
+
+/* True when the plugin's table is long enough to hold the slot at `offset`. */
+static bool has_slot(const struct pjrt_api *api, size_t offset)
+{
+    return api->struct_size >= offset + sizeof(void *);
+}
+
+#define HAS_SLOT(api, slot) (has_slot((api), offsetof(struct pjrt_api, slot)) && (api)->slot != NULL)
+
+static const char *pjrt_code_name(int code)
+{
+    static const char *names[] = {"OK",           "CANCELLED",          "UNKNOWN",
+                                  "INVALID_ARGUMENT", "DEADLINE_EXCEEDED", "NOT_FOUND",
+                                  "ALREADY_EXISTS", "PERMISSION_DENIED", "RESOURCE_EXHAUSTED",
+                                  "FAILED_PRECONDITION", "ABORTED",      "OUT_OF_RANGE",
+                                  "UNIMPLEMENTED", "INTERNAL",            "UNAVAILABLE",
+                                  "DATA_LOSS",     "UNAUTHENTICATED"};
+    return code >= 0 && code <= 16 ? names[code] : "UNKNOWN";
+}
+
+static pjs_status status_of_pjrt_code(int code)
+{
+    switch (code) {
+    case PJRT_CODE_INVALID_ARGUMENT: return PJS_ERR_INVALID_ARGUMENT;
+    case PJRT_CODE_NOT_FOUND: return PJS_ERR_NOT_FOUND;
+    case PJRT_CODE_RESOURCE_EXHAUSTED: return PJS_ERR_RESOURCE_EXHAUSTED;
+    case PJRT_CODE_UNIMPLEMENTED: return PJS_ERR_UNSUPPORTED;
+    case PJRT_CODE_FAILED_PRECONDITION: return PJS_ERR_FAILED_PRECONDITION;
+    case PJRT_CODE_UNAVAILABLE: return PJS_ERR_UNAVAILABLE;
+    case PJRT_CODE_DEADLINE_EXCEEDED: return PJS_ERR_DEADLINE_EXCEEDED;
+    default: return PJS_ERR_RUNTIME;
+    }
+}
+
+/* Converts (and destroys) a PJRT error. `what` names the operation. */
+static int take_error(const struct pjrt_api *api, pjrt_error *e, const char *what, pjs_error *err)
+{
+    struct pjrt_error_message_args m = {.struct_size = sizeof m, .error = e};
+    api->error_message(&m);
+    int code = PJRT_CODE_UNKNOWN;
+    if (HAS_SLOT(api, error_get_code)) {
+        struct pjrt_error_get_code_args g = {.struct_size = sizeof g, .error = e};
+        pjrt_error *ge = api->error_get_code(&g);
+        if (ge == NULL)
+            code = g.code;
+        else {
+            struct pjrt_error_destroy_args d = {.struct_size = sizeof d, .error = ge};
+            api->error_destroy(&d);
+        }
+    }
+    pjs_error_set(err, status_of_pjrt_code(code), "%s failed (PJRT %s): %.*s", what,
+                  pjrt_code_name(code), (int)m.message_size, m.message ? m.message : "");
+    struct pjrt_error_destroy_args d = {.struct_size = sizeof d, .error = e};
+    api->error_destroy(&d);
+    return err ? err->code : status_of_pjrt_code(code);
+}
+
+/* Calls a slot; on error converts it. Usage: CALL(api, slot, &args, "what", err). */
+#define CALL(api, slot, args, what, err)                                                            \
+    (HAS_SLOT((api), slot)                                                                          \
+         ? call_result((api), (api)->slot(args), (what), (err))                                     \
+         : pjs_error_set((err), PJS_ERR_UNSUPPORTED,                                                \
+                         "%s: this PJRT plugin (API 0.%d) has no " #slot " function", (what),       \
+                         (api)->pjrt_api_version.minor_version))
+
+static int call_result(const struct pjrt_api *api, pjrt_error *e, const char *what, pjs_error *err)
+{
+    return e == NULL ? 0 : take_error(api, e, what, err);
+}
+
+static void destroy_event(const struct pjrt_api *api, pjrt_event *ev)
+{
+    if (ev == NULL)
+        return;
+    struct pjrt_event_destroy_args d = {.struct_size = sizeof d, .event = ev};
+    pjrt_error *e = api->event_destroy(&d);
+    if (e != NULL)
+        take_error(api, e, "destroying an event", NULL);
+}
+
+/* Waits for and destroys an event. */
+static int await_event(const struct pjrt_api *api, pjrt_event *ev, const char *what, pjs_error *err)
+{
+    if (ev == NULL)
+        return 0;
+    struct pjrt_event_await_args a = {.struct_size = sizeof a, .event = ev};
+    int rc = CALL(api, event_await, &a, what, err);
+    destroy_event(api, ev);
+    return rc;
+}
+
+/* ---- plugin ------------------------------------------------------------ */
+
+static int find_venv_plugin(const char *venv, char *out, size_t outsize)
+{
+    char pattern[PATH_MAX];
+    snprintf(pattern, sizeof pattern,
+             "%s/lib/python3*/site-packages/xla_plugins/xla_cpu_pjrt/xla_cpu_pjrt.so", venv);
+    glob_t g;
+    int found = 0;
+    if (glob(pattern, 0, NULL, &g) == 0 && g.gl_pathc > 0) {
+        snprintf(out, outsize, "%s", g.gl_pathv[0]);
+        found = 1;
+    }
+    globfree(&g);
+    return found;
+}
+
+int pjs_rt_plugin_resolve(const char *explicit_path, char *out, size_t outsize, pjs_error *err)
+{
+    if (explicit_path != NULL && explicit_path[0] != '\0') {
+        snprintf(out, outsize, "%s", explicit_path);
+        return 0;
+    }
+    const char *env = getenv("PJSERVE_PJRT_PLUGIN");
+    if (env != NULL && env[0] != '\0') {
+        snprintf(out, outsize, "%s", env);
+        return 0;
+    }
+    /* The project's .venv: next to the build directory holding this
+     * executable, then the source tree we were built from, then ./.venv. */
+    char exe[PATH_MAX];
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    if (n > 0) {
+        exe[n] = '\0';
+        char *slash = strrchr(exe, '/');
+        if (slash != NULL) {
+            *slash = '\0';
+            char venv[PATH_MAX + 16];
+            snprintf(venv, sizeof venv, "%s/../.venv", exe);
+            if (find_venv_plugin(venv, out, outsize))
+                return 0;
+        }
+    }
+#ifdef PJS_SOURCE_VENV
+    if (find_venv_plugin(PJS_SOURCE_VENV, out, outsize))
+        return 0;
+#endif
+    if (find_venv_plugin(".venv", out, outsize))
+        return 0;
+    return pjs_error_set(err, PJS_ERR_NOT_FOUND,
+                         "no PJRT plugin found: pass --pjrt-plugin PATH, set PJSERVE_PJRT_PLUGIN, "
+                         "or run scripts/bootstrap to install the CPU plugin into .venv");
+}
+
+static void read_version_attr(const struct pjrt_named_value *v, int64_t out[3])
+{
+    if (v->type != PJRT_NAMED_INT64_LIST)
+        return;
+    for (size_t i = 0; i < 3 && i < v->value_size; i++)
+        out[i] = v->int64_array_value[i];
+}
+
+static int query_attributes(pjs_rt_plugin *p, pjs_error *err)
+{
+    const struct pjrt_api *api = p->api;
+    struct pjrt_plugin_attributes_args a = {.struct_size = sizeof a};
+    int rc = CALL(api, plugin_attributes, &a, "reading plugin attributes", err);
+    if (rc != 0)
+        return rc;
+    for (size_t i = 0; i < a.num_attributes; i++) {
+        const struct pjrt_named_value *v = &a.attributes[i];
+        if (v->name_size == 11 && memcmp(v->name, "xla_version", 11) == 0 &&
+            v->type == PJRT_NAMED_INT64)
+            p->info.xla_version = v->int64_value;
+        else if (v->name_size == 25 && memcmp(v->name, "stablehlo_current_version", 25) == 0)
+            read_version_attr(v, p->info.stablehlo_current);
+        else if (v->name_size == 25 && memcmp(v->name, "stablehlo_minimum_version", 25) == 0)
+            read_version_attr(v, p->info.stablehlo_minimum);
+    }
+    return 0;
+}
+
+static int open_plugin(const char *path, pjs_rt_plugin *p, pjs_error *err)
+{
+    struct stat st;
+    if (stat(path, &st) != 0)
+        return pjs_error_set(err, PJS_ERR_NOT_FOUND, "PJRT plugin %s does not exist", path);
+    /* Never dlclose'd: plugins do not support being unloaded. */
+    void *handle = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    if (handle == NULL)
+        return pjs_error_set(err, PJS_ERR_RUNTIME, "cannot load PJRT plugin %s: %s", path,
+                             dlerror());
+    const struct pjrt_api *(*get_api)(void) =
+        (const struct pjrt_api *(*)(void))dlsym(handle, "GetPjrtApi");
+    if (get_api == NULL)
+        return pjs_error_set(err, PJS_ERR_RUNTIME,
+                             "%s is not a PJRT plugin: it does not export GetPjrtApi", path);
+    const struct pjrt_api *api = get_api();
+    if (api == NULL || api->struct_size < offsetof(struct pjrt_api, error_destroy))
+        return pjs_error_set(err, PJS_ERR_RUNTIME, "%s: GetPjrtApi returned no usable table", path);
+    int major = api->pjrt_api_version.major_version;
+    int minor = api->pjrt_api_version.minor_version;
+    if (major != PJRT_ABI_MAJOR || minor < PJS_RT_MIN_API_MINOR)
+        return pjs_error_set(err, PJS_ERR_UNSUPPORTED,
+                             "%s: PJRT API version %d.%d is not supported (pjserve needs %d.%d or "
+                             "newer 0.x)",
+                             path, major, minor, PJRT_ABI_MAJOR, PJS_RT_MIN_API_MINOR);
+    if (minor > PJRT_ABI_MINOR)
+        pjs_info("PJRT plugin %s speaks API 0.%d, newer than pjserve's declarations (0.%d); "
+                 "newer functions are not used",
+                 path, minor, PJRT_ABI_MINOR);
+    snprintf(p->path, sizeof p->path, "%s", path);
+    p->api = api;
+    p->info.path = p->path;
+    p->info.api_major = major;
+    p->info.api_minor = minor;
+    p->info.xla_version = -1;
+    for (int i = 0; i < 3; i++)
+        p->info.stablehlo_current[i] = p->info.stablehlo_minimum[i] = -1;
+
+    struct pjrt_plugin_initialize_args init = {.struct_size = sizeof init};
+    int rc = CALL(api, plugin_initialize, &init, "initializing the PJRT plugin", err);
+    if (rc != 0)
+        return rc;
+    rc = query_attributes(p, err);
+    if (rc != 0)
+        return rc;
+    snprintf(p->identity, sizeof p->identity, "api=%d.%d xla=%lld size=%lld mtime=%lld.%09ld",
+             major, minor, (long long)p->info.xla_version, (long long)st.st_size,
+             (long long)st.st_mtim.tv_sec, st.st_mtim.tv_nsec);
+    return 0;
+}
+
+int pjs_rt_plugin_load(const char *path, pjs_rt_plugin **out, pjs_error *err)
+{
+    char canon[PATH_MAX];
+    if (realpath(path, canon) == NULL)
+        return pjs_error_set(err, PJS_ERR_NOT_FOUND, "PJRT plugin %s does not exist", path);
+    int rc = 0;
+    pthread_mutex_lock(&plugins_lock);
+    for (size_t i = 0; i < n_plugins; i++) {
+        if (strcmp(plugins[i]->path, canon) == 0) {
+            *out = plugins[i];
+            goto out;
+        }
+    }
+    if (n_plugins == MAX_PLUGINS) {
+        rc = pjs_error_set(err, PJS_ERR_RESOURCE_EXHAUSTED, "too many PJRT plugins loaded");
+        goto out;
+    }
+    pjs_rt_plugin *p = calloc(1, sizeof *p);
+    if (p == NULL) {
+        rc = pjs_error_set(err, PJS_ERR_NOMEM, "out of memory");
+        goto out;
+    }
+    rc = open_plugin(canon, p, err);
+    if (rc != 0) {
+        free(p);
+        goto out;
+    }
+    plugins[n_plugins++] = p;
+    *out = p;
+out:
+    pthread_mutex_unlock(&plugins_lock);
+    return rc;
+}
+
+const pjs_rt_plugin_info *pjs_rt_plugin_get_info(const pjs_rt_plugin *p) { return &p->info; }
+
+/* ---- client ------------------------------------------------------------ */
+
+int pjs_rt_option_parse(const char *kv, pjs_rt_option *out, pjs_error *err)
+{
+    memset(out, 0, sizeof *out);
+    const char *eq = strchr(kv, '=');
+    if (eq == NULL || eq == kv || (size_t)(eq - kv) >= sizeof out->key)
+        return pjs_error_set(err, PJS_ERR_INVALID_ARGUMENT,
+                             "PJRT option \"%s\" is not KEY=VALUE (e.g. preallocate=false)", kv);
+    memcpy(out->key, kv, (size_t)(eq - kv));
+    const char *v = eq + 1;
+    char *end;
+    if (strcmp(v, "true") == 0 || strcmp(v, "false") == 0) {
+        out->type = PJRT_NAMED_BOOL;
+        out->bool_value = v[0] == 't';
+        return 0;
+    }
+    long long i = strtoll(v, &end, 10);
+    if (*v != '\0' && *end == '\0') {
+        out->type = PJRT_NAMED_INT64;
+        out->int_value = i;
+        return 0;
+    }
+    float f = strtof(v, &end);
+    if (*v != '\0' && *end == '\0') {
+        out->type = PJRT_NAMED_FLOAT;
+        out->float_value = f;
+        return 0;
+    }
+    if (strlen(v) >= sizeof out->string_value)
+        return pjs_error_set(err, PJS_ERR_INVALID_ARGUMENT, "PJRT option %s: value too long",
+                             out->key);
+    out->type = PJRT_NAMED_STRING;
+    snprintf(out->string_value, sizeof out->string_value, "%s", v);
+    return 0;
+}
+
+static void to_named_value(const pjs_rt_option *o, struct pjrt_named_value *v)
+{
+    memset(v, 0, sizeof *v);
+    v->struct_size = sizeof *v;
+    v->name = o->key;
+    v->name_size = strlen(o->key);
+    v->type = o->type;
+    v->value_size = 1;
+    switch (o->type) {
+    case PJRT_NAMED_BOOL: v->bool_value = o->bool_value; break;
+    case PJRT_NAMED_INT64: v->int64_value = o->int_value; break;
+    case PJRT_NAMED_FLOAT: v->float_value = o->float_value; break;
+    default:
+        v->string_value = o->string_value;
+        v->value_size = strlen(o->string_value);
+        break;
+    }
+}
+
+static int describe_client(pjs_rt_client *c, pjs_error *err)
+{
+    const struct pjrt_api *api = c->plugin->api;
+    struct pjrt_client_platform_name_args pn = {.struct_size = sizeof pn, .client = c->client};
+    int rc = CALL(api, client_platform_name, &pn, "reading the platform name", err);
+    if (rc != 0)
+        return rc;
+    snprintf(c->platform, sizeof c->platform, "%.*s", (int)pn.platform_name_size, pn.platform_name);
+    struct pjrt_client_platform_version_args pv = {.struct_size = sizeof pv, .client = c->client};
+    if (CALL(api, client_platform_version, &pv, "reading the platform version", NULL) == 0)
+        snprintf(c->platform_version, sizeof c->platform_version, "%.*s",
+                 (int)pv.platform_version_size, pv.platform_version);
+    struct pjrt_client_addressable_devices_args d = {.struct_size = sizeof d, .client = c->client};
+    rc = CALL(api, client_addressable_devices, &d, "listing devices", err);
+    if (rc != 0)
+        return rc;
+    if (d.num_addressable_devices == 0)
+        return pjs_error_set(err, PJS_ERR_UNAVAILABLE,
+                             "the PJRT plugin %s reports no addressable devices", c->plugin->path);
+    c->devices = d.addressable_devices;
+    c->n_devices = d.num_addressable_devices;
+    c->device = d.addressable_devices[0];
+    return 0;
+}
+
+int pjs_rt_client_create(pjs_rt_plugin *p, const pjs_rt_option *options, size_t n_options,
+                         pjs_rt_client **out, pjs_error *err)
+{
+    struct pjrt_named_value *values = NULL;
+    pjs_rt_client *c = calloc(1, sizeof *c);
+    int rc = 0;
+    if (c == NULL || (n_options > 0 && (values = calloc(n_options, sizeof *values)) == NULL)) {
+        rc = pjs_error_set(err, PJS_ERR_NOMEM, "out of memory");
+        goto fail;
+    }
+    for (size_t i = 0; i < n_options; i++)
+        to_named_value(&options[i], &values[i]);
+    c->plugin = p;
+    struct pjrt_client_create_args a = {
+        .struct_size = sizeof a, .create_options = values, .num_options = n_options};
+    rc = CALL(p->api, client_create, &a, "creating the PJRT client", err);
+    if (rc != 0)
+        goto fail;
+    c->client = a.client;
+    rc = describe_client(c, err);
+    if (rc != 0)
+        goto fail;
+    free(values);
+    *out = c;
+    return 0;
+fail:
+    free(values);
+    if (c != NULL && c->client != NULL)
+        pjs_rt_client_destroy(c);
+    else
+        free(c);
+    return rc;
+}
+
+void pjs_rt_client_destroy(pjs_rt_client *c)
+{
+    if (c == NULL)
+        return;
+    struct pjrt_client_destroy_args a = {.struct_size = sizeof a, .client = c->client};
+    pjs_error err;
+    if (CALL(c->plugin->api, client_destroy, &a, "destroying the PJRT client", &err) != 0)
+        pjs_warn("%s", err.msg);
+    free(c);
+}
+
+const char *pjs_rt_client_platform(const pjs_rt_client *c) { return c->platform; }
+const char *pjs_rt_client_platform_version(const pjs_rt_client *c) { return c->platform_version; }
+pjs_rt_plugin *pjs_rt_client_plugin(const pjs_rt_client *c) { return c->plugin; }
+size_t pjs_rt_client_device_count(const pjs_rt_client *c) { return c->n_devices; }
+
+void pjs_rt_client_describe_device(const pjs_rt_client *c, size_t i, char *buf, size_t bufsize)
+{
+    const struct pjrt_api *api = c->plugin->api;
+    snprintf(buf, bufsize, "%zu: (no description)", i);
+    if (i >= c->n_devices)
+        return;
+    struct pjrt_device_get_description_args g = {.struct_size = sizeof g, .device = c->devices[i]};
+    if (CALL(api, device_get_description, &g, "describing a device", NULL) != 0)
+        return;
+    struct pjrt_device_description_kind_args k = {
+        .struct_size = sizeof k, .device_description = g.device_description};
+    struct pjrt_device_description_debug_string_args s = {
+        .struct_size = sizeof s, .device_description = g.device_description};
+    struct pjrt_device_description_id_args id = {
+        .struct_size = sizeof id, .device_description = g.device_description};
+    if (CALL(api, device_description_kind, &k, "describing a device", NULL) != 0 ||
+        CALL(api, device_description_debug_string, &s, "describing a device", NULL) != 0 ||
+        CALL(api, device_description_id, &id, "describing a device", NULL) != 0)
+        return;
+    snprintf(buf, bufsize, "%d: %.*s (%.*s)", id.id, (int)k.device_kind_size, k.device_kind,
+             (int)s.debug_string_size, s.debug_string);
+}
+
+/* ---- compile ----------------------------------------------------------- */
+
+static double now_seconds(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static void destroy_loaded(const struct pjrt_api *api, pjrt_loaded_executable *le)
+{
+    if (le == NULL)
+        return;
+    struct pjrt_loaded_executable_destroy_args d = {.struct_size = sizeof d, .executable = le};
+    pjs_error err;
+    if (CALL(api, loaded_executable_destroy, &d, "destroying an executable", &err) != 0)
+        pjs_warn("%s", err.msg);
+}
+
+static void destroy_executable(const struct pjrt_api *api, pjrt_executable *x)
+{
+    if (x == NULL)
+        return;
+    struct pjrt_executable_destroy_args d = {.struct_size = sizeof d, .executable = x};
+    pjs_error err;
+    if (CALL(api, executable_destroy, &d, "destroying an executable", &err) != 0)
+        pjs_warn("%s", err.msg);
+}
+
+/* Reads the parameter and result types from the optimized HLO module. */
+static int read_signature(pjs_rt_client *c, pjs_rt_executable *e, const char *label,
+                          pjs_error *err)
+{
+    const struct pjrt_api *api = c->plugin->api;
+    struct pjrt_loaded_executable_get_executable_args g = {
+        .struct_size = sizeof g, .loaded_executable = e->loaded};
+    int rc = CALL(api, loaded_executable_get_executable, &g, "reading the executable", err);
+    if (rc != 0)
+        return rc;
+    struct pjrt_program prog = {.struct_size = sizeof prog};
+    struct pjrt_executable_optimized_program_args op = {
+        .struct_size = sizeof op, .executable = g.executable, .program = &prog};
+    rc = CALL(api, executable_optimized_program, &op, "reading the optimized program", err);
+    if (rc == 0) {
+        prog.code = malloc(prog.code_size ? prog.code_size : 1);
+        if (prog.code == NULL)
+            rc = pjs_error_set(err, PJS_ERR_NOMEM, "out of memory");
+    }
+    if (rc == 0)
+        rc = CALL(api, executable_optimized_program, &op, "reading the optimized program", err);
+    if (rc == 0) {
+        bool with_config = prog.format_size == 15 && memcmp(prog.format, "hlo_with_config", 15) == 0;
+        rc = pjs_hlo_program_shape((const unsigned char *)prog.code, prog.code_size, with_config,
+                                   &e->params, &e->n_params, &e->results, &e->n_results, err);
+    }
+    free(prog.code);
+    if (rc == 0) {
+        struct pjrt_executable_num_outputs_args no = {.struct_size = sizeof no,
+                                                      .executable = g.executable};
+        rc = CALL(api, executable_num_outputs, &no, "counting outputs", err);
+        if (rc == 0 && no.num_outputs != e->n_results)
+            rc = pjs_error_set(err, PJS_ERR_RUNTIME,
+                               "the plugin reports %zu outputs but the HLO result has %zu",
+                               no.num_outputs, e->n_results);
+    }
+    destroy_executable(api, g.executable);
+    if (rc != 0)
+        pjs_error_prefix(err, "%s: ", label);
+    return rc;
+}
+
+/* Cache payload: u32 n_params, {u32 dtype, u32 rank, i64 dims[rank]}...,
+ * u32 n_results, {...}..., then the serialized executable. Host byte order:
+ * cache keys include the plugin identity, so entries never cross machines of
+ * another kind in practice, and a mismatch only costs a recompile. */
+typedef struct buf {
+    unsigned char *data;
+    size_t len, cap;
+} buf;
+
+static bool buf_put(buf *b, const void *p, size_t n)
+{
+    if (b->len + n > b->cap) {
+        size_t cap = b->cap ? b->cap * 2 : 4096;
+        while (cap < b->len + n)
+            cap *= 2;
+        unsigned char *d = realloc(b->data, cap);
+        if (d == NULL)
+            return false;
+        b->data = d;
+        b->cap = cap;
+    }
+    memcpy(b->data + b->len, p, n);
+    b->len += n;
+    return true;
+}
+
+static bool put_types(buf *b, const pjs_rt_tensor_type *t, size_t n)
+{
+    uint32_t count = (uint32_t)n;
+    bool ok = buf_put(b, &count, 4);
+    for (size_t i = 0; ok && i < n; i++) {
+        uint32_t dtype = (uint32_t)t[i].dtype, rank = (uint32_t)t[i].shape.rank;
+        ok = buf_put(b, &dtype, 4) && buf_put(b, &rank, 4) &&
+             buf_put(b, t[i].shape.dims, sizeof(int64_t) * rank);
+    }
+    return ok;
+}
+
+static bool get_bytes(const unsigned char **p, const unsigned char *end, void *out, size_t n)
+{
+    if ((size_t)(end - *p) < n)
+        return false;
+    memcpy(out, *p, n);
+    *p += n;
+    return true;
+}
+
+static bool get_types(const unsigned char **p, const unsigned char *end, pjs_rt_tensor_type **out,
+                      size_t *n_out)
+{
+    uint32_t count;
+    if (!get_bytes(p, end, &count, 4) || count > 65536)
+        return false;
+    pjs_rt_tensor_type *t = calloc(count ? count : 1, sizeof *t);
+    if (t == NULL)
+        return false;
+    for (uint32_t i = 0; i < count; i++) {
+        uint32_t dtype, rank;
+        if (!get_bytes(p, end, &dtype, 4) || !get_bytes(p, end, &rank, 4) ||
+            dtype >= PJS_DTYPE_COUNT || dtype == PJS_DTYPE_INVALID || rank > PJS_MAX_RANK ||
+            !get_bytes(p, end, t[i].shape.dims, sizeof(int64_t) * rank)) {
+            free(t);
+            return false;
+        }
+        t[i].dtype = (pjs_dtype)dtype;
+        t[i].shape.rank = (int)rank;
+    }
+    *out = t;
+    *n_out = count;
+    return true;
+}
+
+static void cache_key(pjs_rt_client *c, const void *module, size_t module_size,
+                      unsigned char key[PJS_EXEC_CACHE_KEY_SIZE])
+{
+    pjs_exec_cache_key_builder *b = pjs_exec_cache_key_begin();
+    if (b == NULL) {
+        memset(key, 0, PJS_EXEC_CACHE_KEY_SIZE);
+        return;
+    }
+    pjs_exec_cache_key_add(b, "pjserve-executable-v1", 21);
+    pjs_exec_cache_key_add(b, module, module_size);
+    pjs_exec_cache_key_add(b, compile_options, sizeof compile_options);
+    pjs_exec_cache_key_add(b, c->platform, strlen(c->platform));
+    pjs_exec_cache_key_add(b, c->platform_version, strlen(c->platform_version));
+    pjs_exec_cache_key_add(b, c->plugin->identity, strlen(c->plugin->identity));
+    pjs_exec_cache_key_finish(b, key);
+}
+
+/* Tries the cache; returns 1 when e was filled from it. */
+static int load_cached(pjs_rt_client *c, pjs_exec_cache *cache,
+                       const unsigned char key[PJS_EXEC_CACHE_KEY_SIZE], pjs_rt_executable *e,
+                       const char *label)
+{
+    void *payload = NULL;
+    size_t size = 0;
+    if (pjs_exec_cache_lookup(cache, key, &payload, &size) != 1)
+        return 0;
+    const unsigned char *p = payload, *end = p + size;
+    int loaded = 0;
+    if (!get_types(&p, end, &e->params, &e->n_params) ||
+        !get_types(&p, end, &e->results, &e->n_results)) {
+        pjs_warn("executable cache: entry for %s has an unreadable signature; recompiling", label);
+        goto out;
+    }
+    struct pjrt_executable_deserialize_and_load_args d = {
+        .struct_size = sizeof d,
+        .client = c->client,
+        .serialized_executable = (const char *)p,
+        .serialized_executable_size = (size_t)(end - p)};
+    pjs_error err;
+    if (CALL(c->plugin->api, executable_deserialize_and_load, &d, "loading a cached executable",
+             &err) != 0) {
+        pjs_warn("executable cache: entry for %s could not be loaded (%s); recompiling", label,
+                 err.msg);
+        goto out;
+    }
+    e->loaded = d.loaded_executable;
+    loaded = 1;
+out:
+    if (!loaded) {
+        pjs_exec_cache_evict(cache, key);
+        free(e->params);
+        free(e->results);
+        e->params = e->results = NULL;
+        e->n_params = e->n_results = 0;
+    }
+    free(payload);
+    return loaded;
+}
+
+static void store_cached(pjs_rt_client *c, pjs_exec_cache *cache,
+                         const unsigned char key[PJS_EXEC_CACHE_KEY_SIZE],
+                         const pjs_rt_executable *e, const char *label)
+{
+    const struct pjrt_api *api = c->plugin->api;
+    pjs_error err;
+    struct pjrt_loaded_executable_get_executable_args g = {
+        .struct_size = sizeof g, .loaded_executable = e->loaded};
+    if (CALL(api, loaded_executable_get_executable, &g, "reading the executable", &err) != 0) {
+        pjs_warn("executable cache: not storing %s: %s", label, err.msg);
+        return;
+    }
+    struct pjrt_executable_serialize_args s = {.struct_size = sizeof s, .executable = g.executable};
+    buf b = {0};
+    if (CALL(api, executable_serialize, &s, "serializing the executable", &err) != 0) {
+        pjs_warn("executable cache: not storing %s: %s", label, err.msg);
+        goto out;
+    }
+    if (!put_types(&b, e->params, e->n_params) || !put_types(&b, e->results, e->n_results) ||
+        !buf_put(&b, s.serialized_bytes, s.serialized_bytes_size)) {
+        pjs_warn("executable cache: not storing %s: out of memory", label);
+    } else if (pjs_exec_cache_store(cache, key, b.data, b.len, &err) != 0) {
+        pjs_warn("executable cache: not storing %s: %s", label, err.msg);
+    }
+    if (s.serialized_executable_deleter != NULL)
+        s.serialized_executable_deleter(s.serialized_executable);
+out:
+    free(b.data);
+    destroy_executable(api, g.executable);
+}
+
+int pjs_rt_compile(pjs_rt_client *c, const void *module, size_t module_size, pjs_exec_cache *cache,
+                   const char *label, pjs_rt_executable **out, pjs_error *err)
+{
+    pjs_rt_executable *e = calloc(1, sizeof *e);
+    if (e == NULL)
+        return pjs_error_set(err, PJS_ERR_NOMEM, "out of memory");
+    e->client = c;
+    double start = now_seconds();
+    unsigned char key[PJS_EXEC_CACHE_KEY_SIZE];
+    if (cache != NULL) {
+        cache_key(c, module, module_size, key);
+        if (load_cached(c, cache, key, e, label)) {
+            e->from_cache = true;
+            e->compile_seconds = now_seconds() - start;
+            *out = e;
+            return 0;
+        }
+    }
+    struct pjrt_program prog = {.struct_size = sizeof prog,
+                                .code = (char *)module,
+                                .code_size = module_size,
+                                .format = "mlir",
+                                .format_size = 4};
+    struct pjrt_client_compile_args a = {.struct_size = sizeof a,
+                                         .client = c->client,
+                                         .program = &prog,
+                                         .compile_options = compile_options,
+                                         .compile_options_size = sizeof compile_options};
+    int rc = CALL(c->plugin->api, client_compile, &a, "compiling", err);
+    if (rc != 0) {
+        pjs_error_prefix(err, "%s: ", label);
+        free(e);
+        return rc;
+    }
+    e->loaded = a.executable;
+    rc = read_signature(c, e, label, err);
+    if (rc != 0) {
+        pjs_rt_executable_destroy(e);
+        return rc;
+    }
+    e->compile_seconds = now_seconds() - start;
+    if (cache != NULL)
+        store_cached(c, cache, key, e, label);
+    *out = e;
+    return 0;
+}
+
+void pjs_rt_executable_destroy(pjs_rt_executable *e)
+{
+    if (e == NULL)
+        return;
+    destroy_loaded(e->client->plugin->api, e->loaded);
+    free(e->params);
+    free(e->results);
+    free(e);
+}
+
+/* ---- buffers and execution --------------------------------------------- */
+
+int pjs_rt_buffer_from_host(pjs_rt_client *c, pjs_dtype dtype, const pjs_shape *shape,
+                            const void *data, pjrt_buffer **out, pjs_error *err)
+{
+    const struct pjrt_api *api = c->plugin->api;
+    struct pjrt_client_buffer_from_host_buffer_args a = {
+        .struct_size = sizeof a,
+        .client = c->client,
+        .data = data,
+        .type = pjs_dtype_to_pjrt(dtype),
+        .dims = shape->dims,
+        .num_dims = (size_t)shape->rank,
+        .host_buffer_semantics = PJRT_HOST_IMMUTABLE_UNTIL_TRANSFER_COMPLETES,
+        .device = c->device};
+    int rc = CALL(api, client_buffer_from_host_buffer, &a, "copying to the device", err);
+    if (rc != 0)
+        return rc;
+    rc = await_event(api, a.done_with_host_buffer, "copying to the device", err);
+    if (rc != 0) {
+        pjs_rt_buffer_destroy(c, a.buffer);
+        return rc;
+    }
+    *out = a.buffer;
+    return 0;
+}
+
+int pjs_rt_buffer_to_host(pjs_rt_client *c, pjrt_buffer *b, void *dst, size_t dst_size,
+                          pjs_error *err)
+{
+    const struct pjrt_api *api = c->plugin->api;
+    struct pjrt_buffer_to_host_buffer_args q = {.struct_size = sizeof q, .src = b};
+    int rc = CALL(api, buffer_to_host_buffer, &q, "sizing a device buffer", err);
+    if (rc != 0)
+        return rc;
+    if (q.dst_size != dst_size)
+        return pjs_error_set(err, PJS_ERR_INTERNAL,
+                             "device buffer holds %zu bytes, expected %zu", q.dst_size, dst_size);
+    struct pjrt_buffer_to_host_buffer_args a = {
+        .struct_size = sizeof a, .src = b, .dst = dst, .dst_size = dst_size};
+    rc = CALL(api, buffer_to_host_buffer, &a, "copying from the device", err);
+    if (rc != 0)
+        return rc;
+    return await_event(api, a.event, "copying from the device", err);
+}
+
+void pjs_rt_buffer_destroy(pjs_rt_client *c, pjrt_buffer *b)
+{
+    if (b == NULL)
+        return;
+    struct pjrt_buffer_destroy_args d = {.struct_size = sizeof d, .buffer = b};
+    pjs_error err;
+    if (CALL(c->plugin->api, buffer_destroy, &d, "destroying a buffer", &err) != 0)
+        pjs_warn("%s", err.msg);
+}
+
+int pjs_rt_execute(pjs_rt_executable *e, pjrt_buffer *const *args, pjrt_buffer **outputs,
+                   pjs_error *err)
+{
+    const struct pjrt_api *api = e->client->plugin->api;
+    struct pjrt_execute_options opts = {.struct_size = sizeof opts};
+    pjrt_buffer *const *arg_lists[1] = {args};
+    pjrt_buffer **out_lists[1] = {outputs};
+    pjrt_event *done = NULL;
+    for (size_t i = 0; i < e->n_results; i++)
+        outputs[i] = NULL;
+    struct pjrt_loaded_executable_execute_args a = {.struct_size = sizeof a,
+                                                    .executable = e->loaded,
+                                                    .options = &opts,
+                                                    .argument_lists = arg_lists,
+                                                    .num_devices = 1,
+                                                    .num_args = e->n_params,
+                                                    .output_lists = out_lists,
+                                                    .device_complete_events = &done};
+    int rc = CALL(api, loaded_executable_execute, &a, "executing", err);
+    if (rc == 0)
+        rc = await_event(api, done, "executing", err);
+    else
+        destroy_event(api, done);
+    if (rc != 0) {
+        for (size_t i = 0; i < e->n_results; i++) {
+            pjs_rt_buffer_destroy(e->client, outputs[i]);
+            outputs[i] = NULL;
+        }
+    }
+    return rc;
+}

@@ -1,0 +1,117 @@
+/*
+ * runtime.h - the PJRT runtime: plugin, client, compile, buffers, execute.
+ *
+ * pjs_rt_plugin: one dlopen'ed PJRT plugin. Loaded once per process and never
+ *   unloaded (plugins do not support it); initialized exactly once.
+ * pjs_rt_client: one PJRT client over the plugin's devices. pjserve uses the
+ *   first addressable device.
+ * pjs_rt_executable: a compiled module plus its signature (parameter and
+ *   result types), compiled or loaded from the executable cache.
+ * Buffers are plain pjrt_buffer pointers owned by whoever created them.
+ *
+ * Every PJRT error becomes a pjs_error whose message carries the plugin's own
+ * text. Threading: compile, upload and execute may run on different threads;
+ * destruction of buffers and executables happens on one thread (the dispatch
+ * thread in the server) and always before the client is destroyed.
+ */
+#ifndef PJS_RUNTIME_RUNTIME_H
+#define PJS_RUNTIME_RUNTIME_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/dtype.h"
+#include "core/shape.h"
+#include "core/status.h"
+#include "runtime/pjrt_abi.h"
+
+typedef struct pjs_rt_plugin pjs_rt_plugin;
+typedef struct pjs_rt_client pjs_rt_client;
+typedef struct pjs_exec_cache pjs_exec_cache;
+
+/* Oldest plugin API minor version we accept (0.x). */
+#define PJS_RT_MIN_API_MINOR 50
+
+/* What a plugin says about itself. */
+typedef struct pjs_rt_plugin_info {
+    const char *path;
+    int api_major, api_minor;
+    int64_t xla_version;            /* -1 when not reported */
+    int64_t stablehlo_current[3];   /* {-1,-1,-1} when not reported */
+    int64_t stablehlo_minimum[3];
+} pjs_rt_plugin_info;
+
+/* Picks the plugin path: `explicit_path` when given, else $PJSERVE_PJRT_PLUGIN,
+ * else the xla-cpu-pjrt plugin in the project's .venv (next to the running
+ * executable's source tree or in the current directory). */
+int pjs_rt_plugin_resolve(const char *explicit_path, char *out, size_t outsize, pjs_error *err);
+
+/* Loads (or returns the already loaded) plugin at path. */
+int pjs_rt_plugin_load(const char *path, pjs_rt_plugin **out, pjs_error *err);
+const pjs_rt_plugin_info *pjs_rt_plugin_get_info(const pjs_rt_plugin *p);
+
+/* One client creation option, parsed from "key=value" (see
+ * pjs_rt_option_parse): bool (true/false), integer, float, or string. */
+typedef struct pjs_rt_option {
+    char key[64];
+    enum pjrt_named_value_type type;
+    char string_value[192];
+    int64_t int_value;
+    float float_value;
+    bool bool_value;
+} pjs_rt_option;
+
+int pjs_rt_option_parse(const char *key_eq_value, pjs_rt_option *out, pjs_error *err);
+
+int pjs_rt_client_create(pjs_rt_plugin *p, const pjs_rt_option *options, size_t n_options,
+                         pjs_rt_client **out, pjs_error *err);
+/* Destroys the client; every buffer and executable must be gone. */
+void pjs_rt_client_destroy(pjs_rt_client *c);
+
+const char *pjs_rt_client_platform(const pjs_rt_client *c);         /* "cpu", "cuda" */
+const char *pjs_rt_client_platform_version(const pjs_rt_client *c);
+pjs_rt_plugin *pjs_rt_client_plugin(const pjs_rt_client *c);
+size_t pjs_rt_client_device_count(const pjs_rt_client *c);
+/* "0: cpu (TFRT_CPU_0)"-style description of device i into buf. */
+void pjs_rt_client_describe_device(const pjs_rt_client *c, size_t i, char *buf, size_t bufsize);
+
+/* A parameter or result of a compiled module. */
+typedef struct pjs_rt_tensor_type {
+    pjs_dtype dtype;
+    pjs_shape shape;
+} pjs_rt_tensor_type;
+
+typedef struct pjs_rt_executable {
+    pjs_rt_client *client;
+    pjrt_loaded_executable *loaded;
+    size_t n_params;
+    pjs_rt_tensor_type *params;
+    size_t n_results;
+    pjs_rt_tensor_type *results;
+    bool from_cache;        /* loaded from the executable cache, not compiled */
+    double compile_seconds; /* time to compile or deserialize */
+} pjs_rt_executable;
+
+/* Compiles a module (MLIR text, bytecode or a StableHLO portable artifact).
+ * With a cache, a valid entry is loaded instead and a fresh compile is stored.
+ * `label` names the module in errors ("mlp/model.b4.mlir"). */
+int pjs_rt_compile(pjs_rt_client *c, const void *module, size_t module_size, pjs_exec_cache *cache,
+                   const char *label, pjs_rt_executable **out, pjs_error *err);
+void pjs_rt_executable_destroy(pjs_rt_executable *e);
+
+/* Copies host data to a new device buffer and waits until the copy is done. */
+int pjs_rt_buffer_from_host(pjs_rt_client *c, pjs_dtype dtype, const pjs_shape *shape,
+                            const void *data, pjrt_buffer **out, pjs_error *err);
+/* Copies a buffer back to host memory (dst_size must be its exact size). */
+int pjs_rt_buffer_to_host(pjs_rt_client *c, pjrt_buffer *b, void *dst, size_t dst_size,
+                          pjs_error *err);
+void pjs_rt_buffer_destroy(pjs_rt_client *c, pjrt_buffer *b);
+
+/* Runs e on the client's device and waits for completion. args has
+ * e->n_params buffers; outputs receives e->n_results new buffers owned by the
+ * caller. */
+int pjs_rt_execute(pjs_rt_executable *e, pjrt_buffer *const *args, pjrt_buffer **outputs,
+                   pjs_error *err);
+
+#endif
