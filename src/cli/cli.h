@@ -1,0 +1,76 @@
+/*
+ * cli.h - the pjserve command line: subcommands and the options they share.
+ *
+ * main.c dispatches to one cmd_* function per subcommand. Each returns the
+ * process exit status: 0 success, 1 failure (a message on stderr starting with
+ * "pjserve: error:"), 2 usage error.
+ */
+#ifndef PJS_CLI_CLI_H
+#define PJS_CLI_CLI_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "runtime/exec_cache.h"
+#include "runtime/runtime.h"
+
+#define PJS_EXIT_OK 0
+#define PJS_EXIT_FAILURE 1
+#define PJS_EXIT_USAGE 2
+
+#define PJS_CLI_MAX_PJRT_OPTIONS 16
+
+/* Options every command that touches PJRT accepts. */
+typedef struct pjs_cli_common {
+    const char *plugin_path;  /* --pjrt-plugin */
+    const char *cache_dir;    /* --cache-dir */
+    bool no_cache;            /* --no-cache */
+    pjs_rt_option pjrt_options[PJS_CLI_MAX_PJRT_OPTIONS]; /* --pjrt-option KEY=VALUE */
+    size_t n_pjrt_options;
+} pjs_cli_common;
+
+/* What a command gets from pjs_cli_start: a client and an optional cache. */
+typedef struct pjs_cli_runtime {
+    pjs_rt_plugin *plugin;
+    pjs_rt_client *client;
+    pjs_exec_cache *cache; /* NULL with --no-cache */
+} pjs_cli_runtime;
+
+/* Long options shared by the commands, for getopt_long tables. */
+#define PJS_CLI_COMMON_LONG_OPTIONS                                                                \
+    {"pjrt-plugin", required_argument, NULL, 0x100},                                               \
+        {"cache-dir", required_argument, NULL, 0x101},                                             \
+        {"no-cache", no_argument, NULL, 0x102},                                                    \
+        {"pjrt-option", required_argument, NULL, 0x103},                                           \
+        {"log-level", required_argument, NULL, 0x104}
+
+#define PJS_CLI_COMMON_HELP                                                                        \
+    "  --pjrt-plugin PATH     PJRT plugin .so (default: $PJSERVE_PJRT_PLUGIN, else the\n"          \
+    "                         xla-cpu-pjrt plugin in the project's .venv)\n"                       \
+    "  --pjrt-option K=V      client create option, e.g. preallocate=false or\n"                   \
+    "                         memory_fraction=0.5 (GPU plugins); repeatable\n"                     \
+    "  --cache-dir DIR        executable cache (default: $PJSERVE_CACHE_DIR, else\n"              \
+    "                         $XDG_CACHE_HOME/pjserve or ~/.cache/pjserve)\n"                      \
+    "  --no-cache             compile every module, read and write no cache\n"                     \
+    "  --log-level LEVEL      debug | info | warn | error (default: info, or\n"                    \
+    "                         $PJSERVE_LOG_LEVEL)\n"
+
+/* Handles a shared option (opt is getopt_long's return value). Returns 1 if
+ * handled, 0 if not a shared option, -1 on a bad value (message printed). */
+int pjs_cli_common_option(pjs_cli_common *o, int opt, const char *arg);
+
+/* Loads the plugin, creates the client and opens the cache. */
+int pjs_cli_start(const pjs_cli_common *o, pjs_cli_runtime *rt);
+void pjs_cli_stop(pjs_cli_runtime *rt);
+
+/* Prints "pjserve: error: <msg>" on stderr; returns PJS_EXIT_FAILURE. */
+int pjs_cli_fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* Prints "pjserve <cmd>: <msg>" and a hint to --help; returns PJS_EXIT_USAGE. */
+int pjs_cli_usage_error(const char *cmd, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+int pjs_cmd_run(int argc, char **argv);
+int pjs_cmd_check(int argc, char **argv);
+int pjs_cmd_info(int argc, char **argv);
+
+#endif

@@ -1,0 +1,73 @@
+/*
+ * cmd_info.c - `pjserve info`: what the PJRT plugin is and can do.
+ */
+#include <getopt.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "cli/cli.h"
+
+static const char help[] =
+    "usage: pjserve info [OPTIONS]\n"
+    "\n"
+    "Loads the PJRT plugin, creates a client and prints the plugin path, PJRT API\n"
+    "version, platform, devices and the StableHLO versions the plugin accepts\n"
+    "(export bundles for a version inside that window).\n"
+    "\n"
+    "options:\n" PJS_CLI_COMMON_HELP;
+
+static void print_version(const char *label, const int64_t v[3])
+{
+    if (v[0] < 0)
+        printf("%s unknown", label);
+    else
+        printf("%s %lld.%lld.%lld", label, (long long)v[0], (long long)v[1], (long long)v[2]);
+}
+
+int pjs_cmd_info(int argc, char **argv)
+{
+    static const struct option opts[] = {PJS_CLI_COMMON_LONG_OPTIONS,
+                                         {"help", no_argument, NULL, 'h'},
+                                         {NULL, 0, NULL, 0}};
+    pjs_cli_common common = {.no_cache = true};
+    int opt;
+    optind = 1;
+    while ((opt = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+        if (opt == 'h') {
+            fputs(help, stdout);
+            return PJS_EXIT_OK;
+        }
+        int r = pjs_cli_common_option(&common, opt, optarg);
+        if (r < 0)
+            return PJS_EXIT_USAGE;
+        if (r == 0)
+            return pjs_cli_usage_error("info", "unknown option");
+    }
+    if (optind != argc)
+        return pjs_cli_usage_error("info", "unexpected argument '%s'", argv[optind]);
+    common.no_cache = true;
+    pjs_cli_runtime rt;
+    int rc = pjs_cli_start(&common, &rt);
+    if (rc != PJS_EXIT_OK)
+        return rc;
+    const pjs_rt_plugin_info *info = pjs_rt_plugin_get_info(rt.plugin);
+    printf("plugin: %s\n", info->path);
+    printf("pjrt api: %d.%d\n", info->api_major, info->api_minor);
+    printf("platform: %s\n", pjs_rt_client_platform(rt.client));
+    printf("platform version: %s\n", pjs_rt_client_platform_version(rt.client));
+    if (info->xla_version >= 0)
+        printf("xla version: %lld\n", (long long)info->xla_version);
+    printf("stablehlo: ");
+    print_version("current", info->stablehlo_current);
+    print_version(", minimum", info->stablehlo_minimum);
+    printf("\n");
+    size_t n = pjs_rt_client_device_count(rt.client);
+    printf("devices: %zu\n", n);
+    for (size_t i = 0; i < n; i++) {
+        char desc[512];
+        pjs_rt_client_describe_device(rt.client, i, desc, sizeof desc);
+        printf("  %s%s\n", desc, i == 0 ? "  [used]" : "");
+    }
+    pjs_cli_stop(&rt);
+    return PJS_EXIT_OK;
+}

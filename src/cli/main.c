@@ -1,0 +1,58 @@
+/*
+ * main.c - pjserve's entry point: picks the subcommand.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli/cli.h"
+#include "core/log.h"
+
+static const char usage[] =
+    "pjserve - serve ahead-of-time compiled StableHLO models through a PJRT plugin\n"
+    "\n"
+    "usage: pjserve COMMAND [OPTIONS]\n"
+    "\n"
+    "commands:\n"
+    "  run BUNDLE --input NAME=FILE.npy ... --output-dir DIR\n"
+    "                  load, compile and execute a bundle once; write outputs as .npy\n"
+    "  check BUNDLE... validate and compile bundles; report what was found\n"
+    "  info            show the PJRT plugin: platform, API version, devices, and the\n"
+    "                  StableHLO versions it accepts\n"
+    "\n"
+    "Run 'pjserve COMMAND --help' for a command's options. A bundle is a directory\n"
+    "with manifest.yaml, weights.safetensors and model.b{N}.mlir files; see\n"
+    "docs/bundle-format.md, and docs/exporter.md to make one from JAX.\n"
+    "\n"
+    "environment:\n"
+    "  PJSERVE_PJRT_PLUGIN   PJRT plugin .so used when --pjrt-plugin is not given\n"
+    "  PJSERVE_CACHE_DIR     executable cache directory\n"
+    "  PJSERVE_LOG_LEVEL     debug | info | warn | error\n";
+
+int main(int argc, char **argv)
+{
+    const char *level = getenv("PJSERVE_LOG_LEVEL");
+    if (level != NULL && pjs_log_parse_level(level) >= 0)
+        pjs_log_set_level((pjs_log_level)pjs_log_parse_level(level));
+    if (argc < 2) {
+        fputs(usage, stderr);
+        return PJS_EXIT_USAGE;
+    }
+    const char *cmd = argv[1];
+    if (strcmp(cmd, "-h") == 0 || strcmp(cmd, "--help") == 0 || strcmp(cmd, "help") == 0) {
+        fputs(usage, stdout);
+        return PJS_EXIT_OK;
+    }
+    if (strcmp(cmd, "--version") == 0 || strcmp(cmd, "version") == 0) {
+        printf("pjserve %s\n", PJSERVE_VERSION);
+        return PJS_EXIT_OK;
+    }
+    if (strcmp(cmd, "run") == 0)
+        return pjs_cmd_run(argc - 1, argv + 1);
+    if (strcmp(cmd, "check") == 0)
+        return pjs_cmd_check(argc - 1, argv + 1);
+    if (strcmp(cmd, "info") == 0)
+        return pjs_cmd_info(argc - 1, argv + 1);
+    fprintf(stderr, "pjserve: unknown command '%s'\n\n%s", cmd, usage);
+    return PJS_EXIT_USAGE;
+}

@@ -1,0 +1,96 @@
+/*
+ * options.c - the options and start-up steps the subcommands share.
+ */
+#include <getopt.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "cli/cli.h"
+#include "core/log.h"
+
+int pjs_cli_fail(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    fputs("pjserve: error: ", stderr);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
+    return PJS_EXIT_FAILURE;
+}
+
+int pjs_cli_usage_error(const char *cmd, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "pjserve %s: ", cmd);
+    vfprintf(stderr, fmt, ap);
+    fprintf(stderr, "\nusage: see 'pjserve %s --help'\n", cmd);
+    va_end(ap);
+    return PJS_EXIT_USAGE;
+}
+
+int pjs_cli_common_option(pjs_cli_common *o, int opt, const char *arg)
+{
+    pjs_error err;
+    switch (opt) {
+    case 0x100: o->plugin_path = arg; return 1;
+    case 0x101: o->cache_dir = arg; return 1;
+    case 0x102: o->no_cache = true; return 1;
+    case 0x103:
+        if (o->n_pjrt_options == PJS_CLI_MAX_PJRT_OPTIONS) {
+            fprintf(stderr, "pjserve: at most %d --pjrt-option flags\n", PJS_CLI_MAX_PJRT_OPTIONS);
+            return -1;
+        }
+        if (pjs_rt_option_parse(arg, &o->pjrt_options[o->n_pjrt_options], &err) != 0) {
+            fprintf(stderr, "pjserve: %s\n", err.msg);
+            return -1;
+        }
+        o->n_pjrt_options++;
+        return 1;
+    case 0x104: {
+        int level = pjs_log_parse_level(arg);
+        if (level < 0) {
+            fprintf(stderr, "pjserve: --log-level %s: expected debug, info, warn or error\n", arg);
+            return -1;
+        }
+        pjs_log_set_level((pjs_log_level)level);
+        return 1;
+    }
+    }
+    return 0;
+}
+
+int pjs_cli_start(const pjs_cli_common *o, pjs_cli_runtime *rt)
+{
+    pjs_error err;
+    char path[4096];
+    rt->plugin = NULL;
+    rt->client = NULL;
+    rt->cache = NULL;
+    if (pjs_rt_plugin_resolve(o->plugin_path, path, sizeof path, &err) != 0 ||
+        pjs_rt_plugin_load(path, &rt->plugin, &err) != 0 ||
+        pjs_rt_client_create(rt->plugin, o->pjrt_options, o->n_pjrt_options, &rt->client, &err) != 0)
+        return pjs_cli_fail("%s", err.msg);
+    if (o->no_cache)
+        return PJS_EXIT_OK;
+    char dir[4096];
+    if (o->cache_dir != NULL)
+        snprintf(dir, sizeof dir, "%s", o->cache_dir);
+    else if (pjs_exec_cache_default_dir(dir, sizeof dir, &err) != 0) {
+        pjs_warn("executable cache disabled: %s", err.msg);
+        return PJS_EXIT_OK;
+    }
+    if (pjs_exec_cache_open(dir, &rt->cache, &err) != 0)
+        pjs_warn("executable cache disabled: %s", err.msg);
+    return PJS_EXIT_OK;
+}
+
+void pjs_cli_stop(pjs_cli_runtime *rt)
+{
+    pjs_rt_client_destroy(rt->client);
+    pjs_exec_cache_close(rt->cache);
+    rt->client = NULL;
+    rt->cache = NULL;
+}

@@ -1,0 +1,285 @@
+/*
+ * bundle.c - opening, validating and compiling bundles (see bundle.h).
+ */
+#include "registry/bundle.h"
+
+#include <dirent.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "core/log.h"
+#include "core/mapped_file.h"
+
+/* File names reserved for pre/post hooks and meta orchestration. */
+static const char *hook_files[] = {"model.c", "model.so"};
+
+static bool file_exists(const char *path)
+{
+    struct stat st;
+    return stat(path, &st) == 0 && S_ISREG(st.st_mode);
+}
+
+static const char *base_name(const char *path)
+{
+    size_t len = strlen(path);
+    while (len > 1 && path[len - 1] == '/')
+        len--;
+    const char *end = path + len;
+    const char *p = end;
+    while (p > path && p[-1] != '/')
+        p--;
+    return p;
+}
+
+/* Length of the directory's base name, ignoring trailing slashes. */
+static size_t base_name_len(const char *path)
+{
+    const char *b = base_name(path);
+    size_t n = 0;
+    while (b[n] != '\0' && b[n] != '/')
+        n++;
+    return n;
+}
+
+static int check_layout(pjs_bundle *b, pjs_error *err)
+{
+    const pjs_manifest *m = &b->manifest;
+    const char *dirname = base_name(b->dir);
+    size_t dirlen = base_name_len(b->dir);
+    if (strlen(m->name) != dirlen || strncmp(m->name, dirname, dirlen) != 0)
+        return pjs_error_set(err, PJS_ERR_INVALID_ARGUMENT,
+                             "manifest.yaml: name: \"%s\" does not match the bundle directory "
+                             "name \"%.*s\"",
+                             m->name, (int)dirlen, dirname);
+    for (size_t i = 0; i < sizeof hook_files / sizeof hook_files[0]; i++) {
+        char path[PJS_BUNDLE_DIR_MAX + 64];
+        snprintf(path, sizeof path, "%s/%s", b->dir, hook_files[i]);
+        if (file_exists(path))
+            return pjs_error_set(err, PJS_ERR_UNSUPPORTED,
+                                 "%s: hooks are not supported by this version of pjserve; remove "
+                                 "the file to serve the model without them",
+                                 hook_files[i]);
+    }
+    if (m->kind == PJS_KIND_META)
+        return pjs_error_set(err, PJS_ERR_UNSUPPORTED,
+                             "manifest.yaml: kind: meta models are not supported by this version "
+                             "of pjserve");
+    return 0;
+}
+
+static int find_modules(pjs_bundle *b, pjs_error *err)
+{
+    const pjs_manifest *m = &b->manifest;
+    b->modules = calloc(m->n_batch_sizes ? m->n_batch_sizes : 1, sizeof *b->modules);
+    if (b->modules == NULL)
+        return pjs_error_set(err, PJS_ERR_NOMEM, "out of memory");
+    for (size_t i = 0; i < m->n_batch_sizes; i++) {
+        pjs_bundle_module *mod = &b->modules[i];
+        mod->batch_size = m->batch_sizes[i];
+        snprintf(mod->path, sizeof mod->path, "%s/model.b%lld.mlir", b->dir,
+                 (long long)mod->batch_size);
+        if (!file_exists(mod->path))
+            return pjs_error_set(err, PJS_ERR_NOT_FOUND,
+                                 "model.b%lld.mlir: missing (manifest.yaml batch_sizes lists %lld)",
+                                 (long long)mod->batch_size, (long long)mod->batch_size);
+        b->n_modules++;
+    }
+    return 0;
+}
+
+int pjs_bundle_open(const char *dir, pjs_bundle **out, pjs_error *err)
+{
+    pjs_bundle *b = calloc(1, sizeof *b);
+    if (b == NULL)
+        return pjs_error_set(err, PJS_ERR_NOMEM, "out of memory");
+    int rc;
+    char path[PJS_BUNDLE_DIR_MAX + 64];
+    if (strlen(dir) >= sizeof b->dir - 64) {
+        rc = pjs_error_set(err, PJS_ERR_INVALID_ARGUMENT, "path too long");
+        goto fail;
+    }
+    snprintf(b->dir, sizeof b->dir, "%s", dir);
+    struct stat st;
+    if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode)) {
+        rc = pjs_error_set(err, PJS_ERR_NOT_FOUND, "not a directory");
+        goto fail;
+    }
+    snprintf(path, sizeof path, "%s/manifest.yaml", dir);
+    rc = pjs_manifest_load(&b->manifest, path, err);
+    if (rc != 0)
+        goto fail;
+    rc = check_layout(b, err);
+    if (rc != 0)
+        goto fail;
+    snprintf(path, sizeof path, "%s/weights.safetensors", dir);
+    rc = pjs_safetensors_open(&b->weights, path, err);
+    if (rc != 0)
+        goto fail;
+    rc = find_modules(b, err);
+    if (rc != 0)
+        goto fail;
+    *out = b;
+    return 0;
+fail:
+    pjs_error_prefix(err, "bundle %s: ", dir);
+    pjs_bundle_close(b);
+    return rc;
+}
+
+void pjs_bundle_close(pjs_bundle *b)
+{
+    if (b == NULL)
+        return;
+    for (size_t i = 0; i < b->n_modules; i++)
+        pjs_rt_executable_destroy(b->modules[i].exec);
+    free(b->modules);
+    pjs_safetensors_close(&b->weights);
+    pjs_manifest_free(&b->manifest);
+    free(b);
+}
+
+pjs_bundle_module *pjs_bundle_module_for(pjs_bundle *b, int64_t batch_size)
+{
+    for (size_t i = 0; i < b->n_modules; i++)
+        if (b->modules[i].batch_size == batch_size)
+            return &b->modules[i];
+    return NULL;
+}
+
+int64_t pjs_bundle_pick_batch_size(const pjs_bundle *b, int64_t n)
+{
+    for (size_t i = 0; i < b->n_modules; i++)
+        if (b->modules[i].batch_size >= n)
+            return b->modules[i].batch_size;
+    return b->n_modules ? b->modules[b->n_modules - 1].batch_size : 0;
+}
+
+/* The manifest's shape for a tensor at batch size n. */
+static pjs_shape spec_shape(const pjs_tensor_spec *t, int64_t n)
+{
+    pjs_shape s = t->shape;
+    if (t->batched)
+        s.dims[0] = n;
+    return s;
+}
+
+/* Compares one module parameter or result with what the bundle declares. */
+static int check_type(const pjs_rt_tensor_type *got, pjs_dtype want_dtype, const pjs_shape *want,
+                      const char *module, const char *what, const char *source, pjs_error *err)
+{
+    char a[128], b[128];
+    if (got->dtype != want_dtype)
+        return pjs_error_set(err, PJS_ERR_INVALID_ARGUMENT,
+                             "%s: %s has dtype %s but %s says %s", module, what,
+                             pjs_dtype_name(got->dtype), source, pjs_dtype_name(want_dtype));
+    if (!pjs_shape_equal(&got->shape, want))
+        return pjs_error_set(err, PJS_ERR_INVALID_ARGUMENT, "%s: %s has shape %s but %s says %s",
+                             module, what, pjs_shape_format(&got->shape, a, sizeof a), source,
+                             pjs_shape_format(want, b, sizeof b));
+    return 0;
+}
+
+static int check_signature(const pjs_bundle *b, const pjs_bundle_module *mod, pjs_error *err)
+{
+    const pjs_manifest *m = &b->manifest;
+    const pjs_rt_executable *e = mod->exec;
+    const char *file = base_name(mod->path);
+    size_t n_weights = b->weights.n_tensors;
+    char what[512], source[512];
+    if (e->n_params != n_weights + m->n_inputs)
+        return pjs_error_set(err, PJS_ERR_INVALID_ARGUMENT,
+                             "%s: takes %zu parameters but the bundle provides %zu (%zu weights "
+                             "in weights.safetensors argument_order + %zu inputs in manifest.yaml)",
+                             file, e->n_params, n_weights + m->n_inputs, n_weights, m->n_inputs);
+    if (e->n_results != m->n_outputs)
+        return pjs_error_set(err, PJS_ERR_INVALID_ARGUMENT,
+                             "%s: returns %zu results but manifest.yaml declares %zu outputs", file,
+                             e->n_results, m->n_outputs);
+    for (size_t i = 0; i < n_weights; i++) {
+        const pjs_st_tensor *t = &b->weights.tensors[i];
+        snprintf(what, sizeof what, "parameter %zu (weight \"%s\")", i, t->name);
+        snprintf(source, sizeof source, "weights.safetensors");
+        int rc = check_type(&e->params[i], t->dtype, &t->shape, file, what, source, err);
+        if (rc != 0)
+            return rc;
+    }
+    for (size_t i = 0; i < m->n_inputs; i++) {
+        const pjs_tensor_spec *t = &m->inputs[i];
+        pjs_shape want = spec_shape(t, mod->batch_size);
+        snprintf(what, sizeof what, "parameter %zu (input \"%s\")", n_weights + i, t->name);
+        snprintf(source, sizeof source, "manifest.yaml inputs[%zu]", i);
+        int rc = check_type(&e->params[n_weights + i], t->dtype, &want, file, what, source, err);
+        if (rc != 0)
+            return rc;
+    }
+    for (size_t i = 0; i < m->n_outputs; i++) {
+        const pjs_tensor_spec *t = &m->outputs[i];
+        pjs_shape want = spec_shape(t, mod->batch_size);
+        snprintf(what, sizeof what, "result %zu (output \"%s\")", i, t->name);
+        snprintf(source, sizeof source, "manifest.yaml outputs[%zu]", i);
+        int rc = check_type(&e->results[i], t->dtype, &want, file, what, source, err);
+        if (rc != 0)
+            return rc;
+    }
+    return 0;
+}
+
+int pjs_bundle_compile_module(pjs_bundle *b, pjs_bundle_module *mod, pjs_rt_client *c,
+                              pjs_exec_cache *cache, pjs_error *err)
+{
+    if (mod->exec != NULL)
+        return 0;
+    pjs_mapped_file mf;
+    int rc = pjs_mapped_file_open(&mf, mod->path, err);
+    if (rc == 0) {
+        char label[256];
+        snprintf(label, sizeof label, "%s", base_name(mod->path));
+        rc = pjs_rt_compile(c, mf.data, mf.size, cache, label, &mod->exec, err);
+        pjs_mapped_file_close(&mf);
+    }
+    if (rc == 0) {
+        rc = check_signature(b, mod, err);
+        if (rc != 0) {
+            pjs_rt_executable_destroy(mod->exec);
+            mod->exec = NULL;
+        }
+    }
+    if (rc != 0)
+        pjs_error_prefix(err, "bundle %s: ", b->manifest.name);
+    return rc;
+}
+
+int pjs_bundle_upload_weights(const pjs_bundle *b, pjs_rt_client *c, pjrt_buffer **out,
+                              pjs_error *err)
+{
+    size_t n = b->weights.n_tensors;
+    size_t done = 0;
+    int rc = 0;
+    for (; done < n; done++) {
+        const pjs_st_tensor *t = &b->weights.tensors[done];
+        size_t size = (size_t)t->nbytes;
+        void *aligned = aligned_alloc(64, (size + 63) / 64 * 64 + 64);
+        if (aligned == NULL) {
+            rc = pjs_error_set(err, PJS_ERR_NOMEM, "bundle %s: out of memory for weight \"%s\"",
+                               b->manifest.name, t->name);
+            break;
+        }
+        memcpy(aligned, pjs_safetensors_data(&b->weights, t), size);
+        rc = pjs_rt_buffer_from_host(c, t->dtype, &t->shape, aligned, &out[done], err);
+        free(aligned);
+        if (rc != 0) {
+            pjs_error_prefix(err, "bundle %s: weight \"%s\": ", b->manifest.name, t->name);
+            break;
+        }
+    }
+    if (rc != 0) {
+        for (size_t i = 0; i < done; i++) {
+            pjs_rt_buffer_destroy(c, out[i]);
+            out[i] = NULL;
+        }
+    }
+    return rc;
+}

@@ -1,0 +1,66 @@
+/*
+ * bundle.h - a model bundle on disk, validated and compiled.
+ *
+ * Opening a bundle reads and cross-checks what needs no device: the manifest,
+ * the safetensors header (mapped, not read), the presence of one module file
+ * per compiled batch size. Compiling then builds (or loads from the
+ * executable cache) each module and checks its signature against the manifest
+ * and the weights: parameters are the weights in argument_order followed by
+ * the inputs in manifest order, results are the outputs in manifest order,
+ * and every batch axis has the module's batch size. Every rejection names the
+ * bundle, the file and the field.
+ *
+ * A pjs_bundle is owned by one thread while opened and compiled, and
+ * read-only afterwards.
+ */
+#ifndef PJS_REGISTRY_BUNDLE_H
+#define PJS_REGISTRY_BUNDLE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/manifest.h"
+#include "core/safetensors.h"
+#include "core/status.h"
+#include "runtime/exec_cache.h"
+#include "runtime/runtime.h"
+
+/* Longest bundle directory path accepted. */
+#define PJS_BUNDLE_DIR_MAX 4096
+
+typedef struct pjs_bundle_module {
+    int64_t batch_size;
+    char path[PJS_BUNDLE_DIR_MAX + 64];
+    pjs_rt_executable *exec; /* NULL until compiled */
+} pjs_bundle_module;
+
+typedef struct pjs_bundle {
+    char dir[PJS_BUNDLE_DIR_MAX];
+    pjs_manifest manifest;
+    pjs_safetensors weights;
+    size_t n_modules;
+    pjs_bundle_module *modules; /* one per manifest batch size, ascending */
+} pjs_bundle;
+
+/* Reads and validates everything but the modules' contents. */
+int pjs_bundle_open(const char *dir, pjs_bundle **out, pjs_error *err);
+void pjs_bundle_close(pjs_bundle *b);
+
+/* The module of batch size n, or NULL. */
+pjs_bundle_module *pjs_bundle_module_for(pjs_bundle *b, int64_t batch_size);
+/* The smallest compiled batch size >= n, or the largest when n exceeds all. */
+int64_t pjs_bundle_pick_batch_size(const pjs_bundle *b, int64_t n);
+
+/* Compiles (or loads from the cache, which may be NULL) one module and checks
+ * its signature. Already compiled modules are left as they are. */
+int pjs_bundle_compile_module(pjs_bundle *b, pjs_bundle_module *m, pjs_rt_client *c,
+                              pjs_exec_cache *cache, pjs_error *err);
+
+/* Copies every weight to the device in argument order into out[n_tensors].
+ * Weights are first copied to aligned host memory (safetensors offsets need
+ * not be aligned). On failure nothing is left allocated. */
+int pjs_bundle_upload_weights(const pjs_bundle *b, pjs_rt_client *c, pjrt_buffer **out,
+                              pjs_error *err);
+
+#endif

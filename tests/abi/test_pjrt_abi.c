@@ -1,0 +1,529 @@
+/*
+ * test_pjrt_abi.c - our PJRT ABI declarations against the plugin's own header.
+ *
+ * Compiles src/runtime/pjrt_abi.h side by side with pjrt_c_api.h from the
+ * installed xla-cpu-pjrt wheel and checks, for every struct and function slot
+ * pjserve declares: the same offset for every field, a struct at least as
+ * large as the header's *_STRUCT_SIZE, the same API version or newer, and
+ * the same buffer-type and enum values.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include "core/dtype.h"
+#include "runtime/pjrt_abi.h"
+#include "pjrt_c_api.h"
+
+/* Our struct `struct O` and their `T` agree on field F. */
+#define FIELD(O, T, F) assert_int_equal(offsetof(struct O, F), offsetof(T, F))
+/* Ours is at least as large as what their plugin expects. */
+#define SIZE(O, T) assert_true(sizeof(struct O) >= T##_STRUCT_SIZE)
+#define SLOT(ours, theirs) assert_int_equal(offsetof(struct pjrt_api, ours), offsetof(PJRT_Api, theirs))
+
+static void test_api_version_is_at_least_the_wheel(void **state)
+{
+    (void)state;
+    assert_int_equal(PJRT_ABI_MAJOR, PJRT_API_MAJOR);
+    assert_true(PJRT_ABI_MINOR >= PJRT_API_MINOR);
+}
+
+static void test_api_table_slots(void **state)
+{
+    (void)state;
+    assert_int_equal(offsetof(struct pjrt_api, pjrt_api_version), offsetof(PJRT_Api, pjrt_api_version));
+    SLOT(error_destroy, PJRT_Error_Destroy);
+    SLOT(error_message, PJRT_Error_Message);
+    SLOT(error_get_code, PJRT_Error_GetCode);
+    SLOT(plugin_initialize, PJRT_Plugin_Initialize);
+    SLOT(plugin_attributes, PJRT_Plugin_Attributes);
+    SLOT(event_destroy, PJRT_Event_Destroy);
+    SLOT(event_is_ready, PJRT_Event_IsReady);
+    SLOT(event_error, PJRT_Event_Error);
+    SLOT(event_await, PJRT_Event_Await);
+    SLOT(event_on_ready, PJRT_Event_OnReady);
+    SLOT(client_create, PJRT_Client_Create);
+    SLOT(client_destroy, PJRT_Client_Destroy);
+    SLOT(client_platform_name, PJRT_Client_PlatformName);
+    SLOT(client_process_index, PJRT_Client_ProcessIndex);
+    SLOT(client_platform_version, PJRT_Client_PlatformVersion);
+    SLOT(client_devices, PJRT_Client_Devices);
+    SLOT(client_addressable_devices, PJRT_Client_AddressableDevices);
+    SLOT(client_lookup_device, PJRT_Client_LookupDevice);
+    SLOT(client_lookup_addressable_device, PJRT_Client_LookupAddressableDevice);
+    SLOT(client_addressable_memories, PJRT_Client_AddressableMemories);
+    SLOT(client_compile, PJRT_Client_Compile);
+    SLOT(client_default_device_assignment, PJRT_Client_DefaultDeviceAssignment);
+    SLOT(client_buffer_from_host_buffer, PJRT_Client_BufferFromHostBuffer);
+    SLOT(device_description_id, PJRT_DeviceDescription_Id);
+    SLOT(device_description_process_index, PJRT_DeviceDescription_ProcessIndex);
+    SLOT(device_description_attributes, PJRT_DeviceDescription_Attributes);
+    SLOT(device_description_kind, PJRT_DeviceDescription_Kind);
+    SLOT(device_description_debug_string, PJRT_DeviceDescription_DebugString);
+    SLOT(device_description_to_string, PJRT_DeviceDescription_ToString);
+    SLOT(device_get_description, PJRT_Device_GetDescription);
+    SLOT(device_is_addressable, PJRT_Device_IsAddressable);
+    SLOT(device_local_hardware_id, PJRT_Device_LocalHardwareId);
+    SLOT(device_addressable_memories, PJRT_Device_AddressableMemories);
+    SLOT(device_default_memory, PJRT_Device_DefaultMemory);
+    SLOT(device_memory_stats, PJRT_Device_MemoryStats);
+    SLOT(memory_id, PJRT_Memory_Id);
+    SLOT(memory_kind, PJRT_Memory_Kind);
+    SLOT(memory_debug_string, PJRT_Memory_DebugString);
+    SLOT(memory_to_string, PJRT_Memory_ToString);
+    SLOT(memory_addressable_by_devices, PJRT_Memory_AddressableByDevices);
+    SLOT(executable_destroy, PJRT_Executable_Destroy);
+    SLOT(executable_name, PJRT_Executable_Name);
+    SLOT(executable_num_replicas, PJRT_Executable_NumReplicas);
+    SLOT(executable_num_partitions, PJRT_Executable_NumPartitions);
+    SLOT(executable_num_outputs, PJRT_Executable_NumOutputs);
+    SLOT(executable_size_of_generated_code_in_bytes, PJRT_Executable_SizeOfGeneratedCodeInBytes);
+    SLOT(executable_get_cost_analysis, PJRT_Executable_GetCostAnalysis);
+    SLOT(executable_output_memory_kinds, PJRT_Executable_OutputMemoryKinds);
+    SLOT(executable_optimized_program, PJRT_Executable_OptimizedProgram);
+    SLOT(executable_serialize, PJRT_Executable_Serialize);
+    SLOT(loaded_executable_destroy, PJRT_LoadedExecutable_Destroy);
+    SLOT(loaded_executable_get_executable, PJRT_LoadedExecutable_GetExecutable);
+    SLOT(loaded_executable_addressable_devices, PJRT_LoadedExecutable_AddressableDevices);
+    SLOT(loaded_executable_delete, PJRT_LoadedExecutable_Delete);
+    SLOT(loaded_executable_is_deleted, PJRT_LoadedExecutable_IsDeleted);
+    SLOT(loaded_executable_execute, PJRT_LoadedExecutable_Execute);
+    SLOT(executable_deserialize_and_load, PJRT_Executable_DeserializeAndLoad);
+    SLOT(loaded_executable_fingerprint, PJRT_LoadedExecutable_Fingerprint);
+    SLOT(buffer_destroy, PJRT_Buffer_Destroy);
+    SLOT(buffer_element_type, PJRT_Buffer_ElementType);
+    SLOT(buffer_dimensions, PJRT_Buffer_Dimensions);
+    SLOT(buffer_unpadded_dimensions, PJRT_Buffer_UnpaddedDimensions);
+    SLOT(buffer_dynamic_dimension_indices, PJRT_Buffer_DynamicDimensionIndices);
+    SLOT(buffer_get_memory_layout, PJRT_Buffer_GetMemoryLayout);
+    SLOT(buffer_on_device_size_in_bytes, PJRT_Buffer_OnDeviceSizeInBytes);
+    SLOT(buffer_device, PJRT_Buffer_Device);
+    SLOT(buffer_memory, PJRT_Buffer_Memory);
+    SLOT(buffer_delete, PJRT_Buffer_Delete);
+    SLOT(buffer_is_deleted, PJRT_Buffer_IsDeleted);
+    SLOT(buffer_copy_to_device, PJRT_Buffer_CopyToDevice);
+    SLOT(buffer_to_host_buffer, PJRT_Buffer_ToHostBuffer);
+    SLOT(buffer_is_on_cpu, PJRT_Buffer_IsOnCpu);
+    SLOT(buffer_ready_event, PJRT_Buffer_ReadyEvent);
+    SLOT(buffer_unsafe_pointer, PJRT_Buffer_UnsafePointer);
+    SLOT(buffer_increase_external_reference_count, PJRT_Buffer_IncreaseExternalReferenceCount);
+    SLOT(buffer_decrease_external_reference_count, PJRT_Buffer_DecreaseExternalReferenceCount);
+    SLOT(buffer_opaque_device_memory_data_pointer, PJRT_Buffer_OpaqueDeviceMemoryDataPointer);
+    SLOT(copy_to_device_stream_destroy, PJRT_CopyToDeviceStream_Destroy);
+    SLOT(copy_to_device_stream_add_chunk, PJRT_CopyToDeviceStream_AddChunk);
+    SLOT(copy_to_device_stream_total_bytes, PJRT_CopyToDeviceStream_TotalBytes);
+    SLOT(copy_to_device_stream_granule_size, PJRT_CopyToDeviceStream_GranuleSize);
+    SLOT(copy_to_device_stream_current_bytes, PJRT_CopyToDeviceStream_CurrentBytes);
+    SLOT(topology_description_create, PJRT_TopologyDescription_Create);
+    SLOT(topology_description_destroy, PJRT_TopologyDescription_Destroy);
+    SLOT(topology_description_platform_name, PJRT_TopologyDescription_PlatformName);
+    SLOT(topology_description_platform_version, PJRT_TopologyDescription_PlatformVersion);
+    SLOT(topology_description_get_device_descriptions, PJRT_TopologyDescription_GetDeviceDescriptions);
+    SLOT(topology_description_serialize, PJRT_TopologyDescription_Serialize);
+    SLOT(topology_description_attributes, PJRT_TopologyDescription_Attributes);
+    SLOT(compile, PJRT_Compile);
+    SLOT(executable_output_element_types, PJRT_Executable_OutputElementTypes);
+    SLOT(executable_output_dimensions, PJRT_Executable_OutputDimensions);
+    SLOT(buffer_copy_to_memory, PJRT_Buffer_CopyToMemory);
+    SLOT(client_create_view_of_device_buffer, PJRT_Client_CreateViewOfDeviceBuffer);
+    SLOT(executable_fingerprint, PJRT_Executable_Fingerprint);
+    SLOT(client_topology_description, PJRT_Client_TopologyDescription);
+    SLOT(executable_get_compiled_memory_stats, PJRT_Executable_GetCompiledMemoryStats);
+    SLOT(memory_kind_id, PJRT_Memory_Kind_Id);
+    SLOT(execute_context_create, PJRT_ExecuteContext_Create);
+    SLOT(execute_context_destroy, PJRT_ExecuteContext_Destroy);
+    SLOT(buffer_copy_raw_to_host, PJRT_Buffer_CopyRawToHost);
+    SLOT(async_host_to_device_transfer_manager_destroy, PJRT_AsyncHostToDeviceTransferManager_Destroy);
+    SLOT(async_host_to_device_transfer_manager_transfer_data, PJRT_AsyncHostToDeviceTransferManager_TransferData);
+    SLOT(client_create_buffers_for_async_host_to_device, PJRT_Client_CreateBuffersForAsyncHostToDevice);
+    SLOT(async_host_to_device_transfer_manager_retrieve_buffer, PJRT_AsyncHostToDeviceTransferManager_RetrieveBuffer);
+    SLOT(async_host_to_device_transfer_manager_device, PJRT_AsyncHostToDeviceTransferManager_Device);
+    SLOT(async_host_to_device_transfer_manager_buffer_count, PJRT_AsyncHostToDeviceTransferManager_BufferCount);
+    SLOT(async_host_to_device_transfer_manager_buffer_size, PJRT_AsyncHostToDeviceTransferManager_BufferSize);
+    SLOT(async_host_to_device_transfer_manager_set_buffer_error, PJRT_AsyncHostToDeviceTransferManager_SetBufferError);
+    SLOT(async_host_to_device_transfer_manager_add_metadata, PJRT_AsyncHostToDeviceTransferManager_AddMetadata);
+    SLOT(client_dma_map, PJRT_Client_DmaMap);
+    SLOT(client_dma_unmap, PJRT_Client_DmaUnmap);
+    SLOT(client_create_uninitialized_buffer, PJRT_Client_CreateUninitializedBuffer);
+    SLOT(client_update_global_process_info, PJRT_Client_UpdateGlobalProcessInfo);
+    SLOT(topology_description_deserialize, PJRT_TopologyDescription_Deserialize);
+    SLOT(client_create_alias_buffer, PJRT_Client_CreateAliasBuffer);
+    SLOT(client_fulfill_alias_buffer, PJRT_Client_FulfillAliasBuffer);
+    SLOT(loaded_executable_get_device_assignment, PJRT_LoadedExecutable_GetDeviceAssignment);
+    assert_true(sizeof(struct pjrt_api) >= PJRT_Api_STRUCT_SIZE);
+}
+
+static void test_enum_values(void **state)
+{
+    (void)state;
+    assert_int_equal(PJRT_CODE_INVALID_ARGUMENT, PJRT_Error_Code_INVALID_ARGUMENT);
+    assert_int_equal(PJRT_CODE_RESOURCE_EXHAUSTED, PJRT_Error_Code_RESOURCE_EXHAUSTED);
+    assert_int_equal(PJRT_CODE_UNIMPLEMENTED, PJRT_Error_Code_UNIMPLEMENTED);
+    assert_int_equal(PJRT_CODE_UNAUTHENTICATED, PJRT_Error_Code_UNAUTHENTICATED);
+    assert_int_equal(PJRT_NAMED_STRING, PJRT_NamedValue_kString);
+    assert_int_equal(PJRT_NAMED_INT64_LIST, PJRT_NamedValue_kInt64List);
+    assert_int_equal(PJRT_NAMED_BOOL, PJRT_NamedValue_kBool);
+    assert_int_equal(PJRT_HOST_IMMUTABLE_UNTIL_TRANSFER_COMPLETES,
+                     PJRT_HostBufferSemantics_kImmutableUntilTransferCompletes);
+    assert_int_equal(PJRT_HOST_MUTABLE_ZERO_COPY, PJRT_HostBufferSemantics_kMutableZeroCopy);
+}
+
+static void test_buffer_types_of_the_dtype_table(void **state)
+{
+    (void)state;
+    assert_int_equal(pjs_dtype_to_pjrt(PJS_DTYPE_BOOL), PJRT_Buffer_Type_PRED);
+    assert_int_equal(pjs_dtype_to_pjrt(PJS_DTYPE_I8), PJRT_Buffer_Type_S8);
+    assert_int_equal(pjs_dtype_to_pjrt(PJS_DTYPE_I16), PJRT_Buffer_Type_S16);
+    assert_int_equal(pjs_dtype_to_pjrt(PJS_DTYPE_I32), PJRT_Buffer_Type_S32);
+    assert_int_equal(pjs_dtype_to_pjrt(PJS_DTYPE_I64), PJRT_Buffer_Type_S64);
+    assert_int_equal(pjs_dtype_to_pjrt(PJS_DTYPE_U8), PJRT_Buffer_Type_U8);
+    assert_int_equal(pjs_dtype_to_pjrt(PJS_DTYPE_U16), PJRT_Buffer_Type_U16);
+    assert_int_equal(pjs_dtype_to_pjrt(PJS_DTYPE_U32), PJRT_Buffer_Type_U32);
+    assert_int_equal(pjs_dtype_to_pjrt(PJS_DTYPE_U64), PJRT_Buffer_Type_U64);
+    assert_int_equal(pjs_dtype_to_pjrt(PJS_DTYPE_F16), PJRT_Buffer_Type_F16);
+    assert_int_equal(pjs_dtype_to_pjrt(PJS_DTYPE_BF16), PJRT_Buffer_Type_BF16);
+    assert_int_equal(pjs_dtype_to_pjrt(PJS_DTYPE_F32), PJRT_Buffer_Type_F32);
+    assert_int_equal(pjs_dtype_to_pjrt(PJS_DTYPE_F64), PJRT_Buffer_Type_F64);
+}
+
+static void test_pjrt_api_version(void **state)
+{
+    (void)state;
+    SIZE(pjrt_api_version, PJRT_Api_Version);
+    FIELD(pjrt_api_version, PJRT_Api_Version, major_version); FIELD(pjrt_api_version, PJRT_Api_Version, minor_version);
+}
+
+static void test_pjrt_named_value(void **state)
+{
+    (void)state;
+    SIZE(pjrt_named_value, PJRT_NamedValue);
+    FIELD(pjrt_named_value, PJRT_NamedValue, name); FIELD(pjrt_named_value, PJRT_NamedValue, name_size); FIELD(pjrt_named_value, PJRT_NamedValue, type); FIELD(pjrt_named_value, PJRT_NamedValue, string_value); FIELD(pjrt_named_value, PJRT_NamedValue, int64_value); FIELD(pjrt_named_value, PJRT_NamedValue, value_size);
+}
+
+static void test_pjrt_error_destroy_args(void **state)
+{
+    (void)state;
+    SIZE(pjrt_error_destroy_args, PJRT_Error_Destroy_Args);
+    FIELD(pjrt_error_destroy_args, PJRT_Error_Destroy_Args, error);
+}
+
+static void test_pjrt_error_message_args(void **state)
+{
+    (void)state;
+    SIZE(pjrt_error_message_args, PJRT_Error_Message_Args);
+    FIELD(pjrt_error_message_args, PJRT_Error_Message_Args, error); FIELD(pjrt_error_message_args, PJRT_Error_Message_Args, message); FIELD(pjrt_error_message_args, PJRT_Error_Message_Args, message_size);
+}
+
+static void test_pjrt_error_get_code_args(void **state)
+{
+    (void)state;
+    SIZE(pjrt_error_get_code_args, PJRT_Error_GetCode_Args);
+    FIELD(pjrt_error_get_code_args, PJRT_Error_GetCode_Args, error); FIELD(pjrt_error_get_code_args, PJRT_Error_GetCode_Args, code);
+}
+
+static void test_pjrt_plugin_initialize_args(void **state)
+{
+    (void)state;
+    SIZE(pjrt_plugin_initialize_args, PJRT_Plugin_Initialize_Args);
+    FIELD(pjrt_plugin_initialize_args, PJRT_Plugin_Initialize_Args, extension_start);
+}
+
+static void test_pjrt_plugin_attributes_args(void **state)
+{
+    (void)state;
+    SIZE(pjrt_plugin_attributes_args, PJRT_Plugin_Attributes_Args);
+    FIELD(pjrt_plugin_attributes_args, PJRT_Plugin_Attributes_Args, attributes); FIELD(pjrt_plugin_attributes_args, PJRT_Plugin_Attributes_Args, num_attributes);
+}
+
+static void test_pjrt_event_destroy_args(void **state)
+{
+    (void)state;
+    SIZE(pjrt_event_destroy_args, PJRT_Event_Destroy_Args);
+    FIELD(pjrt_event_destroy_args, PJRT_Event_Destroy_Args, event);
+}
+
+static void test_pjrt_event_await_args(void **state)
+{
+    (void)state;
+    SIZE(pjrt_event_await_args, PJRT_Event_Await_Args);
+    FIELD(pjrt_event_await_args, PJRT_Event_Await_Args, event);
+}
+
+static void test_pjrt_client_create_args(void **state)
+{
+    (void)state;
+    SIZE(pjrt_client_create_args, PJRT_Client_Create_Args);
+    FIELD(pjrt_client_create_args, PJRT_Client_Create_Args, create_options); FIELD(pjrt_client_create_args, PJRT_Client_Create_Args, num_options); FIELD(pjrt_client_create_args, PJRT_Client_Create_Args, kv_get_callback); FIELD(pjrt_client_create_args, PJRT_Client_Create_Args, kv_get_user_arg); FIELD(pjrt_client_create_args, PJRT_Client_Create_Args, kv_put_callback); FIELD(pjrt_client_create_args, PJRT_Client_Create_Args, kv_put_user_arg); FIELD(pjrt_client_create_args, PJRT_Client_Create_Args, client); FIELD(pjrt_client_create_args, PJRT_Client_Create_Args, kv_try_get_callback); FIELD(pjrt_client_create_args, PJRT_Client_Create_Args, kv_try_get_user_arg);
+}
+
+static void test_pjrt_client_destroy_args(void **state)
+{
+    (void)state;
+    SIZE(pjrt_client_destroy_args, PJRT_Client_Destroy_Args);
+    FIELD(pjrt_client_destroy_args, PJRT_Client_Destroy_Args, client);
+}
+
+static void test_pjrt_client_platform_name_args(void **state)
+{
+    (void)state;
+    SIZE(pjrt_client_platform_name_args, PJRT_Client_PlatformName_Args);
+    FIELD(pjrt_client_platform_name_args, PJRT_Client_PlatformName_Args, client); FIELD(pjrt_client_platform_name_args, PJRT_Client_PlatformName_Args, platform_name); FIELD(pjrt_client_platform_name_args, PJRT_Client_PlatformName_Args, platform_name_size);
+}
+
+static void test_pjrt_client_platform_version_args(void **state)
+{
+    (void)state;
+    SIZE(pjrt_client_platform_version_args, PJRT_Client_PlatformVersion_Args);
+    FIELD(pjrt_client_platform_version_args, PJRT_Client_PlatformVersion_Args, client); FIELD(pjrt_client_platform_version_args, PJRT_Client_PlatformVersion_Args, platform_version); FIELD(pjrt_client_platform_version_args, PJRT_Client_PlatformVersion_Args, platform_version_size);
+}
+
+static void test_pjrt_client_addressable_devices_args(void **state)
+{
+    (void)state;
+    SIZE(pjrt_client_addressable_devices_args, PJRT_Client_AddressableDevices_Args);
+    FIELD(pjrt_client_addressable_devices_args, PJRT_Client_AddressableDevices_Args, client); FIELD(pjrt_client_addressable_devices_args, PJRT_Client_AddressableDevices_Args, addressable_devices); FIELD(pjrt_client_addressable_devices_args, PJRT_Client_AddressableDevices_Args, num_addressable_devices);
+}
+
+static void test_pjrt_program(void **state)
+{
+    (void)state;
+    SIZE(pjrt_program, PJRT_Program);
+    FIELD(pjrt_program, PJRT_Program, code); FIELD(pjrt_program, PJRT_Program, code_size); FIELD(pjrt_program, PJRT_Program, format); FIELD(pjrt_program, PJRT_Program, format_size);
+}
+
+static void test_pjrt_client_compile_args(void **state)
+{
+    (void)state;
+    SIZE(pjrt_client_compile_args, PJRT_Client_Compile_Args);
+    FIELD(pjrt_client_compile_args, PJRT_Client_Compile_Args, client); FIELD(pjrt_client_compile_args, PJRT_Client_Compile_Args, program); FIELD(pjrt_client_compile_args, PJRT_Client_Compile_Args, compile_options); FIELD(pjrt_client_compile_args, PJRT_Client_Compile_Args, compile_options_size); FIELD(pjrt_client_compile_args, PJRT_Client_Compile_Args, executable);
+}
+
+static void test_pjrt_client_buffer_from_host_buffer_args(void **state)
+{
+    (void)state;
+    SIZE(pjrt_client_buffer_from_host_buffer_args, PJRT_Client_BufferFromHostBuffer_Args);
+    FIELD(pjrt_client_buffer_from_host_buffer_args, PJRT_Client_BufferFromHostBuffer_Args, client); FIELD(pjrt_client_buffer_from_host_buffer_args, PJRT_Client_BufferFromHostBuffer_Args, data); FIELD(pjrt_client_buffer_from_host_buffer_args, PJRT_Client_BufferFromHostBuffer_Args, type); FIELD(pjrt_client_buffer_from_host_buffer_args, PJRT_Client_BufferFromHostBuffer_Args, dims); FIELD(pjrt_client_buffer_from_host_buffer_args, PJRT_Client_BufferFromHostBuffer_Args, num_dims); FIELD(pjrt_client_buffer_from_host_buffer_args, PJRT_Client_BufferFromHostBuffer_Args, byte_strides); FIELD(pjrt_client_buffer_from_host_buffer_args, PJRT_Client_BufferFromHostBuffer_Args, num_byte_strides); FIELD(pjrt_client_buffer_from_host_buffer_args, PJRT_Client_BufferFromHostBuffer_Args, host_buffer_semantics); FIELD(pjrt_client_buffer_from_host_buffer_args, PJRT_Client_BufferFromHostBuffer_Args, device); FIELD(pjrt_client_buffer_from_host_buffer_args, PJRT_Client_BufferFromHostBuffer_Args, memory); FIELD(pjrt_client_buffer_from_host_buffer_args, PJRT_Client_BufferFromHostBuffer_Args, device_layout); FIELD(pjrt_client_buffer_from_host_buffer_args, PJRT_Client_BufferFromHostBuffer_Args, done_with_host_buffer); FIELD(pjrt_client_buffer_from_host_buffer_args, PJRT_Client_BufferFromHostBuffer_Args, buffer);
+}
+
+static void test_pjrt_client_dma_map_args(void **state)
+{
+    (void)state;
+    SIZE(pjrt_client_dma_map_args, PJRT_Client_DmaMap_Args);
+    FIELD(pjrt_client_dma_map_args, PJRT_Client_DmaMap_Args, client); FIELD(pjrt_client_dma_map_args, PJRT_Client_DmaMap_Args, data); FIELD(pjrt_client_dma_map_args, PJRT_Client_DmaMap_Args, size);
+}
+
+static void test_pjrt_client_dma_unmap_args(void **state)
+{
+    (void)state;
+    SIZE(pjrt_client_dma_unmap_args, PJRT_Client_DmaUnmap_Args);
+    FIELD(pjrt_client_dma_unmap_args, PJRT_Client_DmaUnmap_Args, client); FIELD(pjrt_client_dma_unmap_args, PJRT_Client_DmaUnmap_Args, data);
+}
+
+static void test_pjrt_device_description_id_args(void **state)
+{
+    (void)state;
+    SIZE(pjrt_device_description_id_args, PJRT_DeviceDescription_Id_Args);
+    FIELD(pjrt_device_description_id_args, PJRT_DeviceDescription_Id_Args, device_description); FIELD(pjrt_device_description_id_args, PJRT_DeviceDescription_Id_Args, id);
+}
+
+static void test_pjrt_device_description_kind_args(void **state)
+{
+    (void)state;
+    SIZE(pjrt_device_description_kind_args, PJRT_DeviceDescription_Kind_Args);
+    FIELD(pjrt_device_description_kind_args, PJRT_DeviceDescription_Kind_Args, device_description); FIELD(pjrt_device_description_kind_args, PJRT_DeviceDescription_Kind_Args, device_kind); FIELD(pjrt_device_description_kind_args, PJRT_DeviceDescription_Kind_Args, device_kind_size);
+}
+
+static void test_pjrt_device_description_debug_string_args(void **state)
+{
+    (void)state;
+    SIZE(pjrt_device_description_debug_string_args, PJRT_DeviceDescription_DebugString_Args);
+    FIELD(pjrt_device_description_debug_string_args, PJRT_DeviceDescription_DebugString_Args, device_description); FIELD(pjrt_device_description_debug_string_args, PJRT_DeviceDescription_DebugString_Args, debug_string); FIELD(pjrt_device_description_debug_string_args, PJRT_DeviceDescription_DebugString_Args, debug_string_size);
+}
+
+static void test_pjrt_device_get_description_args(void **state)
+{
+    (void)state;
+    SIZE(pjrt_device_get_description_args, PJRT_Device_GetDescription_Args);
+    FIELD(pjrt_device_get_description_args, PJRT_Device_GetDescription_Args, device); FIELD(pjrt_device_get_description_args, PJRT_Device_GetDescription_Args, device_description);
+}
+
+static void test_pjrt_device_memory_stats_args(void **state)
+{
+    (void)state;
+    SIZE(pjrt_device_memory_stats_args, PJRT_Device_MemoryStats_Args);
+    FIELD(pjrt_device_memory_stats_args, PJRT_Device_MemoryStats_Args, device); FIELD(pjrt_device_memory_stats_args, PJRT_Device_MemoryStats_Args, bytes_in_use); FIELD(pjrt_device_memory_stats_args, PJRT_Device_MemoryStats_Args, peak_bytes_in_use); FIELD(pjrt_device_memory_stats_args, PJRT_Device_MemoryStats_Args, bytes_limit); FIELD(pjrt_device_memory_stats_args, PJRT_Device_MemoryStats_Args, bytes_limit_is_set); FIELD(pjrt_device_memory_stats_args, PJRT_Device_MemoryStats_Args, peak_pool_bytes_is_set);
+}
+
+static void test_pjrt_executable_destroy_args(void **state)
+{
+    (void)state;
+    SIZE(pjrt_executable_destroy_args, PJRT_Executable_Destroy_Args);
+    FIELD(pjrt_executable_destroy_args, PJRT_Executable_Destroy_Args, executable);
+}
+
+static void test_pjrt_executable_num_outputs_args(void **state)
+{
+    (void)state;
+    SIZE(pjrt_executable_num_outputs_args, PJRT_Executable_NumOutputs_Args);
+    FIELD(pjrt_executable_num_outputs_args, PJRT_Executable_NumOutputs_Args, executable); FIELD(pjrt_executable_num_outputs_args, PJRT_Executable_NumOutputs_Args, num_outputs);
+}
+
+static void test_pjrt_executable_output_element_types_args(void **state)
+{
+    (void)state;
+    SIZE(pjrt_executable_output_element_types_args, PJRT_Executable_OutputElementTypes_Args);
+    FIELD(pjrt_executable_output_element_types_args, PJRT_Executable_OutputElementTypes_Args, executable); FIELD(pjrt_executable_output_element_types_args, PJRT_Executable_OutputElementTypes_Args, output_types); FIELD(pjrt_executable_output_element_types_args, PJRT_Executable_OutputElementTypes_Args, num_output_types);
+}
+
+static void test_pjrt_executable_output_dimensions_args(void **state)
+{
+    (void)state;
+    SIZE(pjrt_executable_output_dimensions_args, PJRT_Executable_OutputDimensions_Args);
+    FIELD(pjrt_executable_output_dimensions_args, PJRT_Executable_OutputDimensions_Args, executable); FIELD(pjrt_executable_output_dimensions_args, PJRT_Executable_OutputDimensions_Args, num_outputs); FIELD(pjrt_executable_output_dimensions_args, PJRT_Executable_OutputDimensions_Args, dims); FIELD(pjrt_executable_output_dimensions_args, PJRT_Executable_OutputDimensions_Args, dim_sizes);
+}
+
+static void test_pjrt_executable_optimized_program_args(void **state)
+{
+    (void)state;
+    SIZE(pjrt_executable_optimized_program_args, PJRT_Executable_OptimizedProgram_Args);
+    FIELD(pjrt_executable_optimized_program_args, PJRT_Executable_OptimizedProgram_Args, executable); FIELD(pjrt_executable_optimized_program_args, PJRT_Executable_OptimizedProgram_Args, program);
+}
+
+static void test_pjrt_executable_serialize_args(void **state)
+{
+    (void)state;
+    SIZE(pjrt_executable_serialize_args, PJRT_Executable_Serialize_Args);
+    FIELD(pjrt_executable_serialize_args, PJRT_Executable_Serialize_Args, executable); FIELD(pjrt_executable_serialize_args, PJRT_Executable_Serialize_Args, serialized_bytes); FIELD(pjrt_executable_serialize_args, PJRT_Executable_Serialize_Args, serialized_bytes_size); FIELD(pjrt_executable_serialize_args, PJRT_Executable_Serialize_Args, serialized_executable); FIELD(pjrt_executable_serialize_args, PJRT_Executable_Serialize_Args, serialized_executable_deleter);
+}
+
+static void test_pjrt_executable_deserialize_and_load_args(void **state)
+{
+    (void)state;
+    SIZE(pjrt_executable_deserialize_and_load_args, PJRT_Executable_DeserializeAndLoad_Args);
+    FIELD(pjrt_executable_deserialize_and_load_args, PJRT_Executable_DeserializeAndLoad_Args, client); FIELD(pjrt_executable_deserialize_and_load_args, PJRT_Executable_DeserializeAndLoad_Args, serialized_executable); FIELD(pjrt_executable_deserialize_and_load_args, PJRT_Executable_DeserializeAndLoad_Args, serialized_executable_size); FIELD(pjrt_executable_deserialize_and_load_args, PJRT_Executable_DeserializeAndLoad_Args, loaded_executable); FIELD(pjrt_executable_deserialize_and_load_args, PJRT_Executable_DeserializeAndLoad_Args, overridden_serialized_compile_options); FIELD(pjrt_executable_deserialize_and_load_args, PJRT_Executable_DeserializeAndLoad_Args, overridden_serialized_compile_options_size);
+}
+
+static void test_pjrt_loaded_executable_destroy_args(void **state)
+{
+    (void)state;
+    SIZE(pjrt_loaded_executable_destroy_args, PJRT_LoadedExecutable_Destroy_Args);
+    FIELD(pjrt_loaded_executable_destroy_args, PJRT_LoadedExecutable_Destroy_Args, executable);
+}
+
+static void test_pjrt_loaded_executable_get_executable_args(void **state)
+{
+    (void)state;
+    SIZE(pjrt_loaded_executable_get_executable_args, PJRT_LoadedExecutable_GetExecutable_Args);
+    FIELD(pjrt_loaded_executable_get_executable_args, PJRT_LoadedExecutable_GetExecutable_Args, loaded_executable); FIELD(pjrt_loaded_executable_get_executable_args, PJRT_LoadedExecutable_GetExecutable_Args, executable);
+}
+
+static void test_pjrt_loaded_executable_addressable_devices_args(void **state)
+{
+    (void)state;
+    SIZE(pjrt_loaded_executable_addressable_devices_args, PJRT_LoadedExecutable_AddressableDevices_Args);
+    FIELD(pjrt_loaded_executable_addressable_devices_args, PJRT_LoadedExecutable_AddressableDevices_Args, executable); FIELD(pjrt_loaded_executable_addressable_devices_args, PJRT_LoadedExecutable_AddressableDevices_Args, addressable_devices); FIELD(pjrt_loaded_executable_addressable_devices_args, PJRT_LoadedExecutable_AddressableDevices_Args, num_addressable_devices);
+}
+
+static void test_pjrt_execute_options(void **state)
+{
+    (void)state;
+    SIZE(pjrt_execute_options, PJRT_ExecuteOptions);
+    FIELD(pjrt_execute_options, PJRT_ExecuteOptions, send_callbacks); FIELD(pjrt_execute_options, PJRT_ExecuteOptions, recv_callbacks); FIELD(pjrt_execute_options, PJRT_ExecuteOptions, num_send_ops); FIELD(pjrt_execute_options, PJRT_ExecuteOptions, num_recv_ops); FIELD(pjrt_execute_options, PJRT_ExecuteOptions, launch_id); FIELD(pjrt_execute_options, PJRT_ExecuteOptions, non_donatable_input_indices); FIELD(pjrt_execute_options, PJRT_ExecuteOptions, num_non_donatable_input_indices); FIELD(pjrt_execute_options, PJRT_ExecuteOptions, context); FIELD(pjrt_execute_options, PJRT_ExecuteOptions, call_location); FIELD(pjrt_execute_options, PJRT_ExecuteOptions, num_tasks); FIELD(pjrt_execute_options, PJRT_ExecuteOptions, task_ids); FIELD(pjrt_execute_options, PJRT_ExecuteOptions, incarnation_ids);
+}
+
+static void test_pjrt_loaded_executable_execute_args(void **state)
+{
+    (void)state;
+    SIZE(pjrt_loaded_executable_execute_args, PJRT_LoadedExecutable_Execute_Args);
+    FIELD(pjrt_loaded_executable_execute_args, PJRT_LoadedExecutable_Execute_Args, executable); FIELD(pjrt_loaded_executable_execute_args, PJRT_LoadedExecutable_Execute_Args, options); FIELD(pjrt_loaded_executable_execute_args, PJRT_LoadedExecutable_Execute_Args, argument_lists); FIELD(pjrt_loaded_executable_execute_args, PJRT_LoadedExecutable_Execute_Args, num_devices); FIELD(pjrt_loaded_executable_execute_args, PJRT_LoadedExecutable_Execute_Args, num_args); FIELD(pjrt_loaded_executable_execute_args, PJRT_LoadedExecutable_Execute_Args, output_lists); FIELD(pjrt_loaded_executable_execute_args, PJRT_LoadedExecutable_Execute_Args, device_complete_events); FIELD(pjrt_loaded_executable_execute_args, PJRT_LoadedExecutable_Execute_Args, execute_device);
+}
+
+static void test_pjrt_buffer_destroy_args(void **state)
+{
+    (void)state;
+    SIZE(pjrt_buffer_destroy_args, PJRT_Buffer_Destroy_Args);
+    FIELD(pjrt_buffer_destroy_args, PJRT_Buffer_Destroy_Args, buffer);
+}
+
+static void test_pjrt_buffer_element_type_args(void **state)
+{
+    (void)state;
+    SIZE(pjrt_buffer_element_type_args, PJRT_Buffer_ElementType_Args);
+    FIELD(pjrt_buffer_element_type_args, PJRT_Buffer_ElementType_Args, buffer); FIELD(pjrt_buffer_element_type_args, PJRT_Buffer_ElementType_Args, type);
+}
+
+static void test_pjrt_buffer_dimensions_args(void **state)
+{
+    (void)state;
+    SIZE(pjrt_buffer_dimensions_args, PJRT_Buffer_Dimensions_Args);
+    FIELD(pjrt_buffer_dimensions_args, PJRT_Buffer_Dimensions_Args, buffer); FIELD(pjrt_buffer_dimensions_args, PJRT_Buffer_Dimensions_Args, dims); FIELD(pjrt_buffer_dimensions_args, PJRT_Buffer_Dimensions_Args, num_dims);
+}
+
+static void test_pjrt_buffer_on_device_size_in_bytes_args(void **state)
+{
+    (void)state;
+    SIZE(pjrt_buffer_on_device_size_in_bytes_args, PJRT_Buffer_OnDeviceSizeInBytes_Args);
+    FIELD(pjrt_buffer_on_device_size_in_bytes_args, PJRT_Buffer_OnDeviceSizeInBytes_Args, buffer); FIELD(pjrt_buffer_on_device_size_in_bytes_args, PJRT_Buffer_OnDeviceSizeInBytes_Args, on_device_size_in_bytes);
+}
+
+static void test_pjrt_buffer_to_host_buffer_args(void **state)
+{
+    (void)state;
+    SIZE(pjrt_buffer_to_host_buffer_args, PJRT_Buffer_ToHostBuffer_Args);
+    FIELD(pjrt_buffer_to_host_buffer_args, PJRT_Buffer_ToHostBuffer_Args, src); FIELD(pjrt_buffer_to_host_buffer_args, PJRT_Buffer_ToHostBuffer_Args, host_layout); FIELD(pjrt_buffer_to_host_buffer_args, PJRT_Buffer_ToHostBuffer_Args, dst); FIELD(pjrt_buffer_to_host_buffer_args, PJRT_Buffer_ToHostBuffer_Args, dst_size); FIELD(pjrt_buffer_to_host_buffer_args, PJRT_Buffer_ToHostBuffer_Args, event);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_api_version_is_at_least_the_wheel),
+        cmocka_unit_test(test_api_table_slots),
+        cmocka_unit_test(test_enum_values),
+        cmocka_unit_test(test_buffer_types_of_the_dtype_table),
+        cmocka_unit_test(test_pjrt_api_version),
+        cmocka_unit_test(test_pjrt_named_value),
+        cmocka_unit_test(test_pjrt_error_destroy_args),
+        cmocka_unit_test(test_pjrt_error_message_args),
+        cmocka_unit_test(test_pjrt_error_get_code_args),
+        cmocka_unit_test(test_pjrt_plugin_initialize_args),
+        cmocka_unit_test(test_pjrt_plugin_attributes_args),
+        cmocka_unit_test(test_pjrt_event_destroy_args),
+        cmocka_unit_test(test_pjrt_event_await_args),
+        cmocka_unit_test(test_pjrt_client_create_args),
+        cmocka_unit_test(test_pjrt_client_destroy_args),
+        cmocka_unit_test(test_pjrt_client_platform_name_args),
+        cmocka_unit_test(test_pjrt_client_platform_version_args),
+        cmocka_unit_test(test_pjrt_client_addressable_devices_args),
+        cmocka_unit_test(test_pjrt_program),
+        cmocka_unit_test(test_pjrt_client_compile_args),
+        cmocka_unit_test(test_pjrt_client_buffer_from_host_buffer_args),
+        cmocka_unit_test(test_pjrt_client_dma_map_args),
+        cmocka_unit_test(test_pjrt_client_dma_unmap_args),
+        cmocka_unit_test(test_pjrt_device_description_id_args),
+        cmocka_unit_test(test_pjrt_device_description_kind_args),
+        cmocka_unit_test(test_pjrt_device_description_debug_string_args),
+        cmocka_unit_test(test_pjrt_device_get_description_args),
+        cmocka_unit_test(test_pjrt_device_memory_stats_args),
+        cmocka_unit_test(test_pjrt_executable_destroy_args),
+        cmocka_unit_test(test_pjrt_executable_num_outputs_args),
+        cmocka_unit_test(test_pjrt_executable_output_element_types_args),
+        cmocka_unit_test(test_pjrt_executable_output_dimensions_args),
+        cmocka_unit_test(test_pjrt_executable_optimized_program_args),
+        cmocka_unit_test(test_pjrt_executable_serialize_args),
+        cmocka_unit_test(test_pjrt_executable_deserialize_and_load_args),
+        cmocka_unit_test(test_pjrt_loaded_executable_destroy_args),
+        cmocka_unit_test(test_pjrt_loaded_executable_get_executable_args),
+        cmocka_unit_test(test_pjrt_loaded_executable_addressable_devices_args),
+        cmocka_unit_test(test_pjrt_execute_options),
+        cmocka_unit_test(test_pjrt_loaded_executable_execute_args),
+        cmocka_unit_test(test_pjrt_buffer_destroy_args),
+        cmocka_unit_test(test_pjrt_buffer_element_type_args),
+        cmocka_unit_test(test_pjrt_buffer_dimensions_args),
+        cmocka_unit_test(test_pjrt_buffer_on_device_size_in_bytes_args),
+        cmocka_unit_test(test_pjrt_buffer_to_host_buffer_args),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

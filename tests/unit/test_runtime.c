@@ -1,0 +1,247 @@
+/*
+ * test_runtime.c - the PJRT runtime against the real CPU plugin.
+ *
+ * Loads the xla-cpu-pjrt plugin from the project's .venv, compiles small
+ * StableHLO text modules, checks the signature read back from the compiler,
+ * runs them and compares values; and checks that plugin, compile and
+ * transfer errors come back as pjs_errors carrying the plugin's message.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "runtime/runtime.h"
+
+/* w (2x3 f32, a weight) + x (2x3 f32); also returns the i32 scalar 7 and a
+ * bf16 copy of x. */
+static const char add_module[] =
+    "module @add {\n"
+    "  func.func public @main(%w: tensor<2x3xf32>, %x: tensor<2x3xf32>)\n"
+    "      -> (tensor<2x3xf32>, tensor<i32>, tensor<2x3xbf16>) {\n"
+    "    %0 = stablehlo.add %w, %x : tensor<2x3xf32>\n"
+    "    %c = stablehlo.constant dense<7> : tensor<i32>\n"
+    "    %b = stablehlo.convert %x : (tensor<2x3xf32>) -> tensor<2x3xbf16>\n"
+    "    return %0, %c, %b : tensor<2x3xf32>, tensor<i32>, tensor<2x3xbf16>\n"
+    "  }\n"
+    "}\n";
+
+/* One result only: a non-tuple program shape. */
+static const char neg_module[] =
+    "module @neg {\n"
+    "  func.func public @main(%x: tensor<4xi64>) -> tensor<4xi64> {\n"
+    "    %0 = stablehlo.negate %x : tensor<4xi64>\n"
+    "    return %0 : tensor<4xi64>\n"
+    "  }\n"
+    "}\n";
+
+static pjs_rt_client *client;
+
+static int setup(void **state)
+{
+    (void)state;
+    char path[4096];
+    pjs_error err;
+    pjs_rt_plugin *p;
+    if (pjs_rt_plugin_resolve(NULL, path, sizeof path, &err) != 0 ||
+        pjs_rt_plugin_load(path, &p, &err) != 0 ||
+        pjs_rt_client_create(p, NULL, 0, &client, &err) != 0) {
+        fprintf(stderr, "setup: %s\n", err.msg);
+        return -1;
+    }
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    pjs_rt_client_destroy(client);
+    return 0;
+}
+
+static void test_plugin_info(void **state)
+{
+    (void)state;
+    const pjs_rt_plugin_info *info = pjs_rt_plugin_get_info(pjs_rt_client_plugin(client));
+    assert_int_equal(info->api_major, 0);
+    assert_true(info->api_minor >= PJS_RT_MIN_API_MINOR);
+    assert_true(info->stablehlo_current[0] >= 1);
+    assert_true(info->stablehlo_minimum[0] >= 0);
+    assert_string_equal(pjs_rt_client_platform(client), "cpu");
+    assert_true(pjs_rt_client_device_count(client) >= 1);
+    char desc[256];
+    pjs_rt_client_describe_device(client, 0, desc, sizeof desc);
+    assert_non_null(strstr(desc, "cpu"));
+}
+
+static void test_loading_the_same_plugin_twice_returns_it(void **state)
+{
+    (void)state;
+    pjs_rt_plugin *again;
+    pjs_error err;
+    pjs_rt_plugin *first = pjs_rt_client_plugin(client);
+    assert_int_equal(pjs_rt_plugin_load(pjs_rt_plugin_get_info(first)->path, &again, &err), 0);
+    assert_ptr_equal(again, first);
+}
+
+static void test_plugin_errors(void **state)
+{
+    (void)state;
+    pjs_rt_plugin *p;
+    pjs_error err;
+    assert_int_equal(pjs_rt_plugin_load("/nonexistent/plugin.so", &p, &err), PJS_ERR_NOT_FOUND);
+    assert_non_null(strstr(err.msg, "/nonexistent/plugin.so"));
+    /* A shared library that is not a PJRT plugin. */
+    assert_int_equal(pjs_rt_plugin_load("/lib/x86_64-linux-gnu/libm.so.6", &p, &err),
+                     PJS_ERR_RUNTIME);
+    assert_non_null(strstr(err.msg, "GetPjrtApi"));
+    /* A file that is not a shared library at all. */
+    assert_int_equal(pjs_rt_plugin_load("/etc/hostname", &p, &err), PJS_ERR_RUNTIME);
+    assert_non_null(strstr(err.msg, "cannot load PJRT plugin"));
+}
+
+static void test_plugin_resolve_prefers_explicit_then_env(void **state)
+{
+    (void)state;
+    char out[256];
+    pjs_error err;
+    assert_int_equal(pjs_rt_plugin_resolve("/x/explicit.so", out, sizeof out, &err), 0);
+    assert_string_equal(out, "/x/explicit.so");
+    setenv("PJSERVE_PJRT_PLUGIN", "/x/env.so", 1);
+    assert_int_equal(pjs_rt_plugin_resolve(NULL, out, sizeof out, &err), 0);
+    assert_string_equal(out, "/x/env.so");
+    unsetenv("PJSERVE_PJRT_PLUGIN");
+}
+
+static void test_compile_reads_signature(void **state)
+{
+    (void)state;
+    pjs_rt_executable *e;
+    pjs_error err;
+    assert_int_equal(pjs_rt_compile(client, add_module, strlen(add_module), NULL, "add", &e, &err), 0);
+    assert_false(e->from_cache);
+    assert_int_equal(e->n_params, 2);
+    assert_int_equal(e->params[0].dtype, PJS_DTYPE_F32);
+    assert_int_equal(e->params[0].shape.rank, 2);
+    assert_int_equal(e->params[0].shape.dims[0], 2);
+    assert_int_equal(e->params[0].shape.dims[1], 3);
+    assert_int_equal(e->n_results, 3);
+    assert_int_equal(e->results[0].dtype, PJS_DTYPE_F32);
+    assert_int_equal(e->results[1].dtype, PJS_DTYPE_I32);
+    assert_int_equal(e->results[1].shape.rank, 0);
+    assert_int_equal(e->results[2].dtype, PJS_DTYPE_BF16);
+    pjs_rt_executable_destroy(e);
+
+    assert_int_equal(pjs_rt_compile(client, neg_module, strlen(neg_module), NULL, "neg", &e, &err), 0);
+    assert_int_equal(e->n_params, 1);
+    assert_int_equal(e->params[0].dtype, PJS_DTYPE_I64);
+    assert_int_equal(e->n_results, 1);
+    assert_int_equal(e->results[0].shape.dims[0], 4);
+    pjs_rt_executable_destroy(e);
+}
+
+static void test_execute_values(void **state)
+{
+    (void)state;
+    pjs_rt_executable *e;
+    pjs_error err;
+    assert_int_equal(pjs_rt_compile(client, add_module, strlen(add_module), NULL, "add", &e, &err), 0);
+    float w[6] = {1, 2, 3, 4, 5, 6}, x[6] = {0.5f, -1, 10, 20, 30, 1e6f}, sum[6];
+    int32_t seven = 0;
+    uint16_t xb[6];
+    pjrt_buffer *args[2], *out[3];
+    assert_int_equal(pjs_rt_buffer_from_host(client, PJS_DTYPE_F32, &e->params[0].shape, w, &args[0], &err), 0);
+    assert_int_equal(pjs_rt_buffer_from_host(client, PJS_DTYPE_F32, &e->params[1].shape, x, &args[1], &err), 0);
+    assert_int_equal(pjs_rt_execute(e, args, out, &err), 0);
+    assert_int_equal(pjs_rt_buffer_to_host(client, out[0], sum, sizeof sum, &err), 0);
+    assert_int_equal(pjs_rt_buffer_to_host(client, out[1], &seven, sizeof seven, &err), 0);
+    assert_int_equal(pjs_rt_buffer_to_host(client, out[2], xb, sizeof xb, &err), 0);
+    for (int i = 0; i < 6; i++)
+        assert_true(sum[i] == w[i] + x[i]);
+    assert_int_equal(seven, 7);
+    assert_int_equal(xb[0], 0x3f00); /* 0.5 in bf16 */
+    assert_int_equal(xb[1], 0xbf80); /* -1 */
+
+    /* Reading back into a buffer of the wrong size is refused. */
+    assert_int_equal(pjs_rt_buffer_to_host(client, out[0], sum, 8, &err), PJS_ERR_INTERNAL);
+    assert_non_null(strstr(err.msg, "24 bytes"));
+    for (int i = 0; i < 3; i++)
+        pjs_rt_buffer_destroy(client, out[i]);
+    for (int i = 0; i < 2; i++)
+        pjs_rt_buffer_destroy(client, args[i]);
+    pjs_rt_executable_destroy(e);
+}
+
+static void test_execute_with_wrong_argument_shape_fails_cleanly(void **state)
+{
+    (void)state;
+    pjs_rt_executable *e;
+    pjs_error err;
+    assert_int_equal(pjs_rt_compile(client, neg_module, strlen(neg_module), NULL, "neg", &e, &err), 0);
+    int64_t v[5] = {1, 2, 3, 4, 5};
+    pjs_shape wrong = {.rank = 1, .dims = {5}};
+    pjrt_buffer *arg, *out[1];
+    assert_int_equal(pjs_rt_buffer_from_host(client, PJS_DTYPE_I64, &wrong, v, &arg, &err), 0);
+    assert_true(pjs_rt_execute(e, &arg, out, &err) < 0);
+    assert_non_null(strstr(err.msg, "executing failed"));
+    assert_null(out[0]);
+    pjs_rt_buffer_destroy(client, arg);
+    pjs_rt_executable_destroy(e);
+}
+
+static void test_compile_error_carries_plugin_message(void **state)
+{
+    (void)state;
+    pjs_rt_executable *e = NULL;
+    pjs_error err;
+    const char bad[] = "module { func.func @main() -> tensor<f32> { return } }";
+    int rc = pjs_rt_compile(client, bad, strlen(bad), NULL, "broken.mlir", &e, &err);
+    assert_true(rc < 0);
+    assert_null(e);
+    assert_non_null(strstr(err.msg, "broken.mlir: compiling failed (PJRT"));
+    /* The plugin's own diagnostic follows. */
+    assert_true(strlen(strstr(err.msg, "):")) > 4);
+}
+
+static void test_option_parse(void **state)
+{
+    (void)state;
+    pjs_rt_option o;
+    pjs_error err;
+    assert_int_equal(pjs_rt_option_parse("preallocate=false", &o, &err), 0);
+    assert_int_equal(o.type, PJRT_NAMED_BOOL);
+    assert_false(o.bool_value);
+    assert_int_equal(pjs_rt_option_parse("memory_fraction=0.5", &o, &err), 0);
+    assert_int_equal(o.type, PJRT_NAMED_FLOAT);
+    assert_true(o.float_value == 0.5f);
+    assert_int_equal(pjs_rt_option_parse("visible_devices=3", &o, &err), 0);
+    assert_int_equal(o.type, PJRT_NAMED_INT64);
+    assert_int_equal(o.int_value, 3);
+    assert_int_equal(pjs_rt_option_parse("allocator=bfc", &o, &err), 0);
+    assert_int_equal(o.type, PJRT_NAMED_STRING);
+    assert_string_equal(o.string_value, "bfc");
+    assert_int_equal(pjs_rt_option_parse("novalue", &o, &err), PJS_ERR_INVALID_ARGUMENT);
+    assert_non_null(strstr(err.msg, "KEY=VALUE"));
+    assert_int_equal(pjs_rt_option_parse("=1", &o, &err), PJS_ERR_INVALID_ARGUMENT);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_plugin_info),
+        cmocka_unit_test(test_loading_the_same_plugin_twice_returns_it),
+        cmocka_unit_test(test_plugin_errors),
+        cmocka_unit_test(test_plugin_resolve_prefers_explicit_then_env),
+        cmocka_unit_test(test_compile_reads_signature),
+        cmocka_unit_test(test_execute_values),
+        cmocka_unit_test(test_execute_with_wrong_argument_shape_fails_cleanly),
+        cmocka_unit_test(test_compile_error_carries_plugin_message),
+        cmocka_unit_test(test_option_parse),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}
