@@ -1,0 +1,29 @@
+/*
+ * fuzz_npy.c - libFuzzer driver for the .npy reader (src/core/npy.c).
+ *
+ * Feeds arbitrary bytes to pjs_npy_parse as a bf16-expecting caller would (so
+ * the "<V2" path is reachable) and frees the result. A successful parse must
+ * describe exactly the bytes it copied; anything else is a bug worth a crash.
+ * Seeds in fuzz/corpus/fuzz_npy/ were written by numpy (several dtypes and
+ * shapes, a scalar, a 2.0 header, bf16 from ml_dtypes) plus malformed files.
+ */
+#include <stdint.h>
+#include <stdlib.h>
+
+#include "core/npy.h"
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    pjs_npy a;
+    pjs_error err;
+    if (pjs_npy_parse(&a, data, size, PJS_DTYPE_BF16, "fuzz", &err) == 0) {
+        uint64_t nbytes;
+        if (!pjs_shape_nbytes(&a.shape, pjs_dtype_size(a.dtype), &nbytes) ||
+            nbytes != a.nbytes || nbytes > size || (a.nbytes > 0) != (a.data != NULL))
+            abort();
+    } else if (a.data != NULL || err.msg[0] == '\0') {
+        abort();
+    }
+    pjs_npy_free(&a);
+    return 0;
+}
