@@ -1,0 +1,720 @@
+/*
+ * test_manifest.c - unit tests of the manifest parser (src/core/manifest.c).
+ *
+ * Accepted manifests are checked field by field. Each rejection is its own
+ * test made by REJECT(): it asserts the status code, that the message starts
+ * with the label, that it names the field path (or other key phrase), and that
+ * the output struct was left zeroed. Run under ASan, so every error path is
+ * also checked for leaks. PJS_TEST_VERBOSE=1 prints every rejection message.
+ */
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "core/manifest.h"
+
+#define LABEL "models/mlp/manifest.yaml"
+
+static int parse(pjs_manifest *m, const char *yaml, pjs_error *err)
+{
+    pjs_error_clear(err);
+    return pjs_manifest_parse(m, yaml, strlen(yaml), LABEL, err);
+}
+
+static void assert_zeroed(const pjs_manifest *m)
+{
+    static const pjs_manifest zero;
+    assert_memory_equal(m, &zero, sizeof zero);
+}
+
+/* Parses yaml, expects `code` and a message that starts with the label and
+ * contains every non-NULL needle. */
+static void expect_reject(const char *yaml, size_t len, int code, const char *needle1,
+                          const char *needle2)
+{
+    pjs_manifest m;
+    pjs_error err;
+    pjs_error_clear(&err);
+    int rc = pjs_manifest_parse(&m, yaml, len, LABEL, &err);
+    if (getenv("PJS_TEST_VERBOSE") != NULL)
+        print_message("%s\n", err.msg);
+    if (rc != code || strncmp(err.msg, LABEL ": ", strlen(LABEL) + 2) != 0 ||
+        (needle1 && !strstr(err.msg, needle1)) || (needle2 && !strstr(err.msg, needle2)))
+        print_error("rc=%d (%s) msg: %s\n", rc, pjs_status_name(rc), err.msg);
+    assert_int_equal(rc, code);
+    assert_int_equal(err.code, code);
+    assert_true(strncmp(err.msg, LABEL ": ", strlen(LABEL) + 2) == 0);
+    if (needle1)
+        assert_non_null(strstr(err.msg, needle1));
+    if (needle2)
+        assert_non_null(strstr(err.msg, needle2));
+    assert_zeroed(&m);
+    pjs_manifest_free(&m);
+}
+
+/* Pieces of a valid model manifest to build variants from. */
+#define HEAD "format_version: \"2.0\"\nname: mlp\n"
+#define BATCH "batch_sizes: [1, 4, 8]\n"
+#define IN "inputs:\n  - {name: x, dtype: f32, shape: [batch, 16]}\n"
+#define OUT "outputs:\n  - {name: y, dtype: f32, shape: [batch, 4]}\n"
+#define MODEL HEAD BATCH IN OUT
+#define META_BODY                                                                             \
+    "kind: meta\nmeta:\n  calls: [stage1, stage2]\n"                                          \
+    "client_inputs:\n  - {name: text, dtype: u8, shape: [batch, 64]}\n"                      \
+    "client_outputs:\n  - {name: label, dtype: i64, shape: [batch]}\n"
+
+#define REJECT_CODE(test, code, yaml, n1, n2)                                                 \
+    static void test(void **state)                                                            \
+    {                                                                                         \
+        (void)state;                                                                          \
+        expect_reject(yaml, sizeof(yaml) - 1, code, n1, n2);                                  \
+    }
+#define REJECT(test, yaml, n1, n2) REJECT_CODE(test, PJS_ERR_INVALID_ARGUMENT, yaml, n1, n2)
+
+/* ---- accepted ---------------------------------------------------------- */
+
+static void check_tensor(const pjs_tensor_spec *t, const char *name, pjs_dtype dtype,
+                         bool batched, int rank, const int64_t *dims)
+{
+    assert_string_equal(t->name, name);
+    assert_int_equal(t->dtype, dtype);
+    assert_int_equal(t->batched, batched);
+    assert_int_equal(t->shape.rank, rank);
+    for (int i = 0; i < rank; i++)
+        assert_int_equal(t->shape.dims[i], dims[i]);
+}
+
+static void check_full_model(const pjs_manifest *m)
+{
+    assert_string_equal(m->name, "mlp");
+    assert_int_equal(m->kind, PJS_KIND_MODEL);
+    assert_string_equal(m->description, "two-layer MLP");
+    assert_int_equal(m->n_batch_sizes, 3);
+    assert_int_equal(m->batch_sizes[0], 1);
+    assert_int_equal(m->batch_sizes[1], 4);
+    assert_int_equal(m->batch_sizes[2], 8);
+    assert_int_equal(m->n_inputs, 2);
+    check_tensor(&m->inputs[0], "x", PJS_DTYPE_F32, true, 2, (const int64_t[]){-1, 16});
+    check_tensor(&m->inputs[1], "mask.v-2_b", PJS_DTYPE_BOOL, true, 3,
+                 (const int64_t[]){-1, 2, 0});
+    assert_int_equal(m->n_outputs, 1);
+    check_tensor(&m->outputs[0], "y", PJS_DTYPE_BF16, true, 2, (const int64_t[]){-1, 4});
+    assert_int_equal(m->residency, PJS_RESIDENCY_DEVICE);
+    assert_true(m->weight == 2.5);
+    assert_int_equal(m->n_calls, 0);
+    assert_null(m->calls);
+}
+
+static void test_full_model_block_style(void **state)
+{
+    (void)state;
+    const char *yaml = "# a comment\n"
+                       "format_version: \"2.0\"\n"
+                       "name: mlp\n"
+                       "kind: model\n"
+                       "description: \"two-layer MLP\"\n"
+                       "batch_sizes:\n  - 1\n  - 4\n  - 8\n"
+                       "inputs:\n"
+                       "  - name: x\n    dtype: f32\n    shape:\n      - batch\n      - 16\n"
+                       "  - name: mask.v-2_b\n    dtype: bool\n    shape: [batch, 2, 0]\n"
+                       "outputs:\n"
+                       "  - name: y\n    dtype: bf16\n    shape: [batch, 4]\n"
+                       "residency: device\n"
+                       "weight: 2.5\n";
+    pjs_manifest m;
+    pjs_error err;
+    assert_int_equal(parse(&m, yaml, &err), 0);
+    check_full_model(&m);
+    pjs_manifest_free(&m);
+    assert_zeroed(&m);
+}
+
+static void test_full_model_flow_style(void **state)
+{
+    (void)state;
+    const char *yaml = "{format_version: 2.0, name: mlp, kind: model, "
+                       "description: 'two-layer MLP', batch_sizes: [1, 4, 8], "
+                       "inputs: [{name: x, dtype: f32, shape: [batch, 16]}, "
+                       "{name: mask.v-2_b, dtype: bool, shape: [batch, 2, 0]}], "
+                       "outputs: [{shape: [batch, 4], dtype: bf16, name: y}], "
+                       "residency: device, weight: 25e-1}\n";
+    pjs_manifest m;
+    pjs_error err;
+    assert_int_equal(parse(&m, yaml, &err), 0);
+    check_full_model(&m);
+    pjs_manifest_free(&m);
+}
+
+static void test_defaults(void **state)
+{
+    (void)state;
+    pjs_manifest m;
+    pjs_error err;
+    assert_int_equal(parse(&m, MODEL, &err), 0);
+    assert_int_equal(m.kind, PJS_KIND_MODEL);
+    assert_null(m.description);
+    assert_int_equal(m.residency, PJS_RESIDENCY_HOST);
+    assert_true(m.weight == 1.0);
+    assert_int_equal(m.n_calls, 0);
+    pjs_manifest_free(&m);
+}
+
+static void test_format_version_spellings(void **state)
+{
+    (void)state;
+    static const char *const versions[] = {"\"2.0\"", "'2.0'", "2.0"};
+    for (size_t i = 0; i < 3; i++) {
+        char yaml[512];
+        snprintf(yaml, sizeof yaml, "format_version: %s\nname: mlp\n" BATCH IN OUT, versions[i]);
+        pjs_manifest m;
+        pjs_error err;
+        assert_int_equal(parse(&m, yaml, &err), 0);
+        pjs_manifest_free(&m);
+    }
+}
+
+static void test_valid_meta(void **state)
+{
+    (void)state;
+    pjs_manifest m;
+    pjs_error err;
+    assert_int_equal(parse(&m, HEAD META_BODY "residency: unpinned\n", &err), 0);
+    assert_int_equal(m.kind, PJS_KIND_META);
+    assert_int_equal(m.n_batch_sizes, 0);
+    assert_null(m.batch_sizes);
+    assert_int_equal(m.n_calls, 2);
+    assert_string_equal(m.calls[0], "stage1");
+    assert_string_equal(m.calls[1], "stage2");
+    assert_int_equal(m.n_inputs, 1);
+    check_tensor(&m.inputs[0], "text", PJS_DTYPE_U8, true, 2, (const int64_t[]){-1, 64});
+    assert_int_equal(m.n_outputs, 1);
+    check_tensor(&m.outputs[0], "label", PJS_DTYPE_I64, true, 1, (const int64_t[]){-1});
+    assert_int_equal(m.residency, PJS_RESIDENCY_UNPINNED);
+    pjs_manifest_free(&m);
+}
+
+static void test_meta_empty_calls(void **state)
+{
+    (void)state;
+    pjs_manifest m;
+    pjs_error err;
+    assert_int_equal(parse(&m, HEAD "kind: meta\nmeta: {calls: []}\n"
+                                    "client_inputs: [{name: a, dtype: f32, shape: []}]\n"
+                                    "client_outputs: [{name: b, dtype: f32, shape: []}]\n",
+                           &err),
+                     0);
+    assert_int_equal(m.n_calls, 0);
+    assert_null(m.calls);
+    pjs_manifest_free(&m);
+}
+
+static void test_kserve_dtype_names(void **state)
+{
+    (void)state;
+    const char *yaml = HEAD BATCH
+        "inputs:\n"
+        "  - {name: a, dtype: FP32, shape: [batch]}\n"
+        "  - {name: b, dtype: INT64, shape: [batch]}\n"
+        "  - {name: c, dtype: uint8, shape: [batch]}\n"
+        "  - {name: d, dtype: Fp16, shape: [batch]}\n"
+        "  - {name: e, dtype: BOOL, shape: [batch]}\n"
+        "  - {name: f, dtype: BF16, shape: [batch]}\n"
+        "  - {name: g, dtype: I32, shape: [batch]}\n" OUT;
+    static const pjs_dtype want[] = {PJS_DTYPE_F32, PJS_DTYPE_I64,  PJS_DTYPE_U8, PJS_DTYPE_F16,
+                                     PJS_DTYPE_BOOL, PJS_DTYPE_BF16, PJS_DTYPE_I32};
+    pjs_manifest m;
+    pjs_error err;
+    assert_int_equal(parse(&m, yaml, &err), 0);
+    assert_int_equal(m.n_inputs, 7);
+    for (size_t i = 0; i < 7; i++)
+        assert_int_equal(m.inputs[i].dtype, want[i]);
+    pjs_manifest_free(&m);
+}
+
+static void test_unbatched_and_scalar_tensors(void **state)
+{
+    (void)state;
+    const char *yaml = HEAD "batch_sizes: [1]\n"
+                            "inputs:\n"
+                            "  - {name: s, dtype: f64, shape: []}\n"
+                            "  - {name: m, dtype: i8, shape: [3, 4]}\n"
+                            "  - {name: r8, dtype: u16, shape: [batch, 1, 1, 1, 1, 1, 1, 1]}\n"
+                            "outputs:\n  - {name: out, dtype: u64, shape: [+0]}\n"
+                            "weight: 3\n";
+    pjs_manifest m;
+    pjs_error err;
+    assert_int_equal(parse(&m, yaml, &err), 0);
+    check_tensor(&m.inputs[0], "s", PJS_DTYPE_F64, false, 0, NULL);
+    check_tensor(&m.inputs[1], "m", PJS_DTYPE_I8, false, 2, (const int64_t[]){3, 4});
+    assert_int_equal(m.inputs[2].shape.rank, PJS_MAX_RANK);
+    assert_true(m.inputs[2].batched);
+    check_tensor(&m.outputs[0], "out", PJS_DTYPE_U64, false, 1, (const int64_t[]){0});
+    assert_true(m.weight == 3.0);
+    pjs_manifest_free(&m);
+}
+
+static void test_name_limits(void **state)
+{
+    (void)state;
+    char name[129];
+    memset(name, 'a', 128);
+    name[128] = '\0';
+    char yaml[1024];
+    snprintf(yaml, sizeof yaml, "format_version: '2.0'\nname: %s\n" BATCH IN OUT, name);
+    pjs_manifest m;
+    pjs_error err;
+    assert_int_equal(parse(&m, yaml, &err), 0);
+    assert_int_equal(strlen(m.name), 128);
+    pjs_manifest_free(&m);
+    /* One more character is too long. */
+    snprintf(yaml, sizeof yaml, "format_version: '2.0'\nname: %sa\n" BATCH IN OUT, name);
+    expect_reject(yaml, strlen(yaml), PJS_ERR_INVALID_ARGUMENT, "name: ", "1..128");
+}
+
+static void test_batch_size_limits(void **state)
+{
+    (void)state;
+    pjs_manifest m;
+    pjs_error err;
+    assert_int_equal(parse(&m, HEAD "batch_sizes: [1, 65536]\n" IN OUT, &err), 0);
+    assert_int_equal(m.batch_sizes[1], 65536);
+    pjs_manifest_free(&m);
+}
+
+static void test_residency_names(void **state)
+{
+    (void)state;
+    assert_string_equal(pjs_residency_name(PJS_RESIDENCY_HOST), "host");
+    assert_string_equal(pjs_residency_name(PJS_RESIDENCY_DEVICE), "device");
+    assert_string_equal(pjs_residency_name(PJS_RESIDENCY_UNPINNED), "unpinned");
+    assert_string_equal(pjs_residency_name((pjs_residency)7), "invalid");
+}
+
+static void test_free_zeroed_and_twice(void **state)
+{
+    (void)state;
+    pjs_manifest m;
+    memset(&m, 0, sizeof m);
+    pjs_manifest_free(&m);
+    pjs_manifest_free(NULL);
+    pjs_error err;
+    assert_int_equal(parse(&m, MODEL, &err), 0);
+    pjs_manifest_free(&m);
+    pjs_manifest_free(&m);
+    assert_zeroed(&m);
+}
+
+static void test_free_partial(void **state)
+{
+    (void)state;
+    /* A struct filled part way, as a caller building one by hand might leave it. */
+    pjs_manifest m = {0};
+    m.name = strdup("x");
+    m.n_inputs = 3;
+    m.inputs = calloc(3, sizeof *m.inputs);
+    m.inputs[0].name = strdup("a");
+    m.n_calls = 2;
+    m.calls = calloc(2, sizeof *m.calls);
+    pjs_manifest_free(&m);
+    assert_zeroed(&m);
+}
+
+/* ---- rejected: structure ---------------------------------------------------- */
+
+REJECT(test_reject_empty_file, "", "empty manifest", NULL)
+REJECT(test_reject_comments_only, "# nothing here\n\n", "empty manifest", NULL)
+REJECT(test_reject_top_level_list, "- a\n- b\n", "top level must be a mapping", "a list")
+REJECT(test_reject_top_level_scalar, "hello\n", "top level must be a mapping", "a scalar")
+REJECT(test_reject_bare_document_marker, "---\n", "top level must be a mapping", NULL)
+REJECT(test_reject_syntax_error, HEAD "batch_sizes: [1, 4\ninputs: x\n", "YAML syntax error",
+       "line ")
+REJECT(test_reject_syntax_error_line, "format_version: '2.0'\nname: mlp\nkind: model\n"
+                                      "  bad: indent\n",
+       "line 4: YAML syntax error", NULL)
+REJECT(test_reject_invalid_utf8, HEAD "description: \"\xff\xfe\"\n" BATCH IN OUT, "invalid YAML",
+       NULL)
+REJECT(test_reject_alias, HEAD "batch_sizes: &b [1, 4]\n" IN OUT "weight: *b\n", "anchors",
+       "line 3")
+REJECT(test_reject_alias_only, HEAD BATCH "inputs: *undefined\n" OUT, "line 4", NULL)
+REJECT(test_reject_billion_laughs,
+       "a: &a [x, x, x, x, x, x, x, x, x]\nb: &b [*a, *a, *a, *a, *a, *a, *a, *a, *a]\n"
+       "c: [*b, *b, *b, *b, *b, *b, *b, *b, *b]\n",
+       "anchors are not allowed", NULL)
+REJECT(test_reject_tag, HEAD "description: !!str hello\n" BATCH IN OUT, "tags are not allowed",
+       "line 3")
+REJECT(test_reject_multiple_documents, MODEL "---\n" MODEL, "multiple YAML documents", "line 8")
+REJECT(test_reject_deep_nesting,
+       HEAD "description: [[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]\n",
+       "nested deeper", NULL)
+REJECT(test_reject_duplicate_top_key, MODEL "name: other\n", "name: duplicate key", "line 8")
+REJECT(test_reject_duplicate_tensor_key,
+       HEAD BATCH "inputs:\n  - {name: x, dtype: f32, dtype: f16, shape: []}\n" OUT,
+       "inputs[0].dtype: duplicate key", NULL)
+REJECT(test_reject_non_scalar_key, MODEL "[a]: 1\n", "keys must be strings", NULL)
+REJECT(test_reject_unknown_top_key, HEAD BATCH "input:\n  - {name: x, dtype: f32, shape: []}\n" IN OUT,
+       "unknown key \"input\" at top level", "line 4")
+REJECT(test_reject_unknown_tensor_key,
+       HEAD BATCH IN "outputs:\n  - {name: y, dtype: f32, shape: [], dims: [1]}\n",
+       "outputs[0]: unknown key \"dims\"", NULL)
+REJECT(test_reject_unknown_meta_key,
+       HEAD "kind: meta\nmeta: {calls: [], call: [a]}\n"
+            "client_inputs: [{name: a, dtype: f32, shape: []}]\n"
+            "client_outputs: [{name: b, dtype: f32, shape: []}]\n",
+       "meta: unknown key \"call\"", NULL)
+REJECT(test_reject_unknown_key_is_quoted_safely, MODEL "\"\\x01\\n\": 1\n", "unknown key \"??\"",
+       NULL)
+
+/* ---- rejected: required keys and version ---------------------------------- */
+
+REJECT(test_reject_missing_version, "name: mlp\n" BATCH IN OUT,
+       "format_version: required key is missing", NULL)
+REJECT(test_reject_missing_name, "format_version: '2.0'\n" BATCH IN OUT,
+       "name: required key is missing", NULL)
+REJECT(test_reject_missing_batch_sizes, HEAD IN OUT, "batch_sizes: required key is missing",
+       "kind model")
+REJECT(test_reject_missing_inputs, HEAD BATCH OUT, "inputs: required key is missing", NULL)
+REJECT(test_reject_missing_outputs, HEAD BATCH IN, "outputs: required key is missing", NULL)
+REJECT(test_reject_missing_shape, HEAD BATCH "inputs: [{name: x, dtype: f32}]\n" OUT,
+       "inputs[0].shape: required key is missing", NULL)
+REJECT(test_reject_meta_missing_client_inputs,
+       HEAD "kind: meta\nmeta: {calls: []}\nclient_outputs: [{name: b, dtype: f32, shape: []}]\n",
+       "client_inputs: required key is missing", "kind meta")
+REJECT(test_reject_meta_missing_meta,
+       HEAD "kind: meta\nclient_inputs: [{name: a, dtype: f32, shape: []}]\n"
+            "client_outputs: [{name: b, dtype: f32, shape: []}]\n",
+       "meta: required key is missing", NULL)
+REJECT(test_reject_meta_missing_calls,
+       HEAD "kind: meta\nmeta: {}\nclient_inputs: [{name: a, dtype: f32, shape: []}]\n"
+            "client_outputs: [{name: b, dtype: f32, shape: []}]\n",
+       "meta.calls: required key is missing", NULL)
+REJECT(test_reject_version_1, "format_version: '1.0'\nname: mlp\n" BATCH IN OUT,
+       "format_version: unsupported version \"1.0\"", "\"2.0\"")
+REJECT(test_reject_version_int, "format_version: 2\nname: mlp\n" BATCH IN OUT,
+       "format_version: unsupported version \"2\"", NULL)
+REJECT(test_reject_version_200, "format_version: 2.00\nname: mlp\n" BATCH IN OUT,
+       "format_version: unsupported", NULL)
+REJECT(test_reject_version_list, "format_version: [2.0]\nname: mlp\n" BATCH IN OUT,
+       "format_version: unsupported version a list", NULL)
+/* A future version's unknown keys are reported as a version problem. */
+REJECT(test_reject_version_before_unknown_key, "format_version: '3.0'\nshards: 4\n",
+       "format_version: unsupported", NULL)
+
+/* ---- rejected: names, kind, residency, weight ----------------------------- */
+
+REJECT(test_reject_name_space, "format_version: '2.0'\nname: my model\n" BATCH IN OUT,
+       "name: \"my model\" may only contain", NULL)
+REJECT(test_reject_name_dot, "format_version: '2.0'\nname: .hidden\n" BATCH IN OUT,
+       "name: \".hidden\" must not start with '.'", NULL)
+REJECT(test_reject_name_slash, "format_version: '2.0'\nname: ../etc\n" BATCH IN OUT, "name: ",
+       NULL)
+REJECT(test_reject_name_empty, "format_version: '2.0'\nname: ''\n" BATCH IN OUT, "name: ",
+       "1..128")
+REJECT(test_reject_name_null, "format_version: '2.0'\nname:\n" BATCH IN OUT,
+       "name: must be a string, got null", NULL)
+REJECT(test_reject_name_nul_byte, "format_version: '2.0'\nname: \"a\\0b\"\n" BATCH IN OUT,
+       "name: must not contain NUL", NULL)
+REJECT(test_reject_name_list, "format_version: '2.0'\nname: [a]\n" BATCH IN OUT,
+       "name: must be a string, got a list", NULL)
+REJECT(test_reject_tensor_name, HEAD BATCH "inputs: [{name: 'x y', dtype: f32, shape: []}]\n" OUT,
+       "inputs[0].name: ", NULL)
+REJECT(test_reject_bad_kind, HEAD "kind: pipeline\n" BATCH IN OUT, "kind: unknown kind", NULL)
+REJECT(test_reject_bad_residency, MODEL "residency: gpu\n", "residency: unknown residency \"gpu\"",
+       NULL)
+REJECT(test_reject_weight_zero, MODEL "weight: 0\n", "weight: must be a positive", NULL)
+REJECT(test_reject_weight_negative, MODEL "weight: -1.5\n", "weight: must be a positive", NULL)
+REJECT(test_reject_weight_inf, MODEL "weight: .inf\n", "weight: ", NULL)
+REJECT(test_reject_weight_nan, MODEL "weight: nan\n", "weight: ", NULL)
+REJECT(test_reject_weight_overflow, MODEL "weight: 1e999\n", "weight: must be a positive finite",
+       NULL)
+REJECT(test_reject_weight_quoted, MODEL "weight: '1'\n", "weight: ", NULL)
+REJECT(test_reject_weight_hex, MODEL "weight: 0x10\n", "weight: ", NULL)
+REJECT(test_reject_description_mapping, MODEL "description: {a: b}\n",
+       "description: must be a string", NULL)
+
+/* ---- rejected: tensors ------------------------------------------------------ */
+
+REJECT(test_reject_bad_dtype,
+       HEAD BATCH "inputs:\n  - {name: x, dtype: f32, shape: []}\n"
+                  "  - {name: z, dtype: float33, shape: []}\n" OUT,
+       "inputs[1].dtype: unknown dtype \"float33\" (expected one of bool, u8, ", "f64")
+REJECT(test_reject_batch_not_first,
+       HEAD BATCH "inputs: [{name: x, dtype: f32, shape: [16, batch]}]\n" OUT,
+       "inputs[0].shape[1]: \"batch\" is only allowed as the first dimension", NULL)
+REJECT(test_reject_quoted_batch,
+       HEAD BATCH "inputs: [{name: x, dtype: f32, shape: ['batch', 2]}]\n" OUT,
+       "inputs[0].shape[0]: must be an integer", NULL)
+REJECT(test_reject_negative_dim,
+       HEAD BATCH IN "outputs: [{name: y, dtype: f32, shape: [batch, -3]}]\n",
+       "outputs[0].shape[1]: must be non-negative, got -3", NULL)
+REJECT(test_reject_rank_too_big,
+       HEAD BATCH "inputs: [{name: x, dtype: f32, shape: [1, 1, 1, 1, 1, 1, 1, 1, 1]}]\n" OUT,
+       "inputs[0].shape: rank 9 exceeds the maximum of 8", NULL)
+REJECT(test_reject_shape_not_list, HEAD BATCH "inputs: [{name: x, dtype: f32, shape: 16}]\n" OUT,
+       "inputs[0].shape: must be a list", NULL)
+REJECT(test_reject_dim_overflow,
+       HEAD BATCH "inputs: [{name: x, dtype: f32, shape: [9223372036854775808]}]\n" OUT,
+       "inputs[0].shape[0]: integer \"9223372036854775808\" is out of range", NULL)
+REJECT(test_reject_dim_trailing_junk,
+       HEAD BATCH "inputs: [{name: x, dtype: f32, shape: [4x]}]\n" OUT,
+       "inputs[0].shape[0]: must be a decimal integer, got \"4x\"", NULL)
+REJECT(test_reject_dim_leading_zero, HEAD BATCH "inputs: [{name: x, dtype: f32, shape: [010]}]\n" OUT,
+       "inputs[0].shape[0]: must be a decimal integer", NULL)
+REJECT(test_reject_dim_float, HEAD BATCH "inputs: [{name: x, dtype: f32, shape: [4.0]}]\n" OUT,
+       "inputs[0].shape[0]: must be a decimal integer", NULL)
+REJECT(test_reject_element_count_overflow,
+       HEAD BATCH "inputs: [{name: x, dtype: f32, shape: [batch, 4294967296, 4294967296]}]\n" OUT,
+       "inputs[0].shape: element count overflows", NULL)
+REJECT(test_reject_empty_inputs, HEAD BATCH "inputs: []\n" OUT, "inputs: must not be empty", NULL)
+REJECT(test_reject_tensor_not_mapping, HEAD BATCH "inputs: [x]\n" OUT,
+       "inputs[0]: must be a mapping", NULL)
+REJECT(test_reject_duplicate_input_names,
+       HEAD BATCH "inputs:\n  - {name: x, dtype: f32, shape: []}\n"
+                  "  - {name: w, dtype: f32, shape: []}\n"
+                  "  - {name: x, dtype: f16, shape: []}\n" OUT,
+       "inputs[2].name: duplicate name \"x\" (also inputs[0])", "line 7")
+REJECT(test_reject_duplicate_output_names,
+       HEAD BATCH IN "outputs: [{name: y, dtype: f32, shape: []}, {name: y, dtype: f32, shape: []}]\n",
+       "outputs[1].name: duplicate name \"y\"", NULL)
+
+/* ---- rejected: batch sizes ---------------------------------------------------- */
+
+REJECT(test_reject_batch_sizes_descending, HEAD "batch_sizes: [1, 8, 4]\n" IN OUT,
+       "batch_sizes: must be strictly ascending (4 after 8)", NULL)
+REJECT(test_reject_batch_sizes_duplicate, HEAD "batch_sizes: [1, 4, 4]\n" IN OUT,
+       "batch_sizes: must be strictly ascending (4 after 4)", NULL)
+REJECT(test_reject_batch_sizes_zero, HEAD "batch_sizes: [0, 4]\n" IN OUT,
+       "batch_sizes[0]: must be in 1..65536, got 0", NULL)
+REJECT(test_reject_batch_sizes_too_big, HEAD "batch_sizes: [1, 65537]\n" IN OUT,
+       "batch_sizes[1]: must be in 1..65536", NULL)
+REJECT(test_reject_batch_sizes_empty, HEAD "batch_sizes: []\n" IN OUT,
+       "batch_sizes: must not be empty", NULL)
+REJECT(test_reject_batch_sizes_scalar, HEAD "batch_sizes: 4\n" IN OUT,
+       "batch_sizes: must be a list, got a scalar", NULL)
+REJECT(test_reject_batch_sizes_overflow, HEAD "batch_sizes: [1, 99999999999999999999]\n" IN OUT,
+       "batch_sizes[1]: integer \"99999999999999999999\" is out of range", NULL)
+REJECT(test_reject_batch_sizes_int64_min_minus_one,
+       HEAD "batch_sizes: [-9223372036854775809]\n" IN OUT, "batch_sizes[0]: integer", "out of range")
+REJECT(test_reject_batch_sizes_quoted, HEAD "batch_sizes: ['4']\n" IN OUT,
+       "batch_sizes[0]: must be an integer, got the quoted string \"4\"", NULL)
+
+/* ---- rejected: kind-specific keys ---------------------------------------------- */
+
+REJECT(test_reject_meta_with_inputs, HEAD META_BODY IN, "inputs: not allowed in a manifest of kind meta",
+       "client_inputs")
+REJECT(test_reject_meta_with_batch_sizes, HEAD META_BODY BATCH,
+       "batch_sizes: not allowed in a manifest of kind meta", NULL)
+REJECT(test_reject_model_with_meta, MODEL "meta: {calls: []}\n",
+       "meta: not allowed in a manifest of kind model", NULL)
+REJECT(test_reject_model_with_client_outputs,
+       MODEL "client_outputs: [{name: b, dtype: f32, shape: []}]\n",
+       "client_outputs: not allowed in a manifest of kind model", NULL)
+REJECT(test_reject_meta_calls_itself,
+       HEAD "kind: meta\nmeta: {calls: [a, mlp]}\n"
+            "client_inputs: [{name: a, dtype: f32, shape: []}]\n"
+            "client_outputs: [{name: b, dtype: f32, shape: []}]\n",
+       "meta.calls[1]: a model cannot call itself", NULL)
+REJECT(test_reject_meta_duplicate_calls,
+       HEAD "kind: meta\nmeta: {calls: [a, b, a]}\n"
+            "client_inputs: [{name: a, dtype: f32, shape: []}]\n"
+            "client_outputs: [{name: b, dtype: f32, shape: []}]\n",
+       "meta.calls[2]: duplicate name \"a\" (also meta.calls[0])", NULL)
+REJECT(test_reject_meta_bad_call_name,
+       HEAD "kind: meta\nmeta: {calls: [a/b]}\n"
+            "client_inputs: [{name: a, dtype: f32, shape: []}]\n"
+            "client_outputs: [{name: b, dtype: f32, shape: []}]\n",
+       "meta.calls[0]: \"a/b\" may only contain", NULL)
+
+/* ---- other ------------------------------------------------------------------- */
+
+static void test_reject_too_large(void **state)
+{
+    (void)state;
+    size_t len = PJS_MANIFEST_MAX_BYTES + 1;
+    char *big = malloc(len);
+    assert_non_null(big);
+    memset(big, ' ', len);
+    expect_reject(big, len, PJS_ERR_INVALID_ARGUMENT, "more than the", NULL);
+    free(big);
+}
+
+static void test_reject_embedded_nul_input(void **state)
+{
+    (void)state;
+    static const char yaml[] = HEAD "\0" BATCH IN OUT;
+    expect_reject(yaml, sizeof yaml - 1, PJS_ERR_INVALID_ARGUMENT, "invalid YAML", NULL);
+}
+
+static void test_error_leaves_previous_struct_zeroed(void **state)
+{
+    (void)state;
+    pjs_manifest m;
+    memset(&m, 0xab, sizeof m); /* garbage from the caller is not freed */
+    pjs_error err;
+    assert_int_equal(parse(&m, HEAD, &err), PJS_ERR_INVALID_ARGUMENT);
+    assert_zeroed(&m);
+}
+
+static void test_load_from_file(void **state)
+{
+    (void)state;
+    char path[] = "/tmp/test_manifest_XXXXXX";
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    static const char yaml[] = MODEL "residency: device\n";
+    assert_int_equal(write(fd, yaml, sizeof yaml - 1), (ssize_t)(sizeof yaml - 1));
+    close(fd);
+    pjs_manifest m;
+    pjs_error err;
+    assert_int_equal(pjs_manifest_load(&m, path, &err), 0);
+    assert_string_equal(m.name, "mlp");
+    assert_int_equal(m.residency, PJS_RESIDENCY_DEVICE);
+    pjs_manifest_free(&m);
+
+    /* Errors from a file carry its path as the label. */
+    fd = open(path, O_WRONLY | O_TRUNC);
+    assert_true(fd >= 0);
+    static const char bad[] = MODEL "residency: gpu\n";
+    assert_int_equal(write(fd, bad, sizeof bad - 1), (ssize_t)(sizeof bad - 1));
+    close(fd);
+    assert_int_equal(pjs_manifest_load(&m, path, &err), PJS_ERR_INVALID_ARGUMENT);
+    assert_true(strncmp(err.msg, path, strlen(path)) == 0);
+    assert_non_null(strstr(err.msg, "residency"));
+    assert_zeroed(&m);
+    unlink(path);
+}
+
+static void test_load_missing_file(void **state)
+{
+    (void)state;
+    pjs_manifest m;
+    pjs_error err;
+    const char *path = "/nonexistent/pjserve/manifest.yaml";
+    assert_int_equal(pjs_manifest_load(&m, path, &err), PJS_ERR_NOT_FOUND);
+    assert_int_equal(err.code, PJS_ERR_NOT_FOUND);
+    assert_non_null(strstr(err.msg, path));
+    assert_zeroed(&m);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_full_model_block_style),
+        cmocka_unit_test(test_full_model_flow_style),
+        cmocka_unit_test(test_defaults),
+        cmocka_unit_test(test_format_version_spellings),
+        cmocka_unit_test(test_valid_meta),
+        cmocka_unit_test(test_meta_empty_calls),
+        cmocka_unit_test(test_kserve_dtype_names),
+        cmocka_unit_test(test_unbatched_and_scalar_tensors),
+        cmocka_unit_test(test_name_limits),
+        cmocka_unit_test(test_batch_size_limits),
+        cmocka_unit_test(test_residency_names),
+        cmocka_unit_test(test_free_zeroed_and_twice),
+        cmocka_unit_test(test_free_partial),
+
+        cmocka_unit_test(test_reject_empty_file),
+        cmocka_unit_test(test_reject_comments_only),
+        cmocka_unit_test(test_reject_top_level_list),
+        cmocka_unit_test(test_reject_top_level_scalar),
+        cmocka_unit_test(test_reject_bare_document_marker),
+        cmocka_unit_test(test_reject_syntax_error),
+        cmocka_unit_test(test_reject_syntax_error_line),
+        cmocka_unit_test(test_reject_invalid_utf8),
+        cmocka_unit_test(test_reject_alias),
+        cmocka_unit_test(test_reject_alias_only),
+        cmocka_unit_test(test_reject_billion_laughs),
+        cmocka_unit_test(test_reject_tag),
+        cmocka_unit_test(test_reject_multiple_documents),
+        cmocka_unit_test(test_reject_deep_nesting),
+        cmocka_unit_test(test_reject_duplicate_top_key),
+        cmocka_unit_test(test_reject_duplicate_tensor_key),
+        cmocka_unit_test(test_reject_non_scalar_key),
+        cmocka_unit_test(test_reject_unknown_top_key),
+        cmocka_unit_test(test_reject_unknown_tensor_key),
+        cmocka_unit_test(test_reject_unknown_meta_key),
+        cmocka_unit_test(test_reject_unknown_key_is_quoted_safely),
+
+        cmocka_unit_test(test_reject_missing_version),
+        cmocka_unit_test(test_reject_missing_name),
+        cmocka_unit_test(test_reject_missing_batch_sizes),
+        cmocka_unit_test(test_reject_missing_inputs),
+        cmocka_unit_test(test_reject_missing_outputs),
+        cmocka_unit_test(test_reject_missing_shape),
+        cmocka_unit_test(test_reject_meta_missing_client_inputs),
+        cmocka_unit_test(test_reject_meta_missing_meta),
+        cmocka_unit_test(test_reject_meta_missing_calls),
+        cmocka_unit_test(test_reject_version_1),
+        cmocka_unit_test(test_reject_version_int),
+        cmocka_unit_test(test_reject_version_200),
+        cmocka_unit_test(test_reject_version_list),
+        cmocka_unit_test(test_reject_version_before_unknown_key),
+
+        cmocka_unit_test(test_reject_name_space),
+        cmocka_unit_test(test_reject_name_dot),
+        cmocka_unit_test(test_reject_name_slash),
+        cmocka_unit_test(test_reject_name_empty),
+        cmocka_unit_test(test_reject_name_null),
+        cmocka_unit_test(test_reject_name_nul_byte),
+        cmocka_unit_test(test_reject_name_list),
+        cmocka_unit_test(test_reject_tensor_name),
+        cmocka_unit_test(test_reject_bad_kind),
+        cmocka_unit_test(test_reject_bad_residency),
+        cmocka_unit_test(test_reject_weight_zero),
+        cmocka_unit_test(test_reject_weight_negative),
+        cmocka_unit_test(test_reject_weight_inf),
+        cmocka_unit_test(test_reject_weight_nan),
+        cmocka_unit_test(test_reject_weight_overflow),
+        cmocka_unit_test(test_reject_weight_quoted),
+        cmocka_unit_test(test_reject_weight_hex),
+        cmocka_unit_test(test_reject_description_mapping),
+
+        cmocka_unit_test(test_reject_bad_dtype),
+        cmocka_unit_test(test_reject_batch_not_first),
+        cmocka_unit_test(test_reject_quoted_batch),
+        cmocka_unit_test(test_reject_negative_dim),
+        cmocka_unit_test(test_reject_rank_too_big),
+        cmocka_unit_test(test_reject_shape_not_list),
+        cmocka_unit_test(test_reject_dim_overflow),
+        cmocka_unit_test(test_reject_dim_trailing_junk),
+        cmocka_unit_test(test_reject_dim_leading_zero),
+        cmocka_unit_test(test_reject_dim_float),
+        cmocka_unit_test(test_reject_element_count_overflow),
+        cmocka_unit_test(test_reject_empty_inputs),
+        cmocka_unit_test(test_reject_tensor_not_mapping),
+        cmocka_unit_test(test_reject_duplicate_input_names),
+        cmocka_unit_test(test_reject_duplicate_output_names),
+
+        cmocka_unit_test(test_reject_batch_sizes_descending),
+        cmocka_unit_test(test_reject_batch_sizes_duplicate),
+        cmocka_unit_test(test_reject_batch_sizes_zero),
+        cmocka_unit_test(test_reject_batch_sizes_too_big),
+        cmocka_unit_test(test_reject_batch_sizes_empty),
+        cmocka_unit_test(test_reject_batch_sizes_scalar),
+        cmocka_unit_test(test_reject_batch_sizes_overflow),
+        cmocka_unit_test(test_reject_batch_sizes_int64_min_minus_one),
+        cmocka_unit_test(test_reject_batch_sizes_quoted),
+
+        cmocka_unit_test(test_reject_meta_with_inputs),
+        cmocka_unit_test(test_reject_meta_with_batch_sizes),
+        cmocka_unit_test(test_reject_model_with_meta),
+        cmocka_unit_test(test_reject_model_with_client_outputs),
+        cmocka_unit_test(test_reject_meta_calls_itself),
+        cmocka_unit_test(test_reject_meta_duplicate_calls),
+        cmocka_unit_test(test_reject_meta_bad_call_name),
+
+        cmocka_unit_test(test_reject_too_large),
+        cmocka_unit_test(test_reject_embedded_nul_input),
+        cmocka_unit_test(test_error_leaves_previous_struct_zeroed),
+        cmocka_unit_test(test_load_from_file),
+        cmocka_unit_test(test_load_missing_file),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
