@@ -57,18 +57,24 @@ tsan: bootstrap
 	cd build-tsan && $(TSAN_ENV) ctest --output-on-failure -j $(JOBS)
 	$(TSAN_ENV) PJSERVE_BIN=$(CURDIR)/build-tsan/pjserve $(PYTEST) tests/e2e
 
+FUZZERS := fuzz_safetensors fuzz_manifest fuzz_npy
+
 fuzz-build: bootstrap
-	$(call cmake_build,build-fuzz,-DPJSERVE_FUZZ=ON -DCMAKE_C_COMPILER=clang-14)
+	@test -f build-fuzz/CMakeCache.txt || \
+	  cmake -S . -B build-fuzz -DPJSERVE_FUZZ=ON -DCMAKE_C_COMPILER=clang-14 >/dev/null
+	cmake --build build-fuzz -j $(JOBS) --target $(FUZZERS)
 
 # Fuzz each driver from its seed corpus for FUZZ_SECONDS; new inputs go to a
 # scratch directory so the committed corpus only changes by hand.
 fuzz: fuzz-build
-	@for f in build-fuzz/fuzz_*; do \
-	  case $$f in *_replay) continue;; esac; \
-	  name=$$(basename $$f); mkdir -p build-fuzz/corpus-$$name; \
+	@for name in $(FUZZERS); do \
+	  f=build-fuzz/$$name; mkdir -p build-fuzz/corpus-$$name; \
 	  echo "fuzzing $$name for $(FUZZ_SECONDS)s"; \
-	  $$f -max_total_time=$(FUZZ_SECONDS) -print_final_stats=1 \
-	      build-fuzz/corpus-$$name fuzz/corpus/$$name 2>&1 | tail -n 3 || exit 1; \
+	  if ! $$f -max_total_time=$(FUZZ_SECONDS) -print_final_stats=1 \
+	      build-fuzz/corpus-$$name fuzz/corpus/$$name > build-fuzz/$$name.log 2>&1; then \
+	    tail -n 40 build-fuzz/$$name.log; echo "$$name found a failure; see build-fuzz/$$name.log"; exit 1; \
+	  fi; \
+	  grep -E "number_of_executed_units|new_units_added" build-fuzz/$$name.log; \
 	done
 
 fuzz-smoke:
