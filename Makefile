@@ -34,7 +34,7 @@ unit: build
 	cd build && ctest --output-on-failure -j $(JOBS)
 
 e2e: build
-	PJSERVE_BIN=$(CURDIR)/build/pjserve $(PYTEST) tests/e2e
+	PJSERVE_BIN=$(CURDIR)/build/pjserve $(PYTEST) -s tests/e2e
 
 test: unit e2e fuzz-smoke
 

@@ -1,0 +1,56 @@
+"""pjserve_export: turn JAX models into pjserve bundles.
+
+A bundle is a directory ``<out_dir>/<name>/`` with ``manifest.yaml``, one
+StableHLO module ``model.b{N}.mlir`` per compiled batch size N (written as a
+StableHLO portable artifact), and ``weights.safetensors`` holding every weight
+once, shared by all batch sizes (docs/bundle-format.md, docs/exporter.md).
+
+Main entry point::
+
+    export_jax(fn, params, example_inputs, out_dir, *, name, batch_sizes,
+               input_names, output_names, description=None, residency="host",
+               weight=1.0, target_stablehlo_version=None) -> pathlib.Path
+
+``fn(params, *inputs)`` returns one array or a tuple of arrays. ``params`` is
+any pytree of arrays; its leaves become the weights, named by their tree paths
+joined with dots (``dense1.w``, ``layers.0.b``) and passed to every module as
+its first arguments, in jax's flattening order (dict keys sorted), followed by
+the inputs in ``input_names`` order. ``example_inputs`` give each input's
+per-example shape and dtype (their leading batch axis may have any size).
+
+Example::
+
+    import jax, jax.numpy as jnp
+    from pjserve_export import export_jax
+
+    params = {"w": jnp.ones((16, 4)), "b": jnp.zeros(4)}
+    def fn(p, x):
+        return x @ p["w"] + p["b"]
+
+    export_jax(fn, params, [jnp.zeros((1, 16), jnp.float32)], "models",
+               name="linear", batch_sizes=[1, 4, 8],
+               input_names=["x"], output_names=["y"])
+
+Also here: the safetensors reader/writer (`read_safetensors`,
+`write_safetensors`), manifest helpers (`read_manifest`, `random_inputs`) and
+StableHLO helpers (`default_target_version`, `main_signature`,
+`deserialize_portable_artifact`).
+"""
+
+from .bundle import (FORMAT_VERSION, MANIFEST_FILE, WEIGHTS_FILE, Manifest, TensorSpec,
+                     module_file, random_inputs, read_manifest)
+from .jax_export import (PLUGIN_STABLEHLO_VERSION, artifact_version, custom_call_targets,
+                         default_target_version, deserialize_portable_artifact, export_jax,
+                         main_signature, serialize_portable_artifact, stablehlo_versions,
+                         weight_names_and_arrays)
+from .safetensors_io import read_safetensors, rewrite_metadata, write_safetensors
+
+__all__ = [
+    "export_jax",
+    "FORMAT_VERSION", "MANIFEST_FILE", "WEIGHTS_FILE", "Manifest", "TensorSpec", "module_file",
+    "random_inputs", "read_manifest",
+    "PLUGIN_STABLEHLO_VERSION", "artifact_version", "custom_call_targets",
+    "default_target_version", "deserialize_portable_artifact", "main_signature",
+    "serialize_portable_artifact", "stablehlo_versions", "weight_names_and_arrays",
+    "read_safetensors", "rewrite_metadata", "write_safetensors",
+]

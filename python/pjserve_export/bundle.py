@@ -1,0 +1,260 @@
+"""Bundle layout: the manifest, file names, atomic publication, reading back.
+
+A bundle is a directory ``<out_dir>/<name>/`` holding ``manifest.yaml``,
+``model.b{N}.mlir`` for each compiled batch size N, and
+``weights.safetensors`` (see docs/bundle-format.md for the schema and
+docs/exporter.md for how the exporter fills it in).
+
+Nothing here depends on jax: examples/run_demo.py and the tests use
+`read_manifest` and `random_inputs` to drive a server from a bundle alone.
+"""
+
+import json
+import math
+import os
+import re
+import shutil
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import List, Optional, Sequence, Tuple
+
+import numpy as np
+
+from . import dtypes
+
+FORMAT_VERSION = "2.0"
+MANIFEST_FILE = "manifest.yaml"
+WEIGHTS_FILE = "weights.safetensors"
+RESIDENCIES = ("host", "device", "unpinned")
+BATCH_AXIS = "batch"
+BATCH_SIZE_MAX = 65536  # the server's limit (docs/bundle-format.md)
+
+NAME_RE = re.compile(r"[A-Za-z0-9_.-]+\Z")
+
+
+def module_file(batch_size: int) -> str:
+    """File name of the module compiled for `batch_size`."""
+    return f"model.b{int(batch_size)}.mlir"
+
+
+@dataclass
+class TensorSpec:
+    """One input or output as the manifest declares it.
+
+    `shape` is the per-example shape (without the batch axis) when `batched`,
+    the full shape otherwise."""
+    name: str
+    dtype: str                      # manifest dtype name, e.g. "f32"
+    shape: Tuple[int, ...]
+    batched: bool = True
+
+    def full_shape(self, n: int) -> Tuple[int, ...]:
+        return ((n,) if self.batched else ()) + tuple(self.shape)
+
+    @property
+    def numpy_dtype(self) -> np.dtype:
+        return dtypes.from_manifest(self.dtype)
+
+
+@dataclass
+class Manifest:
+    name: str
+    batch_sizes: List[int]
+    inputs: List[TensorSpec]
+    outputs: List[TensorSpec]
+    description: Optional[str] = None
+    residency: str = "host"
+    weight: float = 1.0
+    kind: str = "model"
+    format_version: str = FORMAT_VERSION
+    extra: dict = field(default_factory=dict)  # keys this reader does not know
+
+
+# ---- validation ------------------------------------------------------------
+
+def check_name(what: str, name) -> str:
+    if not isinstance(name, str) or not NAME_RE.match(name):
+        raise ValueError(f"{what} must be a non-empty string of letters, digits, '_', '.' "
+                         f"or '-', got {name!r}")
+    return name
+
+
+def check_names(what: str, names: Sequence[str], expected_count: Optional[int] = None,
+                counted: str = "") -> List[str]:
+    if isinstance(names, str):
+        raise ValueError(f"{what} must be a sequence of names, not the string {names!r}")
+    names = list(names)
+    for n in names:
+        check_name(f"each of {what}", n)
+    if expected_count is not None and len(names) != expected_count:
+        raise ValueError(f"{what} has {len(names)} name(s) {names} but {counted} "
+                         f"has {expected_count}")
+    dups = sorted({n for n in names if names.count(n) > 1})
+    if dups:
+        raise ValueError(f"{what} must be unique; repeated: {dups}")
+    return names
+
+
+def check_batch_sizes(batch_sizes) -> List[int]:
+    try:
+        sizes = list(batch_sizes)
+    except TypeError:
+        raise ValueError(f"batch_sizes must be a sequence of ints, got {batch_sizes!r}") from None
+    if not sizes:
+        raise ValueError("batch_sizes must not be empty")
+    for b in sizes:
+        if isinstance(b, bool) or not isinstance(b, (int, np.integer)) or b < 1:
+            raise ValueError(f"batch_sizes must be positive ints, got {batch_sizes!r}")
+    sizes = [int(b) for b in sizes]
+    if max(sizes) > BATCH_SIZE_MAX:
+        raise ValueError(f"batch_sizes must be at most {BATCH_SIZE_MAX}, got {max(sizes)}")
+    if any(a >= b for a, b in zip(sizes, sizes[1:])):
+        raise ValueError(f"batch_sizes must be strictly ascending, got {sizes}")
+    return sizes
+
+
+def check_residency(residency) -> str:
+    if residency not in RESIDENCIES:
+        raise ValueError(f"residency must be one of {RESIDENCIES}, got {residency!r}")
+    return residency
+
+
+def check_weight(weight) -> float:
+    if isinstance(weight, bool) or not isinstance(weight, (int, float, np.floating, np.integer)) \
+            or not math.isfinite(float(weight)) or float(weight) <= 0:
+        raise ValueError(f"weight must be a finite number > 0, got {weight!r}")
+    return float(weight)
+
+
+# ---- writing ---------------------------------------------------------------
+
+def _yaml_str(s: str) -> str:
+    # A JSON string is a valid YAML double-quoted scalar, and quoting keeps
+    # names like "true", "1e3" or "null" strings.
+    return json.dumps(s, ensure_ascii=True)
+
+
+def _yaml_tensor(t: TensorSpec) -> str:
+    dims = ([BATCH_AXIS] if t.batched else []) + [str(int(d)) for d in t.shape]
+    return f"  - {{name: {_yaml_str(t.name)}, dtype: {t.dtype}, shape: [{', '.join(dims)}]}}\n"
+
+
+def manifest_yaml(m: Manifest) -> str:
+    """The manifest.yaml text for `m`."""
+    out = [f'format_version: "{m.format_version}"\n',
+           f"name: {_yaml_str(m.name)}\n",
+           f"kind: {m.kind}\n"]
+    if m.description is not None:
+        out.append(f"description: {_yaml_str(m.description)}\n")
+    out.append(f"batch_sizes: [{', '.join(str(b) for b in m.batch_sizes)}]\n")
+    out.append("inputs:\n")
+    out += [_yaml_tensor(t) for t in m.inputs]
+    out.append("outputs:\n")
+    out += [_yaml_tensor(t) for t in m.outputs]
+    out.append(f"residency: {m.residency}\n")
+    out.append(f"weight: {m.weight!r}\n")
+    return "".join(out)
+
+
+class StagedBundle:
+    """A bundle directory built under a hidden temporary name next to its final
+    place and moved there in one rename, so a server watching `out_dir` never
+    sees a half-written bundle.
+
+        with StagedBundle(out_dir, name) as staging:
+            (staging / "manifest.yaml").write_text(...)
+        # now out_dir/name exists
+    """
+
+    def __init__(self, out_dir, name: str):
+        self.out_dir = Path(out_dir)
+        self.name = name
+        self.final = self.out_dir / name
+        self.tmp: Optional[Path] = None
+
+    def __enter__(self) -> Path:
+        self.out_dir.mkdir(parents=True, exist_ok=True)
+        if self.final.exists() and not _replaceable(self.final):
+            raise ValueError(f"{self.final} exists and is not a pjserve bundle; "
+                             "refusing to replace it")
+        self.tmp = Path(tempfile.mkdtemp(prefix=f".{self.name}.tmp-", dir=self.out_dir))
+        return self.tmp
+
+    def __exit__(self, exc_type, exc, tb):
+        if exc_type is not None:
+            shutil.rmtree(self.tmp, ignore_errors=True)
+            return False
+        os.chmod(self.tmp, 0o755)  # mkdtemp makes it 0700
+        old = None
+        if self.final.exists():
+            old = Path(tempfile.mkdtemp(prefix=f".{self.name}.old-", dir=self.out_dir))
+            os.rename(self.final, old / self.name)
+        os.rename(self.tmp, self.final)
+        if old is not None:
+            shutil.rmtree(old, ignore_errors=True)
+        return False
+
+
+def _replaceable(path: Path) -> bool:
+    if not path.is_dir():
+        return False
+    return (path / MANIFEST_FILE).is_file() or not any(path.iterdir())
+
+
+# ---- reading ---------------------------------------------------------------
+
+def _parse_tensor(entry, where: str) -> TensorSpec:
+    shape = list(entry["shape"])
+    batched = bool(shape) and shape[0] == BATCH_AXIS
+    dims = shape[1:] if batched else shape
+    for d in dims:
+        if isinstance(d, bool) or not isinstance(d, int):
+            raise ValueError(f"{where}.shape: dimension {d!r} is not an int")
+    return TensorSpec(name=str(entry["name"]), dtype=str(entry["dtype"]), shape=tuple(dims),
+                      batched=batched)
+
+
+def read_manifest(bundle_dir) -> Manifest:
+    """Parses `bundle_dir`/manifest.yaml (needs PyYAML). Not a validator: the
+    server is the authority on what it accepts."""
+    import yaml  # optional dependency: only readers need it
+
+    path = Path(bundle_dir) / MANIFEST_FILE
+    doc = yaml.safe_load(path.read_text())
+    known = {"format_version", "name", "kind", "description", "batch_sizes", "inputs",
+             "outputs", "residency", "weight"}
+    return Manifest(
+        name=str(doc["name"]),
+        kind=str(doc.get("kind", "model")),
+        format_version=str(doc.get("format_version")),
+        description=doc.get("description"),
+        batch_sizes=[int(b) for b in doc["batch_sizes"]],
+        inputs=[_parse_tensor(e, f"inputs[{i}]") for i, e in enumerate(doc["inputs"])],
+        outputs=[_parse_tensor(e, f"outputs[{i}]") for i, e in enumerate(doc["outputs"])],
+        residency=str(doc.get("residency", "host")),
+        weight=float(doc.get("weight", 1.0)),
+        extra={k: v for k, v in doc.items() if k not in known},
+    )
+
+
+def random_inputs(manifest: Manifest, n: int, seed: int = 0) -> dict:
+    """Deterministic random inputs {name: array} for a batch of `n` examples.
+
+    Floats are standard normal, signed ints in [-5, 5], unsigned in [0, 10],
+    bools fair coin flips; cast to each input's manifest dtype."""
+    rng = np.random.default_rng(seed)
+    out = {}
+    for spec in manifest.inputs:
+        shape = spec.full_shape(n)
+        dt = spec.numpy_dtype
+        if dt == np.bool_:
+            a = rng.integers(0, 2, size=shape).astype(np.bool_)
+        elif np.issubdtype(dt, np.unsignedinteger):
+            a = rng.integers(0, 11, size=shape).astype(dt)
+        elif np.issubdtype(dt, np.integer):
+            a = rng.integers(-5, 6, size=shape).astype(dt)
+        else:
+            a = rng.standard_normal(size=shape).astype(np.float32).astype(dt)
+        out[spec.name] = a
+    return out

@@ -1,0 +1,159 @@
+"""The demo models: small JAX models that exercise what bundles can express.
+
+    mlp       two dense layers + relu           x:[batch,16] f32 -> y:[batch,4] f32
+    convnet   conv 3x3 + relu + 2x2 max-pool + batch-norm (inference) + dense
+              x:[batch,28,28,1] f32 (NHWC) -> logits:[batch,10] f32, probs:[batch,10] f32
+    two_io    a:[batch,8] f32, b:[batch,3] i32 -> sum:[batch,8] f32, argmax:[batch] i32
+    mlp_bf16  the mlp with bf16 weights, computing in bf16; f32 in and out
+    mlp_f16   the mlp with f16 weights, f16 in and out
+
+Weights are drawn from fixed PRNG keys, so every export of a model writes the
+same bytes. examples/make_demo_models.py exports them; the end-to-end tests
+use the same definitions to compute reference outputs with jax.
+"""
+
+import zlib
+from dataclasses import dataclass
+from typing import Any, Callable, List, Optional, Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from .jax_export import export_jax
+
+BATCH_SIZES = (1, 4, 8)
+SEED = 0
+
+
+@dataclass
+class DemoModel:
+    name: str
+    fn: Callable
+    params: Any
+    example_inputs: List[np.ndarray]   # batch of 1, only shape/dtype matter
+    input_names: List[str]
+    output_names: List[str]
+    description: str
+
+    def export(self, out_dir, batch_sizes: Sequence[int] = BATCH_SIZES, **kwargs):
+        return export_jax(self.fn, self.params, self.example_inputs, out_dir, name=self.name,
+                          batch_sizes=batch_sizes, input_names=self.input_names,
+                          output_names=self.output_names, description=self.description,
+                          **kwargs)
+
+    def reference(self, *inputs):
+        """fn(params, *inputs) computed by jax, as numpy arrays (always a tuple)."""
+        out = jax.jit(self.fn)(self.params, *inputs)
+        if not isinstance(out, (tuple, list)):
+            out = (out,)
+        return tuple(np.asarray(o) for o in out)
+
+
+def _key(name: str):
+    # Per-model keys independent of the order or number of models.
+    return jax.random.fold_in(jax.random.PRNGKey(SEED), zlib.crc32(name.encode()))
+
+
+def _dense(key, fan_in, fan_out, dtype=jnp.float32):
+    kw, kb = jax.random.split(key)
+    return {"w": (jax.random.normal(kw, (fan_in, fan_out)) * np.sqrt(2.0 / fan_in)).astype(dtype),
+            "b": (0.1 * jax.random.normal(kb, (fan_out,))).astype(dtype)}
+
+
+# ---- mlp and its reduced-precision variants ---------------------------------
+
+def _mlp_params(dtype):
+    k1, k2 = jax.random.split(_key("mlp"))
+    return {"dense1": _dense(k1, 16, 32, dtype), "dense2": _dense(k2, 32, 4, dtype)}
+
+
+def mlp_fn(p, x):
+    h = jax.nn.relu(x @ p["dense1"]["w"] + p["dense1"]["b"])
+    return h @ p["dense2"]["w"] + p["dense2"]["b"]
+
+
+def mlp_bf16_fn(p, x):
+    # Computes in bf16 (the weights' type); the interface stays f32.
+    return mlp_fn(p, x.astype(jnp.bfloat16)).astype(jnp.float32)
+
+
+# ---- convnet -----------------------------------------------------------------
+
+CONV_CHANNELS = 8
+BN_EPS = 1e-5
+
+
+def _convnet_params():
+    kc, kcb, kg, kb, km, kv, kd = jax.random.split(_key("convnet"), 7)
+    c = CONV_CHANNELS
+    return {
+        "conv": {"w": jax.random.normal(kc, (3, 3, 1, c)) * np.sqrt(2.0 / 9),   # HWIO
+                 "b": 0.1 * jax.random.normal(kcb, (c,))},
+        "bn": {"gamma": 1.0 + 0.1 * jax.random.normal(kg, (c,)),
+               "beta": 0.1 * jax.random.normal(kb, (c,)),
+               "mean": 0.5 + 0.1 * jax.random.normal(km, (c,)),
+               "var": jax.random.uniform(kv, (c,), minval=0.5, maxval=1.5)},
+        "dense": _dense(kd, 14 * 14 * c, 10),
+    }
+
+
+def convnet_fn(p, x):
+    y = jax.lax.conv_general_dilated(x, p["conv"]["w"], window_strides=(1, 1), padding="SAME",
+                                     dimension_numbers=("NHWC", "HWIO", "NHWC"))
+    y = jax.nn.relu(y + p["conv"]["b"])
+    y = jax.lax.reduce_window(y, -jnp.inf, jax.lax.max, (1, 2, 2, 1), (1, 2, 2, 1), "VALID")
+    bn = p["bn"]
+    y = (y - bn["mean"]) * jax.lax.rsqrt(bn["var"] + BN_EPS) * bn["gamma"] + bn["beta"]
+    logits = y.reshape(y.shape[0], -1) @ p["dense"]["w"] + p["dense"]["b"]
+    return logits, jax.nn.softmax(logits, axis=-1)
+
+
+# ---- two_io ------------------------------------------------------------------
+
+def _two_io_params():
+    ks, kb, km = jax.random.split(_key("two_io"), 3)
+    return {"scale": 1.0 + 0.5 * jax.random.normal(ks, (8,)),
+            "bias": 0.1 * jax.random.normal(kb, (8,)),
+            "mix": 0.5 * jax.random.normal(km, (3, 8))}
+
+
+def two_io_fn(p, a, b):
+    total = a * p["scale"] + p["bias"] + b.astype(jnp.float32) @ p["mix"]
+    return total, jnp.argmax(total, axis=-1).astype(jnp.int32)
+
+
+# ---- the catalogue -----------------------------------------------------------
+
+def demo_models(names: Optional[Sequence[str]] = None) -> List[DemoModel]:
+    """The demo models (all, or those named), with their weights."""
+    f32, bf16, f16, i32 = np.float32, jnp.bfloat16, np.float16, np.int32
+    makers = {
+        "mlp": lambda: DemoModel(
+            "mlp", mlp_fn, _mlp_params(f32), [np.zeros((1, 16), f32)], ["x"], ["y"],
+            "two dense layers with relu: x[16] -> y[4]"),
+        "convnet": lambda: DemoModel(
+            "convnet", convnet_fn, _convnet_params(), [np.zeros((1, 28, 28, 1), f32)], ["x"],
+            ["logits", "probs"],
+            "conv3x3(8) + relu + maxpool2x2 + batchnorm (inference) + dense: "
+            "x[28,28,1] NHWC -> logits[10], probs[10]"),
+        "two_io": lambda: DemoModel(
+            "two_io", two_io_fn, _two_io_params(),
+            [np.zeros((1, 8), f32), np.zeros((1, 3), i32)], ["a", "b"], ["sum", "argmax"],
+            "two inputs, two outputs: sum = a*scale + bias + b@mix; argmax of sum"),
+        "mlp_bf16": lambda: DemoModel(
+            "mlp_bf16", mlp_bf16_fn, _mlp_params(bf16), [np.zeros((1, 16), f32)], ["x"], ["y"],
+            "the mlp with bf16 weights and bf16 compute; f32 input and output"),
+        "mlp_f16": lambda: DemoModel(
+            "mlp_f16", mlp_fn, _mlp_params(f16), [np.zeros((1, 16), f16)], ["x"], ["y"],
+            "the mlp with f16 weights, f16 input and output"),
+    }
+    if names is None:
+        names = list(makers)
+    unknown = [n for n in names if n not in makers]
+    if unknown:
+        raise ValueError(f"unknown demo models {unknown}; known: {list(makers)}")
+    return [makers[n]() for n in names]
+
+
+DEMO_MODEL_NAMES = ("mlp", "convnet", "two_io", "mlp_bf16", "mlp_f16")

@@ -1,0 +1,371 @@
+"""Export a JAX function and its parameters to a pjserve bundle.
+
+How a bundle's module is made (one per compiled batch size N):
+
+1. ``jax.export.export(jax.jit(fn, keep_unused=True), platforms=["cpu"])`` is
+   traced with abstract values: the parameter pytree first, then each input
+   with leading dimension N. ``keep_unused=True`` keeps every weight as an
+   argument of ``@main`` even when ``fn`` ignores it, so every module takes the
+   same weights in the same order and one weights file serves them all.
+2. With one platform, no effects and no shape polymorphism, jax's ``@main``
+   takes exactly the flattened arguments, in ``jax.tree_util`` flattening
+   order (dict keys sorted), with no platform-index or token arguments, and
+   returns the flattened outputs. This module checks all of that (and checks
+   the argument types in the module text itself) rather than trusting it.
+3. Debug locations (file paths of the exporting script) are stripped, so the
+   same model exports to the same bytes wherever it is exported from; the
+   server's executable cache is keyed by those bytes.
+4. The module is written as a StableHLO portable artifact (versioned VHLO
+   bytecode) targeting `target_stablehlo_version`; any consumer whose accepted
+   window [minimum, current] contains that version can read it.
+"""
+
+import json
+import re
+import warnings
+from pathlib import Path
+from typing import Any, Callable, List, Optional, Sequence, Tuple
+
+import jax
+import numpy as np
+
+from . import bundle as B
+from . import dtypes
+from .safetensors_io import write_safetensors
+
+# The newest StableHLO version the plugins pjserve is tested with accept:
+# xla-cpu-pjrt 0.0.1 reports stablehlo_current_version 1.13.3 (minimum 0.9.0);
+# jax-cuda13-pjrt reports 1.22.0 (minimum 0.9.0). A portable artifact is
+# readable by a consumer when its target lies in the consumer's window, so the
+# default target is the smaller of this and the installed jaxlib's current
+# version: new enough for everything jax emits, old enough for every plugin.
+PLUGIN_STABLEHLO_VERSION = "1.13.3"
+
+ARGUMENT_ORDER_KEY = "argument_order"
+
+
+# ---- StableHLO versions ----------------------------------------------------
+
+def _stablehlo():
+    # jaxlib's StableHLO bindings, under the name jax itself uses for them.
+    from jax._src.lib.mlir.dialects import hlo
+    return hlo
+
+
+def _vtuple(v: str) -> Tuple[int, ...]:
+    if not isinstance(v, str) or not re.fullmatch(r"\d+\.\d+\.\d+", v):
+        raise ValueError(f"a StableHLO version looks like '1.13.3', got {v!r}")
+    return tuple(int(p) for p in v.split("."))
+
+
+def stablehlo_versions() -> Tuple[str, str]:
+    """(minimum, current) StableHLO versions the installed jaxlib can write."""
+    s = _stablehlo()
+    return s.get_minimum_version(), s.get_current_version()
+
+
+def default_target_version() -> str:
+    """min(jaxlib's current StableHLO version, PLUGIN_STABLEHLO_VERSION)."""
+    _, current = stablehlo_versions()
+    return min(current, PLUGIN_STABLEHLO_VERSION, key=_vtuple)
+
+
+def resolve_target_version(target: Optional[str]) -> str:
+    if target is None:
+        return default_target_version()
+    lo, hi = stablehlo_versions()
+    if not (_vtuple(lo) <= _vtuple(target) <= _vtuple(hi)):
+        raise ValueError(f"target_stablehlo_version {target} is outside what this jaxlib "
+                         f"can write ({lo} .. {hi})")
+    return target
+
+
+# ---- module text helpers ---------------------------------------------------
+
+def _ir_context():
+    from jax._src.interpreters import mlir as jax_mlir
+    return jax_mlir.make_ir_context()
+
+
+def serialize_portable_artifact(module_text, target_version: str,
+                                strip_debug_info: bool = True) -> bytes:
+    """StableHLO text (or bytecode) -> portable artifact for `target_version`.
+
+    Uses XLA's serializer (the one jax.export uses) without mixed
+    serialization: everything, including the Shardy (sdy) attributes jax puts
+    on some ops, is written as versioned VHLO (sdy attributes become
+    ``xla.sdy.*`` frontend-attribute strings), so the consumer needs no dialect
+    beyond StableHLO's. (jaxlib's plain StableHLO binding refuses modules that
+    carry sdy attributes at all.)
+
+    With strip_debug_info, source locations are dropped first; the module is
+    handed over as bytecode so that no new locations are made up by a parse."""
+    import io
+    from jax._src.lib import xla_client
+    from jax._src.lib.mlir import ir, passmanager
+    with _ir_context():
+        module = ir.Module.parse(module_text)
+        if strip_debug_info:
+            passmanager.PassManager.parse("builtin.module(strip-debuginfo)").run(
+                module.operation)
+        buf = io.BytesIO()
+        module.operation.write_bytecode(buf)
+    return xla_client._xla.mlir.serialize_portable_artifact(buf.getvalue(), target_version, False)
+
+
+def deserialize_portable_artifact(artifact: bytes) -> str:
+    """Portable artifact -> StableHLO module text (for checks and debugging)."""
+    from jax._src.lib import xla_client
+    return xla_client._xla.mlir.deserialize_portable_artifact(artifact)
+
+
+def artifact_version(artifact: bytes) -> str:
+    """The StableHLO version a portable artifact was written for."""
+    m = re.search(rb"StableHLO_v(\d+\.\d+\.\d+)", artifact[:64])
+    if m is None:
+        raise ValueError("not a StableHLO portable artifact")
+    return m.group(1).decode()
+
+
+_ELEM = {
+    "i1": "bool", "ui8": "u8", "ui16": "u16", "ui32": "u32", "ui64": "u64",
+    "i8": "i8", "i16": "i16", "i32": "i32", "i64": "i64",
+    "f16": "f16", "bf16": "bf16", "f32": "f32", "f64": "f64",
+}
+
+
+def _tensor_type(t) -> Tuple[Tuple[int, ...], str]:
+    from jax._src.lib.mlir import ir
+    rt = ir.RankedTensorType(t)
+    elem = str(rt.element_type)
+    if elem not in _ELEM:
+        raise ValueError(f"module uses element type {elem}, which bundles do not support")
+    return tuple(rt.shape), _ELEM[elem]
+
+
+def main_signature(module_text: str):
+    """([(shape, dtype), ...] of @main's arguments, [...] of its results), with
+    manifest dtype names, read from the module text itself."""
+    from jax._src.lib.mlir import ir
+    with _ir_context():
+        module = ir.Module.parse(module_text)
+        for op in module.body.operations:
+            if op.operation.name == "func.func" and \
+                    ir.StringAttr(op.attributes["sym_name"]).value == "main":
+                ftype = ir.FunctionType(ir.TypeAttr(op.attributes["function_type"]).value)
+                return ([_tensor_type(t) for t in ftype.inputs],
+                        [_tensor_type(t) for t in ftype.results])
+    raise ValueError("module has no @main")
+
+
+def custom_call_targets(module_text: str) -> List[str]:
+    """Names of the custom calls a module makes (a bare PJRT plugin may lack them)."""
+    found = re.findall(r"stablehlo\.custom_call\s+@([\w.$-]+)", module_text)
+    found += re.findall(r"call_target_name\s*=\s*\"([^\"]+)\"", module_text)
+    return sorted(set(found))
+
+
+# ---- parameters and inputs -------------------------------------------------
+
+def _key_str(k) -> str:
+    tu = jax.tree_util
+    if isinstance(k, tu.DictKey):
+        return str(k.key)
+    if isinstance(k, tu.SequenceKey):
+        return str(k.idx)
+    if isinstance(k, tu.GetAttrKey):
+        return str(k.name)
+    if isinstance(k, tu.FlattenedIndexKey):
+        return str(k.key)
+    return str(k)
+
+
+def weight_names_and_arrays(params) -> Tuple[List[str], List[np.ndarray]]:
+    """Flattens `params` in jax order; names are tree paths joined with dots
+    (``{"dense1": {"w": ...}}`` -> ``dense1.w``, ``[a, b]`` -> ``0``, ``1``).
+    Arrays are converted to the dtype jax will use for them (without x64,
+    64-bit types become 32-bit), which is the dtype of the module argument."""
+    leaves, _ = jax.tree_util.tree_flatten_with_path(params)
+    names, arrays = [], []
+    for path, leaf in leaves:
+        name = ".".join(_key_str(k) for k in path) or "params"
+        arr = np.asarray(leaf)
+        if arr.dtype == object:
+            raise ValueError(f"parameter {name!r} is not an array (got {type(leaf).__name__})")
+        canon = np.dtype(jax.dtypes.canonicalize_dtype(arr.dtype))
+        if canon != arr.dtype:
+            if not isinstance(leaf, (int, float, bool)):
+                warnings.warn(f"parameter {name!r}: {arr.dtype} is stored as {canon}, the type "
+                              "jax computes with (enable jax_enable_x64 to keep 64-bit types)",
+                              stacklevel=3)
+            arr = arr.astype(canon)
+        dtypes.manifest_name(arr.dtype)  # raises for unsupported dtypes
+        names.append(name)
+        arrays.append(arr)
+    dups = sorted({n for n in names if names.count(n) > 1})
+    if dups:
+        raise ValueError(f"parameter names collide after joining paths with dots: {dups}")
+    for n in names:
+        if n == "__metadata__":
+            raise ValueError("a parameter may not be named '__metadata__'")
+    return names, arrays
+
+
+def _input_specs(example_inputs, input_names) -> List[Tuple[Tuple[int, ...], np.dtype]]:
+    """Per-example (shape, dtype) of each example input."""
+    specs = []
+    for name, x in zip(input_names, example_inputs):
+        shape = tuple(int(d) for d in np.shape(x))
+        if len(shape) < 1:
+            raise ValueError(f"example input {name!r} is a scalar; every input needs a leading "
+                             "batch axis")
+        dt = x.dtype if hasattr(x, "dtype") else np.asarray(x).dtype
+        dt = np.dtype(jax.dtypes.canonicalize_dtype(dt))
+        dtypes.manifest_name(dt)
+        specs.append((shape[1:], dt))
+    return specs
+
+
+# ---- the exporter ----------------------------------------------------------
+
+def _export_one(fn, param_structs, input_specs, n: int):
+    inputs = [jax.ShapeDtypeStruct((n,) + shape, dt) for shape, dt in input_specs]
+    return jax.export.export(jax.jit(fn, keep_unused=True), platforms=["cpu"])(
+        param_structs, *inputs)
+
+
+def _check_exported(exp, n: int, n_weights: int, n_inputs: int, output_names: Sequence[str]):
+    n_args = n_weights + n_inputs
+    problems = []
+    if tuple(exp.module_kept_var_idx) != tuple(range(n_args)):
+        problems.append(f"jax dropped arguments (kept {exp.module_kept_var_idx} of {n_args})")
+    if exp.ordered_effects or exp.unordered_effects:
+        problems.append("the function has side effects (effects become token arguments)")
+    if exp.nr_devices != 1:
+        problems.append(f"the function is sharded over {exp.nr_devices} devices")
+    if exp.uses_global_constants:
+        problems.append("the module uses shape polymorphism (dimension arguments)")
+    if problems:
+        raise ValueError(f"batch size {n}: cannot export: " + "; ".join(problems))
+
+    n_out = len(exp.out_avals)
+    leaf = jax.tree_util.tree_structure(0)
+    flat_tuple = jax.tree_util.tree_structure(tuple(range(n_out)))
+    flat_list = jax.tree_util.tree_structure(list(range(n_out)))
+    if exp.out_tree not in (flat_tuple, flat_list) and not (n_out == 1 and exp.out_tree == leaf):
+        raise ValueError(f"fn must return an array or a tuple of arrays, got the structure "
+                         f"{exp.out_tree}")
+    if n_out != len(output_names):
+        raise ValueError(f"fn returns {n_out} output(s) but output_names has "
+                         f"{len(output_names)}: {list(output_names)}")
+    for name, aval in zip(output_names, exp.out_avals):
+        if len(aval.shape) < 1 or aval.shape[0] != n:
+            raise ValueError(f"output {name!r} has shape {tuple(aval.shape)} at batch size {n}; "
+                             f"every output needs a leading batch axis of size {n}")
+        dtypes.manifest_name(aval.dtype)
+
+
+def export_jax(fn: Callable, params: Any, example_inputs: Sequence[Any], out_dir, *,
+               name: str, batch_sizes: Sequence[int], input_names: Sequence[str],
+               output_names: Sequence[str], description: Optional[str] = None,
+               residency: str = "host", weight: float = 1.0,
+               target_stablehlo_version: Optional[str] = None,
+               strip_debug_info: bool = True) -> Path:
+    """Exports ``fn(params, *inputs)`` as the bundle ``out_dir/name/``; returns its path.
+
+    fn: a jax-traceable function returning one array or a tuple of arrays, each
+        with a leading batch axis.
+    params: any pytree of arrays; each leaf becomes a weight named by its tree
+        path joined with dots. Weights are module arguments, never constants.
+    example_inputs: one array (or ShapeDtypeStruct) per input, with a leading
+        batch axis of any size; only the per-example shape and dtype are used.
+    batch_sizes: strictly ascending positive ints; one module per entry.
+    input_names, output_names: names for the manifest ([A-Za-z0-9_.-]+, unique).
+    description, residency ("host" | "device" | "unpinned"), weight (> 0):
+        copied into the manifest.
+    target_stablehlo_version: StableHLO version of the portable artifacts;
+        default `default_target_version()`.
+    strip_debug_info: drop source locations so exports are reproducible.
+
+    An existing bundle of the same name is replaced atomically.
+    """
+    B.check_name("name", name)
+    sizes = B.check_batch_sizes(batch_sizes)
+    example_inputs = list(example_inputs)
+    input_names = B.check_names("input_names", input_names, len(example_inputs),
+                                "example_inputs")
+    output_names = B.check_names("output_names", output_names)
+    if not output_names:
+        raise ValueError("output_names must not be empty")
+    clash = sorted(set(input_names) & set(output_names))
+    if clash:
+        raise ValueError(f"names used for both an input and an output: {clash}")
+    if description is not None and not isinstance(description, str):
+        raise ValueError(f"description must be a string, got {description!r}")
+    residency = B.check_residency(residency)
+    weight = B.check_weight(weight)
+    target = resolve_target_version(target_stablehlo_version)
+    if not callable(fn):
+        raise ValueError("fn must be callable")
+
+    weight_names, weight_arrays = weight_names_and_arrays(params)
+    treedef = jax.tree_util.tree_structure(params)
+    param_structs = jax.tree_util.tree_unflatten(
+        treedef, [jax.ShapeDtypeStruct(a.shape, a.dtype) for a in weight_arrays])
+    input_specs = _input_specs(example_inputs, input_names)
+
+    modules = {}
+    out_specs = None
+    for n in sizes:
+        exp = _export_one(fn, param_structs, input_specs, n)
+        _check_exported(exp, n, len(weight_names), len(input_names), output_names)
+        specs = [(tuple(a.shape[1:]), dtypes.manifest_name(a.dtype)) for a in exp.out_avals]
+        if out_specs is None:
+            out_specs = specs
+        elif specs != out_specs:
+            raise ValueError(f"outputs at batch size {n} ({specs}) differ from those at batch "
+                             f"size {sizes[0]} ({out_specs}) beyond the batch axis")
+
+        text = exp.mlir_module()
+        want_args = [(tuple(a.shape), dtypes.manifest_name(a.dtype)) for a in weight_arrays]
+        want_args += [((n,) + shape, dtypes.manifest_name(dt)) for shape, dt in input_specs]
+        want_res = [((n,) + shape, dt) for shape, dt in specs]
+        _verify_signature(text, want_args, want_res, weight_names + input_names, n)
+        targets = custom_call_targets(text)
+        if targets:
+            warnings.warn(f"model {name!r} (batch size {n}) makes custom calls {targets}; the "
+                          "PJRT plugin that serves it must register handlers for them (the "
+                          "bare xla-cpu-pjrt plugin has none for jax's LAPACK calls, e.g. "
+                          "lapack_sgetrf_ffi from jnp.linalg)", stacklevel=2)
+
+        artifact = serialize_portable_artifact(text, target, strip_debug_info)
+        # Round trip: what we wrote reads back with the same signature.
+        _verify_signature(deserialize_portable_artifact(artifact), want_args, want_res,
+                          weight_names + input_names, n)
+        modules[n] = artifact
+
+    manifest = B.Manifest(
+        name=name, description=description, batch_sizes=sizes,
+        inputs=[B.TensorSpec(nm, dtypes.manifest_name(dt), shape)
+                for nm, (shape, dt) in zip(input_names, input_specs)],
+        outputs=[B.TensorSpec(nm, dt, shape) for nm, (shape, dt) in zip(output_names, out_specs)],
+        residency=residency, weight=weight)
+
+    with B.StagedBundle(out_dir, name) as staging:
+        write_safetensors(staging / B.WEIGHTS_FILE, dict(zip(weight_names, weight_arrays)),
+                          {ARGUMENT_ORDER_KEY: json.dumps(weight_names)})
+        for n, artifact in modules.items():
+            (staging / B.module_file(n)).write_bytes(artifact)
+        (staging / B.MANIFEST_FILE).write_text(B.manifest_yaml(manifest))
+    return Path(out_dir) / name
+
+
+def _verify_signature(text, want_args, want_res, arg_names, n):
+    args, results = main_signature(text)
+    if args != want_args:
+        detail = [f"{nm}: module {got} vs expected {want}"
+                  for nm, got, want in zip(arg_names, args, want_args) if got != want]
+        raise ValueError(f"batch size {n}: @main arguments do not match weights then inputs "
+                         f"({len(args)} vs {len(want_args)} arguments) {detail}")
+    if results != want_res:
+        raise ValueError(f"batch size {n}: @main results {results} != expected {want_res}")

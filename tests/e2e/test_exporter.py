@@ -1,0 +1,233 @@
+"""The exporter on its own (no pjserve binary needed): what a bundle holds,
+how weights map to module arguments, argument validation, reproducibility."""
+
+import json
+import struct
+
+import jax
+import jax.numpy as jnp
+import ml_dtypes
+import numpy as np
+import pytest
+import yaml
+
+import pjserve_export as pe
+from pjserve_export import demo
+
+
+def _linear(p, x):
+    return x @ p["w"] + p["b"]
+
+
+LINEAR_PARAMS = {"w": np.ones((16, 4), np.float32), "b": np.zeros(4, np.float32)}
+X = [np.zeros((1, 16), np.float32)]
+
+
+def export_linear(tmp_path, **kw):
+    args = dict(name="linear", batch_sizes=[1, 4], input_names=["x"], output_names=["y"])
+    args.update(kw)
+    return pe.export_jax(_linear, LINEAR_PARAMS, X, tmp_path, **args)
+
+
+def test_bundle_layout_and_manifest(tmp_path):
+    path = export_linear(tmp_path, description='a "linear" model: y = x @ w + b',
+                         residency="device", weight=2.5)
+    assert path == tmp_path / "linear"
+    assert sorted(p.name for p in path.iterdir()) == [
+        "manifest.yaml", "model.b1.mlir", "model.b4.mlir", "weights.safetensors"]
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")], "staging left behind"
+    doc = yaml.safe_load((path / "manifest.yaml").read_text())
+    assert doc == {
+        "format_version": "2.0", "name": "linear", "kind": "model",
+        "description": 'a "linear" model: y = x @ w + b',
+        "batch_sizes": [1, 4],
+        "inputs": [{"name": "x", "dtype": "f32", "shape": ["batch", 16]}],
+        "outputs": [{"name": "y", "dtype": "f32", "shape": ["batch", 4]}],
+        "residency": "device", "weight": 2.5,
+    }
+
+
+def test_weights_first_then_inputs_and_unused_weights_kept(tmp_path):
+    params = {"z_unused": np.ones(3, np.float32),
+              "layers": [{"w": np.ones((16, 4), np.float32)}, {"b": np.zeros(4, np.float32)}]}
+
+    def fn(p, x, k):
+        return x @ p["layers"][0]["w"] + p["layers"][1]["b"] + k
+
+    path = pe.export_jax(fn, params, [np.zeros((2, 16), np.float32), np.zeros((2, 1), np.int32)],
+                         tmp_path, name="m", batch_sizes=[2, 8], input_names=["x", "k"],
+                         output_names=["y"])
+    tensors, meta = pe.read_safetensors(path / "weights.safetensors")
+    order = json.loads(meta["argument_order"])
+    assert order == ["layers.0.w", "layers.1.b", "z_unused"]   # jax order: keys sorted
+    assert list(tensors) == order                               # stored in argument order
+    for n in (2, 8):
+        artifact = (path / f"model.b{n}.mlir").read_bytes()
+        args, results = pe.main_signature(pe.deserialize_portable_artifact(artifact))
+        assert args == [((16, 4), "f32"), ((4,), "f32"), ((3,), "f32"),
+                        ((n, 16), "f32"), ((n, 1), "i32")]
+        assert results == [((n, 4), "f32")]
+    # jax's own promotion: i32 + f32 -> f32
+    assert pe.read_manifest(path).inputs[1].dtype == "i32"
+
+
+def test_artifacts_target_the_plugin_version(tmp_path):
+    lo, hi = pe.stablehlo_versions()
+    target = pe.default_target_version()
+    assert target == min(hi, pe.PLUGIN_STABLEHLO_VERSION, key=lambda v: tuple(map(int, v.split("."))))
+    path = export_linear(tmp_path)
+    assert pe.artifact_version((path / "model.b1.mlir").read_bytes()) == target
+    old = export_linear(tmp_path / "old", target_stablehlo_version="1.0.0")
+    data = (old / "model.b4.mlir").read_bytes()
+    assert pe.artifact_version(data) == "1.0.0"
+    assert pe.main_signature(pe.deserialize_portable_artifact(data))[0][-1] == ((4, 16), "f32")
+
+
+def test_export_is_reproducible(tmp_path):
+    m = demo.demo_models(["convnet"])[0]
+    a = m.export(tmp_path / "a")
+    b = m.export(tmp_path / "b")
+    for f in sorted(p.name for p in a.iterdir()):
+        assert (a / f).read_bytes() == (b / f).read_bytes(), f
+
+
+def test_reexport_replaces_bundle(tmp_path):
+    export_linear(tmp_path, batch_sizes=[1, 4])
+    path = export_linear(tmp_path, batch_sizes=[2])
+    assert sorted(p.name for p in path.iterdir()) == [
+        "manifest.yaml", "model.b2.mlir", "weights.safetensors"]
+    assert [p.name for p in tmp_path.iterdir()] == ["linear"]
+
+
+def test_refuses_to_replace_a_non_bundle_directory(tmp_path):
+    (tmp_path / "linear").mkdir()
+    (tmp_path / "linear" / "precious.txt").write_text("keep me")
+    with pytest.raises(ValueError, match="not a pjserve bundle"):
+        export_linear(tmp_path)
+    assert (tmp_path / "linear" / "precious.txt").read_text() == "keep me"
+
+
+def test_safetensors_round_trip_all_dtypes(tmp_path):
+    rng = np.random.default_rng(0)
+    tensors = {
+        "bool": rng.integers(0, 2, (3,)).astype(np.bool_),
+        "u8": np.arange(5, dtype=np.uint8), "i8": np.arange(-2, 3, dtype=np.int8),
+        "u16": np.arange(3, dtype=np.uint16), "i16": np.arange(3, dtype=np.int16),
+        "u32": np.arange(3, dtype=np.uint32), "i32": np.arange(3, dtype=np.int32),
+        "u64": np.arange(3, dtype=np.uint64), "i64": np.arange(3, dtype=np.int64),
+        "f16": rng.standard_normal((2, 3)).astype(np.float16),
+        "bf16": rng.standard_normal((2, 3)).astype(ml_dtypes.bfloat16),
+        "f32": rng.standard_normal((2, 2, 2)).astype(np.float32),
+        "f64": rng.standard_normal(4).astype(np.float64),
+        "scalar": np.float32(3.5), "empty": np.zeros((0, 4), np.float32),
+        "big_endian": np.arange(3, dtype=">i4"),
+    }
+    f = tmp_path / "t.safetensors"
+    pe.write_safetensors(f, tensors, {"argument_order": json.dumps(list(tensors))})
+    raw = f.read_bytes()
+    (n,) = struct.unpack("<Q", raw[:8])
+    assert (8 + n) % 8 == 0
+    header = json.loads(raw[8:8 + n])
+    assert header["bf16"]["dtype"] == "BF16" and header["big_endian"]["dtype"] == "I32"
+    back, meta = pe.read_safetensors(f)
+    assert json.loads(meta["argument_order"]) == list(tensors)
+    for k, v in tensors.items():
+        v = np.asarray(v)
+        assert back[k].shape == v.shape and back[k].dtype == v.dtype.newbyteorder("="), k
+        np.testing.assert_array_equal(back[k], v, err_msg=k)
+
+
+def test_reduced_precision_weights_are_stored_as_such(tmp_path):
+    path = demo.demo_models(["mlp_bf16"])[0].export(tmp_path)
+    tensors, _ = pe.read_safetensors(path / "weights.safetensors")
+    assert {str(v.dtype) for v in tensors.values()} == {"bfloat16"}
+    m = pe.read_manifest(path)
+    assert [s.dtype for s in m.inputs + m.outputs] == ["f32", "f32"]
+    path = demo.demo_models(["mlp_f16"])[0].export(tmp_path)
+    m = pe.read_manifest(path)
+    assert [s.dtype for s in m.inputs + m.outputs] == ["f16", "f16"]
+
+
+@pytest.mark.parametrize("kwargs,message", [
+    (dict(batch_sizes=[]), "must not be empty"),
+    (dict(batch_sizes=[4, 1]), "strictly ascending"),
+    (dict(batch_sizes=[1, 1]), "strictly ascending"),
+    (dict(batch_sizes=[0, 4]), "positive ints"),
+    (dict(batch_sizes=[1.0]), "positive ints"),
+    (dict(batch_sizes=[True]), "positive ints"),
+    (dict(batch_sizes=[1, 65537]), "at most 65536"),
+    (dict(input_names=["x", "y2"]), "input_names has 2 name"),
+    (dict(input_names=[]), "input_names has 0 name"),
+    (dict(output_names=["y", "z"]), "returns 1 output"),
+    (dict(output_names=[]), "must not be empty"),
+    (dict(output_names=["x"]), "both an input and an output"),
+    (dict(output_names=["has space"]), "letters, digits"),
+    (dict(input_names=["x/1"]), "letters, digits"),
+    (dict(name="bad name"), "name must be"),
+    (dict(name=""), "name must be"),
+    (dict(residency="gpu"), "residency"),
+    (dict(weight=0), "weight must be"),
+    (dict(weight=float("nan")), "weight must be"),
+    (dict(target_stablehlo_version="0.1.0"), "outside what this jaxlib"),
+    (dict(target_stablehlo_version="99.0.0"), "outside what this jaxlib"),
+    (dict(target_stablehlo_version="latest"), "looks like"),
+])
+def test_argument_validation(tmp_path, kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        export_linear(tmp_path, **kwargs)
+    assert not (tmp_path / "linear").exists()
+
+
+def test_duplicate_output_names(tmp_path):
+    with pytest.raises(ValueError, match="unique"):
+        pe.export_jax(lambda p, x: (x, x), {}, X, tmp_path, name="d", batch_sizes=[1],
+                      input_names=["x"], output_names=["y", "y"])
+
+
+def test_output_without_batch_axis(tmp_path):
+    with pytest.raises(ValueError, match="leading batch axis"):
+        pe.export_jax(lambda p, x: jnp.sum(x), LINEAR_PARAMS, X, tmp_path, name="s",
+                      batch_sizes=[2], input_names=["x"], output_names=["total"])
+
+
+def test_dict_output_rejected(tmp_path):
+    with pytest.raises(ValueError, match="tuple of arrays"):
+        pe.export_jax(lambda p, x: {"y": x}, {}, X, tmp_path, name="d", batch_sizes=[1],
+                      input_names=["x"], output_names=["y"])
+
+
+def test_scalar_example_input_rejected(tmp_path):
+    with pytest.raises(ValueError, match="leading batch axis"):
+        pe.export_jax(lambda p, x: x, {}, [np.float32(1)], tmp_path, name="s",
+                      batch_sizes=[1], input_names=["x"], output_names=["y"])
+
+
+def test_colliding_weight_names(tmp_path):
+    params = {"a.b": np.ones(2, np.float32), "a": {"b": np.ones(2, np.float32)}}
+    with pytest.raises(ValueError, match="collide"):
+        pe.export_jax(lambda p, x: x, params, X, tmp_path, name="c", batch_sizes=[1],
+                      input_names=["x"], output_names=["y"])
+
+
+def test_64_bit_weights_stored_as_jax_computes_them(tmp_path):
+    if jax.config.jax_enable_x64:
+        pytest.skip("x64 enabled: 64-bit types are kept")
+    params = {"w": np.ones((16, 4), np.float64)}
+    with pytest.warns(UserWarning, match="float32"):
+        path = pe.export_jax(lambda p, x: x @ p["w"], params, X, tmp_path, name="w64",
+                             batch_sizes=[1], input_names=["x"], output_names=["y"])
+    tensors, _ = pe.read_safetensors(path / "weights.safetensors")
+    assert tensors["w"].dtype == np.float32
+
+
+def test_custom_calls_are_reported_and_serialized(tmp_path):
+    """jnp.linalg.inv lowers to LAPACK custom calls carrying Shardy attributes:
+    the export warns (the bare CPU plugin has no handlers) and still writes a
+    pure-VHLO artifact."""
+    with pytest.warns(UserWarning, match="lapack_sgetrf_ffi"):
+        path = pe.export_jax(lambda p, x: jnp.linalg.inv(x), {},
+                             [np.eye(3, dtype=np.float32)[None]], tmp_path, name="inv",
+                             batch_sizes=[1], input_names=["x"], output_names=["y"])
+    text = pe.deserialize_portable_artifact((path / "model.b1.mlir").read_bytes())
+    assert pe.custom_call_targets(text) == ["lapack_sgetrf_ffi", "lapack_strsm_ffi"]
+    assert "#sdy." not in text.replace('"#sdy.', "")   # sdy only inside string attributes

@@ -1,0 +1,112 @@
+"""`pjserve run` on every demo bundle gives what jax gives.
+
+For each model and each batch of n examples (n = 1, 4, 8: the compiled sizes;
+n = 3: padded by the server to the compiled size 4 and sliced back), random
+inputs are saved as .npy, run through `pjserve run`, and each output is
+compared with fn(params, *inputs) computed by jax on the same inputs. The max
+absolute error per output is printed (pytest -s shows it).
+"""
+
+import numpy as np
+import pytest
+
+from conftest import describe, save_inputs
+from pjserve_export import demo, random_inputs
+
+# Tolerances, as in numpy.allclose: |got - want| <= ATOL + RTOL * |want|.
+# f32 models: the server and jax compile the same StableHLO with XLA CPU; only
+# the fusion / accumulation order may differ (seen: ~3e-6 absolute on the
+# convnet's 1568-long dot at batch 4, exact elsewhere).
+F32_ATOL, F32_RTOL = 1e-5, 1e-5
+# bf16 compute (mlp_bf16): bf16 carries 8 significant bits, so one rounding
+# difference in an intermediate moves an output of magnitude ~2-4 by ~0.016;
+# allow about two such ulps.
+BF16_ATOL, BF16_RTOL = 2e-2, 2e-2
+# f16 compute (mlp_f16): 11 significant bits, a few ulps (~5e-4 relative each).
+F16_ATOL, F16_RTOL = 5e-3, 5e-3
+# Integer outputs (two_io.argmax) must match exactly.
+
+TOLERANCE = {
+    "mlp": (F32_ATOL, F32_RTOL),
+    "convnet": (F32_ATOL, F32_RTOL),
+    "two_io": (F32_ATOL, F32_RTOL),
+    "mlp_bf16": (BF16_ATOL, BF16_RTOL),
+    "mlp_f16": (F16_ATOL, F16_RTOL),
+}
+
+BATCHES = [1, 3, 4, 8]
+
+
+def run_and_compare(pjserve, exported, n, tmp_path, extra_args=(), seed=None):
+    m = exported.manifest
+    inputs = random_inputs(m, n, seed=seed if seed is not None else 1000 + n)
+    in_args = save_inputs(inputs, tmp_path / "in")
+    out_dir = tmp_path / "out"
+    out_dir.mkdir()
+    r = pjserve("run", exported.path, *in_args, "--output-dir", out_dir,
+                "--cache-dir", tmp_path / "cache", *extra_args)
+    assert r.returncode == 0, describe(r)
+
+    written = sorted(p.name for p in out_dir.iterdir())
+    assert written == sorted(f"{o.name}.npy" for o in m.outputs), describe(r)
+
+    want = exported.model.reference(*[inputs[s.name] for s in m.inputs])
+    atol, rtol = TOLERANCE[m.name]
+    for spec, ref in zip(m.outputs, want):
+        got = np.load(out_dir / f"{spec.name}.npy")
+        assert got.dtype == spec.numpy_dtype, f"{spec.name}: dtype {got.dtype}, manifest {spec.dtype}"
+        assert got.dtype == ref.dtype
+        assert got.shape == spec.full_shape(n) == ref.shape, \
+            f"{spec.name}: shape {got.shape}, expected {spec.full_shape(n)}"
+        if np.issubdtype(ref.dtype, np.integer) or ref.dtype == np.bool_:
+            mismatches = int(np.sum(got != ref))
+            print(f"{m.name} n={n} {spec.name}: {mismatches} mismatching elements")
+            np.testing.assert_array_equal(got, ref, err_msg=f"{m.name} n={n} {spec.name}")
+        else:
+            g, w = got.astype(np.float64), ref.astype(np.float64)
+            err = float(np.max(np.abs(g - w))) if g.size else 0.0
+            print(f"{m.name} n={n} {spec.name}: max abs error {err:.3g} "
+                  f"(atol {atol:g}, rtol {rtol:g})")
+            assert np.all(np.isfinite(g)), f"{spec.name}: non-finite values"
+            np.testing.assert_allclose(g, w, atol=atol, rtol=rtol,
+                                       err_msg=f"{m.name} n={n} {spec.name}")
+    return inputs, out_dir
+
+
+@pytest.mark.parametrize("n", BATCHES)
+@pytest.mark.parametrize("name", demo.DEMO_MODEL_NAMES)
+def test_run_matches_jax(pjserve, models, name, n, tmp_path):
+    run_and_compare(pjserve, models[name], n, tmp_path)
+
+
+@pytest.mark.parametrize("name", ["mlp", "two_io"])
+def test_forced_batch_size_pads_and_slices(pjserve, models, name, tmp_path):
+    """--batch-size 8 runs module 8 on 3 examples; outputs are still 3 long."""
+    run_and_compare(pjserve, models[name], 3, tmp_path, extra_args=("--batch-size", 8))
+
+
+@pytest.mark.parametrize("n,forced", [(11, None), (3, 1), (9, 4)],
+                         ids=["11-as-8+4", "3-as-1+1+1", "9-forced-4"])
+def test_large_batches_run_in_chunks(pjserve, models, n, forced, tmp_path):
+    """More examples than the module holds run as consecutive chunks (the last
+    one padded); the output is still one array of n rows in input order."""
+    extra = ("--batch-size", forced) if forced else ()
+    for name in ("mlp", "two_io"):
+        run_and_compare(pjserve, models[name], n, tmp_path / name, extra_args=extra)
+
+
+def test_padding_does_not_leak_between_rows(pjserve, models, tmp_path):
+    """Row i of a padded batch equals the same example run alone."""
+    exported = models["convnet"]
+    inputs, out3 = run_and_compare(pjserve, exported, 3, tmp_path / "three", seed=7)
+    single = {k: v[1:2] for k, v in inputs.items()}
+    in_args = save_inputs(single, tmp_path / "one" / "in")
+    out1 = tmp_path / "one" / "out"
+    out1.mkdir()
+    r = pjserve("run", exported.path, *in_args, "--output-dir", out1,
+                "--cache-dir", tmp_path / "cache")
+    assert r.returncode == 0, describe(r)
+    for spec in exported.manifest.outputs:
+        np.testing.assert_allclose(np.load(out1 / f"{spec.name}.npy")[0],
+                                   np.load(out3 / f"{spec.name}.npy")[1],
+                                   atol=F32_ATOL, rtol=F32_RTOL)
