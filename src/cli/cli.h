@@ -59,6 +59,12 @@ typedef struct pjs_cli_runtime {
  * handled, 0 if not a shared option, -1 on a bad value (message printed). */
 int pjs_cli_common_option(pjs_cli_common *o, int opt, const char *arg);
 
+/* Parses argv for a command that takes only the shared options (and
+ * positional arguments, left at argv[optind..]). Returns PJS_EXIT_OK to go on,
+ * -1 after printing `help` for --help, or PJS_EXIT_USAGE. */
+int pjs_cli_parse_common_only(const char *cmd, const char *help, int argc, char **argv,
+                              pjs_cli_common *o);
+
 /* Loads the plugin, creates the client and opens the cache. */
 int pjs_cli_start(const pjs_cli_common *o, pjs_cli_runtime *rt);
 void pjs_cli_stop(pjs_cli_runtime *rt);

@@ -80,27 +80,14 @@ static void check_one(const char *dir, pjs_cli_runtime *rt, tally *t)
 
 int pjs_cmd_check(int argc, char **argv)
 {
-    static const struct option opts[] = {PJS_CLI_COMMON_LONG_OPTIONS,
-                                         {"help", no_argument, NULL, 'h'},
-                                         {NULL, 0, NULL, 0}};
     pjs_cli_common common = {0};
-    int opt;
-    optind = 1;
-    while ((opt = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
-        if (opt == 'h') {
-            fputs(help, stdout);
-            return PJS_EXIT_OK;
-        }
-        int r = pjs_cli_common_option(&common, opt, optarg);
-        if (r < 0)
-            return PJS_EXIT_USAGE;
-        if (r == 0)
-            return pjs_cli_usage_error("check", "unknown option");
-    }
+    int rc = pjs_cli_parse_common_only("check", help, argc, argv, &common);
+    if (rc != PJS_EXIT_OK)
+        return rc < 0 ? PJS_EXIT_OK : rc;
     if (optind == argc)
         return pjs_cli_usage_error("check", "name at least one bundle directory");
     pjs_cli_runtime rt;
-    int rc = pjs_cli_start(&common, &rt);
+    rc = pjs_cli_start(&common, &rt);
     if (rc != PJS_EXIT_OK)
         return rc;
     tally t = {0};

@@ -62,6 +62,28 @@ int pjs_cli_common_option(pjs_cli_common *o, int opt, const char *arg)
     return 0;
 }
 
+int pjs_cli_parse_common_only(const char *cmd, const char *help, int argc, char **argv,
+                              pjs_cli_common *o)
+{
+    static const struct option opts[] = {PJS_CLI_COMMON_LONG_OPTIONS,
+                                         {"help", no_argument, NULL, 'h'},
+                                         {NULL, 0, NULL, 0}};
+    int opt;
+    optind = 1;
+    while ((opt = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+        if (opt == 'h') {
+            fputs(help, stdout);
+            return -1;
+        }
+        int r = pjs_cli_common_option(o, opt, optarg);
+        if (r < 0)
+            return PJS_EXIT_USAGE;
+        if (r == 0)
+            return pjs_cli_usage_error(cmd, "unknown option");
+    }
+    return PJS_EXIT_OK;
+}
+
 int pjs_cli_start(const pjs_cli_common *o, pjs_cli_runtime *rt)
 {
     pjs_error err;
