@@ -96,7 +96,7 @@ static bool find_message(wire msg, uint32_t want, wire *out)
 typedef struct shape_proto {
     int element_type;
     pjs_shape shape;
-    wire tuple_elems[64];
+    wire tuple_elems[1024];
     int n_tuple;
 } shape_proto;
 
@@ -123,7 +123,7 @@ static bool decode_shape(wire msg, shape_proto *s)
                 s->shape.dims[s->shape.rank++] = (int64_t)v;
             }
         } else if (field == 4 && wtype == 2) {
-            if (s->n_tuple >= 64)
+            if (s->n_tuple >= 1024)
                 return false;
             s->tuple_elems[s->n_tuple++] = sub;
         }
