@@ -121,8 +121,8 @@ static const char *input_names(const pjs_manifest *m, char *buf, size_t size)
     return buf;
 }
 
-/* Matches --input flags to the manifest, loads them and checks dtype and
- * shape. Sets *n to the common batch dimension (0 when nothing is batched). */
+/* Matches --input flags to the manifest (leaving a->inputs in manifest
+ * order), loads them and checks dtype and shape. Sets *n to the common batch dimension (0 when nothing is batched). */
 static int load_inputs(run_args *a, const pjs_bundle *b, int64_t *n)
 {
     const pjs_manifest *m = &b->manifest;
@@ -142,13 +142,17 @@ static int load_inputs(run_args *a, const pjs_bundle *b, int64_t *n)
             if (a->inputs[j].spec == in->spec)
                 return pjs_cli_fail("bundle %s: input \"%s\" given twice", m->name, in->name);
     }
+    /* Every input is given once: put them in manifest order. */
     for (size_t j = 0; j < m->n_inputs; j++) {
-        bool given = false;
-        for (size_t i = 0; i < a->n_inputs; i++)
-            given |= a->inputs[i].spec == &m->inputs[j];
-        if (!given)
+        size_t i = j;
+        while (i < a->n_inputs && a->inputs[i].spec != &m->inputs[j])
+            i++;
+        if (i == a->n_inputs)
             return pjs_cli_fail("bundle %s: missing --input %s=FILE.npy (the model's inputs: %s)",
                                 m->name, m->inputs[j].name, input_names(m, names, sizeof names));
+        run_input given = a->inputs[i];
+        a->inputs[i] = a->inputs[j];
+        a->inputs[j] = given;
     }
     for (size_t i = 0; i < a->n_inputs; i++) {
         run_input *in = &a->inputs[i];
@@ -211,10 +215,7 @@ static int run_chunk(run_args *a, pjs_bundle *b, pjs_bundle_module *mod, pjrt_bu
     size_t uploaded = 0;
     for (; uploaded < m->n_inputs; uploaded++) {
         const pjs_tensor_spec *s = &m->inputs[uploaded];
-        const run_input *in = NULL;
-        for (size_t i = 0; i < a->n_inputs; i++)
-            if (a->inputs[i].spec == s)
-                in = &a->inputs[i];
+        const run_input *in = &a->inputs[uploaded]; /* in manifest order */
         pjs_shape shape = s->shape;
         const unsigned char *src = in->array.data;
         void *padded = NULL;

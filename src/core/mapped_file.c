@@ -97,33 +97,45 @@ out:
     return rc;
 }
 
-int pjs_write_file_atomic(const char *path, const void *data, size_t size, pjs_error *err)
+static int write_all(int fd, const void *data, size_t size)
+{
+    const char *p = data;
+    while (size > 0) {
+        ssize_t n = write(fd, p, size);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0)
+            return -1;
+        p += n;
+        size -= (size_t)n;
+    }
+    return 0;
+}
+
+int pjs_write_file_atomic_parts(const char *path, const pjs_file_part *parts, size_t n_parts,
+                                pjs_error *err)
 {
     char tmp[4096];
     if (snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid()) >= (int)sizeof tmp)
         return pjs_error_set(err, PJS_ERR_INVALID_ARGUMENT, "%s: path too long", path);
     int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (fd < 0)
-        return pjs_error_set(err, PJS_ERR_IO, "%s: cannot create: %s", tmp, strerror(errno));
-    const char *p = data;
-    size_t left = size;
-    while (left > 0) {
-        ssize_t n = write(fd, p, left);
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n < 0) {
-            int e = errno;
-            close(fd);
-            unlink(tmp);
-            return pjs_error_set(err, PJS_ERR_IO, "%s: write failed: %s", tmp, strerror(e));
-        }
-        p += n;
-        left -= (size_t)n;
-    }
-    if (close(fd) != 0 || rename(tmp, path) != 0) {
-        int e = errno;
+        return pjs_error_set(err, PJS_ERR_IO, "%s: cannot create: %s", path, strerror(errno));
+    int rc = 0;
+    for (size_t i = 0; rc == 0 && i < n_parts; i++)
+        if (write_all(fd, parts[i].data, parts[i].size) != 0)
+            rc = pjs_error_set(err, PJS_ERR_IO, "%s: write failed: %s", path, strerror(errno));
+    if (close(fd) != 0 && rc == 0)
+        rc = pjs_error_set(err, PJS_ERR_IO, "%s: write failed: %s", path, strerror(errno));
+    if (rc == 0 && rename(tmp, path) != 0)
+        rc = pjs_error_set(err, PJS_ERR_IO, "%s: cannot write: %s", path, strerror(errno));
+    if (rc != 0)
         unlink(tmp);
-        return pjs_error_set(err, PJS_ERR_IO, "%s: cannot write: %s", path, strerror(e));
-    }
-    return 0;
+    return rc;
+}
+
+int pjs_write_file_atomic(const char *path, const void *data, size_t size, pjs_error *err)
+{
+    pjs_file_part part = {data, size};
+    return pjs_write_file_atomic_parts(path, &part, 1, err);
 }

@@ -26,8 +26,18 @@ void pjs_mapped_file_close(pjs_mapped_file *mf);
 int pjs_read_file(const char *path, size_t max_size, char **out_data, size_t *out_size,
                   pjs_error *err);
 
-/* Writes data to path atomically (temporary file in the same directory, then
- * rename), creating the file with mode 0644. */
+/* One piece of a file written with pjs_write_file_atomic_parts. */
+typedef struct pjs_file_part {
+    const void *data;
+    size_t size;
+} pjs_file_part;
+
+/* Writes the parts, in order, to path atomically (temporary file in the same
+ * directory, then rename), creating the file with mode 0644. On failure no
+ * file is left behind and path is unchanged. Messages name path. */
+int pjs_write_file_atomic_parts(const char *path, const pjs_file_part *parts, size_t n_parts,
+                                pjs_error *err);
+/* The same for one buffer. */
 int pjs_write_file_atomic(const char *path, const void *data, size_t size, pjs_error *err);
 
 #endif

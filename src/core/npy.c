@@ -26,14 +26,11 @@
  */
 #include "core/npy.h"
 
-#include <errno.h>
-#include <fcntl.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "core/mapped_file.h"
 
@@ -468,29 +465,11 @@ static size_t format_header(char *buf, size_t bufsize, const char *descr, const 
     return total;
 }
 
-static int write_fd_all(int fd, const void *p, size_t n)
-{
-    const char *c = p;
-    while (n > 0) {
-        ssize_t w = write(fd, c, n);
-        if (w < 0 && errno == EINTR)
-            continue;
-        if (w < 0)
-            return -1;
-        c += w;
-        n -= (size_t)w;
-    }
-    return 0;
-}
-
-/* Writes to "<path>.tmp.<pid>" and renames it over path, so that no reader
- * ever sees a half-written file and a failed save leaves nothing behind. */
+/* Written atomically (pjs_write_file_atomic_parts): no reader ever sees a
+ * half-written file and a failed save leaves nothing behind. */
 int pjs_npy_save(const char *path, pjs_dtype dtype, const pjs_shape *shape, const void *data,
                  pjs_error *err)
 {
-    int rc = 0;
-    int fd = -1;
-    char tmp[4096];
     const char *descr = dtype == PJS_DTYPE_BF16 ? "<V2" : pjs_dtype_numpy_descr(dtype);
     if (descr == NULL || pjs_dtype_size(dtype) == 0)
         return pjs_error_set(err, PJS_ERR_INVALID_ARGUMENT, "%s: cannot save dtype '%s'", path,
@@ -507,26 +486,6 @@ int pjs_npy_save(const char *path, pjs_dtype dtype, const pjs_shape *shape, cons
     size_t hlen = format_header(header, sizeof header, descr, shape);
     if (hlen == 0)
         return pjs_error_set(err, PJS_ERR_INTERNAL, "%s: header does not fit", path);
-    if (snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid()) >= (int)sizeof tmp)
-        return pjs_error_set(err, PJS_ERR_INVALID_ARGUMENT, "%s: path too long", path);
-
-    fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd < 0)
-        return pjs_error_set(err, PJS_ERR_IO, "%s: cannot create: %s", path, strerror(errno));
-    if (write_fd_all(fd, header, hlen) != 0 || write_fd_all(fd, data, (size_t)nbytes) != 0) {
-        rc = pjs_error_set(err, PJS_ERR_IO, "%s: write failed: %s", path, strerror(errno));
-        goto out;
-    }
-    int closed = close(fd);
-    fd = -1;
-    if (closed != 0 || rename(tmp, path) != 0) {
-        rc = pjs_error_set(err, PJS_ERR_IO, "%s: write failed: %s", path, strerror(errno));
-        goto out;
-    }
-out:
-    if (fd >= 0)
-        close(fd);
-    if (rc != 0)
-        unlink(tmp);
-    return rc;
+    pjs_file_part parts[2] = {{header, hlen}, {data, (size_t)nbytes}};
+    return pjs_write_file_atomic_parts(path, parts, 2, err);
 }

@@ -22,33 +22,32 @@ static bool file_exists(const char *path)
     return stat(path, &st) == 0 && S_ISREG(st.st_mode);
 }
 
-static const char *base_name(const char *path)
+/* The last component of path, ignoring trailing slashes; its length goes to
+ * *len (it may be followed by slashes, so it is not always NUL-terminated). */
+static const char *last_component(const char *path, size_t *len)
 {
-    size_t len = strlen(path);
-    while (len > 1 && path[len - 1] == '/')
-        len--;
-    const char *end = path + len;
+    const char *end = path + strlen(path);
+    while (end > path + 1 && end[-1] == '/')
+        end--;
     const char *p = end;
     while (p > path && p[-1] != '/')
         p--;
+    *len = (size_t)(end - p);
     return p;
 }
 
-/* Length of the directory's base name, ignoring trailing slashes. */
-static size_t base_name_len(const char *path)
+/* The file name of a path that has no trailing slash. */
+static const char *file_name(const char *path)
 {
-    const char *b = base_name(path);
-    size_t n = 0;
-    while (b[n] != '\0' && b[n] != '/')
-        n++;
-    return n;
+    size_t len;
+    return last_component(path, &len);
 }
 
 static int check_layout(pjs_bundle *b, pjs_error *err)
 {
     const pjs_manifest *m = &b->manifest;
-    const char *dirname = base_name(b->dir);
-    size_t dirlen = base_name_len(b->dir);
+    size_t dirlen;
+    const char *dirname = last_component(b->dir, &dirlen);
     if (strlen(m->name) != dirlen || strncmp(m->name, dirname, dirlen) != 0)
         return pjs_error_set(err, PJS_ERR_INVALID_ARGUMENT,
                              "manifest.yaml: name: \"%s\" does not match the bundle directory "
@@ -186,7 +185,7 @@ static int check_signature(const pjs_bundle *b, const pjs_bundle_module *mod, pj
 {
     const pjs_manifest *m = &b->manifest;
     const pjs_rt_executable *e = mod->exec;
-    const char *file = base_name(mod->path);
+    const char *file = file_name(mod->path);
     size_t n_weights = b->weights.n_tensors;
     char what[512], source[512];
     if (e->n_params != n_weights + m->n_inputs)
@@ -236,7 +235,7 @@ int pjs_bundle_compile_module(pjs_bundle *b, pjs_bundle_module *mod, pjs_rt_clie
     int rc = pjs_mapped_file_open(&mf, mod->path, err);
     if (rc == 0) {
         char label[256];
-        snprintf(label, sizeof label, "%s", base_name(mod->path));
+        snprintf(label, sizeof label, "%s", file_name(mod->path));
         rc = pjs_rt_compile(c, mf.data, mf.size, cache, label, &mod->exec, err);
         pjs_mapped_file_close(&mf);
     }

@@ -215,17 +215,13 @@ int pjs_exec_cache_store(pjs_exec_cache *cache, const unsigned char key[PJS_EXEC
 {
     char path[PATH_MAX + 80];
     entry_path(cache, key, path, sizeof path);
-    unsigned char *buf = malloc(ENTRY_HEADER_SIZE + size);
-    if (buf == NULL)
-        return pjs_error_set(err, PJS_ERR_NOMEM, "out of memory storing a cache entry");
-    memcpy(buf, ENTRY_MAGIC, 8);
-    memcpy(buf + 8, key, PJS_EXEC_CACHE_KEY_SIZE);
-    write_u64le(buf + 8 + PJS_EXEC_CACHE_KEY_SIZE, size);
-    sha256(payload, size, buf + 8 + PJS_EXEC_CACHE_KEY_SIZE + 8);
-    memcpy(buf + ENTRY_HEADER_SIZE, payload, size);
-    int rc = pjs_write_file_atomic(path, buf, ENTRY_HEADER_SIZE + size, err);
-    free(buf);
-    return rc;
+    unsigned char header[ENTRY_HEADER_SIZE];
+    memcpy(header, ENTRY_MAGIC, 8);
+    memcpy(header + 8, key, PJS_EXEC_CACHE_KEY_SIZE);
+    write_u64le(header + 8 + PJS_EXEC_CACHE_KEY_SIZE, size);
+    sha256(payload, size, header + 8 + PJS_EXEC_CACHE_KEY_SIZE + 8);
+    pjs_file_part parts[2] = {{header, sizeof header}, {payload, size}};
+    return pjs_write_file_atomic_parts(path, parts, 2, err);
 }
 
 void pjs_exec_cache_evict(pjs_exec_cache *cache, const unsigned char key[PJS_EXEC_CACHE_KEY_SIZE])

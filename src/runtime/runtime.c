@@ -496,19 +496,30 @@ static void destroy_executable(const struct pjrt_api *api, pjrt_executable *x)
         pjs_warn("%s", err.msg);
 }
 
+/* The executable behind a loaded one; destroy it with destroy_executable. */
+static int get_executable(const struct pjrt_api *api, pjrt_loaded_executable *le,
+                          pjrt_executable **out, pjs_error *err)
+{
+    struct pjrt_loaded_executable_get_executable_args g = {.struct_size = sizeof g,
+                                                           .loaded_executable = le};
+    int rc = CALL(api, loaded_executable_get_executable, &g, "reading the executable", err);
+    if (rc == 0)
+        *out = g.executable;
+    return rc;
+}
+
 /* Reads the parameter and result types from the optimized HLO module. */
 static int read_signature(pjs_rt_client *c, pjs_rt_executable *e, const char *label,
                           pjs_error *err)
 {
     const struct pjrt_api *api = c->plugin->api;
-    struct pjrt_loaded_executable_get_executable_args g = {
-        .struct_size = sizeof g, .loaded_executable = e->loaded};
-    int rc = CALL(api, loaded_executable_get_executable, &g, "reading the executable", err);
+    pjrt_executable *x;
+    int rc = get_executable(api, e->loaded, &x, err);
     if (rc != 0)
         return rc;
     struct pjrt_program prog = {.struct_size = sizeof prog};
     struct pjrt_executable_optimized_program_args op = {
-        .struct_size = sizeof op, .executable = g.executable, .program = &prog};
+        .struct_size = sizeof op, .executable = x, .program = &prog};
     rc = CALL(api, executable_optimized_program, &op, "reading the optimized program", err);
     if (rc == 0) {
         prog.code = malloc(prog.code_size ? prog.code_size : 1);
@@ -525,14 +536,14 @@ static int read_signature(pjs_rt_client *c, pjs_rt_executable *e, const char *la
     free(prog.code);
     if (rc == 0) {
         struct pjrt_executable_num_outputs_args no = {.struct_size = sizeof no,
-                                                      .executable = g.executable};
+                                                      .executable = x};
         rc = CALL(api, executable_num_outputs, &no, "counting outputs", err);
         if (rc == 0 && no.num_outputs != e->n_results)
             rc = pjs_error_set(err, PJS_ERR_RUNTIME,
                                "the plugin reports %zu outputs but the HLO result has %zu",
                                no.num_outputs, e->n_results);
     }
-    destroy_executable(api, g.executable);
+    destroy_executable(api, x);
     if (rc != 0)
         pjs_error_prefix(err, "%s: ", label);
     return rc;
@@ -675,13 +686,12 @@ static void store_cached(pjs_rt_client *c, pjs_exec_cache *cache,
 {
     const struct pjrt_api *api = c->plugin->api;
     pjs_error err;
-    struct pjrt_loaded_executable_get_executable_args g = {
-        .struct_size = sizeof g, .loaded_executable = e->loaded};
-    if (CALL(api, loaded_executable_get_executable, &g, "reading the executable", &err) != 0) {
+    pjrt_executable *x;
+    if (get_executable(api, e->loaded, &x, &err) != 0) {
         pjs_warn("executable cache: not storing %s: %s", label, err.msg);
         return;
     }
-    struct pjrt_executable_serialize_args s = {.struct_size = sizeof s, .executable = g.executable};
+    struct pjrt_executable_serialize_args s = {.struct_size = sizeof s, .executable = x};
     buf b = {0};
     if (CALL(api, executable_serialize, &s, "serializing the executable", &err) != 0) {
         pjs_warn("executable cache: not storing %s: %s", label, err.msg);
@@ -697,7 +707,7 @@ static void store_cached(pjs_rt_client *c, pjs_exec_cache *cache,
         s.serialized_executable_deleter(s.serialized_executable);
 out:
     free(b.data);
-    destroy_executable(api, g.executable);
+    destroy_executable(api, x);
 }
 
 int pjs_rt_compile(pjs_rt_client *c, const void *module, size_t module_size, pjs_exec_cache *cache,

@@ -37,10 +37,14 @@ TOLERANCE = {
 BATCHES = [1, 3, 4, 8]
 
 
-def run_and_compare(pjserve, exported, n, tmp_path, extra_args=(), seed=None):
+def run_and_compare(pjserve, exported, n, tmp_path, extra_args=(), seed=None,
+                    reverse_inputs=False):
     m = exported.manifest
     inputs = random_inputs(m, n, seed=seed if seed is not None else 1000 + n)
     in_args = save_inputs(inputs, tmp_path / "in")
+    if reverse_inputs:  # the --input flags in the opposite order to the manifest's
+        pairs = [in_args[i:i + 2] for i in range(0, len(in_args), 2)]
+        in_args = [a for pair in reversed(pairs) for a in pair]
     out_dir = tmp_path / "out"
     out_dir.mkdir()
     r = pjserve("run", exported.path, *in_args, "--output-dir", out_dir,
@@ -77,6 +81,11 @@ def run_and_compare(pjserve, exported, n, tmp_path, extra_args=(), seed=None):
 @pytest.mark.parametrize("name", demo.DEMO_MODEL_NAMES)
 def test_run_matches_jax(pjserve, models, name, n, tmp_path):
     run_and_compare(pjserve, models[name], n, tmp_path)
+
+
+def test_input_flags_in_any_order(pjserve, models, tmp_path):
+    """--input flags are matched by name, not by position."""
+    run_and_compare(pjserve, models["two_io"], 3, tmp_path, reverse_inputs=True)
 
 
 @pytest.mark.parametrize("name", ["mlp", "two_io"])
