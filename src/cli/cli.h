@@ -78,5 +78,6 @@ int pjs_cli_usage_error(const char *cmd, const char *fmt, ...)
 int pjs_cmd_run(int argc, char **argv);
 int pjs_cmd_check(int argc, char **argv);
 int pjs_cmd_info(int argc, char **argv);
+int pjs_cmd_serve(int argc, char **argv);
 
 #endif

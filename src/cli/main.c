@@ -14,6 +14,9 @@ static const char usage[] =
     "usage: pjserve COMMAND [OPTIONS]\n"
     "\n"
     "commands:\n"
+    "  serve --model-repository DIR\n"
+    "                  serve every bundle in DIR over KServe V2 gRPC (:8001) and\n"
+    "                  HTTP/REST (:8000), with Prometheus metrics (:8002)\n"
     "  run BUNDLE --input NAME=FILE.npy ... --output-dir DIR\n"
     "                  load, compile and execute a bundle once; write outputs as .npy\n"
     "  check BUNDLE... validate and compile bundles; report what was found\n"
@@ -47,6 +50,8 @@ int main(int argc, char **argv)
         printf("pjserve %s\n", PJSERVE_VERSION);
         return PJS_EXIT_OK;
     }
+    if (strcmp(cmd, "serve") == 0)
+        return pjs_cmd_serve(argc - 1, argv + 1);
     if (strcmp(cmd, "run") == 0)
         return pjs_cmd_run(argc - 1, argv + 1);
     if (strcmp(cmd, "check") == 0)

@@ -1,0 +1,202 @@
+/*
+ * infer.c - request validation shared by every front end.
+ *
+ * The checks run in the order a caller fixes mistakes: names first (unknown,
+ * repeated, missing), then per input the datatype, the shape and the byte
+ * size, then agreement on the batch, then the requested outputs. The first
+ * failure is reported; messages name the model and the tensor and say what
+ * was expected.
+ */
+#include "core/infer.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+void pjs_infer_request_init(pjs_infer_request *r)
+{
+    memset(r, 0, sizeof *r);
+    r->times.received = pjs_now_ns();
+}
+
+void pjs_infer_request_release(pjs_infer_request *r)
+{
+    for (size_t i = 0; i < r->n_outputs; i++) {
+        free(r->outputs[i].data);
+        r->outputs[i].data = NULL;
+    }
+    r->n_outputs = 0;
+}
+
+uint64_t pjs_now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+uint64_t pjs_wall_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
+/* "x, y" into buf. */
+static const char *tensor_names(const pjs_tensor_spec *specs, size_t n, char *buf, size_t size)
+{
+    size_t used = 0;
+    buf[0] = '\0';
+    for (size_t i = 0; i < n && used < size; i++) {
+        int w = snprintf(buf + used, size - used, "%s%s", i ? ", " : "", specs[i].name);
+        if (w < 0)
+            break;
+        used += (size_t)w;
+    }
+    return buf;
+}
+
+static const pjs_tensor_spec *find_spec(const pjs_tensor_spec *specs, size_t n, const char *name)
+{
+    for (size_t i = 0; i < n; i++)
+        if (strcmp(specs[i].name, name) == 0)
+            return &specs[i];
+    return NULL;
+}
+
+/* The shape the model takes, with the batch axis shown as -1. */
+static const char *expected_shape(const pjs_tensor_spec *s, char *buf, size_t size)
+{
+    return pjs_shape_format(&s->shape, buf, size);
+}
+
+static int check_input(const pjs_infer_input *in, const pjs_manifest *m, int64_t max_batch,
+                       pjs_error *err)
+{
+    const pjs_tensor_spec *s = in->spec;
+    size_t dt_len = in->datatype ? strlen(in->datatype) : 0;
+    pjs_dtype dt = pjs_dtype_from_kserve(in->datatype ? in->datatype : "", dt_len);
+    char got[160], want[160];
+    if (dt == PJS_DTYPE_INVALID) {
+        if (in->datatype != NULL && strcmp(in->datatype, "BYTES") == 0)
+            return pjs_error_set(err, PJS_ERR_INVALID_ARGUMENT,
+                                 "model %s: input \"%s\": datatype BYTES is not supported by "
+                                 "pjserve (the model takes %s)",
+                                 m->name, in->name, pjs_dtype_kserve_name(s->dtype));
+        return pjs_error_set(err, PJS_ERR_INVALID_ARGUMENT,
+                             "model %s: input \"%s\": unknown datatype \"%.32s\" (the model "
+                             "takes %s)",
+                             m->name, in->name, in->datatype ? in->datatype : "",
+                             pjs_dtype_kserve_name(s->dtype));
+    }
+    if (dt != s->dtype)
+        return pjs_error_set(err, PJS_ERR_INVALID_ARGUMENT,
+                             "model %s: input \"%s\": datatype %s does not match the model's %s",
+                             m->name, in->name, pjs_dtype_kserve_name(dt),
+                             pjs_dtype_kserve_name(s->dtype));
+    const pjs_shape *sh = &in->shape;
+    bool ok = sh->rank == s->shape.rank;
+    for (int d = s->batched ? 1 : 0; ok && d < sh->rank; d++)
+        ok = sh->dims[d] == s->shape.dims[d];
+    if (!ok)
+        return pjs_error_set(err, PJS_ERR_INVALID_ARGUMENT,
+                             "model %s: input \"%s\": shape %s does not match the model's %s%s",
+                             m->name, in->name, pjs_shape_format(sh, got, sizeof got),
+                             expected_shape(s, want, sizeof want),
+                             s->batched ? " (-1: the batch size)" : "");
+    if (s->batched && (sh->dims[0] < 1 || sh->dims[0] > max_batch))
+        return pjs_error_set(err, PJS_ERR_INVALID_ARGUMENT,
+                             "model %s: input \"%s\": batch size %lld is outside 1..%lld (the "
+                             "model's max_batch_size)",
+                             m->name, in->name, (long long)sh->dims[0], (long long)max_batch);
+    uint64_t want_bytes = 0;
+    if (!pjs_shape_nbytes(sh, pjs_dtype_size(s->dtype), &want_bytes) || want_bytes > SIZE_MAX)
+        return pjs_error_set(err, PJS_ERR_INVALID_ARGUMENT,
+                             "model %s: input \"%s\": shape %s is too large", m->name, in->name,
+                             pjs_shape_format(sh, got, sizeof got));
+    if (in->nbytes != want_bytes)
+        return pjs_error_set(err, PJS_ERR_INVALID_ARGUMENT,
+                             "model %s: input \"%s\": got %zu bytes of data but shape %s of %s "
+                             "needs %llu",
+                             m->name, in->name, in->nbytes, pjs_shape_format(sh, got, sizeof got),
+                             pjs_dtype_kserve_name(s->dtype), (unsigned long long)want_bytes);
+    if (in->data == NULL && want_bytes > 0)
+        return pjs_error_set(err, PJS_ERR_INVALID_ARGUMENT,
+                             "model %s: input \"%s\": no data", m->name, in->name);
+    return 0;
+}
+
+int pjs_infer_validate(pjs_infer_request *r, const pjs_manifest *m, int64_t max_batch,
+                       pjs_error *err)
+{
+    char names[1024];
+    if (r->n_inputs > PJS_INFER_MAX_TENSORS || r->n_requested > PJS_INFER_MAX_TENSORS)
+        return pjs_error_set(err, PJS_ERR_INVALID_ARGUMENT, "model %s: too many tensors",
+                             m->name);
+    for (size_t i = 0; i < r->n_inputs; i++) {
+        pjs_infer_input *in = &r->inputs[i];
+        if (in->name == NULL)
+            return pjs_error_set(err, PJS_ERR_INVALID_ARGUMENT,
+                                 "model %s: input %zu has no name", m->name, i);
+        in->spec = find_spec(m->inputs, m->n_inputs, in->name);
+        if (in->spec == NULL)
+            return pjs_error_set(err, PJS_ERR_INVALID_ARGUMENT,
+                                 "model %s: unexpected input \"%.256s\" (the model's inputs: %s)",
+                                 m->name, in->name,
+                                 tensor_names(m->inputs, m->n_inputs, names, sizeof names));
+        for (size_t j = 0; j < i; j++)
+            if (r->inputs[j].spec == in->spec)
+                return pjs_error_set(err, PJS_ERR_INVALID_ARGUMENT,
+                                     "model %s: input \"%s\" given more than once", m->name,
+                                     in->name);
+    }
+    /* Each given input is known and given once: put them in manifest order,
+     * naming the first missing one. */
+    for (size_t j = 0; j < m->n_inputs; j++) {
+        size_t i = j;
+        while (i < r->n_inputs && r->inputs[i].spec != &m->inputs[j])
+            i++;
+        if (i >= r->n_inputs)
+            return pjs_error_set(err, PJS_ERR_INVALID_ARGUMENT,
+                                 "model %s: missing input \"%s\" (the model's inputs: %s)",
+                                 m->name, m->inputs[j].name,
+                                 tensor_names(m->inputs, m->n_inputs, names, sizeof names));
+        pjs_infer_input given = r->inputs[i];
+        r->inputs[i] = r->inputs[j];
+        r->inputs[j] = given;
+    }
+    r->batch = 1;
+    bool have_batch = false;
+    for (size_t i = 0; i < r->n_inputs; i++) {
+        pjs_infer_input *in = &r->inputs[i];
+        int rc = check_input(in, m, max_batch, err);
+        if (rc != 0)
+            return rc;
+        if (!in->spec->batched)
+            continue;
+        if (have_batch && in->shape.dims[0] != r->batch)
+            return pjs_error_set(err, PJS_ERR_INVALID_ARGUMENT,
+                                 "model %s: input \"%s\" has batch size %lld but an earlier input "
+                                 "has %lld; batched inputs must agree",
+                                 m->name, in->name, (long long)in->shape.dims[0],
+                                 (long long)r->batch);
+        r->batch = in->shape.dims[0];
+        have_batch = true;
+    }
+    for (size_t k = 0; k < r->n_requested; k++) {
+        const char *name = r->requested[k].name;
+        if (name == NULL || find_spec(m->outputs, m->n_outputs, name) == NULL)
+            return pjs_error_set(err, PJS_ERR_INVALID_ARGUMENT,
+                                 "model %s: unknown output \"%.256s\" requested (the model's "
+                                 "outputs: %s)",
+                                 m->name, name ? name : "",
+                                 tensor_names(m->outputs, m->n_outputs, names, sizeof names));
+        for (size_t j = 0; j < k; j++)
+            if (strcmp(r->requested[j].name, name) == 0)
+                return pjs_error_set(err, PJS_ERR_INVALID_ARGUMENT,
+                                     "model %s: output \"%s\" requested more than once", m->name,
+                                     name);
+    }
+    return 0;
+}

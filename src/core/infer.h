@@ -1,0 +1,122 @@
+/*
+ * infer.h - one inference request as every front end hands it to the server.
+ *
+ * A front end (gRPC, HTTP) decodes its wire format into a pjs_infer_request:
+ * input names, datatypes, shapes and pointers to the input bytes, which stay
+ * owned by the front end (the decoded message, a converted JSON buffer, or a
+ * shared-memory region) until the request completes. pjs_infer_validate then
+ * checks the request against the model's manifest in one place, so both
+ * protocols reject the same mistakes with the same words, and puts the inputs
+ * in manifest order. The dispatch thread fills `outputs` (owned by the
+ * request, freed by pjs_infer_request_release) and calls `on_done` on a
+ * completion thread, where the front end encodes and responds.
+ *
+ * A request belongs to one thread at a time: the front end until submit, the
+ * dispatcher until completion, then the front end again.
+ */
+#ifndef PJS_CORE_INFER_H
+#define PJS_CORE_INFER_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/dtype.h"
+#include "core/manifest.h"
+#include "core/shape.h"
+#include "core/status.h"
+
+/* Most inputs or outputs a served model may have. */
+#define PJS_INFER_MAX_TENSORS 64
+/* Longest request id kept (longer ids are refused). */
+#define PJS_INFER_ID_MAX 256
+
+struct pjs_model;
+
+typedef struct pjs_infer_input {
+    const char *name;     /* borrowed, NUL-terminated */
+    const char *datatype; /* KServe datatype as sent ("FP32"), borrowed */
+    pjs_shape shape;
+    const void *data;     /* borrowed; nbytes long */
+    size_t nbytes;
+    const pjs_tensor_spec *spec; /* set by pjs_infer_validate */
+} pjs_infer_input;
+
+/* An output the client asked for by name, with its delivery options. */
+typedef struct pjs_infer_requested_output {
+    const char *name;        /* borrowed */
+    bool binary_data;        /* HTTP: send as binary (binary_data_output or per-output) */
+    const char *shm_region;  /* system shared memory region name, or NULL */
+    uint64_t shm_offset;
+    uint64_t shm_byte_size;
+} pjs_infer_requested_output;
+
+/* One produced output, in manifest order. */
+typedef struct pjs_infer_output {
+    const pjs_tensor_spec *spec;
+    pjs_shape shape;       /* batch axis set to the request's batch */
+    void *data;            /* owned; NULL when not wanted */
+    size_t nbytes;
+    int requested;         /* index into requested[] or -1 (all outputs sent) */
+} pjs_infer_output;
+
+/* Monotonic nanosecond timestamps of a request's life (0: not reached). */
+typedef struct pjs_infer_times {
+    uint64_t received;      /* front end started decoding */
+    uint64_t queued;        /* submitted to the dispatcher */
+    uint64_t exec_start;    /* dispatcher dequeued it */
+    uint64_t input_done;    /* inputs on the device */
+    uint64_t infer_done;    /* execution finished */
+    uint64_t output_done;   /* outputs back on the host, sliced */
+} pjs_infer_times;
+
+typedef struct pjs_infer_request pjs_infer_request;
+typedef void (*pjs_infer_done_fn)(pjs_infer_request *r);
+
+struct pjs_infer_request {
+    struct pjs_model *model;  /* a reference the request holds */
+    char id[PJS_INFER_ID_MAX];
+
+    size_t n_inputs;
+    pjs_infer_input inputs[PJS_INFER_MAX_TENSORS];
+    /* Outputs named by the client; none means "every output". */
+    size_t n_requested;
+    pjs_infer_requested_output requested[PJS_INFER_MAX_TENSORS];
+    bool binary_data_output; /* HTTP parameter: every output binary by default */
+
+    /* Set by validation: rows in the batch axis (1 for unbatched models). */
+    int64_t batch;
+    /* Set by the dispatcher. */
+    size_t n_outputs;
+    pjs_infer_output outputs[PJS_INFER_MAX_TENSORS];
+    pjs_infer_times times;
+    pjs_error error; /* code PJS_OK on success */
+
+    /* Called once on a completion thread when outputs or error are set. */
+    pjs_infer_done_fn on_done;
+    void *frontend_ctx;
+
+    pjs_infer_request *next; /* dispatcher queue link */
+};
+
+/* Zeroes r and sets received to now. */
+void pjs_infer_request_init(pjs_infer_request *r);
+/* Frees the outputs; does not touch the model reference. */
+void pjs_infer_request_release(pjs_infer_request *r);
+
+/* Checks a decoded request against a model: every input named once and known,
+ * datatype, shape (batch axis in 1..max_batch for batched inputs, every other
+ * dimension exact), byte size, batched inputs agreeing on the batch, requested
+ * outputs known and named once. Reorders inputs to manifest order and sets
+ * r->batch. Errors are PJS_ERR_INVALID_ARGUMENT (PJS_ERR_UNSUPPORTED for a
+ * datatype pjserve does not serve, e.g. BYTES) with a message naming the
+ * model, the tensor and what was expected. */
+int pjs_infer_validate(pjs_infer_request *r, const pjs_manifest *m, int64_t max_batch,
+                       pjs_error *err);
+
+/* Monotonic clock in nanoseconds. */
+uint64_t pjs_now_ns(void);
+/* Wall clock in milliseconds since the Unix epoch. */
+uint64_t pjs_wall_ms(void);
+
+#endif

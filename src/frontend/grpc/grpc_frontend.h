@@ -1,0 +1,37 @@
+/*
+ * grpc_frontend.h - the KServe V2 gRPC front end (inference.GRPCInferenceService,
+ * grpc.health.v1.Health and server reflection) on the gRPC C core.
+ *
+ * Started once the server has loaded its repository; stopped after
+ * pjs_server_drain, so every accepted request has been answered first.
+ */
+#ifndef PJS_FRONTEND_GRPC_FRONTEND_H
+#define PJS_FRONTEND_GRPC_FRONTEND_H
+
+#include <stdbool.h>
+
+#include "core/status.h"
+#include "server/server.h"
+
+typedef struct pjs_grpc_options {
+    const char *host;              /* bind address, e.g. "0.0.0.0" */
+    int port;                      /* e.g. 8001 */
+    const char *tls_cert;          /* PEM files; NULL: plaintext */
+    const char *tls_key;
+    const char *tls_ca;            /* with tls_cert: require and verify client certificates */
+    int keepalive_time_ms;         /* 0: gRPC's default */
+    int keepalive_timeout_ms;      /* 0: gRPC's default */
+    bool keepalive_permit_without_calls;
+    int threads;                   /* completion-queue threads; 0: a default */
+} pjs_grpc_options;
+
+typedef struct pjs_grpc_frontend pjs_grpc_frontend;
+
+/* Binds and starts serving. Errors name the address and the reason (port in
+ * use, unreadable certificate). */
+int pjs_grpc_frontend_start(pjs_server *s, const pjs_grpc_options *o, pjs_grpc_frontend **out,
+                            pjs_error *err);
+/* Ends open streams, shuts the server down and joins its threads. */
+void pjs_grpc_frontend_stop(pjs_grpc_frontend *f);
+
+#endif

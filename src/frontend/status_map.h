@@ -1,0 +1,42 @@
+/*
+ * status_map.h - the one place pjs_status becomes a gRPC or HTTP status.
+ *
+ * gRPC codes are the numeric values of grpc_status_code (so this header
+ * needs no gRPC include); HTTP codes follow Triton's mapping.
+ */
+#ifndef PJS_FRONTEND_STATUS_MAP_H
+#define PJS_FRONTEND_STATUS_MAP_H
+
+#include "core/status.h"
+
+static inline int pjs_status_to_grpc(int status)
+{
+    switch (status) {
+    case PJS_OK: return 0;                       /* OK */
+    case PJS_ERR_INVALID_ARGUMENT: return 3;     /* INVALID_ARGUMENT */
+    case PJS_ERR_DEADLINE_EXCEEDED: return 4;    /* DEADLINE_EXCEEDED */
+    case PJS_ERR_NOT_FOUND: return 5;            /* NOT_FOUND */
+    case PJS_ERR_RESOURCE_EXHAUSTED: return 8;   /* RESOURCE_EXHAUSTED */
+    case PJS_ERR_FAILED_PRECONDITION: return 9;  /* FAILED_PRECONDITION */
+    case PJS_ERR_UNSUPPORTED: return 12;         /* UNIMPLEMENTED */
+    case PJS_ERR_UNAVAILABLE: return 14;         /* UNAVAILABLE */
+    default: return 13;                          /* INTERNAL */
+    }
+}
+
+static inline int pjs_status_to_http(int status)
+{
+    switch (status) {
+    case PJS_OK: return 200;
+    case PJS_ERR_INVALID_ARGUMENT: return 400;
+    case PJS_ERR_UNSUPPORTED: return 400;
+    case PJS_ERR_FAILED_PRECONDITION: return 400;
+    case PJS_ERR_NOT_FOUND: return 404;
+    case PJS_ERR_RESOURCE_EXHAUSTED: return 429;
+    case PJS_ERR_UNAVAILABLE: return 503;
+    case PJS_ERR_DEADLINE_EXCEEDED: return 504;
+    default: return 500;
+    }
+}
+
+#endif

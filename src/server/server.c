@@ -1,0 +1,446 @@
+/*
+ * server.c - the repository of models, lookups, submission, shutdown.
+ *
+ * The repository is an array of entries, one per bundle directory, each with
+ * its state and (when READY) the current pjs_model. `repo_lock` guards the
+ * array and is held only to read or swap entries, never while compiling:
+ * loads run under `load_lock`, which serializes them, and swap the new model
+ * in at the end, so requests in flight keep the model they looked up.
+ */
+#include "server/server.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "core/log.h"
+#include "registry/bundle.h"
+#include "runtime/exec_cache.h"
+#include "sched/dispatch.h"
+
+typedef struct repo_entry {
+    pjs_repository_entry info;
+    pjs_model *model; /* the repository's reference; NULL unless READY */
+} repo_entry;
+
+struct pjs_server {
+    char repository[PJS_BUNDLE_DIR_MAX];
+    pjs_rt_plugin *plugin;
+    pjs_rt_client *client;
+    pjs_exec_cache *cache; /* NULL: no executable cache */
+    pjs_dispatcher *dispatcher;
+    pjs_shm_registry *shm;
+    atomic_bool draining;
+
+    pthread_mutex_t load_lock; /* one load at a time */
+    pthread_mutex_t repo_lock;
+    repo_entry *entries;
+    size_t n_entries;
+    size_t cap_entries;
+};
+
+const char *pjs_server_version(void)
+{
+    return PJSERVE_VERSION;
+}
+
+const char *pjs_model_state_name(pjs_model_state st)
+{
+    switch (st) {
+    case PJS_MODEL_READY: return "READY";
+    case PJS_MODEL_LOADING: return "LOADING";
+    default: return "UNAVAILABLE";
+    }
+}
+
+/* ---- repository entries (repo_lock held) ----------------------------------- */
+
+static repo_entry *find_entry_locked(pjs_server *s, const char *name)
+{
+    for (size_t i = 0; i < s->n_entries; i++)
+        if (strcmp(s->entries[i].info.name, name) == 0)
+            return &s->entries[i];
+    return NULL;
+}
+
+static repo_entry *add_entry_locked(pjs_server *s, const char *name)
+{
+    repo_entry *e = find_entry_locked(s, name);
+    if (e != NULL)
+        return e;
+    if (s->n_entries == s->cap_entries) {
+        size_t cap = s->cap_entries ? 2 * s->cap_entries : 16;
+        repo_entry *grown = realloc(s->entries, cap * sizeof *grown);
+        if (grown == NULL)
+            return NULL;
+        s->entries = grown;
+        s->cap_entries = cap;
+    }
+    e = &s->entries[s->n_entries++];
+    memset(e, 0, sizeof *e);
+    snprintf(e->info.name, sizeof e->info.name, "%s", name);
+    e->info.state = PJS_MODEL_UNAVAILABLE;
+    return e;
+}
+
+static int compare_entries(const void *a, const void *b)
+{
+    return strcmp(((const repo_entry *)a)->info.name, ((const repo_entry *)b)->info.name);
+}
+
+/* Sets an entry's state, swapping in `model` (which may be NULL); returns the
+ * model it replaced for the caller to unref outside the lock. */
+static pjs_model *set_entry(pjs_server *s, const char *name, pjs_model_state st,
+                            const char *reason, pjs_model *model)
+{
+    pjs_model *old = NULL;
+    pthread_mutex_lock(&s->repo_lock);
+    repo_entry *e = add_entry_locked(s, name);
+    if (e == NULL) {
+        pthread_mutex_unlock(&s->repo_lock);
+        pjs_error("model %s: out of memory", name);
+        return model;
+    }
+    old = e->model;
+    e->model = model;
+    e->info.state = st;
+    snprintf(e->info.reason, sizeof e->info.reason, "%s", reason ? reason : "");
+    qsort(s->entries, s->n_entries, sizeof *s->entries, compare_entries);
+    pthread_mutex_unlock(&s->repo_lock);
+    return old;
+}
+
+/* ---- loading ------------------------------------------------------------- */
+
+static bool is_bundle_dir(const char *repository, const char *name)
+{
+    if (name[0] == '.')
+        return false;
+    char path[PJS_BUNDLE_DIR_MAX + 300];
+    struct stat st;
+    snprintf(path, sizeof path, "%s/%s", repository, name);
+    return stat(path, &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+/* Compiles bundle `name` and swaps it in. load_lock held. */
+static int load_locked(pjs_server *s, const char *name, const char *progress, pjs_error *err)
+{
+    char dir[PJS_BUNDLE_DIR_MAX];
+    if (strchr(name, '/') != NULL || strlen(name) >= 256 || !is_bundle_dir(s->repository, name))
+        return pjs_error_set(err, PJS_ERR_NOT_FOUND,
+                             "model \"%.256s\": no bundle directory of that name in %s", name,
+                             s->repository);
+    if (snprintf(dir, sizeof dir, "%s/%s", s->repository, name) >= (int)sizeof dir)
+        return pjs_error_set(err, PJS_ERR_INVALID_ARGUMENT, "model \"%s\": path too long", name);
+    pjs_info("%sloading model %s from %s", progress, name, dir);
+    uint64_t t0 = pjs_now_ns();
+    pjs_bundle *b = NULL;
+    pjs_model *m = NULL;
+    int rc = pjs_bundle_open(dir, &b, err);
+    if (rc == 0)
+        rc = pjs_model_create(b, s->client, s->cache, &m, err);
+    if (rc != 0) {
+        pjs_warn("%smodel %s not loaded: %s", progress, name, err->msg);
+        pjs_model_unref(set_entry(s, name, PJS_MODEL_UNAVAILABLE, err->msg, NULL));
+        return rc;
+    }
+    size_t from_cache = 0;
+    for (size_t i = 0; i < m->bundle->n_modules; i++)
+        from_cache += m->bundle->modules[i].exec->from_cache;
+    pjs_info("%smodel %s ready: %zu batch sizes (%zu from the executable cache), %zu weights, "
+             "%.2f s",
+             progress, name, m->bundle->n_modules, from_cache, m->bundle->weights.n_tensors,
+             (double)(pjs_now_ns() - t0) / 1e9);
+    pjs_model_unref(set_entry(s, name, PJS_MODEL_READY, "", m));
+    return 0;
+}
+
+static int compare_names(const void *a, const void *b)
+{
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+static int load_repository(pjs_server *s, pjs_error *err)
+{
+    DIR *d = opendir(s->repository);
+    if (d == NULL)
+        return pjs_error_set(err, PJS_ERR_NOT_FOUND, "model repository %s: %s", s->repository,
+                             strerror(errno));
+    char **names = NULL;
+    size_t n = 0, cap = 0;
+    struct dirent *de;
+    int rc = 0;
+    while ((de = readdir(d)) != NULL) {
+        if (!is_bundle_dir(s->repository, de->d_name))
+            continue;
+        if (n == cap) {
+            cap = cap ? 2 * cap : 16;
+            char **grown = realloc(names, cap * sizeof *grown);
+            if (grown == NULL) {
+                rc = pjs_error_set(err, PJS_ERR_NOMEM, "out of memory");
+                break;
+            }
+            names = grown;
+        }
+        names[n] = strdup(de->d_name);
+        if (names[n] == NULL) {
+            rc = pjs_error_set(err, PJS_ERR_NOMEM, "out of memory");
+            break;
+        }
+        n++;
+    }
+    closedir(d);
+    if (rc == 0) {
+        qsort(names, n, sizeof *names, compare_names);
+        if (n == 0)
+            pjs_warn("model repository %s has no bundle directories; serving no models",
+                     s->repository);
+        size_t loaded = 0;
+        for (size_t i = 0; i < n; i++) {
+            char progress[64];
+            snprintf(progress, sizeof progress, "[%zu/%zu] ", i + 1, n);
+            pjs_error load_err;
+            pthread_mutex_lock(&s->load_lock);
+            loaded += load_locked(s, names[i], progress, &load_err) == 0;
+            pthread_mutex_unlock(&s->load_lock);
+        }
+        pjs_info("%zu of %zu models loaded from %s", loaded, n, s->repository);
+    }
+    for (size_t i = 0; i < n; i++)
+        free(names[i]);
+    free(names);
+    return rc;
+}
+
+/* ---- creation and shutdown ----------------------------------------------- */
+
+static int start_runtime(pjs_server *s, const pjs_server_options *o, pjs_error *err)
+{
+    char path[4096];
+    int rc = pjs_rt_plugin_resolve(o->plugin_path, path, sizeof path, err);
+    if (rc == 0)
+        rc = pjs_rt_plugin_load(path, &s->plugin, err);
+    if (rc == 0)
+        rc = pjs_rt_client_create(s->plugin, o->pjrt_options, o->n_pjrt_options, &s->client, err);
+    if (rc != 0 || o->no_cache)
+        return rc;
+    char dir[4096];
+    pjs_error cache_err;
+    if (o->cache_dir != NULL)
+        snprintf(dir, sizeof dir, "%s", o->cache_dir);
+    else if (pjs_exec_cache_default_dir(dir, sizeof dir, &cache_err) != 0) {
+        pjs_warn("executable cache disabled: %s", cache_err.msg);
+        return 0;
+    }
+    if (pjs_exec_cache_open(dir, &s->cache, &cache_err) != 0)
+        pjs_warn("executable cache disabled: %s", cache_err.msg);
+    else
+        pjs_info("executable cache: %s", dir);
+    return 0;
+}
+
+int pjs_server_create(const pjs_server_options *o, pjs_server **out, pjs_error *err)
+{
+    if (o->repository == NULL || strlen(o->repository) >= PJS_BUNDLE_DIR_MAX)
+        return pjs_error_set(err, PJS_ERR_INVALID_ARGUMENT, "a model repository is required");
+    struct stat st;
+    if (stat(o->repository, &st) != 0 || !S_ISDIR(st.st_mode))
+        return pjs_error_set(err, PJS_ERR_NOT_FOUND,
+                             "model repository %s is not a directory (make models creates the "
+                             "demo repository)",
+                             o->repository);
+    pjs_server *s = calloc(1, sizeof *s);
+    if (s == NULL)
+        return pjs_error_set(err, PJS_ERR_NOMEM, "out of memory");
+    snprintf(s->repository, sizeof s->repository, "%s", o->repository);
+    pthread_mutex_init(&s->load_lock, NULL);
+    pthread_mutex_init(&s->repo_lock, NULL);
+    atomic_init(&s->draining, false);
+    int rc = pjs_shm_registry_create(o->allow_client_shm, &s->shm, err);
+    if (rc == 0)
+        rc = start_runtime(s, o, err);
+    if (rc == 0) {
+        char devices[256];
+        pjs_rt_client_describe_device(s->client, 0, devices, sizeof devices);
+        pjs_info("PJRT platform %s (%s), executing on device %s",
+                 pjs_rt_client_platform(s->client), pjs_rt_client_platform_version(s->client),
+                 devices);
+        rc = pjs_dispatcher_create(o->completion_threads > 0 ? o->completion_threads : 4,
+                                   o->max_queue > 0 ? o->max_queue : 4096, &s->dispatcher, err);
+    }
+    if (rc == 0)
+        rc = load_repository(s, err);
+    if (rc != 0) {
+        pjs_server_destroy(s);
+        return rc;
+    }
+    *out = s;
+    return 0;
+}
+
+void pjs_server_drain(pjs_server *s)
+{
+    atomic_store(&s->draining, true);
+    if (s->dispatcher != NULL)
+        pjs_dispatcher_drain(s->dispatcher);
+}
+
+void pjs_server_destroy(pjs_server *s)
+{
+    if (s == NULL)
+        return;
+    pjs_server_drain(s);
+    pjs_dispatcher_destroy(s->dispatcher);
+    for (size_t i = 0; i < s->n_entries; i++)
+        pjs_model_unref(s->entries[i].model);
+    free(s->entries);
+    pjs_exec_cache_close(s->cache);
+    if (s->client != NULL)
+        pjs_rt_client_destroy(s->client);
+    pjs_shm_registry_destroy(s->shm);
+    pthread_mutex_destroy(&s->repo_lock);
+    pthread_mutex_destroy(&s->load_lock);
+    free(s);
+}
+
+/* ---- queries ------------------------------------------------------------- */
+
+bool pjs_server_live(const pjs_server *s)
+{
+    (void)s;
+    return true;
+}
+
+bool pjs_server_ready(pjs_server *s)
+{
+    if (atomic_load(&s->draining))
+        return false;
+    bool ready = true;
+    pthread_mutex_lock(&s->repo_lock);
+    for (size_t i = 0; i < s->n_entries; i++)
+        ready = ready && s->entries[i].info.state == PJS_MODEL_READY;
+    pthread_mutex_unlock(&s->repo_lock);
+    return ready;
+}
+
+const char *pjs_server_platform(const pjs_server *s)
+{
+    return pjs_rt_client_platform(s->client);
+}
+
+pjs_shm_registry *pjs_server_shm(pjs_server *s)
+{
+    return s->shm;
+}
+
+int pjs_server_get_model(pjs_server *s, const char *name, const char *version, pjs_model **out,
+                         pjs_error *err)
+{
+    *out = NULL;
+    if (name == NULL || name[0] == '\0')
+        return pjs_error_set(err, PJS_ERR_INVALID_ARGUMENT, "no model name given");
+    int rc = 0;
+    pthread_mutex_lock(&s->repo_lock);
+    repo_entry *e = find_entry_locked(s, name);
+    if (e == NULL)
+        rc = pjs_error_set(err, PJS_ERR_NOT_FOUND,
+                           "unknown model \"%.256s\" (RepositoryIndex / POST "
+                           "/v2/repository/index lists the models)",
+                           name);
+    else if (version != NULL && version[0] != '\0' && strcmp(version, PJS_MODEL_VERSION) != 0)
+        rc = pjs_error_set(err, PJS_ERR_NOT_FOUND,
+                           "model \"%s\" has no version \"%.64s\" (pjserve serves version %s of "
+                           "each model)",
+                           name, version, PJS_MODEL_VERSION);
+    else if (e->model == NULL)
+        rc = pjs_error_set(err, PJS_ERR_UNAVAILABLE, "model \"%s\" is not loaded%s%s", name,
+                           e->info.reason[0] ? ": " : " (unloaded)", e->info.reason);
+    else
+        *out = pjs_model_ref(e->model);
+    pthread_mutex_unlock(&s->repo_lock);
+    return rc;
+}
+
+int pjs_server_submit(pjs_server *s, pjs_infer_request *r, pjs_error *err)
+{
+    pjs_model *m = r->model;
+    int rc = pjs_infer_validate(r, pjs_model_manifest(m), m->max_batch_size > 0 ? m->max_batch_size : 1,
+                                err);
+    if (rc == 0)
+        rc = pjs_dispatcher_submit(s->dispatcher, r, err);
+    if (rc != 0) {
+        uint64_t now = pjs_now_ns();
+        pthread_mutex_lock(&m->stats_lock);
+        m->stats.fail.count++;
+        m->stats.fail.ns += now > r->times.received ? now - r->times.received : 0;
+        pthread_mutex_unlock(&m->stats_lock);
+    }
+    return rc;
+}
+
+size_t pjs_server_repository_index(pjs_server *s, bool ready_only, pjs_repository_entry *out,
+                                   size_t cap)
+{
+    size_t n = 0;
+    pthread_mutex_lock(&s->repo_lock);
+    for (size_t i = 0; i < s->n_entries; i++) {
+        if (ready_only && s->entries[i].info.state != PJS_MODEL_READY)
+            continue;
+        if (n < cap)
+            out[n] = s->entries[i].info;
+        n++;
+    }
+    pthread_mutex_unlock(&s->repo_lock);
+    return n;
+}
+
+int pjs_server_load_model(pjs_server *s, const char *name, pjs_error *err)
+{
+    if (name == NULL || name[0] == '\0')
+        return pjs_error_set(err, PJS_ERR_INVALID_ARGUMENT, "no model name given");
+    pthread_mutex_lock(&s->load_lock);
+    int rc = load_locked(s, name, "", err);
+    pthread_mutex_unlock(&s->load_lock);
+    return rc;
+}
+
+int pjs_server_unload_model(pjs_server *s, const char *name, pjs_error *err)
+{
+    if (name == NULL || name[0] == '\0')
+        return pjs_error_set(err, PJS_ERR_INVALID_ARGUMENT, "no model name given");
+    pthread_mutex_lock(&s->repo_lock);
+    bool known = find_entry_locked(s, name) != NULL;
+    pthread_mutex_unlock(&s->repo_lock);
+    if (!known)
+        return pjs_error_set(err, PJS_ERR_NOT_FOUND, "unknown model \"%.256s\"", name);
+    pjs_model_unref(set_entry(s, name, PJS_MODEL_UNAVAILABLE,
+                              "unloaded by a repository request; load it again to serve it", NULL));
+    pjs_info("model %s unloaded", name);
+    return 0;
+}
+
+void pjs_server_get_counters(pjs_server *s, pjs_server_counters *out)
+{
+    pjs_dispatcher_counters(s->dispatcher, &out->queue_depth, &out->in_flight);
+}
+
+void pjs_server_foreach_model(pjs_server *s, void (*fn)(pjs_model *m, void *ctx), void *ctx)
+{
+    pthread_mutex_lock(&s->repo_lock);
+    size_t n = 0;
+    pjs_model **models = calloc(s->n_entries + 1, sizeof *models);
+    for (size_t i = 0; models != NULL && i < s->n_entries; i++)
+        if (s->entries[i].model != NULL)
+            models[n++] = pjs_model_ref(s->entries[i].model);
+    pthread_mutex_unlock(&s->repo_lock);
+    for (size_t i = 0; i < n; i++) {
+        fn(models[i], ctx);
+        pjs_model_unref(models[i]);
+    }
+    free(models);
+}

@@ -1,0 +1,110 @@
+/*
+ * server.h - what the front ends see of a running pjserve.
+ *
+ * A pjs_server owns the PJRT client, the model repository (every bundle in
+ * one directory, compiled at start-up), the dispatcher (one thread that runs
+ * one execution at a time on the device; requests wait in its queue) and the
+ * client shared-memory registry. Front ends decode a request, look the model
+ * up, validate and submit; the dispatcher completes the request on a
+ * completion thread through its on_done callback.
+ *
+ * Every function here may be called from any thread once the server is
+ * created. Shutdown is two-phase: pjs_server_drain stops admitting new
+ * requests (they get UNAVAILABLE) and waits until every accepted request has
+ * completed; then the front ends stop and pjs_server_destroy frees the rest.
+ */
+#ifndef PJS_SERVER_SERVER_H
+#define PJS_SERVER_SERVER_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/infer.h"
+#include "core/shm.h"
+#include "core/status.h"
+#include "registry/model.h"
+#include "runtime/runtime.h"
+
+typedef struct pjs_server pjs_server;
+
+typedef struct pjs_server_options {
+    const char *repository;       /* directory of bundles (required) */
+    const char *plugin_path;      /* NULL: the default plugin */
+    const char *cache_dir;        /* NULL: the default executable cache */
+    bool no_cache;
+    const pjs_rt_option *pjrt_options;
+    size_t n_pjrt_options;
+    bool allow_client_shm;
+    int completion_threads;       /* threads running on_done; 0: a default */
+    size_t max_queue;             /* requests waiting in the dispatcher; 0: a default */
+} pjs_server_options;
+
+/* Loads the plugin, creates the client, loads and compiles every bundle of
+ * the repository (logging progress and each refusal; a bad bundle does not
+ * stop the others) and starts the dispatcher. Fails only when the server
+ * cannot run at all (no plugin, no repository directory). */
+int pjs_server_create(const pjs_server_options *o, pjs_server **out, pjs_error *err);
+/* Drains (if not done yet), stops the dispatcher and frees everything. */
+void pjs_server_destroy(pjs_server *s);
+
+/* Stops admitting requests and waits until every accepted one completed. */
+void pjs_server_drain(pjs_server *s);
+bool pjs_server_live(const pjs_server *s);
+/* Live, not draining, and every model in the repository is loaded. */
+bool pjs_server_ready(pjs_server *s);
+
+const char *pjs_server_version(void);          /* "0.1.0" */
+const char *pjs_server_platform(const pjs_server *s); /* "cpu", "cuda" */
+pjs_shm_registry *pjs_server_shm(pjs_server *s);
+
+/* The model `name` at `version` ("" or NULL: the latest, i.e. "1"), with a
+ * reference the caller releases with pjs_model_unref. NOT_FOUND for an
+ * unknown model or version; UNAVAILABLE for a model that is not loaded
+ * (the message says why: unloaded, or its load error). */
+int pjs_server_get_model(pjs_server *s, const char *name, const char *version, pjs_model **out,
+                         pjs_error *err);
+
+/* Validates r (its model set by the caller, with a reference) and queues it.
+ * On success on_done will be called exactly once; on failure it is not, and
+ * the caller answers with err (INVALID_ARGUMENT, UNSUPPORTED, UNAVAILABLE when
+ * draining, RESOURCE_EXHAUSTED when the queue is full). */
+int pjs_server_submit(pjs_server *s, pjs_infer_request *r, pjs_error *err);
+
+/* One bundle directory of the repository and its state. */
+typedef enum pjs_model_state {
+    PJS_MODEL_READY = 0,
+    PJS_MODEL_UNAVAILABLE = 1, /* unloaded, or failed to load (reason says) */
+    PJS_MODEL_LOADING = 2,
+} pjs_model_state;
+
+typedef struct pjs_repository_entry {
+    char name[256];
+    pjs_model_state state;
+    char reason[512];
+} pjs_repository_entry;
+
+const char *pjs_model_state_name(pjs_model_state st); /* "READY", "UNAVAILABLE", "LOADING" */
+
+/* Every bundle directory of the repository (loaded or not) and every loaded
+ * model, sorted by name, into out[cap]; returns the count (may exceed cap). */
+size_t pjs_server_repository_index(pjs_server *s, bool ready_only, pjs_repository_entry *out,
+                                   size_t cap);
+/* (Re)loads bundle `name` from the repository: compiles it and swaps it in
+ * (requests in flight finish on the old one). NOT_FOUND when the repository
+ * has no such directory; other errors carry the bundle's load error. */
+int pjs_server_load_model(pjs_server *s, const char *name, pjs_error *err);
+/* Marks `name` unavailable; queued requests still complete. */
+int pjs_server_unload_model(pjs_server *s, const char *name, pjs_error *err);
+
+/* Counters for the whole server (Prometheus). */
+typedef struct pjs_server_counters {
+    uint64_t queue_depth;      /* requests waiting now */
+    uint64_t in_flight;        /* accepted and not yet completed */
+} pjs_server_counters;
+void pjs_server_get_counters(pjs_server *s, pjs_server_counters *out);
+
+/* Calls fn for each loaded model (with a reference held during the call). */
+void pjs_server_foreach_model(pjs_server *s, void (*fn)(pjs_model *m, void *ctx), void *ctx);
+
+#endif
