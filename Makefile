@@ -1,7 +1,8 @@
 # pjserve - the commands a person types. CMake does the building.
 #
 #   make            build everything into build/ (bootstraps dependencies first)
-#   make test       unit tests, corpus replays, end-to-end tests, a short fuzz run
+#   make serve      export the demo models and serve them (gRPC :8001, HTTP :8000, metrics :8002)
+#   make test       unit tests, corpus replays, end-to-end and protocol tests, a short fuzz run
 #   make models     export the demo model bundles into models/
 #   make demo       export the demo models and run each once with pjserve run
 #   make asan       the same tests on an AddressSanitizer+UBSan build (build-asan/)
@@ -14,7 +15,7 @@ FUZZ_SECONDS ?= 20
 PYTHON := .venv/bin/python
 PYTEST := $(PYTHON) -m pytest -q -p no:cacheprovider
 
-.PHONY: all bootstrap build test unit e2e models demo asan tsan fuzz fuzz-build fuzz-smoke clean
+.PHONY: all bootstrap build test unit e2e models demo serve asan tsan fuzz fuzz-build fuzz-smoke clean
 
 all: build
 
@@ -33,8 +34,11 @@ build: bootstrap
 unit: build
 	cd build && ctest --output-on-failure -j $(JOBS)
 
+# End-to-end (pjserve run vs JAX) and protocol (pjserve serve vs tritonclient) tests.
+PYTESTS := tests/e2e tests/protocol
+
 e2e: build
-	PJSERVE_BIN=$(CURDIR)/build/pjserve $(PYTEST) -s tests/e2e
+	PJSERVE_BIN=$(CURDIR)/build/pjserve $(PYTEST) -s $(PYTESTS)
 
 test: unit e2e fuzz-smoke
 
@@ -44,10 +48,13 @@ models: build
 demo: models
 	$(PYTHON) examples/run_demo.py --pjserve build/pjserve models
 
+serve: models
+	build/pjserve serve --model-repository models
+
 asan: bootstrap
 	$(call cmake_build,build-asan,-DPJSERVE_SANITIZE=address -DCMAKE_BUILD_TYPE=Debug)
 	cd build-asan && ASAN_OPTIONS=detect_leaks=1 ctest --output-on-failure -j $(JOBS)
-	PJSERVE_BIN=$(CURDIR)/build-asan/pjserve $(PYTEST) tests/e2e
+	PJSERVE_BIN=$(CURDIR)/build-asan/pjserve $(PYTEST) $(PYTESTS)
 
 # The PJRT plugin is not instrumented; tests/tsan.supp explains what that hides.
 TSAN_ENV := TSAN_OPTIONS="suppressions=$(CURDIR)/tests/tsan.supp halt_on_error=1"
@@ -55,7 +62,7 @@ TSAN_ENV := TSAN_OPTIONS="suppressions=$(CURDIR)/tests/tsan.supp halt_on_error=1
 tsan: bootstrap
 	$(call cmake_build,build-tsan,-DPJSERVE_SANITIZE=thread -DCMAKE_BUILD_TYPE=Debug)
 	cd build-tsan && $(TSAN_ENV) ctest --output-on-failure -j $(JOBS)
-	$(TSAN_ENV) PJSERVE_BIN=$(CURDIR)/build-tsan/pjserve $(PYTEST) tests/e2e
+	$(TSAN_ENV) PJSERVE_BIN=$(CURDIR)/build-tsan/pjserve $(PYTEST) $(PYTESTS)
 
 FUZZERS := fuzz_safetensors fuzz_manifest fuzz_npy
 

@@ -1,0 +1,26 @@
+# HTTP/REST and metrics front ends (src/frontend/http).
+#
+#   pjs_http_codec     the REST inference codec (JSON + binary framing, shared
+#                      memory, gzip/deflate), model JSON documents and the
+#                      Prometheus text: core + jansson + zlib only, no server and
+#                      no PJRT, so it is fuzzed and unit-tested on its own
+#   pjs_frontend_http  the libmicrohttpd daemons and routes over pjs_server
+pkg_check_modules(MICROHTTPD REQUIRED IMPORTED_TARGET libmicrohttpd)
+find_package(ZLIB REQUIRED)
+
+add_library(pjs_http_codec STATIC
+  src/frontend/http/http_buf.c
+  src/frontend/http/tensor_json.c
+  src/frontend/http/http_codec.c
+  src/frontend/http/model_json.c
+  src/frontend/http/metrics_render.c
+)
+target_link_libraries(pjs_http_codec PUBLIC pjs_core PkgConfig::JANSSON ZLIB::ZLIB)
+
+add_library(pjs_frontend_http STATIC
+  src/frontend/http/http_frontend.c
+  src/frontend/http/http_routes.c
+  src/frontend/http/http_infer.c
+)
+target_link_libraries(pjs_frontend_http PUBLIC pjs_http_codec pjs_server PkgConfig::MICROHTTPD
+                      Threads::Threads)

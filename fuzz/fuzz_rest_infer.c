@@ -1,0 +1,170 @@
+/*
+ * fuzz_rest_infer.c - libFuzzer driver for the REST inference codec
+ * (src/frontend/http/http_codec.c).
+ *
+ * Input: a first line "LENGTH[;ENCODING]" then the request body. LENGTH is
+ * passed as the Inference-Header-Content-Length value (an empty one means no
+ * header; junk exercises its parser) and ENCODING as Content-Encoding. The
+ * body is inflated if encoded, decoded, its shared-memory tensors mapped
+ * (against an empty registry), validated with pjs_infer_validate against a
+ * fixed manifest that covers most datatypes, batched and not; a valid
+ * request gets fabricated outputs (as the dispatcher makes them) and is
+ * encoded. The response is then checked: its JSON part must parse and the
+ * binary part must be exactly the binary outputs; a broken one aborts.
+ * Seeds: fuzz/corpus/fuzz_rest_infer/ (JSON, binary, shared memory,
+ * compressed, and broken requests).
+ */
+#include <jansson.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "frontend/http/http_codec.h"
+
+static const char manifest_yaml[] =
+    "format_version: \"2.0\"\n"
+    "name: fuzz\n"
+    "batch_sizes: [1, 4]\n"
+    "inputs:\n"
+    "  - {name: a, dtype: f32, shape: [batch, 4]}\n"
+    "  - {name: b, dtype: i32, shape: [batch, 2]}\n"
+    "  - {name: c, dtype: bool, shape: [batch]}\n"
+    "  - {name: h, dtype: f16, shape: [batch, 2]}\n"
+    "  - {name: g, dtype: bf16, shape: [2]}\n"
+    "  - {name: u, dtype: u64, shape: [batch]}\n"
+    "outputs:\n"
+    "  - {name: y, dtype: f32, shape: [batch, 3]}\n"
+    "  - {name: k, dtype: i8, shape: [batch]}\n"
+    "  - {name: z, dtype: f64, shape: [2]}\n";
+
+#define MAX_BATCH 4
+
+static const pjs_manifest *fuzz_manifest(void)
+{
+    static pjs_manifest m;
+    static int parsed;
+    pjs_error err;
+    if (!parsed) {
+        if (pjs_manifest_parse(&m, manifest_yaml, sizeof manifest_yaml - 1, "fuzz", &err) != 0)
+            abort();
+        parsed = 1;
+    }
+    return &m;
+}
+
+static pjs_shm_registry *empty_registry(void)
+{
+    static pjs_shm_registry *r;
+    pjs_error err;
+    if (r == NULL && pjs_shm_registry_create(false, &r, &err) != 0)
+        abort();
+    return r;
+}
+
+/* Outputs as the dispatcher makes them: every wanted output, finite values. */
+static void fabricate_outputs(pjs_infer_request *r, const pjs_manifest *m)
+{
+    r->n_outputs = m->n_outputs;
+    for (size_t o = 0; o < m->n_outputs; o++) {
+        pjs_infer_output *out = &r->outputs[o];
+        out->spec = &m->outputs[o];
+        out->shape = out->spec->shape;
+        if (out->spec->batched)
+            out->shape.dims[0] = r->batch;
+        out->requested = -1;
+        bool wanted = r->n_requested == 0;
+        for (size_t k = 0; k < r->n_requested; k++)
+            if (strcmp(r->requested[k].name, out->spec->name) == 0) {
+                out->requested = (int)k;
+                wanted = true;
+            }
+        if (!wanted)
+            continue;
+        uint64_t nbytes;
+        if (!pjs_shape_nbytes(&out->shape, pjs_dtype_size(out->spec->dtype), &nbytes))
+            abort();
+        out->nbytes = (size_t)nbytes;
+        out->data = malloc(out->nbytes + 1);
+        if (out->data == NULL)
+            abort();
+        for (size_t i = 0; i < out->nbytes; i++) /* bytes below 0x40: no NaN or infinity */
+            ((unsigned char *)out->data)[i] = (unsigned char)((i * 37u) & 0x3fu);
+    }
+}
+
+/* The response must be JSON, then exactly the binary outputs' bytes. */
+static void check_response(const pjs_http_buf *b, size_t header_len)
+{
+    size_t json_len = header_len > 0 ? header_len : b->len;
+    json_error_t jerr;
+    json_t *doc = json_loadb(b->data, json_len, 0, &jerr);
+    if (doc == NULL)
+        abort();
+    size_t binary = 0;
+    json_t *outputs = json_object_get(doc, "outputs");
+    size_t i;
+    json_t *o;
+    json_array_foreach(outputs, i, o)
+    {
+        json_t *size = json_object_get(json_object_get(o, "parameters"), "binary_data_size");
+        binary += size ? (size_t)json_integer_value(size) : 0;
+    }
+    json_decref(doc);
+    if (json_len + binary != b->len)
+        abort();
+}
+
+static void run(const uint8_t *body, size_t size, const char *length, const char *encoding)
+{
+    const pjs_manifest *m = fuzz_manifest();
+    pjs_http_buf plain, response;
+    pjs_http_infer *d = malloc(sizeof *d);
+    pjs_error err;
+    bool inflated = false;
+    pjs_http_buf_init(&plain, 1u << 20);
+    pjs_http_buf_init(&response, 64u << 20);
+    if (d == NULL)
+        abort();
+    if (pjs_http_inflate(encoding, body, size, &plain, &inflated, &err) != 0)
+        goto out_buffers;
+    if (inflated) {
+        body = (const uint8_t *)plain.data;
+        size = plain.len;
+    }
+    int rc = pjs_http_infer_decode(d, body, size, length, &err);
+    if (rc == 0)
+        rc = pjs_http_infer_map_shm(d, empty_registry(), &err);
+    if (rc == 0)
+        rc = pjs_infer_validate(&d->req, m, MAX_BATCH, &err);
+    if (rc == 0) {
+        size_t header_len = 0;
+        fabricate_outputs(&d->req, m);
+        if (pjs_http_infer_write_shm_outputs(d, &err) != 0 ||
+            pjs_http_infer_encode(&d->req, "fuzz", "1", &response, &header_len, &err) != 0)
+            abort();
+        check_response(&response, header_len);
+    }
+    pjs_infer_request_release(&d->req);
+    pjs_http_infer_free(d);
+out_buffers:
+    free(d);
+    pjs_http_buf_free(&plain);
+    pjs_http_buf_free(&response);
+}
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    const uint8_t *newline = memchr(data, '\n', size < 64 ? size : 64);
+    char first[65] = "";
+    if (newline != NULL) {
+        memcpy(first, data, (size_t)(newline - data));
+        first[newline - data] = '\0';
+        size -= (size_t)(newline - data) + 1;
+        data = newline + 1;
+    }
+    char *encoding = strchr(first, ';');
+    if (encoding != NULL)
+        *encoding++ = '\0';
+    run(data, size, first[0] ? first : NULL, encoding);
+    return 0;
+}

@@ -1,0 +1,701 @@
+/*
+ * http_codec.c - REST inference requests and responses (see http_codec.h).
+ *
+ * Decoding runs in the order a client fixes mistakes: framing (header
+ * length), JSON syntax, the request's parameters, each input (name, datatype,
+ * shape, then its one source of bytes), the binary section adding up, then
+ * the requested outputs. Checks against the model (names known, datatypes,
+ * shapes, byte sizes) are left to pjs_infer_validate so that gRPC and REST
+ * word them the same; an input with an unknown datatype is passed on without
+ * data for the same reason.
+ */
+#include "frontend/http/http_codec.h"
+
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <zlib.h>
+
+#include "frontend/http/tensor_json.h"
+
+/* Largest JSON part of a request. A JSON number costs tens of bytes once
+ * parsed, so this bounds the parse at a few GiB; larger tensors belong in the
+ * binary section. */
+#define PJS_HTTP_MAX_JSON ((size_t)128 << 20)
+
+/* "what" strings name a tensor in messages: `input "x"`. */
+#define WHAT_MAX 300
+
+/* ---- framing ------------------------------------------------------------- */
+
+int pjs_http_header_length(const char *value, size_t body_len, size_t *out_json_len,
+                           pjs_error *err)
+{
+    if (value == NULL) {
+        *out_json_len = body_len;
+        return 0;
+    }
+    size_t n = 0;
+    const char *p = value;
+    while (*p == ' ' || *p == '\t')
+        p++;
+    const char *digits = p;
+    while (*p >= '0' && *p <= '9') {
+        size_t digit = (size_t)(*p - '0');
+        if (n > (SIZE_MAX - digit) / 10)
+            return pjs_error_set(err, PJS_ERR_INVALID_ARGUMENT,
+                                 "Inference-Header-Content-Length %.40s is out of range", value);
+        n = n * 10 + digit;
+        p++;
+    }
+    bool had_digits = p > digits;
+    while (*p == ' ' || *p == '\t')
+        p++;
+    if (!had_digits || *p != '\0')
+        return pjs_error_set(err, PJS_ERR_INVALID_ARGUMENT,
+                             "Inference-Header-Content-Length must be a decimal byte count, not "
+                             "\"%.40s\"",
+                             value);
+    if (n > body_len)
+        return pjs_error_set(err, PJS_ERR_INVALID_ARGUMENT,
+                             "Inference-Header-Content-Length %zu is larger than the %zu-byte "
+                             "request body",
+                             n, body_len);
+    *out_json_len = n;
+    return 0;
+}
+
+/* The binary section of a request and how much of it inputs have claimed. */
+typedef struct binary_section {
+    bool present; /* the request had Inference-Header-Content-Length */
+    const unsigned char *base;
+    size_t len;
+    size_t used;
+} binary_section;
+
+/* ---- JSON helpers ---------------------------------------------------------- */
+
+/* The "parameters" object of `obj` (NULL when absent). */
+static int get_parameters(const json_t *obj, const char *what, const json_t **out,
+                          pjs_error *err)
+{
+    *out = json_object_get(obj, "parameters");
+    if (*out != NULL && !json_is_object(*out))
+        return pjs_error_set(err, PJS_ERR_INVALID_ARGUMENT, "%s: \"parameters\" must be an object",
+                             what);
+    return 0;
+}
+
+/* Optional non-negative integer parameter. */
+static int get_count(const json_t *params, const char *key, const char *what, bool *present,
+                     uint64_t *out, pjs_error *err)
+{
+    const json_t *v = params ? json_object_get(params, key) : NULL;
+    *present = v != NULL;
+    if (v == NULL)
+        return 0;
+    if (!json_is_integer(v) || json_integer_value(v) < 0)
+        return pjs_error_set(err, PJS_ERR_INVALID_ARGUMENT,
+                             "%s: parameter \"%s\" must be a non-negative integer", what, key);
+    *out = (uint64_t)json_integer_value(v);
+    return 0;
+}
+
+/* Optional boolean parameter; *out keeps its value when absent. */
+static int get_flag(const json_t *params, const char *key, const char *what, bool *out,
+                    pjs_error *err)
+{
+    const json_t *v = params ? json_object_get(params, key) : NULL;
+    if (v == NULL)
+        return 0;
+    if (!json_is_boolean(v))
+        return pjs_error_set(err, PJS_ERR_INVALID_ARGUMENT,
+                             "%s: parameter \"%s\" must be true or false", what, key);
+    *out = json_is_true(v);
+    return 0;
+}
+
+/* Required string member. */
+static int get_string(const json_t *obj, const char *key, const char *what, const char **out,
+                      pjs_error *err)
+{
+    const json_t *v = json_object_get(obj, key);
+    if (!json_is_string(v))
+        return pjs_error_set(err, PJS_ERR_INVALID_ARGUMENT, "%s: \"%s\" must be a string", what,
+                             key);
+    *out = json_string_value(v);
+    return 0;
+}
+
+/* Optional shared-memory parameters; region NULL when absent. */
+static int get_shm_ref(const json_t *params, const char *what, pjs_http_shm_ref *out,
+                       pjs_error *err)
+{
+    memset(out, 0, sizeof *out);
+    const json_t *region = params ? json_object_get(params, "shared_memory_region") : NULL;
+    if (region == NULL)
+        return 0;
+    if (!json_is_string(region))
+        return pjs_error_set(err, PJS_ERR_INVALID_ARGUMENT,
+                             "%s: parameter \"shared_memory_region\" must be a string", what);
+    bool has_size = false, has_offset = false;
+    int rc = get_count(params, "shared_memory_byte_size", what, &has_size, &out->byte_size, err);
+    if (rc == 0)
+        rc = get_count(params, "shared_memory_offset", what, &has_offset, &out->offset, err);
+    if (rc == 0 && !has_size)
+        rc = pjs_error_set(err, PJS_ERR_INVALID_ARGUMENT,
+                           "%s: \"shared_memory_region\" needs \"shared_memory_byte_size\"", what);
+    out->region = json_string_value(region);
+    return rc;
+}
+
+/* ---- request ----------------------------------------------------------------- */
+
+static int decode_request_parameters(pjs_http_infer *d, const json_t *root, pjs_error *err)
+{
+    const json_t *params;
+    int rc = get_parameters(root, "request", &params, err);
+    if (rc != 0 || params == NULL)
+        return rc;
+    rc = get_flag(params, "binary_data_output", "request", &d->req.binary_data_output, err);
+    const char *integer_params[] = {"timeout", "priority"};
+    for (size_t i = 0; rc == 0 && i < sizeof integer_params / sizeof *integer_params; i++) {
+        const json_t *v = json_object_get(params, integer_params[i]);
+        if (v != NULL && !json_is_integer(v))
+            rc = pjs_error_set(err, PJS_ERR_INVALID_ARGUMENT,
+                               "request: parameter \"%s\" must be an integer", integer_params[i]);
+    }
+    return rc;
+}
+
+static int decode_id(pjs_http_infer *d, const json_t *root, pjs_error *err)
+{
+    const json_t *id = json_object_get(root, "id");
+    if (id == NULL)
+        return 0;
+    if (!json_is_string(id))
+        return pjs_error_set(err, PJS_ERR_INVALID_ARGUMENT, "request: \"id\" must be a string");
+    if (json_string_length(id) >= PJS_INFER_ID_MAX)
+        return pjs_error_set(err, PJS_ERR_INVALID_ARGUMENT,
+                             "request: \"id\" is %zu bytes; the limit is %d",
+                             json_string_length(id), PJS_INFER_ID_MAX - 1);
+    memcpy(d->req.id, json_string_value(id), json_string_length(id) + 1);
+    return 0;
+}
+
+static int decode_shape(const json_t *v, const char *what, pjs_shape *out, pjs_error *err)
+{
+    if (!json_is_array(v) || json_array_size(v) > PJS_MAX_RANK)
+        return pjs_error_set(err, PJS_ERR_INVALID_ARGUMENT,
+                             "%s: \"shape\" must be a list of at most %d dimensions", what,
+                             PJS_MAX_RANK);
+    out->rank = (int)json_array_size(v);
+    for (int i = 0; i < out->rank; i++) {
+        const json_t *dim = json_array_get(v, (size_t)i);
+        if (!json_is_integer(dim) || json_integer_value(dim) < 0)
+            return pjs_error_set(err, PJS_ERR_INVALID_ARGUMENT,
+                                 "%s: \"shape\"[%d] must be a non-negative integer", what, i);
+        out->dims[i] = json_integer_value(dim);
+    }
+    return 0;
+}
+
+/* Converts an input's JSON "data" to packed elements owned by d. */
+static int convert_json_data(pjs_http_infer *d, pjs_infer_input *in, const json_t *data,
+                             const char *what, pjs_error *err)
+{
+    pjs_dtype dt = pjs_dtype_from_kserve(in->datatype, strlen(in->datatype));
+    if (dt == PJS_DTYPE_INVALID)
+        return 0; /* validation names the datatype problem */
+    size_t count = 0;
+    int rc = pjs_tensor_json_count(data, what, &count, err);
+    if (rc != 0)
+        return rc;
+    int64_t numel = 0;
+    if (!pjs_shape_numel(&in->shape, &numel))
+        return pjs_error_set(err, PJS_ERR_INVALID_ARGUMENT, "%s: \"shape\" is too large", what);
+    if ((uint64_t)numel != count)
+        return pjs_error_set(err, PJS_ERR_INVALID_ARGUMENT,
+                             "%s: \"data\" holds %zu values but the shape needs %lld", what,
+                             count, (long long)numel);
+    if (count == 0)
+        return 0;
+    void *bytes = malloc(count * pjs_dtype_size(dt));
+    if (bytes == NULL)
+        return pjs_error_set(err, PJS_ERR_NOMEM, "%s: out of memory for %zu elements", what,
+                             count);
+    d->converted[d->n_converted++] = bytes;
+    in->data = bytes;
+    in->nbytes = count * pjs_dtype_size(dt);
+    return pjs_tensor_json_decode(data, dt, what, bytes, count, err);
+}
+
+/* Takes an input's bytes from the binary section. */
+static int claim_binary(binary_section *bin, pjs_infer_input *in, uint64_t size,
+                        const char *what, pjs_error *err)
+{
+    if (!bin->present)
+        return pjs_error_set(err, PJS_ERR_INVALID_ARGUMENT,
+                             "%s: parameter \"binary_data_size\" needs the "
+                             "Inference-Header-Content-Length header",
+                             what);
+    if (size > bin->len - bin->used)
+        return pjs_error_set(err, PJS_ERR_INVALID_ARGUMENT,
+                             "%s: binary_data_size %llu runs past the end of the binary data "
+                             "(%zu of its %zu bytes are left)",
+                             what, (unsigned long long)size, bin->len - bin->used, bin->len);
+    in->data = bin->base + bin->used;
+    in->nbytes = (size_t)size;
+    bin->used += (size_t)size;
+    return 0;
+}
+
+static int decode_input(pjs_http_infer *d, size_t i, const json_t *obj, binary_section *bin,
+                        pjs_error *err)
+{
+    char what[WHAT_MAX];
+    snprintf(what, sizeof what, "inputs[%zu]", i);
+    if (!json_is_object(obj))
+        return pjs_error_set(err, PJS_ERR_INVALID_ARGUMENT, "%s must be an object", what);
+    pjs_infer_input *in = &d->req.inputs[i];
+    int rc = get_string(obj, "name", what, &in->name, err);
+    if (rc != 0)
+        return rc;
+    snprintf(what, sizeof what, "input \"%.256s\"", in->name);
+    const json_t *params = NULL;
+    uint64_t binary_size = 0;
+    bool has_binary = false;
+    rc = get_string(obj, "datatype", what, &in->datatype, err);
+    if (rc == 0)
+        rc = decode_shape(json_object_get(obj, "shape"), what, &in->shape, err);
+    if (rc == 0)
+        rc = get_parameters(obj, what, &params, err);
+    if (rc == 0)
+        rc = get_count(params, "binary_data_size", what, &has_binary, &binary_size, err);
+    if (rc == 0)
+        rc = get_shm_ref(params, what, &d->input_shm[i], err);
+    if (rc != 0)
+        return rc;
+    const json_t *data = json_object_get(obj, "data");
+    int sources = (data != NULL) + has_binary + (d->input_shm[i].region != NULL);
+    if (sources != 1)
+        return pjs_error_set(err, PJS_ERR_INVALID_ARGUMENT,
+                             "%s: give exactly one of \"data\", parameters.binary_data_size or "
+                             "parameters.shared_memory_region (%s)",
+                             what, sources == 0 ? "none given" : "several given");
+    if (has_binary)
+        return claim_binary(bin, in, binary_size, what, err);
+    if (data != NULL)
+        return convert_json_data(d, in, data, what, err);
+    return 0; /* shared memory: mapped by pjs_http_infer_map_shm */
+}
+
+static int decode_inputs(pjs_http_infer *d, const json_t *root, binary_section *bin,
+                         pjs_error *err)
+{
+    const json_t *inputs = json_object_get(root, "inputs");
+    if (!json_is_array(inputs))
+        return pjs_error_set(err, PJS_ERR_INVALID_ARGUMENT,
+                             "request: \"inputs\" must be a list of tensors");
+    if (json_array_size(inputs) > PJS_INFER_MAX_TENSORS)
+        return pjs_error_set(err, PJS_ERR_INVALID_ARGUMENT,
+                             "request: %zu inputs; the limit is %d", json_array_size(inputs),
+                             PJS_INFER_MAX_TENSORS);
+    for (size_t i = 0; i < json_array_size(inputs); i++) {
+        d->req.n_inputs = i + 1;
+        int rc = decode_input(d, i, json_array_get(inputs, i), bin, err);
+        if (rc != 0)
+            return rc;
+    }
+    if (bin->used != bin->len)
+        return pjs_error_set(err, PJS_ERR_INVALID_ARGUMENT,
+                             "request: the binary data after the JSON header is %zu bytes but the "
+                             "inputs' binary_data_size add up to %zu",
+                             bin->len, bin->used);
+    return 0;
+}
+
+static int decode_output(pjs_http_infer *d, size_t k, const json_t *obj, pjs_error *err)
+{
+    char what[WHAT_MAX];
+    snprintf(what, sizeof what, "outputs[%zu]", k);
+    if (!json_is_object(obj))
+        return pjs_error_set(err, PJS_ERR_INVALID_ARGUMENT, "%s must be an object", what);
+    pjs_infer_requested_output *o = &d->req.requested[k];
+    int rc = get_string(obj, "name", what, &o->name, err);
+    if (rc != 0)
+        return rc;
+    snprintf(what, sizeof what, "output \"%.256s\"", o->name);
+    const json_t *params = NULL;
+    pjs_http_shm_ref shm;
+    bool has_classification = false;
+    uint64_t classification = 0;
+    o->binary_data = d->req.binary_data_output;
+    rc = get_parameters(obj, what, &params, err);
+    if (rc == 0)
+        rc = get_flag(params, "binary_data", what, &o->binary_data, err);
+    if (rc == 0)
+        rc = get_count(params, "classification", what, &has_classification, &classification,
+                       err);
+    if (rc == 0 && classification > 0)
+        rc = pjs_error_set(err, PJS_ERR_UNSUPPORTED,
+                           "%s: the classification extension is not supported by pjserve", what);
+    if (rc == 0)
+        rc = get_shm_ref(params, what, &shm, err);
+    if (rc != 0)
+        return rc;
+    o->shm_region = shm.region;
+    o->shm_offset = shm.offset;
+    o->shm_byte_size = shm.byte_size;
+    return 0;
+}
+
+static int decode_outputs(pjs_http_infer *d, const json_t *root, pjs_error *err)
+{
+    const json_t *outputs = json_object_get(root, "outputs");
+    if (outputs == NULL)
+        return 0;
+    if (!json_is_array(outputs))
+        return pjs_error_set(err, PJS_ERR_INVALID_ARGUMENT,
+                             "request: \"outputs\" must be a list");
+    if (json_array_size(outputs) > PJS_INFER_MAX_TENSORS)
+        return pjs_error_set(err, PJS_ERR_INVALID_ARGUMENT,
+                             "request: %zu outputs requested; the limit is %d",
+                             json_array_size(outputs), PJS_INFER_MAX_TENSORS);
+    for (size_t k = 0; k < json_array_size(outputs); k++) {
+        d->req.n_requested = k + 1;
+        int rc = decode_output(d, k, json_array_get(outputs, k), err);
+        if (rc != 0)
+            return rc;
+    }
+    return 0;
+}
+
+int pjs_http_infer_decode(pjs_http_infer *d, const void *body, size_t body_len,
+                          const char *header_length, pjs_error *err)
+{
+    memset(d, 0, sizeof *d);
+    pjs_infer_request_init(&d->req);
+    for (size_t k = 0; k < PJS_INFER_MAX_TENSORS; k++)
+        d->output_view[k] = -1;
+    size_t json_len = 0;
+    int rc = pjs_http_header_length(header_length, body_len, &json_len, err);
+    if (rc != 0)
+        return rc;
+    if (json_len > PJS_HTTP_MAX_JSON)
+        return pjs_error_set(err, PJS_ERR_INVALID_ARGUMENT,
+                             "the JSON request is %zu bytes; the limit is %zu (send large tensors "
+                             "as binary data)",
+                             json_len, PJS_HTTP_MAX_JSON);
+    json_error_t jerr;
+    d->header = json_loadb(body, json_len, JSON_REJECT_DUPLICATES, &jerr);
+    if (d->header == NULL)
+        return pjs_error_set(err, PJS_ERR_INVALID_ARGUMENT,
+                             "malformed JSON request at line %d, column %d: %s", jerr.line,
+                             jerr.column, jerr.text);
+    if (!json_is_object(d->header))
+        return pjs_error_set(err, PJS_ERR_INVALID_ARGUMENT,
+                             "the JSON request must be an object");
+    binary_section bin = {
+        .present = header_length != NULL,
+        .base = (const unsigned char *)body + json_len,
+        .len = body_len - json_len,
+    };
+    rc = decode_id(d, d->header, err);
+    if (rc == 0)
+        rc = decode_request_parameters(d, d->header, err);
+    if (rc == 0)
+        rc = decode_inputs(d, d->header, &bin, err);
+    if (rc == 0)
+        rc = decode_outputs(d, d->header, err);
+    return rc;
+}
+
+/* ---- shared memory ------------------------------------------------------------ */
+
+/* Maps one window into d->views. A region the request names but nobody
+ * registered is the request's mistake (400), not a missing resource (404). */
+static int map_view(pjs_http_infer *d, pjs_shm_registry *registry, const char *region,
+                    uint64_t offset, uint64_t size, const char *kind, const char *name,
+                    pjs_error *err)
+{
+    int rc = pjs_shm_view_get(registry, region, offset, size, &d->views[d->n_views], err);
+    if (rc != 0) {
+        if (rc == PJS_ERR_NOT_FOUND)
+            err->code = rc = PJS_ERR_INVALID_ARGUMENT;
+        return pjs_error_prefix(err, "%s \"%s\": ", kind, name);
+    }
+    d->n_views++;
+    return 0;
+}
+
+int pjs_http_infer_map_shm(pjs_http_infer *d, pjs_shm_registry *registry, pjs_error *err)
+{
+    for (size_t i = 0; i < d->req.n_inputs; i++) {
+        const pjs_http_shm_ref *ref = &d->input_shm[i];
+        if (ref->region == NULL)
+            continue;
+        pjs_infer_input *in = &d->req.inputs[i];
+        int rc = map_view(d, registry, ref->region, ref->offset, ref->byte_size, "input",
+                          in->name, err);
+        if (rc != 0)
+            return rc;
+        in->data = d->views[d->n_views - 1].data;
+        in->nbytes = d->views[d->n_views - 1].size;
+    }
+    for (size_t k = 0; k < d->req.n_requested; k++) {
+        const pjs_infer_requested_output *o = &d->req.requested[k];
+        if (o->shm_region == NULL)
+            continue;
+        int rc = map_view(d, registry, o->shm_region, o->shm_offset, o->shm_byte_size, "output",
+                          o->name, err);
+        if (rc != 0)
+            return rc;
+        d->output_view[k] = (int)d->n_views - 1;
+    }
+    return 0;
+}
+
+/* The produced output called `name`, or NULL. */
+static const pjs_infer_output *find_output(const pjs_infer_request *r, const char *name)
+{
+    for (size_t j = 0; j < r->n_outputs; j++)
+        if (r->outputs[j].spec != NULL && strcmp(r->outputs[j].spec->name, name) == 0)
+            return &r->outputs[j];
+    return NULL;
+}
+
+int pjs_http_infer_write_shm_outputs(pjs_http_infer *d, pjs_error *err)
+{
+    for (size_t k = 0; k < d->req.n_requested; k++) {
+        if (d->output_view[k] < 0)
+            continue;
+        const pjs_infer_requested_output *o = &d->req.requested[k];
+        const pjs_infer_output *out = find_output(&d->req, o->name);
+        const pjs_shm_view *view = &d->views[d->output_view[k]];
+        if (out == NULL || (out->data == NULL && out->nbytes > 0))
+            return pjs_error_set(err, PJS_ERR_INTERNAL, "output \"%s\" was not produced",
+                                 o->name);
+        if (out->nbytes > view->size)
+            return pjs_error_set(err, PJS_ERR_INVALID_ARGUMENT,
+                                 "output \"%s\" is %zu bytes but shared memory region \"%s\" "
+                                 "was given %zu (shared_memory_byte_size)",
+                                 o->name, out->nbytes, o->shm_region, view->size);
+        if (out->nbytes > 0)
+            memcpy(view->data, out->data, out->nbytes);
+    }
+    return 0;
+}
+
+void pjs_http_infer_free(pjs_http_infer *d)
+{
+    for (size_t v = 0; v < d->n_views; v++)
+        pjs_shm_view_release(&d->views[v]);
+    d->n_views = 0;
+    for (size_t c = 0; c < d->n_converted; c++)
+        free(d->converted[c]);
+    d->n_converted = 0;
+    json_decref(d->header);
+    d->header = NULL;
+}
+
+/* ---- response ----------------------------------------------------------------- */
+
+/* An output as it goes into the response. */
+typedef struct sent_output {
+    const pjs_infer_output *out;
+    bool binary;
+    const pjs_infer_requested_output *shm; /* non-NULL: written to shared memory */
+} sent_output;
+
+/* The outputs to send, in response order, into sent[]; returns the count. */
+static int list_outputs(const pjs_infer_request *r, sent_output *sent, size_t *out_n,
+                        pjs_error *err)
+{
+    size_t n = 0;
+    if (r->n_requested == 0) {
+        for (size_t j = 0; j < r->n_outputs; j++)
+            sent[n++] = (sent_output){&r->outputs[j], r->binary_data_output, NULL};
+        *out_n = n;
+        return 0;
+    }
+    for (size_t k = 0; k < r->n_requested; k++) {
+        const pjs_infer_requested_output *o = &r->requested[k];
+        const pjs_infer_output *out = find_output(r, o->name);
+        if (out == NULL)
+            return pjs_error_set(err, PJS_ERR_INTERNAL, "requested output \"%s\" was not produced",
+                                 o->name);
+        sent[n++] = (sent_output){out, o->binary_data, o->shm_region ? o : NULL};
+    }
+    *out_n = n;
+    return 0;
+}
+
+static int encode_shape(pjs_http_buf *b, const pjs_shape *s, pjs_error *err)
+{
+    int rc = pjs_http_buf_append_str(b, "[", err);
+    for (int i = 0; rc == 0 && i < s->rank; i++)
+        rc = pjs_http_buf_printf(b, err, "%s%lld", i ? "," : "", (long long)s->dims[i]);
+    if (rc == 0)
+        rc = pjs_http_buf_append_str(b, "]", err);
+    return rc;
+}
+
+/* {"name":..,"datatype":..,"shape":[..], then data or parameters}. */
+static int encode_output(pjs_http_buf *b, const sent_output *s, pjs_error *err)
+{
+    const pjs_infer_output *out = s->out;
+    pjs_dtype dt = out->spec->dtype;
+    size_t elem = pjs_dtype_size(dt);
+    if (out->data == NULL && out->nbytes > 0)
+        return pjs_error_set(err, PJS_ERR_INTERNAL, "output \"%s\" has no data",
+                             out->spec->name);
+    int rc = pjs_http_buf_append_str(b, "{\"name\":", err);
+    if (rc == 0)
+        rc = pjs_http_buf_json_string(b, out->spec->name, err);
+    if (rc == 0)
+        rc = pjs_http_buf_printf(b, err, ",\"datatype\":\"%s\",\"shape\":",
+                                 pjs_dtype_kserve_name(dt));
+    if (rc == 0)
+        rc = encode_shape(b, &out->shape, err);
+    if (rc != 0)
+        return rc;
+    if (s->shm != NULL) {
+        rc = pjs_http_buf_append_str(b, ",\"parameters\":{\"shared_memory_region\":", err);
+        if (rc == 0)
+            rc = pjs_http_buf_json_string(b, s->shm->shm_region, err);
+        if (rc == 0)
+            rc = pjs_http_buf_printf(b, err, ",\"shared_memory_byte_size\":%zu}", out->nbytes);
+    } else if (s->binary) {
+        rc = pjs_http_buf_printf(b, err, ",\"parameters\":{\"binary_data_size\":%zu}",
+                                 out->nbytes);
+    } else {
+        rc = pjs_http_buf_append_str(b, ",\"data\":", err);
+        if (rc == 0)
+            rc = pjs_tensor_json_encode(b, dt, out->data, out->nbytes / elem, err);
+    }
+    if (rc == 0)
+        rc = pjs_http_buf_append_str(b, "}", err);
+    return rc;
+}
+
+int pjs_http_infer_encode(const pjs_infer_request *r, const char *model_name,
+                          const char *model_version, pjs_http_buf *out, size_t *out_header_len,
+                          pjs_error *err)
+{
+    sent_output sent[PJS_INFER_MAX_TENSORS];
+    size_t n = 0;
+    *out_header_len = 0;
+    int rc = list_outputs(r, sent, &n, err);
+    if (rc == 0)
+        rc = pjs_http_buf_append_str(out, "{\"model_name\":", err);
+    if (rc == 0)
+        rc = pjs_http_buf_json_string(out, model_name, err);
+    if (rc == 0)
+        rc = pjs_http_buf_append_str(out, ",\"model_version\":", err);
+    if (rc == 0)
+        rc = pjs_http_buf_json_string(out, model_version, err);
+    if (rc == 0 && r->id[0] != '\0') {
+        rc = pjs_http_buf_append_str(out, ",\"id\":", err);
+        if (rc == 0)
+            rc = pjs_http_buf_json_string(out, r->id, err);
+    }
+    if (rc == 0)
+        rc = pjs_http_buf_append_str(out, ",\"outputs\":[", err);
+    bool any_binary = false;
+    for (size_t i = 0; rc == 0 && i < n; i++) {
+        if (i > 0)
+            rc = pjs_http_buf_append_str(out, ",", err);
+        if (rc == 0)
+            rc = encode_output(out, &sent[i], err);
+        any_binary = any_binary || (sent[i].binary && sent[i].shm == NULL);
+    }
+    if (rc == 0)
+        rc = pjs_http_buf_append_str(out, "]}", err);
+    if (rc != 0 || !any_binary)
+        return rc;
+    *out_header_len = out->len;
+    for (size_t i = 0; rc == 0 && i < n; i++)
+        if (sent[i].binary && sent[i].shm == NULL)
+            rc = pjs_http_buf_append(out, sent[i].out->data, sent[i].out->nbytes, err);
+    return rc;
+}
+
+/* ---- content encoding and errors --------------------------------------------- */
+
+int pjs_http_inflate(const char *content_encoding, const void *in, size_t len, pjs_http_buf *out,
+                     bool *out_used, pjs_error *err)
+{
+    *out_used = false;
+    if (content_encoding == NULL || content_encoding[0] == '\0' ||
+        strcasecmp(content_encoding, "identity") == 0)
+        return 0;
+    int window_bits;
+    if (strcasecmp(content_encoding, "gzip") == 0)
+        window_bits = 16 + MAX_WBITS;
+    else if (strcasecmp(content_encoding, "deflate") == 0)
+        window_bits = MAX_WBITS; /* HTTP's "deflate" is the zlib format */
+    else
+        return pjs_error_set(err, PJS_ERR_UNSUPPORTED,
+                             "Content-Encoding \"%.40s\" is not supported (use gzip, deflate or "
+                             "identity)",
+                             content_encoding);
+    z_stream z;
+    memset(&z, 0, sizeof z);
+    if (inflateInit2(&z, window_bits) != Z_OK)
+        return pjs_error_set(err, PJS_ERR_NOMEM, "cannot start inflating the request body");
+    *out_used = true;
+    z.next_in = (Bytef *)(uintptr_t)in;
+    int rc = 0;
+    int zrc = Z_OK;
+    size_t left = len;
+    while (rc == 0 && zrc != Z_STREAM_END) {
+        if (z.avail_in == 0) {
+            z.avail_in = left > UINT_MAX ? UINT_MAX : (uInt)left;
+            left -= z.avail_in;
+        }
+        if (out->len >= out->limit) {
+            rc = pjs_error_set(err, PJS_ERR_INVALID_ARGUMENT,
+                               "the request body inflates to more than the limit of %zu bytes",
+                               out->limit);
+            break;
+        }
+        size_t chunk = out->limit - out->len < 64 * 1024 ? out->limit - out->len : 64 * 1024;
+        rc = pjs_http_buf_reserve(out, chunk, err);
+        if (rc != 0)
+            break;
+        size_t room = out->cap - out->len - 1;
+        if (room > out->limit - out->len)
+            room = out->limit - out->len;
+        z.next_out = (Bytef *)out->data + out->len;
+        z.avail_out = room > UINT_MAX ? UINT_MAX : (uInt)room;
+        zrc = inflate(&z, Z_NO_FLUSH);
+        out->len += (size_t)(z.next_out - ((Bytef *)out->data + out->len));
+        if (zrc == Z_BUF_ERROR && z.avail_in == 0 && left == 0)
+            rc = pjs_error_set(err, PJS_ERR_INVALID_ARGUMENT,
+                               "the %s request body is truncated", content_encoding);
+        else if (zrc != Z_OK && zrc != Z_STREAM_END && zrc != Z_BUF_ERROR)
+            rc = pjs_error_set(err, PJS_ERR_INVALID_ARGUMENT,
+                               "the request body is not valid %s data: %s", content_encoding,
+                               z.msg ? z.msg : "corrupt stream");
+    }
+    if (rc == 0 && (z.avail_in > 0 || left > 0))
+        rc = pjs_error_set(err, PJS_ERR_INVALID_ARGUMENT,
+                           "the %s request body has bytes after its end", content_encoding);
+    inflateEnd(&z);
+    if (rc == 0)
+        out->data[out->len] = '\0';
+    return rc;
+}
+
+int pjs_http_error_json(const char *msg, pjs_http_buf *out, pjs_error *err)
+{
+    int rc = pjs_http_buf_append_str(out, "{\"error\":", err);
+    if (rc == 0)
+        rc = pjs_http_buf_json_string(out, msg, err);
+    if (rc == 0)
+        rc = pjs_http_buf_append_str(out, "}", err);
+    return rc;
+}

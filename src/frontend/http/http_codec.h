@@ -1,0 +1,115 @@
+/*
+ * http_codec.h - KServe V2 REST inference messages: request decoding (JSON
+ * and the binary tensor extension), shared-memory tensors, response encoding.
+ *
+ * Request framing. Without an Inference-Header-Content-Length header the
+ * whole body is the JSON request. With it, the first that-many bytes are
+ * the JSON request and the rest is the binary section: every input with
+ * parameters.binary_data_size takes the next that-many bytes, in the order
+ * the inputs are listed, and the sizes must add up to the section exactly.
+ * Every input has exactly one source of bytes: "data" (a JSON list, nested or
+ * flat), parameters.binary_data_size, or parameters.shared_memory_region
+ * (with shared_memory_byte_size and an optional shared_memory_offset).
+ * Unknown request, input and output parameters are ignored; "timeout" and
+ * "priority" must be integers. Content-Encoding gzip and deflate are
+ * inflated first (the header length counts decompressed bytes).
+ *
+ * Response framing. Outputs go out in the order they were requested (every
+ * output in model order when none were named). An output is binary when
+ * its parameters.binary_data says so, else when the request parameter
+ * binary_data_output does; binary outputs carry parameters.binary_data_size
+ * and their bytes follow the JSON header in order, and the header's length
+ * is reported for the Inference-Header-Content-Length response header.
+ * Outputs written to shared memory carry neither data nor bytes.
+ *
+ * Nothing here touches the server: this is the part of the front end that is
+ * fuzzed and unit-tested on its own. A decoded request belongs to one thread
+ * at a time, like the pjs_infer_request inside it.
+ */
+#ifndef PJS_FRONTEND_HTTP_HTTP_CODEC_H
+#define PJS_FRONTEND_HTTP_HTTP_CODEC_H
+
+#include <jansson.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/infer.h"
+#include "core/shm.h"
+#include "core/status.h"
+#include "frontend/http/http_buf.h"
+
+/* Largest request body (after decompression) and response body: 2 GiB. */
+#define PJS_HTTP_MAX_BODY ((size_t)2 << 30)
+
+/* Where an input's bytes come from when it names a shared-memory region. */
+typedef struct pjs_http_shm_ref {
+    const char *region; /* borrowed from the JSON header; NULL: not shared memory */
+    uint64_t offset;
+    uint64_t byte_size;
+} pjs_http_shm_ref;
+
+/* A decoded REST inference request and everything its tensors point into. */
+typedef struct pjs_http_infer {
+    pjs_infer_request req;
+    /* The parsed JSON header: names, datatypes and region names point into it. */
+    json_t *header;
+    /* Inputs given as JSON "data", packed; freed with the request. */
+    size_t n_converted;
+    void *converted[PJS_INFER_MAX_TENSORS];
+    /* Per input as decoded (before validation reorders req.inputs). */
+    pjs_http_shm_ref input_shm[PJS_INFER_MAX_TENSORS];
+    /* Shared-memory views held until the request is freed: inputs first
+     * (in decode order), then requested outputs (indexed by output_view). */
+    size_t n_views;
+    pjs_shm_view views[2 * PJS_INFER_MAX_TENSORS];
+    int output_view[PJS_INFER_MAX_TENSORS]; /* per requested output; -1: none */
+} pjs_http_infer;
+
+/* Checks an Inference-Header-Content-Length value (NULL: header absent) against
+ * the body length and returns the JSON part's length in *out_json_len (the
+ * whole body when absent). INVALID_ARGUMENT for anything but a decimal count
+ * no larger than the body. */
+int pjs_http_header_length(const char *value, size_t body_len, size_t *out_json_len,
+                           pjs_error *err);
+
+/* Decodes body[body_len] into d (overwritten; pjs_http_infer_free it also
+ * after a failure). `header_length` is the Inference-Header-Content-Length
+ * value or NULL. The request comes out initialised (received time set), with
+ * its inputs, requested outputs, id and binary_data_output filled; inputs in
+ * shared memory still lack data until pjs_http_infer_map_shm. body must
+ * outlive d. Errors are INVALID_ARGUMENT (UNSUPPORTED for a feature pjserve
+ * does not have) with a message saying what was wrong and where. */
+int pjs_http_infer_decode(pjs_http_infer *d, const void *body, size_t body_len,
+                          const char *header_length, pjs_error *err);
+
+/* Maps the shared-memory regions the request names (inputs and outputs)
+ * through `registry`; must run before validation reorders the inputs. The
+ * views are held until pjs_http_infer_free. */
+int pjs_http_infer_map_shm(pjs_http_infer *d, pjs_shm_registry *registry, pjs_error *err);
+
+/* After completion: copies each output requested into shared memory there.
+ * INVALID_ARGUMENT when an output is larger than its region window. */
+int pjs_http_infer_write_shm_outputs(pjs_http_infer *d, pjs_error *err);
+
+/* Frees what decoding and mapping took (JSON, converted inputs, views); does
+ * not touch the request's outputs or model reference. */
+void pjs_http_infer_free(pjs_http_infer *d);
+
+/* Encodes a completed request's outputs as the response body into `out`
+ * (created by the caller with its limit), and the JSON header's length into
+ * *out_header_len, or 0 when no output is binary (the body is pure JSON). */
+int pjs_http_infer_encode(const pjs_infer_request *r, const char *model_name,
+                          const char *model_version, pjs_http_buf *out, size_t *out_header_len,
+                          pjs_error *err);
+
+/* Undoes Content-Encoding (NULL, "" or "identity": copies nothing and sets
+ * *out_used to false). gzip and deflate are inflated into `out` (whose limit
+ * bounds the result); anything else is UNSUPPORTED. */
+int pjs_http_inflate(const char *content_encoding, const void *in, size_t len, pjs_http_buf *out,
+                     bool *out_used, pjs_error *err);
+
+/* Writes {"error": msg} into out; msg need not be valid UTF-8. */
+int pjs_http_error_json(const char *msg, pjs_http_buf *out, pjs_error *err);
+
+#endif

@@ -1,0 +1,115 @@
+/*
+ * http_infer.c - POST /v2/models/{m}[/versions/{v}]/infer.
+ *
+ * On the connection thread: look the model up, decode the body (JSON and
+ * binary framing, see http_codec.h), map shared-memory tensors, then mark
+ * the call waiting, suspend the connection and submit. Suspending before
+ * submitting matters: the request may complete before pjs_server_submit
+ * returns, and its resume must find the connection suspended. A refused
+ * submit stores the error and resumes at once.
+ *
+ * On a completion thread (on_done): write shared-memory outputs, encode the
+ * response, release the request's outputs and model reference, free the
+ * decoded request, store the reply and resume the connection, in that order;
+ * after the resume the call belongs to the connection thread again.
+ */
+#include "frontend/http/http_internal.h"
+
+#include <stdlib.h>
+
+/* Frees the decoded request and releases what the server handed back. */
+static void finish_infer(pjs__http_call *c)
+{
+    pjs_http_infer *inf = c->infer;
+    if (inf == NULL)
+        return;
+    pjs_infer_request_release(&inf->req);
+    if (inf->req.model != NULL)
+        pjs_model_unref(inf->req.model);
+    pjs_http_infer_free(inf);
+    free(inf);
+    c->infer = NULL;
+}
+
+void pjs__http_infer_discard(pjs__http_call *c)
+{
+    finish_infer(c);
+}
+
+/* Encodes a successful request into the call's reply. */
+static int reply_outputs(pjs__http_call *c, pjs_error *err)
+{
+    pjs_http_infer *inf = c->infer;
+    pjs_http_buf body;
+    size_t header_len = 0;
+    pjs_http_buf_init(&body, PJS_HTTP_MAX_BODY);
+    int rc = pjs_http_infer_write_shm_outputs(inf, err);
+    if (rc == 0)
+        rc = pjs_http_infer_encode(&inf->req, inf->req.model->name, PJS_MODEL_VERSION, &body,
+                                   &header_len, err);
+    if (rc == PJS_ERR_RESOURCE_EXHAUSTED) /* the client asked for too much, not too often */
+        rc = pjs_error_set(err, PJS_ERR_UNSUPPORTED,
+                           "the response would exceed %zu bytes; request fewer outputs or "
+                           "write them to shared memory",
+                           (size_t)PJS_HTTP_MAX_BODY);
+    if (rc != 0) {
+        pjs_http_buf_free(&body);
+        return rc;
+    }
+    pjs__http_reply_buf(c, 200, &body,
+                        header_len > 0 ? "application/octet-stream" : "application/json");
+    c->reply.inference_header = header_len;
+    return 0;
+}
+
+static void on_infer_done(pjs_infer_request *r)
+{
+    pjs__http_call *c = r->frontend_ctx;
+    pjs_error err = r->error;
+    if (err.code == PJS_OK)
+        reply_outputs(c, &err);
+    if (err.code != PJS_OK)
+        pjs__http_reply_error(c, &err);
+    finish_infer(c);
+    MHD_resume_connection(c->conn); /* the last touch of the call */
+}
+
+void pjs__http_infer(pjs__http_call *c, const char *model, const char *version)
+{
+    pjs_server *s = c->fe->server;
+    pjs_error err;
+    pjs_model *m = NULL;
+    int rc = pjs_server_get_model(s, model, version, &m, &err);
+    if (rc != 0) {
+        pjs__http_reply_error(c, &err);
+        return;
+    }
+    c->infer = malloc(sizeof *c->infer);
+    if (c->infer == NULL) {
+        pjs_model_unref(m);
+        pjs__http_reply_message(c, 500, "out of memory decoding the request");
+        return;
+    }
+    const char *header_length =
+        MHD_lookup_connection_value(c->conn, MHD_HEADER_KIND, "Inference-Header-Content-Length");
+    rc = pjs_http_infer_decode(c->infer, c->body.data, c->body.len, header_length, &err);
+    c->infer->req.model = m; /* released by finish_infer from here on */
+    if (rc == 0)
+        rc = pjs_http_infer_map_shm(c->infer, pjs_server_shm(s), &err);
+    if (rc != 0) {
+        pjs_error_prefix(&err, "model %s: ", m->name);
+        pjs__http_reply_error(c, &err);
+        finish_infer(c);
+        return;
+    }
+    c->infer->req.on_done = on_infer_done;
+    c->infer->req.frontend_ctx = c;
+    c->waiting = true;
+    MHD_suspend_connection(c->conn);
+    rc = pjs_server_submit(s, &c->infer->req, &err);
+    if (rc == 0)
+        return; /* on_infer_done owns the call until it resumes it */
+    pjs__http_reply_error(c, &err);
+    finish_infer(c);
+    MHD_resume_connection(c->conn);
+}

@@ -1,0 +1,600 @@
+/*
+ * http_routes.c - the REST endpoints other than inference, and /metrics.
+ *
+ * The path is split into segments (empty ones ignored, so a trailing slash
+ * is accepted) and matched against Triton's routes; each handler stores a
+ * reply. A known path with the wrong method gets 405, an unknown path 404,
+ * both with an {"error"} body. HEAD is answered like GET (without the body).
+ * All handlers run on connection threads except model loads, which compile
+ * and so run on a helper thread (pjs__http_defer).
+ */
+#include "frontend/http/http_internal.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/log.h"
+#include "frontend/http/metrics_render.h"
+#include "frontend/http/model_json.h"
+
+/* Longest path handled; deeper or longer ones are unknown routes. */
+#define PATH_MAX_BYTES 2048
+#define PATH_MAX_SEGMENTS 8
+/* Size of the metrics text buffer. */
+#define METRICS_MAX_BYTES ((size_t)64 << 20)
+
+typedef struct route_path {
+    char text[PATH_MAX_BYTES]; /* the path with '/' replaced by NULs */
+    const char *seg[PATH_MAX_SEGMENTS];
+    size_t n;
+} route_path;
+
+static bool split_path(const char *url, route_path *p)
+{
+    size_t len = strlen(url);
+    if (len >= sizeof p->text)
+        return false;
+    memcpy(p->text, url, len + 1);
+    p->n = 0;
+    char *rest = NULL;
+    for (char *s = strtok_r(p->text, "/", &rest); s != NULL; s = strtok_r(NULL, "/", &rest)) {
+        if (p->n == PATH_MAX_SEGMENTS)
+            return false;
+        p->seg[p->n++] = s;
+    }
+    return true;
+}
+
+static bool is(const char *a, const char *b)
+{
+    return strcmp(a, b) == 0;
+}
+
+/* Whether the call's method is `method` (HEAD counts as GET); stores a 405
+ * reply when it is not. */
+static bool method_ok(pjs__http_call *c, const char *method)
+{
+    if (is(c->method, method) || (is(method, "GET") && is(c->method, "HEAD")))
+        return true;
+    pjs__http_reply_message(c, 405, "%s %s: this endpoint takes %s", c->method, c->url, method);
+    c->reply.allow = is(method, "GET") ? "GET, HEAD" : method;
+    return false;
+}
+
+/* The request body as a JSON object; NULL body: *out NULL. Stores a 400
+ * reply and returns false when it is not an object. */
+static bool body_object(pjs__http_call *c, json_t **out)
+{
+    *out = NULL;
+    if (c->body.len == 0)
+        return true;
+    json_error_t jerr;
+    json_t *doc = json_loadb(c->body.data, c->body.len, 0, &jerr);
+    if (!json_is_object(doc)) {
+        if (doc == NULL)
+            pjs__http_reply_message(c, 400, "malformed JSON body at line %d, column %d: %s",
+                                    jerr.line, jerr.column, jerr.text);
+        else
+            pjs__http_reply_message(c, 400, "the JSON body must be an object");
+        json_decref(doc);
+        return false;
+    }
+    *out = doc;
+    return true;
+}
+
+/* ---- health and server metadata ---------------------------------------- */
+
+static void health(pjs__http_call *c, const char *kind)
+{
+    pjs_server *s = c->fe->server;
+    bool ok = is(kind, "live") ? pjs_server_live(s) : pjs_server_ready(s);
+    pjs__http_reply_empty(c, ok ? 200 : 400);
+}
+
+static void server_metadata(pjs__http_call *c)
+{
+    json_t *doc = json_pack("{s:s, s:s, s:[s,s,s,s,s,s]}", "name", "pjserve", "version",
+                            pjs_server_version(), "extensions", "binary_tensor_data",
+                            "model_repository", "model_configuration", "system_shared_memory",
+                            "statistics", "logging");
+    pjs__http_reply_json(c, 200, doc);
+}
+
+/* ---- logging ------------------------------------------------------------- */
+
+/* Triton's log settings as pjserve's one threshold shows them. */
+static json_t *log_settings_json(void)
+{
+    pjs_log_level level = pjs_log_get_level();
+    return json_pack("{s:s, s:b, s:b, s:b, s:i, s:s}", "log_file", "", "log_info",
+                     level <= PJS_LOG_INFO, "log_warning", level <= PJS_LOG_WARN, "log_error", 1,
+                     "log_verbose_level", level == PJS_LOG_DEBUG ? 1 : 0, "log_format",
+                     "default");
+}
+
+/* Applies Triton's settings as a threshold: verbose > 0 is debug, else the
+ * lowest level still on. */
+static int apply_log_settings(const json_t *doc, pjs_error *err)
+{
+    pjs_log_level level = pjs_log_get_level();
+    bool info = level <= PJS_LOG_INFO, warning = level <= PJS_LOG_WARN;
+    json_int_t verbose = level == PJS_LOG_DEBUG;
+    const json_t *v;
+    if ((v = json_object_get(doc, "log_file")) != NULL &&
+        !(json_is_string(v) && json_string_length(v) == 0))
+        return pjs_error_set(err, PJS_ERR_UNSUPPORTED,
+                             "log_file: pjserve logs to stderr only (give \"\")");
+    if ((v = json_object_get(doc, "log_format")) != NULL &&
+        !(json_is_string(v) && is(json_string_value(v), "default")))
+        return pjs_error_set(err, PJS_ERR_UNSUPPORTED, "log_format: only \"default\" is supported");
+    if ((v = json_object_get(doc, "log_error")) != NULL && !json_is_true(v))
+        return pjs_error_set(err, json_is_boolean(v) ? PJS_ERR_UNSUPPORTED
+                                                     : PJS_ERR_INVALID_ARGUMENT,
+                             "log_error: errors are always logged (give true)");
+    if ((v = json_object_get(doc, "log_info")) != NULL) {
+        if (!json_is_boolean(v))
+            return pjs_error_set(err, PJS_ERR_INVALID_ARGUMENT, "log_info must be a boolean");
+        info = json_is_true(v);
+    }
+    if ((v = json_object_get(doc, "log_warning")) != NULL) {
+        if (!json_is_boolean(v))
+            return pjs_error_set(err, PJS_ERR_INVALID_ARGUMENT, "log_warning must be a boolean");
+        warning = json_is_true(v);
+    }
+    if ((v = json_object_get(doc, "log_verbose_level")) != NULL) {
+        if (!json_is_integer(v) || json_integer_value(v) < 0)
+            return pjs_error_set(err, PJS_ERR_INVALID_ARGUMENT,
+                                 "log_verbose_level must be a non-negative integer");
+        verbose = json_integer_value(v);
+    }
+    pjs_log_set_level(verbose > 0 ? PJS_LOG_DEBUG
+                      : info      ? PJS_LOG_INFO
+                      : warning   ? PJS_LOG_WARN
+                                  : PJS_LOG_ERROR);
+    return 0;
+}
+
+static void logging(pjs__http_call *c)
+{
+    if (is(c->method, "POST")) {
+        json_t *doc;
+        pjs_error err;
+        if (!body_object(c, &doc))
+            return;
+        int rc = doc ? apply_log_settings(doc, &err) : 0;
+        json_decref(doc);
+        if (rc != 0) {
+            pjs__http_reply_error(c, &err);
+            return;
+        }
+    } else if (!method_ok(c, "GET")) {
+        return;
+    }
+    pjs__http_reply_json(c, 200, log_settings_json());
+}
+
+/* ---- models --------------------------------------------------------------- */
+
+static void model_ready(pjs__http_call *c, const char *name, const char *version)
+{
+    pjs_model *m = NULL;
+    pjs_error err;
+    bool ready = pjs_server_get_model(c->fe->server, name, version, &m, &err) == 0;
+    if (ready)
+        pjs_model_unref(m);
+    pjs__http_reply_empty(c, ready ? 200 : 400);
+}
+
+static void platform_name(pjs_server *s, char *buf, size_t size)
+{
+    snprintf(buf, size, "pjrt_%s", pjs_server_platform(s));
+}
+
+/* Metadata, config or stats of one model. */
+static void model_document(pjs__http_call *c, const char *name, const char *version,
+                           const char *what)
+{
+    pjs_server *s = c->fe->server;
+    pjs_model *m = NULL;
+    pjs_error err;
+    if (pjs_server_get_model(s, name, version, &m, &err) != 0) {
+        pjs__http_reply_error(c, &err);
+        return;
+    }
+    char platform[64];
+    platform_name(s, platform, sizeof platform);
+    json_t *doc;
+    if (is(what, "config")) {
+        doc = pjs_model_config_json(m->name, platform, pjs_model_manifest(m), m->max_batch_size);
+    } else if (is(what, "stats")) {
+        pjs_model_stats st;
+        pjs_model_stats_snapshot(m, &st);
+        doc = json_pack("{s:[o]}", "model_stats",
+                        pjs_model_stats_json(m->name, PJS_MODEL_VERSION, &st));
+    } else {
+        doc = pjs_model_metadata_json(m->name, platform, pjs_model_manifest(m));
+    }
+    pjs_model_unref(m);
+    pjs__http_reply_json(c, 200, doc);
+}
+
+static void append_model_stats(pjs_model *m, void *ctx)
+{
+    json_t *list = ctx;
+    pjs_model_stats st;
+    pjs_model_stats_snapshot(m, &st);
+    json_array_append_new(list, pjs_model_stats_json(m->name, PJS_MODEL_VERSION, &st));
+}
+
+static void all_model_stats(pjs__http_call *c)
+{
+    json_t *list = json_array();
+    if (list != NULL)
+        pjs_server_foreach_model(c->fe->server, append_model_stats, list);
+    pjs__http_reply_json(c, 200, list ? json_pack("{s:o}", "model_stats", list) : NULL);
+}
+
+/* /v2/models/... with p->seg[2] the model name (or "stats"). */
+static void models_route(pjs__http_call *c, const route_path *p)
+{
+    if (p->n == 3 && is(p->seg[2], "stats")) {
+        if (method_ok(c, "GET"))
+            all_model_stats(c);
+        return;
+    }
+    const char *name = p->seg[2];
+    const char *version = "";
+    size_t i = 3;
+    if (i + 1 < p->n && is(p->seg[i], "versions")) {
+        version = p->seg[i + 1];
+        i += 2;
+    }
+    const char *action = i < p->n ? p->seg[i] : "";
+    if (i + 1 < p->n) {
+        pjs__http_reply_message(c, 404, "no such endpoint: %s", c->url);
+        return;
+    }
+    if (is(action, "infer")) {
+        if (method_ok(c, "POST"))
+            pjs__http_infer(c, name, version);
+        return;
+    }
+    if (!is(action, "") && !is(action, "ready") && !is(action, "config") &&
+        !is(action, "stats")) {
+        pjs__http_reply_message(c, 404, "no such endpoint: %s", c->url);
+        return;
+    }
+    if (!method_ok(c, "GET"))
+        return;
+    if (is(action, "ready"))
+        model_ready(c, name, version);
+    else
+        model_document(c, name, version, action);
+}
+
+/* ---- repository ------------------------------------------------------------ */
+
+static json_t *repository_index_json(pjs_server *s, bool ready_only)
+{
+    size_t cap = 64;
+    pjs_repository_entry *entries = NULL;
+    size_t n;
+    for (;;) {
+        pjs_repository_entry *grown = realloc(entries, cap * sizeof *entries);
+        if (grown == NULL) {
+            free(entries);
+            return NULL;
+        }
+        entries = grown;
+        n = pjs_server_repository_index(s, ready_only, entries, cap);
+        if (n <= cap)
+            break;
+        cap = n;
+    }
+    json_t *list = json_array();
+    for (size_t i = 0; list != NULL && i < n; i++) {
+        json_t *e = json_pack("{s:s, s:s, s:s, s:s}", "name", entries[i].name, "version",
+                              PJS_MODEL_VERSION, "state", pjs_model_state_name(entries[i].state),
+                              "reason", entries[i].reason);
+        if (e == NULL || json_array_append_new(list, e) != 0) {
+            json_decref(list);
+            list = NULL;
+        }
+    }
+    free(entries);
+    return list;
+}
+
+static void repository_index(pjs__http_call *c)
+{
+    json_t *doc;
+    if (!body_object(c, &doc))
+        return;
+    const json_t *ready = doc ? json_object_get(doc, "ready") : NULL;
+    if (ready != NULL && !json_is_boolean(ready)) {
+        json_decref(doc);
+        pjs__http_reply_message(c, 400, "\"ready\" must be true or false");
+        return;
+    }
+    bool ready_only = json_is_true(ready);
+    json_decref(doc);
+    pjs__http_reply_json(c, 200, repository_index_json(c->fe->server, ready_only));
+}
+
+/* POST /v2/repository/models/{m}/load on a helper thread (compiling takes a
+ * while); the model name is read from the call's path again here. */
+static void load_model_deferred(pjs__http_call *c)
+{
+    route_path p;
+    pjs_error err;
+    split_path(c->url, &p);
+    if (pjs_server_load_model(c->fe->server, p.seg[3], &err) != 0)
+        pjs__http_reply_error(c, &err);
+    else
+        pjs__http_reply_empty(c, 200);
+}
+
+/* Refuses load parameters that would change what is loaded. */
+static bool load_parameters_ok(pjs__http_call *c, const json_t *doc)
+{
+    const json_t *params = doc ? json_object_get(doc, "parameters") : NULL;
+    if (params == NULL)
+        return true;
+    if (!json_is_object(params)) {
+        pjs__http_reply_message(c, 400, "\"parameters\" must be an object");
+        return false;
+    }
+    const char *key;
+    const json_t *value;
+    json_object_foreach((json_t *)params, key, value) {
+        (void)value;
+        if (is(key, "config") || strncmp(key, "file:", 5) == 0) {
+            pjs__http_reply_message(c, 400,
+                                    "load parameter \"%.64s\" is not supported: pjserve loads "
+                                    "bundles from its repository as they are",
+                                    key);
+            return false;
+        }
+    }
+    return true;
+}
+
+static void repository_model(pjs__http_call *c, const char *name, const char *action)
+{
+    json_t *doc;
+    pjs_error err;
+    if (!body_object(c, &doc))
+        return;
+    bool ok = load_parameters_ok(c, doc);
+    json_decref(doc);
+    if (!ok)
+        return;
+    if (is(action, "load")) {
+        pjs__http_defer(c, load_model_deferred);
+        return;
+    }
+    if (pjs_server_unload_model(c->fe->server, name, &err) != 0)
+        pjs__http_reply_error(c, &err);
+    else
+        pjs__http_reply_empty(c, 200);
+}
+
+static void repository_route(pjs__http_call *c, const route_path *p)
+{
+    if (p->n == 3 && is(p->seg[2], "index")) {
+        if (method_ok(c, "POST"))
+            repository_index(c);
+        return;
+    }
+    bool model_action = p->n == 5 && is(p->seg[2], "models") &&
+                        (is(p->seg[4], "load") || is(p->seg[4], "unload"));
+    if (model_action) {
+        if (method_ok(c, "POST"))
+            repository_model(c, p->seg[3], p->seg[4]);
+        return;
+    }
+    pjs__http_reply_message(c, 404, "no such endpoint: %s", c->url);
+}
+
+/* ---- system shared memory -------------------------------------------------- */
+
+static void shm_status(pjs__http_call *c, const char *region)
+{
+    pjs_shm_registry *reg = pjs_server_shm(c->fe->server);
+    pjs_error err;
+    size_t cap = 16;
+    pjs_shm_info *info = NULL;
+    int n;
+    for (;;) {
+        pjs_shm_info *grown = realloc(info, cap * sizeof *info);
+        if (grown == NULL) {
+            free(info);
+            pjs__http_reply_json(c, 200, NULL);
+            return;
+        }
+        info = grown;
+        n = pjs_shm_status(reg, region, info, cap, &err);
+        if (n < 0 || (size_t)n <= cap)
+            break;
+        cap = (size_t)n;
+    }
+    if (n < 0) {
+        free(info);
+        pjs__http_reply_error(c, &err);
+        return;
+    }
+    json_t *list = json_array();
+    for (int i = 0; list != NULL && i < n; i++) {
+        json_t *e = json_pack("{s:s, s:s, s:I, s:I}", "name", info[i].name, "key", info[i].key,
+                              "offset", (json_int_t)info[i].offset, "byte_size",
+                              (json_int_t)info[i].byte_size);
+        if (e == NULL || json_array_append_new(list, e) != 0) {
+            json_decref(list);
+            list = NULL;
+        }
+    }
+    free(info);
+    pjs__http_reply_json(c, 200, list);
+}
+
+static void shm_register(pjs__http_call *c, const char *region)
+{
+    json_t *doc;
+    pjs_error err;
+    if (!body_object(c, &doc))
+        return;
+    const json_t *key = doc ? json_object_get(doc, "key") : NULL;
+    const json_t *offset = doc ? json_object_get(doc, "offset") : NULL;
+    const json_t *size = doc ? json_object_get(doc, "byte_size") : NULL;
+    if (!json_is_string(key) || (offset != NULL && !json_is_integer(offset)) ||
+        !json_is_integer(size) || json_integer_value(offset) < 0 ||
+        json_integer_value(size) < 0) {
+        json_decref(doc);
+        pjs__http_reply_message(c, 400,
+                                "register needs a JSON body {\"key\": string, \"offset\": "
+                                "non-negative integer (optional), \"byte_size\": non-negative "
+                                "integer}");
+        return;
+    }
+    int rc = pjs_shm_register(pjs_server_shm(c->fe->server), region, json_string_value(key),
+                              (uint64_t)json_integer_value(offset),
+                              (uint64_t)json_integer_value(size), &err);
+    json_decref(doc);
+    if (rc != 0)
+        pjs__http_reply_error(c, &err);
+    else
+        pjs__http_reply_empty(c, 200);
+}
+
+static void shm_unregister(pjs__http_call *c, const char *region)
+{
+    pjs_error err;
+    if (pjs_shm_unregister(pjs_server_shm(c->fe->server), region, &err) != 0)
+        pjs__http_reply_error(c, &err);
+    else
+        pjs__http_reply_empty(c, 200);
+}
+
+/* /v2/systemsharedmemory/[region/{r}/]{status|register|unregister} */
+static void shm_route(pjs__http_call *c, const route_path *p)
+{
+    const char *region = NULL;
+    const char *action = NULL;
+    if (p->n == 3) {
+        action = p->seg[2];
+    } else if (p->n == 5 && is(p->seg[2], "region")) {
+        region = p->seg[3];
+        action = p->seg[4];
+    }
+    if (action != NULL && is(action, "status")) {
+        if (method_ok(c, "GET"))
+            shm_status(c, region);
+    } else if (action != NULL && is(action, "unregister")) {
+        if (method_ok(c, "POST"))
+            shm_unregister(c, region);
+    } else if (action != NULL && region != NULL && is(action, "register")) {
+        if (method_ok(c, "POST"))
+            shm_register(c, region);
+    } else {
+        pjs__http_reply_message(c, 404, "no such endpoint: %s", c->url);
+    }
+}
+
+/* ---- entry points ----------------------------------------------------------- */
+
+void pjs__http_route_rest(pjs__http_call *c)
+{
+    route_path p;
+    if (!split_path(c->url, &p) || p.n == 0 || !is(p.seg[0], "v2")) {
+        pjs__http_reply_message(c, 404, "no such endpoint: %.256s", c->url);
+        return;
+    }
+    const char *area = p.n > 1 ? p.seg[1] : "";
+    if (p.n == 1) {
+        if (method_ok(c, "GET"))
+            server_metadata(c);
+    } else if (is(area, "health") && p.n == 3 && (is(p.seg[2], "live") || is(p.seg[2], "ready"))) {
+        if (method_ok(c, "GET"))
+            health(c, p.seg[2]);
+    } else if (is(area, "logging") && p.n == 2) {
+        logging(c);
+    } else if (is(area, "models") && p.n >= 3) {
+        models_route(c, &p);
+    } else if (is(area, "repository")) {
+        repository_route(c, &p);
+    } else if (is(area, "systemsharedmemory")) {
+        shm_route(c, &p);
+    } else if (is(area, "cudasharedmemory")) {
+        pjs__http_reply_message(c, 400,
+                                "CUDA shared memory is not supported on this server; use system "
+                                "shared memory (/v2/systemsharedmemory)");
+    } else {
+        pjs__http_reply_message(c, 404, "no such endpoint: %.256s", c->url);
+    }
+}
+
+/* Collects every loaded model's statistics for one scrape. */
+typedef struct metrics_scrape {
+    pjs_metrics_model *models;
+    size_t n, cap;
+    bool out_of_memory;
+} metrics_scrape;
+
+static void collect_model(pjs_model *m, void *ctx)
+{
+    metrics_scrape *s = ctx;
+    if (s->n == s->cap) {
+        size_t cap = s->cap ? s->cap * 2 : 16;
+        pjs_metrics_model *grown = realloc(s->models, cap * sizeof *grown);
+        if (grown == NULL) {
+            s->out_of_memory = true;
+            return;
+        }
+        s->models = grown;
+        s->cap = cap;
+    }
+    pjs_metrics_model *e = &s->models[s->n];
+    char *name = strdup(m->name);
+    if (name == NULL) {
+        s->out_of_memory = true;
+        return;
+    }
+    e->name = name;
+    e->version = PJS_MODEL_VERSION;
+    pjs_model_stats_snapshot(m, &e->stats);
+    s->n++;
+}
+
+void pjs__http_route_metrics(pjs__http_call *c)
+{
+    route_path p;
+    if (!split_path(c->url, &p) || p.n != 1 || !is(p.seg[0], "metrics")) {
+        pjs__http_reply_message(c, 404, "no such endpoint: %.256s (metrics are at /metrics)",
+                                c->url);
+        return;
+    }
+    if (!method_ok(c, "GET"))
+        return;
+    metrics_scrape scrape = {0};
+    pjs_server_foreach_model(c->fe->server, collect_model, &scrape);
+    pjs_server_counters counters;
+    pjs_server_get_counters(c->fe->server, &counters);
+    pjs_metrics_gauges gauges = {counters.queue_depth, counters.in_flight};
+    pjs_http_buf text;
+    pjs_error err;
+    pjs_http_buf_init(&text, METRICS_MAX_BYTES);
+    int rc = scrape.out_of_memory ? pjs_error_set(&err, PJS_ERR_NOMEM, "out of memory")
+                                  : pjs_metrics_render(scrape.models, scrape.n, &gauges, &text,
+                                                       &err);
+    for (size_t i = 0; i < scrape.n; i++)
+        free((char *)scrape.models[i].name);
+    free(scrape.models);
+    if (rc != 0) {
+        pjs_http_buf_free(&text);
+        pjs__http_reply_error(c, &err);
+        return;
+    }
+    pjs__http_reply_buf(c, 200, &text, "text/plain; version=0.0.4; charset=utf-8");
+}

@@ -1,0 +1,135 @@
+/*
+ * model_json.c - model metadata, configuration and statistics documents (see
+ * model_json.h).
+ *
+ * Built with jansson's json_pack; a NULL anywhere (out of memory) makes the
+ * whole pack fail, so every function returns a complete document or NULL.
+ */
+#include "frontend/http/model_json.h"
+
+#include <stdio.h>
+
+/* [d0, d1, ...] from dims[first..rank). */
+static json_t *dims_json(const pjs_shape *s, int first)
+{
+    json_t *dims = json_array();
+    for (int i = first; dims != NULL && i < s->rank; i++)
+        if (json_array_append_new(dims, json_integer(s->dims[i])) != 0) {
+            json_decref(dims);
+            return NULL;
+        }
+    return dims;
+}
+
+static json_t *tensor_metadata_json(const pjs_tensor_spec *specs, size_t n)
+{
+    json_t *list = json_array();
+    for (size_t i = 0; list != NULL && i < n; i++) {
+        json_t *t = json_pack("{s:s, s:s, s:o}", "name", specs[i].name, "datatype",
+                              pjs_dtype_kserve_name(specs[i].dtype), "shape",
+                              dims_json(&specs[i].shape, 0));
+        if (t == NULL || json_array_append_new(list, t) != 0) {
+            json_decref(list);
+            return NULL;
+        }
+    }
+    return list;
+}
+
+json_t *pjs_model_metadata_json(const char *name, const char *platform, const pjs_manifest *m)
+{
+    return json_pack("{s:s, s:[s], s:s, s:o, s:o}", "name", name, "versions",
+                     PJS_MODEL_VERSION, "platform", platform, "inputs",
+                     tensor_metadata_json(m->inputs, m->n_inputs), "outputs",
+                     tensor_metadata_json(m->outputs, m->n_outputs));
+}
+
+/* Triton's data_type spelling: "TYPE_" and the KServe name ("TYPE_FP32"). */
+static const char *config_data_type(pjs_dtype dt, char *buf, size_t size)
+{
+    snprintf(buf, size, "TYPE_%s", pjs_dtype_kserve_name(dt));
+    return buf;
+}
+
+static json_t *tensor_config_json(const pjs_tensor_spec *specs, size_t n, int64_t max_batch_size,
+                                  bool inputs)
+{
+    json_t *list = json_array();
+    for (size_t i = 0; list != NULL && i < n; i++) {
+        const pjs_tensor_spec *s = &specs[i];
+        char type[32];
+        /* With max_batch_size > 0 Triton leaves the batch axis out of dims. */
+        json_t *dims = dims_json(&s->shape, s->batched && max_batch_size > 0 ? 1 : 0);
+        json_t *t = inputs ? json_pack("{s:s, s:s, s:s, s:o, s:b, s:b, s:b}", "name", s->name,
+                                       "data_type", config_data_type(s->dtype, type, sizeof type),
+                                       "format", "FORMAT_NONE", "dims", dims, "is_shape_tensor",
+                                       0, "allow_ragged_batch", 0, "optional", 0)
+                           : json_pack("{s:s, s:s, s:o, s:s, s:b}", "name", s->name,
+                                       "data_type", config_data_type(s->dtype, type, sizeof type),
+                                       "dims", dims, "label_filename", "", "is_shape_tensor", 0);
+        if (t == NULL || json_array_append_new(list, t) != 0) {
+            json_decref(list);
+            return NULL;
+        }
+    }
+    return list;
+}
+
+json_t *pjs_model_config_json(const char *name, const char *platform, const pjs_manifest *m,
+                              int64_t max_batch_size)
+{
+    json_t *config = json_pack(
+        "{s:s, s:s, s:s, s:{s:{s:i}}, s:I, s:o, s:o}", "name", name, "platform", platform,
+        "backend", "pjserve", "version_policy", "latest", "num_versions", 1, "max_batch_size",
+        (json_int_t)max_batch_size, "input",
+        tensor_config_json(m->inputs, m->n_inputs, max_batch_size, true), "output",
+        tensor_config_json(m->outputs, m->n_outputs, max_batch_size, false));
+    /* Scheduling. pjserve's dispatcher does not coalesce requests yet, so the
+     * config has no "dynamic_batching" and clients (perf_analyzer) send one
+     * request per batch. When coalescing lands, add here:
+     *   "dynamic_batching": {"preferred_batch_size": [compiled sizes],
+     *                        "max_queue_delay_microseconds": <delay>}
+     */
+    return config;
+}
+
+static json_t *duration_json(const pjs_duration_stat *d)
+{
+    return json_pack("{s:I, s:I}", "count", (json_int_t)d->count, "ns", (json_int_t)d->ns);
+}
+
+static json_t *batch_stats_json(const pjs_model_stats *st)
+{
+    json_t *list = json_array();
+    for (size_t i = 0; list != NULL && i < st->n_batch && i < PJS_MODEL_MAX_BATCH_SIZES; i++) {
+        const pjs_batch_stat *b = &st->batch[i];
+        if (b->compute_infer.count == 0)
+            continue; /* Triton lists the batch sizes that ran */
+        json_t *entry = json_pack("{s:I, s:o, s:o, s:o}", "batch_size",
+                                  (json_int_t)b->batch_size, "compute_input",
+                                  duration_json(&b->compute_input), "compute_infer",
+                                  duration_json(&b->compute_infer), "compute_output",
+                                  duration_json(&b->compute_output));
+        if (entry == NULL || json_array_append_new(list, entry) != 0) {
+            json_decref(list);
+            return NULL;
+        }
+    }
+    return list;
+}
+
+json_t *pjs_model_stats_json(const char *name, const char *version, const pjs_model_stats *st)
+{
+    static const pjs_duration_stat never = {0, 0}; /* pjserve has no response cache */
+    json_t *inference_stats = json_pack(
+        "{s:o, s:o, s:o, s:o, s:o, s:o, s:o, s:o}", "success", duration_json(&st->success),
+        "fail", duration_json(&st->fail), "queue", duration_json(&st->queue), "compute_input",
+        duration_json(&st->compute_input), "compute_infer", duration_json(&st->compute_infer),
+        "compute_output", duration_json(&st->compute_output), "cache_hit", duration_json(&never),
+        "cache_miss", duration_json(&never));
+    return json_pack("{s:s, s:s, s:I, s:I, s:I, s:o, s:o, s:{}, s:[]}", "name", name, "version",
+                     version, "last_inference", (json_int_t)st->last_inference_ms,
+                     "inference_count", (json_int_t)st->inference_count, "execution_count",
+                     (json_int_t)st->execution_count, "inference_stats", inference_stats,
+                     "batch_stats", batch_stats_json(st), "response_stats", "memory_usage");
+}

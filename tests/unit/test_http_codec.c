@@ -1,0 +1,809 @@
+/*
+ * test_http_codec.c - the REST codec of src/frontend/http without a server.
+ *
+ * Requests: JSON "data" for every datatype (flat and nested, booleans as
+ * true/false and 0/1, FP16/BF16 rounded), the refusals of values a datatype
+ * cannot hold, the binary tensor extension (good framing and each way it can
+ * be broken), Content-Encoding, and shared-memory inputs and outputs through
+ * a real POSIX shared-memory object. Responses: JSON and binary encodings,
+ * output order and the id echo. Documents: model metadata, config and
+ * statistics, and the Prometheus text. Each request is decoded and then
+ * validated against a manifest, as the front end does.
+ */
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include <fcntl.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#include "frontend/http/http_codec.h"
+#include "frontend/http/metrics_render.h"
+#include "frontend/http/model_json.h"
+#include "frontend/http/tensor_json.h"
+
+/* ---- fixtures ------------------------------------------------------------- */
+
+/* Every datatype once, batched, plus an unbatched input and three outputs. */
+static const char all_dtypes_yaml[] = "format_version: \"2.0\"\n"
+                                      "name: dtypes\n"
+                                      "batch_sizes: [1, 4]\n"
+                                      "inputs:\n"
+                                      "  - {name: bool, dtype: bool, shape: [batch, 2]}\n"
+                                      "  - {name: u8, dtype: u8, shape: [batch, 2]}\n"
+                                      "  - {name: u16, dtype: u16, shape: [batch, 2]}\n"
+                                      "  - {name: u32, dtype: u32, shape: [batch, 2]}\n"
+                                      "  - {name: u64, dtype: u64, shape: [batch, 2]}\n"
+                                      "  - {name: i8, dtype: i8, shape: [batch, 2]}\n"
+                                      "  - {name: i16, dtype: i16, shape: [batch, 2]}\n"
+                                      "  - {name: i32, dtype: i32, shape: [batch, 2]}\n"
+                                      "  - {name: i64, dtype: i64, shape: [batch, 2]}\n"
+                                      "  - {name: f16, dtype: f16, shape: [batch, 2]}\n"
+                                      "  - {name: bf16, dtype: bf16, shape: [batch, 2]}\n"
+                                      "  - {name: f32, dtype: f32, shape: [batch, 2]}\n"
+                                      "  - {name: f64, dtype: f64, shape: [batch, 2]}\n"
+                                      "  - {name: scale, dtype: f32, shape: [3]}\n"
+                                      "outputs:\n"
+                                      "  - {name: y, dtype: f32, shape: [batch, 2]}\n"
+                                      "  - {name: flags, dtype: bool, shape: [batch]}\n"
+                                      "  - {name: half, dtype: f16, shape: [2]}\n";
+
+static pjs_manifest manifest;
+
+static int setup_manifest(void **state)
+{
+    (void)state;
+    pjs_error err;
+    return pjs_manifest_parse(&manifest, all_dtypes_yaml, sizeof all_dtypes_yaml - 1, "test",
+                              &err);
+}
+
+static int teardown_manifest(void **state)
+{
+    (void)state;
+    pjs_manifest_free(&manifest);
+    return 0;
+}
+
+/* The JSON of every input of the manifest with one row each; `override`
+ * replaces the input of the same name (a JSON object text). */
+static char *request_json(const char *override_name, const char *override)
+{
+    static const char *inputs[][2] = {
+        {"bool", "{\"name\":\"bool\",\"datatype\":\"BOOL\",\"shape\":[1,2],\"data\":[true,0]}"},
+        {"u8", "{\"name\":\"u8\",\"datatype\":\"UINT8\",\"shape\":[1,2],\"data\":[0,255]}"},
+        {"u16", "{\"name\":\"u16\",\"datatype\":\"UINT16\",\"shape\":[1,2],\"data\":[1,65535]}"},
+        {"u32",
+         "{\"name\":\"u32\",\"datatype\":\"UINT32\",\"shape\":[1,2],\"data\":[2,4294967295]}"},
+        {"u64", "{\"name\":\"u64\",\"datatype\":\"UINT64\",\"shape\":[1,2],"
+                "\"data\":[3,9223372036854775807]}"},
+        {"i8", "{\"name\":\"i8\",\"datatype\":\"INT8\",\"shape\":[1,2],\"data\":[-128,127]}"},
+        {"i16", "{\"name\":\"i16\",\"datatype\":\"INT16\",\"shape\":[1,2],\"data\":[-32768,5]}"},
+        {"i32",
+         "{\"name\":\"i32\",\"datatype\":\"INT32\",\"shape\":[1,2],\"data\":[-2147483648,6]}"},
+        {"i64", "{\"name\":\"i64\",\"datatype\":\"INT64\",\"shape\":[1,2],"
+                "\"data\":[-9223372036854775808,7]}"},
+        {"f16", "{\"name\":\"f16\",\"datatype\":\"FP16\",\"shape\":[1,2],\"data\":[1.5,-65504]}"},
+        {"bf16", "{\"name\":\"bf16\",\"datatype\":\"BF16\",\"shape\":[1,2],\"data\":[1,-2.5]}"},
+        {"f32", "{\"name\":\"f32\",\"datatype\":\"FP32\",\"shape\":[1,2],\"data\":[[0.25,8]]}"},
+        {"f64", "{\"name\":\"f64\",\"datatype\":\"FP64\",\"shape\":[1,2],\"data\":[0.1,3]}"},
+        {"scale", "{\"name\":\"scale\",\"datatype\":\"FP32\",\"shape\":[3],\"data\":[1,2,3]}"},
+    };
+    size_t size = 64;
+    for (size_t i = 0; i < sizeof inputs / sizeof *inputs; i++)
+        size += strlen(inputs[i][1]) + (override ? strlen(override) : 0) + 1;
+    char *text = malloc(size);
+    assert_non_null(text);
+    strcpy(text, "{\"inputs\":[");
+    for (size_t i = 0; i < sizeof inputs / sizeof *inputs; i++) {
+        if (i > 0)
+            strcat(text, ",");
+        bool replaced = override_name && strcmp(override_name, inputs[i][0]) == 0;
+        strcat(text, replaced ? override : inputs[i][1]);
+    }
+    strcat(text, "]}");
+    return text;
+}
+
+/* Decodes, maps (no registry: NULL) and validates; returns the status. */
+static int decode_and_validate(pjs_http_infer *d, const char *body, size_t len,
+                               const char *header_length, pjs_error *err)
+{
+    int rc = pjs_http_infer_decode(d, body, len, header_length, err);
+    if (rc == 0)
+        rc = pjs_infer_validate(&d->req, &manifest, 4, err);
+    return rc;
+}
+
+static const pjs_infer_input *input_named(const pjs_http_infer *d, const char *name)
+{
+    for (size_t i = 0; i < d->req.n_inputs; i++)
+        if (strcmp(d->req.inputs[i].name, name) == 0)
+            return &d->req.inputs[i];
+    fail_msg("no input %s", name);
+    return NULL;
+}
+
+/* Expects a refusal whose message contains `piece`. */
+static void expect_refused(const char *override_name, const char *override, const char *piece)
+{
+    char *body = request_json(override_name, override);
+    pjs_http_infer d;
+    pjs_error err;
+    int rc = decode_and_validate(&d, body, strlen(body), NULL, &err);
+    if (rc == 0 || strstr(err.msg, piece) == NULL)
+        fail_msg("expected an error with \"%s\", got %d \"%s\"", piece, rc, rc ? err.msg : "");
+    assert_int_equal(rc, PJS_ERR_INVALID_ARGUMENT);
+    pjs_http_infer_free(&d);
+    free(body);
+}
+
+/* ---- half precision ---------------------------------------------------- */
+
+static void test_f16_conversions(void **state)
+{
+    (void)state;
+    assert_int_equal(pjs_f32_to_f16(1.5f), 0x3e00);
+    assert_int_equal(pjs_f32_to_f16(-65504.0f), 0xfbff);
+    assert_int_equal(pjs_f32_to_f16(65520.0f), 0x7c00);   /* rounds up to infinity */
+    assert_int_equal(pjs_f32_to_f16(0x1p-24f), 0x0001);   /* smallest subnormal */
+    assert_int_equal(pjs_f32_to_f16(0x1p-25f), 0x0000);   /* tie: rounds to even zero */
+    assert_int_equal(pjs_f32_to_f16(0x1.8p-25f), 0x0001); /* above the tie */
+    assert_int_equal(pjs_f32_to_f16(1.0f + 0x1p-11f), 0x3c00); /* tie to even */
+    assert_int_equal(pjs_f32_to_f16(1.0f + 0x3p-11f), 0x3c02); /* tie to even, up */
+    assert_int_equal(pjs_f32_to_f16(-0.0f), 0x8000);
+    assert_int_equal(pjs_f32_to_f16(INFINITY), 0x7c00);
+    assert_true((pjs_f32_to_f16(NAN) & 0x7c00) == 0x7c00 && (pjs_f32_to_f16(NAN) & 0x3ff));
+    for (uint32_t h = 0; h < 0x10000; h++) { /* every finite half survives the round trip */
+        if ((h & 0x7c00) == 0x7c00)
+            continue;
+        assert_int_equal(pjs_f32_to_f16(pjs_f16_to_f32((uint16_t)h)), h);
+    }
+    assert_true(pjs_f16_to_f32(0x0001) == 0x1p-24f);
+}
+
+static void test_bf16_conversions(void **state)
+{
+    (void)state;
+    assert_int_equal(pjs_f32_to_bf16(1.0f), 0x3f80);
+    assert_int_equal(pjs_f32_to_bf16(-2.5f), 0xc020);
+    assert_int_equal(pjs_f32_to_bf16(1.0f + 0x1p-8f), 0x3f80); /* tie to even */
+    assert_int_equal(pjs_f32_to_bf16(1.0f + 0x3p-8f), 0x3f82);
+    assert_true(isnan(pjs_bf16_to_f32(pjs_f32_to_bf16(NAN))));
+    assert_true(pjs_bf16_to_f32(0x4049) == 3.140625f);
+}
+
+/* ---- JSON requests --------------------------------------------------------- */
+
+static void test_decode_every_dtype(void **state)
+{
+    (void)state;
+    char *body = request_json(NULL, NULL);
+    pjs_http_infer d;
+    pjs_error err;
+    assert_int_equal(decode_and_validate(&d, body, strlen(body), NULL, &err), 0);
+    assert_int_equal(d.req.batch, 1);
+    assert_memory_equal(input_named(&d, "bool")->data, ((uint8_t[]){1, 0}), 2);
+    assert_memory_equal(input_named(&d, "u8")->data, ((uint8_t[]){0, 255}), 2);
+    assert_memory_equal(input_named(&d, "u16")->data, ((uint16_t[]){1, 65535}), 4);
+    assert_memory_equal(input_named(&d, "u32")->data, ((uint32_t[]){2, UINT32_MAX}), 8);
+    assert_memory_equal(input_named(&d, "u64")->data, ((uint64_t[]){3, INT64_MAX}), 16);
+    assert_memory_equal(input_named(&d, "i8")->data, ((int8_t[]){-128, 127}), 2);
+    assert_memory_equal(input_named(&d, "i16")->data, ((int16_t[]){-32768, 5}), 4);
+    assert_memory_equal(input_named(&d, "i32")->data, ((int32_t[]){INT32_MIN, 6}), 8);
+    assert_memory_equal(input_named(&d, "i64")->data, ((int64_t[]){INT64_MIN, 7}), 16);
+    assert_memory_equal(input_named(&d, "f16")->data, ((uint16_t[]){0x3e00, 0xfbff}), 4);
+    assert_memory_equal(input_named(&d, "bf16")->data, ((uint16_t[]){0x3f80, 0xc020}), 4);
+    assert_memory_equal(input_named(&d, "f32")->data, ((float[]){0.25f, 8.0f}), 8);
+    assert_memory_equal(input_named(&d, "f64")->data, ((double[]){0.1, 3.0}), 16);
+    assert_int_equal(input_named(&d, "f64")->nbytes, 16);
+    pjs_http_infer_free(&d);
+    free(body);
+}
+
+static void test_decode_nested_batch(void **state)
+{
+    (void)state;
+    const char *body =
+        "{\"id\":\"r1\",\"parameters\":{\"priority\":-4,\"timeout\":7,\"whatever\":[1]},"
+        "\"inputs\":[{\"name\":\"f32\",\"datatype\":\"FP32\",\"shape\":[2,1,2],"
+        "\"data\":[[[1,2]],[[3,4]]],\"parameters\":{\"unknown\":1}}]}";
+    pjs_http_infer d;
+    pjs_error err;
+    assert_int_equal(pjs_http_infer_decode(&d, body, strlen(body), NULL, &err), 0);
+    assert_string_equal(d.req.id, "r1");
+    assert_int_equal(d.req.n_inputs, 1);
+    assert_int_equal(d.req.inputs[0].shape.rank, 3);
+    assert_memory_equal(d.req.inputs[0].data, ((float[]){1, 2, 3, 4}), 16);
+    assert_true(d.req.times.received > 0);
+    pjs_http_infer_free(&d);
+}
+
+static void test_refuse_values_a_dtype_cannot_hold(void **state)
+{
+    (void)state;
+    expect_refused("i8", "{\"name\":\"i8\",\"datatype\":\"INT8\",\"shape\":[1,2],\"data\":[128,0]}",
+                   "element 0 is an integer 128, which INT8 cannot hold");
+    expect_refused("u8", "{\"name\":\"u8\",\"datatype\":\"UINT8\",\"shape\":[1,2],\"data\":[0,-1]}",
+                   "element 1 is an integer -1, which UINT8 cannot hold");
+    expect_refused("u64", "{\"name\":\"u64\",\"datatype\":\"UINT64\",\"shape\":[1,2],"
+                          "\"data\":[0,1.5]}",
+                   "a fraction 1.5, which UINT64 cannot hold");
+    expect_refused("bool", "{\"name\":\"bool\",\"datatype\":\"BOOL\",\"shape\":[1,2],"
+                           "\"data\":[true,2]}",
+                   "which BOOL cannot hold");
+    expect_refused("f32", "{\"name\":\"f32\",\"datatype\":\"FP32\",\"shape\":[1,2],"
+                          "\"data\":[1,\"2\"]}",
+                   "element 1 is a string");
+    expect_refused("f32", "{\"name\":\"f32\",\"datatype\":\"FP32\",\"shape\":[1,2],\"data\":[1]}",
+                   "\"data\" holds 1 values but the shape needs 2");
+    expect_refused("f32", "{\"name\":\"f32\",\"datatype\":\"FP32\",\"shape\":[1,2],\"data\":5}",
+                   "\"data\" must be a list");
+    expect_refused("f32", "{\"name\":\"f32\",\"datatype\":\"FP32\",\"shape\":[1,-2],\"data\":[]}",
+                   "\"shape\"[1] must be a non-negative integer");
+    expect_refused("f32", "{\"name\":\"f32\",\"datatype\":\"FP64\",\"shape\":[1,2],\"data\":[1,2]}",
+                   "datatype FP64 does not match the model's FP32");
+    expect_refused("f32", "{\"name\":\"f32\",\"datatype\":\"BYTES\",\"shape\":[1,2],"
+                          "\"data\":[\"a\",\"b\"]}",
+                   "datatype BYTES is not supported");
+    expect_refused("f32", "{\"name\":\"f32\",\"datatype\":\"FP32\",\"shape\":[1,2]}",
+                   "give exactly one of \"data\"");
+    expect_refused("f32", "{\"name\":\"f32\",\"datatype\":\"FP32\",\"shape\":[1,2],"
+                          "\"data\":[1,2],\"parameters\":{\"binary_data_size\":8}}",
+                   "several given");
+}
+
+static void test_refuse_malformed_requests(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *body;
+        const char *piece;
+    } cases[] = {
+        {"{\"inputs\":[", "malformed JSON request at line 1"},
+        {"[]", "must be an object"},
+        {"{}", "\"inputs\" must be a list"},
+        {"{\"inputs\":[],\"inputs\":[]}", "duplicate object key"},
+        {"{\"id\":1,\"inputs\":[]}", "\"id\" must be a string"},
+        {"{\"parameters\":{\"timeout\":\"soon\"},\"inputs\":[]}", "\"timeout\" must be an integer"},
+        {"{\"parameters\":{\"binary_data_output\":1},\"inputs\":[]}",
+         "\"binary_data_output\" must be true or false"},
+        {"{\"inputs\":[7]}", "inputs[0] must be an object"},
+        {"{\"inputs\":[{\"datatype\":\"FP32\"}]}", "inputs[0]: \"name\" must be a string"},
+        {"{\"inputs\":[],\"outputs\":{}}", "\"outputs\" must be a list"},
+        {"{\"inputs\":[],\"outputs\":[{\"name\":\"y\",\"parameters\":{\"classification\":2}}]}",
+         "classification extension is not supported"},
+        {"{\"inputs\":[],\"outputs\":[{\"name\":\"y\",\"parameters\":"
+         "{\"shared_memory_region\":\"r\"}}]}",
+         "needs \"shared_memory_byte_size\""},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        pjs_http_infer d;
+        pjs_error err;
+        int rc = pjs_http_infer_decode(&d, cases[i].body, strlen(cases[i].body), NULL, &err);
+        if (rc == 0 || strstr(err.msg, cases[i].piece) == NULL)
+            fail_msg("%s: expected \"%s\", got \"%s\"", cases[i].body, cases[i].piece,
+                     rc ? err.msg : "success");
+        pjs_http_infer_free(&d);
+    }
+}
+
+/* ---- binary framing -------------------------------------------------------- */
+
+/* A request whose f32 and scale inputs are binary and the rest JSON. */
+static char *binary_request(size_t *out_len, size_t *out_header_len, const char *f32_size)
+{
+    char *json = request_json(
+        "f32", "{\"name\":\"f32\",\"datatype\":\"FP32\",\"shape\":[1,2],\"parameters\":"
+               "{\"binary_data_size\":8}}");
+    char *scale_json = strstr(json, "{\"name\":\"scale\"");
+    strcpy(scale_json, "{\"name\":\"scale\",\"datatype\":\"FP32\",\"shape\":[3],\"parameters\":"
+                       "{\"binary_data_size\":12}}]}");
+    if (f32_size != NULL) {
+        char *size = strstr(json, "\"binary_data_size\":8");
+        memmove(size + 19 + strlen(f32_size), size + 20, strlen(size + 20) + 1);
+        memcpy(size + 19, f32_size, strlen(f32_size));
+    }
+    size_t header_len = strlen(json);
+    float blob[5] = {0.5f, -1.0f, 10.0f, 20.0f, 30.0f};
+    char *body = malloc(header_len + sizeof blob);
+    assert_non_null(body);
+    memcpy(body, json, header_len);
+    memcpy(body + header_len, blob, sizeof blob);
+    free(json);
+    *out_len = header_len + sizeof blob;
+    *out_header_len = header_len;
+    return body;
+}
+
+static void test_binary_framing(void **state)
+{
+    (void)state;
+    size_t len, header_len;
+    char *body = binary_request(&len, &header_len, NULL);
+    char length[32];
+    snprintf(length, sizeof length, "%zu", header_len);
+    pjs_http_infer d;
+    pjs_error err;
+    assert_int_equal(decode_and_validate(&d, body, len, length, &err), 0);
+    const pjs_infer_input *f32 = input_named(&d, "f32");
+    const pjs_infer_input *scale = input_named(&d, "scale");
+    assert_ptr_equal(f32->data, body + header_len); /* binary data is not copied */
+    assert_int_equal(f32->nbytes, 8);
+    assert_ptr_equal(scale->data, body + header_len + 8);
+    assert_memory_equal(scale->data, ((float[]){10, 20, 30}), 12);
+    pjs_http_infer_free(&d);
+    free(body);
+}
+
+static void expect_framing_error(const char *f32_size, const char *length, size_t trim,
+                                 const char *piece)
+{
+    size_t len, header_len;
+    char *body = binary_request(&len, &header_len, f32_size);
+    char computed[32];
+    snprintf(computed, sizeof computed, "%zu", header_len);
+    pjs_http_infer d;
+    pjs_error err;
+    int rc = pjs_http_infer_decode(&d, body, len - trim, length ? length : computed, &err);
+    if (rc == 0 || strstr(err.msg, piece) == NULL)
+        fail_msg("expected \"%s\", got \"%s\"", piece, rc ? err.msg : "success");
+    assert_int_equal(rc, PJS_ERR_INVALID_ARGUMENT);
+    pjs_http_infer_free(&d);
+    free(body);
+}
+
+static void test_binary_framing_errors(void **state)
+{
+    (void)state;
+    expect_framing_error(NULL, "999999", 0, "is larger than the");
+    expect_framing_error(NULL, "12x", 0, "must be a decimal byte count");
+    expect_framing_error(NULL, "", 0, "must be a decimal byte count");
+    expect_framing_error(NULL, "-5", 0, "must be a decimal byte count");
+    expect_framing_error(NULL, "99999999999999999999999", 0, "out of range");
+    expect_framing_error(NULL, NULL, 3, "runs past the end of the binary data");
+    expect_framing_error("4", NULL, 0, "is 20 bytes but the inputs' binary_data_size add up to 16");
+    expect_framing_error("-8", NULL, 0, "\"binary_data_size\" must be a non-negative integer");
+    expect_framing_error(NULL, "10", 0, "malformed JSON request");
+
+    /* binary_data_size without the header */
+    size_t len, header_len;
+    char *body = binary_request(&len, &header_len, NULL);
+    pjs_http_infer d;
+    pjs_error err;
+    assert_int_equal(pjs_http_infer_decode(&d, body, header_len, NULL, &err),
+                     PJS_ERR_INVALID_ARGUMENT);
+    assert_non_null(strstr(err.msg, "needs the Inference-Header-Content-Length header"));
+    pjs_http_infer_free(&d);
+    free(body);
+}
+
+/* The byte size check is validation's: a binary size that disagrees with
+ * the shape is refused there, with the same words gRPC uses. */
+static void test_binary_size_disagrees_with_shape(void **state)
+{
+    (void)state;
+    size_t len, header_len;
+    char *body = binary_request(&len, &header_len, "4");
+    pjs_http_infer d;
+    pjs_error err;
+    char length[32];
+    snprintf(length, sizeof length, "%zu", header_len);
+    assert_int_equal(pjs_http_infer_decode(&d, body, len - 4, length, &err), 0);
+    assert_int_equal(pjs_infer_validate(&d.req, &manifest, 4, &err), PJS_ERR_INVALID_ARGUMENT);
+    assert_non_null(strstr(err.msg, "got 4 bytes of data but shape [1, 2] of FP32 needs 8"));
+    pjs_http_infer_free(&d);
+    free(body);
+}
+
+/* ---- content encoding ---------------------------------------------------- */
+
+static void test_inflate(void **state)
+{
+    (void)state;
+    const char *text = "{\"inputs\":[]} and some more text to compress";
+    unsigned char packed[256];
+    uLongf packed_len = sizeof packed;
+    assert_int_equal(compress(packed, &packed_len, (const Bytef *)text, strlen(text)), Z_OK);
+    pjs_http_buf out;
+    pjs_error err;
+    bool used;
+    pjs_http_buf_init(&out, 1024);
+    assert_int_equal(pjs_http_inflate("deflate", packed, packed_len, &out, &used, &err), 0);
+    assert_true(used);
+    assert_int_equal(out.len, strlen(text));
+    assert_memory_equal(out.data, text, out.len);
+    pjs_http_buf_free(&out);
+
+    pjs_http_buf_init(&out, 10); /* a body that inflates past the limit */
+    assert_int_equal(pjs_http_inflate("deflate", packed, packed_len, &out, &used, &err),
+                     PJS_ERR_INVALID_ARGUMENT);
+    assert_non_null(strstr(err.msg, "inflates to more than the limit of 10 bytes"));
+    pjs_http_buf_free(&out);
+
+    pjs_http_buf_init(&out, 1024);
+    assert_int_equal(pjs_http_inflate("gzip", packed, packed_len, &out, &used, &err),
+                     PJS_ERR_INVALID_ARGUMENT); /* zlib framing is not gzip */
+    assert_int_equal(pjs_http_inflate("br", text, 3, &out, &used, &err), PJS_ERR_UNSUPPORTED);
+    assert_non_null(strstr(err.msg, "Content-Encoding \"br\" is not supported"));
+    assert_int_equal(pjs_http_inflate("identity", text, 3, &out, &used, &err), 0);
+    assert_false(used);
+    assert_int_equal(pjs_http_inflate(NULL, text, 3, &out, &used, &err), 0);
+    assert_false(used);
+    pjs_http_buf_free(&out);
+}
+
+/* ---- shared memory ----------------------------------------------------------- */
+
+static void test_shared_memory_tensors(void **state)
+{
+    (void)state;
+    char key[64];
+    snprintf(key, sizeof key, "/pjs_test_http_%d", (int)getpid());
+    int fd = shm_open(key, O_CREAT | O_RDWR | O_EXCL, 0600);
+    assert_true(fd >= 0);
+    assert_int_equal(ftruncate(fd, 64), 0);
+    float in[3] = {7, 8, 9};
+    assert_int_equal(pwrite(fd, in, sizeof in, 16), (ssize_t)sizeof in);
+    pjs_shm_registry *reg;
+    pjs_error err;
+    assert_int_equal(pjs_shm_registry_create(true, &reg, &err), 0);
+    assert_int_equal(pjs_shm_register(reg, "region", key, 0, 64, &err), 0);
+
+    char *body = request_json(
+        "scale", "{\"name\":\"scale\",\"datatype\":\"FP32\",\"shape\":[3],\"parameters\":"
+                 "{\"shared_memory_region\":\"region\",\"shared_memory_offset\":16,"
+                 "\"shared_memory_byte_size\":12}}");
+    char *end = strrchr(body, ']');
+    strcpy(end, "],\"outputs\":[{\"name\":\"half\",\"parameters\":{\"shared_memory_region\":"
+                "\"region\",\"shared_memory_offset\":40,\"shared_memory_byte_size\":4}}]}");
+    pjs_http_infer d;
+    assert_int_equal(pjs_http_infer_decode(&d, body, strlen(body), NULL, &err), 0);
+    assert_int_equal(pjs_http_infer_map_shm(&d, reg, &err), 0);
+    assert_int_equal(pjs_infer_validate(&d.req, &manifest, 4, &err), 0);
+    assert_memory_equal(input_named(&d, "scale")->data, in, sizeof in);
+
+    /* The output goes into the region, and the response carries no bytes. */
+    uint16_t half[2] = {0x3c00, 0xc000};
+    d.req.n_outputs = 3;
+    for (size_t o = 0; o < 3; o++) {
+        d.req.outputs[o].spec = &manifest.outputs[o];
+        d.req.outputs[o].shape = manifest.outputs[o].shape;
+        d.req.outputs[o].requested = -1;
+    }
+    d.req.outputs[2].data = half;
+    d.req.outputs[2].nbytes = sizeof half;
+    d.req.outputs[2].requested = 0;
+    assert_int_equal(pjs_http_infer_write_shm_outputs(&d, &err), 0);
+    uint16_t back[2];
+    assert_int_equal(pread(fd, back, sizeof back, 40), (ssize_t)sizeof back);
+    assert_memory_equal(back, half, sizeof half);
+    pjs_http_buf out;
+    size_t header_len;
+    pjs_http_buf_init(&out, 4096);
+    assert_int_equal(pjs_http_infer_encode(&d.req, "dtypes", "1", &out, &header_len, &err), 0);
+    assert_int_equal(header_len, 0);
+    assert_non_null(strstr(out.data, "\"shared_memory_region\":\"region\""));
+    assert_null(strstr(out.data, "\"data\""));
+    pjs_http_buf_free(&out);
+    d.req.outputs[2].data = NULL; /* not ours to free */
+
+    /* Unregistering while the request holds its views is safe. */
+    assert_int_equal(pjs_shm_unregister(reg, "region", &err), 0);
+    assert_memory_equal(input_named(&d, "scale")->data, in, sizeof in);
+    pjs_http_infer_free(&d);
+
+    /* Now the region is unknown: the request's mistake, 400 not 404. */
+    assert_int_equal(pjs_http_infer_decode(&d, body, strlen(body), NULL, &err), 0);
+    assert_int_equal(pjs_http_infer_map_shm(&d, reg, &err), PJS_ERR_INVALID_ARGUMENT);
+    assert_non_null(strstr(err.msg, "input \"scale\": shared memory region \"region\" is not"));
+    pjs_http_infer_free(&d);
+
+    free(body);
+    pjs_shm_registry_destroy(reg);
+    close(fd);
+    shm_unlink(key);
+}
+
+/* ---- responses ----------------------------------------------------------- */
+
+/* A completed request with outputs y (FP32 [2,2]), flags (BOOL [2]) and
+ * half (FP16 [2]). */
+typedef struct completed {
+    pjs_infer_request r;
+    float y[4];
+    uint8_t flags[2];
+    uint16_t half[2];
+} completed;
+
+static void make_completed(completed *c)
+{
+    memset(c, 0, sizeof *c);
+    float y[4] = {0.5f, -1.25f, NAN, INFINITY};
+    memcpy(c->y, y, sizeof y);
+    c->flags[0] = 1;
+    c->half[0] = 0x3e00; /* 1.5 */
+    c->half[1] = 0xfc00; /* -inf */
+    c->r.batch = 2;
+    c->r.n_outputs = 3;
+    void *data[3] = {c->y, c->flags, c->half};
+    size_t sizes[3] = {sizeof c->y, sizeof c->flags, sizeof c->half};
+    for (size_t o = 0; o < 3; o++) {
+        pjs_infer_output *out = &c->r.outputs[o];
+        out->spec = &manifest.outputs[o];
+        out->shape = manifest.outputs[o].shape;
+        if (out->spec->batched)
+            out->shape.dims[0] = 2;
+        out->data = data[o];
+        out->nbytes = sizes[o];
+        out->requested = -1;
+    }
+}
+
+static void test_encode_json(void **state)
+{
+    (void)state;
+    completed c;
+    make_completed(&c);
+    strcpy(c.r.id, "q\"1");
+    pjs_http_buf out;
+    pjs_error err;
+    size_t header_len;
+    pjs_http_buf_init(&out, 4096);
+    assert_int_equal(pjs_http_infer_encode(&c.r, "dtypes", "1", &out, &header_len, &err), 0);
+    assert_int_equal(header_len, 0);
+    assert_string_equal(
+        out.data,
+        "{\"model_name\":\"dtypes\",\"model_version\":\"1\",\"id\":\"q\\\"1\",\"outputs\":["
+        "{\"name\":\"y\",\"datatype\":\"FP32\",\"shape\":[2,2],"
+        "\"data\":[0.5,-1.25,NaN,Infinity]},"
+        "{\"name\":\"flags\",\"datatype\":\"BOOL\",\"shape\":[2],\"data\":[true,false]},"
+        "{\"name\":\"half\",\"datatype\":\"FP16\",\"shape\":[2],\"data\":[1.5,-Infinity]}]}");
+    pjs_http_buf_free(&out);
+}
+
+static void test_encode_binary_in_request_order(void **state)
+{
+    (void)state;
+    completed c;
+    make_completed(&c);
+    /* Ask for half (binary), then y (JSON), leaving flags out. */
+    c.r.n_requested = 2;
+    c.r.requested[0] = (pjs_infer_requested_output){.name = "half", .binary_data = true};
+    c.r.requested[1] = (pjs_infer_requested_output){.name = "y", .binary_data = false};
+    c.r.outputs[1].data = NULL; /* not wanted: the dispatcher leaves it empty */
+    c.r.outputs[1].nbytes = 0;
+    c.r.outputs[2].requested = 0;
+    c.r.outputs[0].requested = 1;
+    pjs_http_buf out;
+    pjs_error err;
+    size_t header_len;
+    pjs_http_buf_init(&out, 4096);
+    assert_int_equal(pjs_http_infer_encode(&c.r, "dtypes", "1", &out, &header_len, &err), 0);
+    const char *header =
+        "{\"model_name\":\"dtypes\",\"model_version\":\"1\",\"outputs\":["
+        "{\"name\":\"half\",\"datatype\":\"FP16\",\"shape\":[2],"
+        "\"parameters\":{\"binary_data_size\":4}},"
+        "{\"name\":\"y\",\"datatype\":\"FP32\",\"shape\":[2,2],"
+        "\"data\":[0.5,-1.25,NaN,Infinity]}]}";
+    assert_int_equal(header_len, strlen(header));
+    assert_memory_equal(out.data, header, header_len);
+    assert_int_equal(out.len, header_len + 4);
+    assert_memory_equal(out.data + header_len, c.half, 4);
+    pjs_http_buf_free(&out);
+
+    /* binary_data_output makes every output binary when none is named. */
+    make_completed(&c);
+    c.r.binary_data_output = true;
+    pjs_http_buf_init(&out, 4096);
+    assert_int_equal(pjs_http_infer_encode(&c.r, "dtypes", "1", &out, &header_len, &err), 0);
+    assert_int_equal(out.len, header_len + 16 + 2 + 4);
+    assert_memory_equal(out.data + header_len, c.y, 16);
+    assert_memory_equal(out.data + header_len + 16, c.flags, 2);
+    pjs_http_buf_free(&out);
+
+    /* A response over the limit is refused, not truncated. */
+    make_completed(&c);
+    pjs_http_buf_init(&out, 32);
+    assert_int_equal(pjs_http_infer_encode(&c.r, "dtypes", "1", &out, &header_len, &err),
+                     PJS_ERR_RESOURCE_EXHAUSTED);
+    pjs_http_buf_free(&out);
+}
+
+static void test_round_trip_every_dtype(void **state)
+{
+    (void)state;
+    /* Encoding each decoded input as an output gives the JSON numbers back. */
+    char *body = request_json(NULL, NULL);
+    pjs_http_infer d;
+    pjs_error err;
+    assert_int_equal(decode_and_validate(&d, body, strlen(body), NULL, &err), 0);
+    static const char *expected[] = {
+        "[true,false]", "[0,255]", "[1,65535]", "[2,4294967295]", "[3,9223372036854775807]",
+        "[-128,127]", "[-32768,5]", "[-2147483648,6]", "[-9223372036854775808,7]",
+        "[1.5,-65504]", "[1,-2.5]", "[0.25,8]", "[0.10000000000000001,3]", "[1,2,3]",
+    };
+    for (size_t i = 0; i < d.req.n_inputs; i++) {
+        const pjs_infer_input *in = &d.req.inputs[i]; /* manifest order after validation */
+        pjs_http_buf out;
+        pjs_http_buf_init(&out, 4096);
+        size_t size = pjs_dtype_size(in->spec->dtype);
+        assert_int_equal(
+            pjs_tensor_json_encode(&out, in->spec->dtype, in->data, in->nbytes / size, &err), 0);
+        assert_string_equal(out.data, expected[i]);
+        pjs_http_buf_free(&out);
+    }
+    pjs_http_infer_free(&d);
+    free(body);
+}
+
+static void test_error_json_is_always_valid(void **state)
+{
+    (void)state;
+    pjs_http_buf out;
+    pjs_error err;
+    pjs_http_buf_init(&out, 1024);
+    assert_int_equal(pjs_http_error_json("model \"m\xff\": bad\n\x01 caf\xc3\xa9", &out, &err), 0);
+    assert_string_equal(out.data,
+                        "{\"error\":\"model \\\"m\\ufffd\\\": bad\\n\\u0001 caf\xc3\xa9\"}");
+    json_error_t jerr;
+    json_t *doc = json_loads(out.data, 0, &jerr);
+    assert_non_null(doc);
+    json_decref(doc);
+    pjs_http_buf_free(&out);
+}
+
+/* ---- documents ------------------------------------------------------------- */
+
+static void test_model_metadata_and_config(void **state)
+{
+    (void)state;
+    json_t *meta = pjs_model_metadata_json("dtypes", "pjrt_cpu", &manifest);
+    char *text = json_dumps(meta, JSON_COMPACT);
+    assert_non_null(strstr(text, "\"name\":\"dtypes\",\"versions\":[\"1\"],\"platform\":"
+                                 "\"pjrt_cpu\""));
+    assert_non_null(strstr(text, "{\"name\":\"f32\",\"datatype\":\"FP32\",\"shape\":[-1,2]}"));
+    assert_non_null(strstr(text, "{\"name\":\"scale\",\"datatype\":\"FP32\",\"shape\":[3]}"));
+    assert_non_null(strstr(text, "\"outputs\":[{\"name\":\"y\",\"datatype\":\"FP32\","));
+    free(text);
+    json_decref(meta);
+
+    json_t *config = pjs_model_config_json("dtypes", "pjrt_cpu", &manifest, 4);
+    assert_string_equal(json_string_value(json_object_get(config, "backend")), "pjserve");
+    assert_int_equal(json_integer_value(json_object_get(config, "max_batch_size")), 4);
+    json_t *first = json_array_get(json_object_get(config, "input"), 0);
+    assert_string_equal(json_string_value(json_object_get(first, "data_type")), "TYPE_BOOL");
+    text = json_dumps(json_object_get(first, "dims"), JSON_COMPACT);
+    assert_string_equal(text, "[2]"); /* no batch axis when max_batch_size > 0 */
+    free(text);
+    json_t *bf16 = json_array_get(json_object_get(config, "input"), 10);
+    assert_string_equal(json_string_value(json_object_get(bf16, "data_type")), "TYPE_BF16");
+    json_t *half = json_array_get(json_object_get(config, "output"), 2);
+    assert_string_equal(json_string_value(json_object_get(half, "data_type")), "TYPE_FP16");
+    assert_null(json_object_get(config, "dynamic_batching"));
+    json_decref(config);
+
+    config = pjs_model_config_json("dtypes", "pjrt_cpu", &manifest, 0);
+    first = json_array_get(json_object_get(config, "input"), 0);
+    text = json_dumps(json_object_get(first, "dims"), JSON_COMPACT);
+    assert_string_equal(text, "[-1,2]"); /* unbatched config: dims as the manifest says */
+    free(text);
+    json_decref(config);
+}
+
+static void test_model_stats(void **state)
+{
+    (void)state;
+    pjs_model_stats st;
+    memset(&st, 0, sizeof st);
+    st.last_inference_ms = 1700000000123u;
+    st.inference_count = 12;
+    st.execution_count = 5;
+    st.success = (pjs_duration_stat){5, 5000};
+    st.fail = (pjs_duration_stat){1, 100};
+    st.queue = (pjs_duration_stat){5, 700};
+    st.n_batch = 2;
+    st.batch[0] = (pjs_batch_stat){.batch_size = 1, .compute_infer = {3, 30}};
+    st.batch[1] = (pjs_batch_stat){.batch_size = 4}; /* never ran: left out */
+    json_t *doc = pjs_model_stats_json("mlp", "1", &st);
+    char *text = json_dumps(doc, JSON_COMPACT | JSON_SORT_KEYS);
+    assert_non_null(strstr(text, "\"inference_count\":12"));
+    assert_non_null(strstr(text, "\"execution_count\":5"));
+    assert_non_null(strstr(text, "\"last_inference\":1700000000123"));
+    assert_non_null(strstr(text, "\"batch_stats\":[{\"batch_size\":1,\"compute_infer\":"
+                                 "{\"count\":3,\"ns\":30},"));
+    const char *fields[] = {"success", "fail", "queue", "compute_input", "compute_infer",
+                            "compute_output", "cache_hit", "cache_miss"};
+    json_t *inference = json_object_get(doc, "inference_stats");
+    for (size_t i = 0; i < sizeof fields / sizeof *fields; i++) {
+        json_t *d = json_object_get(inference, fields[i]);
+        assert_true(json_is_integer(json_object_get(d, "count")));
+        assert_true(json_is_integer(json_object_get(d, "ns")));
+    }
+    assert_int_equal(json_integer_value(json_object_get(json_object_get(inference, "fail"), "ns")),
+                     100);
+    free(text);
+    json_decref(doc);
+}
+
+static void test_metrics_render(void **state)
+{
+    (void)state;
+    pjs_metrics_model models[2];
+    memset(models, 0, sizeof models);
+    models[0].name = "mlp";
+    models[0].version = "1";
+    models[0].stats.success = (pjs_duration_stat){3, 4500000};
+    models[0].stats.fail = (pjs_duration_stat){2, 10};
+    models[0].stats.inference_count = 7;
+    models[0].stats.execution_count = 3;
+    models[0].stats.queue = (pjs_duration_stat){3, 2999};
+    models[0].stats.compute_infer = (pjs_duration_stat){3, 1000000};
+    models[1].name = "we\"ird\\na\nme";
+    models[1].version = "1";
+    pjs_metrics_gauges gauges = {.queue_depth = 4, .in_flight = 9};
+    pjs_http_buf out;
+    pjs_error err;
+    pjs_http_buf_init(&out, 1 << 20);
+    assert_int_equal(pjs_metrics_render(models, 2, &gauges, &out, &err), 0);
+    static const char *lines[] = {
+        "# HELP nv_inference_request_success Number of successful inference requests, all "
+        "batch sizes\n# TYPE nv_inference_request_success counter\n"
+        "nv_inference_request_success{model=\"mlp\",version=\"1\"} 3\n",
+        "nv_inference_request_failure{model=\"mlp\",version=\"1\"} 2\n",
+        "nv_inference_count{model=\"mlp\",version=\"1\"} 7\n",
+        "nv_inference_exec_count{model=\"mlp\",version=\"1\"} 3\n",
+        "nv_inference_request_duration_us{model=\"mlp\",version=\"1\"} 4500\n",
+        "nv_inference_queue_duration_us{model=\"mlp\",version=\"1\"} 2\n",
+        "nv_inference_compute_input_duration_us{model=\"mlp\",version=\"1\"} 0\n",
+        "nv_inference_compute_infer_duration_us{model=\"mlp\",version=\"1\"} 1000\n",
+        "# TYPE nv_inference_compute_output_duration_us counter\n",
+        "nv_inference_count{model=\"we\\\"ird\\\\na\\nme\",version=\"1\"} 0\n",
+        "# TYPE pjserve_queue_depth gauge\npjserve_queue_depth 4\n",
+        "# TYPE pjserve_requests_in_flight gauge\npjserve_requests_in_flight 9\n",
+    };
+    for (size_t i = 0; i < sizeof lines / sizeof *lines; i++)
+        if (strstr(out.data, lines[i]) == NULL)
+            fail_msg("missing:\n%s\nin:\n%s", lines[i], out.data);
+    assert_int_equal(out.data[out.len - 1], '\n');
+    pjs_http_buf_free(&out);
+
+    /* No models: the families are still declared, the gauges still there. */
+    pjs_http_buf_init(&out, 1 << 20);
+    assert_int_equal(pjs_metrics_render(NULL, 0, &gauges, &out, &err), 0);
+    assert_non_null(strstr(out.data, "# TYPE nv_inference_count counter\n# HELP"));
+    pjs_http_buf_free(&out);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_f16_conversions),
+        cmocka_unit_test(test_bf16_conversions),
+        cmocka_unit_test(test_decode_every_dtype),
+        cmocka_unit_test(test_decode_nested_batch),
+        cmocka_unit_test(test_refuse_values_a_dtype_cannot_hold),
+        cmocka_unit_test(test_refuse_malformed_requests),
+        cmocka_unit_test(test_binary_framing),
+        cmocka_unit_test(test_binary_framing_errors),
+        cmocka_unit_test(test_binary_size_disagrees_with_shape),
+        cmocka_unit_test(test_inflate),
+        cmocka_unit_test(test_shared_memory_tensors),
+        cmocka_unit_test(test_encode_json),
+        cmocka_unit_test(test_encode_binary_in_request_order),
+        cmocka_unit_test(test_round_trip_every_dtype),
+        cmocka_unit_test(test_error_json_is_always_valid),
+        cmocka_unit_test(test_model_metadata_and_config),
+        cmocka_unit_test(test_model_stats),
+        cmocka_unit_test(test_metrics_render),
+    };
+    return cmocka_run_group_tests(tests, setup_manifest, teardown_manifest);
+}
