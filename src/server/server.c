@@ -25,7 +25,8 @@
 
 typedef struct repo_entry {
     pjs_repository_entry info;
-    pjs_model *model; /* the repository's reference; NULL unless READY */
+    pjs_model *model;  /* the repository's reference; NULL unless READY */
+    bool unloaded;     /* unavailable on request, not by failure */
 } repo_entry;
 
 struct pjs_server {
@@ -108,6 +109,7 @@ static pjs_model *set_entry(pjs_server *s, const char *name, pjs_model_state st,
     }
     old = e->model;
     e->model = model;
+    e->unloaded = false;
     e->info.state = st;
     snprintf(e->info.reason, sizeof e->info.reason, "%s", reason ? reason : "");
     qsort(s->entries, s->n_entries, sizeof *s->entries, compare_entries);
@@ -323,7 +325,7 @@ bool pjs_server_ready(pjs_server *s)
     bool ready = true;
     pthread_mutex_lock(&s->repo_lock);
     for (size_t i = 0; i < s->n_entries; i++)
-        ready = ready && s->entries[i].info.state == PJS_MODEL_READY;
+        ready = ready && (s->entries[i].info.state == PJS_MODEL_READY || s->entries[i].unloaded);
     pthread_mutex_unlock(&s->repo_lock);
     return ready;
 }
@@ -420,6 +422,11 @@ int pjs_server_unload_model(pjs_server *s, const char *name, pjs_error *err)
         return pjs_error_set(err, PJS_ERR_NOT_FOUND, "unknown model \"%.256s\"", name);
     pjs_model_unref(set_entry(s, name, PJS_MODEL_UNAVAILABLE,
                               "unloaded by a repository request; load it again to serve it", NULL));
+    pthread_mutex_lock(&s->repo_lock);
+    repo_entry *e = find_entry_locked(s, name);
+    if (e != NULL)
+        e->unloaded = true;
+    pthread_mutex_unlock(&s->repo_lock);
     pjs_info("model %s unloaded", name);
     return 0;
 }

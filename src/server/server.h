@@ -51,7 +51,8 @@ void pjs_server_destroy(pjs_server *s);
 /* Stops admitting requests and waits until every accepted one completed. */
 void pjs_server_drain(pjs_server *s);
 bool pjs_server_live(const pjs_server *s);
-/* Live, not draining, and every model in the repository is loaded. */
+/* Live, not draining, and every model in the repository is loaded (models
+ * unloaded on request do not count; models that failed to load do). */
 bool pjs_server_ready(pjs_server *s);
 
 const char *pjs_server_version(void);          /* "0.1.0" */
@@ -87,7 +88,8 @@ typedef struct pjs_repository_entry {
 const char *pjs_model_state_name(pjs_model_state st); /* "READY", "UNAVAILABLE", "LOADING" */
 
 /* Every bundle directory of the repository (loaded or not) and every loaded
- * model, sorted by name, into out[cap]; returns the count (may exceed cap). */
+ * model, sorted by name, into out[cap]; returns the count (may exceed cap;
+ * out may be NULL when cap is 0). */
 size_t pjs_server_repository_index(pjs_server *s, bool ready_only, pjs_repository_entry *out,
                                    size_t cap);
 /* (Re)loads bundle `name` from the repository: compiles it and swaps it in

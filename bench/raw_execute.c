@@ -1,0 +1,284 @@
+/*
+ * raw_execute.c - the in-process limit for serving a bundle: time PJRT alone.
+ *
+ *   pjs_bench_raw_execute BUNDLE [--batch-size N] [--iterations N] [--warmup N]
+ *                         [--pjrt-plugin PATH] [--json]
+ *
+ * Opens and compiles the bundle's module for batch size N (default 1) with
+ * the same library calls `pjserve run` and the server use, uploads the weights
+ * once, and then times --iterations rounds of what one request costs the
+ * device side of a server:
+ *
+ *   upload every input (pjs_rt_buffer_from_host), execute (pjs_rt_execute),
+ *   read every output back (pjs_rt_buffer_to_host), free the buffers
+ *
+ * and, separately, the execute call alone. Inputs are fixed pseudo-random
+ * values (floats in [-1, 1), other types zero). Prints p50, p90, p99, mean
+ * and min in microseconds of both, as a table or (--json) as one JSON object.
+ * No network, no protocol, no queueing: what is left between this and a
+ * server's latency is the server's own overhead (plus the client's).
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "registry/bundle.h"
+
+static const char usage[] =
+    "usage: pjs_bench_raw_execute BUNDLE [--batch-size N] [--iterations N] [--warmup N]\n"
+    "                             [--pjrt-plugin PATH] [--json]\n";
+
+static double now_us(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e6 + (double)ts.tv_nsec / 1e3;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+typedef struct summary {
+    double p50, p90, p99, mean, min;
+} summary;
+
+/* Sorts v in place. Percentiles by the nearest-rank method. */
+static summary summarize(double *v, long n)
+{
+    summary s = {0};
+    qsort(v, (size_t)n, sizeof *v, cmp_double);
+    double sum = 0;
+    for (long i = 0; i < n; i++)
+        sum += v[i];
+    long i50 = (long)(0.50 * (double)n + 0.999999) - 1;
+    long i90 = (long)(0.90 * (double)n + 0.999999) - 1;
+    long i99 = (long)(0.99 * (double)n + 0.999999) - 1;
+    s.p50 = v[i50 < 0 ? 0 : i50];
+    s.p90 = v[i90 < 0 ? 0 : i90];
+    s.p99 = v[i99 < 0 ? 0 : i99];
+    s.mean = sum / (double)n;
+    s.min = v[0];
+    return s;
+}
+
+static long parse_positive(const char *flag, const char *arg)
+{
+    char *end;
+    errno = 0;
+    long long v = strtoll(arg, &end, 10);
+    if (errno != 0 || *end != '\0' || v < 1 || v > 100000000) {
+        fprintf(stderr, "pjs_bench_raw_execute: %s %s: expected a positive integer\n", flag, arg);
+        exit(2);
+    }
+    return (long)v;
+}
+
+static size_t tensor_bytes(pjs_dtype dtype, const pjs_shape *shape)
+{
+    size_t n = pjs_dtype_size(dtype);
+    for (int d = 0; d < shape->rank; d++)
+        n *= (size_t)shape->dims[d];
+    return n;
+}
+
+/* The spec's shape with the batch axis (if any) set to batch. */
+static pjs_shape concrete_shape(const pjs_tensor_spec *s, int64_t batch)
+{
+    pjs_shape shape = s->shape;
+    if (s->batched)
+        shape.dims[0] = batch;
+    return shape;
+}
+
+static void fill_input(void *data, pjs_dtype dtype, size_t bytes, uint32_t seed)
+{
+    memset(data, 0, bytes);
+    if (dtype != PJS_DTYPE_F32)
+        return;
+    float *f = data;
+    uint32_t x = seed * 2654435761u + 1u;
+    for (size_t i = 0; i < bytes / sizeof *f; i++) {
+        x ^= x << 13;
+        x ^= x >> 17;
+        x ^= x << 5;
+        f[i] = (float)((double)x / 4294967296.0 * 2.0 - 1.0);
+    }
+}
+
+int main(int argc, char **argv)
+{
+    static const struct option opts[] = {{"batch-size", required_argument, NULL, 'b'},
+                                         {"iterations", required_argument, NULL, 'n'},
+                                         {"warmup", required_argument, NULL, 'w'},
+                                         {"pjrt-plugin", required_argument, NULL, 'p'},
+                                         {"json", no_argument, NULL, 'j'},
+                                         {"help", no_argument, NULL, 'h'},
+                                         {NULL, 0, NULL, 0}};
+    long batch = 1, iterations = 10000, warmup = 1000;
+    const char *plugin_path = NULL;
+    int json = 0, opt;
+    while ((opt = getopt_long(argc, argv, "b:n:w:p:jh", opts, NULL)) != -1) {
+        switch (opt) {
+        case 'b': batch = parse_positive("--batch-size", optarg); break;
+        case 'n': iterations = parse_positive("--iterations", optarg); break;
+        case 'w': warmup = parse_positive("--warmup", optarg); break;
+        case 'p': plugin_path = optarg; break;
+        case 'j': json = 1; break;
+        case 'h': fputs(usage, stdout); return 0;
+        default: fputs(usage, stderr); return 2;
+        }
+    }
+    if (argc - optind != 1) {
+        fputs(usage, stderr);
+        return 2;
+    }
+    const char *dir = argv[optind];
+
+    pjs_error err;
+    pjs_bundle *b = NULL;
+    pjs_rt_plugin *plugin = NULL;
+    pjs_rt_client *client = NULL;
+    char path[4096];
+    int rc = 1;
+    if (pjs_bundle_open(dir, &b, &err) != 0 ||
+        pjs_rt_plugin_resolve(plugin_path, path, sizeof path, &err) != 0 ||
+        pjs_rt_plugin_load(path, &plugin, &err) != 0 ||
+        pjs_rt_client_create(plugin, NULL, 0, &client, &err) != 0) {
+        fprintf(stderr, "pjs_bench_raw_execute: %s\n", err.msg);
+        pjs_bundle_close(b);
+        return 1;
+    }
+    const pjs_manifest *m = &b->manifest;
+    pjs_bundle_module *mod = pjs_bundle_module_for(b, batch);
+    if (m->kind != PJS_KIND_MODEL || mod == NULL) {
+        fprintf(stderr, "pjs_bench_raw_execute: bundle %s: %s\n", m->name,
+                m->kind != PJS_KIND_MODEL ? "not a model bundle (kind meta)"
+                                          : "no module compiled for that batch size");
+        pjs_bundle_close(b);
+        pjs_rt_client_destroy(client);
+        return 1;
+    }
+    if (pjs_bundle_compile_module(b, mod, client, NULL, &err) != 0) {
+        fprintf(stderr, "pjs_bench_raw_execute: %s\n", err.msg);
+        pjs_bundle_close(b);
+        pjs_rt_client_destroy(client);
+        return 1;
+    }
+
+    size_t n_w = b->weights.n_tensors, n_in = m->n_inputs, n_out = m->n_outputs;
+    pjrt_buffer **args = calloc(n_w + n_in + 1, sizeof *args);
+    pjrt_buffer **results = calloc(n_out + 1, sizeof *results);
+    void **in_data = calloc(n_in + 1, sizeof *in_data);
+    void **out_data = calloc(n_out + 1, sizeof *out_data);
+    size_t *out_bytes = calloc(n_out + 1, sizeof *out_bytes);
+    pjs_shape *in_shapes = calloc(n_in + 1, sizeof *in_shapes);
+    double *total = malloc((size_t)iterations * sizeof *total);
+    double *exec = malloc((size_t)iterations * sizeof *exec);
+    int weights_uploaded = 0;
+    if (!args || !results || !in_data || !out_data || !out_bytes || !in_shapes || !total || !exec) {
+        fprintf(stderr, "pjs_bench_raw_execute: out of memory\n");
+        goto out;
+    }
+    for (size_t i = 0; i < n_in; i++) {
+        in_shapes[i] = concrete_shape(&m->inputs[i], batch);
+        size_t bytes = tensor_bytes(m->inputs[i].dtype, &in_shapes[i]);
+        in_data[i] = malloc(bytes ? bytes : 1);
+        if (in_data[i] == NULL) {
+            fprintf(stderr, "pjs_bench_raw_execute: out of memory\n");
+            goto out;
+        }
+        fill_input(in_data[i], m->inputs[i].dtype, bytes, (uint32_t)i + 1);
+    }
+    for (size_t o = 0; o < n_out; o++) {
+        pjs_shape shape = concrete_shape(&m->outputs[o], batch);
+        out_bytes[o] = tensor_bytes(m->outputs[o].dtype, &shape);
+        out_data[o] = malloc(out_bytes[o] ? out_bytes[o] : 1);
+        if (out_data[o] == NULL) {
+            fprintf(stderr, "pjs_bench_raw_execute: out of memory\n");
+            goto out;
+        }
+    }
+    if (pjs_bundle_upload_weights(b, client, args, &err) != 0) {
+        fprintf(stderr, "pjs_bench_raw_execute: %s\n", err.msg);
+        goto out;
+    }
+    weights_uploaded = 1;
+
+    for (long it = -warmup; it < iterations; it++) {
+        double t0 = now_us();
+        size_t up = 0;
+        for (; up < n_in; up++)
+            if (pjs_rt_buffer_from_host(client, m->inputs[up].dtype, &in_shapes[up], in_data[up],
+                                        &args[n_w + up], &err) != 0)
+                break;
+        double t1 = now_us();
+        int executed = up == n_in && pjs_rt_execute(mod->exec, args, results, &err) == 0;
+        double t2 = now_us();
+        int ok = executed;
+        for (size_t o = 0; ok && o < n_out; o++)
+            if (pjs_rt_buffer_to_host(client, results[o], out_data[o], out_bytes[o], &err) != 0)
+                ok = 0;
+        for (size_t i = 0; i < up; i++)
+            pjs_rt_buffer_destroy(client, args[n_w + i]);
+        for (size_t o = 0; executed && o < n_out; o++)
+            pjs_rt_buffer_destroy(client, results[o]);
+        double t3 = now_us();
+        if (!ok) {
+            fprintf(stderr, "pjs_bench_raw_execute: bundle %s: %s\n", m->name, err.msg);
+            goto out;
+        }
+        if (it >= 0) {
+            total[it] = t3 - t0;
+            exec[it] = t2 - t1;
+        }
+    }
+
+    summary st = summarize(total, iterations), se = summarize(exec, iterations);
+    if (json) {
+        printf("{\"bundle\": \"%s\", \"model\": \"%s\", \"batch_size\": %ld, \"iterations\": %ld, "
+               "\"warmup\": %ld, \"platform\": \"%s\",\n",
+               dir, m->name, batch, iterations, warmup, pjs_rt_client_platform(client));
+        printf(" \"round_trip_us\": {\"p50\": %.2f, \"p90\": %.2f, \"p99\": %.2f, \"mean\": %.2f, "
+               "\"min\": %.2f},\n",
+               st.p50, st.p90, st.p99, st.mean, st.min);
+        printf(" \"execute_us\": {\"p50\": %.2f, \"p90\": %.2f, \"p99\": %.2f, \"mean\": %.2f, "
+               "\"min\": %.2f}}\n",
+               se.p50, se.p90, se.p99, se.mean, se.min);
+    } else {
+        printf("bundle %s (model %s), batch size %ld, %ld iterations after %ld warm-up, "
+               "platform %s\n",
+               dir, m->name, batch, iterations, warmup, pjs_rt_client_platform(client));
+        printf("%-40s %9s %9s %9s %9s %9s\n", "microseconds", "p50", "p90", "p99", "mean", "min");
+        printf("%-40s %9.2f %9.2f %9.2f %9.2f %9.2f\n", "upload + execute + read back (round trip)",
+               st.p50, st.p90, st.p99, st.mean, st.min);
+        printf("%-40s %9.2f %9.2f %9.2f %9.2f %9.2f\n", "execute only", se.p50, se.p90, se.p99,
+               se.mean, se.min);
+    }
+    rc = 0;
+out:
+    if (weights_uploaded)
+        for (size_t i = 0; i < n_w; i++)
+            pjs_rt_buffer_destroy(client, args[i]);
+    for (size_t i = 0; in_data && i < n_in; i++)
+        free(in_data[i]);
+    for (size_t o = 0; out_data && o < n_out; o++)
+        free(out_data[o]);
+    free(args);
+    free(results);
+    free(in_data);
+    free(out_data);
+    free(out_bytes);
+    free(in_shapes);
+    free(total);
+    free(exec);
+    pjs_bundle_close(b); /* executables go before the client */
+    pjs_rt_client_destroy(client);
+    return rc;
+}

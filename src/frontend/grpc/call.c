@@ -1,0 +1,209 @@
+/*
+ * call.c - the pieces every call state machine uses, and the generic unary
+ * call that serves every method of kind PJS_GRPC_UNARY.
+ *
+ * A unary call is one object with two tags. `on_new` fires when the server
+ * hands us a call with its request payload: the next call of the method is
+ * requested, the payload is unpacked into the call's arena, the method's
+ * handler builds the response, and one batch sends initial metadata, the
+ * response and the status and receives the close. `on_done` fires when that
+ * batch completed; it frees the call. Nothing else refers to the object, so
+ * no lock is needed.
+ */
+#include "frontend/grpc/internal.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include <grpc/byte_buffer_reader.h>
+
+#include "core/log.h"
+#include "frontend/grpc/codec.h"
+#include "frontend/status_map.h"
+
+/* ---- shared helpers --------------------------------------------------------- */
+
+grpc_slice pjs__grpc_take_payload(grpc_byte_buffer **bb)
+{
+    grpc_byte_buffer_reader reader;
+    grpc_slice all = grpc_empty_slice();
+    if (*bb != NULL && grpc_byte_buffer_reader_init(&reader, *bb)) {
+        all = grpc_byte_buffer_reader_readall(&reader);
+        grpc_byte_buffer_reader_destroy(&reader);
+    }
+    if (*bb != NULL)
+        grpc_byte_buffer_destroy(*bb);
+    *bb = NULL;
+    return all;
+}
+
+static void free_packed(void *buf, size_t len)
+{
+    (void)len;
+    free(buf);
+}
+
+grpc_byte_buffer *pjs__grpc_buffer_from(uint8_t *buf, size_t len)
+{
+    grpc_slice slice = grpc_slice_new_with_len(buf, len, free_packed);
+    grpc_byte_buffer *bb = grpc_raw_byte_buffer_create(&slice, 1);
+    grpc_slice_unref(slice);
+    return bb;
+}
+
+grpc_byte_buffer *pjs__grpc_pack(const ProtobufCMessage *m, pjs_error *err)
+{
+    uint8_t *buf;
+    size_t len;
+    if (pjs_grpc_pack(m, &buf, &len, err) != 0)
+        return NULL;
+    return pjs__grpc_buffer_from(buf, len);
+}
+
+grpc_call_error pjs__grpc_reply(grpc_call *call, grpc_byte_buffer *response, const pjs_error *err,
+                                grpc_slice *details, int *cancelled, pjs_grpc_tag *tag)
+{
+    grpc_op ops[4];
+    size_t n = 0;
+    memset(ops, 0, sizeof ops);
+    ops[n++].op = GRPC_OP_SEND_INITIAL_METADATA;
+    if (response != NULL) {
+        ops[n].op = GRPC_OP_SEND_MESSAGE;
+        ops[n++].data.send_message.send_message = response;
+    }
+    *details = grpc_slice_from_copied_string(err != NULL ? err->msg : "");
+    ops[n].op = GRPC_OP_SEND_STATUS_FROM_SERVER;
+    ops[n].data.send_status_from_server.status =
+        (grpc_status_code)(err != NULL ? pjs_status_to_grpc(err->code) : 0);
+    ops[n++].data.send_status_from_server.status_details = details;
+    if (cancelled != NULL) {
+        ops[n].op = GRPC_OP_RECV_CLOSE_ON_SERVER;
+        ops[n++].data.recv_close_on_server.cancelled = cancelled;
+    }
+    return grpc_call_start_batch(call, ops, n, tag, NULL);
+}
+
+grpc_call_error pjs__grpc_recv_close(grpc_call *call, int *cancelled, pjs_grpc_tag *tag)
+{
+    grpc_op op;
+    memset(&op, 0, sizeof op);
+    op.op = GRPC_OP_RECV_CLOSE_ON_SERVER;
+    op.data.recv_close_on_server.cancelled = cancelled;
+    return grpc_call_start_batch(call, &op, 1, tag, NULL);
+}
+
+/* ---- the generic unary call ------------------------------------------------- */
+
+typedef struct unary_call {
+    pjs_grpc_tag on_new;
+    pjs_grpc_tag on_done;
+    pjs_grpc_frontend *frontend;
+    size_t method;
+    grpc_call *call;
+    gpr_timespec deadline;
+    grpc_metadata_array metadata;
+    grpc_byte_buffer *payload;
+    grpc_byte_buffer *response;
+    grpc_slice details;
+    int cancelled;
+    pjs_grpc_arena arena;
+} unary_call;
+
+static void unary_free(unary_call *c)
+{
+    if (c->call != NULL)
+        grpc_call_unref(c->call);
+    if (c->payload != NULL)
+        grpc_byte_buffer_destroy(c->payload);
+    if (c->response != NULL)
+        grpc_byte_buffer_destroy(c->response);
+    grpc_slice_unref(c->details);
+    grpc_metadata_array_destroy(&c->metadata);
+    pjs_grpc_arena_reset(&c->arena);
+    free(c);
+}
+
+/* Unpacks the request and runs the handler; the response is packed into
+ * c->response. */
+static int unary_run(unary_call *c, const pjs_grpc_method *m, pjs_error *err)
+{
+    pjs_grpc_unary_ctx ctx = {.frontend = c->frontend, .arena = &c->arena};
+    grpc_slice payload = pjs__grpc_take_payload(&c->payload);
+    ProtobufCMessage *request = protobuf_c_message_unpack(
+        m->request, &c->arena.allocator, GRPC_SLICE_LENGTH(payload), GRPC_SLICE_START_PTR(payload));
+    grpc_slice_unref(payload);
+    if (request == NULL)
+        return pjs_error_set(
+            err, c->arena.exhausted ? PJS_ERR_RESOURCE_EXHAUSTED : PJS_ERR_INVALID_ARGUMENT,
+            "malformed %s: the bytes received are not a valid protobuf %s", m->request->short_name,
+            m->request->short_name);
+    ProtobufCMessage *response = NULL;
+    int rc = m->handle(&ctx, request, &response, err);
+    if (rc == 0) {
+        c->response = pjs__grpc_pack(response, err);
+        rc = c->response == NULL ? err->code : 0;
+    }
+    if (ctx.model != NULL)
+        pjs_model_unref(ctx.model);
+    return rc;
+}
+
+static void unary_on_done(pjs_grpc_tag *tag, bool ok)
+{
+    (void)ok; /* nothing to do differently: the call is over either way */
+    unary_free(PJS_GRPC_CONTAINER(tag, unary_call, on_done));
+}
+
+static void unary_on_new(pjs_grpc_tag *tag, bool ok)
+{
+    unary_call *c = PJS_GRPC_CONTAINER(tag, unary_call, on_new);
+    if (!ok) { /* the server is shutting down */
+        unary_free(c);
+        return;
+    }
+    pjs__grpc_request(c->frontend, c->method);
+    const pjs_grpc_method *m = &pjs__grpc_methods[c->method];
+    pjs_error err;
+    pjs_error_clear(&err);
+    int rc = unary_run(c, m, &err);
+    if (rc != 0)
+        pjs_debug("grpc %s: %s", m->path, err.msg);
+    if (pjs__grpc_reply(c->call, c->response, rc != 0 ? &err : NULL, &c->details, &c->cancelled,
+                        &c->on_done) != GRPC_CALL_OK) {
+        pjs_error("grpc %s: cannot start the reply batch", m->path);
+        unary_free(c);
+    }
+}
+
+static void request_unary(pjs_grpc_frontend *f, size_t index)
+{
+    unary_call *c = calloc(1, sizeof *c);
+    if (c == NULL) {
+        pjs_error("grpc: no memory to accept a call of %s", pjs__grpc_methods[index].path);
+        return;
+    }
+    c->on_new.fn = unary_on_new;
+    c->on_done.fn = unary_on_done;
+    c->frontend = f;
+    c->method = index;
+    c->details = grpc_empty_slice();
+    grpc_metadata_array_init(&c->metadata);
+    pjs_grpc_arena_init(&c->arena, PJS_GRPC_UNARY_ARENA_LIMIT);
+    if (grpc_server_request_registered_call(f->core, f->registered[index], &c->call, &c->deadline,
+                                            &c->metadata, &c->payload, f->cq, f->cq,
+                                            &c->on_new) != GRPC_CALL_OK)
+        unary_free(c);
+}
+
+void pjs__grpc_request(pjs_grpc_frontend *f, size_t index)
+{
+    if (atomic_load(&f->stopping))
+        return;
+    switch (pjs__grpc_methods[index].kind) {
+    case PJS_GRPC_UNARY: request_unary(f, index); break;
+    case PJS_GRPC_INFER: pjs__grpc_request_infer(f, index); break;
+    case PJS_GRPC_STREAM_INFER: pjs__grpc_request_stream(f, index); break;
+    case PJS_GRPC_HEALTH_WATCH: pjs__grpc_request_watch(f, index); break;
+    case PJS_GRPC_REFLECTION: pjs__grpc_request_reflection(f, index); break;
+    }
+}

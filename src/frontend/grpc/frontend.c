@@ -1,0 +1,415 @@
+/*
+ * frontend.c - the gRPC front end's life: start, the completion-queue
+ * threads, calls to methods nobody serves, and stop.
+ *
+ * Start creates the server on the gRPC C core with pjserve's channel
+ * arguments (2 GiB - 1 messages both ways, keepalive, no SO_REUSEPORT so a
+ * port in use is an error), registers every method of the table in unary.c,
+ * binds (plaintext, TLS or mTLS), requests the first call of every method
+ * and starts the threads. Each thread waits on the one completion queue and
+ * runs the tag of every event; between events (or after
+ * PJS_GRPC_HEALTH_POLL_MS without one) it looks for Health/Watch streams to
+ * update.
+ *
+ * Stop is described in internal.h; it leaves nothing allocated, and ends
+ * with grpc_shutdown_blocking so the library's own threads are gone too.
+ */
+#include "frontend/grpc/internal.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <netdb.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <grpc/grpc_security.h>
+
+#include "core/log.h"
+#include "core/mapped_file.h"
+
+/* Completion-queue threads when the options leave it to us. */
+#define PJS_GRPC_DEFAULT_THREADS 4
+/* Largest PEM file read for TLS. */
+#define PJS_GRPC_PEM_MAX ((size_t)1 << 20)
+
+/* ---- dispatcher accounting ----------------------------------------------- */
+
+void pjs__grpc_dispatch_begin(pjs_grpc_frontend *f)
+{
+    pthread_mutex_lock(&f->lock);
+    f->in_dispatcher++;
+    pthread_mutex_unlock(&f->lock);
+}
+
+void pjs__grpc_dispatch_end(pjs_grpc_frontend *f)
+{
+    pthread_mutex_lock(&f->lock);
+    f->in_dispatcher--;
+    pthread_cond_broadcast(&f->changed);
+    pthread_mutex_unlock(&f->lock);
+}
+
+/* ---- calls to methods we do not serve ------------------------------------- */
+
+typedef struct unknown_call {
+    pjs_grpc_tag on_new;
+    pjs_grpc_tag on_done;
+    pjs_grpc_frontend *frontend;
+    grpc_call *call;
+    grpc_call_details details;
+    grpc_metadata_array metadata;
+    grpc_slice status_details;
+    int cancelled;
+} unknown_call;
+
+static void request_unknown(pjs_grpc_frontend *f);
+
+static void unknown_free(unknown_call *c)
+{
+    if (c->call != NULL)
+        grpc_call_unref(c->call);
+    grpc_call_details_destroy(&c->details);
+    grpc_metadata_array_destroy(&c->metadata);
+    grpc_slice_unref(c->status_details);
+    free(c);
+}
+
+static void unknown_on_done(pjs_grpc_tag *tag, bool ok)
+{
+    (void)ok;
+    unknown_free(PJS_GRPC_CONTAINER(tag, unknown_call, on_done));
+}
+
+static void unknown_on_new(pjs_grpc_tag *tag, bool ok)
+{
+    unknown_call *c = PJS_GRPC_CONTAINER(tag, unknown_call, on_new);
+    if (!ok) {
+        unknown_free(c);
+        return;
+    }
+    request_unknown(c->frontend);
+    pjs_error err;
+    size_t len = GRPC_SLICE_LENGTH(c->details.method);
+    pjs_error_set(&err, PJS_ERR_UNSUPPORTED, "pjserve does not serve the method %.*s",
+                  (int)(len > 256 ? 256 : len),
+                  (const char *)GRPC_SLICE_START_PTR(c->details.method));
+    if (pjs__grpc_reply(c->call, NULL, &err, &c->status_details, &c->cancelled, &c->on_done) !=
+        GRPC_CALL_OK)
+        unknown_free(c);
+}
+
+static void request_unknown(pjs_grpc_frontend *f)
+{
+    if (atomic_load(&f->stopping))
+        return;
+    unknown_call *c = calloc(1, sizeof *c);
+    if (c == NULL)
+        return;
+    c->on_new.fn = unknown_on_new;
+    c->on_done.fn = unknown_on_done;
+    c->frontend = f;
+    c->status_details = grpc_empty_slice();
+    grpc_call_details_init(&c->details);
+    grpc_metadata_array_init(&c->metadata);
+    if (grpc_server_request_call(f->core, &c->call, &c->details, &c->metadata, f->cq, f->cq,
+                                 &c->on_new) != GRPC_CALL_OK)
+        unknown_free(c);
+}
+
+/* ---- threads ---------------------------------------------------------------- */
+
+static void on_shutdown(pjs_grpc_tag *tag, bool ok)
+{
+    (void)ok;
+    pjs_grpc_frontend *f = PJS_GRPC_CONTAINER(tag, pjs_grpc_frontend, shutdown_tag);
+    pthread_mutex_lock(&f->lock);
+    f->shutdown_done = true;
+    pthread_cond_broadcast(&f->changed);
+    pthread_mutex_unlock(&f->lock);
+}
+
+/* Runs events until the queue is shut down, polling health between them. */
+static void run_queue(pjs_grpc_frontend *f)
+{
+    for (;;) {
+        gpr_timespec deadline =
+            gpr_time_add(gpr_now(GPR_CLOCK_MONOTONIC),
+                         gpr_time_from_millis(PJS_GRPC_HEALTH_POLL_MS, GPR_TIMESPAN));
+        grpc_event ev = grpc_completion_queue_next(f->cq, deadline, NULL);
+        if (ev.type == GRPC_QUEUE_SHUTDOWN)
+            return;
+        if (ev.type == GRPC_OP_COMPLETE) {
+            pjs_grpc_tag *tag = ev.tag;
+            tag->fn(tag, ev.success != 0);
+        }
+        pjs__grpc_health_poll(f);
+    }
+}
+
+static void *queue_thread(void *arg)
+{
+    run_queue(arg);
+    return NULL;
+}
+
+/* ---- start ------------------------------------------------------------------ */
+
+static grpc_arg int_arg(const char *key, int value)
+{
+    grpc_arg a;
+    memset(&a, 0, sizeof a);
+    a.type = GRPC_ARG_INTEGER;
+    a.key = (char *)key;
+    a.value.integer = value;
+    return a;
+}
+
+static grpc_server *create_core(const pjs_grpc_options *o)
+{
+    grpc_arg args[8];
+    size_t n = 0;
+    args[n++] = int_arg(GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH, INT_MAX);
+    args[n++] = int_arg(GRPC_ARG_MAX_SEND_MESSAGE_LENGTH, INT_MAX);
+    args[n++] = int_arg(GRPC_ARG_ALLOW_REUSEPORT, 0);
+    args[n++] = int_arg(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, o->keepalive_permit_without_calls);
+    if (o->keepalive_time_ms > 0) {
+        args[n++] = int_arg(GRPC_ARG_KEEPALIVE_TIME_MS, o->keepalive_time_ms);
+        /* Let clients ping as often as we do, or gRPC answers their
+         * keepalive pings with GOAWAY "too_many_pings". */
+        args[n++] =
+            int_arg(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, o->keepalive_time_ms);
+    }
+    if (o->keepalive_timeout_ms > 0)
+        args[n++] = int_arg(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, o->keepalive_timeout_ms);
+    grpc_channel_args channel_args = {.num_args = n, .args = args};
+    return grpc_server_create(&channel_args, NULL);
+}
+
+/* Why binding host:port failed, found by trying it with a plain socket
+ * (gRPC only says that it failed); NULL when a plain socket binds there. */
+static const char *bind_failure(const char *host, int port, char *buf, size_t size)
+{
+    struct addrinfo hints = {
+        .ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM, .ai_flags = AI_PASSIVE};
+    struct addrinfo *ai = NULL;
+    char service[16];
+    snprintf(service, sizeof service, "%d", port);
+    int gai = getaddrinfo(host, service, &hints, &ai);
+    if (gai != 0) {
+        snprintf(buf, size, "%s", gai_strerror(gai));
+        return buf;
+    }
+    const char *reason = NULL;
+    int fd = socket(ai->ai_family, ai->ai_socktype, ai->ai_protocol);
+    int one = 1;
+    if (fd >= 0) /* as gRPC does, so sockets in TIME_WAIT do not count */
+        setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    if (fd < 0 || bind(fd, ai->ai_addr, ai->ai_addrlen) != 0) {
+        snprintf(buf, size, "%s", strerror(errno));
+        reason = buf;
+    }
+    if (fd >= 0)
+        close(fd);
+    freeaddrinfo(ai);
+    return reason;
+}
+
+/* Plaintext, TLS, or mTLS when a CA is given. */
+static int make_credentials(const pjs_grpc_options *o, grpc_server_credentials **out,
+                            pjs_error *err)
+{
+    char *cert = NULL, *key = NULL, *ca = NULL;
+    size_t size;
+    int rc = 0;
+    if (o->tls_cert == NULL) {
+        if (o->tls_key != NULL || o->tls_ca != NULL)
+            return pjs_error_set(err, PJS_ERR_INVALID_ARGUMENT,
+                                 "TLS: a key or CA was given without a certificate");
+        *out = grpc_insecure_server_credentials_create();
+        return 0;
+    }
+    if (o->tls_key == NULL)
+        return pjs_error_set(err, PJS_ERR_INVALID_ARGUMENT,
+                             "TLS: certificate %s was given without its private key", o->tls_cert);
+    if ((rc = pjs_read_file(o->tls_cert, PJS_GRPC_PEM_MAX, &cert, &size, err)) != 0 ||
+        (rc = pjs_read_file(o->tls_key, PJS_GRPC_PEM_MAX, &key, &size, err)) != 0 ||
+        (o->tls_ca != NULL &&
+         (rc = pjs_read_file(o->tls_ca, PJS_GRPC_PEM_MAX, &ca, &size, err)) != 0)) {
+        pjs_error_prefix(err, "TLS: ");
+        goto out;
+    }
+    grpc_ssl_pem_key_cert_pair pair = {.private_key = key, .cert_chain = cert};
+    *out = grpc_ssl_server_credentials_create_ex(
+        ca, &pair, 1,
+        ca != NULL ? GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY
+                   : GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE,
+        NULL);
+    if (*out == NULL)
+        rc = pjs_error_set(err, PJS_ERR_INVALID_ARGUMENT,
+                           "TLS: certificate %s or key %s was refused", o->tls_cert, o->tls_key);
+out:
+    free(cert);
+    free(key);
+    free(ca);
+    return rc;
+}
+
+static int bind_port(pjs_grpc_frontend *f, const pjs_grpc_options *o, pjs_error *err)
+{
+    const char *host = o->host != NULL && o->host[0] != '\0' ? o->host : "0.0.0.0";
+    bool v6 = strchr(host, ':') != NULL && host[0] != '[';
+    char addr[320], reason[160];
+    snprintf(addr, sizeof addr, v6 ? "[%s]:%d" : "%s:%d", host, o->port);
+    grpc_server_credentials *creds = NULL;
+    int rc = make_credentials(o, &creds, err);
+    if (rc != 0)
+        return rc;
+    int bound = grpc_server_add_http2_port(f->core, addr, creds);
+    grpc_server_credentials_release(creds);
+    if (bound == 0) {
+        const char *why = bind_failure(host, o->port, reason, sizeof reason);
+        if (why != NULL)
+            return pjs_error_set(err, PJS_ERR_UNAVAILABLE, "cannot listen on %s: %s", addr, why);
+        if (o->tls_cert != NULL)
+            return pjs_error_set(err, PJS_ERR_INVALID_ARGUMENT,
+                                 "cannot listen on %s: TLS certificate %s or key %s is not valid "
+                                 "PEM (or they do not match)",
+                                 addr, o->tls_cert, o->tls_key);
+        return pjs_error_set(err, PJS_ERR_UNAVAILABLE, "cannot listen on %s: gRPC refused it",
+                             addr);
+    }
+    pjs_info("gRPC listening on %s%s", addr,
+             o->tls_cert == NULL ? ""
+             : o->tls_ca != NULL ? " (mTLS)"
+                                 : " (TLS)");
+    return 0;
+}
+
+static void frontend_free(pjs_grpc_frontend *f)
+{
+    if (f->core != NULL)
+        grpc_server_destroy(f->core);
+    if (f->cq != NULL)
+        grpc_completion_queue_destroy(f->cq);
+    if (f->reflection != NULL)
+        pjs__grpc_reflection_destroy(f->reflection);
+    pthread_mutex_destroy(&f->lock);
+    pthread_cond_destroy(&f->changed);
+    pthread_mutex_destroy(&f->watch_lock);
+    free(f->registered);
+    free(f->threads);
+    free(f);
+    grpc_shutdown_blocking();
+}
+
+static int register_methods(pjs_grpc_frontend *f, pjs_error *err)
+{
+    f->registered = calloc(pjs__grpc_n_methods, sizeof *f->registered);
+    if (f->registered == NULL)
+        return pjs_error_set(err, PJS_ERR_NOMEM, "no memory");
+    for (size_t i = 0; i < pjs__grpc_n_methods; i++) {
+        const pjs_grpc_method *m = &pjs__grpc_methods[i];
+        bool reads_first = m->kind == PJS_GRPC_UNARY || m->kind == PJS_GRPC_INFER ||
+                           m->kind == PJS_GRPC_HEALTH_WATCH;
+        f->registered[i] = grpc_server_register_method(
+            f->core, m->path, NULL,
+            reads_first ? GRPC_SRM_PAYLOAD_READ_INITIAL_BYTE_BUFFER : GRPC_SRM_PAYLOAD_NONE, 0);
+        if (f->registered[i] == NULL)
+            return pjs_error_set(err, PJS_ERR_INTERNAL, "cannot register %s", m->path);
+    }
+    return 0;
+}
+
+/* Requests the first calls: one per method, one per thread for ModelInfer
+ * so concurrent unary inferences do not wait for each other's accept. */
+static void request_first_calls(pjs_grpc_frontend *f, size_t n_threads)
+{
+    for (size_t i = 0; i < pjs__grpc_n_methods; i++) {
+        size_t n = pjs__grpc_methods[i].kind == PJS_GRPC_INFER ? n_threads : 1;
+        for (size_t k = 0; k < n; k++)
+            pjs__grpc_request(f, i);
+    }
+    request_unknown(f);
+}
+
+static int start_threads(pjs_grpc_frontend *f, size_t n, pjs_error *err)
+{
+    f->threads = calloc(n, sizeof *f->threads);
+    if (f->threads == NULL)
+        return pjs_error_set(err, PJS_ERR_NOMEM, "no memory for threads");
+    for (size_t i = 0; i < n; i++) {
+        int e = pthread_create(&f->threads[i], NULL, queue_thread, f);
+        if (e != 0)
+            return pjs_error_set(err, PJS_ERR_RESOURCE_EXHAUSTED, "cannot start thread %zu: %s", i,
+                                 strerror(e));
+        f->n_threads = i + 1;
+    }
+    return 0;
+}
+
+int pjs_grpc_frontend_start(pjs_server *s, const pjs_grpc_options *o, pjs_grpc_frontend **out,
+                            pjs_error *err)
+{
+    if (o->port < 0 || o->port > 65535)
+        return pjs_error_set(err, PJS_ERR_INVALID_ARGUMENT, "port %d is not a TCP port", o->port);
+    pjs_grpc_frontend *f = calloc(1, sizeof *f);
+    if (f == NULL)
+        return pjs_error_set(err, PJS_ERR_NOMEM, "no memory");
+    grpc_init();
+    f->server = s;
+    f->shutdown_tag.fn = on_shutdown;
+    pthread_mutex_init(&f->lock, NULL);
+    pthread_cond_init(&f->changed, NULL);
+    pthread_mutex_init(&f->watch_lock, NULL);
+    size_t n_threads = o->threads > 0 ? (size_t)o->threads : PJS_GRPC_DEFAULT_THREADS;
+    f->core = create_core(o);
+    f->cq = grpc_completion_queue_create_for_next(NULL);
+    int rc = pjs__grpc_reflection_create(&f->reflection, err);
+    if (rc != 0) {
+        frontend_free(f);
+        return rc;
+    }
+    grpc_server_register_completion_queue(f->core, f->cq, NULL);
+    if ((rc = register_methods(f, err)) != 0 || (rc = bind_port(f, o, err)) != 0) {
+        /* Never started: destroying it needs no shutdown. */
+        frontend_free(f);
+        return rc;
+    }
+    grpc_server_start(f->core);
+    request_first_calls(f, n_threads);
+    if ((rc = start_threads(f, n_threads, err)) != 0) {
+        pjs_grpc_frontend_stop(f);
+        return rc;
+    }
+    *out = f;
+    return 0;
+}
+
+/* ---- stop ------------------------------------------------------------------- */
+
+void pjs_grpc_frontend_stop(pjs_grpc_frontend *f)
+{
+    if (f == NULL)
+        return;
+    atomic_store(&f->stopping, true);
+    grpc_server_shutdown_and_notify(f->core, f->cq, &f->shutdown_tag);
+    grpc_server_cancel_all_calls(f->core);
+    if (f->n_threads == 0) {
+        /* Start failed before any thread ran: no call was served, so the
+         * queue only holds the requested calls and the shutdown tag. */
+        grpc_completion_queue_shutdown(f->cq);
+        run_queue(f);
+    } else {
+        pthread_mutex_lock(&f->lock);
+        while (!f->shutdown_done || f->in_dispatcher > 0)
+            pthread_cond_wait(&f->changed, &f->lock);
+        pthread_mutex_unlock(&f->lock);
+        grpc_completion_queue_shutdown(f->cq);
+        for (size_t i = 0; i < f->n_threads; i++)
+            pthread_join(f->threads[i], NULL);
+    }
+    frontend_free(f);
+}

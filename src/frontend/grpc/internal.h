@@ -1,0 +1,165 @@
+/*
+ * internal.h - what the files of the gRPC front end share.
+ *
+ * Threads. One completion queue serves everything; `threads` threads wait on
+ * it (frontend.c). Every event carries a pjs_grpc_tag whose function runs the
+ * next step of one call's state machine. Inference requests leave these
+ * threads at pjs_server_submit and come back on the server's completion
+ * threads (on_done), which encode the response and start the send batch
+ * (grpc_call_start_batch may be called from any thread).
+ *
+ * Calls. Each registered method keeps at least one call requested from the
+ * server; when it arrives the handler first requests the next one, then
+ * serves the call. Unary RPCs other than ModelInfer are a table of handlers
+ * (unary.c) run by one generic call; ModelInfer (infer_call.c),
+ * ModelStreamInfer (stream_call.c), Health/Watch (health.c) and reflection
+ * (reflection.c) have their own state machines.
+ *
+ * Stop. pjs_grpc_frontend_stop sets `stopping` (no call is requested any
+ * more), shuts the server down, cancels every call, waits until the
+ * server's shutdown tag arrived and no request is left in the dispatcher,
+ * then shuts the queue down and joins the threads.
+ */
+#ifndef PJS_FRONTEND_GRPC_INTERNAL_H
+#define PJS_FRONTEND_GRPC_INTERNAL_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+
+#include <grpc/grpc.h>
+#include <protobuf-c/protobuf-c.h>
+
+#include "core/status.h"
+#include "frontend/grpc/arena.h"
+#include "frontend/grpc/grpc_frontend.h"
+#include "registry/model.h"
+#include "server/server.h"
+
+/* Bytes a non-inference request may take once decoded. */
+#define PJS_GRPC_UNARY_ARENA_LIMIT ((size_t)64 << 20)
+/* Requests of one ModelStreamInfer stream in flight before reading pauses. */
+#define PJS_GRPC_STREAM_MAX_IN_FLIGHT 64
+/* How often Health/Watch streams are checked for a change of status. */
+#define PJS_GRPC_HEALTH_POLL_MS 500
+
+/* An event on the completion queue: `fn` runs the next step of its call.
+ * ok is the event's success flag. */
+typedef struct pjs_grpc_tag pjs_grpc_tag;
+struct pjs_grpc_tag {
+    void (*fn)(pjs_grpc_tag *tag, bool ok);
+};
+
+#define PJS_GRPC_CONTAINER(ptr, type, member) ((type *)((char *)(ptr)-offsetof(type, member)))
+
+/* ---- unary handlers (unary.c, health.c) ---------------------------------- */
+
+typedef struct pjs_grpc_unary_ctx {
+    pjs_grpc_frontend *frontend;
+    pjs_grpc_arena *arena; /* request, response and scratch */
+    pjs_model *model;      /* a reference a handler may leave for the response
+                              to borrow from; released after packing */
+} pjs_grpc_unary_ctx;
+
+/* Answers one request with a response allocated in ctx->arena, or fails
+ * with err (mapped to a gRPC status by the caller). */
+typedef int (*pjs_grpc_unary_fn)(pjs_grpc_unary_ctx *ctx, const ProtobufCMessage *request,
+                                 ProtobufCMessage **response, pjs_error *err);
+
+typedef enum pjs_grpc_method_kind {
+    PJS_GRPC_UNARY,        /* a pjs_grpc_unary_fn */
+    PJS_GRPC_INFER,        /* ModelInfer */
+    PJS_GRPC_STREAM_INFER, /* ModelStreamInfer */
+    PJS_GRPC_HEALTH_WATCH, /* grpc.health.v1.Health/Watch */
+    PJS_GRPC_REFLECTION,   /* ServerReflectionInfo, v1alpha and v1 */
+} pjs_grpc_method_kind;
+
+typedef struct pjs_grpc_method {
+    const char *path; /* "/inference.GRPCInferenceService/ServerLive" */
+    pjs_grpc_method_kind kind;
+    const ProtobufCMessageDescriptor *request; /* PJS_GRPC_UNARY */
+    pjs_grpc_unary_fn handle;                  /* PJS_GRPC_UNARY */
+} pjs_grpc_method;
+
+/* Every method served, in registration order (unary.c). */
+extern const pjs_grpc_method pjs__grpc_methods[];
+extern const size_t pjs__grpc_n_methods;
+
+/* ---- the front end ----------------------------------------------------- */
+
+typedef struct pjs_grpc_watch pjs_grpc_watch;
+typedef struct pjs_grpc_reflection_index pjs_grpc_reflection_index;
+
+struct pjs_grpc_frontend {
+    pjs_server *server;
+    grpc_server *core;
+    grpc_completion_queue *cq;
+    void **registered; /* per pjs__grpc_methods entry */
+    size_t n_threads;
+    pthread_t *threads;
+    pjs_grpc_reflection_index *reflection;
+
+    atomic_bool stopping;   /* set once by stop: request no more calls */
+    pthread_mutex_t lock;   /* guards the fields below */
+    pthread_cond_t changed; /* signalled when they change */
+    size_t in_dispatcher;   /* submitted requests whose on_done has not finished */
+    bool shutdown_done;     /* the server's shutdown tag arrived */
+    pjs_grpc_tag shutdown_tag;
+
+    pthread_mutex_t watch_lock;           /* guards `watches` and every watch's state */
+    pjs_grpc_watch *watches;              /* open Health/Watch streams */
+    _Atomic uint64_t next_health_poll_ns; /* pjs_now_ns() of the next poll */
+};
+
+/* Requests the next call of method `index` from the server (no-op once
+ * stopping). */
+void pjs__grpc_request(pjs_grpc_frontend *f, size_t index);
+void pjs__grpc_request_infer(pjs_grpc_frontend *f, size_t index);
+void pjs__grpc_request_stream(pjs_grpc_frontend *f, size_t index);
+void pjs__grpc_request_watch(pjs_grpc_frontend *f, size_t index);
+void pjs__grpc_request_reflection(pjs_grpc_frontend *f, size_t index);
+
+/* Accounting of requests handed to the dispatcher, so stop can wait for
+ * their on_done to have finished sending. */
+void pjs__grpc_dispatch_begin(pjs_grpc_frontend *f);
+void pjs__grpc_dispatch_end(pjs_grpc_frontend *f);
+
+/* ---- helpers shared by the call state machines (frontend.c) -------------- */
+
+/* The whole payload as one contiguous slice (the caller unrefs it); the
+ * byte buffer is destroyed. */
+grpc_slice pjs__grpc_take_payload(grpc_byte_buffer **bb);
+
+/* A byte buffer that owns buf (malloc'd, freed by gRPC). */
+grpc_byte_buffer *pjs__grpc_buffer_from(uint8_t *buf, size_t len);
+
+/* Packs m into a byte buffer (NULL with err set on failure). */
+grpc_byte_buffer *pjs__grpc_pack(const ProtobufCMessage *m, pjs_error *err);
+
+/* The final batch of a unary call: initial metadata, the response (if not
+ * NULL), the status (OK when err is NULL, else err mapped) and, when
+ * cancelled is not NULL, RECV_CLOSE_ON_SERVER. *details keeps the status
+ * message alive until the batch completes; unref it afterwards. */
+grpc_call_error pjs__grpc_reply(grpc_call *call, grpc_byte_buffer *response, const pjs_error *err,
+                                grpc_slice *details, int *cancelled, pjs_grpc_tag *tag);
+
+/* Starts a batch of one RECV_CLOSE_ON_SERVER op. */
+grpc_call_error pjs__grpc_recv_close(grpc_call *call, int *cancelled, pjs_grpc_tag *tag);
+
+/* ---- health (health.c) ---------------------------------------------------- */
+
+/* Check and Watch answer for these services: "" and the inference service. */
+bool pjs__grpc_health_known(const char *service);
+/* Sends changed statuses to open Watch streams when a poll is due; any CQ
+ * thread may call it after any event. */
+void pjs__grpc_health_poll(pjs_grpc_frontend *f);
+int pjs__grpc_health_check(pjs_grpc_unary_ctx *ctx, const ProtobufCMessage *request,
+                           ProtobufCMessage **response, pjs_error *err);
+
+/* ---- reflection (reflection.c) -------------------------------------------- */
+
+int pjs__grpc_reflection_create(pjs_grpc_reflection_index **out, pjs_error *err);
+void pjs__grpc_reflection_destroy(pjs_grpc_reflection_index *r);
+
+#endif

@@ -1,0 +1,169 @@
+/*
+ * model_info.c - ModelMetadataResponse and ModelConfig from a manifest.
+ *
+ * Everything is allocated in the caller's arena; an allocation failure is
+ * reported as NOMEM with the model's name.
+ */
+#include "frontend/grpc/model_info.h"
+
+#include <stdio.h>
+#include <string.h>
+
+typedef Inference__ModelMetadataResponse__TensorMetadata tensor_metadata;
+
+Inference__DataType pjs_grpc_config_dtype(pjs_dtype t)
+{
+    switch (t) {
+    case PJS_DTYPE_BOOL: return INFERENCE__DATA_TYPE__TYPE_BOOL;
+    case PJS_DTYPE_U8: return INFERENCE__DATA_TYPE__TYPE_UINT8;
+    case PJS_DTYPE_U16: return INFERENCE__DATA_TYPE__TYPE_UINT16;
+    case PJS_DTYPE_U32: return INFERENCE__DATA_TYPE__TYPE_UINT32;
+    case PJS_DTYPE_U64: return INFERENCE__DATA_TYPE__TYPE_UINT64;
+    case PJS_DTYPE_I8: return INFERENCE__DATA_TYPE__TYPE_INT8;
+    case PJS_DTYPE_I16: return INFERENCE__DATA_TYPE__TYPE_INT16;
+    case PJS_DTYPE_I32: return INFERENCE__DATA_TYPE__TYPE_INT32;
+    case PJS_DTYPE_I64: return INFERENCE__DATA_TYPE__TYPE_INT64;
+    case PJS_DTYPE_F16: return INFERENCE__DATA_TYPE__TYPE_FP16;
+    case PJS_DTYPE_BF16: return INFERENCE__DATA_TYPE__TYPE_BF16;
+    case PJS_DTYPE_F32: return INFERENCE__DATA_TYPE__TYPE_FP32;
+    case PJS_DTYPE_F64: return INFERENCE__DATA_TYPE__TYPE_FP64;
+    default: return INFERENCE__DATA_TYPE__TYPE_INVALID;
+    }
+}
+
+static int no_memory(const pjs_grpc_model_desc *m, pjs_error *err)
+{
+    return pjs_error_set(err, PJS_ERR_NOMEM, "model %s: no memory to describe it", m->name);
+}
+
+/* "pjrt_<platform>" in the arena. */
+static char *platform_name(const pjs_grpc_model_desc *m, pjs_grpc_arena *a)
+{
+    size_t len = strlen("pjrt_") + strlen(m->platform) + 1;
+    char *s = pjs_grpc_arena_alloc(a, len);
+    if (s != NULL)
+        snprintf(s, len, "pjrt_%s", m->platform);
+    return s;
+}
+
+/* A copy of dims[first..rank) in the arena (never NULL unless out of memory). */
+static int64_t *copy_dims(pjs_grpc_arena *a, const pjs_shape *s, int first, size_t *n)
+{
+    *n = (size_t)(s->rank - first);
+    int64_t *dims = pjs_grpc_arena_alloc(a, sizeof *dims * *n);
+    if (dims != NULL)
+        memcpy(dims, s->dims + first, sizeof *dims * *n);
+    return dims;
+}
+
+static tensor_metadata **metadata_tensors(const pjs_tensor_spec *specs, size_t n, pjs_grpc_arena *a)
+{
+    tensor_metadata **list = pjs_grpc_arena_alloc(a, sizeof *list * n);
+    for (size_t i = 0; list != NULL && i < n; i++) {
+        tensor_metadata *t = pjs_grpc_arena_alloc(a, sizeof *t);
+        if (t == NULL)
+            return NULL;
+        *t = (tensor_metadata)INFERENCE__MODEL_METADATA_RESPONSE__TENSOR_METADATA__INIT;
+        t->name = specs[i].name;
+        t->datatype = (char *)pjs_dtype_kserve_name(specs[i].dtype);
+        t->shape = copy_dims(a, &specs[i].shape, 0, &t->n_shape);
+        if (t->shape == NULL)
+            return NULL;
+        list[i] = t;
+    }
+    return list;
+}
+
+int pjs_grpc_model_metadata(const pjs_grpc_model_desc *m, pjs_grpc_arena *a,
+                            Inference__ModelMetadataResponse **out, pjs_error *err)
+{
+    const pjs_manifest *mf = m->manifest;
+    Inference__ModelMetadataResponse *r = pjs_grpc_arena_alloc(a, sizeof *r);
+    char **versions = pjs_grpc_arena_alloc(a, sizeof *versions);
+    if (r == NULL || versions == NULL)
+        return no_memory(m, err);
+    *r = (Inference__ModelMetadataResponse)INFERENCE__MODEL_METADATA_RESPONSE__INIT;
+    r->name = (char *)m->name;
+    versions[0] = (char *)m->version;
+    r->versions = versions;
+    r->n_versions = 1;
+    r->platform = platform_name(m, a);
+    r->inputs = metadata_tensors(mf->inputs, mf->n_inputs, a);
+    r->n_inputs = mf->n_inputs;
+    r->outputs = metadata_tensors(mf->outputs, mf->n_outputs, a);
+    r->n_outputs = mf->n_outputs;
+    if (r->platform == NULL || r->inputs == NULL || r->outputs == NULL)
+        return no_memory(m, err);
+    *out = r;
+    return 0;
+}
+
+/* dims of a config tensor: without the batch axis when the model batches. */
+static int64_t *config_dims(const pjs_grpc_model_desc *m, const pjs_tensor_spec *s,
+                            pjs_grpc_arena *a, size_t *n)
+{
+    return copy_dims(a, &s->shape, m->max_batch_size > 0 && s->batched ? 1 : 0, n);
+}
+
+static Inference__ModelInput **config_inputs(const pjs_grpc_model_desc *m, pjs_grpc_arena *a)
+{
+    const pjs_manifest *mf = m->manifest;
+    Inference__ModelInput **list = pjs_grpc_arena_alloc(a, sizeof *list * mf->n_inputs);
+    for (size_t i = 0; list != NULL && i < mf->n_inputs; i++) {
+        Inference__ModelInput *t = pjs_grpc_arena_alloc(a, sizeof *t);
+        if (t == NULL)
+            return NULL;
+        *t = (Inference__ModelInput)INFERENCE__MODEL_INPUT__INIT;
+        t->name = mf->inputs[i].name;
+        t->data_type = pjs_grpc_config_dtype(mf->inputs[i].dtype);
+        t->dims = config_dims(m, &mf->inputs[i], a, &t->n_dims);
+        if (t->dims == NULL)
+            return NULL;
+        list[i] = t;
+    }
+    return list;
+}
+
+static Inference__ModelOutput **config_outputs(const pjs_grpc_model_desc *m, pjs_grpc_arena *a)
+{
+    const pjs_manifest *mf = m->manifest;
+    Inference__ModelOutput **list = pjs_grpc_arena_alloc(a, sizeof *list * mf->n_outputs);
+    for (size_t i = 0; list != NULL && i < mf->n_outputs; i++) {
+        Inference__ModelOutput *t = pjs_grpc_arena_alloc(a, sizeof *t);
+        if (t == NULL)
+            return NULL;
+        *t = (Inference__ModelOutput)INFERENCE__MODEL_OUTPUT__INIT;
+        t->name = mf->outputs[i].name;
+        t->data_type = pjs_grpc_config_dtype(mf->outputs[i].dtype);
+        t->dims = config_dims(m, &mf->outputs[i], a, &t->n_dims);
+        if (t->dims == NULL)
+            return NULL;
+        list[i] = t;
+    }
+    return list;
+}
+
+int pjs_grpc_model_config(const pjs_grpc_model_desc *m, pjs_grpc_arena *a,
+                          Inference__ModelConfig **out, pjs_error *err)
+{
+    Inference__ModelConfig *c = pjs_grpc_arena_alloc(a, sizeof *c);
+    if (c == NULL)
+        return no_memory(m, err);
+    *c = (Inference__ModelConfig)INFERENCE__MODEL_CONFIG__INIT;
+    c->name = (char *)m->name;
+    c->platform = platform_name(m, a);
+    c->backend = "pjserve";
+    c->max_batch_size = (int32_t)m->max_batch_size;
+    c->input = config_inputs(m, a);
+    c->n_input = m->manifest->n_inputs;
+    c->output = config_outputs(m, a);
+    c->n_output = m->manifest->n_outputs;
+    /* scheduling_choice stays unset: requests run one at a time, so there is
+     * no dynamic_batching to report. When the scheduler coalesces, set
+     * c->dynamic_batching (preferred_batch_size = the compiled batch sizes)
+     * here. */
+    if (c->platform == NULL || c->input == NULL || c->output == NULL)
+        return no_memory(m, err);
+    *out = c;
+    return 0;
+}

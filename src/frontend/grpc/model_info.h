@@ -1,0 +1,36 @@
+/*
+ * model_info.h - a model's manifest as ModelMetadataResponse and ModelConfig.
+ *
+ * Pure functions of the manifest (no server, no gRPC), built in the caller's
+ * arena; strings borrow from the manifest, which must outlive the message.
+ * Metadata shows the batch axis as -1; the config, like Triton's, leaves it
+ * out of dims when the model batches (max_batch_size > 0).
+ */
+#ifndef PJS_FRONTEND_GRPC_MODEL_INFO_H
+#define PJS_FRONTEND_GRPC_MODEL_INFO_H
+
+#include <stdint.h>
+
+#include "core/manifest.h"
+#include "core/status.h"
+#include "frontend/grpc/arena.h"
+#include "grpc_service.pb-c.h"
+
+/* What the server knows of a model beyond its manifest. */
+typedef struct pjs_grpc_model_desc {
+    const char *name;       /* as clients address it */
+    const char *version;    /* the one version served, "1" */
+    const char *platform;   /* the server's PJRT platform, "cpu"; reported as "pjrt_cpu" */
+    int64_t max_batch_size; /* 0 when no input is batched */
+    const pjs_manifest *manifest;
+} pjs_grpc_model_desc;
+
+/* The KServe datatype's model-config enum value (TYPE_FP32 for f32). */
+Inference__DataType pjs_grpc_config_dtype(pjs_dtype t);
+
+int pjs_grpc_model_metadata(const pjs_grpc_model_desc *m, pjs_grpc_arena *a,
+                            Inference__ModelMetadataResponse **out, pjs_error *err);
+int pjs_grpc_model_config(const pjs_grpc_model_desc *m, pjs_grpc_arena *a,
+                          Inference__ModelConfig **out, pjs_error *err);
+
+#endif

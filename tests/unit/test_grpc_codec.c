@@ -1,0 +1,845 @@
+/*
+ * test_grpc_codec.c - unit tests of the gRPC codec (src/frontend/grpc/codec.c
+ * and model_info.c): no server, no gRPC runtime.
+ *
+ * Requests are built with the protobuf-c structs, packed, and fed to
+ * pjs_grpc_infer_decode as a client's bytes would be; then checked against a
+ * fixed manifest with pjs_infer_validate. Responses are encoded from outputs
+ * filled as the dispatcher fills them and unpacked again to check what a
+ * client reads. Shared-memory tests use a real POSIX shared-memory object
+ * registered with the core registry.
+ */
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "frontend/grpc/codec.h"
+#include "frontend/grpc/model_info.h"
+
+typedef Inference__ModelInferRequest request;
+typedef Inference__ModelInferRequest__InferInputTensor input_tensor;
+typedef Inference__ModelInferRequest__InferRequestedOutputTensor output_tensor;
+typedef Inference__InferParameter param;
+
+static const char MANIFEST[] = "format_version: \"2.0\"\n"
+                               "name: demo\n"
+                               "batch_sizes: [1, 4]\n"
+                               "inputs:\n"
+                               "  - {name: x, dtype: f32, shape: [batch, 4]}\n"
+                               "  - {name: mask, dtype: i8, shape: [batch, 2]}\n"
+                               "outputs:\n"
+                               "  - {name: y, dtype: f32, shape: [batch, 3]}\n"
+                               "  - {name: n, dtype: i64, shape: [batch]}\n";
+
+/* ---- building requests ------------------------------------------------------- */
+
+/* Storage for one request under construction. */
+typedef struct builder {
+    request req;
+    input_tensor inputs[4];
+    input_tensor *input_ptrs[4];
+    int64_t shapes[4][2];
+    Inference__InferTensorContents contents[4];
+    output_tensor outputs[4];
+    output_tensor *output_ptrs[4];
+    ProtobufCBinaryData raw[4];
+    Inference__ModelInferRequest__ParametersEntry params[4];
+    Inference__ModelInferRequest__ParametersEntry *param_ptrs[4];
+    param param_values[4];
+    Inference__ModelInferRequest__InferInputTensor__ParametersEntry in_params[4][3];
+    Inference__ModelInferRequest__InferInputTensor__ParametersEntry *in_param_ptrs[4][3];
+    param in_param_values[4][3];
+    Inference__ModelInferRequest__InferRequestedOutputTensor__ParametersEntry out_params[4][3];
+    Inference__ModelInferRequest__InferRequestedOutputTensor__ParametersEntry *out_param_ptrs[4][3];
+    param out_param_values[4][3];
+} builder;
+
+static float x_data[8] = {1, 2, 3, 4, 5, 6, 7, 8};
+static int8_t mask_data[4] = {1, -1, 0, 127};
+
+static void builder_init(builder *b, const char *model)
+{
+    memset(b, 0, sizeof *b);
+    b->req = (request)INFERENCE__MODEL_INFER_REQUEST__INIT;
+    b->req.model_name = (char *)model;
+    b->req.inputs = b->input_ptrs;
+    b->req.outputs = b->output_ptrs;
+    b->req.raw_input_contents = b->raw;
+    b->req.parameters = b->param_ptrs;
+}
+
+static input_tensor *add_input(builder *b, const char *name, const char *dt, int64_t d0, int64_t d1)
+{
+    size_t i = b->req.n_inputs++;
+    input_tensor *t = &b->inputs[i];
+    *t = (input_tensor)INFERENCE__MODEL_INFER_REQUEST__INFER_INPUT_TENSOR__INIT;
+    t->name = (char *)name;
+    t->datatype = (char *)dt;
+    b->shapes[i][0] = d0;
+    b->shapes[i][1] = d1;
+    t->shape = b->shapes[i];
+    t->n_shape = d1 < 0 ? 1 : 2;
+    t->parameters = b->in_param_ptrs[i];
+    b->input_ptrs[i] = t;
+    return t;
+}
+
+static void add_raw(builder *b, const void *data, size_t len)
+{
+    b->raw[b->req.n_raw_input_contents].data = (uint8_t *)data;
+    b->raw[b->req.n_raw_input_contents++].len = len;
+}
+
+static output_tensor *add_output(builder *b, const char *name)
+{
+    size_t k = b->req.n_outputs++;
+    output_tensor *t = &b->outputs[k];
+    *t = (output_tensor)INFERENCE__MODEL_INFER_REQUEST__INFER_REQUESTED_OUTPUT_TENSOR__INIT;
+    t->name = (char *)name;
+    t->parameters = b->out_param_ptrs[k];
+    b->output_ptrs[k] = t;
+    return t;
+}
+
+static param *add_request_param(builder *b, const char *key)
+{
+    size_t i = b->req.n_parameters++;
+    b->params[i] = (Inference__ModelInferRequest__ParametersEntry)
+        INFERENCE__MODEL_INFER_REQUEST__PARAMETERS_ENTRY__INIT;
+    b->param_values[i] = (param)INFERENCE__INFER_PARAMETER__INIT;
+    b->params[i].key = (char *)key;
+    b->params[i].value = &b->param_values[i];
+    b->param_ptrs[i] = &b->params[i];
+    return &b->param_values[i];
+}
+
+static param *add_input_param(builder *b, size_t input, const char *key)
+{
+    input_tensor *t = &b->inputs[input];
+    size_t i = t->n_parameters++;
+    b->in_params[input][i] = (Inference__ModelInferRequest__InferInputTensor__ParametersEntry)
+        INFERENCE__MODEL_INFER_REQUEST__INFER_INPUT_TENSOR__PARAMETERS_ENTRY__INIT;
+    b->in_param_values[input][i] = (param)INFERENCE__INFER_PARAMETER__INIT;
+    b->in_params[input][i].key = (char *)key;
+    b->in_params[input][i].value = &b->in_param_values[input][i];
+    b->in_param_ptrs[input][i] = &b->in_params[input][i];
+    return &b->in_param_values[input][i];
+}
+
+static param *add_output_param(builder *b, size_t output, const char *key)
+{
+    output_tensor *t = &b->outputs[output];
+    size_t i = t->n_parameters++;
+    b->out_params[output][i] =
+        (Inference__ModelInferRequest__InferRequestedOutputTensor__ParametersEntry)
+            INFERENCE__MODEL_INFER_REQUEST__INFER_REQUESTED_OUTPUT_TENSOR__PARAMETERS_ENTRY__INIT;
+    b->out_param_values[output][i] = (param)INFERENCE__INFER_PARAMETER__INIT;
+    b->out_params[output][i].key = (char *)key;
+    b->out_params[output][i].value = &b->out_param_values[output][i];
+    b->out_param_ptrs[output][i] = &b->out_params[output][i];
+    return &b->out_param_values[output][i];
+}
+
+static void set_int(param *p, int64_t v)
+{
+    p->parameter_choice_case = INFERENCE__INFER_PARAMETER__PARAMETER_CHOICE_INT64_PARAM;
+    p->int64_param = v;
+}
+
+static void set_uint(param *p, uint64_t v)
+{
+    p->parameter_choice_case = INFERENCE__INFER_PARAMETER__PARAMETER_CHOICE_UINT64_PARAM;
+    p->uint64_param = v;
+}
+
+static void set_string(param *p, const char *v)
+{
+    p->parameter_choice_case = INFERENCE__INFER_PARAMETER__PARAMETER_CHOICE_STRING_PARAM;
+    p->string_param = (char *)v;
+}
+
+/* The demo request the way tritonclient sends it: two raw inputs, batch 2. */
+static void demo_request(builder *b)
+{
+    builder_init(b, "demo");
+    add_input(b, "x", "FP32", 2, 4);
+    add_input(b, "mask", "INT8", 2, 2);
+    add_raw(b, x_data, sizeof x_data);
+    add_raw(b, mask_data, sizeof mask_data);
+}
+
+/* Packs b and decodes it into d; returns decode's status. */
+static int decode(builder *b, pjs_grpc_infer *d, pjs_shm_registry *shm, pjs_error *err)
+{
+    size_t len = inference__model_infer_request__get_packed_size(&b->req);
+    uint8_t *buf = malloc(len + 1);
+    assert_non_null(buf);
+    inference__model_infer_request__pack(&b->req, buf);
+    pjs_grpc_infer_init(d);
+    pjs_error_clear(err);
+    int rc = pjs_grpc_infer_decode(d, buf, len, shm, err);
+    free(buf); /* the decoded request must not borrow the wire bytes */
+    if (getenv("PJS_TEST_VERBOSE") != NULL && rc != 0)
+        print_message("%s\n", err->msg);
+    return rc;
+}
+
+/* Decodes b expecting failure with `code` and a message containing needle. */
+static void expect_decode_error(builder *b, pjs_shm_registry *shm, int code, const char *needle)
+{
+    pjs_grpc_infer d;
+    pjs_error err;
+    int rc = decode(b, &d, shm, &err);
+    if (rc != code || strstr(err.msg, needle) == NULL)
+        print_error("rc=%d msg: %s\n", rc, err.msg);
+    assert_int_equal(rc, code);
+    assert_non_null(strstr(err.msg, needle));
+    pjs_grpc_infer_release(&d);
+}
+
+static int setup_manifest(void **state)
+{
+    pjs_manifest *m = calloc(1, sizeof *m);
+    pjs_error err;
+    if (m == NULL || pjs_manifest_parse(m, MANIFEST, strlen(MANIFEST), "demo", &err) != 0)
+        return -1;
+    *state = m;
+    return 0;
+}
+
+static int teardown_manifest(void **state)
+{
+    pjs_manifest_free(*state);
+    free(*state);
+    return 0;
+}
+
+/* ---- decoding ---------------------------------------------------------------- */
+
+static void test_decode_raw(void **state)
+{
+    builder b;
+    pjs_grpc_infer d;
+    pjs_error err;
+    demo_request(&b);
+    b.req.id = "req-7";
+    b.req.model_version = "1";
+    assert_int_equal(decode(&b, &d, NULL, &err), 0);
+    assert_string_equal(d.msg->model_name, "demo");
+    assert_string_equal(d.req.id, "req-7");
+    assert_int_equal(d.req.n_inputs, 2);
+    assert_string_equal(d.req.inputs[0].name, "x");
+    assert_string_equal(d.req.inputs[0].datatype, "FP32");
+    assert_int_equal(d.req.inputs[0].shape.rank, 2);
+    assert_int_equal(d.req.inputs[0].shape.dims[1], 4);
+    assert_int_equal(d.req.inputs[0].nbytes, sizeof x_data);
+    assert_memory_equal(d.req.inputs[0].data, x_data, sizeof x_data);
+    assert_memory_equal(d.req.inputs[1].data, mask_data, sizeof mask_data);
+    assert_int_equal(d.req.n_requested, 0);
+    assert_int_equal(pjs_infer_validate(&d.req, *state, 4, &err), 0);
+    assert_int_equal(d.req.batch, 2);
+    pjs_grpc_infer_release(&d);
+}
+
+static void test_decode_malformed(void **state)
+{
+    (void)state;
+    static const uint8_t junk[] = {0x0a, 0xff, 0xff, 0xff, 0xff, 0x0f, 'd'};
+    pjs_grpc_infer d;
+    pjs_error err;
+    pjs_grpc_infer_init(&d);
+    assert_int_equal(pjs_grpc_infer_decode(&d, junk, sizeof junk, NULL, &err),
+                     PJS_ERR_INVALID_ARGUMENT);
+    assert_non_null(strstr(err.msg, "malformed ModelInferRequest"));
+    pjs_grpc_infer_release(&d);
+}
+
+static void test_decode_empty_message(void **state)
+{
+    (void)state;
+    pjs_grpc_infer d;
+    pjs_error err;
+    pjs_grpc_infer_init(&d);
+    assert_int_equal(pjs_grpc_infer_decode(&d, (const uint8_t *)"", 0, NULL, &err), 0);
+    assert_int_equal(d.req.n_inputs, 0);
+    assert_string_equal(d.msg->model_name, "");
+    pjs_grpc_infer_release(&d);
+}
+
+static void test_priority_and_timeout(void **state)
+{
+    (void)state;
+    builder b;
+    pjs_grpc_infer d;
+    pjs_error err;
+    demo_request(&b);
+    set_int(add_request_param(&b, "priority"), 3);
+    set_uint(add_request_param(&b, "timeout"), 5000);
+    set_string(add_request_param(&b, "some_future_parameter"), "ignored");
+    assert_int_equal(decode(&b, &d, NULL, &err), 0);
+    assert_true(d.has_priority);
+    assert_int_equal(d.priority, 3);
+    assert_true(d.has_timeout);
+    assert_int_equal(d.timeout_us, 5000);
+    pjs_grpc_infer_release(&d);
+
+    demo_request(&b);
+    set_uint(add_request_param(&b, "priority"), 2);
+    set_int(add_request_param(&b, "timeout"), 10);
+    assert_int_equal(decode(&b, &d, NULL, &err), 0);
+    assert_int_equal(d.priority, 2);
+    assert_int_equal(d.timeout_us, 10);
+    pjs_grpc_infer_release(&d);
+}
+
+static void test_priority_wrong_type(void **state)
+{
+    (void)state;
+    builder b;
+    demo_request(&b);
+    set_string(add_request_param(&b, "priority"), "high");
+    expect_decode_error(&b, NULL, PJS_ERR_INVALID_ARGUMENT, "\"priority\" must be an int64");
+    demo_request(&b);
+    set_int(add_request_param(&b, "timeout"), -1);
+    expect_decode_error(&b, NULL, PJS_ERR_INVALID_ARGUMENT, "must not be negative");
+}
+
+static void test_raw_count_mismatch(void **state)
+{
+    (void)state;
+    builder b;
+    demo_request(&b);
+    b.req.n_raw_input_contents = 1;
+    expect_decode_error(&b, NULL, PJS_ERR_INVALID_ARGUMENT, "1 raw_input_contents but 2");
+    demo_request(&b);
+    b.req.n_raw_input_contents = 0;
+    expect_decode_error(&b, NULL, PJS_ERR_INVALID_ARGUMENT, "input \"x\" has no data");
+}
+
+static void test_rank_and_id_limits(void **state)
+{
+    (void)state;
+    builder b;
+    int64_t dims[PJS_MAX_RANK + 1] = {1, 1, 1, 1, 1, 1, 1, 1, 1};
+    demo_request(&b);
+    b.inputs[0].shape = dims;
+    b.inputs[0].n_shape = PJS_MAX_RANK + 1;
+    expect_decode_error(&b, NULL, PJS_ERR_INVALID_ARGUMENT, "rank 9");
+
+    char id[PJS_INFER_ID_MAX + 1];
+    memset(id, 'a', sizeof id - 1);
+    id[sizeof id - 1] = '\0';
+    demo_request(&b);
+    b.req.id = id;
+    expect_decode_error(&b, NULL, PJS_ERR_INVALID_ARGUMENT, "request id is 256 bytes");
+}
+
+/* ---- typed contents ---------------------------------------------------------- */
+
+static void test_contents_fp32_and_int8(void **state)
+{
+    builder b;
+    pjs_grpc_infer d;
+    pjs_error err;
+    int32_t mask_ints[4] = {1, -1, 0, 127};
+    builder_init(&b, "demo");
+    add_input(&b, "x", "FP32", 2, 4)->contents = &b.contents[0];
+    b.contents[0] = (Inference__InferTensorContents)INFERENCE__INFER_TENSOR_CONTENTS__INIT;
+    b.contents[0].fp32_contents = x_data;
+    b.contents[0].n_fp32_contents = 8;
+    add_input(&b, "mask", "INT8", 2, 2)->contents = &b.contents[1];
+    b.contents[1] = (Inference__InferTensorContents)INFERENCE__INFER_TENSOR_CONTENTS__INIT;
+    b.contents[1].int_contents = mask_ints;
+    b.contents[1].n_int_contents = 4;
+    assert_int_equal(decode(&b, &d, NULL, &err), 0);
+    assert_int_equal(d.req.inputs[0].nbytes, sizeof x_data);
+    assert_memory_equal(d.req.inputs[0].data, x_data, sizeof x_data);
+    assert_int_equal(d.req.inputs[1].nbytes, 4);
+    assert_memory_equal(d.req.inputs[1].data, mask_data, 4);
+    assert_int_equal(pjs_infer_validate(&d.req, *state, 4, &err), 0);
+    pjs_grpc_infer_release(&d);
+}
+
+static void test_contents_bool_and_u16(void **state)
+{
+    (void)state;
+    builder b;
+    pjs_grpc_infer d;
+    pjs_error err;
+    protobuf_c_boolean flags[3] = {1, 0, 1};
+    uint32_t shorts[2] = {65535, 7};
+    builder_init(&b, "any");
+    add_input(&b, "flags", "BOOL", 3, -1)->contents = &b.contents[0];
+    b.contents[0] = (Inference__InferTensorContents)INFERENCE__INFER_TENSOR_CONTENTS__INIT;
+    b.contents[0].bool_contents = flags;
+    b.contents[0].n_bool_contents = 3;
+    add_input(&b, "shorts", "UINT16", 2, -1)->contents = &b.contents[1];
+    b.contents[1] = (Inference__InferTensorContents)INFERENCE__INFER_TENSOR_CONTENTS__INIT;
+    b.contents[1].uint_contents = shorts;
+    b.contents[1].n_uint_contents = 2;
+    assert_int_equal(decode(&b, &d, NULL, &err), 0);
+    const uint8_t want_flags[3] = {1, 0, 1};
+    const uint16_t want_shorts[2] = {65535, 7};
+    assert_int_equal(d.req.inputs[0].nbytes, 3);
+    assert_memory_equal(d.req.inputs[0].data, want_flags, 3);
+    assert_int_equal(d.req.inputs[1].nbytes, 4);
+    assert_memory_equal(d.req.inputs[1].data, want_shorts, 4);
+    pjs_grpc_infer_release(&d);
+}
+
+static void test_contents_errors(void **state)
+{
+    (void)state;
+    builder b;
+    int32_t ints[4] = {1, 2, 300, 4};
+    float floats[3] = {1, 2, 3};
+
+    builder_init(&b, "demo"); /* a value that does not fit INT8 */
+    add_input(&b, "mask", "INT8", 2, 2)->contents = &b.contents[0];
+    b.contents[0] = (Inference__InferTensorContents)INFERENCE__INFER_TENSOR_CONTENTS__INIT;
+    b.contents[0].int_contents = ints;
+    b.contents[0].n_int_contents = 4;
+    expect_decode_error(&b, NULL, PJS_ERR_INVALID_ARGUMENT, "element 2 (300) does not fit INT8");
+
+    builder_init(&b, "demo"); /* the wrong field for the datatype */
+    add_input(&b, "x", "FP32", 1, 4)->contents = &b.contents[0];
+    b.contents[0] = (Inference__InferTensorContents)INFERENCE__INFER_TENSOR_CONTENTS__INIT;
+    b.contents[0].int_contents = ints;
+    b.contents[0].n_int_contents = 4;
+    expect_decode_error(&b, NULL, PJS_ERR_INVALID_ARGUMENT,
+                        "FP32 elements belong in fp32_contents, not int_contents");
+
+    builder_init(&b, "demo"); /* fewer elements than the shape holds */
+    add_input(&b, "x", "FP32", 1, 4)->contents = &b.contents[0];
+    b.contents[0] = (Inference__InferTensorContents)INFERENCE__INFER_TENSOR_CONTENTS__INIT;
+    b.contents[0].fp32_contents = floats;
+    b.contents[0].n_fp32_contents = 3;
+    expect_decode_error(&b, NULL, PJS_ERR_INVALID_ARGUMENT,
+                        "fp32_contents holds 3 elements but the shape has 4");
+
+    builder_init(&b, "demo"); /* FP16 has no typed field */
+    add_input(&b, "h", "FP16", 3, -1)->contents = &b.contents[0];
+    b.contents[0] = (Inference__InferTensorContents)INFERENCE__INFER_TENSOR_CONTENTS__INIT;
+    b.contents[0].fp32_contents = floats;
+    b.contents[0].n_fp32_contents = 3;
+    expect_decode_error(&b, NULL, PJS_ERR_INVALID_ARGUMENT, "send it in raw_input_contents");
+}
+
+/* One input in contents, the other raw, with one raw entry per input (the
+ * contents input's entry empty): the positional layout. */
+static void test_positional_raw(void **state)
+{
+    builder b;
+    pjs_grpc_infer d;
+    pjs_error err;
+    int32_t mask_ints[4] = {1, -1, 0, 127};
+    builder_init(&b, "demo");
+    add_input(&b, "mask", "INT8", 2, 2)->contents = &b.contents[0];
+    b.contents[0] = (Inference__InferTensorContents)INFERENCE__INFER_TENSOR_CONTENTS__INIT;
+    b.contents[0].int_contents = mask_ints;
+    b.contents[0].n_int_contents = 4;
+    add_input(&b, "x", "FP32", 2, 4);
+    add_raw(&b, NULL, 0);
+    add_raw(&b, x_data, sizeof x_data);
+    assert_int_equal(decode(&b, &d, NULL, &err), 0);
+    assert_memory_equal(d.req.inputs[1].data, x_data, sizeof x_data);
+    assert_int_equal(pjs_infer_validate(&d.req, *state, 4, &err), 0);
+    assert_string_equal(d.req.inputs[0].name, "x"); /* manifest order after validation */
+    pjs_grpc_infer_release(&d);
+
+    b.raw[0].data = (uint8_t *)mask_data; /* both contents and raw bytes */
+    b.raw[0].len = sizeof mask_data;
+    expect_decode_error(&b, NULL, PJS_ERR_INVALID_ARGUMENT, "has contents and also 4 bytes");
+}
+
+/* ---- validation errors pass through -------------------------------------------- */
+
+static void test_validate_errors(void **state)
+{
+    builder b;
+    pjs_grpc_infer d;
+    pjs_error err;
+    demo_request(&b);
+    b.inputs[0].name = "nope";
+    assert_int_equal(decode(&b, &d, NULL, &err), 0);
+    assert_int_equal(pjs_infer_validate(&d.req, *state, 4, &err), PJS_ERR_INVALID_ARGUMENT);
+    assert_non_null(strstr(err.msg, "unexpected input \"nope\""));
+    pjs_grpc_infer_release(&d);
+
+    demo_request(&b);
+    b.raw[0].len = 12; /* byte size */
+    assert_int_equal(decode(&b, &d, NULL, &err), 0);
+    assert_int_equal(pjs_infer_validate(&d.req, *state, 4, &err), PJS_ERR_INVALID_ARGUMENT);
+    assert_non_null(strstr(err.msg, "got 12 bytes"));
+    pjs_grpc_infer_release(&d);
+
+    demo_request(&b);
+    add_output(&b, "zz");
+    assert_int_equal(decode(&b, &d, NULL, &err), 0);
+    assert_int_equal(pjs_infer_validate(&d.req, *state, 4, &err), PJS_ERR_INVALID_ARGUMENT);
+    assert_non_null(strstr(err.msg, "unknown output \"zz\""));
+    pjs_grpc_infer_release(&d);
+}
+
+static void test_classification_refused(void **state)
+{
+    (void)state;
+    builder b;
+    demo_request(&b);
+    add_output(&b, "y");
+    set_int(add_output_param(&b, 0, "classification"), 2);
+    expect_decode_error(&b, NULL, PJS_ERR_UNSUPPORTED, "classification is not supported");
+}
+
+/* ---- encoding ------------------------------------------------------------------- */
+
+/* Fills outputs as the dispatcher does, for a validated request of batch 2. */
+static void fake_outputs(pjs_grpc_infer *d, const pjs_manifest *m)
+{
+    pjs_infer_request *r = &d->req;
+    r->n_outputs = m->n_outputs;
+    for (size_t i = 0; i < m->n_outputs; i++) {
+        pjs_infer_output *o = &r->outputs[i];
+        o->spec = &m->outputs[i];
+        o->shape = m->outputs[i].shape;
+        o->shape.dims[0] = r->batch;
+        int64_t numel;
+        assert_true(pjs_shape_numel(&o->shape, &numel));
+        o->nbytes = (size_t)numel * pjs_dtype_size(o->spec->dtype);
+        o->requested = -1;
+        for (size_t k = 0; k < r->n_requested; k++)
+            if (strcmp(r->requested[k].name, o->spec->name) == 0)
+                o->requested = (int)k;
+        o->data = malloc(o->nbytes);
+        assert_non_null(o->data);
+        memset(o->data, (int)(0x10 + i), o->nbytes);
+    }
+}
+
+/* Encodes d's response, packs it and unpacks it as a client would. */
+static Inference__ModelInferResponse *round_trip(pjs_grpc_infer *d)
+{
+    Inference__ModelInferResponse *resp;
+    pjs_error err;
+    uint8_t *buf;
+    size_t len;
+    assert_int_equal(pjs_grpc_infer_response(d, "1", &resp, &err), 0);
+    assert_int_equal(pjs_grpc_pack(&resp->base, &buf, &len, &err), 0);
+    Inference__ModelInferResponse *back = inference__model_infer_response__unpack(NULL, len, buf);
+    free(buf);
+    assert_non_null(back);
+    return back;
+}
+
+static void test_encode_all_outputs(void **state)
+{
+    builder b;
+    pjs_grpc_infer d;
+    pjs_error err;
+    demo_request(&b);
+    b.req.id = "abc";
+    assert_int_equal(decode(&b, &d, NULL, &err), 0);
+    assert_int_equal(pjs_infer_validate(&d.req, *state, 4, &err), 0);
+    fake_outputs(&d, *state);
+    Inference__ModelInferResponse *r = round_trip(&d);
+    assert_string_equal(r->model_name, "demo");
+    assert_string_equal(r->model_version, "1");
+    assert_string_equal(r->id, "abc");
+    assert_int_equal(r->n_outputs, 2);
+    assert_int_equal(r->n_raw_output_contents, 2);
+    assert_string_equal(r->outputs[0]->name, "y");
+    assert_string_equal(r->outputs[0]->datatype, "FP32");
+    assert_int_equal(r->outputs[0]->n_shape, 2);
+    assert_int_equal(r->outputs[0]->shape[0], 2);
+    assert_int_equal(r->outputs[0]->shape[1], 3);
+    assert_null(r->outputs[0]->contents);
+    assert_int_equal(r->raw_output_contents[0].len, 2 * 3 * 4);
+    assert_int_equal(r->raw_output_contents[0].data[5], 0x10);
+    assert_string_equal(r->outputs[1]->datatype, "INT64");
+    assert_int_equal(r->outputs[1]->n_shape, 1);
+    assert_int_equal(r->raw_output_contents[1].len, 2 * 8);
+    inference__model_infer_response__free_unpacked(r, NULL);
+    pjs_grpc_infer_release(&d);
+}
+
+static void test_encode_requested_output(void **state)
+{
+    builder b;
+    pjs_grpc_infer d;
+    pjs_error err;
+    demo_request(&b);
+    add_output(&b, "n");
+    assert_int_equal(decode(&b, &d, NULL, &err), 0);
+    assert_int_equal(pjs_infer_validate(&d.req, *state, 4, &err), 0);
+    fake_outputs(&d, *state);
+    Inference__ModelInferResponse *r = round_trip(&d);
+    assert_int_equal(r->n_outputs, 1);
+    assert_string_equal(r->outputs[0]->name, "n");
+    assert_int_equal(r->n_raw_output_contents, 1);
+    assert_int_equal(r->raw_output_contents[0].data[0], 0x11);
+    inference__model_infer_response__free_unpacked(r, NULL);
+    pjs_grpc_infer_release(&d);
+}
+
+/* ---- shared memory -------------------------------------------------------------- */
+
+#define SHM_KEY "/pjs_test_grpc_codec"
+#define SHM_BYTES 256
+
+typedef struct shm_fixture {
+    pjs_manifest *manifest;
+    pjs_shm_registry *registry;
+    unsigned char *map;
+} shm_fixture;
+
+/* Runs inside the group: *state is the group's manifest on entry. */
+static int setup_shm(void **state)
+{
+    shm_fixture *fx = calloc(1, sizeof *fx);
+    pjs_error err;
+    if (fx == NULL)
+        return -1;
+    fx->manifest = *state;
+    shm_unlink(SHM_KEY);
+    int fd = shm_open(SHM_KEY, O_CREAT | O_RDWR, 0600);
+    if (fd < 0 || ftruncate(fd, SHM_BYTES) != 0)
+        return -1;
+    fx->map = mmap(NULL, SHM_BYTES, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    close(fd);
+    if (fx->map == MAP_FAILED || pjs_shm_registry_create(true, &fx->registry, &err) != 0 ||
+        pjs_shm_register(fx->registry, "region", SHM_KEY, 0, SHM_BYTES, &err) != 0)
+        return -1;
+    *state = fx;
+    return 0;
+}
+
+static int teardown_shm(void **state)
+{
+    shm_fixture *fx = *state;
+    pjs_shm_registry_destroy(fx->registry);
+    munmap(fx->map, SHM_BYTES);
+    shm_unlink(SHM_KEY);
+    *state = fx->manifest;
+    free(fx);
+    return 0;
+}
+
+static void test_shm_input_and_output(void **state)
+{
+    shm_fixture *fx = *state;
+    builder b;
+    pjs_grpc_infer d;
+    pjs_error err;
+    memcpy(fx->map + 64, x_data, sizeof x_data);
+    memset(fx->map + 128, 0, 64);
+    builder_init(&b, "demo");
+    add_input(&b, "x", "FP32", 2, 4);
+    set_string(add_input_param(&b, 0, "shared_memory_region"), "region");
+    set_int(add_input_param(&b, 0, "shared_memory_offset"), 64);
+    set_int(add_input_param(&b, 0, "shared_memory_byte_size"), sizeof x_data);
+    add_input(&b, "mask", "INT8", 2, 2);
+    add_raw(&b, mask_data, sizeof mask_data); /* tritonclient: raw only for non-shm inputs */
+    add_output(&b, "y");
+    set_string(add_output_param(&b, 0, "shared_memory_region"), "region");
+    set_uint(add_output_param(&b, 0, "shared_memory_offset"), 128);
+    set_uint(add_output_param(&b, 0, "shared_memory_byte_size"), 64);
+    add_output(&b, "n");
+    assert_int_equal(decode(&b, &d, fx->registry, &err), 0);
+    assert_memory_equal(d.req.inputs[0].data, x_data, sizeof x_data);
+    fx->map[64] ^= 0xff; /* read in place, not copied */
+    assert_int_equal(((const unsigned char *)d.req.inputs[0].data)[0], fx->map[64]);
+    fx->map[64] ^= 0xff;
+    assert_int_equal(d.req.inputs[0].nbytes, sizeof x_data);
+    assert_memory_equal(d.req.inputs[1].data, mask_data, sizeof mask_data);
+    assert_string_equal(d.req.requested[0].shm_region, "region");
+    assert_int_equal(d.req.requested[0].shm_offset, 128);
+    assert_int_equal(pjs_infer_validate(&d.req, fx->manifest, 4, &err), 0);
+    fake_outputs(&d, fx->manifest);
+    Inference__ModelInferResponse *r = round_trip(&d);
+    assert_int_equal(r->n_outputs, 2);
+    assert_int_equal(r->n_raw_output_contents, 2);
+    assert_int_equal(r->raw_output_contents[0].len, 0); /* y went to shared memory */
+    assert_int_equal(r->outputs[0]->n_parameters, 2);
+    assert_int_equal(r->raw_output_contents[1].len, 16);
+    assert_int_equal(fx->map[128], 0x10);
+    assert_int_equal(fx->map[128 + 23], 0x10);
+    assert_int_equal(fx->map[128 + 24], 0);
+    inference__model_infer_response__free_unpacked(r, NULL);
+    pjs_grpc_infer_release(&d);
+}
+
+static void test_shm_errors(void **state)
+{
+    shm_fixture *fx = *state;
+    builder b;
+    demo_request(&b);
+    set_string(add_input_param(&b, 0, "shared_memory_region"), "region");
+    expect_decode_error(&b, fx->registry, PJS_ERR_INVALID_ARGUMENT,
+                        "\"shared_memory_byte_size\" is missing");
+
+    demo_request(&b);
+    set_string(add_input_param(&b, 0, "shared_memory_region"), "nowhere");
+    set_int(add_input_param(&b, 0, "shared_memory_byte_size"), 32);
+    b.req.n_raw_input_contents = 1;
+    b.raw[0] = b.raw[1];
+    expect_decode_error(&b, fx->registry, PJS_ERR_NOT_FOUND, "input \"x\": ");
+
+    demo_request(&b);
+    set_string(add_input_param(&b, 0, "shared_memory_region"), "region");
+    set_int(add_input_param(&b, 0, "shared_memory_byte_size"), SHM_BYTES + 1);
+    b.req.n_raw_input_contents = 1;
+    b.raw[0] = b.raw[1];
+    expect_decode_error(&b, fx->registry, PJS_ERR_INVALID_ARGUMENT, "input \"x\": ");
+
+    demo_request(&b);
+    set_string(add_input_param(&b, 0, "shared_memory_region"), "region");
+    set_int(add_input_param(&b, 0, "shared_memory_byte_size"), 32);
+    expect_decode_error(&b, NULL, PJS_ERR_UNSUPPORTED, "shared memory is not available");
+}
+
+static void test_shm_output_too_small(void **state)
+{
+    shm_fixture *fx = *state;
+    builder b;
+    pjs_grpc_infer d;
+    pjs_error err;
+    Inference__ModelInferResponse *resp;
+    demo_request(&b);
+    add_output(&b, "y");
+    set_string(add_output_param(&b, 0, "shared_memory_region"), "region");
+    set_int(add_output_param(&b, 0, "shared_memory_byte_size"), 8);
+    assert_int_equal(decode(&b, &d, fx->registry, &err), 0);
+    assert_int_equal(pjs_infer_validate(&d.req, fx->manifest, 4, &err), 0);
+    fake_outputs(&d, fx->manifest);
+    assert_int_equal(pjs_grpc_infer_response(&d, "1", &resp, &err), PJS_ERR_INVALID_ARGUMENT);
+    assert_non_null(strstr(err.msg, "output \"y\" is 24 bytes"));
+    pjs_grpc_infer_release(&d);
+}
+
+/* ---- model metadata and config ----------------------------------------------------- */
+
+static void test_model_metadata(void **state)
+{
+    pjs_grpc_arena a;
+    pjs_error err;
+    Inference__ModelMetadataResponse *md;
+    pjs_grpc_model_desc desc = {"demo", "1", "cpu", 4, *state};
+    pjs_grpc_arena_init(&a, 1 << 20);
+    assert_int_equal(pjs_grpc_model_metadata(&desc, &a, &md, &err), 0);
+    assert_string_equal(md->name, "demo");
+    assert_string_equal(md->platform, "pjrt_cpu");
+    assert_int_equal(md->n_versions, 1);
+    assert_string_equal(md->versions[0], "1");
+    assert_int_equal(md->n_inputs, 2);
+    assert_string_equal(md->inputs[1]->name, "mask");
+    assert_string_equal(md->inputs[1]->datatype, "INT8");
+    assert_int_equal(md->inputs[0]->n_shape, 2);
+    assert_int_equal(md->inputs[0]->shape[0], -1);
+    assert_int_equal(md->inputs[0]->shape[1], 4);
+    assert_int_equal(md->outputs[1]->n_shape, 1);
+    assert_int_equal(md->outputs[1]->shape[0], -1);
+    pjs_grpc_arena_reset(&a);
+}
+
+static void test_model_config(void **state)
+{
+    pjs_grpc_arena a;
+    pjs_error err;
+    Inference__ModelConfig *c;
+    pjs_grpc_model_desc desc = {"demo", "1", "cpu", 4, *state};
+    pjs_grpc_arena_init(&a, 1 << 20);
+    assert_int_equal(pjs_grpc_model_config(&desc, &a, &c, &err), 0);
+    assert_string_equal(c->name, "demo");
+    assert_string_equal(c->platform, "pjrt_cpu");
+    assert_string_equal(c->backend, "pjserve");
+    assert_int_equal(c->max_batch_size, 4);
+    assert_int_equal(c->scheduling_choice_case,
+                     INFERENCE__MODEL_CONFIG__SCHEDULING_CHOICE__NOT_SET);
+    assert_int_equal(c->n_input, 2);
+    assert_int_equal(c->input[0]->data_type, INFERENCE__DATA_TYPE__TYPE_FP32);
+    assert_int_equal(c->input[0]->n_dims, 1); /* the batch axis left out */
+    assert_int_equal(c->input[0]->dims[0], 4);
+    assert_int_equal(c->input[1]->data_type, INFERENCE__DATA_TYPE__TYPE_INT8);
+    assert_int_equal(c->output[1]->data_type, INFERENCE__DATA_TYPE__TYPE_INT64);
+    assert_int_equal(c->output[1]->n_dims, 0);
+    uint8_t *buf;
+    size_t len;
+    assert_int_equal(pjs_grpc_pack(&c->base, &buf, &len, &err), 0);
+    free(buf);
+    pjs_grpc_arena_reset(&a);
+
+    desc.max_batch_size = 0; /* an unbatched model keeps every axis */
+    pjs_grpc_arena_init(&a, 1 << 20);
+    assert_int_equal(pjs_grpc_model_config(&desc, &a, &c, &err), 0);
+    assert_int_equal(c->input[0]->n_dims, 2);
+    assert_int_equal(c->input[0]->dims[0], -1);
+    pjs_grpc_arena_reset(&a);
+}
+
+static void test_config_dtypes(void **state)
+{
+    (void)state;
+    assert_int_equal(pjs_grpc_config_dtype(PJS_DTYPE_BF16), INFERENCE__DATA_TYPE__TYPE_BF16);
+    assert_int_equal(pjs_grpc_config_dtype(PJS_DTYPE_BOOL), INFERENCE__DATA_TYPE__TYPE_BOOL);
+    assert_int_equal(pjs_grpc_config_dtype(PJS_DTYPE_U64), INFERENCE__DATA_TYPE__TYPE_UINT64);
+    assert_int_equal(pjs_grpc_config_dtype(PJS_DTYPE_F16), INFERENCE__DATA_TYPE__TYPE_FP16);
+    assert_int_equal(pjs_grpc_config_dtype(PJS_DTYPE_INVALID), INFERENCE__DATA_TYPE__TYPE_INVALID);
+}
+
+/* ---- the arena ---------------------------------------------------------------------- */
+
+static void test_arena_limit(void **state)
+{
+    (void)state;
+    pjs_grpc_arena a;
+    pjs_grpc_arena_init(&a, 64 * 1024);
+    assert_non_null(pjs_grpc_arena_alloc(&a, 100));
+    assert_non_null(pjs_grpc_arena_alloc(&a, 40000)); /* a block of its own */
+    assert_non_null(pjs_grpc_arena_alloc(&a, 100));
+    assert_false(a.exhausted);
+    assert_null(pjs_grpc_arena_alloc(&a, 30000));
+    assert_true(a.exhausted);
+    assert_null(pjs_grpc_arena_calloc(&a, SIZE_MAX / 2, 4));
+    pjs_grpc_arena_reset(&a);
+    assert_int_equal(a.total, 0);
+    assert_non_null(pjs_grpc_arena_strdup(&a, "again"));
+    pjs_grpc_arena_reset(&a);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_decode_raw),
+        cmocka_unit_test(test_decode_malformed),
+        cmocka_unit_test(test_decode_empty_message),
+        cmocka_unit_test(test_priority_and_timeout),
+        cmocka_unit_test(test_priority_wrong_type),
+        cmocka_unit_test(test_raw_count_mismatch),
+        cmocka_unit_test(test_rank_and_id_limits),
+        cmocka_unit_test(test_contents_fp32_and_int8),
+        cmocka_unit_test(test_contents_bool_and_u16),
+        cmocka_unit_test(test_contents_errors),
+        cmocka_unit_test(test_positional_raw),
+        cmocka_unit_test(test_validate_errors),
+        cmocka_unit_test(test_classification_refused),
+        cmocka_unit_test(test_encode_all_outputs),
+        cmocka_unit_test(test_encode_requested_output),
+        cmocka_unit_test_setup_teardown(test_shm_input_and_output, setup_shm, teardown_shm),
+        cmocka_unit_test_setup_teardown(test_shm_errors, setup_shm, teardown_shm),
+        cmocka_unit_test_setup_teardown(test_shm_output_too_small, setup_shm, teardown_shm),
+        cmocka_unit_test(test_model_metadata),
+        cmocka_unit_test(test_model_config),
+        cmocka_unit_test(test_config_dtypes),
+        cmocka_unit_test(test_arena_limit),
+    };
+    return cmocka_run_group_tests(tests, setup_manifest, teardown_manifest);
+}
