@@ -17,6 +17,7 @@
 void pjs_infer_request_init(pjs_infer_request *r)
 {
     memset(r, 0, sizeof *r);
+    r->id = "";
     r->times.received = pjs_now_ns();
 }
 

@@ -28,8 +28,6 @@
 
 /* Most inputs or outputs a served model may have. */
 #define PJS_INFER_MAX_TENSORS 64
-/* Longest request id kept (longer ids are refused). */
-#define PJS_INFER_ID_MAX 256
 
 struct pjs_model;
 
@@ -75,7 +73,7 @@ typedef void (*pjs_infer_done_fn)(pjs_infer_request *r);
 
 struct pjs_infer_request {
     struct pjs_model *model;  /* a reference the request holds */
-    char id[PJS_INFER_ID_MAX];
+    const char *id;           /* borrowed, NUL-terminated; "" when the client sent none */
 
     size_t n_inputs;
     pjs_infer_input inputs[PJS_INFER_MAX_TENSORS];
@@ -99,7 +97,7 @@ struct pjs_infer_request {
     pjs_infer_request *next; /* dispatcher queue link */
 };
 
-/* Zeroes r and sets received to now. */
+/* Zeroes r, sets id to "" and received to now. */
 void pjs_infer_request_init(pjs_infer_request *r);
 /* Frees the outputs; does not touch the model reference. */
 void pjs_infer_request_release(pjs_infer_request *r);

@@ -245,8 +245,8 @@ out:
     free(args);
     free(results);
     if (r->error.code != PJS_OK) {
-        pjs_warn("model %s: request %s failed: %s", m->name, r->id[0] ? r->id : "(no id)",
-                 r->error.msg);
+        const char *id = r->id != NULL && r->id[0] ? r->id : "(no id)";
+        pjs_warn("model %s: request %s failed: %s", m->name, id, r->error.msg);
         pjs_infer_request_release(r);
     }
     record_stats(r, module_index, executed);

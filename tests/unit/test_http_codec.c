@@ -553,7 +553,7 @@ static void test_encode_json(void **state)
     (void)state;
     completed c;
     make_completed(&c);
-    strcpy(c.r.id, "q\"1");
+    c.r.id = "q\"1";
     pjs_http_buf out;
     pjs_error err;
     size_t header_len;

@@ -80,7 +80,7 @@ grpc_call_error pjs__grpc_reply(grpc_call *call, grpc_byte_buffer *response, con
         ops[n].op = GRPC_OP_RECV_CLOSE_ON_SERVER;
         ops[n++].data.recv_close_on_server.cancelled = cancelled;
     }
-    return grpc_call_start_batch(call, ops, n, tag, NULL);
+    return pjs__grpc_start_batch(call, ops, n, tag);
 }
 
 grpc_call_error pjs__grpc_recv_close(grpc_call *call, int *cancelled, pjs_grpc_tag *tag)
@@ -89,7 +89,7 @@ grpc_call_error pjs__grpc_recv_close(grpc_call *call, int *cancelled, pjs_grpc_t
     memset(&op, 0, sizeof op);
     op.op = GRPC_OP_RECV_CLOSE_ON_SERVER;
     op.data.recv_close_on_server.cancelled = cancelled;
-    return grpc_call_start_batch(call, &op, 1, tag, NULL);
+    return pjs__grpc_start_batch(call, &op, 1, tag);
 }
 
 /* ---- the generic unary call ------------------------------------------------- */
@@ -191,7 +191,7 @@ static void request_unary(pjs_grpc_frontend *f, size_t index)
     pjs_grpc_arena_init(&c->arena, PJS_GRPC_UNARY_ARENA_LIMIT);
     if (grpc_server_request_registered_call(f->core, f->registered[index], &c->call, &c->deadline,
                                             &c->metadata, &c->payload, f->cq, f->cq,
-                                            &c->on_new) != GRPC_CALL_OK)
+                                            pjs__grpc_tag_arm(&c->on_new)) != GRPC_CALL_OK)
         unary_free(c);
 }
 

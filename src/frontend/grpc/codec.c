@@ -477,16 +477,8 @@ int pjs_grpc_infer_decode(pjs_grpc_infer *d, const uint8_t *data, size_t len, pj
                              "valid protobuf ModelInferRequest",
                              len);
     }
-    size_t id_len = strlen(d->msg->id);
-    int rc = 0;
-    if (id_len >= PJS_INFER_ID_MAX)
-        rc = pjs_error_set(err, PJS_ERR_INVALID_ARGUMENT,
-                           "request id is %zu bytes; pjserve accepts at most %d", id_len,
-                           PJS_INFER_ID_MAX - 1);
-    else
-        memcpy(d->req.id, d->msg->id, id_len + 1);
-    if (rc == 0)
-        rc = decode_request_parameters(d, err);
+    d->req.id = d->msg->id; /* lives in the arena with the message */
+    int rc = decode_request_parameters(d, err);
     if (rc == 0)
         rc = decode_inputs(d, shm, err);
     if (rc == 0)

@@ -115,7 +115,7 @@ static void request_unknown(pjs_grpc_frontend *f)
     grpc_call_details_init(&c->details);
     grpc_metadata_array_init(&c->metadata);
     if (grpc_server_request_call(f->core, &c->call, &c->details, &c->metadata, f->cq, f->cq,
-                                 &c->on_new) != GRPC_CALL_OK)
+                                 pjs__grpc_tag_arm(&c->on_new)) != GRPC_CALL_OK)
         unknown_free(c);
 }
 
@@ -143,6 +143,7 @@ static void run_queue(pjs_grpc_frontend *f)
             return;
         if (ev.type == GRPC_OP_COMPLETE) {
             pjs_grpc_tag *tag = ev.tag;
+            atomic_load_explicit(&tag->handoffs, memory_order_acquire);
             tag->fn(tag, ev.success != 0);
         }
         pjs__grpc_health_poll(f);
@@ -395,7 +396,7 @@ void pjs_grpc_frontend_stop(pjs_grpc_frontend *f)
     if (f == NULL)
         return;
     atomic_store(&f->stopping, true);
-    grpc_server_shutdown_and_notify(f->core, f->cq, &f->shutdown_tag);
+    grpc_server_shutdown_and_notify(f->core, f->cq, pjs__grpc_tag_arm(&f->shutdown_tag));
     grpc_server_cancel_all_calls(f->core);
     if (f->n_threads == 0) {
         /* Start failed before any thread ran: no call was served, so the

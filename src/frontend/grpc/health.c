@@ -128,7 +128,7 @@ static void send_locked(pjs_grpc_watch *w, serving_status status)
         ops[n++].op = GRPC_OP_SEND_INITIAL_METADATA;
     ops[n].op = GRPC_OP_SEND_MESSAGE;
     ops[n++].data.send_message.send_message = w->out;
-    if (grpc_call_start_batch(w->call, ops, n, &w->on_write, NULL) != GRPC_CALL_OK) {
+    if (pjs__grpc_start_batch(w->call, ops, n, &w->on_write) != GRPC_CALL_OK) {
         grpc_byte_buffer_destroy(w->out);
         w->out = NULL;
         w->dead = true;
@@ -237,7 +237,7 @@ void pjs__grpc_request_watch(pjs_grpc_frontend *f, size_t index)
     grpc_metadata_array_init(&w->metadata);
     if (grpc_server_request_registered_call(f->core, f->registered[index], &w->call, &w->deadline,
                                             &w->metadata, &w->payload, f->cq, f->cq,
-                                            &w->on_new) != GRPC_CALL_OK)
+                                            pjs__grpc_tag_arm(&w->on_new)) != GRPC_CALL_OK)
         watch_free(w);
 }
 

@@ -96,7 +96,7 @@ static void infer_reply(infer_call *c, const pjs_error *err)
     ops[n].data.send_status_from_server.status =
         (grpc_status_code)(err != NULL ? pjs_status_to_grpc(err->code) : GRPC_STATUS_OK);
     ops[n++].data.send_status_from_server.status_details = &c->details;
-    if (grpc_call_start_batch(c->call, ops, n, &c->on_sent, NULL) != GRPC_CALL_OK) {
+    if (pjs__grpc_start_batch(c->call, ops, n, &c->on_sent) != GRPC_CALL_OK) {
         pjs_error("grpc ModelInfer: cannot start the reply batch");
         infer_unref(c);
     }
@@ -191,6 +191,6 @@ void pjs__grpc_request_infer(pjs_grpc_frontend *f, size_t index)
     pjs_grpc_infer_init(&c->decoded);
     if (grpc_server_request_registered_call(f->core, f->registered[index], &c->call, &c->deadline,
                                             &c->metadata, &c->payload, f->cq, f->cq,
-                                            &c->on_new) != GRPC_CALL_OK)
+                                            pjs__grpc_tag_arm(&c->on_new)) != GRPC_CALL_OK)
         infer_free(c);
 }

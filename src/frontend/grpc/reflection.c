@@ -346,7 +346,7 @@ static void reflection_unref(reflection_call *c)
 static void start_ops(reflection_call *c, grpc_op *ops, size_t n, pjs_grpc_tag *tag)
 {
     atomic_fetch_add(&c->refs, 1);
-    if (grpc_call_start_batch(c->call, ops, n, tag, NULL) != GRPC_CALL_OK)
+    if (pjs__grpc_start_batch(c->call, ops, n, tag) != GRPC_CALL_OK)
         reflection_unref(c);
 }
 
@@ -476,6 +476,6 @@ void pjs__grpc_request_reflection(pjs_grpc_frontend *f, size_t index)
     pjs_grpc_arena_init(&c->arena, REFLECTION_ARENA_LIMIT);
     if (grpc_server_request_registered_call(f->core, f->registered[index], &c->call, &c->deadline,
                                             &c->metadata, NULL, f->cq, f->cq,
-                                            &c->on_new) != GRPC_CALL_OK)
+                                            pjs__grpc_tag_arm(&c->on_new)) != GRPC_CALL_OK)
         reflection_free(c);
 }

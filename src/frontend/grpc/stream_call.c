@@ -92,7 +92,7 @@ static void start_read_locked(stream_call *s)
     memset(&op, 0, sizeof op);
     op.op = GRPC_OP_RECV_MESSAGE;
     op.data.recv_message.recv_message = &s->incoming;
-    if (grpc_call_start_batch(s->call, &op, 1, &s->on_read, NULL) == GRPC_CALL_OK) {
+    if (pjs__grpc_start_batch(s->call, &op, 1, &s->on_read) == GRPC_CALL_OK) {
         s->reading = true;
         s->refs++;
     } else {
@@ -125,7 +125,7 @@ static void write_next_locked(stream_call *s)
             ops[n++].op = GRPC_OP_SEND_INITIAL_METADATA;
         ops[n].op = GRPC_OP_SEND_MESSAGE;
         ops[n++].data.send_message.send_message = bb;
-        if (grpc_call_start_batch(s->call, ops, n, &s->on_write, NULL) != GRPC_CALL_OK) {
+        if (pjs__grpc_start_batch(s->call, ops, n, &s->on_write) != GRPC_CALL_OK) {
             grpc_byte_buffer_destroy(bb);
             s->dead = true;
             continue;
@@ -153,7 +153,7 @@ static void advance_locked(stream_call *s)
     ops[n].op = GRPC_OP_SEND_STATUS_FROM_SERVER;
     ops[n].data.send_status_from_server.status = GRPC_STATUS_OK;
     ops[n++].data.send_status_from_server.status_details = &s->details;
-    if (grpc_call_start_batch(s->call, ops, n, &s->on_status, NULL) == GRPC_CALL_OK)
+    if (pjs__grpc_start_batch(s->call, ops, n, &s->on_status) == GRPC_CALL_OK)
         s->refs++;
 }
 
@@ -354,6 +354,6 @@ void pjs__grpc_request_stream(pjs_grpc_frontend *f, size_t index)
     pthread_mutex_init(&s->lock, NULL);
     if (grpc_server_request_registered_call(f->core, f->registered[index], &s->call, &s->deadline,
                                             &s->metadata, NULL, f->cq, f->cq,
-                                            &s->on_new) != GRPC_CALL_OK)
+                                            pjs__grpc_tag_arm(&s->on_new)) != GRPC_CALL_OK)
         stream_free(s);
 }

@@ -177,11 +177,7 @@ static int decode_id(pjs_http_infer *d, const json_t *root, pjs_error *err)
         return 0;
     if (!json_is_string(id))
         return pjs_error_set(err, PJS_ERR_INVALID_ARGUMENT, "request: \"id\" must be a string");
-    if (json_string_length(id) >= PJS_INFER_ID_MAX)
-        return pjs_error_set(err, PJS_ERR_INVALID_ARGUMENT,
-                             "request: \"id\" is %zu bytes; the limit is %d",
-                             json_string_length(id), PJS_INFER_ID_MAX - 1);
-    memcpy(d->req.id, json_string_value(id), json_string_length(id) + 1);
+    d->req.id = json_string_value(id); /* owned by the decoded document */
     return 0;
 }
 
@@ -597,7 +593,7 @@ int pjs_http_infer_encode(const pjs_infer_request *r, const char *model_name,
         rc = pjs_http_buf_append_str(out, ",\"model_version\":", err);
     if (rc == 0)
         rc = pjs_http_buf_json_string(out, model_version, err);
-    if (rc == 0 && r->id[0] != '\0') {
+    if (rc == 0 && r->id != NULL && r->id[0] != '\0') {
         rc = pjs_http_buf_append_str(out, ",\"id\":", err);
         if (rc == 0)
             rc = pjs_http_buf_json_string(out, r->id, err);
