@@ -1,0 +1,517 @@
+"""Helpers for the KServe V2 protocol tests: running `pjserve serve`, building
+requests with tritonclient and by hand, and checking replies.
+
+Nothing here is a fixture; tests/protocol/conftest.py wires them up.
+"""
+
+import http.client
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Dict, List, Optional, Sequence, Tuple
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from common import REPO, assert_matches  # noqa: E402,F401
+
+import jax.numpy as jnp  # noqa: E402
+import ml_dtypes  # noqa: E402
+from pjserve_export import demo  # noqa: E402
+import tritonclient.grpc as grpcclient  # noqa: E402
+import tritonclient.http as httpclient  # noqa: E402
+from tritonclient.grpc import service_pb2_grpc  # noqa: E402
+from tritonclient.utils import InferenceServerException  # noqa: E402
+
+import grpc  # noqa: E402
+
+# Seconds a server may take from exec to /v2/health/ready (compiles every
+# bundle; the executable cache makes later starts fast).
+READY_TIMEOUT_S = float(os.environ.get("PJSERVE_READY_TIMEOUT", "240"))
+# Seconds a server may take to exit after SIGTERM.
+EXIT_TIMEOUT_S = 60
+
+# manifest dtype -> KServe datatype
+KSERVE_DTYPE = {
+    "bool": "BOOL", "u8": "UINT8", "u16": "UINT16", "u32": "UINT32", "u64": "UINT64",
+    "i8": "INT8", "i16": "INT16", "i32": "INT32", "i64": "INT64",
+    "f16": "FP16", "bf16": "BF16", "f32": "FP32", "f64": "FP64",
+}
+# KServe datatype -> model config DataType enum name
+CONFIG_DTYPE = {
+    "BOOL": "TYPE_BOOL", "UINT8": "TYPE_UINT8", "UINT16": "TYPE_UINT16",
+    "UINT32": "TYPE_UINT32", "UINT64": "TYPE_UINT64", "INT8": "TYPE_INT8",
+    "INT16": "TYPE_INT16", "INT32": "TYPE_INT32", "INT64": "TYPE_INT64",
+    "FP16": "TYPE_FP16", "BF16": "TYPE_BF16", "FP32": "TYPE_FP32", "FP64": "TYPE_FP64",
+}
+
+# Lines in the server's stderr that fail a test run.
+BAD_STDERR = re.compile(r"\bERROR\b|Sanitizer|runtime error:|Segmentation fault|"
+                        r"core dumped|stack-buffer|heap-use-after-free|double free|"
+                        r"assertion .* failed|Assertion .* failed|\bpanic\b")
+
+
+# ---- ports and the server process ------------------------------------------
+
+def free_ports(n: int) -> List[int]:
+    socks = []
+    try:
+        for _ in range(n):
+            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            s.bind(("127.0.0.1", 0))
+            socks.append(s)
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
+
+
+def tail(text: str, n: int = 200) -> str:
+    lines = text.splitlines()
+    if len(lines) > n:
+        lines = [f"... ({len(lines) - n} earlier lines)"] + lines[-n:]
+    return "\n".join(lines)
+
+
+class ServerProcess:
+    """One `pjserve serve` process on free local ports, its stderr kept in a file."""
+
+    def __init__(self, binary: Path, plugin: Path, repository: Path, cache_dir: Path,
+                 workdir: Path, extra_args: Sequence[str] = (), name: str = "server"):
+        self.binary = Path(binary)
+        self.plugin = Path(plugin)
+        self.repository = Path(repository)
+        self.cache_dir = Path(cache_dir)
+        self.workdir = Path(workdir)
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        self.extra_args = list(extra_args)
+        self.name = name
+        self.proc: Optional[subprocess.Popen] = None
+        self.stderr_path = self.workdir / f"{name}.stderr.log"
+        self.stdout_path = self.workdir / f"{name}.stdout.log"
+        self.http_port = self.grpc_port = self.metrics_port = None
+        self.argv: List[str] = []
+        self.sigterm_time: Optional[float] = None
+
+    # addresses
+    @property
+    def http_url(self) -> str:
+        return f"127.0.0.1:{self.http_port}"
+
+    @property
+    def grpc_url(self) -> str:
+        return f"127.0.0.1:{self.grpc_port}"
+
+    @property
+    def metrics_url(self) -> str:
+        return f"http://127.0.0.1:{self.metrics_port}/metrics"
+
+    def stderr_text(self) -> str:
+        try:
+            return self.stderr_path.read_text(errors="replace")
+        except FileNotFoundError:
+            return ""
+
+    def describe(self) -> str:
+        rc = None if self.proc is None else self.proc.poll()
+        return (f"server {self.name!r}: {' '.join(self.argv)}\n"
+                f"exit code: {rc if rc is not None else 'still running'}\n"
+                f"--- stderr ({self.stderr_path}) ---\n{tail(self.stderr_text())}")
+
+    def start(self, ready_timeout: float = READY_TIMEOUT_S):
+        self.http_port, self.grpc_port, self.metrics_port = free_ports(3)
+        self.argv = [str(self.binary), "serve",
+                     "--model-repository", str(self.repository),
+                     "--host", "127.0.0.1",
+                     "--http-port", str(self.http_port),
+                     "--grpc-port", str(self.grpc_port),
+                     "--metrics-port", str(self.metrics_port),
+                     "--pjrt-plugin", str(self.plugin),
+                     "--cache-dir", str(self.cache_dir)] + self.extra_args
+        env = dict(os.environ)
+        env.setdefault("PJSERVE_LOG_LEVEL", "info")
+        with open(self.stdout_path, "wb") as out, open(self.stderr_path, "wb") as err:
+            self.proc = subprocess.Popen(self.argv, stdout=out, stderr=err, cwd=REPO, env=env,
+                                         stdin=subprocess.DEVNULL)
+        self.wait_ready(ready_timeout)
+        return self
+
+    def wait_ready(self, timeout: float):
+        deadline = time.monotonic() + timeout
+        url = f"http://{self.http_url}/v2/health/ready"
+        last = None
+        while time.monotonic() < deadline:
+            rc = self.proc.poll()
+            if rc is not None:
+                raise ServerFailure(f"pjserve serve exited with code {rc} before it was "
+                                    f"ready\n{self.describe()}")
+            try:
+                with urllib.request.urlopen(url, timeout=2) as r:
+                    if r.status == 200:
+                        return
+                    last = f"HTTP {r.status}"
+            except urllib.error.HTTPError as e:
+                last = f"HTTP {e.code}"
+            except (urllib.error.URLError, OSError) as e:
+                last = repr(e)
+            time.sleep(0.1)
+        self.kill()
+        raise ServerFailure(f"pjserve serve was not ready within {timeout:.0f} s "
+                            f"(GET {url}: {last})\n{self.describe()}")
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def terminate(self):
+        self.sigterm_time = time.monotonic()
+        self.proc.send_signal(signal.SIGTERM)
+
+    def wait_exit(self, timeout: float = EXIT_TIMEOUT_S) -> Optional[int]:
+        try:
+            return self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            return None
+
+    def kill(self):
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+    def stop_and_check(self) -> List[str]:
+        """SIGTERM, wait, and return a list of problems (empty when clean)."""
+        problems = []
+        if self.proc is None:
+            return problems
+        rc = self.proc.poll()
+        if rc is not None:
+            problems.append(f"the server had already exited (code {rc}) before SIGTERM")
+        else:
+            self.terminate()
+            rc = self.wait_exit()
+            if rc is None:
+                self.kill()
+                problems.append(f"the server did not exit within {EXIT_TIMEOUT_S} s of "
+                                "SIGTERM (killed)")
+            elif rc != 0:
+                problems.append(f"exit code {rc} after SIGTERM (expected 0)")
+        bad = [ln for ln in self.stderr_text().splitlines() if BAD_STDERR.search(ln)]
+        if bad:
+            problems.append("stderr has error/sanitizer lines:\n  " + "\n  ".join(bad[:40]))
+        return problems
+
+
+class ServerFailure(Exception):
+    pass
+
+
+# ---- reference outputs ------------------------------------------------------
+
+class Case:
+    """One batch for one model: inputs (numpy) and the JAX reference outputs."""
+
+    def __init__(self, model: str, n: int, inputs: Dict[str, np.ndarray],
+                 expected: Dict[str, np.ndarray], manifest):
+        self.model = model
+        self.n = n
+        self.inputs = inputs
+        self.expected = expected
+        self.manifest = manifest
+
+    def input_specs(self):
+        return self.manifest.inputs
+
+    def output_names(self) -> List[str]:
+        return [o.name for o in self.manifest.outputs]
+
+    def check(self, got: Dict[str, Optional[np.ndarray]], what: str = "",
+              outputs: Optional[Sequence[str]] = None):
+        names = list(outputs) if outputs is not None else self.output_names()
+        for name in names:
+            assert name in got, f"{self.model} {what}: output {name!r} missing"
+            assert_matches(self.model, name, got[name], self.expected[name],
+                           f"n={self.n} {what}")
+
+
+def kserve_dtype(spec) -> str:
+    return KSERVE_DTYPE[spec.dtype]
+
+
+# ---- tritonclient requests --------------------------------------------------
+
+def grpc_inputs(case: Case) -> list:
+    res = []
+    for spec in case.input_specs():
+        arr = case.inputs[spec.name]
+        i = grpcclient.InferInput(spec.name, list(arr.shape), kserve_dtype(spec))
+        i.set_data_from_numpy(arr)
+        res.append(i)
+    return res
+
+
+def http_inputs(case: Case, binary=True) -> list:
+    """binary: a bool, or {input name: bool}."""
+    res = []
+    for spec in case.input_specs():
+        arr = case.inputs[spec.name]
+        b = binary[spec.name] if isinstance(binary, dict) else binary
+        i = httpclient.InferInput(spec.name, list(arr.shape), kserve_dtype(spec))
+        i.set_data_from_numpy(arr, binary_data=b)
+        res.append(i)
+    return res
+
+
+def result_dict(result, names: Sequence[str]) -> Dict[str, Optional[np.ndarray]]:
+    return {n: result.as_numpy(n) for n in names}
+
+
+def grpc_infer_case(client, case: Case, outputs: Optional[Sequence[str]] = None, **kw):
+    req_out = None
+    if outputs is not None:
+        req_out = [grpcclient.InferRequestedOutput(n) for n in outputs]
+    r = client.infer(case.model, grpc_inputs(case), outputs=req_out, **kw)
+    return result_dict(r, outputs if outputs is not None else case.output_names()), r
+
+
+def http_infer_case(client, case: Case, binary_in=True, binary_out=True,
+                    outputs: Optional[Sequence[str]] = None, **kw):
+    """binary_out: a bool or {output name: bool}; outputs: names to request (None:
+    request every output explicitly when binary_out is a dict, else none)."""
+    names = list(outputs) if outputs is not None else case.output_names()
+    if outputs is None and not isinstance(binary_out, dict):
+        req_out = [httpclient.InferRequestedOutput(n, binary_data=binary_out) for n in names]
+    else:
+        req_out = [httpclient.InferRequestedOutput(
+            n, binary_data=binary_out[n] if isinstance(binary_out, dict) else binary_out)
+            for n in names]
+    r = client.infer(case.model, http_inputs(case, binary_in), outputs=req_out, **kw)
+    return result_dict(r, names), r
+
+
+def grpc_code(e: InferenceServerException) -> str:
+    """'INVALID_ARGUMENT' from a tritonclient gRPC exception."""
+    s = e.status() or ""
+    return s.replace("StatusCode.", "")
+
+
+# ---- raw HTTP ---------------------------------------------------------------
+
+def http_request(host_port: str, method: str, path: str, body: bytes = b"",
+                 headers: Optional[Dict[str, str]] = None, timeout: float = 30):
+    """(status, headers dict (lower-case keys), body bytes) with http.client."""
+    host, port = host_port.rsplit(":", 1)
+    conn = http.client.HTTPConnection(host, int(port), timeout=timeout)
+    try:
+        conn.request(method, path, body=body, headers=headers or {})
+        r = conn.getresponse()
+        data = r.read()
+        return r.status, {k.lower(): v for k, v in r.getheaders()}, data
+    finally:
+        conn.close()
+
+
+def http_json(host_port: str, method: str, path: str, doc=None, timeout: float = 30):
+    body = b"" if doc is None else json.dumps(doc).encode()
+    headers = {"Content-Type": "application/json"} if doc is not None else {}
+    status, hdrs, data = http_request(host_port, method, path, body, headers, timeout)
+    try:
+        parsed = json.loads(data) if data else None
+    except ValueError:
+        parsed = None
+    return status, parsed, data
+
+
+def binary_infer_body(header: dict, blobs: Sequence[bytes]) -> Tuple[bytes, Dict[str, str]]:
+    h = json.dumps(header).encode()
+    return h + b"".join(blobs), {"Inference-Header-Content-Length": str(len(h)),
+                                 "Content-Type": "application/octet-stream"}
+
+
+def parse_binary_infer_response(headers: Dict[str, str], body: bytes):
+    """(json header, {output name: raw bytes or None}) of a /infer reply."""
+    hlen = headers.get("inference-header-content-length")
+    if hlen is None:
+        return json.loads(body), {}
+    hlen = int(hlen)
+    doc = json.loads(body[:hlen])
+    pos = hlen
+    raw = {}
+    for o in doc.get("outputs", []):
+        size = (o.get("parameters") or {}).get("binary_data_size")
+        if size is not None:
+            raw[o["name"]] = body[pos:pos + size]
+            pos += size
+    assert pos == len(body), f"binary reply: {len(body) - pos} trailing bytes"
+    return doc, raw
+
+
+# ---- raw gRPC ---------------------------------------------------------------
+
+def grpc_channel(url: str):
+    return grpc.insecure_channel(url, options=[("grpc.max_send_message_length", -1),
+                                               ("grpc.max_receive_message_length", -1)])
+
+
+def grpc_stub(channel):
+    return service_pb2_grpc.GRPCInferenceServiceStub(channel)
+
+
+# Minimal protobuf wire-format codec, for services whose stubs are not installed.
+
+def pb_varint(n: int) -> bytes:
+    out = bytearray()
+    n &= (1 << 64) - 1
+    while True:
+        b = n & 0x7F
+        n >>= 7
+        if n:
+            out.append(b | 0x80)
+        else:
+            out.append(b)
+            return bytes(out)
+
+
+def pb_field_bytes(field: int, value: bytes) -> bytes:
+    return pb_varint((field << 3) | 2) + pb_varint(len(value)) + value
+
+
+def pb_field_varint(field: int, value: int) -> bytes:
+    return pb_varint(field << 3) + pb_varint(value)
+
+
+def pb_decode(data: bytes) -> List[Tuple[int, int, object]]:
+    """[(field number, wire type, value)]: varints as int, length-delimited as bytes."""
+    out = []
+    pos = 0
+
+    def varint():
+        nonlocal pos
+        shift = result = 0
+        while True:
+            b = data[pos]
+            pos += 1
+            result |= (b & 0x7F) << shift
+            if not b & 0x80:
+                return result
+            shift += 7
+
+    while pos < len(data):
+        key = varint()
+        field, wt = key >> 3, key & 7
+        if wt == 0:
+            out.append((field, wt, varint()))
+        elif wt == 2:
+            n = varint()
+            out.append((field, wt, data[pos:pos + n]))
+            pos += n
+        elif wt == 1:
+            out.append((field, wt, data[pos:pos + 8]))
+            pos += 8
+        elif wt == 5:
+            out.append((field, wt, data[pos:pos + 4]))
+            pos += 4
+        else:
+            raise ValueError(f"unsupported wire type {wt}")
+    return out
+
+
+def pb_get(fields, number):
+    return [v for f, _, v in fields if f == number]
+
+
+# ---- metrics ----------------------------------------------------------------
+
+METRIC_LINE = re.compile(r'^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{([^}]*)\})?\s+(\S+)(\s+\d+)?$')
+LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"')
+
+
+def parse_metrics(text: str):
+    """{(name, frozenset(labels.items())): value} and {name: type}."""
+    samples, types = {}, {}
+    for line in text.splitlines():
+        line = line.strip()
+        if not line:
+            continue
+        if line.startswith("#"):
+            parts = line.split()
+            if len(parts) >= 4 and parts[1] == "TYPE":
+                types[parts[2]] = parts[3]
+            continue
+        m = METRIC_LINE.match(line)
+        assert m, f"malformed metrics line: {line!r}"
+        labels = dict(LABEL.findall(m.group(3) or ""))
+        samples[(m.group(1), frozenset(labels.items()))] = float(m.group(4))
+    return samples, types
+
+
+def scrape(url: str) -> str:
+    with urllib.request.urlopen(url, timeout=10) as r:
+        assert r.status == 200
+        ctype = r.headers.get("Content-Type", "")
+        assert ctype.startswith("text/plain"), f"metrics Content-Type {ctype!r}"
+        return r.read().decode()
+
+
+def metric(samples, name: str, **labels) -> Optional[float]:
+    return samples.get((name, frozenset(labels.items())))
+
+
+# ---- threads ----------------------------------------------------------------
+
+def run_threads(fn, n: int, timeout: float):
+    """Runs fn(i) on n threads; returns (results, exceptions); fails on a hang."""
+    results = [None] * n
+    errors: List[Tuple[int, BaseException]] = []
+    lock = threading.Lock()
+
+    def body(i):
+        try:
+            results[i] = fn(i)
+        except BaseException as e:  # noqa: BLE001 - reported below
+            with lock:
+                errors.append((i, e))
+
+    threads = [threading.Thread(target=body, args=(i,), daemon=True) for i in range(n)]
+    for t in threads:
+        t.start()
+    deadline = time.monotonic() + timeout
+    for t in threads:
+        t.join(max(0.0, deadline - time.monotonic()))
+    hung = [i for i, t in enumerate(threads) if t.is_alive()]
+    assert not hung, f"threads {hung} still running after {timeout} s (requests hang)"
+    return results, errors
+
+
+BF16 = np.dtype(ml_dtypes.bfloat16)
+
+
+# ---- the models ---------------------------------------------------------------
+
+# Every model the main server's repository holds (the demo models, a renamed
+# copy of mlp for the unload/load tests, and a model with a BF16 interface:
+# the demo models only use bf16 inside mlp_bf16).
+RELOAD_MODEL = "mlp_reload"
+BF16_MODEL = "bf16_io"
+DEMO_MODELS = tuple(demo.DEMO_MODEL_NAMES)
+ALL_MODELS = DEMO_MODELS + (BF16_MODEL, RELOAD_MODEL)
+
+
+def _bf16_io_fn(p, x):
+    return x * p["scale"] + p["bias"]
+
+
+def bf16_io_model() -> demo.DemoModel:
+    bf16 = jnp.bfloat16
+    params = {"scale": jnp.array([1.5, -2.0, 0.25, 3.0], bf16),
+              "bias": jnp.array([0.5, 0.125, -1.0, 2.0], bf16)}
+    return demo.DemoModel(BF16_MODEL, _bf16_io_fn, params,
+                          [np.zeros((1, 4), ml_dtypes.bfloat16)], ["x"], ["y"],
+                          "bf16 in, bf16 out: y = x*scale + bias")

@@ -1,0 +1,78 @@
+"""Many clients at once: 32 threads, each with its own client, mixing models,
+batch sizes and protocols (gRPC, HTTP binary, HTTP JSON, gRPC streaming). Every
+reply must be correct and none may hang."""
+
+import queue
+
+import tritonclient.grpc as grpcclient
+import tritonclient.http as httpclient
+
+from protocol_util import (BF16_MODEL, DEMO_MODELS, grpc_infer_case, grpc_inputs,
+                           http_infer_case, run_threads)
+
+THREADS = 32
+PER_THREAD = 6
+PROTOCOLS = ("grpc", "http-binary", "http-json", "grpc-stream")
+
+
+def test_32_threads_mixed(server, cases):
+    plan = []
+    for model in DEMO_MODELS + (BF16_MODEL,):
+        for n in (1, 3, 8):
+            plan.append(cases.get(model, n, seed=50 + n))  # computed before the threads start
+
+    def worker(tid):
+        proto = PROTOCOLS[tid % len(PROTOCOLS)]
+        done = 0
+        if proto.startswith("grpc"):
+            client = grpcclient.InferenceServerClient(server.grpc_url)
+        else:
+            client = httpclient.InferenceServerClient(server.http_url, network_timeout=120,
+                                                      connection_timeout=60)
+        try:
+            if proto == "grpc-stream":
+                results = queue.Queue()
+                client.start_stream(callback=lambda result, error: results.put((result, error)))
+                sent = {}
+                for i in range(PER_THREAD):
+                    case = plan[(tid * 7 + i) % len(plan)]
+                    sent[f"t{tid}-{i}"] = case
+                    client.async_stream_infer(case.model, grpc_inputs(case),
+                                              request_id=f"t{tid}-{i}")
+                for _ in range(PER_THREAD):
+                    result, error = results.get(timeout=120)
+                    assert error is None, f"thread {tid} stream: {error}"
+                    rid = result.get_response().id
+                    case = sent.pop(rid)
+                    case.check({n: result.as_numpy(n) for n in case.output_names()},
+                               f"thread {tid} {proto} {rid}")
+                    done += 1
+                client.stop_stream()
+                return done
+            for i in range(PER_THREAD):
+                case = plan[(tid * 7 + i) % len(plan)]
+                if proto == "grpc":
+                    got, _ = grpc_infer_case(case=case, client=client, client_timeout=120)
+                elif proto == "http-binary" or case.model == BF16_MODEL:
+                    got, _ = http_infer_case(client, case)
+                else:
+                    got, _ = http_infer_case(client, case, binary_in=False, binary_out=False)
+                case.check(got, f"thread {tid} {proto} request {i}")
+                done += 1
+            return done
+        finally:
+            client.close()
+
+    results, errors = run_threads(worker, THREADS, timeout=300)
+    assert not errors, (f"{len(errors)} of {THREADS} threads failed; first: thread "
+                        f"{errors[0][0]}: {errors[0][1]!r}")
+    assert sum(results) == THREADS * PER_THREAD
+
+
+def test_statistics_consistent_after_concurrency(gclient):
+    """inference_count >= execution_count; success count equals the number of
+    completed requests as seen by the queue counter."""
+    for s in gclient.get_inference_statistics().model_stats:
+        st = s.inference_stats
+        assert s.inference_count >= s.execution_count, s
+        assert st.queue.count == st.success.count, s

@@ -1,0 +1,154 @@
+"""ModelStatistics (gRPC and HTTP) and the Prometheus metrics after known
+traffic. Counters are compared as differences, so earlier tests do not matter
+(tests run one at a time)."""
+
+import numpy as np
+import pytest
+import tritonclient.grpc as grpcclient
+from tritonclient.utils import InferenceServerException
+
+from protocol_util import (ALL_MODELS, grpc_infer_case, http_infer_case, http_json,
+                           metric, parse_metrics, scrape)
+
+MODEL = "mlp_f16"
+DURATIONS = ("success", "fail", "queue", "compute_input", "compute_infer", "compute_output",
+             "cache_hit", "cache_miss")
+
+
+def _traffic(gclient, hclient, cases):
+    """3 gRPC requests of 2 rows, 2 HTTP requests of 3 rows, 1 bad request:
+    5 successes, 12 inferences, 5 executions."""
+    for _ in range(3):
+        case = cases.get(MODEL, 2)
+        got, _ = grpc_infer_case(gclient, case)
+        case.check(got)
+    for _ in range(2):
+        case = cases.get(MODEL, 3)
+        got, _ = http_infer_case(hclient, case)
+        case.check(got)
+    bad = grpcclient.InferInput("x", [1, 15], "FP16")
+    bad.set_data_from_numpy(np.zeros((1, 15), np.float16))
+    with pytest.raises(InferenceServerException):
+        gclient.infer(MODEL, [bad])
+    return 5, 12, 5
+
+
+def _grpc_stats(gclient, model):
+    resp = gclient.get_inference_statistics(model_name=model)
+    assert len(resp.model_stats) == 1, resp
+    return resp.model_stats[0]
+
+
+def test_grpc_statistics_move_with_traffic(gclient, hclient, cases):
+    before = _grpc_stats(gclient, MODEL)
+    n_ok, n_inf, n_exec = _traffic(gclient, hclient, cases)
+    after = _grpc_stats(gclient, MODEL)
+    assert after.name == MODEL and after.version == "1"
+    s0, s1 = before.inference_stats, after.inference_stats
+    assert s1.success.count - s0.success.count == n_ok
+    assert after.inference_count - before.inference_count == n_inf
+    assert after.execution_count - before.execution_count == n_exec
+    assert s1.fail.count - s0.fail.count in (0, 1)  # Triton counts only some rejections
+    assert s1.success.ns > s0.success.ns
+    assert s1.compute_infer.count - s0.compute_infer.count == n_exec \
+        or s1.compute_infer.count - s0.compute_infer.count == n_ok
+    assert s1.compute_infer.ns > s0.compute_infer.ns
+    assert s1.queue.count - s0.queue.count == n_ok
+    assert after.last_inference >= before.last_inference and after.last_inference > 0
+    # last_inference is milliseconds since the epoch
+    assert after.last_inference > 1_600_000_000_000, after.last_inference
+
+
+def test_grpc_statistics_all_models(gclient):
+    resp = gclient.get_inference_statistics()
+    names = sorted(s.name for s in resp.model_stats)
+    assert names == sorted(ALL_MODELS), names
+
+
+def test_http_statistics_every_field_present(gclient, hclient, server, cases):
+    """perf_analyzer reads these fields without checking they exist."""
+    _traffic(gclient, hclient, cases)
+    for path in (f"/v2/models/{MODEL}/stats", f"/v2/models/{MODEL}/versions/1/stats",
+                 "/v2/models/stats"):
+        status, doc, body = http_json(server.http_url, "GET", path)
+        assert status == 200, f"GET {path}: {body!r}"
+        stats = doc["model_stats"]
+        if path == "/v2/models/stats":
+            assert sorted(s["name"] for s in stats) == sorted(ALL_MODELS)
+        else:
+            assert len(stats) == 1
+        for s in stats:
+            for key in ("name", "version", "last_inference", "inference_count",
+                        "execution_count", "inference_stats", "batch_stats"):
+                assert key in s, f"{path}: {key} missing in {s}"
+            for d in DURATIONS:
+                assert d in s["inference_stats"], f"{path}: inference_stats.{d} missing: {s}"
+                for k in ("count", "ns"):
+                    v = s["inference_stats"][d].get(k)
+                    assert isinstance(v, int) and v >= 0, \
+                        f"{path}: inference_stats.{d}.{k} = {v!r} (want a number)"
+            for b in s["batch_stats"]:
+                assert "batch_size" in b, b
+                for d in ("compute_input", "compute_infer", "compute_output"):
+                    assert isinstance(b[d]["count"], int) and isinstance(b[d]["ns"], int), b
+        # gRPC and HTTP agree
+        if path == f"/v2/models/{MODEL}/stats":
+            g = _grpc_stats(gclient, MODEL)
+            s = stats[0]
+            assert s["inference_count"] == g.inference_count
+            assert s["execution_count"] == g.execution_count
+            assert s["inference_stats"]["success"]["count"] == g.inference_stats.success.count
+            assert s["version"] == "1"
+
+
+def test_statistics_unknown_model(gclient, server):
+    with pytest.raises(InferenceServerException) as ei:
+        gclient.get_inference_statistics(model_name="no_such_model")
+    assert "NOT_FOUND" in (ei.value.status() or ""), ei.value
+    status, _, _ = http_json(server.http_url, "GET", "/v2/models/no_such_model/stats")
+    assert status == 404
+
+
+COUNTERS = ("nv_inference_request_success", "nv_inference_request_failure",
+            "nv_inference_count", "nv_inference_exec_count",
+            "nv_inference_request_duration_us", "nv_inference_queue_duration_us",
+            "nv_inference_compute_infer_duration_us")
+
+
+def test_metrics_after_known_traffic(gclient, hclient, server, cases):
+    samples0, types = parse_metrics(scrape(server.metrics_url))
+    for name in COUNTERS:
+        assert types.get(name) == "counter", f"# TYPE {name} counter missing ({types.get(name)})"
+        for model in ALL_MODELS:
+            assert metric(samples0, name, model=model, version="1") is not None, \
+                f"{name}{{model=\"{model}\",version=\"1\"}} missing"
+    n_ok, n_inf, n_exec = _traffic(gclient, hclient, cases)
+    samples1, _ = parse_metrics(scrape(server.metrics_url))
+
+    def delta(name):
+        return (metric(samples1, name, model=MODEL, version="1")
+                - metric(samples0, name, model=MODEL, version="1"))
+    assert delta("nv_inference_request_success") == n_ok
+    assert delta("nv_inference_count") == n_inf
+    assert delta("nv_inference_exec_count") == n_exec
+    assert delta("nv_inference_request_failure") in (0, 1)
+    assert delta("nv_inference_request_duration_us") > 0
+    assert delta("nv_inference_compute_infer_duration_us") > 0
+    assert delta("nv_inference_queue_duration_us") >= 0
+    # other models did not move
+    for name in ("nv_inference_request_success", "nv_inference_count"):
+        assert metric(samples1, name, model="convnet", version="1") == \
+            metric(samples0, name, model="convnet", version="1")
+    # the metrics agree with the statistics extension
+    g = _grpc_stats(gclient, MODEL)
+    assert metric(samples1, "nv_inference_request_success", model=MODEL, version="1") == \
+        g.inference_stats.success.count
+    assert metric(samples1, "nv_inference_count", model=MODEL, version="1") == g.inference_count
+
+
+def test_metrics_unknown_path(server):
+    import urllib.error
+    import urllib.request
+    with pytest.raises(urllib.error.HTTPError) as ei:
+        urllib.request.urlopen(server.metrics_url.replace("/metrics", "/nope"), timeout=10)
+    assert ei.value.code == 404
