@@ -242,3 +242,39 @@ def test_full_queue_is_resource_exhausted(server_factory, cases):
     assert counts["exhausted"] > 0, f"no request was refused with a queue of 1: {counts}"
     problems = srv.stop_and_check()
     assert not problems, "\n".join(problems) + "\n" + srv.describe()
+
+
+def test_http_keep_alive_survives_error_replies(server, cases):
+    """Error replies to requests with large bodies (unknown model, bad data,
+    malformed JSON, unknown endpoint) leave the keep-alive connection usable:
+    the next request on the same connection is answered correctly."""
+    import http.client
+    case = cases.get("mlp", 1)
+    good = json.dumps({"inputs": [{"name": "x", "datatype": "FP32", "shape": [1, 16],
+                                   "data": case.inputs["x"].ravel().tolist()}]}).encode()
+    big = json.dumps({"inputs": [{"name": "x", "datatype": "FP32", "shape": [1, 16],
+                                  "data": [1.0] * 20000}]}).encode()
+    host, port = server.http_url.rsplit(":", 1)
+    conn = http.client.HTTPConnection(host, int(port), timeout=20)
+    try:
+        for path, body, want in (("/v2/models/no_such_model/infer", big, 404),
+                                 ("/v2/models/mlp/infer", big, 400),
+                                 ("/v2/models/mlp/infer", b"{bad json" + b" " * 100000, 400),
+                                 ("/v2/no_such_endpoint", b"x" * 50000, (400, 404))):
+            conn.request("POST", path, body=body, headers={"Content-Type": "application/json"})
+            r = conn.getresponse()
+            r.read()
+            assert r.status in (want if isinstance(want, tuple) else (want,)), (path, r.status)
+            if r.will_close:
+                conn.close()
+                conn = http.client.HTTPConnection(host, int(port), timeout=20)
+            conn.request("POST", "/v2/models/mlp/infer", body=good,
+                         headers={"Content-Type": "application/json"})
+            r = conn.getresponse()
+            data = r.read()
+            assert r.status == 200, (path, r.status, data[:200])
+            o = json.loads(data)["outputs"][0]
+            case.check({"y": np.array(o["data"], np.float32).reshape(o["shape"])},
+                       f"after {path}")
+    finally:
+        conn.close()

@@ -165,3 +165,95 @@ def test_sigint_exits_zero(server_factory, cases):
     srv.proc.send_signal(signal.SIGINT)
     rc = srv.wait_exit(30)
     assert rc == 0, f"exit code {rc} after SIGINT\n{srv.describe()}"
+
+
+def test_sigterm_with_open_streams(server_factory, cases):
+    """SIGTERM while ModelStreamInfer streams have requests in flight (plus unary
+    calls): the server exits 0 (no crash), every reply that arrives is correct,
+    no client hangs. Five rounds, since the window is narrow."""
+    import queue
+
+    case = cases.get("mlp", 4)
+    for rnd in range(5):
+        srv = server_factory(names=("mlp",))
+        stop = threading.Event()
+        lock = threading.Lock()
+        wrong, seen = [], {"ok": 0, "err": 0}
+
+        def streamer(tid):
+            c = grpcclient.InferenceServerClient(srv.grpc_url)
+            q = queue.Queue()
+            received = sent = 0
+
+            def drain():
+                nonlocal received
+                while True:
+                    try:
+                        result, error = q.get_nowait()
+                    except queue.Empty:
+                        return
+                    received += 1
+                    if error is not None:
+                        with lock:
+                            seen["err"] += 1
+                        continue
+                    try:
+                        case.check({"y": result.as_numpy("y")}, "stream during shutdown")
+                        with lock:
+                            seen["ok"] += 1
+                    except AssertionError as e:
+                        with lock:
+                            wrong.append(str(e))
+            try:
+                c.start_stream(callback=lambda result, error: q.put((result, error)))
+                while not stop.is_set():
+                    drain()
+                    if sent - received >= 256:
+                        time.sleep(0.001)
+                        continue
+                    try:
+                        c.async_stream_infer("mlp", grpc_inputs(case), request_id=str(sent))
+                    except InferenceServerException:
+                        break  # the stream is gone
+                    sent += 1
+            finally:
+                try:
+                    c.stop_stream(cancel_requests=True)
+                except InferenceServerException:
+                    pass
+                drain()
+                c.close()
+
+        def unary(tid):
+            c = grpcclient.InferenceServerClient(srv.grpc_url)
+            try:
+                while not stop.is_set():
+                    try:
+                        r = c.infer("mlp", grpc_inputs(case), client_timeout=REQUEST_TIMEOUT_S)
+                        case.check({"y": r.as_numpy("y")}, "unary during shutdown")
+                    except InferenceServerException:
+                        time.sleep(0.01)
+            finally:
+                c.close()
+
+        def worker(tid):
+            return streamer(tid) if tid < 3 else unary(tid)
+
+        done = []
+        runner = threading.Thread(target=lambda: done.append(run_threads(worker, 5, 120)),
+                                  daemon=True)
+        runner.start()
+        time.sleep(0.8)
+        srv.terminate()
+        rc = srv.wait_exit(60)
+        stop.set()
+        runner.join(150)
+        assert not runner.is_alive() and done, f"round {rnd}: client threads hang"
+        assert not done[0][1], f"round {rnd}: client thread failed: {done[0][1][0][1]!r}"
+        assert rc is not None, f"round {rnd}: no exit within 60 s of SIGTERM\n{srv.describe()}"
+        assert rc == 0, (f"round {rnd}: exit code {rc} after SIGTERM with open streams "
+                         f"({seen})\n{srv.describe()}")
+        assert not wrong, wrong[:3]
+        assert seen["ok"] > 0, seen
+        problems = [p for p in srv.stop_and_check() if "already exited (code 0)" not in p]
+        assert not problems, "\n".join(problems) + "\n" + srv.describe()

@@ -120,6 +120,7 @@ static void unary_free(unary_call *c)
     grpc_slice_unref(c->details);
     grpc_metadata_array_destroy(&c->metadata);
     pjs_grpc_arena_reset(&c->arena);
+    pjs__grpc_call_gone(c->frontend);
     free(c);
 }
 
@@ -182,6 +183,7 @@ static void request_unary(pjs_grpc_frontend *f, size_t index)
         pjs_error("grpc: no memory to accept a call of %s", pjs__grpc_methods[index].path);
         return;
     }
+    pjs__grpc_call_born(f);
     c->on_new.fn = unary_on_new;
     c->on_done.fn = unary_on_done;
     c->frontend = f;

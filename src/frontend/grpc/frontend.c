@@ -23,6 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <grpc/grpc_security.h>
@@ -36,6 +37,21 @@
 #define PJS_GRPC_PEM_MAX ((size_t)1 << 20)
 
 /* ---- dispatcher accounting ----------------------------------------------- */
+
+void pjs__grpc_call_born(pjs_grpc_frontend *f)
+{
+    pthread_mutex_lock(&f->lock);
+    f->live_calls++;
+    pthread_mutex_unlock(&f->lock);
+}
+
+void pjs__grpc_call_gone(pjs_grpc_frontend *f)
+{
+    pthread_mutex_lock(&f->lock);
+    f->live_calls--;
+    pthread_cond_broadcast(&f->changed);
+    pthread_mutex_unlock(&f->lock);
+}
 
 void pjs__grpc_dispatch_begin(pjs_grpc_frontend *f)
 {
@@ -74,6 +90,7 @@ static void unknown_free(unknown_call *c)
     grpc_call_details_destroy(&c->details);
     grpc_metadata_array_destroy(&c->metadata);
     grpc_slice_unref(c->status_details);
+    pjs__grpc_call_gone(c->frontend);
     free(c);
 }
 
@@ -108,6 +125,7 @@ static void request_unknown(pjs_grpc_frontend *f)
     unknown_call *c = calloc(1, sizeof *c);
     if (c == NULL)
         return;
+    pjs__grpc_call_born(f);
     c->on_new.fn = unknown_on_new;
     c->on_done.fn = unknown_on_done;
     c->frontend = f;
@@ -397,15 +415,24 @@ void pjs_grpc_frontend_stop(pjs_grpc_frontend *f)
         return;
     atomic_store(&f->stopping, true);
     grpc_server_shutdown_and_notify(f->core, f->cq, pjs__grpc_tag_arm(&f->shutdown_tag));
-    grpc_server_cancel_all_calls(f->core);
     if (f->n_threads == 0) {
+        grpc_server_cancel_all_calls(f->core);
         /* Start failed before any thread ran: no call was served, so the
          * queue only holds the requested calls and the shutdown tag. */
         grpc_completion_queue_shutdown(f->cq);
         run_queue(f);
     } else {
+        struct timespec grace;
+        clock_gettime(CLOCK_REALTIME, &grace);
+        grace.tv_sec += PJS_GRPC_STOP_GRACE_S;
         pthread_mutex_lock(&f->lock);
-        while (!f->shutdown_done || f->in_dispatcher > 0)
+        while (!f->shutdown_done &&
+               pthread_cond_timedwait(&f->changed, &f->lock, &grace) != ETIMEDOUT)
+            ;
+        pthread_mutex_unlock(&f->lock);
+        grpc_server_cancel_all_calls(f->core);
+        pthread_mutex_lock(&f->lock);
+        while (!f->shutdown_done || f->in_dispatcher > 0 || f->live_calls > 0)
             pthread_cond_wait(&f->changed, &f->lock);
         pthread_mutex_unlock(&f->lock);
         grpc_completion_queue_shutdown(f->cq);

@@ -94,6 +94,7 @@ static void watch_free(pjs_grpc_watch *w)
         grpc_byte_buffer_destroy(w->out);
     grpc_slice_unref(w->details);
     grpc_metadata_array_destroy(&w->metadata);
+    pjs__grpc_call_gone(w->frontend);
     free(w);
 }
 
@@ -228,6 +229,7 @@ void pjs__grpc_request_watch(pjs_grpc_frontend *f, size_t index)
         pjs_error("grpc: no memory to accept a Health/Watch call");
         return;
     }
+    pjs__grpc_call_born(f);
     w->on_new.fn = watch_on_new;
     w->on_write.fn = watch_on_write;
     w->on_close.fn = watch_on_close;

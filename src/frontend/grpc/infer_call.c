@@ -57,6 +57,7 @@ static void infer_free(infer_call *c)
         grpc_byte_buffer_destroy(c->response);
     grpc_slice_unref(c->details);
     grpc_metadata_array_destroy(&c->metadata);
+    pjs__grpc_call_gone(c->frontend);
     free(c);
 }
 
@@ -181,6 +182,7 @@ void pjs__grpc_request_infer(pjs_grpc_frontend *f, size_t index)
         pjs_error("grpc: no memory to accept a ModelInfer call");
         return;
     }
+    pjs__grpc_call_born(f);
     c->on_new.fn = infer_on_new;
     c->on_close.fn = infer_on_close;
     c->on_sent.fn = infer_on_sent;

@@ -16,9 +16,12 @@
  * (reflection.c) have their own state machines.
  *
  * Stop. pjs_grpc_frontend_stop sets `stopping` (no call is requested any
- * more), shuts the server down, cancels every call, waits until the
- * server's shutdown tag arrived and no request is left in the dispatcher,
- * then shuts the queue down and joins the threads.
+ * more) and shuts the server down: new calls are refused while calls in
+ * progress may finish for a grace period, after which every call still open
+ * (streams, watches) is cancelled. Once the server's shutdown tag arrived, no
+ * request is left in the dispatcher and every call object is freed (so no
+ * handler can start another batch), the queue shuts down and the threads
+ * are joined.
  */
 #ifndef PJS_FRONTEND_GRPC_INTERNAL_H
 #define PJS_FRONTEND_GRPC_INTERNAL_H
@@ -41,6 +44,9 @@
 #define PJS_GRPC_UNARY_ARENA_LIMIT ((size_t)64 << 20)
 /* Requests of one ModelStreamInfer stream in flight before reading pauses. */
 #define PJS_GRPC_STREAM_MAX_IN_FLIGHT 64
+/* Seconds calls in progress may take to finish once stopping began, before
+ * the calls still open (streams, watches) are cancelled. */
+#define PJS_GRPC_STOP_GRACE_S 2
 /* How often Health/Watch streams are checked for a change of status. */
 #define PJS_GRPC_HEALTH_POLL_MS 500
 
@@ -125,6 +131,7 @@ struct pjs_grpc_frontend {
     pthread_mutex_t lock;   /* guards the fields below */
     pthread_cond_t changed; /* signalled when they change */
     size_t in_dispatcher;   /* submitted requests whose on_done has not finished */
+    size_t live_calls;      /* call objects allocated and not yet freed */
     bool shutdown_done;     /* the server's shutdown tag arrived */
     pjs_grpc_tag shutdown_tag;
 
@@ -140,6 +147,11 @@ void pjs__grpc_request_infer(pjs_grpc_frontend *f, size_t index);
 void pjs__grpc_request_stream(pjs_grpc_frontend *f, size_t index);
 void pjs__grpc_request_watch(pjs_grpc_frontend *f, size_t index);
 void pjs__grpc_request_reflection(pjs_grpc_frontend *f, size_t index);
+
+/* Accounting of call objects, so stop shuts the queue down only once no
+ * handler can start another batch on it. */
+void pjs__grpc_call_born(pjs_grpc_frontend *f);
+void pjs__grpc_call_gone(pjs_grpc_frontend *f);
 
 /* Accounting of requests handed to the dispatcher, so stop can wait for
  * their on_done to have finished sending. */

@@ -333,6 +333,7 @@ static void reflection_free(reflection_call *c)
     grpc_slice_unref(c->details);
     grpc_metadata_array_destroy(&c->metadata);
     pjs_grpc_arena_reset(&c->arena);
+    pjs__grpc_call_gone(c->frontend);
     free(c);
 }
 
@@ -464,6 +465,7 @@ void pjs__grpc_request_reflection(pjs_grpc_frontend *f, size_t index)
         pjs_error("grpc: no memory to accept a reflection call");
         return;
     }
+    pjs__grpc_call_born(f);
     c->on_new.fn = reflection_on_new;
     c->on_read.fn = reflection_on_read;
     c->on_write.fn = reflection_on_write;

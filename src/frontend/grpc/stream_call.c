@@ -73,6 +73,7 @@ static void stream_free(stream_call *s)
     grpc_slice_unref(s->details);
     grpc_metadata_array_destroy(&s->metadata);
     pthread_mutex_destroy(&s->lock);
+    pjs__grpc_call_gone(s->frontend);
     free(s);
 }
 
@@ -342,6 +343,7 @@ void pjs__grpc_request_stream(pjs_grpc_frontend *f, size_t index)
         pjs_error("grpc: no memory to accept a ModelStreamInfer call");
         return;
     }
+    pjs__grpc_call_born(f);
     s->on_new.fn = stream_on_new;
     s->on_read.fn = stream_on_read;
     s->on_write.fn = stream_on_write;

@@ -463,9 +463,28 @@ static int shm_unregister(pjs_grpc_unary_ctx *ctx, const ProtobufCMessage *reque
     return rc;
 }
 
-/* CudaSharedMemoryStatus, Register and Unregister. */
-static int cuda_shm(pjs_grpc_unary_ctx *ctx, const ProtobufCMessage *request,
-                    ProtobufCMessage **response, pjs_error *err)
+/* CUDA shared memory: no region can ever be registered, so status lists
+ * none and unregistering everything succeeds (clients such as perf_analyzer
+ * clean up both kinds); naming a region is NOT_FOUND. */
+static int cuda_shm_status(pjs_grpc_unary_ctx *ctx, const ProtobufCMessage *request,
+                           ProtobufCMessage **response, pjs_error *err)
+{
+    const Inference__CudaSharedMemoryStatusRequest *req =
+        (const Inference__CudaSharedMemoryStatusRequest *)request;
+    if (req->name != NULL && req->name[0] != '\0')
+        return pjs_error_set(err, PJS_ERR_NOT_FOUND,
+                             "CUDA shared memory region \"%.256s\" is not registered", req->name);
+    Inference__CudaSharedMemoryStatusResponse *r =
+        NEW(ctx, Inference__CudaSharedMemoryStatusResponse,
+            inference__cuda_shared_memory_status_response);
+    if (r == NULL)
+        return no_memory(err);
+    *response = &r->base;
+    return 0;
+}
+
+static int cuda_shm_register(pjs_grpc_unary_ctx *ctx, const ProtobufCMessage *request,
+                             ProtobufCMessage **response, pjs_error *err)
 {
     (void)request;
     (void)response;
@@ -473,6 +492,23 @@ static int cuda_shm(pjs_grpc_unary_ctx *ctx, const ProtobufCMessage *request,
                          "pjserve on %s does not support CUDA shared memory; use system shared "
                          "memory",
                          pjs_server_platform(ctx->frontend->server));
+}
+
+static int cuda_shm_unregister(pjs_grpc_unary_ctx *ctx, const ProtobufCMessage *request,
+                               ProtobufCMessage **response, pjs_error *err)
+{
+    const Inference__CudaSharedMemoryUnregisterRequest *req =
+        (const Inference__CudaSharedMemoryUnregisterRequest *)request;
+    if (req->name != NULL && req->name[0] != '\0')
+        return pjs_error_set(err, PJS_ERR_NOT_FOUND,
+                             "CUDA shared memory region \"%.256s\" is not registered", req->name);
+    Inference__CudaSharedMemoryUnregisterResponse *r =
+        NEW(ctx, Inference__CudaSharedMemoryUnregisterResponse,
+            inference__cuda_shared_memory_unregister_response);
+    if (r == NULL)
+        return no_memory(err);
+    *response = &r->base;
+    return 0;
 }
 
 /* ---- tracing and logging ---------------------------------------------------------- */
@@ -694,9 +730,11 @@ const pjs_grpc_method pjs__grpc_methods[] = {
           shm_register),
     UNARY("SystemSharedMemoryUnregister", inference__system_shared_memory_unregister_request,
           shm_unregister),
-    UNARY("CudaSharedMemoryStatus", inference__cuda_shared_memory_status_request, cuda_shm),
-    UNARY("CudaSharedMemoryRegister", inference__cuda_shared_memory_register_request, cuda_shm),
-    UNARY("CudaSharedMemoryUnregister", inference__cuda_shared_memory_unregister_request, cuda_shm),
+    UNARY("CudaSharedMemoryStatus", inference__cuda_shared_memory_status_request, cuda_shm_status),
+    UNARY("CudaSharedMemoryRegister", inference__cuda_shared_memory_register_request,
+          cuda_shm_register),
+    UNARY("CudaSharedMemoryUnregister", inference__cuda_shared_memory_unregister_request,
+          cuda_shm_unregister),
     UNARY("TraceSetting", inference__trace_setting_request, trace_setting),
     UNARY("LogSettings", inference__log_settings_request, log_settings),
     {"/grpc.health.v1.Health/Check", PJS_GRPC_UNARY,

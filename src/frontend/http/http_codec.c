@@ -559,11 +559,9 @@ static int encode_output(pjs_http_buf *b, const sent_output *s, pjs_error *err)
     if (rc != 0)
         return rc;
     if (s->shm != NULL) {
-        rc = pjs_http_buf_append_str(b, ",\"parameters\":{\"shared_memory_region\":", err);
-        if (rc == 0)
-            rc = pjs_http_buf_json_string(b, s->shm->shm_region, err);
-        if (rc == 0)
-            rc = pjs_http_buf_printf(b, err, ",\"shared_memory_byte_size\":%zu}", out->nbytes);
+        /* The bytes are in the client's region: no data and no parameters
+         * (Triton's C++ client reads binary_data_size from any output that
+         * has parameters). */
     } else if (s->binary) {
         rc = pjs_http_buf_printf(b, err, ",\"parameters\":{\"binary_data_size\":%zu}",
                                  out->nbytes);

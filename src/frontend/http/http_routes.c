@@ -502,6 +502,32 @@ static void shm_route(pjs__http_call *c, const route_path *p)
     }
 }
 
+/* /v2/cudasharedmemory/[region/{r}/]{status|register|unregister}: no region
+ * can ever be registered, so status lists none and unregistering everything
+ * succeeds (clients such as perf_analyzer clean up both kinds). */
+static void cuda_shm_route(pjs__http_call *c, const route_path *p)
+{
+    const char *region = p->n == 5 && is(p->seg[2], "region") ? p->seg[3] : NULL;
+    const char *action = p->n == 3 ? p->seg[2] : p->n == 5 ? p->seg[4] : "";
+    if (!is(action, "status") && !is(action, "unregister") &&
+        !(region != NULL && is(action, "register"))) {
+        pjs__http_reply_message(c, 404, "no such endpoint: %s", c->url);
+    } else if (!method_ok(c, is(action, "status") ? "GET" : "POST")) {
+        return;
+    } else if (is(action, "register")) {
+        pjs__http_reply_message(c, 400,
+                                "CUDA shared memory is not supported on this server; use system "
+                                "shared memory (/v2/systemsharedmemory)");
+    } else if (region != NULL) {
+        pjs__http_reply_message(c, 400, "CUDA shared memory region \"%.256s\" is not registered",
+                                region);
+    } else if (is(action, "status")) {
+        pjs__http_reply_json(c, 200, json_array());
+    } else {
+        pjs__http_reply_empty(c, 200);
+    }
+}
+
 /* ---- entry points ----------------------------------------------------------- */
 
 void pjs__http_route_rest(pjs__http_call *c)
@@ -527,9 +553,7 @@ void pjs__http_route_rest(pjs__http_call *c)
     } else if (is(area, "systemsharedmemory")) {
         shm_route(c, &p);
     } else if (is(area, "cudasharedmemory")) {
-        pjs__http_reply_message(c, 400,
-                                "CUDA shared memory is not supported on this server; use system "
-                                "shared memory (/v2/systemsharedmemory)");
+        cuda_shm_route(c, &p);
     } else {
         pjs__http_reply_message(c, 404, "no such endpoint: %.256s", c->url);
     }
