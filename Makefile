@@ -15,7 +15,7 @@ FUZZ_SECONDS ?= 20
 PYTHON := .venv/bin/python
 PYTEST := $(PYTHON) -m pytest -q -p no:cacheprovider
 
-.PHONY: all bootstrap build test unit e2e models demo serve asan tsan fuzz fuzz-build fuzz-smoke clean
+.PHONY: all bootstrap build test unit e2e models demo serve asan tsan fuzz fuzz-build fuzz-smoke clean bench
 
 all: build
 
@@ -89,3 +89,9 @@ fuzz-smoke:
 
 clean:
 	rm -rf build build-asan build-tsan build-fuzz
+
+# Server overhead vs the raw PJRT limit, Triton and MLServer (docs/benchmarks.md);
+# the peers live in their own venvs (scripts/bootstrap-bench). About 10 minutes.
+bench: build
+	scripts/bootstrap-bench
+	$(PYTHON) bench/server_overhead.py
