@@ -244,6 +244,11 @@ int pjs_shm_view_get(pjs_shm_registry *r, const char *name, uint64_t offset, uin
     return 0;
 }
 
+__attribute__((noinline)) void pjs_shm_view_write(const pjs_shm_view *v, const void *src, size_t n)
+{
+    memcpy(v->data, src, n);
+}
+
 void pjs_shm_view_release(pjs_shm_view *v)
 {
     if (v->region != NULL)

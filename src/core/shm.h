@@ -68,4 +68,10 @@ int pjs_shm_view_get(pjs_shm_registry *r, const char *name, uint64_t offset, uin
                      pjs_shm_view *out, pjs_error *err);
 void pjs_shm_view_release(pjs_shm_view *v);
 
+/* Copies n bytes (n <= v->size) to the start of a view. The region is the
+ * client's memory: concurrent requests may name the same output region (as
+ * perf_analyzer does), and then their copies race by the client's design,
+ * as on Triton. tests/tsan.supp names this function for that reason. */
+void pjs_shm_view_write(const pjs_shm_view *v, const void *src, size_t n);
+
 #endif

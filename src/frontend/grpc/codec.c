@@ -519,7 +519,7 @@ static int output_to_shm(pjs_grpc_infer *d, const pjs_infer_output *o, size_t k,
                              "was given %zu",
                              o->spec->name, o->nbytes, ro->shm_region, view->size);
     if (o->data != NULL && o->nbytes > 0)
-        memcpy(view->data, o->data, o->nbytes);
+        pjs_shm_view_write(view, o->data, o->nbytes);
     output_param_entry *region = output_param(&d->arena, SHM_REGION);
     output_param_entry *size = output_param(&d->arena, SHM_BYTE_SIZE);
     t->parameters = pjs_grpc_arena_alloc(&d->arena, 2 * sizeof *t->parameters);

@@ -480,7 +480,7 @@ int pjs_http_infer_write_shm_outputs(pjs_http_infer *d, pjs_error *err)
                                  "was given %zu (shared_memory_byte_size)",
                                  o->name, out->nbytes, o->shm_region, view->size);
         if (out->nbytes > 0)
-            memcpy(view->data, out->data, out->nbytes);
+            pjs_shm_view_write(view, out->data, out->nbytes);
     }
     return 0;
 }
