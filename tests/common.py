@@ -28,11 +28,18 @@ from pjserve_export import demo  # noqa: E402
 BUILD_HINT = ("build it with `make` (or `cmake -S . -B build && cmake --build build -j2`) "
               "or point PJSERVE_BIN at it")
 
-# Tolerances, as in numpy.allclose: |got - want| <= ATOL + RTOL * |want|
-# (see tests/e2e/test_run_matches_jax.py for where the numbers come from).
+# Tolerances (atol, rtol), as in numpy.allclose: |got - want| <= ATOL + RTOL * |want|.
+# f32 models: the server and jax compile the same StableHLO with XLA CPU; only
+# the fusion / accumulation order may differ (seen: ~3e-6 absolute on the
+# convnet's 1568-long dot at batch 4, exact elsewhere).
 F32_TOL = (1e-5, 1e-5)
+# bf16 compute (mlp_bf16): bf16 carries 8 significant bits, so one rounding
+# difference in an intermediate moves an output of magnitude ~2-4 by ~0.016;
+# allow about two such ulps.
 BF16_TOL = (2e-2, 2e-2)
+# f16 compute (mlp_f16): 11 significant bits, a few ulps (~5e-4 relative each).
 F16_TOL = (5e-3, 5e-3)
+# Integer outputs (two_io.argmax) must match exactly.
 
 MODEL_TOLERANCE = {
     "mlp": F32_TOL,

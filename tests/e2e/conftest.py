@@ -10,23 +10,20 @@ A missing binary fails the tests that need it, with a message saying how to
 build it; it never skips them.
 """
 
-import importlib.util
-import os
 import shutil
 import subprocess
 import sys
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Dict, List, Optional
 
 import numpy as np
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO / "python"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+import common  # noqa: E402
 import pjserve_export as pe  # noqa: E402
-from pjserve_export import demo  # noqa: E402
+from common import REPO, ExportedModel  # noqa: E402
 
 # Generous: a cold run compiles up to three modules.
 PJSERVE_TIMEOUT_S = 300
@@ -34,39 +31,26 @@ PJSERVE_TIMEOUT_S = 300
 ERROR_PREFIX = "pjserve: error:"
 
 
-def cpu_plugin_path() -> Optional[Path]:
-    """The xla-cpu-pjrt wheel's plugin, or None when the wheel is absent."""
-    spec = importlib.util.find_spec("xla_plugins.xla_cpu_pjrt")
-    if spec is None or not spec.submodule_search_locations:
-        return None
-    path = Path(list(spec.submodule_search_locations)[0]) / "xla_cpu_pjrt.so"
-    return path if path.is_file() else None
-
-
 @pytest.fixture(scope="session")
 def pjserve_bin() -> Path:
-    p = Path(os.environ.get("PJSERVE_BIN", "build/pjserve"))
-    if not p.is_absolute():
-        p = REPO / p
-    if not (p.is_file() and os.access(p, os.X_OK)):
-        pytest.fail(f"pjserve binary not found at {p}: build it with `make` or point "
-                    "PJSERVE_BIN at it", pytrace=False)
+    p = common.pjserve_bin_path()
+    message = common.missing_binary_message(p)
+    if message:
+        pytest.fail(message, pytrace=False)
     return p
 
 
 @pytest.fixture(scope="session")
 def plugin_path() -> Path:
-    env = os.environ.get("PJSERVE_PJRT_PLUGIN")
-    p = Path(env) if env else cpu_plugin_path()
-    if p is None or not p.is_file():
-        pytest.fail(f"PJRT plugin not found ({env or 'xla-cpu-pjrt wheel not installed'}); "
-                    "run scripts/bootstrap or set PJSERVE_PJRT_PLUGIN", pytrace=False)
+    p, message = common.plugin_path_or_message()
+    if message:
+        pytest.fail(message, pytrace=False)
     return p
 
 
 @pytest.fixture(scope="session")
 def is_cpu_plugin(plugin_path) -> bool:
-    cpu = cpu_plugin_path()
+    cpu = common.cpu_plugin_path()
     return cpu is not None and plugin_path.resolve() == cpu.resolve()
 
 
@@ -90,22 +74,10 @@ def pjserve(pjserve_bin, plugin_path) -> Pjserve:
     return Pjserve(pjserve_bin, plugin_path)
 
 
-@dataclass
-class ExportedModel:
-    model: demo.DemoModel
-    path: Path
-    manifest: pe.Manifest
-
-
 @pytest.fixture(scope="session")
 def models(tmp_path_factory) -> Dict[str, ExportedModel]:
     """Every demo model exported once into a session directory (batch sizes 1, 4, 8)."""
-    out = tmp_path_factory.mktemp("models")
-    result = {}
-    for m in demo.demo_models():
-        path = m.export(out, batch_sizes=demo.BATCH_SIZES)
-        result[m.name] = ExportedModel(m, path, pe.read_manifest(path))
-    return result
+    return common.export_demo_models(tmp_path_factory.mktemp("models"))
 
 
 def bundle_copy(models: Dict[str, ExportedModel], name: str, dest_root: Path,

@@ -10,29 +10,12 @@ absolute error per output is printed (pytest -s shows it).
 import numpy as np
 import pytest
 
+from common import F32_TOL, MODEL_TOLERANCE
 from conftest import describe, save_inputs
 from pjserve_export import demo, random_inputs
 
-# Tolerances, as in numpy.allclose: |got - want| <= ATOL + RTOL * |want|.
-# f32 models: the server and jax compile the same StableHLO with XLA CPU; only
-# the fusion / accumulation order may differ (seen: ~3e-6 absolute on the
-# convnet's 1568-long dot at batch 4, exact elsewhere).
-F32_ATOL, F32_RTOL = 1e-5, 1e-5
-# bf16 compute (mlp_bf16): bf16 carries 8 significant bits, so one rounding
-# difference in an intermediate moves an output of magnitude ~2-4 by ~0.016;
-# allow about two such ulps.
-BF16_ATOL, BF16_RTOL = 2e-2, 2e-2
-# f16 compute (mlp_f16): 11 significant bits, a few ulps (~5e-4 relative each).
-F16_ATOL, F16_RTOL = 5e-3, 5e-3
-# Integer outputs (two_io.argmax) must match exactly.
-
-TOLERANCE = {
-    "mlp": (F32_ATOL, F32_RTOL),
-    "convnet": (F32_ATOL, F32_RTOL),
-    "two_io": (F32_ATOL, F32_RTOL),
-    "mlp_bf16": (BF16_ATOL, BF16_RTOL),
-    "mlp_f16": (F16_ATOL, F16_RTOL),
-}
+# Per-model tolerances (and why they are what they are): tests/common.py.
+TOLERANCE = MODEL_TOLERANCE
 
 BATCHES = [1, 3, 4, 8]
 
@@ -118,4 +101,4 @@ def test_padding_does_not_leak_between_rows(pjserve, models, tmp_path):
     for spec in exported.manifest.outputs:
         np.testing.assert_allclose(np.load(out1 / f"{spec.name}.npy")[0],
                                    np.load(out3 / f"{spec.name}.npy")[1],
-                                   atol=F32_ATOL, rtol=F32_RTOL)
+                                   atol=F32_TOL[0], rtol=F32_TOL[1])
