@@ -191,15 +191,6 @@ static int load_inputs(run_args *a, const pjs_bundle *b, int64_t *n)
     return PJS_EXIT_OK;
 }
 
-/* Bytes of one example (one batch row) of a spec, or of the whole tensor. */
-static size_t row_bytes(const pjs_tensor_spec *s)
-{
-    size_t bytes = pjs_dtype_size(s->dtype);
-    for (int d = s->batched ? 1 : 0; d < s->shape.rank; d++)
-        bytes *= (size_t)s->shape.dims[d];
-    return bytes;
-}
-
 /* Runs rows [offset, offset+rows) through module mod (batch size mod_n). */
 static int run_chunk(run_args *a, pjs_bundle *b, pjs_bundle_module *mod, pjrt_buffer **weights,
                      int64_t offset, int64_t rows, void **outputs, pjs_cli_runtime *rt)
@@ -221,7 +212,7 @@ static int run_chunk(run_args *a, pjs_bundle *b, pjs_bundle_module *mod, pjrt_bu
         void *padded = NULL;
         if (s->batched) {
             shape.dims[0] = mod->batch_size;
-            size_t rb = row_bytes(s);
+            size_t rb = pjs_tensor_spec_row_bytes(s);
             padded = calloc((size_t)mod->batch_size, rb ? rb : 1);
             if (padded == NULL) {
                 rc = pjs_cli_fail("out of memory");
@@ -248,7 +239,7 @@ static int run_chunk(run_args *a, pjs_bundle *b, pjs_bundle_module *mod, pjrt_bu
         return rc;
     for (size_t o = 0; o < m->n_outputs; o++) {
         const pjs_tensor_spec *s = &m->outputs[o];
-        size_t rb = row_bytes(s);
+        size_t rb = pjs_tensor_spec_row_bytes(s);
         size_t full = s->batched ? rb * (size_t)mod->batch_size : rb;
         unsigned char *tmp = malloc(full ? full : 1);
         if (tmp == NULL)
@@ -309,7 +300,7 @@ static int execute(run_args *a, pjs_bundle *b, int64_t n, pjs_cli_runtime *rt)
         return pjs_cli_fail("%s", err.msg);
     for (; n_outputs_allocated < m->n_outputs; n_outputs_allocated++) {
         const pjs_tensor_spec *s = &m->outputs[n_outputs_allocated];
-        size_t bytes = row_bytes(s) * (s->batched ? (size_t)rows_total : 1);
+        size_t bytes = pjs_tensor_spec_row_bytes(s) * (s->batched ? (size_t)rows_total : 1);
         outputs[n_outputs_allocated] = calloc(1, bytes ? bytes : 1);
         if (outputs[n_outputs_allocated] == NULL) {
             rc = pjs_cli_fail("out of memory");

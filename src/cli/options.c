@@ -87,25 +87,14 @@ int pjs_cli_parse_common_only(const char *cmd, const char *help, int argc, char 
 int pjs_cli_start(const pjs_cli_common *o, pjs_cli_runtime *rt)
 {
     pjs_error err;
-    char path[4096];
     rt->plugin = NULL;
     rt->client = NULL;
     rt->cache = NULL;
-    if (pjs_rt_plugin_resolve(o->plugin_path, path, sizeof path, &err) != 0 ||
-        pjs_rt_plugin_load(path, &rt->plugin, &err) != 0 ||
-        pjs_rt_client_create(rt->plugin, o->pjrt_options, o->n_pjrt_options, &rt->client, &err) != 0)
+    if (pjs_rt_client_open(o->plugin_path, o->pjrt_options, o->n_pjrt_options, &rt->client,
+                           &err) != 0)
         return pjs_cli_fail("%s", err.msg);
-    if (o->no_cache)
-        return PJS_EXIT_OK;
-    char dir[4096];
-    if (o->cache_dir != NULL)
-        snprintf(dir, sizeof dir, "%s", o->cache_dir);
-    else if (pjs_exec_cache_default_dir(dir, sizeof dir, &err) != 0) {
-        pjs_warn("executable cache disabled: %s", err.msg);
-        return PJS_EXIT_OK;
-    }
-    if (pjs_exec_cache_open(dir, &rt->cache, &err) != 0)
-        pjs_warn("executable cache disabled: %s", err.msg);
+    rt->plugin = pjs_rt_client_plugin(rt->client);
+    rt->cache = pjs_exec_cache_open_or_warn(o->cache_dir, o->no_cache);
     return PJS_EXIT_OK;
 }
 

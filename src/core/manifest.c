@@ -903,3 +903,11 @@ const char *pjs_residency_name(pjs_residency r)
     }
     return "invalid";
 }
+
+size_t pjs_tensor_spec_row_bytes(const pjs_tensor_spec *s)
+{
+    size_t bytes = pjs_dtype_size(s->dtype);
+    for (int d = s->batched ? 1 : 0; d < s->shape.rank; d++)
+        bytes *= (size_t)s->shape.dims[d];
+    return bytes;
+}

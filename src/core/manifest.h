@@ -55,6 +55,10 @@ typedef struct pjs_manifest {
     char **calls;                  /* meta.calls (kind meta only) */
 } pjs_manifest;
 
+/* Bytes of one example (one batch row) of a tensor; the whole tensor when it
+ * has no batch axis. */
+size_t pjs_tensor_spec_row_bytes(const pjs_tensor_spec *s);
+
 int pjs_manifest_parse(pjs_manifest *m, const char *yaml, size_t len, const char *label,
                        pjs_error *err);
 int pjs_manifest_load(pjs_manifest *m, const char *path, pjs_error *err);

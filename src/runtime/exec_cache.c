@@ -75,6 +75,25 @@ static int make_dirs(const char *path, pjs_error *err)
     return 0;
 }
 
+pjs_exec_cache *pjs_exec_cache_open_or_warn(const char *dir, bool no_cache)
+{
+    if (no_cache)
+        return NULL;
+    char default_dir[4096];
+    pjs_error err;
+    pjs_exec_cache *cache = NULL;
+    if (dir == NULL) {
+        if (pjs_exec_cache_default_dir(default_dir, sizeof default_dir, &err) != 0) {
+            pjs_warn("executable cache disabled: %s", err.msg);
+            return NULL;
+        }
+        dir = default_dir;
+    }
+    if (pjs_exec_cache_open(dir, &cache, &err) != 0)
+        pjs_warn("executable cache disabled: %s", err.msg);
+    return cache;
+}
+
 int pjs_exec_cache_open(const char *dir, pjs_exec_cache **out, pjs_error *err)
 {
     if (strlen(dir) >= PATH_MAX - 80)

@@ -14,6 +14,7 @@
 #ifndef PJS_RUNTIME_EXEC_CACHE_H
 #define PJS_RUNTIME_EXEC_CACHE_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -30,6 +31,10 @@ int pjs_exec_cache_default_dir(char *out, size_t outsize, pjs_error *err);
 /* Opens (creating if needed) a cache directory. */
 int pjs_exec_cache_open(const char *dir, pjs_exec_cache **out, pjs_error *err);
 void pjs_exec_cache_close(pjs_exec_cache *cache);
+/* The cache a command uses: `dir`, else the default directory; NULL with
+ * no_cache. A cache that cannot be opened is logged as a warning and left
+ * out, since it only saves compile time. */
+pjs_exec_cache *pjs_exec_cache_open_or_warn(const char *dir, bool no_cache);
 const char *pjs_exec_cache_dir(const pjs_exec_cache *cache);
 
 /* Incremental key building: feed every part, each length-prefixed. */

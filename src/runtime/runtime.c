@@ -428,6 +428,19 @@ fail:
     return rc;
 }
 
+int pjs_rt_client_open(const char *plugin_path, const pjs_rt_option *options, size_t n_options,
+                       pjs_rt_client **out, pjs_error *err)
+{
+    char path[4096];
+    pjs_rt_plugin *plugin = NULL;
+    int rc = pjs_rt_plugin_resolve(plugin_path, path, sizeof path, err);
+    if (rc == 0)
+        rc = pjs_rt_plugin_load(path, &plugin, err);
+    if (rc == 0)
+        rc = pjs_rt_client_create(plugin, options, n_options, out, err);
+    return rc;
+}
+
 void pjs_rt_client_destroy(pjs_rt_client *c)
 {
     if (c == NULL)

@@ -66,6 +66,10 @@ int pjs_rt_option_parse(const char *key_eq_value, pjs_rt_option *out, pjs_error 
 
 int pjs_rt_client_create(pjs_rt_plugin *p, const pjs_rt_option *options, size_t n_options,
                          pjs_rt_client **out, pjs_error *err);
+/* Resolves the plugin (as pjs_rt_plugin_resolve), loads it and creates a
+ * client: the start-up every command that executes shares. */
+int pjs_rt_client_open(const char *plugin_path, const pjs_rt_option *options, size_t n_options,
+                       pjs_rt_client **out, pjs_error *err);
 /* Destroys the client; every buffer and executable must be gone. */
 void pjs_rt_client_destroy(pjs_rt_client *c);
 

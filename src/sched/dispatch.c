@@ -74,15 +74,6 @@ static pjs_infer_request *take_next_locked(pjs_dispatcher *d)
 
 /* ---- execution ------------------------------------------------------------ */
 
-/* Bytes of one batch row of a spec (the whole tensor when unbatched). */
-static size_t row_bytes(const pjs_tensor_spec *s)
-{
-    size_t bytes = pjs_dtype_size(s->dtype);
-    for (int d = s->batched ? 1 : 0; d < s->shape.rank; d++)
-        bytes *= (size_t)s->shape.dims[d];
-    return bytes;
-}
-
 /* Whether output o (manifest order) goes back to the client; sets its
  * index into r->requested. */
 static bool output_wanted(const pjs_infer_request *r, const pjs_tensor_spec *s, int *requested)
@@ -110,7 +101,7 @@ static int upload_inputs(pjs_infer_request *r, int64_t module_batch, pjrt_buffer
         const void *src = in->data;
         void *padded = NULL;
         if (s->batched && r->batch != module_batch) {
-            size_t rb = row_bytes(s);
+            size_t rb = pjs_tensor_spec_row_bytes(s);
             padded = calloc((size_t)module_batch, rb ? rb : 1);
             if (padded == NULL)
                 return pjs_error_set(err, PJS_ERR_NOMEM, "out of memory padding input \"%s\"",
@@ -142,7 +133,7 @@ static int read_outputs(pjs_infer_request *r, int64_t module_batch, pjrt_buffer 
             out->shape.dims[0] = r->batch;
         if (!output_wanted(r, s, &out->requested))
             continue;
-        size_t rb = row_bytes(s);
+        size_t rb = pjs_tensor_spec_row_bytes(s);
         size_t full = s->batched ? rb * (size_t)module_batch : rb;
         out->nbytes = s->batched ? rb * (size_t)r->batch : rb;
         out->data = malloc(out->nbytes ? out->nbytes : 1);

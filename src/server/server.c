@@ -31,7 +31,6 @@ typedef struct repo_entry {
 
 struct pjs_server {
     char repository[PJS_BUNDLE_DIR_MAX];
-    pjs_rt_plugin *plugin;
     pjs_rt_client *client;
     pjs_exec_cache *cache; /* NULL: no executable cache */
     pjs_dispatcher *dispatcher;
@@ -97,7 +96,7 @@ static int compare_entries(const void *a, const void *b)
 /* Sets an entry's state, swapping in `model` (which may be NULL); returns the
  * model it replaced for the caller to unref outside the lock. */
 static pjs_model *set_entry(pjs_server *s, const char *name, pjs_model_state st,
-                            const char *reason, pjs_model *model)
+                            const char *reason, pjs_model *model, bool unloaded)
 {
     pjs_model *old = NULL;
     pthread_mutex_lock(&s->repo_lock);
@@ -109,7 +108,7 @@ static pjs_model *set_entry(pjs_server *s, const char *name, pjs_model_state st,
     }
     old = e->model;
     e->model = model;
-    e->unloaded = false;
+    e->unloaded = unloaded;
     e->info.state = st;
     snprintf(e->info.reason, sizeof e->info.reason, "%s", reason ? reason : "");
     qsort(s->entries, s->n_entries, sizeof *s->entries, compare_entries);
@@ -148,7 +147,7 @@ static int load_locked(pjs_server *s, const char *name, const char *progress, pj
         rc = pjs_model_create(b, s->client, s->cache, &m, err);
     if (rc != 0) {
         pjs_warn("%smodel %s not loaded: %s", progress, name, err->msg);
-        pjs_model_unref(set_entry(s, name, PJS_MODEL_UNAVAILABLE, err->msg, NULL));
+        pjs_model_unref(set_entry(s, name, PJS_MODEL_UNAVAILABLE, err->msg, NULL, false));
         return rc;
     }
     size_t from_cache = 0;
@@ -158,7 +157,7 @@ static int load_locked(pjs_server *s, const char *name, const char *progress, pj
              "%.2f s",
              progress, name, m->bundle->n_modules, from_cache, m->bundle->weights.n_tensors,
              (double)(pjs_now_ns() - t0) / 1e9);
-    pjs_model_unref(set_entry(s, name, PJS_MODEL_READY, "", m));
+    pjs_model_unref(set_entry(s, name, PJS_MODEL_READY, "", m, false));
     return 0;
 }
 
@@ -221,31 +220,6 @@ static int load_repository(pjs_server *s, pjs_error *err)
 
 /* ---- creation and shutdown ----------------------------------------------- */
 
-static int start_runtime(pjs_server *s, const pjs_server_options *o, pjs_error *err)
-{
-    char path[4096];
-    int rc = pjs_rt_plugin_resolve(o->plugin_path, path, sizeof path, err);
-    if (rc == 0)
-        rc = pjs_rt_plugin_load(path, &s->plugin, err);
-    if (rc == 0)
-        rc = pjs_rt_client_create(s->plugin, o->pjrt_options, o->n_pjrt_options, &s->client, err);
-    if (rc != 0 || o->no_cache)
-        return rc;
-    char dir[4096];
-    pjs_error cache_err;
-    if (o->cache_dir != NULL)
-        snprintf(dir, sizeof dir, "%s", o->cache_dir);
-    else if (pjs_exec_cache_default_dir(dir, sizeof dir, &cache_err) != 0) {
-        pjs_warn("executable cache disabled: %s", cache_err.msg);
-        return 0;
-    }
-    if (pjs_exec_cache_open(dir, &s->cache, &cache_err) != 0)
-        pjs_warn("executable cache disabled: %s", cache_err.msg);
-    else
-        pjs_info("executable cache: %s", dir);
-    return 0;
-}
-
 int pjs_server_create(const pjs_server_options *o, pjs_server **out, pjs_error *err)
 {
     if (o->repository == NULL || strlen(o->repository) >= PJS_BUNDLE_DIR_MAX)
@@ -265,8 +239,12 @@ int pjs_server_create(const pjs_server_options *o, pjs_server **out, pjs_error *
     atomic_init(&s->draining, false);
     int rc = pjs_shm_registry_create(o->allow_client_shm, &s->shm, err);
     if (rc == 0)
-        rc = start_runtime(s, o, err);
+        rc = pjs_rt_client_open(o->plugin_path, o->pjrt_options, o->n_pjrt_options, &s->client,
+                                err);
     if (rc == 0) {
+        s->cache = pjs_exec_cache_open_or_warn(o->cache_dir, o->no_cache);
+        if (s->cache != NULL)
+            pjs_info("executable cache: %s", pjs_exec_cache_dir(s->cache));
         char devices[256];
         pjs_rt_client_describe_device(s->client, 0, devices, sizeof devices);
         pjs_info("PJRT platform %s (%s), executing on device %s",
@@ -421,12 +399,8 @@ int pjs_server_unload_model(pjs_server *s, const char *name, pjs_error *err)
     if (!known)
         return pjs_error_set(err, PJS_ERR_NOT_FOUND, "unknown model \"%.256s\"", name);
     pjs_model_unref(set_entry(s, name, PJS_MODEL_UNAVAILABLE,
-                              "unloaded by a repository request; load it again to serve it", NULL));
-    pthread_mutex_lock(&s->repo_lock);
-    repo_entry *e = find_entry_locked(s, name);
-    if (e != NULL)
-        e->unloaded = true;
-    pthread_mutex_unlock(&s->repo_lock);
+                              "unloaded by a repository request; load it again to serve it", NULL,
+                              true));
     pjs_info("model %s unloaded", name);
     return 0;
 }
