@@ -212,7 +212,6 @@ int pjs_cmd_serve(int argc, char **argv)
         .pjrt_options = a.common.pjrt_options,
         .n_pjrt_options = a.common.n_pjrt_options,
         .allow_client_shm = a.allow_client_shm,
-        .max_queue = (size_t)a.max_queue,
     };
     pjs_error err;
     pjs_server *server = NULL;

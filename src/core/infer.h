@@ -25,6 +25,7 @@
 #include "core/manifest.h"
 #include "core/shape.h"
 #include "core/status.h"
+#include "sched/job.h"
 
 /* Most inputs or outputs a served model may have. */
 #define PJS_INFER_MAX_TENSORS 64
@@ -82,8 +83,15 @@ struct pjs_infer_request {
     pjs_infer_requested_output requested[PJS_INFER_MAX_TENSORS];
     bool binary_data_output; /* HTTP parameter: every output binary by default */
 
-    /* Set by validation: rows in the batch axis (1 for unbatched models). */
+    /* Set by validation: rows in the batch axis (1 for unbatched models) and
+     * the manifest variant (input shapes) the request resolved to. */
     int64_t batch;
+    size_t variant;
+    /* Monotonic nanoseconds (pjs_now_ns) after which the request is no longer
+     * worth answering, 0 for none. Front ends set it from the gRPC deadline
+     * and the KServe `timeout` parameter (the earlier wins); the server adds
+     * the model's default when neither was given. */
+    uint64_t deadline_ns;
     /* Set by the dispatcher. */
     size_t n_outputs;
     pjs_infer_output outputs[PJS_INFER_MAX_TENSORS];
@@ -94,7 +102,8 @@ struct pjs_infer_request {
     pjs_infer_done_fn on_done;
     void *frontend_ctx;
 
-    pjs_infer_request *next; /* dispatcher queue link */
+    pjs_sched_job job;       /* the scheduler's view while queued */
+    pjs_infer_request *next; /* completion queue link */
 };
 
 /* Zeroes r, sets id to "" and received to now. */

@@ -849,6 +849,16 @@ int pjs_manifest_parse(pjs_manifest *m, const char *yaml, size_t len, const char
     struct ctx c = {.doc = &doc, .label = label, .err = err};
     if ((rc = parse_root(&c, root, &tmp)) != 0)
         goto out;
+    if (tmp.kind == PJS_KIND_MODEL) {
+        tmp.variants = calloc(1, sizeof *tmp.variants);
+        if (tmp.variants == NULL || (tmp.variants[0].name = strdup("default")) == NULL) {
+            rc = pjs_error_set(err, PJS_ERR_NOMEM, "%s: out of memory", label);
+            goto out;
+        }
+        tmp.n_variants = 1;
+        tmp.variants[0].inputs = tmp.inputs;
+        tmp.variants[0].outputs = tmp.outputs;
+    }
     *m = tmp;
     memset(&tmp, 0, sizeof tmp);
 out:
@@ -888,6 +898,14 @@ void pjs_manifest_free(pjs_manifest *m)
     free_tensors(m->inputs, m->n_inputs);
     free_tensors(m->outputs, m->n_outputs);
     free(m->batch_sizes);
+    for (size_t v = 0; m->variants != NULL && v < m->n_variants; v++) {
+        free(m->variants[v].name);
+        if (v > 0) {
+            free_tensors(m->variants[v].inputs, m->n_inputs);
+            free_tensors(m->variants[v].outputs, m->n_outputs);
+        }
+    }
+    free(m->variants);
     for (size_t i = 0; m->calls != NULL && i < m->n_calls; i++)
         free(m->calls[i]);
     free(m->calls);

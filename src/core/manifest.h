@@ -39,6 +39,16 @@ typedef struct pjs_tensor_spec {
     bool batched;
 } pjs_tensor_spec;
 
+/* An input-shape variant: the model's tensors at other shapes, executed by
+ * its own modules over the same weights. Tensors are in manifest order with
+ * the top level's names, dtypes and batch axes. variants[0] is the top
+ * level itself ("default"; its arrays are m->inputs and m->outputs). */
+typedef struct pjs_variant {
+    char *name;
+    pjs_tensor_spec *inputs;   /* n_inputs */
+    pjs_tensor_spec *outputs;  /* n_outputs */
+} pjs_variant;
+
 typedef struct pjs_manifest {
     char *name;
     pjs_model_kind kind;
@@ -49,6 +59,8 @@ typedef struct pjs_manifest {
     pjs_tensor_spec *outputs;      /* client_outputs for kind meta */
     size_t n_batch_sizes;
     int64_t *batch_sizes;          /* strictly ascending, each >= 1 */
+    size_t n_variants;             /* kind model: >= 1 */
+    pjs_variant *variants;
     pjs_residency residency;
     double weight;                 /* scheduler share, > 0; default 1 */
     size_t n_calls;

@@ -30,6 +30,7 @@
 #define PJS_BUNDLE_DIR_MAX 4096
 
 typedef struct pjs_bundle_module {
+    size_t variant;          /* index into manifest.variants */
     int64_t batch_size;
     char path[PJS_BUNDLE_DIR_MAX + 64];
     pjs_rt_executable *exec; /* NULL until compiled */
@@ -39,9 +40,17 @@ typedef struct pjs_bundle {
     char dir[PJS_BUNDLE_DIR_MAX];
     pjs_manifest manifest;
     pjs_safetensors weights;
+    /* One per (variant, batch size), variant-major: see pjs_bundle_module_at. */
     size_t n_modules;
-    pjs_bundle_module *modules; /* one per manifest batch size, ascending */
+    pjs_bundle_module *modules;
 } pjs_bundle;
+
+/* The module of `variant` at manifest batch_sizes[size_index]. */
+static inline pjs_bundle_module *pjs_bundle_module_at(const pjs_bundle *b, size_t variant,
+                                                      size_t size_index)
+{
+    return &b->modules[variant * b->manifest.n_batch_sizes + size_index];
+}
 
 /* Reads and validates everything but the modules' contents. */
 int pjs_bundle_open(const char *dir, pjs_bundle **out, pjs_error *err);

@@ -3,6 +3,7 @@
  */
 #include "registry/model.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,6 +18,8 @@ static void model_free(pjs_model *m)
         free(m->weights);
     }
     pjs_bundle_close(m->bundle);
+    pjs_model_stats_release(&m->stats);
+    free(m->queues);
     pthread_mutex_destroy(&m->stats_lock);
     free(m);
 }
@@ -54,9 +57,7 @@ int pjs_model_create(pjs_bundle *b, pjs_rt_client *c, pjs_exec_cache *cache, pjs
             model_free(m);
             return rc;
         }
-        m->stats.batch[i].batch_size = b->modules[i].batch_size;
     }
-    m->stats.n_batch = b->n_modules;
     bool batched = false;
     for (size_t i = 0; i < man->n_inputs; i++)
         batched = batched || man->inputs[i].batched;
@@ -93,5 +94,75 @@ void pjs_model_stats_snapshot(pjs_model *m, pjs_model_stats *out)
 {
     pthread_mutex_lock(&m->stats_lock);
     *out = m->stats;
+    out->batch = NULL;
+    out->n_batch = 0;
+    if (m->stats.n_batch > 0) {
+        out->batch = malloc(m->stats.n_batch * sizeof *out->batch);
+        if (out->batch != NULL) {
+            memcpy(out->batch, m->stats.batch, m->stats.n_batch * sizeof *out->batch);
+            out->n_batch = m->stats.n_batch;
+        }
+    }
     pthread_mutex_unlock(&m->stats_lock);
+}
+
+void pjs_model_stats_release(pjs_model_stats *s)
+{
+    free(s->batch);
+    s->batch = NULL;
+    s->n_batch = 0;
+}
+
+pjs_batch_stat *pjs_model_stats_batch_entry(pjs_model_stats *s, int64_t rows)
+{
+    size_t i = 0;
+    while (i < s->n_batch && s->batch[i].batch_size < rows)
+        i++;
+    if (i < s->n_batch && s->batch[i].batch_size == rows)
+        return &s->batch[i];
+    pjs_batch_stat *grown = realloc(s->batch, (s->n_batch + 1) * sizeof *grown);
+    if (grown == NULL)
+        return NULL;
+    s->batch = grown;
+    memmove(&s->batch[i + 1], &s->batch[i], (s->n_batch - i) * sizeof *s->batch);
+    s->n_batch++;
+    memset(&s->batch[i], 0, sizeof s->batch[i]);
+    s->batch[i].batch_size = rows;
+    return &s->batch[i];
+}
+
+/* ---- queue-wait histogram ------------------------------------------------- */
+
+/* Four buckets per octave: bucket i >= 1 ends at 2^(i/4) us. */
+double pjs_queue_wait_bucket_upper_us(size_t i)
+{
+    if (i + 1 >= PJS_QUEUE_WAIT_BUCKETS)
+        return INFINITY;
+    return exp2((double)i / 4.0);
+}
+
+size_t pjs_queue_wait_bucket(uint64_t ns)
+{
+    double us = (double)ns / 1e3;
+    if (us < 1.0)
+        return 0;
+    size_t i = (size_t)floor(log2(us) * 4.0) + 1;
+    return i < PJS_QUEUE_WAIT_BUCKETS ? i : PJS_QUEUE_WAIT_BUCKETS - 1;
+}
+
+double pjs_queue_wait_quantile_us(const uint64_t hist[PJS_QUEUE_WAIT_BUCKETS], double q)
+{
+    uint64_t total = 0;
+    for (size_t i = 0; i < PJS_QUEUE_WAIT_BUCKETS; i++)
+        total += hist[i];
+    if (total == 0)
+        return 0;
+    double rank = ceil(q * (double)total);
+    uint64_t seen = 0;
+    for (size_t i = 0; i < PJS_QUEUE_WAIT_BUCKETS; i++) {
+        seen += hist[i];
+        if ((double)seen >= rank)
+            return pjs_queue_wait_bucket_upper_us(i);
+    }
+    return pjs_queue_wait_bucket_upper_us(PJS_QUEUE_WAIT_BUCKETS - 1);
 }

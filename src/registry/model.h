@@ -8,9 +8,9 @@
  * reference frees the executables and device weights, so unloading a model
  * never pulls buffers from under an execution.
  *
- * Everything but `stats` is read-only after creation. Statistics are
- * updated by the dispatcher under stats_lock and read by front ends through
- * pjs_model_stats_snapshot.
+ * Everything but `stats` and the scheduler state is read-only after
+ * creation. Statistics are updated by the dispatcher under stats_lock and
+ * read by front ends through pjs_model_stats_snapshot.
  */
 #ifndef PJS_REGISTRY_MODEL_H
 #define PJS_REGISTRY_MODEL_H
@@ -23,6 +23,7 @@
 
 #include "core/infer.h"
 #include "registry/bundle.h"
+#include "sched/policy.h"
 
 /* Most compiled batch sizes a served model may have. */
 #define PJS_MODEL_MAX_BATCH_SIZES 32
@@ -36,7 +37,9 @@ typedef struct pjs_duration_stat {
     uint64_t ns;
 } pjs_duration_stat;
 
-/* Per compiled batch size: executions and their phases. */
+/* Executions that served `batch_size` rows (the coalesced requests' rows,
+ * before padding to a compiled size) and their phases, as Triton's
+ * InferBatchStatistics. */
 typedef struct pjs_batch_stat {
     int64_t batch_size;
     pjs_duration_stat compute_input;
@@ -44,19 +47,38 @@ typedef struct pjs_batch_stat {
     pjs_duration_stat compute_output;
 } pjs_batch_stat;
 
+/* Queue waits are counted in buckets four to an octave of microseconds:
+ * bucket 0 holds waits under 1 us, bucket i (i >= 1) waits in
+ * [2^((i-1)/4), 2^(i/4)) us, the last bucket everything longer (~ 2^24 us). */
+#define PJS_QUEUE_WAIT_BUCKETS 98
+
 typedef struct pjs_model_stats {
     uint64_t last_inference_ms; /* wall clock of the last completed request, 0 never */
     uint64_t inference_count;   /* rows (batch elements) inferred successfully */
-    uint64_t execution_count;   /* device executions */
+    uint64_t execution_count;   /* device executions (dispatches) */
     pjs_duration_stat success;  /* whole request, received to response ready */
     pjs_duration_stat fail;
     pjs_duration_stat queue;
     pjs_duration_stat compute_input;
     pjs_duration_stat compute_infer;
     pjs_duration_stat compute_output;
+    uint64_t device_ns;         /* device time of every execution, upload to read-back */
+    uint64_t expired;           /* requests dropped because their deadline passed */
+    uint64_t shed;              /* requests dropped by edf as predicted to miss */
+    uint64_t rejected_queue_full; /* requests refused: the model's queue was full */
+    uint64_t queue_wait[PJS_QUEUE_WAIT_BUCKETS]; /* executed requests by queue wait */
+    /* One entry per coalesced row count seen, ascending; owned. */
     size_t n_batch;
-    pjs_batch_stat batch[PJS_MODEL_MAX_BATCH_SIZES]; /* one per compiled batch size */
+    pjs_batch_stat *batch;
 } pjs_model_stats;
+
+/* The bucket a queue wait of `ns` counts in, and the upper bound of bucket
+ * i in microseconds (+inf for the last). */
+size_t pjs_queue_wait_bucket(uint64_t ns);
+double pjs_queue_wait_bucket_upper_us(size_t i);
+/* The q-quantile (0 < q <= 1) of the queue waits counted, in microseconds,
+ * as the upper bound of the bucket holding it; 0 when none was counted. */
+double pjs_queue_wait_quantile_us(const uint64_t hist[PJS_QUEUE_WAIT_BUCKETS], double q);
 
 typedef struct pjs_model {
     char name[256];
@@ -68,6 +90,12 @@ typedef struct pjs_model {
 
     pthread_mutex_t stats_lock;
     pjs_model_stats stats;
+
+    /* The scheduler's state, set up by pjs_dispatcher_attach and guarded by
+     * the dispatcher's lock: the model's share and one queue per variant. */
+    pjs_sched_share share;
+    size_t n_queues;
+    pjs_sched_queue *queues;
 } pjs_model;
 
 /* Compiles every module of an opened bundle (taking ownership of it, also on
@@ -84,7 +112,13 @@ static inline const pjs_manifest *pjs_model_manifest(const pjs_model *m)
     return &m->bundle->manifest;
 }
 
-/* A consistent copy of the statistics. */
+/* A consistent copy of the statistics; release it with
+ * pjs_model_stats_release. On allocation failure the copy has no batch
+ * entries. */
 void pjs_model_stats_snapshot(pjs_model *m, pjs_model_stats *out);
+void pjs_model_stats_release(pjs_model_stats *s);
+/* The entry of s->batch for `rows`, added in order when new; NULL when out
+ * of memory (stats_lock held). */
+pjs_batch_stat *pjs_model_stats_batch_entry(pjs_model_stats *s, int64_t rows);
 
 #endif

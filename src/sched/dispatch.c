@@ -163,7 +163,7 @@ static void add_duration(pjs_duration_stat *d, uint64_t from, uint64_t to)
     d->ns += to > from ? to - from : 0;
 }
 
-static void record_stats(pjs_infer_request *r, size_t module_index, bool executed)
+static void record_stats(pjs_infer_request *r, bool executed)
 {
     pjs_model *m = r->model;
     uint64_t done = pjs_now_ns();
@@ -182,8 +182,8 @@ static void record_stats(pjs_infer_request *r, size_t module_index, bool execute
     }
     if (executed) {
         st->execution_count++;
-        if (r->error.code == PJS_OK && module_index < st->n_batch) {
-            pjs_batch_stat *b = &st->batch[module_index];
+        pjs_batch_stat *b = NULL;
+        if (r->error.code == PJS_OK && (b = pjs_model_stats_batch_entry(st, r->batch)) != NULL) {
             add_duration(&b->compute_input, r->times.exec_start, r->times.input_done);
             add_duration(&b->compute_infer, r->times.input_done, r->times.infer_done);
             add_duration(&b->compute_output, r->times.infer_done, r->times.output_done);
@@ -240,7 +240,7 @@ out:
         pjs_warn("model %s: request %s failed: %s", m->name, id, r->error.msg);
         pjs_infer_request_release(r);
     }
-    record_stats(r, module_index, executed);
+    record_stats(r, executed);
 }
 
 /* ---- threads ---------------------------------------------------------------- */

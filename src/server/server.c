@@ -250,8 +250,8 @@ int pjs_server_create(const pjs_server_options *o, pjs_server **out, pjs_error *
         pjs_info("PJRT platform %s (%s), executing on device %s",
                  pjs_rt_client_platform(s->client), pjs_rt_client_platform_version(s->client),
                  devices);
-        rc = pjs_dispatcher_create(o->completion_threads > 0 ? o->completion_threads : 4,
-                                   o->max_queue > 0 ? o->max_queue : 4096, &s->dispatcher, err);
+        rc = pjs_dispatcher_create(o->completion_threads > 0 ? o->completion_threads : 4, 4096,
+                                   &s->dispatcher, err);
     }
     if (rc == 0)
         rc = load_repository(s, err);

@@ -16,6 +16,7 @@
 #ifndef PJS_SERVER_SERVER_H
 #define PJS_SERVER_SERVER_H
 
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -25,6 +26,7 @@
 #include "core/status.h"
 #include "registry/model.h"
 #include "runtime/runtime.h"
+#include "server/config.h"
 
 typedef struct pjs_server pjs_server;
 
@@ -37,7 +39,7 @@ typedef struct pjs_server_options {
     size_t n_pjrt_options;
     bool allow_client_shm;
     int completion_threads;       /* threads running on_done; 0: a default */
-    size_t max_queue;             /* requests waiting in the dispatcher; 0: a default */
+    const pjs_server_config *config; /* scheduler and model policies; NULL: defaults */
 } pjs_server_options;
 
 /* Loads the plugin, creates the client, loads and compiles every bundle of
@@ -67,10 +69,35 @@ int pjs_server_get_model(pjs_server *s, const char *name, const char *version, p
                          pjs_error *err);
 
 /* Validates r (its model set by the caller, with a reference) and queues it.
- * On success on_done will be called exactly once; on failure it is not, and
- * the caller answers with err (INVALID_ARGUMENT, UNSUPPORTED, UNAVAILABLE when
- * draining, RESOURCE_EXHAUSTED when the queue is full). */
+ * On success on_done will be called exactly once (with r->error
+ * DEADLINE_EXCEEDED when the deadline passed while queued); on failure it is
+ * not, and the caller answers with err (INVALID_ARGUMENT, UNSUPPORTED,
+ * UNAVAILABLE when draining, RESOURCE_EXHAUSTED when the model's queue is
+ * full, DEADLINE_EXCEEDED when the deadline already passed). */
 int pjs_server_submit(pjs_server *s, pjs_infer_request *r, pjs_error *err);
+
+/* A caller of committed requests (a meta model's orchestration): at most
+ * one of its requests is in flight at a time. Zero-initialize before use. */
+typedef struct pjs_committed_caller {
+    _Atomic bool in_flight;
+} pjs_committed_caller;
+
+/* As pjs_server_submit, but the request is dispatched ahead of the
+ * discipline's choice, is exempt from the queue depth and from edf's
+ * predictive shedding (its deadline still holds).
+ * FAILED_PRECONDITION when `caller` already has a request in flight. */
+int pjs_server_submit_committed(pjs_server *s, pjs_infer_request *r,
+                                pjs_committed_caller *caller, pjs_error *err);
+
+/* The scheduler's view of a model now. */
+typedef struct pjs_model_sched_info {
+    double weight;              /* its fair-share weight */
+    uint64_t queue_depth;       /* requests queued, all variants */
+    double recent_utilization;  /* share of device time over the recent window, 0..1 */
+} pjs_model_sched_info;
+void pjs_server_model_sched_info(pjs_server *s, pjs_model *m, pjs_model_sched_info *out);
+/* The discipline in use ("fair", "fifo", "edf"). */
+const char *pjs_server_discipline(const pjs_server *s);
 
 /* One bundle directory of the repository and its state. */
 typedef enum pjs_model_state {

@@ -711,9 +711,10 @@ static void test_model_stats(void **state)
     st.success = (pjs_duration_stat){5, 5000};
     st.fail = (pjs_duration_stat){1, 100};
     st.queue = (pjs_duration_stat){5, 700};
+    pjs_batch_stat batch[2] = {{.batch_size = 1, .compute_infer = {3, 30}},
+                               {.batch_size = 4}}; /* never ran: left out */
     st.n_batch = 2;
-    st.batch[0] = (pjs_batch_stat){.batch_size = 1, .compute_infer = {3, 30}};
-    st.batch[1] = (pjs_batch_stat){.batch_size = 4}; /* never ran: left out */
+    st.batch = batch;
     json_t *doc = pjs_model_stats_json("mlp", "1", &st);
     char *text = json_dumps(doc, JSON_COMPACT | JSON_SORT_KEYS);
     assert_non_null(strstr(text, "\"inference_count\":12"));

@@ -216,13 +216,12 @@ static Inference__ModelStatistics *model_statistics(pjs_grpc_unary_ctx *ctx, pjs
     s->inference_count = st.inference_count;
     s->execution_count = st.execution_count;
     s->inference_stats = infer_statistics(ctx, &st);
-    s->batch_stats = pjs_grpc_arena_alloc(ctx->arena, st.n_batch * sizeof *s->batch_stats);
-    if (s->inference_stats == NULL || s->batch_stats == NULL)
-        return NULL;
-    for (size_t i = 0; i < st.n_batch; i++)
-        if ((s->batch_stats[s->n_batch_stats++] = batch_statistics(ctx, &st.batch[i])) == NULL)
-            return NULL;
-    return s;
+    s->batch_stats = pjs_grpc_arena_alloc(ctx->arena, (st.n_batch + 1) * sizeof *s->batch_stats);
+    bool ok = s->inference_stats != NULL && s->batch_stats != NULL;
+    for (size_t i = 0; ok && i < st.n_batch; i++)
+        ok = (s->batch_stats[s->n_batch_stats++] = batch_statistics(ctx, &st.batch[i])) != NULL;
+    pjs_model_stats_release(&st);
+    return ok ? s : NULL;
 }
 
 /* Collects the statistics of every loaded model (pjs_server_foreach_model). */

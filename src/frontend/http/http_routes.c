@@ -213,6 +213,7 @@ static void model_document(pjs__http_call *c, const char *name, const char *vers
         pjs_model_stats_snapshot(m, &st);
         doc = json_pack("{s:[o]}", "model_stats",
                         pjs_model_stats_json(m->name, PJS_MODEL_VERSION, &st));
+        pjs_model_stats_release(&st);
     } else {
         doc = pjs_model_metadata_json(m->name, platform, pjs_model_manifest(m));
     }
@@ -226,6 +227,7 @@ static void append_model_stats(pjs_model *m, void *ctx)
     pjs_model_stats st;
     pjs_model_stats_snapshot(m, &st);
     json_array_append_new(list, pjs_model_stats_json(m->name, PJS_MODEL_VERSION, &st));
+    pjs_model_stats_release(&st);
 }
 
 static void all_model_stats(pjs__http_call *c)
@@ -612,8 +614,10 @@ void pjs__http_route_metrics(pjs__http_call *c)
     int rc = scrape.out_of_memory ? pjs_error_set(&err, PJS_ERR_NOMEM, "out of memory")
                                   : pjs_metrics_render(scrape.models, scrape.n, &gauges, &text,
                                                        &err);
-    for (size_t i = 0; i < scrape.n; i++)
+    for (size_t i = 0; i < scrape.n; i++) {
         free((char *)scrape.models[i].name);
+        pjs_model_stats_release(&scrape.models[i].stats);
+    }
     free(scrape.models);
     if (rc != 0) {
         pjs_http_buf_free(&text);

@@ -101,7 +101,7 @@ static json_t *duration_json(const pjs_duration_stat *d)
 static json_t *batch_stats_json(const pjs_model_stats *st)
 {
     json_t *list = json_array();
-    for (size_t i = 0; list != NULL && i < st->n_batch && i < PJS_MODEL_MAX_BATCH_SIZES; i++) {
+    for (size_t i = 0; list != NULL && i < st->n_batch; i++) {
         const pjs_batch_stat *b = &st->batch[i];
         if (b->compute_infer.count == 0)
             continue; /* Triton lists the batch sizes that ran */

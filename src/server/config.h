@@ -1,0 +1,73 @@
+/*
+ * config.h - the server's configuration: defaults, a YAML file, PJSERVE_*
+ * environment variables and command-line flags, applied in that order (each
+ * overrides the one before).
+ *
+ * The file holds the scheduler's settings and per-model policies:
+ *
+ *   scheduler:
+ *     discipline: fair            # fair | fifo | edf
+ *     half_life_ms: 1000
+ *     coalesce_discount: 0.5
+ *     fair_clamp: 4
+ *     cost_smoothing: 0.2
+ *     edf_laxity_margin_us: 0
+ *     max_queue_depth: 1024
+ *     default_timeout_us: 0       # 0: no deadline unless the request has one
+ *     warmup_runs: 2
+ *   models:
+ *     mlp: {weight: 2, max_queue_depth: 64, default_timeout_us: 50000}
+ *
+ * Every setting has one dotted key ("scheduler.half_life_ms",
+ * "models.mlp.weight") shared by the file, the environment
+ * (PJSERVE_SCHEDULER_HALF_LIFE_MS; model settings have no environment form)
+ * and pjs_server_config_set, which the command line uses. Errors name the
+ * origin (file and line, variable, or flag) and the key.
+ */
+#ifndef PJS_SERVER_CONFIG_H
+#define PJS_SERVER_CONFIG_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/status.h"
+#include "sched/policy.h"
+
+typedef struct pjs_model_policy {
+    char *name;
+    double weight;               /* > 0; 0: the manifest's weight */
+    size_t max_queue_depth;      /* 0: scheduler.max_queue_depth */
+    int64_t default_timeout_us;  /* -1: scheduler.default_timeout_us; 0: none */
+} pjs_model_policy;
+
+typedef struct pjs_server_config {
+    pjs_sched_config sched;
+    size_t n_models;
+    pjs_model_policy *models;
+} pjs_server_config;
+
+/* The defaults (pjs_sched_config_defaults, no model policies). */
+void pjs_server_config_init(pjs_server_config *c);
+void pjs_server_config_free(pjs_server_config *c);
+
+/* Applies a YAML file / bytes over c. Strict: unknown keys, duplicates,
+ * anchors and aliases are errors. On error c is unchanged. */
+int pjs_server_config_load_file(pjs_server_config *c, const char *path, pjs_error *err);
+int pjs_server_config_parse(pjs_server_config *c, const char *yaml, size_t len,
+                            const char *label, pjs_error *err);
+/* Applies every PJSERVE_SCHEDULER_* variable of envp (NULL-terminated). An
+ * unknown PJSERVE_SCHEDULER_* variable is an error; other PJSERVE_*
+ * variables are left alone. */
+int pjs_server_config_apply_env(pjs_server_config *c, char *const *envp, pjs_error *err);
+/* Sets one dotted key from text; `origin` ("--scheduler-discipline",
+ * "PJSERVE_SCHEDULER_DISCIPLINE") starts the error message. */
+int pjs_server_config_set(pjs_server_config *c, const char *key, const char *value,
+                          const char *origin, pjs_error *err);
+/* Checks the ranges of every setting (pjs_sched_config_check and the
+ * models'). */
+int pjs_server_config_check(const pjs_server_config *c, pjs_error *err);
+
+/* The policy for model `name`, or NULL. */
+const pjs_model_policy *pjs_server_config_model(const pjs_server_config *c, const char *name);
+
+#endif
