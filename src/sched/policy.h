@@ -13,7 +13,9 @@
  *   2. Otherwise a queue is selected by the discipline:
  *      fifo  the queue holding the oldest job;
  *      edf   the queue whose most urgent job has the soonest deadline (jobs
- *            without one come last), fifo on ties;
+ *            without one come last), fifo on ties; before coalescing, its
+ *            jobs that would miss their deadline even in the cheapest
+ *            execution holding them (plus the laxity margin) are shed;
  *      fair  per-model shares. Each model's recent device time is a sum
  *            decaying with a half-life. Among models with queued work, a
  *            model's deficit is its weight share of their recent device
@@ -22,9 +24,10 @@
  *            by the coalescing discount when the execution serves many
  *            rows), so it counts executions-worth of time the model is owed.
  *            Scores are clamped to [-clamp, clamp] and ties go to the oldest
- *            job: a model far below its share cannot lock the others out
- *            for longer than the clamp allows, and since deficits sum to
- *            zero some queued model is always owed time, so none starves.
+ *            job. A model whose queue was empty rejoins owed at most `clamp`
+ *            executions, so time spent idle never buys a lockout of the
+ *            others; since deficits sum to zero some queued model is always
+ *            owed time, so none starves.
  *   3. Coalescing: jobs are taken in FIFO order (committed jobs of the queue
  *      first), always including the oldest. When the queue holds at least
  *      the largest compiled size in rows, the largest size is filled. With
@@ -89,6 +92,7 @@ typedef struct pjs_sched_share {
     size_t queued;            /* requests over all variants */
     double recent_ns;         /* decaying sum of device time, as of recent_at */
     uint64_t recent_at;
+    size_t active_queues;     /* its non-empty queues */
 } pjs_sched_share;
 
 typedef struct pjs_sched_cost {
