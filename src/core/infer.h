@@ -17,6 +17,7 @@
 #ifndef PJS_CORE_INFER_H
 #define PJS_CORE_INFER_H
 
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -103,6 +104,9 @@ struct pjs_infer_request {
     void *frontend_ctx;
 
     pjs_sched_job job;       /* the scheduler's view while queued */
+    /* Committed requests: their caller's in-flight flag, cleared just before
+     * on_done (pjs_server_submit_committed). */
+    atomic_bool *committed_slot;
     pjs_infer_request *next; /* completion queue link */
 };
 

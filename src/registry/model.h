@@ -91,6 +91,9 @@ typedef struct pjs_model {
     pthread_mutex_t stats_lock;
     pjs_model_stats stats;
 
+    /* Deadline given to requests that carry none (0: none); set at load. */
+    uint64_t default_timeout_ns;
+
     /* The scheduler's state, set up by pjs_dispatcher_attach and guarded by
      * the dispatcher's lock: the model's share and one queue per variant. */
     pjs_sched_share share;

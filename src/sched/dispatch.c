@@ -1,20 +1,23 @@
 /*
- * dispatch.c - queue, dispatch thread, execution and completion threads.
+ * dispatch.c - queues, the dispatch thread, coalesced execution, completion.
  *
- * Two queues, each a FIFO linked list under its own mutex and condition
- * variable: `pending` (accepted, waiting for the device) and `completed`
- * (executed, waiting for a completion thread). A request is counted in
- * `in_flight` from submit until its on_done returned; drain waits for zero.
+ * `lock` guards the scheduler (every attached model's queues and share), the
+ * device-task list and the counters; the dispatch thread holds it only to
+ * pick a plan or a task and to record a measured cost. A plan executes with
+ * no lock held: the chosen requests' batched inputs are gathered into one
+ * buffer per input (rows in plan order, zero padding up to the compiled
+ * size), uploaded next to the model's weights, executed, read back whole and
+ * sliced per request. Finished and dropped requests move to `completed`
+ * (its own lock), where completion threads call on_done. A request counts
+ * in `in_flight` from submit until its on_done returned; drain waits for 0.
  */
 #include "sched/dispatch.h"
 
 #include <pthread.h>
-#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "core/log.h"
-#include "registry/model.h"
 
 typedef struct request_fifo {
     pjs_infer_request *head;
@@ -22,12 +25,21 @@ typedef struct request_fifo {
     size_t length;
 } request_fifo;
 
+/* A function the dispatch thread runs between executions (warm-up). */
+typedef struct device_task {
+    void (*run)(struct device_task *t);
+    bool done;
+    struct device_task *next;
+} device_task;
+
 struct pjs_dispatcher {
-    pthread_mutex_t lock; /* pending, accepting, in_flight, stopping */
-    pthread_cond_t work;  /* pending became non-empty, or stopping */
-    pthread_cond_t idle;  /* in_flight reached zero */
-    request_fifo pending;
-    size_t max_queue;
+    pthread_mutex_t lock;  /* sched, tasks, queued, accepting, in_flight, stopping */
+    pthread_cond_t work;   /* a request or task arrived, or stopping */
+    pthread_cond_t idle;   /* in_flight reached zero */
+    pthread_cond_t task_done;
+    pjs_sched sched;
+    device_task *tasks;
+    uint64_t queued;
     bool accepting;
     bool stopping;
     uint64_t in_flight;
@@ -66,16 +78,85 @@ static pjs_infer_request *fifo_pop(request_fifo *q)
     return r;
 }
 
-/* The selection policy: oldest accepted request first. */
-static pjs_infer_request *take_next_locked(pjs_dispatcher *d)
+static pjs_infer_request *request_of(pjs_sched_job *j)
 {
-    return fifo_pop(&d->pending);
+    return (pjs_infer_request *)((char *)j - offsetof(pjs_infer_request, job));
 }
 
-/* ---- execution ------------------------------------------------------------ */
+static void complete(pjs_dispatcher *d, pjs_infer_request *r)
+{
+    pthread_mutex_lock(&d->done_lock);
+    fifo_push(&d->completed, r);
+    pthread_cond_signal(&d->done_work);
+    pthread_mutex_unlock(&d->done_lock);
+}
 
-/* Whether output o (manifest order) goes back to the client; sets its
- * index into r->requested. */
+/* ---- one execution on the device ------------------------------------------ */
+
+typedef struct exec_times {
+    uint64_t input_done, infer_done, output_done;
+} exec_times;
+
+/* Executes module (variant, size_index) of m on host inputs at the module's
+ * full shapes; reads output o into outputs[o] when it is not NULL. */
+static int device_execute(pjs_model *m, size_t variant, size_t size_index,
+                          const void *const *inputs, void *const *outputs, exec_times *t,
+                          pjs_error *err)
+{
+    pjs_bundle *b = m->bundle;
+    const pjs_manifest *man = pjs_model_manifest(m);
+    const pjs_variant *var = &man->variants[variant];
+    pjs_bundle_module *mod = pjs_bundle_module_at(b, variant, size_index);
+    size_t n_w = b->weights.n_tensors;
+    pjrt_buffer **args = calloc(n_w + man->n_inputs + 1, sizeof *args);
+    pjrt_buffer **results = calloc(man->n_outputs + 1, sizeof *results);
+    size_t uploaded = 0;
+    int rc = 0;
+    if (args == NULL || results == NULL) {
+        rc = pjs_error_set(err, PJS_ERR_NOMEM, "out of memory");
+        goto out;
+    }
+    memcpy(args, m->weights, n_w * sizeof *args);
+    for (; uploaded < man->n_inputs; uploaded++) {
+        const pjs_tensor_spec *s = &var->inputs[uploaded];
+        pjs_shape shape = s->shape;
+        if (s->batched)
+            shape.dims[0] = mod->batch_size;
+        rc = pjs_rt_buffer_from_host(m->client, s->dtype, &shape, inputs[uploaded],
+                                     &args[n_w + uploaded], err);
+        if (rc != 0) {
+            pjs_error_prefix(err, "model %s: input \"%s\": ", m->name, s->name);
+            goto out;
+        }
+    }
+    t->input_done = pjs_now_ns();
+    if ((rc = pjs_rt_execute(mod->exec, args, results, err)) != 0) {
+        pjs_error_prefix(err, "model %s: ", m->name);
+        goto out;
+    }
+    t->infer_done = pjs_now_ns();
+    for (size_t o = 0; o < man->n_outputs && rc == 0; o++) {
+        const pjs_tensor_spec *s = &var->outputs[o];
+        size_t rb = pjs_tensor_spec_row_bytes(s);
+        size_t bytes = s->batched ? rb * (size_t)mod->batch_size : rb;
+        if (outputs[o] != NULL &&
+            (rc = pjs_rt_buffer_to_host(m->client, results[o], outputs[o], bytes, err)) != 0)
+            pjs_error_prefix(err, "model %s: output \"%s\": ", m->name, s->name);
+    }
+    for (size_t o = 0; o < man->n_outputs; o++)
+        pjs_rt_buffer_destroy(m->client, results[o]);
+    t->output_done = pjs_now_ns();
+out:
+    for (size_t i = 0; args != NULL && i < uploaded; i++)
+        pjs_rt_buffer_destroy(m->client, args[n_w + i]);
+    free(args);
+    free(results);
+    return rc;
+}
+
+/* ---- running a plan --------------------------------------------------------- */
+
+/* Whether output s goes back to r; sets its index into r->requested. */
 static bool output_wanted(const pjs_infer_request *r, const pjs_tensor_spec *s, int *requested)
 {
     *requested = -1;
@@ -89,73 +170,129 @@ static bool output_wanted(const pjs_infer_request *r, const pjs_tensor_spec *s, 
     return false;
 }
 
-static int upload_inputs(pjs_infer_request *r, int64_t module_batch, pjrt_buffer **args,
-                         size_t *uploaded, pjs_error *err)
+/* The requests of a plan, in row order, and where each one's rows start. */
+typedef struct batch {
+    pjs_model *model;
+    size_t variant, size_index;
+    int64_t batch_size, rows;
+    size_t n;
+    pjs_infer_request **reqs;
+    int64_t *first_row;
+} batch;
+
+/* Host inputs at the compiled size: a request's own buffer when it fills the
+ * batch alone, else rows gathered into a zero-padded buffer (owned[i]). */
+static int gather_inputs(const batch *bt, const void **inputs, void **owned, pjs_error *err)
 {
-    pjs_model *m = r->model;
-    const pjs_manifest *man = pjs_model_manifest(m);
-    for (*uploaded = 0; *uploaded < man->n_inputs; (*uploaded)++) {
-        const pjs_infer_input *in = &r->inputs[*uploaded]; /* manifest order */
-        const pjs_tensor_spec *s = in->spec;
-        pjs_shape shape = in->shape;
-        const void *src = in->data;
-        void *padded = NULL;
-        if (s->batched && r->batch != module_batch) {
-            size_t rb = pjs_tensor_spec_row_bytes(s);
-            padded = calloc((size_t)module_batch, rb ? rb : 1);
-            if (padded == NULL)
-                return pjs_error_set(err, PJS_ERR_NOMEM, "out of memory padding input \"%s\"",
-                                     s->name);
-            memcpy(padded, in->data, (size_t)r->batch * rb);
-            shape.dims[0] = module_batch;
-            src = padded;
+    const pjs_manifest *man = pjs_model_manifest(bt->model);
+    const pjs_variant *var = &man->variants[bt->variant];
+    for (size_t i = 0; i < man->n_inputs; i++) {
+        const pjs_tensor_spec *s = &var->inputs[i];
+        if (!s->batched || (bt->n == 1 && bt->reqs[0]->batch == bt->batch_size)) {
+            inputs[i] = bt->reqs[0]->inputs[i].data;
+            continue;
         }
-        int rc = pjs_rt_buffer_from_host(m->client, s->dtype, &shape, src, &args[*uploaded], err);
-        free(padded);
-        if (rc != 0)
-            return pjs_error_prefix(err, "model %s: input \"%s\": ", m->name, s->name);
+        size_t rb = pjs_tensor_spec_row_bytes(s);
+        owned[i] = calloc((size_t)bt->batch_size, rb ? rb : 1);
+        if (owned[i] == NULL)
+            return pjs_error_set(err, PJS_ERR_NOMEM, "out of memory gathering input \"%s\"",
+                                 s->name);
+        for (size_t j = 0; j < bt->n; j++)
+            memcpy((char *)owned[i] + (size_t)bt->first_row[j] * rb, bt->reqs[j]->inputs[i].data,
+                   (size_t)bt->reqs[j]->batch * rb);
+        inputs[i] = owned[i];
     }
     return 0;
 }
 
-static int read_outputs(pjs_infer_request *r, int64_t module_batch, pjrt_buffer **results,
-                        pjs_error *err)
+/* Gives each request its rows of every output it wants. */
+static int slice_outputs(const batch *bt, void **whole, pjs_error *err)
 {
-    pjs_model *m = r->model;
-    const pjs_manifest *man = pjs_model_manifest(m);
-    r->n_outputs = man->n_outputs;
-    for (size_t o = 0; o < man->n_outputs; o++) {
-        const pjs_tensor_spec *s = &man->outputs[o];
-        pjs_infer_output *out = &r->outputs[o];
-        out->spec = s;
-        out->shape = s->shape;
-        if (s->batched)
-            out->shape.dims[0] = r->batch;
-        if (!output_wanted(r, s, &out->requested))
-            continue;
-        size_t rb = pjs_tensor_spec_row_bytes(s);
-        size_t full = s->batched ? rb * (size_t)module_batch : rb;
-        out->nbytes = s->batched ? rb * (size_t)r->batch : rb;
-        out->data = malloc(out->nbytes ? out->nbytes : 1);
-        if (out->data == NULL)
-            return pjs_error_set(err, PJS_ERR_NOMEM, "out of memory for output \"%s\"", s->name);
-        if (full == out->nbytes) {
-            if (pjs_rt_buffer_to_host(m->client, results[o], out->data, full, err) != 0)
-                return pjs_error_prefix(err, "model %s: output \"%s\": ", m->name, s->name);
-            continue;
+    const pjs_manifest *man = pjs_model_manifest(bt->model);
+    const pjs_variant *var = &man->variants[bt->variant];
+    for (size_t j = 0; j < bt->n; j++) {
+        pjs_infer_request *r = bt->reqs[j];
+        r->n_outputs = man->n_outputs;
+        for (size_t o = 0; o < man->n_outputs; o++) {
+            const pjs_tensor_spec *s = &var->outputs[o];
+            pjs_infer_output *out = &r->outputs[o];
+            out->spec = s;
+            out->shape = s->shape;
+            if (s->batched)
+                out->shape.dims[0] = r->batch;
+            if (!output_wanted(r, s, &out->requested))
+                continue;
+            size_t rb = pjs_tensor_spec_row_bytes(s);
+            out->nbytes = s->batched ? rb * (size_t)r->batch : rb;
+            out->data = malloc(out->nbytes ? out->nbytes : 1);
+            if (out->data == NULL)
+                return pjs_error_set(err, PJS_ERR_NOMEM, "out of memory for output \"%s\"",
+                                     s->name);
+            size_t from = s->batched ? (size_t)bt->first_row[j] * rb : 0;
+            memcpy(out->data, (char *)whole[o] + from, out->nbytes);
         }
-        void *whole = malloc(full);
-        if (whole == NULL)
-            return pjs_error_set(err, PJS_ERR_NOMEM, "out of memory for output \"%s\"", s->name);
-        int rc = pjs_rt_buffer_to_host(m->client, results[o], whole, full, err);
-        if (rc == 0)
-            memcpy(out->data, whole, out->nbytes);
-        free(whole);
-        if (rc != 0)
-            return pjs_error_prefix(err, "model %s: output \"%s\": ", m->name, s->name);
     }
     return 0;
 }
+
+/* Runs the batch; on return every request has outputs or an error and its
+ * phase timestamps, and t holds the phases of the execution. */
+static void run_batch(const batch *bt, uint64_t start, exec_times *t)
+{
+    pjs_model *m = bt->model;
+    const pjs_manifest *man = pjs_model_manifest(m);
+    const pjs_variant *var = &man->variants[bt->variant];
+    const void *inputs[PJS_INFER_MAX_TENSORS] = {0};
+    void *owned[PJS_INFER_MAX_TENSORS] = {0};
+    void *whole[PJS_INFER_MAX_TENSORS] = {0};
+    pjs_error err;
+    pjs_error_clear(&err);
+    memset(t, 0, sizeof *t);
+    int rc = gather_inputs(bt, inputs, owned, &err);
+    for (size_t o = 0; rc == 0 && o < man->n_outputs; o++) {
+        const pjs_tensor_spec *s = &var->outputs[o];
+        bool wanted = false;
+        for (size_t j = 0; j < bt->n && !wanted; j++) {
+            int ignored;
+            wanted = output_wanted(bt->reqs[j], s, &ignored);
+        }
+        if (!wanted)
+            continue;
+        size_t rb = pjs_tensor_spec_row_bytes(s);
+        size_t bytes = s->batched ? rb * (size_t)bt->batch_size : rb;
+        if ((whole[o] = malloc(bytes ? bytes : 1)) == NULL)
+            rc = pjs_error_set(&err, PJS_ERR_NOMEM, "out of memory for output \"%s\"", s->name);
+    }
+    if (rc == 0)
+        rc = device_execute(m, bt->variant, bt->size_index, inputs, (void *const *)whole, t,
+                            &err);
+    if (rc == 0)
+        rc = slice_outputs(bt, whole, &err);
+    t->output_done = pjs_now_ns();
+    if (t->input_done == 0)
+        t->input_done = t->output_done;
+    if (t->infer_done == 0)
+        t->infer_done = t->output_done;
+    for (size_t i = 0; i < PJS_INFER_MAX_TENSORS; i++) {
+        free(owned[i]);
+        free(whole[i]);
+    }
+    for (size_t j = 0; j < bt->n; j++) {
+        pjs_infer_request *r = bt->reqs[j];
+        r->times.exec_start = start;
+        r->times.input_done = t->input_done;
+        r->times.infer_done = t->infer_done;
+        r->times.output_done = t->output_done;
+        r->error = err;
+        if (rc != 0) {
+            const char *id = r->id != NULL && r->id[0] ? r->id : "(no id)";
+            pjs_warn("model %s: request %s failed: %s", m->name, id, err.msg);
+            pjs_infer_request_release(r);
+        }
+    }
+}
+
+/* ---- statistics ------------------------------------------------------------- */
 
 static void add_duration(pjs_duration_stat *d, uint64_t from, uint64_t to)
 {
@@ -163,106 +300,177 @@ static void add_duration(pjs_duration_stat *d, uint64_t from, uint64_t to)
     d->ns += to > from ? to - from : 0;
 }
 
-static void record_stats(pjs_infer_request *r, bool executed)
+static void record_batch_stats(const batch *bt, uint64_t start, const exec_times *t)
 {
-    pjs_model *m = r->model;
+    pjs_model *m = bt->model;
     uint64_t done = pjs_now_ns();
     pthread_mutex_lock(&m->stats_lock);
     pjs_model_stats *st = &m->stats;
-    if (r->error.code == PJS_OK) {
-        add_duration(&st->success, r->times.received, done);
-        add_duration(&st->queue, r->times.queued, r->times.exec_start);
-        add_duration(&st->compute_input, r->times.exec_start, r->times.input_done);
-        add_duration(&st->compute_infer, r->times.input_done, r->times.infer_done);
-        add_duration(&st->compute_output, r->times.infer_done, r->times.output_done);
-        st->inference_count += (uint64_t)r->batch;
-        st->last_inference_ms = pjs_wall_ms();
-    } else {
-        add_duration(&st->fail, r->times.received, done);
-    }
-    if (executed) {
-        st->execution_count++;
-        pjs_batch_stat *b = NULL;
-        if (r->error.code == PJS_OK && (b = pjs_model_stats_batch_entry(st, r->batch)) != NULL) {
-            add_duration(&b->compute_input, r->times.exec_start, r->times.input_done);
-            add_duration(&b->compute_infer, r->times.input_done, r->times.infer_done);
-            add_duration(&b->compute_output, r->times.infer_done, r->times.output_done);
+    st->execution_count++;
+    st->device_ns += t->output_done - start;
+    bool ok = bt->reqs[0]->error.code == PJS_OK;
+    for (size_t j = 0; j < bt->n; j++) {
+        pjs_infer_request *r = bt->reqs[j];
+        if (!ok) {
+            add_duration(&st->fail, r->times.received, done);
+            continue;
         }
+        add_duration(&st->success, r->times.received, done);
+        add_duration(&st->queue, r->times.queued, start);
+        add_duration(&st->compute_input, start, t->input_done);
+        add_duration(&st->compute_infer, t->input_done, t->infer_done);
+        add_duration(&st->compute_output, t->infer_done, t->output_done);
+        st->queue_wait[pjs_queue_wait_bucket(start - r->times.queued)]++;
+        st->inference_count += (uint64_t)r->batch;
     }
+    pjs_batch_stat *b = ok ? pjs_model_stats_batch_entry(st, bt->rows) : NULL;
+    if (b != NULL) {
+        add_duration(&b->compute_input, start, t->input_done);
+        add_duration(&b->compute_infer, t->input_done, t->infer_done);
+        add_duration(&b->compute_output, t->infer_done, t->output_done);
+    }
+    if (ok)
+        st->last_inference_ms = pjs_wall_ms();
     pthread_mutex_unlock(&m->stats_lock);
 }
 
-void pjs_execute_request(pjs_infer_request *r)
+/* Answers a request the scheduler dropped: DEADLINE_EXCEEDED. */
+static void drop(pjs_dispatcher *d, pjs_sched_job *j, uint64_t now, bool shed)
 {
+    pjs_infer_request *r = request_of(j);
     pjs_model *m = r->model;
-    pjs_bundle *b = m->bundle;
-    const pjs_manifest *man = pjs_model_manifest(m);
-    size_t n_w = b->weights.n_tensors;
-    r->times.exec_start = pjs_now_ns();
-    int64_t module_batch = pjs_bundle_pick_batch_size(b, r->batch);
-    size_t module_index = 0;
-    while (module_index + 1 < b->n_modules && b->modules[module_index].batch_size != module_batch)
-        module_index++;
-    pjs_bundle_module *mod = &b->modules[module_index];
-
-    pjrt_buffer **args = calloc(n_w + man->n_inputs + 1, sizeof *args);
-    pjrt_buffer **results = calloc(man->n_outputs + 1, sizeof *results);
-    size_t uploaded = 0;
-    bool executed = false;
-    pjs_error_clear(&r->error);
-    if (args == NULL || results == NULL) {
-        pjs_error_set(&r->error, PJS_ERR_NOMEM, "out of memory");
-        goto out;
-    }
-    memcpy(args, m->weights, n_w * sizeof *args);
-    if (upload_inputs(r, module_batch, args + n_w, &uploaded, &r->error) != 0)
-        goto out;
-    r->times.input_done = pjs_now_ns();
-    executed = true;
-    if (pjs_rt_execute(mod->exec, args, results, &r->error) != 0) {
-        pjs_error_prefix(&r->error, "model %s: ", m->name);
-        goto out;
-    }
-    r->times.infer_done = pjs_now_ns();
-    int rc = read_outputs(r, module_batch, results, &r->error);
-    for (size_t o = 0; o < man->n_outputs; o++)
-        pjs_rt_buffer_destroy(m->client, results[o]);
-    if (rc != 0)
-        goto out;
-    r->times.output_done = pjs_now_ns();
-out:
-    for (size_t i = 0; args != NULL && i < uploaded; i++)
-        pjs_rt_buffer_destroy(m->client, args[n_w + i]);
-    free(args);
-    free(results);
-    if (r->error.code != PJS_OK) {
-        const char *id = r->id != NULL && r->id[0] ? r->id : "(no id)";
-        pjs_warn("model %s: request %s failed: %s", m->name, id, r->error.msg);
-        pjs_infer_request_release(r);
-    }
-    record_stats(r, executed);
+    uint64_t waited_us = (now - r->times.queued) / 1000;
+    if (shed)
+        pjs_error_set(&r->error, PJS_ERR_DEADLINE_EXCEEDED,
+                      "model %s: request dropped after %llu us in the queue: the edf scheduler "
+                      "predicts it cannot finish before its deadline",
+                      m->name, (unsigned long long)waited_us);
+    else
+        pjs_error_set(&r->error, PJS_ERR_DEADLINE_EXCEEDED,
+                      "model %s: the request's deadline passed after %llu us in the queue; it "
+                      "was not executed",
+                      m->name, (unsigned long long)waited_us);
+    pthread_mutex_lock(&m->stats_lock);
+    add_duration(&m->stats.fail, r->times.received, now);
+    if (shed)
+        m->stats.shed++;
+    else
+        m->stats.expired++;
+    pthread_mutex_unlock(&m->stats_lock);
+    complete(d, r);
 }
 
-/* ---- threads ---------------------------------------------------------------- */
+/* ---- the dispatch thread ----------------------------------------------------- */
+
+static size_t list_length(const pjs_sched_job *j)
+{
+    size_t n = 0;
+    for (; j != NULL; j = j->next)
+        n++;
+    return n;
+}
+
+static void run_plan(pjs_dispatcher *d, pjs_sched_plan *plan)
+{
+    uint64_t now = pjs_now_ns();
+    for (pjs_sched_job *j = plan->expired, *next; j != NULL; j = next) {
+        next = j->next;
+        drop(d, j, now, false);
+    }
+    for (pjs_sched_job *j = plan->shed, *next; j != NULL; j = next) {
+        next = j->next;
+        drop(d, j, now, true);
+    }
+    if (plan->queue == NULL)
+        return;
+    batch bt = {
+        .model = plan->queue->owner,
+        .variant = plan->queue->variant,
+        .size_index = plan->size_index,
+        .batch_size = plan->batch_size,
+        .rows = plan->rows,
+        .n = plan->n_jobs,
+        .reqs = malloc(plan->n_jobs * sizeof *bt.reqs),
+        .first_row = malloc(plan->n_jobs * sizeof *bt.first_row),
+    };
+    int64_t row = 0;
+    size_t i = 0;
+    for (pjs_sched_job *j = plan->jobs, *next; j != NULL; j = next, i++) {
+        next = j->next;
+        if (bt.reqs == NULL || bt.first_row == NULL) {
+            pjs_infer_request *r = request_of(j);
+            pjs_error_set(&r->error, PJS_ERR_NOMEM, "model %s: out of memory", bt.model->name);
+            complete(d, r);
+            continue;
+        }
+        bt.reqs[i] = request_of(j);
+        bt.first_row[i] = row;
+        row += j->rows;
+    }
+    if (bt.reqs != NULL && bt.first_row != NULL) {
+        uint64_t start = pjs_now_ns();
+        exec_times t;
+        run_batch(&bt, start, &t);
+        if (bt.reqs[0]->error.code == PJS_OK) {
+            pthread_mutex_lock(&d->lock);
+            pjs_sched_record(&d->sched, plan->queue, plan->size_index, t.output_done,
+                             t.output_done - start);
+            pthread_mutex_unlock(&d->lock);
+        }
+        record_batch_stats(&bt, start, &t);
+        for (size_t k = 0; k < bt.n; k++)
+            complete(d, bt.reqs[k]);
+    }
+    free(bt.reqs);
+    free(bt.first_row);
+}
 
 static void *dispatch_main(void *arg)
 {
     pjs_dispatcher *d = arg;
     for (;;) {
         pthread_mutex_lock(&d->lock);
-        while (d->pending.length == 0 && !d->stopping)
+        while (d->tasks == NULL && d->sched.active == NULL && !d->stopping)
             pthread_cond_wait(&d->work, &d->lock);
-        pjs_infer_request *r = take_next_locked(d);
-        pthread_mutex_unlock(&d->lock);
-        if (r == NULL)
+        device_task *task = d->tasks;
+        if (task != NULL) {
+            d->tasks = task->next;
+            pthread_mutex_unlock(&d->lock);
+            task->run(task);
+            pthread_mutex_lock(&d->lock);
+            task->done = true;
+            pthread_cond_broadcast(&d->task_done);
+            pthread_mutex_unlock(&d->lock);
+            continue;
+        }
+        pjs_sched_plan plan;
+        if (!pjs_sched_next(&d->sched, pjs_now_ns(), &plan)) {
+            pthread_mutex_unlock(&d->lock);
             return NULL; /* stopping with nothing queued */
-        pjs_execute_request(r);
-        pthread_mutex_lock(&d->done_lock);
-        fifo_push(&d->completed, r);
-        pthread_cond_signal(&d->done_work);
-        pthread_mutex_unlock(&d->done_lock);
+        }
+        d->queued -= plan.n_jobs + list_length(plan.expired) + list_length(plan.shed);
+        pthread_mutex_unlock(&d->lock);
+        run_plan(d, &plan);
     }
 }
+
+/* Runs task on the dispatch thread and waits for it. */
+static void run_device_task(pjs_dispatcher *d, device_task *task)
+{
+    task->done = false;
+    task->next = NULL;
+    pthread_mutex_lock(&d->lock);
+    device_task **tail = &d->tasks;
+    while (*tail != NULL)
+        tail = &(*tail)->next;
+    *tail = task;
+    pthread_cond_signal(&d->work);
+    while (!task->done)
+        pthread_cond_wait(&d->task_done, &d->lock);
+    pthread_mutex_unlock(&d->lock);
+}
+
+/* ---- completion threads --------------------------------------------------------- */
 
 static void *completion_main(void *arg)
 {
@@ -275,6 +483,8 @@ static void *completion_main(void *arg)
         pthread_mutex_unlock(&d->done_lock);
         if (r == NULL)
             return NULL;
+        if (r->committed_slot != NULL)
+            atomic_store(r->committed_slot, false);
         r->on_done(r); /* r may be freed from here on */
         pthread_mutex_lock(&d->lock);
         if (--d->in_flight == 0)
@@ -283,8 +493,108 @@ static void *completion_main(void *arg)
     }
 }
 
-int pjs_dispatcher_create(int completion_threads, size_t max_queue, pjs_dispatcher **out,
+/* ---- models ------------------------------------------------------------------------ */
+
+int pjs_dispatcher_attach(pjs_dispatcher *d, pjs_model *m, double weight, size_t max_queue_depth,
                           pjs_error *err)
+{
+    (void)d;
+    const pjs_manifest *man = pjs_model_manifest(m);
+    if (man->n_batch_sizes > PJS_SCHED_MAX_SIZES)
+        return pjs_error_set(err, PJS_ERR_UNSUPPORTED,
+                             "model %s: pjserve schedules at most %d batch sizes", m->name,
+                             PJS_SCHED_MAX_SIZES);
+    m->queues = calloc(man->n_variants, sizeof *m->queues);
+    if (m->queues == NULL)
+        return pjs_error_set(err, PJS_ERR_NOMEM, "out of memory");
+    /* Requests coalesce when every input and output has a batch axis. */
+    bool coalesce = m->max_batch_size > 0;
+    for (size_t i = 0; i < man->n_inputs; i++)
+        coalesce = coalesce && man->inputs[i].batched;
+    for (size_t o = 0; o < man->n_outputs; o++)
+        coalesce = coalesce && man->outputs[o].batched;
+    pjs_sched_share_init(&m->share, weight, max_queue_depth);
+    for (size_t v = 0; v < man->n_variants; v++)
+        pjs_sched_queue_init(&m->queues[v], &m->share, m, v, man->batch_sizes,
+                             man->n_batch_sizes, coalesce);
+    m->n_queues = man->n_variants;
+    return 0;
+}
+
+typedef struct warm_up_task {
+    device_task task;
+    pjs_model *model;
+    int runs;
+    uint64_t *costs_ns;
+    int rc;
+    pjs_error err;
+} warm_up_task;
+
+/* Executes every (variant, batch size) `runs` times on zero inputs. */
+static void warm_up_run(device_task *task)
+{
+    warm_up_task *w = (warm_up_task *)task;
+    pjs_model *m = w->model;
+    const pjs_manifest *man = pjs_model_manifest(m);
+    const void *inputs[PJS_INFER_MAX_TENSORS] = {0};
+    void *host[PJS_INFER_MAX_TENSORS] = {0};
+    void *outputs[PJS_INFER_MAX_TENSORS] = {0};
+    for (size_t v = 0; v < man->n_variants && w->rc == 0; v++) {
+        const pjs_variant *var = &man->variants[v];
+        for (size_t k = 0; k < man->n_batch_sizes && w->rc == 0; k++) {
+            int64_t n = man->batch_sizes[k];
+            for (size_t i = 0; i < man->n_inputs && w->rc == 0; i++) {
+                size_t rb = pjs_tensor_spec_row_bytes(&var->inputs[i]);
+                host[i] = calloc(var->inputs[i].batched ? (size_t)n : 1, rb ? rb : 1);
+                inputs[i] = host[i];
+                if (host[i] == NULL)
+                    w->rc = pjs_error_set(&w->err, PJS_ERR_NOMEM, "out of memory");
+            }
+            for (size_t o = 0; o < man->n_outputs && w->rc == 0; o++) {
+                size_t rb = pjs_tensor_spec_row_bytes(&var->outputs[o]);
+                outputs[o] = malloc((var->outputs[o].batched ? (size_t)n : 1) * (rb ? rb : 1));
+                if (outputs[o] == NULL)
+                    w->rc = pjs_error_set(&w->err, PJS_ERR_NOMEM, "out of memory");
+            }
+            uint64_t cost = 0;
+            for (int run = 0; run < w->runs && w->rc == 0; run++) {
+                exec_times t;
+                uint64_t start = pjs_now_ns();
+                w->rc = device_execute(m, v, k, inputs, outputs, &t, &w->err);
+                cost = t.output_done - start;
+            }
+            for (size_t i = 0; i < PJS_INFER_MAX_TENSORS; i++) {
+                free(host[i]);
+                free(outputs[i]);
+                host[i] = outputs[i] = NULL;
+            }
+            if (w->rc != 0)
+                break;
+            pjs_sched_seed_cost(&m->queues[v], k, cost);
+            if (w->costs_ns != NULL)
+                w->costs_ns[v * man->n_batch_sizes + k] = cost;
+        }
+    }
+}
+
+int pjs_dispatcher_warm_up(pjs_dispatcher *d, pjs_model *m, int runs, uint64_t *costs_ns,
+                           pjs_error *err)
+{
+    if (runs <= 0)
+        return 0;
+    warm_up_task w = {.task.run = warm_up_run, .model = m, .runs = runs, .costs_ns = costs_ns};
+    run_device_task(d, &w.task);
+    if (w.rc != 0) {
+        *err = w.err;
+        return pjs_error_prefix(err, "warm-up: ");
+    }
+    return 0;
+}
+
+/* ---- the public API ------------------------------------------------------------------ */
+
+int pjs_dispatcher_create(int completion_threads, const pjs_sched_config *cfg,
+                          pjs_dispatcher **out, pjs_error *err)
 {
     pjs_dispatcher *d = calloc(1, sizeof *d);
     if (d == NULL)
@@ -292,9 +602,10 @@ int pjs_dispatcher_create(int completion_threads, size_t max_queue, pjs_dispatch
     pthread_mutex_init(&d->lock, NULL);
     pthread_cond_init(&d->work, NULL);
     pthread_cond_init(&d->idle, NULL);
+    pthread_cond_init(&d->task_done, NULL);
     pthread_mutex_init(&d->done_lock, NULL);
     pthread_cond_init(&d->done_work, NULL);
-    d->max_queue = max_queue;
+    pjs_sched_init(&d->sched, cfg);
     d->accepting = true;
     d->completion_threads = calloc((size_t)completion_threads, sizeof *d->completion_threads);
     if (d->completion_threads == NULL) {
@@ -303,7 +614,8 @@ int pjs_dispatcher_create(int completion_threads, size_t max_queue, pjs_dispatch
     }
     if (pthread_create(&d->dispatch_thread, NULL, dispatch_main, d) != 0) {
         free(d->completion_threads);
-        free(d);
+        d->completion_threads = NULL;
+        pjs_dispatcher_destroy(d);
         return pjs_error_set(err, PJS_ERR_INTERNAL, "cannot start the dispatch thread");
     }
     for (int i = 0; i < completion_threads; i++) {
@@ -319,24 +631,39 @@ int pjs_dispatcher_create(int completion_threads, size_t max_queue, pjs_dispatch
     return 0;
 }
 
-int pjs_dispatcher_submit(pjs_dispatcher *d, pjs_infer_request *r, pjs_error *err)
+int pjs_dispatcher_submit(pjs_dispatcher *d, pjs_infer_request *r, bool committed,
+                          pjs_error *err)
 {
+    pjs_model *m = r->model;
+    uint64_t now = pjs_now_ns();
+    r->times.queued = now;
+    r->job = (pjs_sched_job){
+        .arrival_ns = now, .deadline_ns = r->deadline_ns, .rows = r->batch, .committed = committed};
     pthread_mutex_lock(&d->lock);
     int rc = 0;
     if (!d->accepting)
         rc = pjs_error_set(err, PJS_ERR_UNAVAILABLE,
                            "pjserve is shutting down and accepts no new requests");
-    else if (d->pending.length >= d->max_queue)
-        rc = pjs_error_set(err, PJS_ERR_RESOURCE_EXHAUSTED,
-                           "the request queue is full (%zu requests waiting); retry later",
-                           d->pending.length);
+    else if (r->variant >= m->n_queues)
+        rc = pjs_error_set(err, PJS_ERR_INTERNAL, "model %s: no queue for variant %zu", m->name,
+                           r->variant);
+    else
+        rc = pjs_sched_enqueue(&d->sched, &m->queues[r->variant], &r->job, now, err);
     if (rc == 0) {
-        r->times.queued = pjs_now_ns();
-        fifo_push(&d->pending, r);
+        d->queued++;
         d->in_flight++;
         pthread_cond_signal(&d->work);
     }
     pthread_mutex_unlock(&d->lock);
+    if (rc == PJS_ERR_RESOURCE_EXHAUSTED || rc == PJS_ERR_DEADLINE_EXCEEDED) {
+        pjs_error_prefix(err, "model %s: ", m->name);
+        pthread_mutex_lock(&m->stats_lock);
+        if (rc == PJS_ERR_RESOURCE_EXHAUSTED)
+            m->stats.rejected_queue_full++;
+        else
+            m->stats.expired++;
+        pthread_mutex_unlock(&m->stats_lock);
+    }
     return rc;
 }
 
@@ -352,8 +679,18 @@ void pjs_dispatcher_drain(pjs_dispatcher *d)
 void pjs_dispatcher_counters(pjs_dispatcher *d, uint64_t *queue_depth, uint64_t *in_flight)
 {
     pthread_mutex_lock(&d->lock);
-    *queue_depth = d->pending.length;
+    *queue_depth = d->queued;
     *in_flight = d->in_flight;
+    pthread_mutex_unlock(&d->lock);
+}
+
+void pjs_dispatcher_model_load(pjs_dispatcher *d, pjs_model *m, uint64_t *queue_depth,
+                               double *recent_utilization)
+{
+    uint64_t now = pjs_now_ns();
+    pthread_mutex_lock(&d->lock);
+    *queue_depth = m->share.queued;
+    *recent_utilization = pjs_sched_recent_utilization(&d->sched, &m->share, now);
     pthread_mutex_unlock(&d->lock);
 }
 
@@ -378,6 +715,7 @@ void pjs_dispatcher_destroy(pjs_dispatcher *d)
     }
     pthread_cond_destroy(&d->done_work);
     pthread_mutex_destroy(&d->done_lock);
+    pthread_cond_destroy(&d->task_done);
     pthread_cond_destroy(&d->idle);
     pthread_cond_destroy(&d->work);
     pthread_mutex_destroy(&d->lock);

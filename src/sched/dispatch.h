@@ -1,50 +1,67 @@
 /*
  * dispatch.h - the device's one dispatch thread and the completion threads.
  *
- * Accepted requests wait in the dispatcher's queue. The dispatch thread
- * takes one at a time (under the queue lock, which it never holds while
- * executing), executes it on the device and hands it to a pool of
- * completion threads, which call the request's on_done so encoding and
- * responding never delay the next execution.
+ * Accepted requests wait in their model's queues (one per input-shape
+ * variant, see policy.h). Each time the device frees up, the dispatch
+ * thread asks the scheduler for the next plan under the queue lock, releases
+ * the lock, and runs the plan: the chosen requests' inputs are concatenated
+ * along the batch axis and padded to a compiled batch size, executed once,
+ * and the outputs sliced back per request. Executed and dropped requests go
+ * to a pool of completion threads, which call each request's on_done so
+ * encoding and responding never delay the next execution. Exactly one
+ * execution runs at a time; the lock is never held while executing.
  *
- * Which request runs next is decided in one function (dispatch.c,
- * take_next_locked): oldest first for now. The scheduler replaces that
- * choice and lets one execution serve several queued requests; the
- * submit / execute / complete hand-off stays as it is.
+ * The same thread runs device tasks (a model's warm-up at load) between
+ * executions, so nothing else ever touches the device concurrently.
  */
 #ifndef PJS_SCHED_DISPATCH_H
 #define PJS_SCHED_DISPATCH_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
 #include "core/infer.h"
 #include "core/status.h"
+#include "registry/model.h"
+#include "sched/policy.h"
 
 typedef struct pjs_dispatcher pjs_dispatcher;
 
-/* completion_threads and max_queue must be >= 1. */
-int pjs_dispatcher_create(int completion_threads, size_t max_queue, pjs_dispatcher **out,
-                          pjs_error *err);
+/* completion_threads >= 1; cfg checked by pjs_sched_config_check. */
+int pjs_dispatcher_create(int completion_threads, const pjs_sched_config *cfg,
+                          pjs_dispatcher **out, pjs_error *err);
 /* Drains, then stops and joins every thread. */
 void pjs_dispatcher_destroy(pjs_dispatcher *d);
 
-/* Queues a validated request (r->model set, holding a reference). Errors:
- * UNAVAILABLE once draining, RESOURCE_EXHAUSTED when max_queue requests wait.
- * On success r->on_done is called exactly once, on a completion thread. */
-int pjs_dispatcher_submit(pjs_dispatcher *d, pjs_infer_request *r, pjs_error *err);
+/* Sets up a newly created model's queues (one per variant) and share,
+ * before any request for it is submitted. */
+int pjs_dispatcher_attach(pjs_dispatcher *d, pjs_model *m, double weight, size_t max_queue_depth,
+                          pjs_error *err);
+
+/* Runs the warm-up pass of an attached model on the dispatch thread: every
+ * (variant, batch size) executes `runs` times on zero inputs and the last
+ * run's device time seeds the cost estimate. Blocks until done. Fills
+ * costs_ns[variant * n_batch_sizes + k] when costs_ns is not NULL. */
+int pjs_dispatcher_warm_up(pjs_dispatcher *d, pjs_model *m, int runs, uint64_t *costs_ns,
+                           pjs_error *err);
+
+/* Queues a validated request (r->model set, holding a reference; r->batch,
+ * r->variant and r->deadline_ns set). Errors: UNAVAILABLE once draining,
+ * RESOURCE_EXHAUSTED when the model's queue is full, DEADLINE_EXCEEDED when
+ * the deadline already passed. On success r->on_done is called exactly once,
+ * on a completion thread. A committed request is dispatched ahead of the
+ * discipline and exempt from the queue depth and from predictive shedding. */
+int pjs_dispatcher_submit(pjs_dispatcher *d, pjs_infer_request *r, bool committed,
+                          pjs_error *err);
 
 /* Refuses new requests from now on and waits until every accepted one has
  * completed (its on_done returned). */
 void pjs_dispatcher_drain(pjs_dispatcher *d);
 
 void pjs_dispatcher_counters(pjs_dispatcher *d, uint64_t *queue_depth, uint64_t *in_flight);
-
-/* Runs one request on the device: pads the batch to the smallest compiled
- * size that holds it, uploads the inputs, executes with the model's weights,
- * reads the outputs back and slices them to the request's rows. Fills
- * r->outputs, the timestamps and, on failure, r->error. Called by the
- * dispatch thread only. */
-void pjs_execute_request(pjs_infer_request *r);
+/* A model's queued requests and recent share of device time (0..1). */
+void pjs_dispatcher_model_load(pjs_dispatcher *d, pjs_model *m, uint64_t *queue_depth,
+                               double *recent_utilization);
 
 #endif

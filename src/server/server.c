@@ -6,6 +6,12 @@
  * array and is held only to read or swap entries, never while compiling:
  * loads run under `load_lock`, which serializes them, and swap the new model
  * in at the end, so requests in flight keep the model they looked up.
+ *
+ * A load compiles the bundle, attaches the model to the dispatcher with its
+ * policy (weight, queue depth, default timeout: the configuration's entry
+ * for the model, else the manifest's weight and the scheduler's defaults)
+ * and runs the warm-up pass on the dispatch thread, which seeds the
+ * scheduler's cost estimates; only then is the model swapped in and ready.
  */
 #include "server/server.h"
 
@@ -29,8 +35,17 @@ typedef struct repo_entry {
     bool unloaded;     /* unavailable on request, not by failure */
 } repo_entry;
 
+/* What the server keeps of its configuration: the scheduler's settings
+ * and each configured model's policy (names owned). */
+typedef struct server_policies {
+    pjs_sched_config sched;
+    size_t n_models;
+    pjs_model_policy *models;
+} server_policies;
+
 struct pjs_server {
     char repository[PJS_BUNDLE_DIR_MAX];
+    server_policies policies;
     pjs_rt_client *client;
     pjs_exec_cache *cache; /* NULL: no executable cache */
     pjs_dispatcher *dispatcher;
@@ -128,6 +143,57 @@ static bool is_bundle_dir(const char *repository, const char *name)
     return stat(path, &st) == 0 && S_ISDIR(st.st_mode);
 }
 
+/* Attaches m to the dispatcher with its configured policy, the defaults
+ * filling what the configuration leaves out. */
+static int attach_model(pjs_server *s, pjs_model *m, pjs_error *err)
+{
+    const server_policies *p = &s->policies;
+    double weight = pjs_model_manifest(m)->weight;
+    size_t depth = p->sched.max_queue_depth;
+    uint64_t timeout_us = p->sched.default_timeout_us;
+    for (size_t i = 0; i < p->n_models; i++) {
+        const pjs_model_policy *mp = &p->models[i];
+        if (strcmp(mp->name, m->name) != 0)
+            continue;
+        if (mp->weight > 0)
+            weight = mp->weight;
+        if (mp->max_queue_depth > 0)
+            depth = mp->max_queue_depth;
+        if (mp->default_timeout_us >= 0)
+            timeout_us = (uint64_t)mp->default_timeout_us;
+    }
+    m->default_timeout_ns = timeout_us * 1000;
+    return pjs_dispatcher_attach(s->dispatcher, m, weight, depth, err);
+}
+
+/* "model mlp ready: 3 batch sizes (3 from the executable cache), 4 weights,
+ * warm-up b1 0.05 ms, b4 0.08 ms, b8 0.11 ms; 0.21 s" */
+static void log_ready(pjs_server *s, pjs_model *m, const char *progress, const uint64_t *costs,
+                      double seconds)
+{
+    const pjs_bundle *b = m->bundle;
+    const pjs_manifest *man = pjs_model_manifest(m);
+    size_t from_cache = 0;
+    for (size_t i = 0; i < b->n_modules; i++)
+        from_cache += b->modules[i].exec->from_cache;
+    char warm[512] = "";
+    size_t used = 0;
+    for (size_t i = 0; s->policies.sched.warmup_runs > 0 && i < b->n_modules; i++) {
+        const pjs_bundle_module *mod = &b->modules[i];
+        int n = snprintf(warm + used, sizeof warm - used, "%s%s%s b%lld %.3f ms",
+                         i == 0 ? "; warm-up" : ",", man->n_variants > 1 ? " " : "",
+                         man->n_variants > 1 ? man->variants[mod->variant].name : "",
+                         (long long)mod->batch_size, (double)costs[i] / 1e6);
+        if (n < 0 || (size_t)n >= sizeof warm - used)
+            break;
+        used += (size_t)n;
+    }
+    pjs_info("%smodel %s ready: %zu batch sizes x %zu variants (%zu modules from the executable "
+             "cache), %zu weights%s; %.2f s",
+             progress, m->name, man->n_batch_sizes, man->n_variants, from_cache,
+             b->weights.n_tensors, warm, seconds);
+}
+
 /* Compiles bundle `name` and swaps it in. load_lock held. */
 static int load_locked(pjs_server *s, const char *name, const char *progress, pjs_error *err)
 {
@@ -142,21 +208,25 @@ static int load_locked(pjs_server *s, const char *name, const char *progress, pj
     uint64_t t0 = pjs_now_ns();
     pjs_bundle *b = NULL;
     pjs_model *m = NULL;
+    uint64_t *costs = NULL;
     int rc = pjs_bundle_open(dir, &b, err);
     if (rc == 0)
         rc = pjs_model_create(b, s->client, s->cache, &m, err);
+    if (rc == 0)
+        rc = attach_model(s, m, err);
+    if (rc == 0 && (costs = calloc(m->bundle->n_modules + 1, sizeof *costs)) == NULL)
+        rc = pjs_error_set(err, PJS_ERR_NOMEM, "out of memory");
+    if (rc == 0)
+        rc = pjs_dispatcher_warm_up(s->dispatcher, m, s->policies.sched.warmup_runs, costs, err);
     if (rc != 0) {
         pjs_warn("%smodel %s not loaded: %s", progress, name, err->msg);
+        pjs_model_unref(m);
+        free(costs);
         pjs_model_unref(set_entry(s, name, PJS_MODEL_UNAVAILABLE, err->msg, NULL, false));
         return rc;
     }
-    size_t from_cache = 0;
-    for (size_t i = 0; i < m->bundle->n_modules; i++)
-        from_cache += m->bundle->modules[i].exec->from_cache;
-    pjs_info("%smodel %s ready: %zu batch sizes (%zu from the executable cache), %zu weights, "
-             "%.2f s",
-             progress, name, m->bundle->n_modules, from_cache, m->bundle->weights.n_tensors,
-             (double)(pjs_now_ns() - t0) / 1e9);
+    log_ready(s, m, progress, costs, (double)(pjs_now_ns() - t0) / 1e9);
+    free(costs);
     pjs_model_unref(set_entry(s, name, PJS_MODEL_READY, "", m, false));
     return 0;
 }
@@ -220,6 +290,36 @@ static int load_repository(pjs_server *s, pjs_error *err)
 
 /* ---- creation and shutdown ----------------------------------------------- */
 
+static void free_policies(server_policies *p)
+{
+    for (size_t i = 0; i < p->n_models; i++)
+        free(p->models[i].name);
+    free(p->models);
+    p->models = NULL;
+    p->n_models = 0;
+}
+
+static int copy_policies(server_policies *p, const pjs_server_config *c, pjs_error *err)
+{
+    if (c == NULL) {
+        pjs_sched_config_defaults(&p->sched);
+        return 0;
+    }
+    if (pjs_sched_config_check(&c->sched, err) != 0)
+        return err->code;
+    p->sched = c->sched;
+    p->models = calloc(c->n_models + 1, sizeof *p->models);
+    if (p->models == NULL)
+        return pjs_error_set(err, PJS_ERR_NOMEM, "out of memory");
+    for (size_t i = 0; i < c->n_models; i++) {
+        p->models[i] = c->models[i];
+        if ((p->models[i].name = strdup(c->models[i].name)) == NULL)
+            return pjs_error_set(err, PJS_ERR_NOMEM, "out of memory");
+        p->n_models++;
+    }
+    return 0;
+}
+
 int pjs_server_create(const pjs_server_options *o, pjs_server **out, pjs_error *err)
 {
     if (o->repository == NULL || strlen(o->repository) >= PJS_BUNDLE_DIR_MAX)
@@ -234,6 +334,10 @@ int pjs_server_create(const pjs_server_options *o, pjs_server **out, pjs_error *
     if (s == NULL)
         return pjs_error_set(err, PJS_ERR_NOMEM, "out of memory");
     snprintf(s->repository, sizeof s->repository, "%s", o->repository);
+    if (copy_policies(&s->policies, o->config, err) != 0) {
+        pjs_server_destroy(s);
+        return err->code;
+    }
     pthread_mutex_init(&s->load_lock, NULL);
     pthread_mutex_init(&s->repo_lock, NULL);
     atomic_init(&s->draining, false);
@@ -250,8 +354,8 @@ int pjs_server_create(const pjs_server_options *o, pjs_server **out, pjs_error *
         pjs_info("PJRT platform %s (%s), executing on device %s",
                  pjs_rt_client_platform(s->client), pjs_rt_client_platform_version(s->client),
                  devices);
-        rc = pjs_dispatcher_create(o->completion_threads > 0 ? o->completion_threads : 4, 4096,
-                                   &s->dispatcher, err);
+        rc = pjs_dispatcher_create(o->completion_threads > 0 ? o->completion_threads : 4,
+                                   &s->policies.sched, &s->dispatcher, err);
     }
     if (rc == 0)
         rc = load_repository(s, err);
@@ -283,6 +387,7 @@ void pjs_server_destroy(pjs_server *s)
     if (s->client != NULL)
         pjs_rt_client_destroy(s->client);
     pjs_shm_registry_destroy(s->shm);
+    free_policies(&s->policies);
     pthread_mutex_destroy(&s->repo_lock);
     pthread_mutex_destroy(&s->load_lock);
     free(s);
@@ -346,13 +451,15 @@ int pjs_server_get_model(pjs_server *s, const char *name, const char *version, p
     return rc;
 }
 
-int pjs_server_submit(pjs_server *s, pjs_infer_request *r, pjs_error *err)
+static int submit(pjs_server *s, pjs_infer_request *r, bool committed, pjs_error *err)
 {
     pjs_model *m = r->model;
     int rc = pjs_infer_validate(r, pjs_model_manifest(m), m->max_batch_size > 0 ? m->max_batch_size : 1,
                                 err);
+    if (rc == 0 && r->deadline_ns == 0 && m->default_timeout_ns > 0)
+        r->deadline_ns = r->times.received + m->default_timeout_ns;
     if (rc == 0)
-        rc = pjs_dispatcher_submit(s->dispatcher, r, err);
+        rc = pjs_dispatcher_submit(s->dispatcher, r, committed, err);
     if (rc != 0) {
         uint64_t now = pjs_now_ns();
         pthread_mutex_lock(&m->stats_lock);
@@ -361,6 +468,40 @@ int pjs_server_submit(pjs_server *s, pjs_infer_request *r, pjs_error *err)
         pthread_mutex_unlock(&m->stats_lock);
     }
     return rc;
+}
+
+int pjs_server_submit(pjs_server *s, pjs_infer_request *r, pjs_error *err)
+{
+    return submit(s, r, false, err);
+}
+
+int pjs_server_submit_committed(pjs_server *s, pjs_infer_request *r,
+                                pjs_committed_caller *caller, pjs_error *err)
+{
+    bool idle = false;
+    if (!atomic_compare_exchange_strong(&caller->in_flight, &idle, true))
+        return pjs_error_set(err, PJS_ERR_FAILED_PRECONDITION,
+                             "model %s: this caller already has a committed request in flight; "
+                             "wait for its completion before submitting the next",
+                             r->model->name);
+    r->committed_slot = &caller->in_flight;
+    int rc = submit(s, r, true, err);
+    if (rc != 0) {
+        r->committed_slot = NULL;
+        atomic_store(&caller->in_flight, false);
+    }
+    return rc;
+}
+
+void pjs_server_model_sched_info(pjs_server *s, pjs_model *m, pjs_model_sched_info *out)
+{
+    out->weight = m->share.weight; /* set at attach, read-only afterwards */
+    pjs_dispatcher_model_load(s->dispatcher, m, &out->queue_depth, &out->recent_utilization);
+}
+
+const char *pjs_server_discipline(const pjs_server *s)
+{
+    return pjs_discipline_name(s->policies.sched.discipline);
 }
 
 size_t pjs_server_repository_index(pjs_server *s, bool ready_only, pjs_repository_entry *out,
