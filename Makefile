@@ -64,7 +64,7 @@ tsan: bootstrap
 	cd build-tsan && $(TSAN_ENV) ctest --output-on-failure -j $(JOBS)
 	$(TSAN_ENV) PJSERVE_BIN=$(CURDIR)/build-tsan/pjserve $(PYTEST) $(PYTESTS)
 
-FUZZERS := fuzz_safetensors fuzz_manifest fuzz_npy fuzz_rest_infer fuzz_grpc_infer
+FUZZERS := fuzz_safetensors fuzz_manifest fuzz_npy fuzz_config fuzz_rest_infer fuzz_grpc_infer
 
 fuzz-build: bootstrap
 	@test -f build-fuzz/CMakeCache.txt || \

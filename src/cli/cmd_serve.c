@@ -7,6 +7,11 @@
  * inherits the mask and the main thread alone receives them with sigwait.
  * Shutdown: the server stops admitting requests and waits for every accepted
  * one to be answered, then the front ends close, then the models go.
+ *
+ * The scheduler's configuration is built after the command line is read:
+ * defaults, then --config FILE, then PJSERVE_SCHEDULER_* variables, then the
+ * scheduler flags in the order given (server/config.h), so a flag wins
+ * wherever it stands on the command line.
  */
 #include <getopt.h>
 #include <pthread.h>
@@ -14,11 +19,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cli/cli.h"
 #include "core/log.h"
 #include "frontend/grpc/grpc_frontend.h"
 #include "frontend/http/http_frontend.h"
+#include "server/config.h"
 #include "server/server.h"
 
 static const char help[] =
@@ -47,12 +54,57 @@ static const char help[] =
     "  --grpc-keepalive-permit-without-calls  allow client pings with no call open\n"
     "  --grpc-threads N        gRPC completion-queue threads (default 4)\n"
     "  --http-threads N        HTTP connection threads (default 4)\n"
-    "  --max-queue N           requests allowed to wait for the device (default\n"
-    "                          4096; more are refused with RESOURCE_EXHAUSTED/429)\n" PJS_CLI_COMMON_HELP
+    "\n"
+    "scheduler: each setting comes from its default, then --config FILE, then its\n"
+    "environment variable [in brackets], then its flag; later ones win. The file\n"
+    "format and every key: docs/serving.md, section Configuration.\n"
+    "  --config FILE           YAML file of scheduler settings and per-model policies\n"
+    "  --scheduler-discipline fair|fifo|edf  (default fair)\n"
+    "                          fair: weighted shares of recent device time; fifo:\n"
+    "                          global arrival order; edf: earliest deadline first,\n"
+    "                          shedding requests predicted to miss it\n"
+    "                          [PJSERVE_SCHEDULER_DISCIPLINE]\n"
+    "  --scheduler-half-life-ms MS  fair: half-life of the recent device time that\n"
+    "                          shares are measured on (default 1000)\n"
+    "                          [PJSERVE_SCHEDULER_HALF_LIFE_MS]\n"
+    "  --coalesce-discount X   fair: how much cheaper a batched execution counts,\n"
+    "                          from 0 (cost per execution) to 1 (per row)\n"
+    "                          (default 0.5)\n"
+    "                          [PJSERVE_SCHEDULER_COALESCE_DISCOUNT]\n"
+    "  --fair-clamp X          fair: bound on a model's score, >= 1 (default 4)\n"
+    "                          [PJSERVE_SCHEDULER_FAIR_CLAMP]\n"
+    "  --cost-smoothing X      weight of a new execution-time measurement in the cost\n"
+    "                          estimates, in (0, 1] (default 0.2)\n"
+    "                          [PJSERVE_SCHEDULER_COST_SMOOTHING]\n"
+    "  --edf-laxity-margin-us US  edf: shed a request when now + estimated cost +\n"
+    "                          margin passes its deadline (default 0)\n"
+    "                          [PJSERVE_SCHEDULER_EDF_LAXITY_MARGIN_US]\n"
+    "  --max-queue-depth N     requests one model may queue; more are refused with\n"
+    "                          RESOURCE_EXHAUSTED / 429 (default 1024)\n"
+    "                          [PJSERVE_SCHEDULER_MAX_QUEUE_DEPTH]\n"
+    "  --default-timeout-us US deadline of requests that carry none; 0: none\n"
+    "                          (default 0) [PJSERVE_SCHEDULER_DEFAULT_TIMEOUT_US]\n"
+    "  --warmup-runs N         executions per variant and batch size at load, to\n"
+    "                          measure costs, 0..100 (default 2)\n"
+    "                          [PJSERVE_SCHEDULER_WARMUP_RUNS]\n"
+    "  --model-weight NAME=W   fair-share weight of model NAME (default: its\n"
+    "                          manifest's weight); repeatable; no environment form\n"
+    "\n"
+    "common:\n" PJS_CLI_COMMON_HELP
     "\n"
     "example:\n"
     "  make models && pjserve serve --model-repository models\n"
     "  curl localhost:8000/v2/models/mlp\n";
+
+/* Most scheduler flags one command line may give. */
+#define MAX_SETTINGS 128
+
+/* A scheduler flag, applied after the file and the environment. */
+typedef struct serve_setting {
+    const char *flag;
+    char key[192];            /* "scheduler.discipline", "models.mlp.weight" */
+    const char *value;
+} serve_setting;
 
 typedef struct serve_args {
     const char *repository;
@@ -61,7 +113,9 @@ typedef struct serve_args {
     bool allow_client_shm;
     pjs_grpc_options grpc;
     int http_threads;
-    long max_queue;
+    const char *config_path;
+    serve_setting settings[MAX_SETTINGS];
+    size_t n_settings;
     pjs_cli_common common;
 } serve_args;
 
@@ -80,8 +134,36 @@ enum {
     OPT_KEEPALIVE_PERMIT,
     OPT_GRPC_THREADS,
     OPT_HTTP_THREADS,
-    OPT_MAX_QUEUE,
+    OPT_CONFIG,
+    OPT_MODEL_WEIGHT,
+    OPT_DISCIPLINE,
+    OPT_HALF_LIFE,
+    OPT_COALESCE_DISCOUNT,
+    OPT_FAIR_CLAMP,
+    OPT_COST_SMOOTHING,
+    OPT_LAXITY_MARGIN,
+    OPT_MAX_QUEUE_DEPTH,
+    OPT_DEFAULT_TIMEOUT,
+    OPT_WARMUP_RUNS,
 };
+
+/* The flags that set one scheduler key each. */
+static const struct {
+    int opt;
+    const char *flag;
+    const char *key;
+} sched_flags[] = {
+    {OPT_DISCIPLINE, "--scheduler-discipline", "scheduler.discipline"},
+    {OPT_HALF_LIFE, "--scheduler-half-life-ms", "scheduler.half_life_ms"},
+    {OPT_COALESCE_DISCOUNT, "--coalesce-discount", "scheduler.coalesce_discount"},
+    {OPT_FAIR_CLAMP, "--fair-clamp", "scheduler.fair_clamp"},
+    {OPT_COST_SMOOTHING, "--cost-smoothing", "scheduler.cost_smoothing"},
+    {OPT_LAXITY_MARGIN, "--edf-laxity-margin-us", "scheduler.edf_laxity_margin_us"},
+    {OPT_MAX_QUEUE_DEPTH, "--max-queue-depth", "scheduler.max_queue_depth"},
+    {OPT_DEFAULT_TIMEOUT, "--default-timeout-us", "scheduler.default_timeout_us"},
+    {OPT_WARMUP_RUNS, "--warmup-runs", "scheduler.warmup_runs"},
+};
+#define N_SCHED_FLAGS (sizeof sched_flags / sizeof sched_flags[0])
 
 /* Parses a non-negative integer option no larger than max. */
 static int parse_int(const char *flag, const char *arg, long max, long *out)
@@ -92,6 +174,31 @@ static int parse_int(const char *flag, const char *arg, long max, long *out)
         return pjs_cli_usage_error("serve", "%s %s: expected an integer in 0..%ld", flag, arg,
                                    max);
     *out = v;
+    return 0;
+}
+
+/* Records a scheduler flag (opt one of sched_flags, or --model-weight). */
+static int add_setting(serve_args *a, int opt, const char *arg)
+{
+    if (a->n_settings == MAX_SETTINGS)
+        return pjs_cli_usage_error("serve", "at most %d scheduler flags", MAX_SETTINGS);
+    serve_setting *st = &a->settings[a->n_settings];
+    if (opt == OPT_MODEL_WEIGHT) {
+        const char *eq = strchr(arg, '=');
+        if (eq == NULL || eq == arg)
+            return pjs_cli_usage_error("serve", "--model-weight %s: expected NAME=WEIGHT", arg);
+        *st = (serve_setting){.flag = "--model-weight", .value = eq + 1};
+        int n = snprintf(st->key, sizeof st->key, "models.%.*s.weight", (int)(eq - arg), arg);
+        if (n < 0 || (size_t)n >= sizeof st->key)
+            return pjs_cli_usage_error("serve", "--model-weight: the model name is too long");
+    } else {
+        size_t i = 0;
+        while (i + 1 < N_SCHED_FLAGS && sched_flags[i].opt != opt)
+            i++;
+        *st = (serve_setting){.flag = sched_flags[i].flag, .value = arg};
+        snprintf(st->key, sizeof st->key, "%s", sched_flags[i].key);
+    }
+    a->n_settings++;
     return 0;
 }
 
@@ -113,7 +220,17 @@ static int parse_args(int argc, char **argv, serve_args *a)
         {"grpc-keepalive-permit-without-calls", no_argument, NULL, OPT_KEEPALIVE_PERMIT},
         {"grpc-threads", required_argument, NULL, OPT_GRPC_THREADS},
         {"http-threads", required_argument, NULL, OPT_HTTP_THREADS},
-        {"max-queue", required_argument, NULL, OPT_MAX_QUEUE},
+        {"config", required_argument, NULL, OPT_CONFIG},
+        {"model-weight", required_argument, NULL, OPT_MODEL_WEIGHT},
+        {"scheduler-discipline", required_argument, NULL, OPT_DISCIPLINE},
+        {"scheduler-half-life-ms", required_argument, NULL, OPT_HALF_LIFE},
+        {"coalesce-discount", required_argument, NULL, OPT_COALESCE_DISCOUNT},
+        {"fair-clamp", required_argument, NULL, OPT_FAIR_CLAMP},
+        {"cost-smoothing", required_argument, NULL, OPT_COST_SMOOTHING},
+        {"edf-laxity-margin-us", required_argument, NULL, OPT_LAXITY_MARGIN},
+        {"max-queue-depth", required_argument, NULL, OPT_MAX_QUEUE_DEPTH},
+        {"default-timeout-us", required_argument, NULL, OPT_DEFAULT_TIMEOUT},
+        {"warmup-runs", required_argument, NULL, OPT_WARMUP_RUNS},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0}};
     a->host = "0.0.0.0";
@@ -163,10 +280,17 @@ static int parse_args(int argc, char **argv, serve_args *a)
             bad = parse_int("--http-threads", optarg, 256, &v);
             a->http_threads = (int)v;
             break;
-        case OPT_MAX_QUEUE:
-            bad = parse_int("--max-queue", optarg, 1L << 24, &v);
-            a->max_queue = v;
-            break;
+        case OPT_CONFIG: a->config_path = optarg; break;
+        case OPT_MODEL_WEIGHT:
+        case OPT_DISCIPLINE:
+        case OPT_HALF_LIFE:
+        case OPT_COALESCE_DISCOUNT:
+        case OPT_FAIR_CLAMP:
+        case OPT_COST_SMOOTHING:
+        case OPT_LAXITY_MARGIN:
+        case OPT_MAX_QUEUE_DEPTH:
+        case OPT_DEFAULT_TIMEOUT:
+        case OPT_WARMUP_RUNS: bad = add_setting(a, opt, optarg); break;
         default: {
             int r = pjs_cli_common_option(&a->common, opt, optarg);
             if (r < 0)
@@ -190,12 +314,51 @@ static int parse_args(int argc, char **argv, serve_args *a)
     return PJS_EXIT_OK;
 }
 
+/* Builds the configuration: defaults < file < environment < flags. A bad
+ * file or variable is a failure, a bad flag value a usage error. */
+static int build_config(const serve_args *a, pjs_server_config *c)
+{
+    pjs_error err;
+    pjs_server_config_init(c);
+    if (a->config_path != NULL && pjs_server_config_load_file(c, a->config_path, &err) != 0)
+        return pjs_cli_fail("%s", err.msg);
+    if (pjs_server_config_apply_env(c, environ, &err) != 0)
+        return pjs_cli_fail("%s", err.msg);
+    for (size_t i = 0; i < a->n_settings; i++) {
+        const serve_setting *st = &a->settings[i];
+        if (pjs_server_config_set(c, st->key, st->value, st->flag, &err) != 0)
+            return pjs_cli_usage_error("serve", "%s", err.msg);
+    }
+    if (pjs_server_config_check(c, &err) != 0)
+        return pjs_cli_fail("%s", err.msg);
+    return PJS_EXIT_OK;
+}
+
+/* Logs the effective scheduler settings and model policies, once. */
+static void log_config(const pjs_server_config *c)
+{
+    char line[512];
+    pjs_server_config_describe(c, line, sizeof line);
+    pjs_info("%s", line);
+    for (size_t i = 0; i < c->n_models; i++) {
+        pjs_model_policy_describe(&c->models[i], line, sizeof line);
+        pjs_info("%s", line);
+    }
+}
+
 int pjs_cmd_serve(int argc, char **argv)
 {
     serve_args a = {0};
     int rc = parse_args(argc, argv, &a);
     if (rc != 0)
         return rc < 0 ? PJS_EXIT_OK : rc;
+    pjs_server_config config;
+    rc = build_config(&a, &config);
+    if (rc != PJS_EXIT_OK) {
+        pjs_server_config_free(&config);
+        return rc;
+    }
+    log_config(&config);
 
     sigset_t stop_signals;
     sigemptyset(&stop_signals);
@@ -212,13 +375,16 @@ int pjs_cmd_serve(int argc, char **argv)
         .pjrt_options = a.common.pjrt_options,
         .n_pjrt_options = a.common.n_pjrt_options,
         .allow_client_shm = a.allow_client_shm,
+        .config = &config,
     };
     pjs_error err;
     pjs_server *server = NULL;
     pjs_grpc_frontend *grpc = NULL;
     pjs_http_frontend *http = NULL, *metrics = NULL;
-    if (pjs_server_create(&so, &server, &err) != 0)
+    if (pjs_server_create(&so, &server, &err) != 0) {
+        pjs_server_config_free(&config);
         return pjs_cli_fail("%s", err.msg);
+    }
 
     a.grpc.host = a.host;
     a.grpc.port = a.grpc_port;
@@ -250,6 +416,7 @@ int pjs_cmd_serve(int argc, char **argv)
     pjs_http_frontend_stop(http);
     pjs_http_frontend_stop(metrics);
     pjs_server_destroy(server);
+    pjs_server_config_free(&config);
     if (rc == PJS_EXIT_OK)
         pjs_info("stopped");
     return rc;

@@ -20,8 +20,10 @@ static const char usage[] =
     "  run BUNDLE --input NAME=FILE.npy ... --output-dir DIR\n"
     "                  load, compile and execute a bundle once; write outputs as .npy\n"
     "  check BUNDLE... validate and compile bundles; report what was found\n"
-    "  info            show the PJRT plugin: platform, API version, devices, and the\n"
-    "                  StableHLO versions it accepts\n"
+    "  info [BUNDLE...]\n"
+    "                  show the PJRT plugin: platform, API version, devices, and the\n"
+    "                  StableHLO versions it accepts; and each BUNDLE's shapes and\n"
+    "                  variants\n"
     "\n"
     "Run 'pjserve COMMAND --help' for a command's options. A bundle is a directory\n"
     "with manifest.yaml, weights.safetensors and model.b{N}.mlir files; see\n"
@@ -30,7 +32,8 @@ static const char usage[] =
     "environment:\n"
     "  PJSERVE_PJRT_PLUGIN   PJRT plugin .so used when --pjrt-plugin is not given\n"
     "  PJSERVE_CACHE_DIR     executable cache directory\n"
-    "  PJSERVE_LOG_LEVEL     debug | info | warn | error\n";
+    "  PJSERVE_LOG_LEVEL     debug | info | warn | error\n"
+    "  PJSERVE_SCHEDULER_*   serve's scheduler settings (pjserve serve --help)\n";
 
 int main(int argc, char **argv)
 {

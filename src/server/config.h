@@ -21,8 +21,11 @@
  * Every setting has one dotted key ("scheduler.half_life_ms",
  * "models.mlp.weight") shared by the file, the environment
  * (PJSERVE_SCHEDULER_HALF_LIFE_MS; model settings have no environment form)
- * and pjs_server_config_set, which the command line uses. Errors name the
- * origin (file and line, variable, or flag) and the key.
+ * and pjs_server_config_set, which the command line uses. Every key is
+ * optional (an empty file or section sets nothing), and text from the
+ * environment and flags is read by the file's rules, as a plain YAML scalar
+ * (core/yaml_strict.h). Errors name the origin (file and line, variable, or
+ * flag) and the key. docs/serving.md ("Configuration") documents each key.
  */
 #ifndef PJS_SERVER_CONFIG_H
 #define PJS_SERVER_CONFIG_H
@@ -32,6 +35,9 @@
 
 #include "core/status.h"
 #include "sched/policy.h"
+
+/* Largest configuration file read. */
+#define PJS_CONFIG_MAX_BYTES (1u << 20)
 
 typedef struct pjs_model_policy {
     char *name;
@@ -69,5 +75,11 @@ int pjs_server_config_check(const pjs_server_config *c, pjs_error *err);
 
 /* The policy for model `name`, or NULL. */
 const pjs_model_policy *pjs_server_config_model(const pjs_server_config *c, const char *name);
+
+/* One log line of the scheduler settings ("scheduler: fair, half-life
+ * 1000 ms, ..."), and one of a model policy's settings ("model policy mlp:
+ * weight 2, max queue depth 64"); truncated to size. */
+void pjs_server_config_describe(const pjs_server_config *c, char *buf, size_t size);
+void pjs_model_policy_describe(const pjs_model_policy *p, char *buf, size_t size);
 
 #endif

@@ -200,9 +200,10 @@ def test_http_compression(hclient, cases, algo):
 # ---- a full queue -----------------------------------------------------------------
 
 def test_full_queue_is_resource_exhausted(server_factory, cases):
-    """--max-queue 1: requests beyond the queue are refused with
-    RESOURCE_EXHAUSTED / 429; the others are answered correctly."""
-    srv = server_factory(extra_args=["--max-queue", "1"], names=("mlp", "two_io"))
+    """--max-queue-depth 1 (per model; every request here goes to two_io):
+    requests beyond the queue are refused with RESOURCE_EXHAUSTED / 429; the
+    others are answered correctly."""
+    srv = server_factory(extra_args=["--max-queue-depth", "1"], names=("mlp", "two_io"))
     case = cases.get("two_io", 8)
     lock = threading.Lock()
     counts = {"ok": 0, "exhausted": 0}
