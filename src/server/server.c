@@ -231,6 +231,21 @@ static int load_locked(pjs_server *s, const char *name, const char *progress, pj
     return 0;
 }
 
+/* A policy naming no bundle of the repository is most likely a typo. */
+static void warn_unused_policies(pjs_server *s)
+{
+    for (size_t i = 0; i < s->policies.n_models; i++) {
+        const char *name = s->policies.models[i].name;
+        pthread_mutex_lock(&s->repo_lock);
+        bool known = find_entry_locked(s, name) != NULL;
+        pthread_mutex_unlock(&s->repo_lock);
+        if (!known)
+            pjs_warn("configuration: models.%s: no bundle of that name in %s; the policy is "
+                     "unused until one appears",
+                     name, s->repository);
+    }
+}
+
 static int compare_names(const void *a, const void *b)
 {
     return strcmp(*(char *const *)a, *(char *const *)b);
@@ -281,6 +296,7 @@ static int load_repository(pjs_server *s, pjs_error *err)
             pthread_mutex_unlock(&s->load_lock);
         }
         pjs_info("%zu of %zu models loaded from %s", loaded, n, s->repository);
+        warn_unused_policies(s);
     }
     for (size_t i = 0; i < n; i++)
         free(names[i]);
