@@ -146,6 +146,88 @@ def test_metrics_after_known_traffic(gclient, hclient, server, cases):
     assert metric(samples1, "nv_inference_count", model=MODEL, version="1") == g.inference_count
 
 
+PJSERVE_FAMILIES = {
+    "pjserve_model_dispatches_total": "counter",
+    "pjserve_model_device_seconds_total": "counter",
+    "pjserve_model_recent_utilization": "gauge",
+    "pjserve_model_weight": "gauge",
+    "pjserve_model_queue_depth": "gauge",
+    "pjserve_model_queue_wait_seconds": "summary",
+    "pjserve_model_batch_rows": "histogram",
+    "pjserve_model_requests_expired_total": "counter",
+    "pjserve_model_requests_shed_total": "counter",
+    "pjserve_model_requests_rejected_total": "counter",
+    "pjserve_scheduler_info": "gauge",
+}
+QUANTILES = ("0.5", "0.9", "0.99")
+
+
+def _rows_buckets(samples, model, batch_sizes):
+    """{le: cumulative executions} of pjserve_model_batch_rows for model."""
+    out = {}
+    for le in [str(b) for b in batch_sizes] + ["+Inf"]:
+        v = metric(samples, "pjserve_model_batch_rows_bucket", model=model, version="1", le=le)
+        assert v is not None, f"pjserve_model_batch_rows_bucket{{model={model!r},le={le!r}}} missing"
+        out[le] = v
+    return out
+
+
+def test_scheduler_metrics_after_known_traffic(gclient, hclient, server, exported, cases):
+    samples0, types = parse_metrics(scrape(server.metrics_url))
+    for name, kind in PJSERVE_FAMILIES.items():
+        assert types.get(name) == kind, f"# TYPE {name} {kind} missing ({types.get(name)})"
+    n_ok, n_inf, n_exec = _traffic(gclient, hclient, cases)
+    samples1, _ = parse_metrics(scrape(server.metrics_url))
+    g = _grpc_stats(gclient, MODEL)
+
+    def at(samples, name, **labels):
+        v = metric(samples, name, model=MODEL, version="1", **labels)
+        assert v is not None, f"{name}{{model={MODEL!r},{labels}}} missing"
+        return v
+
+    # dispatches are executions, and agree with ModelStatistics
+    assert at(samples1, "pjserve_model_dispatches_total") == g.execution_count
+    assert (at(samples1, "pjserve_model_dispatches_total")
+            - at(samples0, "pjserve_model_dispatches_total")) == n_exec
+    assert at(samples1, "pjserve_model_device_seconds_total") > \
+        at(samples0, "pjserve_model_device_seconds_total")
+    # the rows histogram: one execution per dispatch, rows add up to inferences
+    sizes = exported[MODEL].manifest.batch_sizes
+    buckets0 = _rows_buckets(samples0, MODEL, sizes)
+    buckets1 = _rows_buckets(samples1, MODEL, sizes)
+    values = list(buckets1.values())
+    assert values == sorted(values), f"buckets not cumulative: {buckets1}"
+    count = at(samples1, "pjserve_model_batch_rows_count")
+    assert buckets1["+Inf"] == count
+    assert count == at(samples1, "pjserve_model_dispatches_total")
+    assert count - at(samples0, "pjserve_model_batch_rows_count") == n_exec
+    assert (at(samples1, "pjserve_model_batch_rows_sum")
+            - at(samples0, "pjserve_model_batch_rows_sum")) == n_inf
+    # requests of 2 and 3 rows, one at a time: 3 executions of 2 rows, 2 of 3 (le="4")
+    assert buckets1["1"] - buckets0["1"] == 0, (buckets0, buckets1)
+    assert buckets1["4"] - buckets0["4"] == n_exec, (buckets0, buckets1)
+    # the queue-wait summary
+    waits = [at(samples1, "pjserve_model_queue_wait_seconds", quantile=q) for q in QUANTILES]
+    assert all(w >= 0 for w in waits) and waits == sorted(waits), waits
+    assert at(samples1, "pjserve_model_queue_wait_seconds_count") == g.inference_stats.queue.count
+    assert at(samples1, "pjserve_model_queue_wait_seconds_sum") == \
+        pytest.approx(g.inference_stats.queue.ns / 1e9, abs=1e-9)
+    # the scheduler's view, idle now
+    for model in ("mlp", "convnet", MODEL):
+        assert metric(samples1, "pjserve_model_queue_depth", model=model, version="1") == 0
+        assert metric(samples1, "pjserve_model_weight", model=model, version="1") > 0
+        u = metric(samples1, "pjserve_model_recent_utilization", model=model, version="1")
+        assert u is not None and 0 <= u <= 1, u
+        for name in ("pjserve_model_requests_expired_total", "pjserve_model_requests_shed_total"):
+            assert metric(samples1, name, model=model, version="1") >= 0
+        assert metric(samples1, "pjserve_model_requests_rejected_total", model=model,
+                      version="1", reason="queue_full") >= 0
+    # the default discipline, reported once
+    info = [(labels, v) for (name, labels), v in samples1.items()
+            if name == "pjserve_scheduler_info"]
+    assert info == [(frozenset({("discipline", "fair")}), 1.0)], info
+
+
 def test_metrics_unknown_path(server):
     import urllib.error
     import urllib.request

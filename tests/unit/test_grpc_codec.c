@@ -22,6 +22,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include "frontend/deadline.h"
 #include "frontend/grpc/codec.h"
 #include "frontend/grpc/model_info.h"
 
@@ -290,6 +291,9 @@ static void test_priority_and_timeout(void **state)
     assert_int_equal(d.priority, 3);
     assert_true(d.has_timeout);
     assert_int_equal(d.timeout_us, 5000);
+    /* The deadline counts from when the request was received. */
+    assert_true(d.req.times.received > 0);
+    assert_int_equal(d.req.deadline_ns, d.req.times.received + 5000u * 1000u);
     pjs_grpc_infer_release(&d);
 
     demo_request(&b);
@@ -298,7 +302,54 @@ static void test_priority_and_timeout(void **state)
     assert_int_equal(decode(&b, &d, NULL, &err), 0);
     assert_int_equal(d.priority, 2);
     assert_int_equal(d.timeout_us, 10);
+    assert_int_equal(d.req.deadline_ns, d.req.times.received + 10000u);
     pjs_grpc_infer_release(&d);
+}
+
+static void test_timeout_without_deadline(void **state)
+{
+    (void)state;
+    builder b;
+    pjs_grpc_infer d;
+    pjs_error err;
+    demo_request(&b); /* no timeout */
+    assert_int_equal(decode(&b, &d, NULL, &err), 0);
+    assert_false(d.has_timeout);
+    assert_int_equal(d.req.deadline_ns, 0);
+    pjs_grpc_infer_release(&d);
+
+    demo_request(&b); /* 0 means no timeout, as Triton */
+    set_uint(add_request_param(&b, "timeout"), 0);
+    assert_int_equal(decode(&b, &d, NULL, &err), 0);
+    assert_true(d.has_timeout);
+    assert_int_equal(d.req.deadline_ns, 0);
+    pjs_grpc_infer_release(&d);
+
+    demo_request(&b); /* too far away to represent: no deadline either */
+    set_uint(add_request_param(&b, "timeout"), UINT64_MAX);
+    assert_int_equal(decode(&b, &d, NULL, &err), 0);
+    assert_int_equal(d.req.deadline_ns, 0);
+    pjs_grpc_infer_release(&d);
+}
+
+/* The call's deadline and the timeout parameter, as infer_call.c combines
+ * them (the gRPC clock conversion itself needs a live call). */
+static void test_deadline_arithmetic(void **state)
+{
+    (void)state;
+    assert_int_equal(pjs_deadline_after_ns(1000, 500), 1500);
+    assert_int_equal(pjs_deadline_after_ns(1000, -300), 700);
+    assert_int_equal(pjs_deadline_after_ns(1000, -5000), 1); /* passed, never "none" */
+    assert_int_equal(pjs_deadline_after_ns(1000, INT64_MIN), 1);
+    assert_int_equal(pjs_deadline_after_ns(UINT64_MAX - 10, 20), 0); /* unrepresentable */
+    assert_int_equal(pjs_deadline_from_timeout_us(1000, 0), 0);
+    assert_int_equal(pjs_deadline_from_timeout_us(1000, 1), 2000);
+    assert_int_equal(pjs_deadline_from_timeout_us(1000, UINT64_MAX / 1000), 0);
+    assert_int_equal(pjs_deadline_earlier(0, 0), 0);
+    assert_int_equal(pjs_deadline_earlier(0, 7), 7);
+    assert_int_equal(pjs_deadline_earlier(9, 0), 9);
+    assert_int_equal(pjs_deadline_earlier(9, 7), 7);
+    assert_int_equal(pjs_deadline_earlier(5, 7), 5);
 }
 
 static void test_priority_wrong_type(void **state)
@@ -755,8 +806,13 @@ static void test_model_config(void **state)
     assert_string_equal(c->platform, "pjrt_cpu");
     assert_string_equal(c->backend, "pjserve");
     assert_int_equal(c->max_batch_size, 4);
+    /* Every tensor has a batch axis: requests are coalesced. */
     assert_int_equal(c->scheduling_choice_case,
-                     INFERENCE__MODEL_CONFIG__SCHEDULING_CHOICE__NOT_SET);
+                     INFERENCE__MODEL_CONFIG__SCHEDULING_CHOICE_DYNAMIC_BATCHING);
+    assert_int_equal(c->dynamic_batching->n_preferred_batch_size, 2);
+    assert_int_equal(c->dynamic_batching->preferred_batch_size[0], 1);
+    assert_int_equal(c->dynamic_batching->preferred_batch_size[1], 4);
+    assert_int_equal(c->dynamic_batching->max_queue_delay_microseconds, 0);
     assert_int_equal(c->n_input, 2);
     assert_int_equal(c->input[0]->data_type, INFERENCE__DATA_TYPE__TYPE_FP32);
     assert_int_equal(c->input[0]->n_dims, 1); /* the batch axis left out */
@@ -775,7 +831,36 @@ static void test_model_config(void **state)
     assert_int_equal(pjs_grpc_model_config(&desc, &a, &c, &err), 0);
     assert_int_equal(c->input[0]->n_dims, 2);
     assert_int_equal(c->input[0]->dims[0], -1);
+    assert_int_equal(c->scheduling_choice_case,
+                     INFERENCE__MODEL_CONFIG__SCHEDULING_CHOICE__NOT_SET);
     pjs_grpc_arena_reset(&a);
+}
+
+/* A model with an output that has no batch axis cannot split a coalesced
+ * execution among requests: no dynamic_batching. */
+static void test_model_config_not_coalesced(void **state)
+{
+    (void)state;
+    static const char yaml[] = "format_version: \"2.0\"\n"
+                               "name: pooled\n"
+                               "batch_sizes: [1, 8]\n"
+                               "inputs:\n"
+                               "  - {name: x, dtype: f32, shape: [batch, 4]}\n"
+                               "outputs:\n"
+                               "  - {name: total, dtype: f32, shape: [4]}\n";
+    pjs_manifest mf;
+    pjs_grpc_arena a;
+    pjs_error err;
+    Inference__ModelConfig *c;
+    assert_int_equal(pjs_manifest_parse(&mf, yaml, sizeof yaml - 1, "pooled", &err), 0);
+    pjs_grpc_model_desc desc = {"pooled", "1", "cpu", 8, &mf};
+    pjs_grpc_arena_init(&a, 1 << 20);
+    assert_int_equal(pjs_grpc_model_config(&desc, &a, &c, &err), 0);
+    assert_int_equal(c->max_batch_size, 8);
+    assert_int_equal(c->scheduling_choice_case,
+                     INFERENCE__MODEL_CONFIG__SCHEDULING_CHOICE__NOT_SET);
+    pjs_grpc_arena_reset(&a);
+    pjs_manifest_free(&mf);
 }
 
 static void test_config_dtypes(void **state)
@@ -815,6 +900,8 @@ int main(void)
         cmocka_unit_test(test_decode_malformed),
         cmocka_unit_test(test_decode_empty_message),
         cmocka_unit_test(test_priority_and_timeout),
+        cmocka_unit_test(test_timeout_without_deadline),
+        cmocka_unit_test(test_deadline_arithmetic),
         cmocka_unit_test(test_priority_wrong_type),
         cmocka_unit_test(test_raw_count_mismatch),
         cmocka_unit_test(test_rank_and_id_limits),
@@ -831,6 +918,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_shm_output_too_small, setup_shm, teardown_shm),
         cmocka_unit_test(test_model_metadata),
         cmocka_unit_test(test_model_config),
+        cmocka_unit_test(test_model_config_not_coalesced),
         cmocka_unit_test(test_config_dtypes),
         cmocka_unit_test(test_arena_limit),
     };

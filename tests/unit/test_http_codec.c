@@ -213,7 +213,7 @@ static void test_decode_nested_batch(void **state)
 {
     (void)state;
     const char *body =
-        "{\"id\":\"r1\",\"parameters\":{\"priority\":-4,\"timeout\":7,\"whatever\":[1]},"
+        "{\"id\":\"r1\",\"parameters\":{\"priority\":4,\"timeout\":7,\"whatever\":[1]},"
         "\"inputs\":[{\"name\":\"f32\",\"datatype\":\"FP32\",\"shape\":[2,1,2],"
         "\"data\":[[[1,2]],[[3,4]]],\"parameters\":{\"unknown\":1}}]}";
     pjs_http_infer d;
@@ -224,7 +224,38 @@ static void test_decode_nested_batch(void **state)
     assert_int_equal(d.req.inputs[0].shape.rank, 3);
     assert_memory_equal(d.req.inputs[0].data, ((float[]){1, 2, 3, 4}), 16);
     assert_true(d.req.times.received > 0);
+    /* timeout is microseconds from when the request was received */
+    assert_int_equal(d.req.deadline_ns, d.req.times.received + 7000);
     pjs_http_infer_free(&d);
+}
+
+static void test_timeout_sets_deadline(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *params;
+        uint64_t timeout_us; /* 0: no deadline expected */
+    } cases[] = {
+        {"{}", 0},
+        {"{\"timeout\":0}", 0}, /* 0 means no timeout, as Triton */
+        {"{\"timeout\":1}", 1},
+        {"{\"timeout\":2500000,\"priority\":0}", 2500000},
+        {"{\"timeout\":9223372036854775807}", 0}, /* too far away to represent */
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        char body[256];
+        snprintf(body, sizeof body, "{\"parameters\":%s,\"inputs\":[]}", cases[i].params);
+        pjs_http_infer d;
+        pjs_error err;
+        assert_int_equal(pjs_http_infer_decode(&d, body, strlen(body), NULL, &err), 0);
+        uint64_t want = cases[i].timeout_us == 0
+                            ? 0
+                            : d.req.times.received + cases[i].timeout_us * 1000u;
+        if (d.req.deadline_ns != want)
+            fail_msg("%s: deadline %llu, want %llu", body, (unsigned long long)d.req.deadline_ns,
+                     (unsigned long long)want);
+        pjs_http_infer_free(&d);
+    }
 }
 
 static void test_refuse_values_a_dtype_cannot_hold(void **state)
@@ -273,7 +304,12 @@ static void test_refuse_malformed_requests(void **state)
         {"{}", "\"inputs\" must be a list"},
         {"{\"inputs\":[],\"inputs\":[]}", "duplicate object key"},
         {"{\"id\":1,\"inputs\":[]}", "\"id\" must be a string"},
-        {"{\"parameters\":{\"timeout\":\"soon\"},\"inputs\":[]}", "\"timeout\" must be an integer"},
+        {"{\"parameters\":{\"timeout\":\"soon\"},\"inputs\":[]}",
+         "parameter \"timeout\" must be a non-negative integer"},
+        {"{\"parameters\":{\"timeout\":-1},\"inputs\":[]}",
+         "parameter \"timeout\" must be a non-negative integer"},
+        {"{\"parameters\":{\"priority\":-4},\"inputs\":[]}",
+         "parameter \"priority\" must be a non-negative integer"},
         {"{\"parameters\":{\"binary_data_output\":1},\"inputs\":[]}",
          "\"binary_data_output\" must be true or false"},
         {"{\"inputs\":[7]}", "inputs[0] must be an object"},
@@ -698,6 +734,29 @@ static void test_model_metadata_and_config(void **state)
     assert_string_equal(text, "[-1,2]"); /* unbatched config: dims as the manifest says */
     free(text);
     json_decref(config);
+
+    /* Every tensor batched: requests are coalesced, the compiled sizes preferred. */
+    static const char batched_yaml[] = "format_version: \"2.0\"\n"
+                                       "name: mlp\n"
+                                       "batch_sizes: [1, 4, 8]\n"
+                                       "inputs:\n"
+                                       "  - {name: x, dtype: f32, shape: [batch, 16]}\n"
+                                       "outputs:\n"
+                                       "  - {name: y, dtype: f32, shape: [batch, 4]}\n";
+    pjs_manifest batched;
+    pjs_error err;
+    assert_int_equal(
+        pjs_manifest_parse(&batched, batched_yaml, sizeof batched_yaml - 1, "mlp", &err), 0);
+    config = pjs_model_config_json("mlp", "pjrt_cpu", &batched, 8);
+    text = json_dumps(json_object_get(config, "dynamic_batching"), JSON_COMPACT | JSON_SORT_KEYS);
+    assert_string_equal(text, "{\"max_queue_delay_microseconds\":0,"
+                              "\"preferred_batch_size\":[1,4,8]}");
+    free(text);
+    json_decref(config);
+    config = pjs_model_config_json("mlp", "pjrt_cpu", &batched, 0);
+    assert_null(json_object_get(config, "dynamic_batching"));
+    json_decref(config);
+    pjs_manifest_free(&batched);
 }
 
 static void test_model_stats(void **state)
@@ -749,9 +808,26 @@ static void test_metrics_render(void **state)
     models[0].stats.execution_count = 3;
     models[0].stats.queue = (pjs_duration_stat){3, 2999};
     models[0].stats.compute_infer = (pjs_duration_stat){3, 1000000};
+    models[0].stats.device_ns = 2000000123;
+    models[0].stats.expired = 6;
+    models[0].stats.shed = 1;
+    models[0].stats.rejected_queue_full = 8;
+    models[0].sched = (pjs_model_sched_info){.weight = 2.5, .queue_depth = 11,
+                                             .recent_utilization = 0.25};
+    models[0].queue_wait_us[0] = 16;      /* 0.5 */
+    models[0].queue_wait_us[1] = 1024;    /* 0.9 */
+    models[0].queue_wait_us[2] = INFINITY; /* 0.99: the last bucket */
+    /* Executions of 1, 3 and 8 rows (the coalesced rows, before padding). */
+    pjs_batch_stat batch[3] = {{.batch_size = 1, .compute_infer = {2, 10}},
+                               {.batch_size = 3, .compute_infer = {1, 10}},
+                               {.batch_size = 8, .compute_infer = {4, 10}}};
+    models[0].stats.n_batch = 3;
+    models[0].stats.batch = batch;
+    models[0].n_batch_sizes = 3;
+    memcpy(models[0].batch_sizes, (int64_t[]){1, 4, 8}, 3 * sizeof(int64_t));
     models[1].name = "we\"ird\\na\nme";
     models[1].version = "1";
-    pjs_metrics_gauges gauges = {.queue_depth = 4, .in_flight = 9};
+    pjs_metrics_gauges gauges = {.queue_depth = 4, .in_flight = 9, .discipline = "fair"};
     pjs_http_buf out;
     pjs_error err;
     pjs_http_buf_init(&out, 1 << 20);
@@ -771,6 +847,43 @@ static void test_metrics_render(void **state)
         "nv_inference_count{model=\"we\\\"ird\\\\na\\nme\",version=\"1\"} 0\n",
         "# TYPE pjserve_queue_depth gauge\npjserve_queue_depth 4\n",
         "# TYPE pjserve_requests_in_flight gauge\npjserve_requests_in_flight 9\n",
+        "# TYPE pjserve_model_dispatches_total counter\n"
+        "pjserve_model_dispatches_total{model=\"mlp\",version=\"1\"} 3\n",
+        "# TYPE pjserve_model_device_seconds_total counter\n"
+        "pjserve_model_device_seconds_total{model=\"mlp\",version=\"1\"} 2.000000123\n",
+        "# TYPE pjserve_model_recent_utilization gauge\n"
+        "pjserve_model_recent_utilization{model=\"mlp\",version=\"1\"} 0.25\n",
+        "# TYPE pjserve_model_weight gauge\n"
+        "pjserve_model_weight{model=\"mlp\",version=\"1\"} 2.5\n",
+        "# TYPE pjserve_model_queue_depth gauge\n"
+        "pjserve_model_queue_depth{model=\"mlp\",version=\"1\"} 11\n",
+        "pjserve_model_requests_expired_total{model=\"mlp\",version=\"1\"} 6\n",
+        "pjserve_model_requests_shed_total{model=\"mlp\",version=\"1\"} 1\n",
+        "# TYPE pjserve_model_requests_rejected_total counter\n"
+        "pjserve_model_requests_rejected_total{model=\"mlp\",version=\"1\",reason=\"queue_full\"}"
+        " 8\n",
+        /* the queue wait summary: quantiles in seconds, sum and count */
+        "# TYPE pjserve_model_queue_wait_seconds summary\n"
+        "pjserve_model_queue_wait_seconds{model=\"mlp\",version=\"1\",quantile=\"0.5\"} 1.6e-05\n"
+        "pjserve_model_queue_wait_seconds{model=\"mlp\",version=\"1\",quantile=\"0.9\"} 0.001024\n"
+        "pjserve_model_queue_wait_seconds{model=\"mlp\",version=\"1\",quantile=\"0.99\"} +Inf\n"
+        "pjserve_model_queue_wait_seconds_sum{model=\"mlp\",version=\"1\"} 0.000002999\n"
+        "pjserve_model_queue_wait_seconds_count{model=\"mlp\",version=\"1\"} 3\n",
+        /* the rows histogram: cumulative executions per compiled batch size */
+        "# TYPE pjserve_model_batch_rows histogram\n"
+        "pjserve_model_batch_rows_bucket{model=\"mlp\",version=\"1\",le=\"1\"} 2\n"
+        "pjserve_model_batch_rows_bucket{model=\"mlp\",version=\"1\",le=\"4\"} 3\n"
+        "pjserve_model_batch_rows_bucket{model=\"mlp\",version=\"1\",le=\"8\"} 7\n"
+        "pjserve_model_batch_rows_bucket{model=\"mlp\",version=\"1\",le=\"+Inf\"} 7\n"
+        "pjserve_model_batch_rows_sum{model=\"mlp\",version=\"1\"} 37\n"
+        "pjserve_model_batch_rows_count{model=\"mlp\",version=\"1\"} 7\n",
+        /* a model with no batch sizes and no executions: only +Inf, zeros */
+        "pjserve_model_batch_rows_bucket{model=\"we\\\"ird\\\\na\\nme\",version=\"1\","
+        "le=\"+Inf\"} 0\n"
+        "pjserve_model_batch_rows_sum{model=\"we\\\"ird\\\\na\\nme\",version=\"1\"} 0\n",
+        "pjserve_model_queue_wait_seconds{model=\"we\\\"ird\\\\na\\nme\",version=\"1\","
+        "quantile=\"0.5\"} 0\n",
+        "# TYPE pjserve_scheduler_info gauge\npjserve_scheduler_info{discipline=\"fair\"} 1\n",
     };
     for (size_t i = 0; i < sizeof lines / sizeof *lines; i++)
         if (strstr(out.data, lines[i]) == NULL)
@@ -782,6 +895,21 @@ static void test_metrics_render(void **state)
     pjs_http_buf_init(&out, 1 << 20);
     assert_int_equal(pjs_metrics_render(NULL, 0, &gauges, &out, &err), 0);
     assert_non_null(strstr(out.data, "# TYPE nv_inference_count counter\n# HELP"));
+    assert_non_null(strstr(out.data, "# TYPE pjserve_model_batch_rows histogram\n# HELP"));
+    assert_non_null(strstr(out.data, "pjserve_scheduler_info{discipline=\"fair\"} 1\n"));
+    pjs_http_buf_free(&out);
+
+    /* Every line is a comment or `name{labels} value`, every family declared once. */
+    pjs_http_buf_init(&out, 1 << 20);
+    assert_int_equal(pjs_metrics_render(models, 1, &gauges, &out, &err), 0);
+    size_t types = 0;
+    for (char *line = strtok(out.data, "\n"); line != NULL; line = strtok(NULL, "\n")) {
+        if (strncmp(line, "# TYPE ", 7) == 0)
+            types++;
+        else if (line[0] != '#' && strchr(line, ' ') == NULL)
+            fail_msg("a sample without a value: %s", line);
+    }
+    assert_int_equal(types, 9 + 8 + 2 + 3);
     pjs_http_buf_free(&out);
 }
 
@@ -792,6 +920,7 @@ int main(void)
         cmocka_unit_test(test_bf16_conversions),
         cmocka_unit_test(test_decode_every_dtype),
         cmocka_unit_test(test_decode_nested_batch),
+        cmocka_unit_test(test_timeout_sets_deadline),
         cmocka_unit_test(test_refuse_values_a_dtype_cannot_hold),
         cmocka_unit_test(test_refuse_malformed_requests),
         cmocka_unit_test(test_binary_framing),

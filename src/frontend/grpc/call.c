@@ -12,12 +12,15 @@
  */
 #include "frontend/grpc/internal.h"
 
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include <grpc/byte_buffer_reader.h>
+#include <grpc/support/time.h>
 
 #include "core/log.h"
+#include "frontend/deadline.h"
 #include "frontend/grpc/codec.h"
 #include "frontend/status_map.h"
 
@@ -90,6 +93,21 @@ grpc_call_error pjs__grpc_recv_close(grpc_call *call, int *cancelled, pjs_grpc_t
     op.op = GRPC_OP_RECV_CLOSE_ON_SERVER;
     op.data.recv_close_on_server.cancelled = cancelled;
     return pjs__grpc_start_batch(call, &op, 1, tag);
+}
+
+uint64_t pjs__grpc_deadline_ns(gpr_timespec deadline)
+{
+    if (deadline.clock_type == GPR_TIMESPAN ||
+        gpr_time_cmp(deadline, gpr_inf_future(deadline.clock_type)) == 0)
+        return 0;
+    /* gRPC's clocks have their own epochs: carry only the time left over. */
+    gpr_timespec left = gpr_time_sub(deadline, gpr_now(deadline.clock_type));
+    const int64_t limit_s = INT64_MAX / 1000000000 - 1;
+    if (left.tv_sec > limit_s)
+        return 0; /* centuries away: no deadline */
+    int64_t left_ns = left.tv_sec < -limit_s ? -limit_s * 1000000000
+                                             : left.tv_sec * 1000000000 + left.tv_nsec;
+    return pjs_deadline_after_ns(pjs_now_ns(), left_ns);
 }
 
 /* ---- the generic unary call ------------------------------------------------- */

@@ -2,14 +2,15 @@
  * codec.c - decoding ModelInferRequest and encoding ModelInferResponse.
  *
  * Decoding runs in three passes over the unpacked message: the request's
- * parameters (priority, timeout), each input (name, datatype, shape, and
- * where its bytes are: shared memory, typed contents or raw), then the
- * requested outputs. Raw bytes are matched to inputs in one of the two ways
- * clients send them: one raw_input_contents entry per input that has no
- * other source (tritonclient), or one entry per input with the entries of
- * the other inputs empty. Typed contents of 4- and 8-byte types are used in
- * place (protobuf-c unpacks them into native arrays); narrower types and
- * BOOL are converted into the arena with a range check.
+ * parameters (timeout, which sets the deadline; priority, accepted and
+ * ignored), each input (name, datatype, shape, and where its bytes are:
+ * shared memory, typed contents or raw), then the requested outputs. Raw
+ * bytes are matched to inputs in one of the two ways clients send them: one
+ * raw_input_contents entry per input that has no other source (tritonclient),
+ * or one entry per input with the entries of the other inputs empty. Typed
+ * contents of 4- and 8-byte types are used in place (protobuf-c unpacks them
+ * into native arrays); narrower types and BOOL are converted into the arena
+ * with a range check.
  *
  * Encoding never copies output bytes: raw_output_contents entries point at
  * the request's outputs and the message is packed once.
@@ -20,6 +21,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include "frontend/deadline.h"
 
 /* The value of `name` in a protobuf map<string, InferParameter> (entries
  * with `key` and `value` fields), the last one winning as in protobuf; NULL
@@ -107,6 +110,7 @@ static int decode_request_parameters(pjs_grpc_infer *d, pjs_error *err)
         if ((rc = param_uint(p, "parameter \"timeout\"", &d->timeout_us, err)) != 0)
             return rc;
         d->has_timeout = true;
+        d->req.deadline_ns = pjs_deadline_from_timeout_us(d->req.times.received, d->timeout_us);
     }
     return 0;
 }

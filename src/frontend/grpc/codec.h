@@ -41,8 +41,9 @@ typedef struct pjs_grpc_infer {
     Inference__ModelInferRequest *msg; /* unpacked into arena; NULL before decode */
     pjs_infer_request req;             /* inputs point into msg, arena or views */
 
-    /* Scheduling options as sent (recorded for the scheduler; not enforced
-     * yet). Each is accepted as int64 or uint64. */
+    /* Scheduling options as sent, each accepted as int64 or uint64. A
+     * non-zero timeout sets req.deadline_ns (received + timeout); priority
+     * is accepted and ignored (the scheduler's disciplines do not use it). */
     bool has_priority;
     uint64_t priority;
     bool has_timeout;
@@ -59,13 +60,15 @@ void pjs_grpc_infer_init(pjs_grpc_infer *d);
 /* Releases the views, the outputs and the arena; d can be decoded into again. */
 void pjs_grpc_infer_release(pjs_grpc_infer *d);
 
-/* Unpacks and maps one ModelInferRequest. shm may be NULL (every shared
- * memory parameter is then refused). Errors: INVALID_ARGUMENT ("malformed
- * ModelInferRequest: ..." for bytes that are not the message, or a message
- * naming the input and the problem), NOT_FOUND for an unknown shared-memory
- * region, RESOURCE_EXHAUSTED when decoding would pass the memory bound,
- * UNSUPPORTED for parameters pjserve recognises but does not implement.
- * On failure d still holds what it decoded; release it. */
+/* Unpacks and maps one ModelInferRequest; req.deadline_ns comes from the
+ * `timeout` parameter (0 when absent or 0; the caller folds in the call's
+ * own deadline). shm may be NULL (every shared memory parameter is then
+ * refused). Errors: INVALID_ARGUMENT ("malformed ModelInferRequest: ..." for
+ * bytes that are not the message, or a message naming the input and the
+ * problem), NOT_FOUND for an unknown shared-memory region,
+ * RESOURCE_EXHAUSTED when decoding would pass the memory bound, UNSUPPORTED
+ * for parameters pjserve recognises but does not implement. On failure d
+ * still holds what it decoded; release it. */
 int pjs_grpc_infer_decode(pjs_grpc_infer *d, const uint8_t *data, size_t len, pjs_shm_registry *shm,
                           pjs_error *err);
 

@@ -11,10 +11,11 @@
  *   sent --on_sent--> and --on_close--> both tags back: the call is freed.
  *
  * `refs` counts the tags still to come (close and send), so whichever of
- * the two completes last frees the call. The gRPC deadline is recorded with
- * the request for the scheduler; nothing enforces it yet. A cancelled call
- * still runs in the dispatcher (there is no way to withdraw a submitted
- * request); its response is then dropped unencoded.
+ * the two completes last frees the call. The call's deadline becomes the
+ * request's (the `timeout` parameter's when that is earlier), so the
+ * scheduler answers DEADLINE_EXCEEDED instead of running a request nobody
+ * waits for. A cancelled call still runs in the dispatcher (there is no way
+ * to withdraw a submitted request); its response is then dropped unencoded.
  */
 #include "frontend/grpc/internal.h"
 
@@ -22,6 +23,7 @@
 #include <string.h>
 
 #include "core/log.h"
+#include "frontend/deadline.h"
 #include "frontend/grpc/codec.h"
 #include "frontend/status_map.h"
 
@@ -32,7 +34,7 @@ typedef struct infer_call {
     pjs_grpc_frontend *frontend;
     size_t method;
     grpc_call *call;
-    gpr_timespec deadline; /* the client's deadline, recorded only */
+    gpr_timespec deadline; /* the client's deadline, on a gRPC clock */
     grpc_metadata_array metadata;
     grpc_byte_buffer *payload;
     grpc_byte_buffer *response;
@@ -147,6 +149,7 @@ static int infer_submit(infer_call *c, pjs_error *err)
         return rc;
     pjs_infer_request *r = &c->decoded.req;
     r->model = c->model;
+    r->deadline_ns = pjs_deadline_earlier(r->deadline_ns, pjs__grpc_deadline_ns(c->deadline));
     r->on_done = infer_on_done;
     r->frontend_ctx = c;
     pjs__grpc_dispatch_begin(f);

@@ -30,6 +30,7 @@
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include <grpc/grpc.h>
 #include <protobuf-c/protobuf-c.h>
@@ -179,6 +180,11 @@ grpc_call_error pjs__grpc_reply(grpc_call *call, grpc_byte_buffer *response, con
 
 /* Starts a batch of one RECV_CLOSE_ON_SERVER op. */
 grpc_call_error pjs__grpc_recv_close(grpc_call *call, int *cancelled, pjs_grpc_tag *tag);
+
+/* A call's deadline (from grpc_server_request_registered_call) as
+ * pjs_infer_request.deadline_ns: pjs_now_ns() plus the time left, 1 when it
+ * already passed, 0 when it is infinite. */
+uint64_t pjs__grpc_deadline_ns(gpr_timespec deadline);
 
 /* ---- health (health.c) ---------------------------------------------------- */
 

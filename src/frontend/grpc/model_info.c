@@ -2,12 +2,15 @@
  * model_info.c - ModelMetadataResponse and ModelConfig from a manifest.
  *
  * Everything is allocated in the caller's arena; an allocation failure is
- * reported as NOMEM with the model's name.
+ * reported as NOMEM with the model's name. Shapes are the manifest's, with
+ * -1 for every extent that differs between the model's variants.
  */
 #include "frontend/grpc/model_info.h"
 
 #include <stdio.h>
 #include <string.h>
+
+#include "frontend/batching.h"
 
 typedef Inference__ModelMetadataResponse__TensorMetadata tensor_metadata;
 
@@ -46,18 +49,24 @@ static char *platform_name(const pjs_grpc_model_desc *m, pjs_grpc_arena *a)
     return s;
 }
 
-/* A copy of dims[first..rank) in the arena (never NULL unless out of memory). */
-static int64_t *copy_dims(pjs_grpc_arena *a, const pjs_shape *s, int first, size_t *n)
+/* The client-visible dims[first..rank) of input (or output) i, copied into
+ * the arena: extents that differ between the model's variants are -1. Never
+ * NULL unless out of memory. */
+static int64_t *copy_dims(pjs_grpc_arena *a, const pjs_manifest *mf, bool output, size_t i,
+                          int first, size_t *n)
 {
-    *n = (size_t)(s->rank - first);
+    pjs_shape s = pjs_manifest_client_shape(mf, output, i);
+    *n = (size_t)(s.rank - first);
     int64_t *dims = pjs_grpc_arena_alloc(a, sizeof *dims * *n);
     if (dims != NULL)
-        memcpy(dims, s->dims + first, sizeof *dims * *n);
+        memcpy(dims, s.dims + first, sizeof *dims * *n);
     return dims;
 }
 
-static tensor_metadata **metadata_tensors(const pjs_tensor_spec *specs, size_t n, pjs_grpc_arena *a)
+static tensor_metadata **metadata_tensors(const pjs_manifest *mf, bool output, pjs_grpc_arena *a)
 {
+    const pjs_tensor_spec *specs = output ? mf->outputs : mf->inputs;
+    size_t n = output ? mf->n_outputs : mf->n_inputs;
     tensor_metadata **list = pjs_grpc_arena_alloc(a, sizeof *list * n);
     for (size_t i = 0; list != NULL && i < n; i++) {
         tensor_metadata *t = pjs_grpc_arena_alloc(a, sizeof *t);
@@ -66,7 +75,7 @@ static tensor_metadata **metadata_tensors(const pjs_tensor_spec *specs, size_t n
         *t = (tensor_metadata)INFERENCE__MODEL_METADATA_RESPONSE__TENSOR_METADATA__INIT;
         t->name = specs[i].name;
         t->datatype = (char *)pjs_dtype_kserve_name(specs[i].dtype);
-        t->shape = copy_dims(a, &specs[i].shape, 0, &t->n_shape);
+        t->shape = copy_dims(a, mf, output, i, 0, &t->n_shape);
         if (t->shape == NULL)
             return NULL;
         list[i] = t;
@@ -88,9 +97,9 @@ int pjs_grpc_model_metadata(const pjs_grpc_model_desc *m, pjs_grpc_arena *a,
     r->versions = versions;
     r->n_versions = 1;
     r->platform = platform_name(m, a);
-    r->inputs = metadata_tensors(mf->inputs, mf->n_inputs, a);
+    r->inputs = metadata_tensors(mf, false, a);
     r->n_inputs = mf->n_inputs;
-    r->outputs = metadata_tensors(mf->outputs, mf->n_outputs, a);
+    r->outputs = metadata_tensors(mf, true, a);
     r->n_outputs = mf->n_outputs;
     if (r->platform == NULL || r->inputs == NULL || r->outputs == NULL)
         return no_memory(m, err);
@@ -99,10 +108,11 @@ int pjs_grpc_model_metadata(const pjs_grpc_model_desc *m, pjs_grpc_arena *a,
 }
 
 /* dims of a config tensor: without the batch axis when the model batches. */
-static int64_t *config_dims(const pjs_grpc_model_desc *m, const pjs_tensor_spec *s,
+static int64_t *config_dims(const pjs_grpc_model_desc *m, bool output, size_t i,
                             pjs_grpc_arena *a, size_t *n)
 {
-    return copy_dims(a, &s->shape, m->max_batch_size > 0 && s->batched ? 1 : 0, n);
+    const pjs_tensor_spec *s = output ? &m->manifest->outputs[i] : &m->manifest->inputs[i];
+    return copy_dims(a, m->manifest, output, i, m->max_batch_size > 0 && s->batched ? 1 : 0, n);
 }
 
 static Inference__ModelInput **config_inputs(const pjs_grpc_model_desc *m, pjs_grpc_arena *a)
@@ -116,7 +126,7 @@ static Inference__ModelInput **config_inputs(const pjs_grpc_model_desc *m, pjs_g
         *t = (Inference__ModelInput)INFERENCE__MODEL_INPUT__INIT;
         t->name = mf->inputs[i].name;
         t->data_type = pjs_grpc_config_dtype(mf->inputs[i].dtype);
-        t->dims = config_dims(m, &mf->inputs[i], a, &t->n_dims);
+        t->dims = config_dims(m, false, i, a, &t->n_dims);
         if (t->dims == NULL)
             return NULL;
         list[i] = t;
@@ -135,12 +145,30 @@ static Inference__ModelOutput **config_outputs(const pjs_grpc_model_desc *m, pjs
         *t = (Inference__ModelOutput)INFERENCE__MODEL_OUTPUT__INIT;
         t->name = mf->outputs[i].name;
         t->data_type = pjs_grpc_config_dtype(mf->outputs[i].dtype);
-        t->dims = config_dims(m, &mf->outputs[i], a, &t->n_dims);
+        t->dims = config_dims(m, true, i, a, &t->n_dims);
         if (t->dims == NULL)
             return NULL;
         list[i] = t;
     }
     return list;
+}
+
+/* preferred_batch_size = the compiled batch sizes, no queue delay (see
+ * frontend/batching.h). */
+static Inference__ModelDynamicBatching *dynamic_batching(const pjs_manifest *mf,
+                                                         pjs_grpc_arena *a)
+{
+    Inference__ModelDynamicBatching *d = pjs_grpc_arena_alloc(a, sizeof *d);
+    int32_t *sizes = pjs_grpc_arena_alloc(a, sizeof *sizes * mf->n_batch_sizes);
+    if (d == NULL || sizes == NULL)
+        return NULL;
+    *d = (Inference__ModelDynamicBatching)INFERENCE__MODEL_DYNAMIC_BATCHING__INIT;
+    for (size_t i = 0; i < mf->n_batch_sizes; i++)
+        sizes[i] = (int32_t)mf->batch_sizes[i];
+    d->preferred_batch_size = sizes;
+    d->n_preferred_batch_size = mf->n_batch_sizes;
+    d->max_queue_delay_microseconds = 0;
+    return d;
 }
 
 int pjs_grpc_model_config(const pjs_grpc_model_desc *m, pjs_grpc_arena *a,
@@ -158,10 +186,12 @@ int pjs_grpc_model_config(const pjs_grpc_model_desc *m, pjs_grpc_arena *a,
     c->n_input = m->manifest->n_inputs;
     c->output = config_outputs(m, a);
     c->n_output = m->manifest->n_outputs;
-    /* scheduling_choice stays unset: requests run one at a time, so there is
-     * no dynamic_batching to report. When the scheduler coalesces, set
-     * c->dynamic_batching (preferred_batch_size = the compiled batch sizes)
-     * here. */
+    if (pjs_frontend_coalesces(m->manifest, m->max_batch_size)) {
+        c->dynamic_batching = dynamic_batching(m->manifest, a);
+        if (c->dynamic_batching == NULL)
+            return no_memory(m, err);
+        c->scheduling_choice_case = INFERENCE__MODEL_CONFIG__SCHEDULING_CHOICE_DYNAMIC_BATCHING;
+    }
     if (c->platform == NULL || c->input == NULL || c->output == NULL)
         return no_memory(m, err);
     *out = c;

@@ -3,8 +3,11 @@
  *
  * Pure functions of the manifest (no server, no gRPC), built in the caller's
  * arena; strings borrow from the manifest, which must outlive the message.
- * Metadata shows the batch axis as -1; the config, like Triton's, leaves it
- * out of dims when the model batches (max_batch_size > 0).
+ * Metadata shows the batch axis, and every extent that differs between the
+ * model's variants, as -1; the config, like Triton's, leaves the batch axis
+ * out of dims when the model batches (max_batch_size > 0), and reports
+ * dynamic_batching (the compiled batch sizes as preferred_batch_size) when
+ * the model's requests are coalesced (frontend/batching.h).
  */
 #ifndef PJS_FRONTEND_GRPC_MODEL_INFO_H
 #define PJS_FRONTEND_GRPC_MODEL_INFO_H

@@ -5,10 +5,13 @@
  * The stream reads one message at a time. Each message becomes an item
  * appended to the stream's FIFO before the next read starts, then is
  * decoded and submitted; a request that fails there is answered at once
- * with error_message (the stream goes on). Items become ready when their
- * response (or error) is encoded, on a completion thread for submitted
- * requests. The head of the FIFO is written as soon as it is ready, one
- * write at a time as gRPC requires, so responses leave in request order.
+ * with error_message (the stream goes on). Each request's deadline is the
+ * earlier of the stream's deadline and its own `timeout` parameter; one that
+ * passes is answered with error_message too (DEADLINE_EXCEEDED's message).
+ * Items become ready when their response (or error) is encoded, on a
+ * completion thread for submitted requests. The head of the FIFO is written
+ * as soon as it is ready, one write at a time as gRPC requires, so responses
+ * leave in request order.
  * With PJS_GRPC_STREAM_MAX_IN_FLIGHT items queued, reading pauses until a
  * response is written: a client cannot queue unbounded work on one stream.
  *
@@ -24,6 +27,7 @@
 #include <string.h>
 
 #include "core/log.h"
+#include "frontend/deadline.h"
 #include "frontend/grpc/codec.h"
 
 typedef struct stream_call stream_call;
@@ -46,7 +50,7 @@ struct stream_call {
     pjs_grpc_frontend *frontend;
     size_t method;
     grpc_call *call;
-    gpr_timespec deadline; /* recorded only */
+    gpr_timespec deadline; /* the stream's deadline, on a gRPC clock */
     grpc_metadata_array metadata;
     grpc_byte_buffer *incoming; /* target of the outstanding read */
     grpc_byte_buffer *writing;  /* the response being written, or NULL */
@@ -237,6 +241,8 @@ static int item_submit(stream_item *it, grpc_byte_buffer **payload, pjs_error *e
         return rc;
     pjs_infer_request *r = &it->decoded.req;
     r->model = it->model;
+    r->deadline_ns =
+        pjs_deadline_earlier(r->deadline_ns, pjs__grpc_deadline_ns(it->stream->deadline));
     r->on_done = item_on_done;
     r->frontend_ctx = it;
     pjs__grpc_dispatch_begin(f);

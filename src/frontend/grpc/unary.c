@@ -203,23 +203,30 @@ static Inference__InferBatchStatistics *batch_statistics(pjs_grpc_unary_ctx *ctx
     return s->compute_input && s->compute_infer && s->compute_output ? s : NULL;
 }
 
+/* The statistics of one model; batch_stats has one entry per row count
+ * that ran (rows served by one execution), as the HTTP document has. */
 static Inference__ModelStatistics *model_statistics(pjs_grpc_unary_ctx *ctx, pjs_model *m)
 {
     pjs_model_stats st;
     pjs_model_stats_snapshot(m, &st);
     Inference__ModelStatistics *s =
         NEW(ctx, Inference__ModelStatistics, inference__model_statistics);
-    if (s == NULL || (s->name = pjs_grpc_arena_strdup(ctx->arena, m->name)) == NULL)
-        return NULL;
-    s->version = PJS_MODEL_VERSION;
-    s->last_inference = st.last_inference_ms;
-    s->inference_count = st.inference_count;
-    s->execution_count = st.execution_count;
-    s->inference_stats = infer_statistics(ctx, &st);
-    s->batch_stats = pjs_grpc_arena_alloc(ctx->arena, (st.n_batch + 1) * sizeof *s->batch_stats);
-    bool ok = s->inference_stats != NULL && s->batch_stats != NULL;
-    for (size_t i = 0; ok && i < st.n_batch; i++)
+    bool ok = s != NULL && (s->name = pjs_grpc_arena_strdup(ctx->arena, m->name)) != NULL;
+    if (ok) {
+        s->version = PJS_MODEL_VERSION;
+        s->last_inference = st.last_inference_ms;
+        s->inference_count = st.inference_count;
+        s->execution_count = st.execution_count;
+        s->inference_stats = infer_statistics(ctx, &st);
+        s->batch_stats =
+            pjs_grpc_arena_alloc(ctx->arena, (st.n_batch + 1) * sizeof *s->batch_stats);
+        ok = s->inference_stats != NULL && s->batch_stats != NULL;
+    }
+    for (size_t i = 0; ok && i < st.n_batch; i++) {
+        if (st.batch[i].compute_infer.count == 0)
+            continue;
         ok = (s->batch_stats[s->n_batch_stats++] = batch_statistics(ctx, &st.batch[i])) != NULL;
+    }
     pjs_model_stats_release(&st);
     return ok ? s : NULL;
 }

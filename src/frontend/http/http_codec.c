@@ -18,6 +18,7 @@
 #include <strings.h>
 #include <zlib.h>
 
+#include "frontend/deadline.h"
 #include "frontend/http/tensor_json.h"
 
 /* Largest JSON part of a request. A JSON number costs tens of bytes once
@@ -153,6 +154,8 @@ static int get_shm_ref(const json_t *params, const char *what, pjs_http_shm_ref 
 
 /* ---- request ----------------------------------------------------------------- */
 
+/* binary_data_output; timeout (microseconds, 0: none), which sets the
+ * deadline; priority, checked as gRPC checks it and then ignored. */
 static int decode_request_parameters(pjs_http_infer *d, const json_t *root, pjs_error *err)
 {
     const json_t *params;
@@ -160,13 +163,14 @@ static int decode_request_parameters(pjs_http_infer *d, const json_t *root, pjs_
     if (rc != 0 || params == NULL)
         return rc;
     rc = get_flag(params, "binary_data_output", "request", &d->req.binary_data_output, err);
-    const char *integer_params[] = {"timeout", "priority"};
-    for (size_t i = 0; rc == 0 && i < sizeof integer_params / sizeof *integer_params; i++) {
-        const json_t *v = json_object_get(params, integer_params[i]);
-        if (v != NULL && !json_is_integer(v))
-            rc = pjs_error_set(err, PJS_ERR_INVALID_ARGUMENT,
-                               "request: parameter \"%s\" must be an integer", integer_params[i]);
-    }
+    bool has_timeout = false, has_priority = false;
+    uint64_t timeout_us = 0, priority = 0;
+    if (rc == 0)
+        rc = get_count(params, "timeout", "request", &has_timeout, &timeout_us, err);
+    if (rc == 0)
+        rc = get_count(params, "priority", "request", &has_priority, &priority, err);
+    if (rc == 0 && has_timeout)
+        d->req.deadline_ns = pjs_deadline_from_timeout_us(d->req.times.received, timeout_us);
     return rc;
 }
 

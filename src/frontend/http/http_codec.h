@@ -11,7 +11,9 @@
  * flat), parameters.binary_data_size, or parameters.shared_memory_region
  * (with shared_memory_byte_size and an optional shared_memory_offset).
  * Unknown request, input and output parameters are ignored; "timeout" and
- * "priority" must be integers. Content-Encoding gzip and deflate are
+ * "priority" must be non-negative integers. A "timeout" other than 0 sets
+ * the request's deadline, that many microseconds after it was received;
+ * "priority" is accepted and ignored. Content-Encoding gzip and deflate are
  * inflated first (the header length counts decompressed bytes).
  *
  * Response framing. Outputs go out in the order they were requested (every
@@ -76,7 +78,8 @@ int pjs_http_header_length(const char *value, size_t body_len, size_t *out_json_
 /* Decodes body[body_len] into d (overwritten; pjs_http_infer_free it also
  * after a failure). `header_length` is the Inference-Header-Content-Length
  * value or NULL. The request comes out initialised (received time set), with
- * its inputs, requested outputs, id and binary_data_output filled; inputs in
+ * its inputs, requested outputs, id, binary_data_output and deadline (from
+ * "timeout"; 0 when none) filled; inputs in
  * shared memory still lack data until pjs_http_infer_map_shm. body must
  * outlive d. Errors are INVALID_ARGUMENT (UNSUPPORTED for a feature pjserve
  * does not have) with a message saying what was wrong and where. */

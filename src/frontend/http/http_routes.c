@@ -561,8 +561,10 @@ void pjs__http_route_rest(pjs__http_call *c)
     }
 }
 
-/* Collects every loaded model's statistics for one scrape. */
+/* Collects every loaded model's statistics and scheduler state for one
+ * scrape. */
 typedef struct metrics_scrape {
+    pjs_server *server;
     pjs_metrics_model *models;
     size_t n, cap;
     bool out_of_memory;
@@ -590,6 +592,15 @@ static void collect_model(pjs_model *m, void *ctx)
     e->name = name;
     e->version = PJS_MODEL_VERSION;
     pjs_model_stats_snapshot(m, &e->stats);
+    pjs_server_model_sched_info(s->server, m, &e->sched);
+    for (size_t q = 0; q < PJS_METRICS_QUANTILES; q++)
+        e->queue_wait_us[q] = pjs_queue_wait_quantile_us(e->stats.queue_wait,
+                                                         pjs_metrics_quantiles[q]);
+    const pjs_manifest *mf = pjs_model_manifest(m);
+    e->n_batch_sizes = mf->n_batch_sizes < PJS_MODEL_MAX_BATCH_SIZES ? mf->n_batch_sizes
+                                                                     : PJS_MODEL_MAX_BATCH_SIZES;
+    if (e->n_batch_sizes > 0)
+        memcpy(e->batch_sizes, mf->batch_sizes, e->n_batch_sizes * sizeof *e->batch_sizes);
     s->n++;
 }
 
@@ -603,11 +614,12 @@ void pjs__http_route_metrics(pjs__http_call *c)
     }
     if (!method_ok(c, "GET"))
         return;
-    metrics_scrape scrape = {0};
+    metrics_scrape scrape = {.server = c->fe->server};
     pjs_server_foreach_model(c->fe->server, collect_model, &scrape);
     pjs_server_counters counters;
     pjs_server_get_counters(c->fe->server, &counters);
-    pjs_metrics_gauges gauges = {counters.queue_depth, counters.in_flight};
+    pjs_metrics_gauges gauges = {counters.queue_depth, counters.in_flight,
+                                 pjs_server_discipline(c->fe->server)};
     pjs_http_buf text;
     pjs_error err;
     pjs_http_buf_init(&text, METRICS_MAX_BYTES);

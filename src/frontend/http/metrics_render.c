@@ -2,18 +2,64 @@
  * metrics_render.c - Prometheus text for the metrics endpoint (see
  * metrics_render.h).
  *
- * One table lists the per-model families; each family is written as its
- * # HELP and # TYPE lines followed by one sample per model. Label values are
- * escaped as the exposition format requires (backslash, quote, newline).
+ * Two tables list the per-model families of one sample per model (Triton's,
+ * then pjserve's); each family is written as its # HELP and # TYPE lines
+ * followed by one sample per model. The queue-wait summary and the rows
+ * histogram have several samples per model and their own functions. Values
+ * are integers where they count something, exact decimal seconds where they
+ * sum nanoseconds, and %.9g otherwise. Label values are escaped as the
+ * exposition format requires (backslash, quote, newline).
  */
 #include "frontend/http/metrics_render.h"
 
 #include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+
+const double pjs_metrics_quantiles[PJS_METRICS_QUANTILES] = {0.5, 0.9, 0.99};
+
+/* ---- values ------------------------------------------------------------------ */
+
+typedef enum value_kind {
+    VALUE_COUNT,   /* n as an integer */
+    VALUE_SECONDS, /* n nanoseconds as exact decimal seconds */
+    VALUE_REAL,    /* x */
+} value_kind;
+
+typedef struct metric_value {
+    value_kind kind;
+    uint64_t n;
+    double x;
+} metric_value;
+
+static metric_value count(uint64_t n) { return (metric_value){VALUE_COUNT, n, 0}; }
+static metric_value seconds(uint64_t ns) { return (metric_value){VALUE_SECONDS, ns, 0}; }
+static metric_value real(double x) { return (metric_value){VALUE_REAL, 0, x}; }
+
+static int put_value(pjs_http_buf *b, metric_value v, pjs_error *err)
+{
+    switch (v.kind) {
+    case VALUE_COUNT: return pjs_http_buf_printf(b, err, "%" PRIu64, v.n);
+    case VALUE_SECONDS:
+        return pjs_http_buf_printf(b, err, "%" PRIu64 ".%09" PRIu64, v.n / 1000000000u,
+                                   v.n % 1000000000u);
+    default:
+        if (isnan(v.x))
+            return pjs_http_buf_append_str(b, "NaN", err);
+        if (isinf(v.x))
+            return pjs_http_buf_append_str(b, v.x > 0 ? "+Inf" : "-Inf", err);
+        return pjs_http_buf_printf(b, err, "%.9g", v.x);
+    }
+}
+
+/* ---- one-sample families -------------------------------------------------------- */
 
 typedef struct model_family {
     const char *name;
     const char *help;
-    uint64_t (*value)(const pjs_model_stats *st);
+    const char *type;   /* "counter" or "gauge" */
+    const char *labels; /* written after version: "" or ",reason=\"queue_full\"" */
+    metric_value (*value)(const pjs_metrics_model *m);
 } model_family;
 
 static uint64_t ns_to_us(uint64_t ns)
@@ -21,33 +67,130 @@ static uint64_t ns_to_us(uint64_t ns)
     return ns / 1000u;
 }
 
-static uint64_t request_success(const pjs_model_stats *st) { return st->success.count; }
-static uint64_t request_failure(const pjs_model_stats *st) { return st->fail.count; }
-static uint64_t inference_count(const pjs_model_stats *st) { return st->inference_count; }
-static uint64_t exec_count(const pjs_model_stats *st) { return st->execution_count; }
-static uint64_t request_us(const pjs_model_stats *st) { return ns_to_us(st->success.ns); }
-static uint64_t queue_us(const pjs_model_stats *st) { return ns_to_us(st->queue.ns); }
-static uint64_t input_us(const pjs_model_stats *st) { return ns_to_us(st->compute_input.ns); }
-static uint64_t infer_us(const pjs_model_stats *st) { return ns_to_us(st->compute_infer.ns); }
-static uint64_t output_us(const pjs_model_stats *st) { return ns_to_us(st->compute_output.ns); }
+static metric_value request_success(const pjs_metrics_model *m)
+{
+    return count(m->stats.success.count);
+}
 
-static const model_family model_families[] = {
+static metric_value request_failure(const pjs_metrics_model *m)
+{
+    return count(m->stats.fail.count);
+}
+
+static metric_value inference_count(const pjs_metrics_model *m)
+{
+    return count(m->stats.inference_count);
+}
+
+static metric_value exec_count(const pjs_metrics_model *m)
+{
+    return count(m->stats.execution_count);
+}
+
+static metric_value request_us(const pjs_metrics_model *m)
+{
+    return count(ns_to_us(m->stats.success.ns));
+}
+
+static metric_value queue_us(const pjs_metrics_model *m)
+{
+    return count(ns_to_us(m->stats.queue.ns));
+}
+
+static metric_value input_us(const pjs_metrics_model *m)
+{
+    return count(ns_to_us(m->stats.compute_input.ns));
+}
+
+static metric_value infer_us(const pjs_metrics_model *m)
+{
+    return count(ns_to_us(m->stats.compute_infer.ns));
+}
+
+static metric_value output_us(const pjs_metrics_model *m)
+{
+    return count(ns_to_us(m->stats.compute_output.ns));
+}
+
+static metric_value device_s(const pjs_metrics_model *m)
+{
+    return seconds(m->stats.device_ns);
+}
+
+static metric_value utilization(const pjs_metrics_model *m)
+{
+    return real(m->sched.recent_utilization);
+}
+
+static metric_value weight(const pjs_metrics_model *m)
+{
+    return real(m->sched.weight);
+}
+
+static metric_value queue_depth(const pjs_metrics_model *m)
+{
+    return count(m->sched.queue_depth);
+}
+
+static metric_value expired(const pjs_metrics_model *m)
+{
+    return count(m->stats.expired);
+}
+
+static metric_value shed(const pjs_metrics_model *m)
+{
+    return count(m->stats.shed);
+}
+
+static metric_value queue_full(const pjs_metrics_model *m)
+{
+    return count(m->stats.rejected_queue_full);
+}
+
+
+static const model_family triton_families[] = {
     {"nv_inference_request_success", "Number of successful inference requests, all batch sizes",
-     request_success},
+     "counter", "", request_success},
     {"nv_inference_request_failure", "Number of failed inference requests, all batch sizes",
-     request_failure},
-    {"nv_inference_count", "Number of inferences performed (batch elements)", inference_count},
-    {"nv_inference_exec_count", "Number of model executions performed", exec_count},
+     "counter", "", request_failure},
+    {"nv_inference_count", "Number of inferences performed (batch elements)", "counter", "",
+     inference_count},
+    {"nv_inference_exec_count", "Number of model executions performed", "counter", "",
+     exec_count},
     {"nv_inference_request_duration_us",
-     "Cumulative duration of successful inference requests in microseconds", request_us},
+     "Cumulative duration of successful inference requests in microseconds", "counter", "",
+     request_us},
     {"nv_inference_queue_duration_us", "Cumulative inference queuing duration in microseconds",
-     queue_us},
+     "counter", "", queue_us},
     {"nv_inference_compute_input_duration_us",
-     "Cumulative compute input duration in microseconds", input_us},
+     "Cumulative compute input duration in microseconds", "counter", "", input_us},
     {"nv_inference_compute_infer_duration_us",
-     "Cumulative compute inference duration in microseconds", infer_us},
+     "Cumulative compute inference duration in microseconds", "counter", "", infer_us},
     {"nv_inference_compute_output_duration_us",
-     "Cumulative inference compute output duration in microseconds", output_us},
+     "Cumulative inference compute output duration in microseconds", "counter", "", output_us},
+};
+
+static const model_family pjserve_families[] = {
+    {"pjserve_model_dispatches_total",
+     "Device executions of the model, each serving one or more coalesced requests", "counter",
+     "", exec_count},
+    {"pjserve_model_device_seconds_total",
+     "Device time of the model's executions in seconds, upload to read-back", "counter", "",
+     device_s},
+    {"pjserve_model_recent_utilization",
+     "Share of the device's time the model used over the scheduler's recent window (0 to 1)",
+     "gauge", "", utilization},
+    {"pjserve_model_weight", "The model's fair-share weight", "gauge", "", weight},
+    {"pjserve_model_queue_depth", "Requests of the model waiting in the scheduler's queues",
+     "gauge", "", queue_depth},
+    {"pjserve_model_requests_expired_total",
+     "Requests answered DEADLINE_EXCEEDED because their deadline passed before they ran",
+     "counter", "", expired},
+    {"pjserve_model_requests_shed_total",
+     "Requests answered DEADLINE_EXCEEDED by edf as predicted to miss their deadline", "counter",
+     "", shed},
+    {"pjserve_model_requests_rejected_total", "Requests refused at admission, by reason",
+     "counter", ",reason=\"queue_full\"", queue_full},
 };
 
 /* A label value between quotes, escaped. */
@@ -73,20 +216,131 @@ static int family_header(pjs_http_buf *b, const char *name, const char *help, co
     return pjs_http_buf_printf(b, err, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
 }
 
-static int render_family(const model_family *f, const pjs_metrics_model *models, size_t n,
-                         pjs_http_buf *b, pjs_error *err)
+/* name{model="m",version="v"<labels>} value */
+static int model_sample(pjs_http_buf *b, const char *name, const pjs_metrics_model *m,
+                        const char *labels, metric_value v, pjs_error *err)
 {
-    int rc = family_header(b, f->name, f->help, "counter", err);
+    int rc = pjs_http_buf_printf(b, err, "%s{model=", name);
+    if (rc == 0)
+        rc = label_value(b, m->name, err);
+    if (rc == 0)
+        rc = pjs_http_buf_append_str(b, ",version=", err);
+    if (rc == 0)
+        rc = label_value(b, m->version, err);
+    if (rc == 0)
+        rc = pjs_http_buf_printf(b, err, "%s} ", labels);
+    if (rc == 0)
+        rc = put_value(b, v, err);
+    if (rc == 0)
+        rc = pjs_http_buf_append_str(b, "\n", err);
+    return rc;
+}
+
+static int render_families(const model_family *families, size_t n_families,
+                           const pjs_metrics_model *models, size_t n, pjs_http_buf *b,
+                           pjs_error *err)
+{
+    int rc = 0;
+    for (size_t f = 0; rc == 0 && f < n_families; f++) {
+        const model_family *fam = &families[f];
+        rc = family_header(b, fam->name, fam->help, fam->type, err);
+        for (size_t i = 0; rc == 0 && i < n; i++)
+            rc = model_sample(b, fam->name, &models[i], fam->labels, fam->value(&models[i]), err);
+    }
+    return rc;
+}
+
+/* ---- the summary and the histogram ---------------------------------------------- */
+
+#define QUEUE_WAIT "pjserve_model_queue_wait_seconds"
+#define BATCH_ROWS "pjserve_model_batch_rows"
+
+static int render_queue_wait(const pjs_metrics_model *models, size_t n, pjs_http_buf *b,
+                             pjs_error *err)
+{
+    int rc = family_header(b, QUEUE_WAIT,
+                           "Time requests waited in the queue before their execution started, "
+                           "in seconds",
+                           "summary", err);
     for (size_t i = 0; rc == 0 && i < n; i++) {
-        rc = pjs_http_buf_printf(b, err, "%s{model=", f->name);
+        const pjs_metrics_model *m = &models[i];
+        for (size_t q = 0; rc == 0 && q < PJS_METRICS_QUANTILES; q++) {
+            char label[32];
+            snprintf(label, sizeof label, ",quantile=\"%g\"", pjs_metrics_quantiles[q]);
+            rc = model_sample(b, QUEUE_WAIT, m, label, real(m->queue_wait_us[q] / 1e6), err);
+        }
         if (rc == 0)
-            rc = label_value(b, models[i].name, err);
+            rc = model_sample(b, QUEUE_WAIT "_sum", m, "", seconds(m->stats.queue.ns), err);
         if (rc == 0)
-            rc = pjs_http_buf_append_str(b, ",version=", err);
+            rc = model_sample(b, QUEUE_WAIT "_count", m, "", count(m->stats.queue.count), err);
+    }
+    return rc;
+}
+
+/* Executions that served at most `rows` rows. */
+static uint64_t executions_up_to(const pjs_model_stats *st, int64_t rows)
+{
+    uint64_t n = 0;
+    for (size_t k = 0; k < st->n_batch; k++)
+        if (st->batch[k].batch_size <= rows)
+            n += st->batch[k].compute_infer.count;
+    return n;
+}
+
+static int render_batch_rows(const pjs_metrics_model *models, size_t n, pjs_http_buf *b,
+                             pjs_error *err)
+{
+    int rc = family_header(b, BATCH_ROWS,
+                           "Rows (batch elements) served per execution, before padding to a "
+                           "compiled batch size; one bucket per compiled batch size",
+                           "histogram", err);
+    for (size_t i = 0; rc == 0 && i < n; i++) {
+        const pjs_metrics_model *m = &models[i];
+        for (size_t j = 0; rc == 0 && j < m->n_batch_sizes; j++) {
+            char label[48];
+            snprintf(label, sizeof label, ",le=\"%" PRId64 "\"", m->batch_sizes[j]);
+            rc = model_sample(b, BATCH_ROWS "_bucket", m, label,
+                              count(executions_up_to(&m->stats, m->batch_sizes[j])), err);
+        }
+        uint64_t rows = 0, executions = 0;
+        for (size_t k = 0; k < m->stats.n_batch; k++) {
+            const pjs_batch_stat *e = &m->stats.batch[k];
+            rows += (uint64_t)e->batch_size * e->compute_infer.count;
+            executions += e->compute_infer.count;
+        }
         if (rc == 0)
-            rc = label_value(b, models[i].version, err);
+            rc = model_sample(b, BATCH_ROWS "_bucket", m, ",le=\"+Inf\"", count(executions), err);
         if (rc == 0)
-            rc = pjs_http_buf_printf(b, err, "} %" PRIu64 "\n", f->value(&models[i].stats));
+            rc = model_sample(b, BATCH_ROWS "_sum", m, "", count(rows), err);
+        if (rc == 0)
+            rc = model_sample(b, BATCH_ROWS "_count", m, "", count(executions), err);
+    }
+    return rc;
+}
+
+/* ---- server-wide ------------------------------------------------------------------ */
+
+static int render_server(const pjs_metrics_gauges *g, pjs_http_buf *b, pjs_error *err)
+{
+    int rc = family_header(b, "pjserve_queue_depth", "Requests waiting in the dispatcher queue",
+                           "gauge", err);
+    if (rc == 0)
+        rc = pjs_http_buf_printf(b, err, "pjserve_queue_depth %" PRIu64 "\n", g->queue_depth);
+    if (rc == 0)
+        rc = family_header(b, "pjserve_requests_in_flight",
+                           "Requests accepted and not yet answered", "gauge", err);
+    if (rc == 0)
+        rc = pjs_http_buf_printf(b, err, "pjserve_requests_in_flight %" PRIu64 "\n",
+                                 g->in_flight);
+    if (rc == 0)
+        rc = family_header(b, "pjserve_scheduler_info",
+                           "The scheduler's discipline (the value is always 1)", "gauge", err);
+    if (rc == 0 && g->discipline != NULL) {
+        rc = pjs_http_buf_append_str(b, "pjserve_scheduler_info{discipline=", err);
+        if (rc == 0)
+            rc = label_value(b, g->discipline, err);
+        if (rc == 0)
+            rc = pjs_http_buf_append_str(b, "} 1\n", err);
     }
     return rc;
 }
@@ -94,19 +348,17 @@ static int render_family(const model_family *f, const pjs_metrics_model *models,
 int pjs_metrics_render(const pjs_metrics_model *models, size_t n, const pjs_metrics_gauges *g,
                        pjs_http_buf *out, pjs_error *err)
 {
-    int rc = 0;
-    for (size_t f = 0; rc == 0 && f < sizeof model_families / sizeof *model_families; f++)
-        rc = render_family(&model_families[f], models, n, out, err);
+    int rc = render_families(triton_families, sizeof triton_families / sizeof *triton_families,
+                             models, n, out, err);
     if (rc == 0)
-        rc = family_header(out, "pjserve_queue_depth", "Requests waiting in the dispatcher queue",
-                           "gauge", err);
+        rc = render_families(pjserve_families,
+                             sizeof pjserve_families / sizeof *pjserve_families, models, n, out,
+                             err);
     if (rc == 0)
-        rc = pjs_http_buf_printf(out, err, "pjserve_queue_depth %" PRIu64 "\n", g->queue_depth);
+        rc = render_queue_wait(models, n, out, err);
     if (rc == 0)
-        rc = family_header(out, "pjserve_requests_in_flight",
-                           "Requests accepted and not yet answered", "gauge", err);
+        rc = render_batch_rows(models, n, out, err);
     if (rc == 0)
-        rc = pjs_http_buf_printf(out, err, "pjserve_requests_in_flight %" PRIu64 "\n",
-                                 g->in_flight);
+        rc = render_server(g, out, err);
     return rc;
 }

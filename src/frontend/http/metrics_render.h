@@ -2,12 +2,16 @@
  * metrics_render.h - the Prometheus text exposition (format 0.0.4) that
  * GET /metrics serves.
  *
- * Per model, Triton's counter names labelled {model="m",version="1"}:
- * nv_inference_request_success, _failure, nv_inference_count,
- * nv_inference_exec_count and the cumulative durations in microseconds
- * (request, queue, compute input/infer/output); then pjserve's gauges for
- * the whole server. Rendering works from plain snapshots so it can be tested
- * without a server. Pure function; any thread.
+ * Per model, labelled {model="m",version="1"}: Triton's counters
+ * (nv_inference_request_success, _failure, nv_inference_count,
+ * nv_inference_exec_count and the cumulative durations in microseconds:
+ * request, queue, compute input/infer/output), then pjserve's own families
+ * (dispatches, device seconds, the scheduler's weight, queue depth and
+ * recent utilization, requests expired, shed and rejected, the queue wait
+ * as a summary and the rows per execution as a histogram over the compiled
+ * batch sizes); then the server-wide gauges and the scheduler's discipline.
+ * Rendering works from plain snapshots so it can be tested without a
+ * server. Pure function; any thread.
  */
 #ifndef PJS_FRONTEND_HTTP_METRICS_RENDER_H
 #define PJS_FRONTEND_HTTP_METRICS_RENDER_H
@@ -18,18 +22,30 @@
 #include "core/status.h"
 #include "frontend/http/http_buf.h"
 #include "registry/model.h"
+#include "server/server.h"
 
-/* One model's statistics at the time of the scrape. */
+/* The quantiles of the queue-wait summary: 0.5, 0.9, 0.99. */
+#define PJS_METRICS_QUANTILES 3
+extern const double pjs_metrics_quantiles[PJS_METRICS_QUANTILES];
+
+/* One model at the time of the scrape. */
 typedef struct pjs_metrics_model {
     const char *name;
     const char *version;
     pjs_model_stats stats;
+    pjs_model_sched_info sched;
+    /* pjs_queue_wait_quantile_us(stats.queue_wait, pjs_metrics_quantiles[i]). */
+    double queue_wait_us[PJS_METRICS_QUANTILES];
+    /* The compiled batch sizes, ascending: the buckets of pjserve_model_batch_rows. */
+    size_t n_batch_sizes;
+    int64_t batch_sizes[PJS_MODEL_MAX_BATCH_SIZES];
 } pjs_metrics_model;
 
 /* Server-wide gauges. */
 typedef struct pjs_metrics_gauges {
-    uint64_t queue_depth; /* requests waiting in the dispatcher */
-    uint64_t in_flight;   /* requests accepted and not yet completed */
+    uint64_t queue_depth;   /* requests waiting in the dispatcher */
+    uint64_t in_flight;     /* requests accepted and not yet completed */
+    const char *discipline; /* the scheduler's discipline ("fair") */
 } pjs_metrics_gauges;
 
 /* Appends the whole exposition to out. */

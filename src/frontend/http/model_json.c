@@ -9,25 +9,31 @@
 
 #include <stdio.h>
 
-/* [d0, d1, ...] from dims[first..rank). */
-static json_t *dims_json(const pjs_shape *s, int first)
+#include "frontend/batching.h"
+
+/* [d0, d1, ...] from dims[first..rank) of input (or output) i as clients see
+ * it: extents that differ between the model's variants are -1. */
+static json_t *dims_json(const pjs_manifest *m, bool output, size_t i, int first)
 {
+    pjs_shape s = pjs_manifest_client_shape(m, output, i);
     json_t *dims = json_array();
-    for (int i = first; dims != NULL && i < s->rank; i++)
-        if (json_array_append_new(dims, json_integer(s->dims[i])) != 0) {
+    for (int d = first; dims != NULL && d < s.rank; d++)
+        if (json_array_append_new(dims, json_integer(s.dims[d])) != 0) {
             json_decref(dims);
             return NULL;
         }
     return dims;
 }
 
-static json_t *tensor_metadata_json(const pjs_tensor_spec *specs, size_t n)
+static json_t *tensor_metadata_json(const pjs_manifest *m, bool output)
 {
+    const pjs_tensor_spec *specs = output ? m->outputs : m->inputs;
+    size_t n = output ? m->n_outputs : m->n_inputs;
     json_t *list = json_array();
     for (size_t i = 0; list != NULL && i < n; i++) {
         json_t *t = json_pack("{s:s, s:s, s:o}", "name", specs[i].name, "datatype",
                               pjs_dtype_kserve_name(specs[i].dtype), "shape",
-                              dims_json(&specs[i].shape, 0));
+                              dims_json(m, output, i, 0));
         if (t == NULL || json_array_append_new(list, t) != 0) {
             json_decref(list);
             return NULL;
@@ -40,8 +46,7 @@ json_t *pjs_model_metadata_json(const char *name, const char *platform, const pj
 {
     return json_pack("{s:s, s:[s], s:s, s:o, s:o}", "name", name, "versions",
                      PJS_MODEL_VERSION, "platform", platform, "inputs",
-                     tensor_metadata_json(m->inputs, m->n_inputs), "outputs",
-                     tensor_metadata_json(m->outputs, m->n_outputs));
+                     tensor_metadata_json(m, false), "outputs", tensor_metadata_json(m, true));
 }
 
 /* Triton's data_type spelling: "TYPE_" and the KServe name ("TYPE_FP32"). */
@@ -51,15 +56,16 @@ static const char *config_data_type(pjs_dtype dt, char *buf, size_t size)
     return buf;
 }
 
-static json_t *tensor_config_json(const pjs_tensor_spec *specs, size_t n, int64_t max_batch_size,
-                                  bool inputs)
+static json_t *tensor_config_json(const pjs_manifest *m, int64_t max_batch_size, bool inputs)
 {
+    const pjs_tensor_spec *specs = inputs ? m->inputs : m->outputs;
+    size_t n = inputs ? m->n_inputs : m->n_outputs;
     json_t *list = json_array();
     for (size_t i = 0; list != NULL && i < n; i++) {
         const pjs_tensor_spec *s = &specs[i];
         char type[32];
         /* With max_batch_size > 0 Triton leaves the batch axis out of dims. */
-        json_t *dims = dims_json(&s->shape, s->batched && max_batch_size > 0 ? 1 : 0);
+        json_t *dims = dims_json(m, !inputs, i, s->batched && max_batch_size > 0 ? 1 : 0);
         json_t *t = inputs ? json_pack("{s:s, s:s, s:s, s:o, s:b, s:b, s:b}", "name", s->name,
                                        "data_type", config_data_type(s->dtype, type, sizeof type),
                                        "format", "FORMAT_NONE", "dims", dims, "is_shape_tensor",
@@ -75,6 +81,20 @@ static json_t *tensor_config_json(const pjs_tensor_spec *specs, size_t n, int64_
     return list;
 }
 
+/* {"preferred_batch_size": [compiled sizes], "max_queue_delay_microseconds": 0}
+ * (see frontend/batching.h). */
+static json_t *dynamic_batching_json(const pjs_manifest *m)
+{
+    json_t *sizes = json_array();
+    for (size_t i = 0; sizes != NULL && i < m->n_batch_sizes; i++)
+        if (json_array_append_new(sizes, json_integer(m->batch_sizes[i])) != 0) {
+            json_decref(sizes);
+            return NULL;
+        }
+    return json_pack("{s:o, s:i}", "preferred_batch_size", sizes, "max_queue_delay_microseconds",
+                     0);
+}
+
 json_t *pjs_model_config_json(const char *name, const char *platform, const pjs_manifest *m,
                               int64_t max_batch_size)
 {
@@ -82,14 +102,13 @@ json_t *pjs_model_config_json(const char *name, const char *platform, const pjs_
         "{s:s, s:s, s:s, s:{s:{s:i}}, s:I, s:o, s:o}", "name", name, "platform", platform,
         "backend", "pjserve", "version_policy", "latest", "num_versions", 1, "max_batch_size",
         (json_int_t)max_batch_size, "input",
-        tensor_config_json(m->inputs, m->n_inputs, max_batch_size, true), "output",
-        tensor_config_json(m->outputs, m->n_outputs, max_batch_size, false));
-    /* Scheduling. pjserve's dispatcher does not coalesce requests yet, so the
-     * config has no "dynamic_batching" and clients (perf_analyzer) send one
-     * request per batch. When coalescing lands, add here:
-     *   "dynamic_batching": {"preferred_batch_size": [compiled sizes],
-     *                        "max_queue_delay_microseconds": <delay>}
-     */
+        tensor_config_json(m, max_batch_size, true), "output",
+        tensor_config_json(m, max_batch_size, false));
+    if (config != NULL && pjs_frontend_coalesces(m, max_batch_size) &&
+        json_object_set_new(config, "dynamic_batching", dynamic_batching_json(m)) != 0) {
+        json_decref(config);
+        return NULL;
+    }
     return config;
 }
 
@@ -104,7 +123,7 @@ static json_t *batch_stats_json(const pjs_model_stats *st)
     for (size_t i = 0; list != NULL && i < st->n_batch; i++) {
         const pjs_batch_stat *b = &st->batch[i];
         if (b->compute_infer.count == 0)
-            continue; /* Triton lists the batch sizes that ran */
+            continue; /* the row counts that ran, as gRPC lists them */
         json_t *entry = json_pack("{s:I, s:o, s:o, s:o}", "batch_size",
                                   (json_int_t)b->batch_size, "compute_input",
                                   duration_json(&b->compute_input), "compute_infer",

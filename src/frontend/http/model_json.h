@@ -17,13 +17,16 @@
 #include "registry/model.h"
 
 /* {"name", "versions": ["1"], "platform", "inputs", "outputs"}; each tensor
- * {"name", "datatype", "shape"} with -1 for the batch axis. */
+ * {"name", "datatype", "shape"} with -1 for the batch axis and for every
+ * extent that differs between the model's variants (also in config dims). */
 json_t *pjs_model_metadata_json(const char *name, const char *platform,
                                 const pjs_manifest *m);
 
 /* Triton's model configuration: name, platform, backend "pjserve",
  * max_batch_size, input and output (data_type "TYPE_FP32", dims without the
- * batch axis when max_batch_size > 0). */
+ * batch axis when max_batch_size > 0) and, when the model's requests are
+ * coalesced (frontend/batching.h), dynamic_batching with the compiled batch
+ * sizes as preferred_batch_size and max_queue_delay_microseconds 0. */
 json_t *pjs_model_config_json(const char *name, const char *platform, const pjs_manifest *m,
                               int64_t max_batch_size);
 
