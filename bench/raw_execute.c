@@ -156,7 +156,8 @@ int main(int argc, char **argv)
         return 1;
     }
     const pjs_manifest *m = &b->manifest;
-    pjs_bundle_module *mod = pjs_bundle_module_for(b, batch);
+    /* The top-level shapes (variant 0), which m->inputs and m->outputs describe. */
+    pjs_bundle_module *mod = pjs_bundle_module_for(b, 0, batch);
     if (m->kind != PJS_KIND_MODEL || mod == NULL) {
         fprintf(stderr, "pjs_bench_raw_execute: bundle %s: %s\n", m->name,
                 m->kind != PJS_KIND_MODEL ? "not a model bundle (kind meta)"

@@ -4,8 +4,9 @@
     examples/make_demo_models.py OUT_DIR [--only NAME ...] [--batch-sizes 1,4,8]
                                  [--target-stablehlo-version X.Y.Z]
 
-Writes OUT_DIR/<name>/ for mlp, convnet, two_io, mlp_bf16 and mlp_f16 (see
-python/pjserve_export/demo.py for what each one computes). Weights come from
+Writes OUT_DIR/<name>/ for mlp, convnet, two_io, mlp_bf16, mlp_f16 and gapnet
+(see python/pjserve_export/demo.py for what each one computes; gapnet has two
+input-shape variants). Weights come from
 fixed PRNG keys, so the bundles are byte-for-byte reproducible. Run a bundle
 with `build/pjserve run`, or all of them with examples/run_demo.py.
 """
@@ -23,6 +24,12 @@ from pjserve_export.demo import BATCH_SIZES, DEMO_MODEL_NAMES, demo_models  # no
 
 def _shape(spec):
     return "[" + ", ".join(["batch"] + [str(d) for d in spec.shape]) + "]"
+
+
+def _signature(m, variant):
+    ins = ", ".join(f"{s.name}:{s.dtype}{_shape(s)}" for s in m.variant_inputs(variant))
+    outs = ", ".join(f"{s.name}:{s.dtype}{_shape(s)}" for s in m.variant_outputs(variant))
+    return f"{ins} -> {outs}"
 
 
 def main(argv=None):
@@ -51,10 +58,10 @@ def main(argv=None):
             print(f"make_demo_models: {model.name}: {e}", file=sys.stderr)
             return 1
         m = read_manifest(path)
-        ins = ", ".join(f"{s.name}:{s.dtype}{_shape(s)}" for s in m.inputs)
-        outs = ", ".join(f"{s.name}:{s.dtype}{_shape(s)}" for s in m.outputs)
-        print(f"  {model.name:<9} {ins} -> {outs}  ({time.perf_counter() - t0:.1f} s)",
-              flush=True)
+        print(f"  {model.name:<9} {_signature(m, 'default')}  "
+              f"({time.perf_counter() - t0:.1f} s)", flush=True)
+        for v in m.variants:
+            print(f"  {'':<9} variant {v.name}: {_signature(m, v.name)}", flush=True)
     return 0
 
 

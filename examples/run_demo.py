@@ -4,9 +4,10 @@
     examples/run_demo.py --pjserve build/pjserve MODELS_DIR [--batch N] [--seed S]
                          [--pjrt-plugin PATH] [--cache-dir DIR]
 
-For each bundle (a subdirectory with manifest.yaml) this makes random inputs
-of the manifest's dtypes and shapes (N examples, default 3, so the server pads
-to a compiled batch size), saves them as .npy, runs
+For each bundle (a subdirectory with manifest.yaml), and each of its
+input-shape variants, this makes random inputs of the manifest's dtypes and
+shapes (N examples, default 3, so the server pads to a compiled batch size),
+saves them as .npy, runs
 
     pjserve run BUNDLE --input NAME=FILE.npy ... --output-dir DIR
 
@@ -33,16 +34,23 @@ def run_bundle(pjserve, bundle, n, seed, work, extra):
     except Exception as e:  # the server reports the details; here just do not crash
         print(f"== {bundle.name}: FAILED: cannot read {MANIFEST_FILE}: {e}", flush=True)
         return False
+    results = [run_variant(pjserve, bundle, manifest, variant, n, seed, work / variant, extra)
+               for variant in manifest.variant_names()]
+    return all(results)
+
+
+def run_variant(pjserve, bundle, manifest, variant, n, seed, work, extra):
     in_dir, out_dir = work / "in", work / "out"
     in_dir.mkdir(parents=True)
     out_dir.mkdir()
     argv = [str(pjserve), "run", str(bundle)]
-    for name, array in random_inputs(manifest, n, seed).items():
+    for name, array in random_inputs(manifest, n, seed, variant).items():
         f = in_dir / f"{name}.npy"
         np.save(f, array)
         argv += ["--input", f"{name}={f}"]
     argv += ["--output-dir", str(out_dir)] + extra
-    print(f"== {manifest.name}: {' '.join(argv)}", flush=True)
+    shown = manifest.name if not manifest.variants else f"{manifest.name} (variant {variant})"
+    print(f"== {shown}: {' '.join(argv)}", flush=True)
     r = subprocess.run(argv, capture_output=True, text=True)
     if r.stdout.strip():
         print(r.stdout.rstrip())
@@ -50,7 +58,7 @@ def run_bundle(pjserve, bundle, n, seed, work, extra):
         print(f"   FAILED (exit {r.returncode}): {r.stderr.strip()}", flush=True)
         return False
     ok = True
-    for spec in manifest.outputs:
+    for spec in manifest.variant_outputs(variant):
         f = out_dir / f"{spec.name}.npy"
         if not f.is_file():
             print(f"   FAILED: {f.name} was not written")

@@ -5,11 +5,14 @@
  * result, so crashes, sanitizer reports and leaks on any accept or reject
  * path surface. An accepted manifest is also checked against the invariants
  * manifest.h promises (batched tensors hold -1 in dims[0], batch sizes are
- * strictly ascending, ranks in range); a broken one aborts. The seed corpus is
+ * strictly ascending, ranks in range; variant 0 is the top level, every
+ * variant has its names, dtypes, ranks and batch axes, and no two have the
+ * same input shapes); a broken one aborts. The seed corpus is
  * fuzz/corpus/fuzz_manifest/, replayed by fuzz_manifest_replay in `make test`.
  */
 #include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "core/manifest.h"
 
@@ -25,6 +28,42 @@ static void check_tensors(const pjs_tensor_spec *v, size_t n)
         for (int d = t->batched ? 1 : 0; d < t->shape.rank; d++)
             if (t->shape.dims[d] < 0)
                 abort();
+    }
+}
+
+/* Variant tensors keep everything of the top-level ones but extents. */
+static void check_like(const pjs_tensor_spec *v, const pjs_tensor_spec *top, size_t n)
+{
+    check_tensors(v, n);
+    for (size_t i = 0; i < n; i++)
+        if (strcmp(v[i].name, top[i].name) != 0 || v[i].dtype != top[i].dtype ||
+            v[i].batched != top[i].batched || v[i].shape.rank != top[i].shape.rank)
+            abort();
+}
+
+static void check_variants(const pjs_manifest *m)
+{
+    if (m->kind == PJS_KIND_META) {
+        if (m->n_variants != 0 || m->variants != NULL)
+            abort();
+        return;
+    }
+    if (m->n_variants < 1 || m->n_variants > 1 + PJS_MANIFEST_MAX_VARIANTS ||
+        strcmp(m->variants[0].name, "default") != 0 || m->variants[0].inputs != m->inputs ||
+        m->variants[0].outputs != m->outputs)
+        abort();
+    for (size_t v = 1; v < m->n_variants; v++) {
+        check_like(m->variants[v].inputs, m->inputs, m->n_inputs);
+        check_like(m->variants[v].outputs, m->outputs, m->n_outputs);
+        for (size_t u = 0; u < v; u++) {
+            size_t same = 0;
+            while (same < m->n_inputs &&
+                   pjs_shape_equal(&m->variants[u].inputs[same].shape,
+                                   &m->variants[v].inputs[same].shape))
+                same++;
+            if (same == m->n_inputs || strcmp(m->variants[u].name, m->variants[v].name) == 0)
+                abort();
+        }
     }
 }
 
@@ -44,6 +83,7 @@ static void check_manifest(const pjs_manifest *m)
     for (size_t i = 0; i < m->n_calls; i++)
         if (m->calls[i] == NULL)
             abort();
+    check_variants(m);
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)

@@ -47,6 +47,7 @@ MODEL_TOLERANCE = {
     "two_io": F32_TOL,
     "mlp_bf16": BF16_TOL,
     "mlp_f16": F16_TOL,
+    "gapnet": F32_TOL,
 }
 
 

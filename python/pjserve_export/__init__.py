@@ -2,14 +2,16 @@
 
 A bundle is a directory ``<out_dir>/<name>/`` with ``manifest.yaml``, one
 StableHLO module ``model.b{N}.mlir`` per compiled batch size N (written as a
-StableHLO portable artifact), and ``weights.safetensors`` holding every weight
-once, shared by all batch sizes (docs/bundle-format.md, docs/exporter.md).
+StableHLO portable artifact; ``model.<variant>.b{N}.mlir`` for each
+input-shape variant), and ``weights.safetensors`` holding every weight once,
+shared by all modules (docs/bundle-format.md, docs/exporter.md).
 
 Main entry point::
 
     export_jax(fn, params, example_inputs, out_dir, *, name, batch_sizes,
                input_names, output_names, description=None, residency="host",
-               weight=1.0, target_stablehlo_version=None) -> pathlib.Path
+               weight=1.0, variants=None, target_stablehlo_version=None)
+        -> pathlib.Path
 
 ``fn(params, *inputs)`` returns one array or a tuple of arrays. ``params`` is
 any pytree of arrays; its leaves become the weights, named by their tree paths
@@ -17,6 +19,8 @@ joined with dots (``dense1.w``, ``layers.0.b``) and passed to every module as
 its first arguments, in jax's flattening order (dict keys sorted), followed by
 the inputs in ``input_names`` order. ``example_inputs`` give each input's
 per-example shape and dtype (their leading batch axis may have any size).
+``variants`` maps variant names to example inputs at other shapes, e.g.
+``{"wide": [np.zeros((1, 16, 32, 3), np.float32)]}``.
 
 Example::
 
@@ -37,8 +41,8 @@ StableHLO helpers (`default_target_version`, `main_signature`,
 `deserialize_portable_artifact`).
 """
 
-from .bundle import (FORMAT_VERSION, MANIFEST_FILE, WEIGHTS_FILE, Manifest, TensorSpec,
-                     module_file, random_inputs, read_manifest)
+from .bundle import (DEFAULT_VARIANT, FORMAT_VERSION, MANIFEST_FILE, WEIGHTS_FILE, Manifest,
+                     TensorSpec, Variant, module_file, random_inputs, read_manifest)
 from .jax_export import (PLUGIN_STABLEHLO_VERSION, artifact_version, custom_call_targets,
                          default_target_version, deserialize_portable_artifact, export_jax,
                          main_signature, serialize_portable_artifact, stablehlo_versions,
@@ -47,8 +51,8 @@ from .safetensors_io import read_safetensors, rewrite_metadata, write_safetensor
 
 __all__ = [
     "export_jax",
-    "FORMAT_VERSION", "MANIFEST_FILE", "WEIGHTS_FILE", "Manifest", "TensorSpec", "module_file",
-    "random_inputs", "read_manifest",
+    "DEFAULT_VARIANT", "FORMAT_VERSION", "MANIFEST_FILE", "WEIGHTS_FILE", "Manifest",
+    "TensorSpec", "Variant", "module_file", "random_inputs", "read_manifest",
     "PLUGIN_STABLEHLO_VERSION", "artifact_version", "custom_call_targets",
     "default_target_version", "deserialize_portable_artifact", "main_signature",
     "serialize_portable_artifact", "stablehlo_versions", "weight_names_and_arrays",

@@ -1,7 +1,8 @@
 """Bundle layout: the manifest, file names, atomic publication, reading back.
 
 A bundle is a directory ``<out_dir>/<name>/`` holding ``manifest.yaml``,
-``model.b{N}.mlir`` for each compiled batch size N, and
+``model.b{N}.mlir`` for each compiled batch size N (and
+``model.<variant>.b{N}.mlir`` for each input-shape variant), and
 ``weights.safetensors`` (see docs/bundle-format.md for the schema and
 docs/exporter.md for how the exporter fills it in).
 
@@ -15,9 +16,9 @@ import os
 import re
 import shutil
 import tempfile
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import List, Optional, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -29,13 +30,18 @@ WEIGHTS_FILE = "weights.safetensors"
 RESIDENCIES = ("host", "device", "unpinned")
 BATCH_AXIS = "batch"
 BATCH_SIZE_MAX = 65536  # the server's limit (docs/bundle-format.md)
+DEFAULT_VARIANT = "default"  # the top-level shapes, as the server names them
+VARIANTS_MAX = 16  # variants besides the default (the server's limit)
 
 NAME_RE = re.compile(r"[A-Za-z0-9_.-]+\Z")
 
 
-def module_file(batch_size: int) -> str:
-    """File name of the module compiled for `batch_size`."""
-    return f"model.b{int(batch_size)}.mlir"
+def module_file(batch_size: int, variant: Optional[str] = None) -> str:
+    """File name of the module compiled for `batch_size` (of `variant`, when
+    it is not None or "default")."""
+    if variant is None or variant == DEFAULT_VARIANT:
+        return f"model.b{int(batch_size)}.mlir"
+    return f"model.{variant}.b{int(batch_size)}.mlir"
 
 
 @dataclass
@@ -58,6 +64,16 @@ class TensorSpec:
 
 
 @dataclass
+class Variant:
+    """An input-shape variant as the manifest declares it: the shapes of the
+    tensors that differ from the top level, per example (without the batch
+    axis) for batched tensors, in full otherwise."""
+    name: str
+    inputs: Dict[str, Tuple[int, ...]]
+    outputs: Dict[str, Tuple[int, ...]] = field(default_factory=dict)
+
+
+@dataclass
 class Manifest:
     name: str
     batch_sizes: List[int]
@@ -68,7 +84,33 @@ class Manifest:
     weight: float = 1.0
     kind: str = "model"
     format_version: str = FORMAT_VERSION
+    variants: List[Variant] = field(default_factory=list)  # besides the default
     extra: dict = field(default_factory=dict)  # keys this reader does not know
+
+    def variant_names(self) -> List[str]:
+        """"default", then the manifest's variants in order."""
+        return [DEFAULT_VARIANT] + [v.name for v in self.variants]
+
+    def _variant(self, name: str) -> Optional[Variant]:
+        if name == DEFAULT_VARIANT:
+            return None
+        for v in self.variants:
+            if v.name == name:
+                return v
+        raise ValueError(f"model {self.name!r} has no variant {name!r}; "
+                         f"it has {self.variant_names()}")
+
+    def variant_inputs(self, name: str = DEFAULT_VARIANT) -> List[TensorSpec]:
+        """The inputs of variant `name`, with its shapes."""
+        v = self._variant(name)
+        return [replace(t, shape=tuple(v.inputs[t.name])) if v and t.name in v.inputs else t
+                for t in self.inputs]
+
+    def variant_outputs(self, name: str = DEFAULT_VARIANT) -> List[TensorSpec]:
+        """The outputs of variant `name`, with its shapes."""
+        v = self._variant(name)
+        return [replace(t, shape=tuple(v.outputs[t.name])) if v and t.name in v.outputs else t
+                for t in self.outputs]
 
 
 # ---- validation ------------------------------------------------------------
@@ -135,9 +177,27 @@ def _yaml_str(s: str) -> str:
     return json.dumps(s, ensure_ascii=True)
 
 
+def _yaml_shape(shape, batched: bool) -> str:
+    dims = ([BATCH_AXIS] if batched else []) + [str(int(d)) for d in shape]
+    return f"[{', '.join(dims)}]"
+
+
 def _yaml_tensor(t: TensorSpec) -> str:
-    dims = ([BATCH_AXIS] if t.batched else []) + [str(int(d)) for d in t.shape]
-    return f"  - {{name: {_yaml_str(t.name)}, dtype: {t.dtype}, shape: [{', '.join(dims)}]}}\n"
+    return (f"  - {{name: {_yaml_str(t.name)}, dtype: {t.dtype}, "
+            f"shape: {_yaml_shape(t.shape, t.batched)}}}\n")
+
+
+def _yaml_shapes(shapes: Dict[str, Tuple[int, ...]], specs: List[TensorSpec]) -> str:
+    batched = {t.name: t.batched for t in specs}
+    return "{" + ", ".join(f"{_yaml_str(n)}: {_yaml_shape(s, batched[n])}"
+                           for n, s in shapes.items()) + "}"
+
+
+def _yaml_variant(v: Variant, m: "Manifest") -> str:
+    out = f"  - name: {_yaml_str(v.name)}\n    inputs: {_yaml_shapes(v.inputs, m.inputs)}\n"
+    if v.outputs:
+        out += f"    outputs: {_yaml_shapes(v.outputs, m.outputs)}\n"
+    return out
 
 
 def manifest_yaml(m: Manifest) -> str:
@@ -152,6 +212,9 @@ def manifest_yaml(m: Manifest) -> str:
     out += [_yaml_tensor(t) for t in m.inputs]
     out.append("outputs:\n")
     out += [_yaml_tensor(t) for t in m.outputs]
+    if m.variants:
+        out.append("variants:\n")
+        out += [_yaml_variant(v, m) for v in m.variants]
     out.append(f"residency: {m.residency}\n")
     out.append(f"weight: {m.weight!r}\n")
     return "".join(out)
@@ -215,6 +278,23 @@ def _parse_tensor(entry, where: str) -> TensorSpec:
                       batched=batched)
 
 
+def _variant_shapes(mapping, where: str) -> Dict[str, Tuple[int, ...]]:
+    shapes = {}
+    for name, shape in (mapping or {}).items():
+        dims = list(shape)[1:] if list(shape)[:1] == [BATCH_AXIS] else list(shape)
+        for d in dims:
+            if isinstance(d, bool) or not isinstance(d, int):
+                raise ValueError(f"{where}.{name}: dimension {d!r} is not an int")
+        shapes[str(name)] = tuple(dims)
+    return shapes
+
+
+def _parse_variant(entry, where: str) -> Variant:
+    return Variant(name=str(entry["name"]),
+                   inputs=_variant_shapes(entry.get("inputs"), f"{where}.inputs"),
+                   outputs=_variant_shapes(entry.get("outputs"), f"{where}.outputs"))
+
+
 def read_manifest(bundle_dir) -> Manifest:
     """Parses `bundle_dir`/manifest.yaml (needs PyYAML). Not a validator: the
     server is the authority on what it accepts."""
@@ -223,7 +303,7 @@ def read_manifest(bundle_dir) -> Manifest:
     path = Path(bundle_dir) / MANIFEST_FILE
     doc = yaml.safe_load(path.read_text())
     known = {"format_version", "name", "kind", "description", "batch_sizes", "inputs",
-             "outputs", "residency", "weight"}
+             "outputs", "variants", "residency", "weight"}
     return Manifest(
         name=str(doc["name"]),
         kind=str(doc.get("kind", "model")),
@@ -232,20 +312,24 @@ def read_manifest(bundle_dir) -> Manifest:
         batch_sizes=[int(b) for b in doc["batch_sizes"]],
         inputs=[_parse_tensor(e, f"inputs[{i}]") for i, e in enumerate(doc["inputs"])],
         outputs=[_parse_tensor(e, f"outputs[{i}]") for i, e in enumerate(doc["outputs"])],
+        variants=[_parse_variant(e, f"variants[{i}]")
+                  for i, e in enumerate(doc.get("variants") or [])],
         residency=str(doc.get("residency", "host")),
         weight=float(doc.get("weight", 1.0)),
         extra={k: v for k, v in doc.items() if k not in known},
     )
 
 
-def random_inputs(manifest: Manifest, n: int, seed: int = 0) -> dict:
-    """Deterministic random inputs {name: array} for a batch of `n` examples.
+def random_inputs(manifest: Manifest, n: int, seed: int = 0,
+                  variant: str = DEFAULT_VARIANT) -> dict:
+    """Deterministic random inputs {name: array} for a batch of `n` examples
+    at the shapes of `variant`.
 
     Floats are standard normal, signed ints in [-5, 5], unsigned in [0, 10],
     bools fair coin flips; cast to each input's manifest dtype."""
     rng = np.random.default_rng(seed)
     out = {}
-    for spec in manifest.inputs:
+    for spec in manifest.variant_inputs(variant):
         shape = spec.full_shape(n)
         dt = spec.numpy_dtype
         if dt == np.bool_:

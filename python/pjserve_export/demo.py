@@ -6,6 +6,10 @@
     two_io    a:[batch,8] f32, b:[batch,3] i32 -> sum:[batch,8] f32, argmax:[batch] i32
     mlp_bf16  the mlp with bf16 weights, computing in bf16; f32 in and out
     mlp_f16   the mlp with f16 weights, f16 in and out
+    gapnet    conv 3x3 + relu + global average pool + dense, at two input-shape
+              variants: x:[batch,16,16,3] f32 (NHWC) and, variant "wide",
+              x:[batch,16,32,3] -> logits:[batch,10] f32,
+              heatmap:[batch,16,16] (wide: [batch,16,32]) f32
 
 Weights are drawn from fixed PRNG keys, so every export of a model writes the
 same bytes. examples/make_demo_models.py exports them; the end-to-end tests
@@ -14,7 +18,7 @@ use the same definitions to compute reference outputs with jax.
 
 import zlib
 from dataclasses import dataclass
-from typing import Any, Callable, List, Optional, Sequence
+from typing import Any, Callable, Dict, List, Optional, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -35,12 +39,14 @@ class DemoModel:
     input_names: List[str]
     output_names: List[str]
     description: str
+    # Input-shape variants: {name: example inputs}, as export_jax takes them.
+    variants: Optional[Dict[str, List[np.ndarray]]] = None
 
     def export(self, out_dir, batch_sizes: Sequence[int] = BATCH_SIZES, **kwargs):
         return export_jax(self.fn, self.params, self.example_inputs, out_dir, name=self.name,
                           batch_sizes=batch_sizes, input_names=self.input_names,
                           output_names=self.output_names, description=self.description,
-                          **kwargs)
+                          variants=self.variants, **kwargs)
 
     def reference(self, *inputs):
         """fn(params, *inputs) computed by jax, as numpy arrays (always a tuple)."""
@@ -123,6 +129,29 @@ def two_io_fn(p, a, b):
     return total, jnp.argmax(total, axis=-1).astype(jnp.int32)
 
 
+# ---- gapnet: one set of weights, two input shapes ----------------------------
+
+GAP_CHANNELS = 8
+
+
+def _gapnet_params():
+    kc, kcb, kd = jax.random.split(_key("gapnet"), 3)
+    c = GAP_CHANNELS
+    return {"conv": {"w": jax.random.normal(kc, (3, 3, 3, c)) * np.sqrt(2.0 / 27),   # HWIO
+                     "b": 0.1 * jax.random.normal(kcb, (c,))},
+            "dense": _dense(kd, c, 10)}
+
+
+def gapnet_fn(p, x):
+    # Global average pooling makes the logits independent of the image size,
+    # so the same weights serve every aspect ratio.
+    y = jax.lax.conv_general_dilated(x, p["conv"]["w"], window_strides=(1, 1), padding="SAME",
+                                     dimension_numbers=("NHWC", "HWIO", "NHWC"))
+    y = jax.nn.relu(y + p["conv"]["b"])
+    logits = jnp.mean(y, axis=(1, 2)) @ p["dense"]["w"] + p["dense"]["b"]
+    return logits, jnp.mean(y, axis=-1)
+
+
 # ---- the catalogue -----------------------------------------------------------
 
 def demo_models(names: Optional[Sequence[str]] = None) -> List[DemoModel]:
@@ -147,6 +176,12 @@ def demo_models(names: Optional[Sequence[str]] = None) -> List[DemoModel]:
         "mlp_f16": lambda: DemoModel(
             "mlp_f16", mlp_fn, _mlp_params(f16), [np.zeros((1, 16), f16)], ["x"], ["y"],
             "the mlp with f16 weights, f16 input and output"),
+        "gapnet": lambda: DemoModel(
+            "gapnet", gapnet_fn, _gapnet_params(), [np.zeros((1, 16, 16, 3), f32)], ["x"],
+            ["logits", "heatmap"],
+            "conv3x3(8) + relu + global average pool + dense, for 16x16 and (variant wide) "
+            "16x32 images: x[16,W,3] NHWC -> logits[10], heatmap[16,W]",
+            variants={"wide": [np.zeros((1, 16, 32, 3), f32)]}),
     }
     if names is None:
         names = list(makers)
@@ -156,4 +191,4 @@ def demo_models(names: Optional[Sequence[str]] = None) -> List[DemoModel]:
     return [makers[n]() for n in names]
 
 
-DEMO_MODEL_NAMES = ("mlp", "convnet", "two_io", "mlp_bf16", "mlp_f16")
+DEMO_MODEL_NAMES = ("mlp", "convnet", "two_io", "mlp_bf16", "mlp_f16", "gapnet")

@@ -1,6 +1,7 @@
 """Export a JAX function and its parameters to a pjserve bundle.
 
-How a bundle's module is made (one per compiled batch size N):
+How a bundle's module is made (one per compiled batch size N, and per
+input-shape variant: the same function traced at the variant's input shapes):
 
 1. ``jax.export.export(jax.jit(fn, keep_unused=True), platforms=["cpu"])`` is
    traced with abstract values: the parameter pytree first, then each input
@@ -20,11 +21,12 @@ How a bundle's module is made (one per compiled batch size N):
    window [minimum, current] contains that version can read it.
 """
 
+import collections.abc
 import json
 import re
 import warnings
 from pathlib import Path
-from typing import Any, Callable, List, Optional, Sequence, Tuple
+from typing import Any, Callable, List, Mapping, Optional, Sequence, Tuple
 
 import jax
 import numpy as np
@@ -265,10 +267,88 @@ def _check_exported(exp, n: int, n_weights: int, n_inputs: int, output_names: Se
         dtypes.manifest_name(aval.dtype)
 
 
+def _check_variants(variants, input_names, input_specs):
+    """{name: per-example (shape, dtype) of each input} for each variant, in
+    order; every variant's shapes differ from the default's and each other's,
+    with the default's dtypes and ranks."""
+    if variants is None:
+        return {}
+    if not isinstance(variants, collections.abc.Mapping):
+        raise ValueError(f"variants must be a mapping of variant names to example inputs, got "
+                         f"{type(variants).__name__}")
+    if len(variants) > B.VARIANTS_MAX:
+        raise ValueError(f"at most {B.VARIANTS_MAX} variants besides the default, got "
+                         f"{len(variants)}")
+    result = {}
+    seen = {tuple(shape for shape, _ in input_specs): B.DEFAULT_VARIANT}
+    for vname, examples in variants.items():
+        B.check_name("each variant name", vname)
+        if vname == B.DEFAULT_VARIANT:
+            raise ValueError(f"variant name {B.DEFAULT_VARIANT!r} is taken by the top-level "
+                             "shapes (example_inputs)")
+        examples = list(examples)
+        if len(examples) != len(input_names):
+            raise ValueError(f"variant {vname!r} has {len(examples)} example input(s) but the "
+                             f"model has {len(input_names)}: {list(input_names)}")
+        specs = _input_specs(examples, input_names)
+        for nm, (shape, dt), (top_shape, top_dt) in zip(input_names, specs, input_specs):
+            if dt != top_dt:
+                raise ValueError(f"variant {vname!r}: input {nm!r} has dtype {dt}, but "
+                                 f"example_inputs have {top_dt} (variants change shapes only)")
+            if len(shape) != len(top_shape):
+                raise ValueError(f"variant {vname!r}: input {nm!r} has per-example shape "
+                                 f"{shape}, of another rank than {top_shape} (variants change "
+                                 "extents, not ranks)")
+        key = tuple(shape for shape, _ in specs)
+        if key in seen:
+            raise ValueError(f"variant {vname!r} has the same input shapes as {seen[key]!r}; "
+                             "requests could not tell them apart")
+        seen[key] = vname
+        result[vname] = specs
+    return result
+
+
+def _export_modules(fn, name, param_structs, weight_arrays, weight_names, input_names,
+                    output_names, input_specs, sizes, target, strip_debug_info, what):
+    """One portable artifact per batch size for inputs of `input_specs`; returns
+    ({batch size: artifact}, [(per-example shape, dtype) of each output])."""
+    modules = {}
+    out_specs = None
+    for n in sizes:
+        exp = _export_one(fn, param_structs, input_specs, n)
+        _check_exported(exp, n, len(weight_names), len(input_names), output_names)
+        specs = [(tuple(a.shape[1:]), dtypes.manifest_name(a.dtype)) for a in exp.out_avals]
+        if out_specs is None:
+            out_specs = specs
+        elif specs != out_specs:
+            raise ValueError(f"{what}outputs at batch size {n} ({specs}) differ from those at "
+                             f"batch size {sizes[0]} ({out_specs}) beyond the batch axis")
+
+        text = exp.mlir_module()
+        want_args = [(tuple(a.shape), dtypes.manifest_name(a.dtype)) for a in weight_arrays]
+        want_args += [((n,) + shape, dtypes.manifest_name(dt)) for shape, dt in input_specs]
+        want_res = [((n,) + shape, dt) for shape, dt in specs]
+        _verify_signature(text, want_args, want_res, weight_names + input_names, n)
+        targets = custom_call_targets(text)
+        if targets:
+            warnings.warn(f"model {name!r} ({what}batch size {n}) makes custom calls {targets}; "
+                          "the PJRT plugin that serves it must register handlers for them (the "
+                          "bare xla-cpu-pjrt plugin has none for jax's LAPACK calls, e.g. "
+                          "lapack_sgetrf_ffi from jnp.linalg)", stacklevel=4)
+
+        artifact = serialize_portable_artifact(text, target, strip_debug_info)
+        # Round trip: what we wrote reads back with the same signature.
+        _verify_signature(deserialize_portable_artifact(artifact), want_args, want_res,
+                          weight_names + input_names, n)
+        modules[n] = artifact
+    return modules, out_specs
+
+
 def export_jax(fn: Callable, params: Any, example_inputs: Sequence[Any], out_dir, *,
                name: str, batch_sizes: Sequence[int], input_names: Sequence[str],
                output_names: Sequence[str], description: Optional[str] = None,
                residency: str = "host", weight: float = 1.0,
+               variants: Optional[Mapping[str, Sequence[Any]]] = None,
                target_stablehlo_version: Optional[str] = None,
                strip_debug_info: bool = True) -> Path:
     """Exports ``fn(params, *inputs)`` as the bundle ``out_dir/name/``; returns its path.
@@ -283,6 +363,11 @@ def export_jax(fn: Callable, params: Any, example_inputs: Sequence[Any], out_dir
     input_names, output_names: names for the manifest ([A-Za-z0-9_.-]+, unique).
     description, residency ("host" | "device" | "unpinned"), weight (> 0):
         copied into the manifest.
+    variants: optional input-shape variants, {variant name: example inputs}
+        with example inputs as for example_inputs (same dtypes and ranks, other
+        per-example shapes). Each variant gets one module per batch size,
+        ``model.<variant>.b{N}.mlir``, over the same weights; the server runs a
+        request on the variant whose input shapes it has.
     target_stablehlo_version: StableHLO version of the portable artifacts;
         default `default_target_version()`.
     strip_debug_info: drop source locations so exports are reproducible.
@@ -313,51 +398,52 @@ def export_jax(fn: Callable, params: Any, example_inputs: Sequence[Any], out_dir
     param_structs = jax.tree_util.tree_unflatten(
         treedef, [jax.ShapeDtypeStruct(a.shape, a.dtype) for a in weight_arrays])
     input_specs = _input_specs(example_inputs, input_names)
+    variant_specs = _check_variants(variants, input_names, input_specs)
 
-    modules = {}
-    out_specs = None
-    for n in sizes:
-        exp = _export_one(fn, param_structs, input_specs, n)
-        _check_exported(exp, n, len(weight_names), len(input_names), output_names)
-        specs = [(tuple(a.shape[1:]), dtypes.manifest_name(a.dtype)) for a in exp.out_avals]
-        if out_specs is None:
-            out_specs = specs
-        elif specs != out_specs:
-            raise ValueError(f"outputs at batch size {n} ({specs}) differ from those at batch "
-                             f"size {sizes[0]} ({out_specs}) beyond the batch axis")
+    def export_variant(specs, what):
+        return _export_modules(fn, name, param_structs, weight_arrays, weight_names,
+                               input_names, output_names, specs, sizes, target,
+                               strip_debug_info, what)
 
-        text = exp.mlir_module()
-        want_args = [(tuple(a.shape), dtypes.manifest_name(a.dtype)) for a in weight_arrays]
-        want_args += [((n,) + shape, dtypes.manifest_name(dt)) for shape, dt in input_specs]
-        want_res = [((n,) + shape, dt) for shape, dt in specs]
-        _verify_signature(text, want_args, want_res, weight_names + input_names, n)
-        targets = custom_call_targets(text)
-        if targets:
-            warnings.warn(f"model {name!r} (batch size {n}) makes custom calls {targets}; the "
-                          "PJRT plugin that serves it must register handlers for them (the "
-                          "bare xla-cpu-pjrt plugin has none for jax's LAPACK calls, e.g. "
-                          "lapack_sgetrf_ffi from jnp.linalg)", stacklevel=2)
-
-        artifact = serialize_portable_artifact(text, target, strip_debug_info)
-        # Round trip: what we wrote reads back with the same signature.
-        _verify_signature(deserialize_portable_artifact(artifact), want_args, want_res,
-                          weight_names + input_names, n)
-        modules[n] = artifact
+    modules, out_specs = export_variant(input_specs, "")
+    files = {B.module_file(n): artifact for n, artifact in modules.items()}
+    manifest_variants = []
+    for vname, specs in variant_specs.items():
+        v_modules, v_out = export_variant(specs, f"variant {vname!r}: ")
+        files.update({B.module_file(n, vname): a for n, a in v_modules.items()})
+        manifest_variants.append(_manifest_variant(vname, input_names, input_specs, specs,
+                                                   output_names, out_specs, v_out))
 
     manifest = B.Manifest(
         name=name, description=description, batch_sizes=sizes,
         inputs=[B.TensorSpec(nm, dtypes.manifest_name(dt), shape)
                 for nm, (shape, dt) in zip(input_names, input_specs)],
         outputs=[B.TensorSpec(nm, dt, shape) for nm, (shape, dt) in zip(output_names, out_specs)],
-        residency=residency, weight=weight)
+        variants=manifest_variants, residency=residency, weight=weight)
 
     with B.StagedBundle(out_dir, name) as staging:
         write_safetensors(staging / B.WEIGHTS_FILE, dict(zip(weight_names, weight_arrays)),
                           {ARGUMENT_ORDER_KEY: json.dumps(weight_names)})
-        for n, artifact in modules.items():
-            (staging / B.module_file(n)).write_bytes(artifact)
+        for file, artifact in files.items():
+            (staging / file).write_bytes(artifact)
         (staging / B.MANIFEST_FILE).write_text(B.manifest_yaml(manifest))
     return Path(out_dir) / name
+
+
+def _manifest_variant(vname, input_names, input_specs, specs, output_names, out_specs, v_out):
+    """The manifest entry of a variant: the tensors whose shapes differ from
+    the default's. Outputs keep the default's dtypes and ranks."""
+    for nm, (shape, dt), (top_shape, top_dt) in zip(output_names, v_out, out_specs):
+        if dt != top_dt or len(shape) != len(top_shape):
+            raise ValueError(f"variant {vname!r}: output {nm!r} is {dt} {shape} but "
+                             f"{top_dt} {top_shape} at the default shapes (variants change "
+                             "extents only)")
+    return B.Variant(
+        name=vname,
+        inputs={nm: shape for nm, (shape, _), (top, _) in zip(input_names, specs, input_specs)
+                if shape != top},
+        outputs={nm: shape for nm, (shape, _), (top, _) in zip(output_names, v_out, out_specs)
+                 if shape != top})
 
 
 def _verify_signature(text, want_args, want_res, arg_names, n):

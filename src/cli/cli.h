@@ -11,6 +11,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 
+#include "core/manifest.h"
 #include "runtime/exec_cache.h"
 #include "runtime/runtime.h"
 
@@ -74,6 +75,10 @@ int pjs_cli_fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* Prints "pjserve <cmd>: <msg>" and a hint to --help; returns PJS_EXIT_USAGE. */
 int pjs_cli_usage_error(const char *cmd, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
+
+/* Prints a model manifest for check and info: kind, batch sizes, the
+ * top-level tensors and every other variant's. */
+void pjs_cli_print_manifest(const pjs_manifest *m);
 
 int pjs_cmd_run(int argc, char **argv);
 int pjs_cmd_check(int argc, char **argv);

@@ -11,20 +11,22 @@
 static const char help[] =
     "usage: pjserve check [OPTIONS] BUNDLE...\n"
     "\n"
-    "Validates each bundle (manifest, weights, one module per batch size) and\n"
-    "compiles every module, checking its parameters and results against the\n"
-    "manifest and the weights. Compiled executables go to the executable cache,\n"
-    "so a later run or serve of the same bundle skips compilation. Prints what was\n"
-    "found and ends with 'modules: K (compiled C, from cache H)'. Exits 1 if any\n"
-    "bundle is invalid.\n"
+    "Validates each bundle (manifest, weights, one module per variant and batch\n"
+    "size) and compiles every module, checking its parameters and results against\n"
+    "its variant's shapes in the manifest and the weights. Compiled executables go\n"
+    "to the executable cache, so a later run or serve of the same bundle skips\n"
+    "compilation. Prints what was found, the modules of each variant, and ends\n"
+    "with 'modules: K (compiled C, from cache H)'. Exits 1 if any bundle is\n"
+    "invalid.\n"
     "\n"
     "options:\n" PJS_CLI_COMMON_HELP;
 
-static void print_specs(const char *label, const pjs_tensor_spec *specs, size_t n)
+static void print_specs(const char *indent, const char *label, const pjs_tensor_spec *specs,
+                        size_t n)
 {
     for (size_t i = 0; i < n; i++) {
         const pjs_tensor_spec *t = &specs[i];
-        printf("  %-8s %s %s [", i == 0 ? label : "", t->name, pjs_dtype_name(t->dtype));
+        printf("%s%-8s %s %s [", indent, i == 0 ? label : "", t->name, pjs_dtype_name(t->dtype));
         for (int d = 0; d < t->shape.rank; d++) {
             if (d == 0 && t->batched)
                 printf("batch");
@@ -35,9 +37,53 @@ static void print_specs(const char *label, const pjs_tensor_spec *specs, size_t 
     }
 }
 
+void pjs_cli_print_manifest(const pjs_manifest *m)
+{
+    printf("  kind: model, residency: %s, weight: %g\n", pjs_residency_name(m->residency),
+           m->weight);
+    printf("  batch sizes: [");
+    for (size_t i = 0; i < m->n_batch_sizes; i++)
+        printf("%s%lld", i ? ", " : "", (long long)m->batch_sizes[i]);
+    printf("]\n");
+    print_specs("  ", "inputs:", m->inputs, m->n_inputs);
+    print_specs("  ", "outputs:", m->outputs, m->n_outputs);
+    for (size_t v = 1; v < m->n_variants; v++) {
+        printf("  variant %s:\n", m->variants[v].name);
+        print_specs("    ", "inputs:", m->variants[v].inputs, m->n_inputs);
+        print_specs("    ", "outputs:", m->variants[v].outputs, m->n_outputs);
+    }
+}
+
 typedef struct tally {
     int modules, compiled, cached, failed_bundles;
 } tally;
+
+/* Compiles the modules of one variant; prints one line per module. */
+static int check_variant(pjs_bundle *b, size_t v, pjs_cli_runtime *rt, tally *t)
+{
+    const char *indent = b->manifest.n_variants > 1 ? "    " : "  ";
+    pjs_error err;
+    for (size_t i = 0; i < b->manifest.n_batch_sizes; i++) {
+        pjs_bundle_module *mod = pjs_bundle_module_at(b, v, i);
+        fflush(stdout);
+        if (pjs_bundle_compile_module(b, mod, rt->client, rt->cache, &err) != 0) {
+            fprintf(stderr, "pjserve: error: %s\n", err.msg);
+            t->failed_bundles++;
+            return -1;
+        }
+        t->modules++;
+        if (mod->exec->from_cache) {
+            t->cached++;
+            printf("%sb%lld: loaded from the executable cache in %.2f s\n", indent,
+                   (long long)mod->batch_size, mod->exec->compile_seconds);
+        } else {
+            t->compiled++;
+            printf("%sb%lld: compiled in %.2f s\n", indent, (long long)mod->batch_size,
+                   mod->exec->compile_seconds);
+        }
+    }
+    return 0;
+}
 
 static void check_one(const char *dir, pjs_cli_runtime *rt, tally *t)
 {
@@ -50,30 +96,14 @@ static void check_one(const char *dir, pjs_cli_runtime *rt, tally *t)
     }
     const pjs_manifest *m = &b->manifest;
     printf("bundle %s (%s)\n", m->name, dir);
-    printf("  kind: model, residency: %s, weight: %g\n", pjs_residency_name(m->residency),
-           m->weight);
-    print_specs("inputs:", m->inputs, m->n_inputs);
-    print_specs("outputs:", m->outputs, m->n_outputs);
+    pjs_cli_print_manifest(m);
     printf("  weights: %zu tensors, %llu bytes\n", b->weights.n_tensors,
            (unsigned long long)pjs_safetensors_total_bytes(&b->weights));
-    for (size_t i = 0; i < b->n_modules; i++) {
-        pjs_bundle_module *mod = &b->modules[i];
-        fflush(stdout);
-        if (pjs_bundle_compile_module(b, mod, rt->client, rt->cache, &err) != 0) {
-            fprintf(stderr, "pjserve: error: %s\n", err.msg);
-            t->failed_bundles++;
+    for (size_t v = 0; v < m->n_variants; v++) {
+        if (m->n_variants > 1)
+            printf("  variant %s: %zu modules\n", m->variants[v].name, m->n_batch_sizes);
+        if (check_variant(b, v, rt, t) != 0)
             break;
-        }
-        t->modules++;
-        if (mod->exec->from_cache) {
-            t->cached++;
-            printf("  b%lld: loaded from the executable cache in %.2f s\n",
-                   (long long)mod->batch_size, mod->exec->compile_seconds);
-        } else {
-            t->compiled++;
-            printf("  b%lld: compiled in %.2f s\n", (long long)mod->batch_size,
-                   mod->exec->compile_seconds);
-        }
     }
     pjs_bundle_close(b);
 }

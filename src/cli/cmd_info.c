@@ -1,20 +1,42 @@
 /*
- * cmd_info.c - `pjserve info`: what the PJRT plugin is and can do.
+ * cmd_info.c - `pjserve info`: what the PJRT plugin is and can do, and what
+ * the bundles named on the command line hold (opened, not compiled).
  */
 #include <getopt.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "cli/cli.h"
+#include "registry/bundle.h"
 
 static const char help[] =
-    "usage: pjserve info [OPTIONS]\n"
+    "usage: pjserve info [OPTIONS] [BUNDLE...]\n"
     "\n"
     "Loads the PJRT plugin, creates a client and prints the plugin path, PJRT API\n"
     "version, platform, devices and the StableHLO versions the plugin accepts\n"
-    "(export bundles for a version inside that window).\n"
+    "(export bundles for a version inside that window). For each BUNDLE, opens it\n"
+    "without compiling and prints its batch sizes, tensors and input-shape\n"
+    "variants. Exits 1 if a bundle is invalid.\n"
     "\n"
     "options:\n" PJS_CLI_COMMON_HELP;
+
+/* Opens a bundle (manifest, weights header, module files) and describes it. */
+static int describe_bundle(const char *dir)
+{
+    pjs_error err;
+    pjs_bundle *b = NULL;
+    if (pjs_bundle_open(dir, &b, &err) != 0)
+        return pjs_cli_fail("%s", err.msg);
+    const pjs_manifest *m = &b->manifest;
+    printf("bundle %s (%s)\n", m->name, dir);
+    pjs_cli_print_manifest(m);
+    printf("  variants: %zu (", m->n_variants);
+    for (size_t v = 0; v < m->n_variants; v++)
+        printf("%s%s", v ? ", " : "", m->variants[v].name);
+    printf("), modules: %zu\n", b->n_modules);
+    pjs_bundle_close(b);
+    return PJS_EXIT_OK;
+}
 
 static void print_version(const char *label, const int64_t v[3])
 {
@@ -30,8 +52,6 @@ int pjs_cmd_info(int argc, char **argv)
     int rc = pjs_cli_parse_common_only("info", help, argc, argv, &common);
     if (rc != PJS_EXIT_OK)
         return rc < 0 ? PJS_EXIT_OK : rc;
-    if (optind != argc)
-        return pjs_cli_usage_error("info", "unexpected argument '%s'", argv[optind]);
     common.no_cache = true;
     pjs_cli_runtime rt;
     rc = pjs_cli_start(&common, &rt);
@@ -56,5 +76,8 @@ int pjs_cmd_info(int argc, char **argv)
         printf("  %s%s\n", desc, i == 0 ? "  [used]" : "");
     }
     pjs_cli_stop(&rt);
-    return PJS_EXIT_OK;
+    for (int i = optind; i < argc; i++)
+        if (describe_bundle(argv[i]) != PJS_EXIT_OK)
+            rc = PJS_EXIT_FAILURE;
+    return rc;
 }

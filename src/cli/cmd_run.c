@@ -1,10 +1,11 @@
 /*
  * cmd_run.c - `pjserve run`: execute a bundle once on .npy inputs.
  *
- * The inputs' leading (batch) dimension n picks the module: the smallest
- * compiled batch size that holds n, zero-padded, with outputs sliced back to
- * n rows. A batch larger than every compiled size runs in chunks of the
- * largest one. --batch-size N forces module N (and chunks of N).
+ * The inputs' shapes pick the variant (as the server resolves a request),
+ * their leading (batch) dimension n the module: the smallest compiled batch
+ * size that holds n, zero-padded, with outputs sliced back to n rows. A batch
+ * larger than every compiled size runs in chunks of the largest one.
+ * --batch-size N forces module N (and chunks of N).
  */
 #include <errno.h>
 #include <getopt.h>
@@ -23,10 +24,11 @@ static const char help[] =
     "usage: pjserve run [OPTIONS] BUNDLE --input NAME=FILE.npy ... --output-dir DIR\n"
     "\n"
     "Loads and compiles a bundle, executes it once on the given inputs and writes\n"
-    "each output as DIR/NAME.npy. Every model input needs one --input. Batched\n"
-    "inputs share their leading dimension n; the smallest compiled batch size that\n"
-    "holds n is used (inputs are zero-padded, outputs sliced back to n rows), and a\n"
-    "batch larger than every compiled size runs in chunks.\n"
+    "each output as DIR/NAME.npy. Every model input needs one --input. The input\n"
+    "shapes pick the bundle's variant whose shapes they have. Batched inputs share\n"
+    "their leading dimension n; the smallest compiled batch size that holds n is\n"
+    "used (inputs are zero-padded, outputs sliced back to n rows), and a batch\n"
+    "larger than every compiled size runs in chunks.\n"
     "\n"
     "options:\n"
     "  --input NAME=FILE.npy  an input of the model (repeat for each input)\n"
@@ -40,7 +42,7 @@ typedef struct run_input {
     const char *name;
     const char *path;
     pjs_npy array;
-    const pjs_tensor_spec *spec;
+    const pjs_tensor_spec *spec; /* the resolved variant's, once load_inputs succeeded */
 } run_input;
 
 typedef struct run_args {
@@ -49,6 +51,7 @@ typedef struct run_args {
     int64_t batch_size; /* 0: pick */
     run_input inputs[MAX_INPUTS];
     size_t n_inputs;
+    size_t variant;     /* index into manifest.variants, set by load_inputs */
     pjs_cli_common common;
 } run_args;
 
@@ -121,14 +124,88 @@ static const char *input_names(const pjs_manifest *m, char *buf, size_t size)
     return buf;
 }
 
+/* With several variants, sets a->variant to the one whose input shapes the
+ * arrays have and points the inputs at its specs. A single-variant model
+ * needs no resolving: check_shapes reports a shape that does not fit. */
+static int resolve_variant(run_args *a, const pjs_manifest *m)
+{
+    a->variant = 0;
+    if (m->n_variants <= 1)
+        return PJS_EXIT_OK;
+    for (size_t v = 0; v < m->n_variants; v++) {
+        size_t i = 0;
+        while (i < a->n_inputs && pjs_manifest_input_fits(m, v, i, &a->inputs[i].array.shape))
+            i++;
+        if (i < a->n_inputs)
+            continue;
+        a->variant = v;
+        for (i = 0; i < a->n_inputs; i++)
+            a->inputs[i].spec = &m->variants[v].inputs[i];
+        return PJS_EXIT_OK;
+    }
+    char given[512], accepted[1024], shape[160];
+    size_t used = 0;
+    bool batched = false;
+    given[0] = '\0';
+    for (size_t i = 0; i < a->n_inputs && used < sizeof given; i++) {
+        int w = snprintf(given + used, sizeof given - used, "%s%s %s", i ? ", " : "",
+                         a->inputs[i].name,
+                         pjs_shape_format(&a->inputs[i].array.shape, shape, sizeof shape));
+        if (w < 0)
+            break;
+        used += (size_t)w;
+        batched = batched || m->inputs[i].batched;
+    }
+    return pjs_cli_fail("bundle %s: input shapes %s match no variant of the model (accepted: "
+                        "%s%s)",
+                        m->name, given, pjs_manifest_format_variants(m, accepted, sizeof accepted),
+                        batched ? "; -1: any batch size" : "");
+}
+
+/* Checks each array's shape against its spec and sets *n to the common
+ * batch dimension (0 when nothing is batched). */
+static int check_shapes(const run_args *a, const pjs_manifest *m, int64_t *n)
+{
+    *n = 0;
+    for (size_t i = 0; i < a->n_inputs; i++) {
+        const run_input *in = &a->inputs[i];
+        const pjs_tensor_spec *s = in->spec;
+        const pjs_shape *sh = &in->array.shape;
+        char got[128], want[128];
+        bool ok = sh->rank == s->shape.rank;
+        for (int d = s->batched ? 1 : 0; ok && d < sh->rank; d++)
+            ok = sh->dims[d] == s->shape.dims[d];
+        if (ok && s->batched && sh->dims[0] < 1)
+            ok = false;
+        if (!ok) {
+            pjs_shape shown = s->shape;
+            if (s->batched)
+                shown.dims[0] = sh->rank > 0 && sh->dims[0] > 0 ? sh->dims[0] : 1;
+            return pjs_cli_fail("bundle %s: input \"%s\": %s has shape %s but the model takes %s%s",
+                                m->name, in->name, in->path, pjs_shape_format(sh, got, sizeof got),
+                                pjs_shape_format(&shown, want, sizeof want),
+                                s->batched ? " (any batch size >= 1 in the first dimension)" : "");
+        }
+        if (s->batched) {
+            if (*n != 0 && sh->dims[0] != *n)
+                return pjs_cli_fail("bundle %s: batched inputs disagree on the batch size (%lld "
+                                    "and %lld)",
+                                    m->name, (long long)*n, (long long)sh->dims[0]);
+            *n = sh->dims[0];
+        }
+    }
+    return PJS_EXIT_OK;
+}
+
 /* Matches --input flags to the manifest (leaving a->inputs in manifest
- * order), loads them and checks dtype and shape. Sets *n to the common batch dimension (0 when nothing is batched). */
+ * order), loads them, checks their dtypes, resolves the variant and checks
+ * the shapes. Sets *n to the common batch dimension (0 when nothing is
+ * batched). */
 static int load_inputs(run_args *a, const pjs_bundle *b, int64_t *n)
 {
     const pjs_manifest *m = &b->manifest;
     char names[1024];
     pjs_error err;
-    *n = 0;
     for (size_t i = 0; i < a->n_inputs; i++) {
         run_input *in = &a->inputs[i];
         for (size_t j = 0; j < m->n_inputs; j++)
@@ -160,35 +237,13 @@ static int load_inputs(run_args *a, const pjs_bundle *b, int64_t *n)
         pjs_dtype void2 = s->dtype == PJS_DTYPE_BF16 ? PJS_DTYPE_BF16 : PJS_DTYPE_INVALID;
         if (pjs_npy_load(&in->array, in->path, void2, &err) != 0)
             return pjs_cli_fail("input \"%s\": %s", in->name, err.msg);
-        char got[128], want[128];
         if (in->array.dtype != s->dtype)
             return pjs_cli_fail("bundle %s: input \"%s\": %s has dtype %s but the model takes %s",
                                 m->name, in->name, in->path, pjs_dtype_name(in->array.dtype),
                                 pjs_dtype_name(s->dtype));
-        const pjs_shape *sh = &in->array.shape;
-        bool ok = sh->rank == s->shape.rank;
-        for (int d = s->batched ? 1 : 0; ok && d < sh->rank; d++)
-            ok = sh->dims[d] == s->shape.dims[d];
-        if (ok && s->batched && sh->dims[0] < 1)
-            ok = false;
-        if (!ok) {
-            pjs_shape shown = s->shape;
-            if (s->batched)
-                shown.dims[0] = sh->rank > 0 && sh->dims[0] > 0 ? sh->dims[0] : 1;
-            return pjs_cli_fail("bundle %s: input \"%s\": %s has shape %s but the model takes %s%s",
-                                m->name, in->name, in->path, pjs_shape_format(sh, got, sizeof got),
-                                pjs_shape_format(&shown, want, sizeof want),
-                                s->batched ? " (any batch size >= 1 in the first dimension)" : "");
-        }
-        if (s->batched) {
-            if (*n != 0 && sh->dims[0] != *n)
-                return pjs_cli_fail("bundle %s: batched inputs disagree on the batch size (%lld "
-                                    "and %lld)",
-                                    m->name, (long long)*n, (long long)sh->dims[0]);
-            *n = sh->dims[0];
-        }
     }
-    return PJS_EXIT_OK;
+    int rc = resolve_variant(a, m);
+    return rc != PJS_EXIT_OK ? rc : check_shapes(a, m, n);
 }
 
 /* Runs rows [offset, offset+rows) through module mod (batch size mod_n). */
@@ -196,6 +251,7 @@ static int run_chunk(run_args *a, pjs_bundle *b, pjs_bundle_module *mod, pjrt_bu
                      int64_t offset, int64_t rows, void **outputs, pjs_cli_runtime *rt)
 {
     const pjs_manifest *m = &b->manifest;
+    const pjs_tensor_spec *out_specs = m->variants[a->variant].outputs;
     size_t n_w = b->weights.n_tensors;
     size_t n_args = n_w + m->n_inputs;
     pjrt_buffer *args[n_args + 1];
@@ -205,8 +261,8 @@ static int run_chunk(run_args *a, pjs_bundle *b, pjs_bundle_module *mod, pjrt_bu
     memcpy(args, weights, n_w * sizeof *args);
     size_t uploaded = 0;
     for (; uploaded < m->n_inputs; uploaded++) {
-        const pjs_tensor_spec *s = &m->inputs[uploaded];
         const run_input *in = &a->inputs[uploaded]; /* in manifest order */
+        const pjs_tensor_spec *s = in->spec;
         pjs_shape shape = s->shape;
         const unsigned char *src = in->array.data;
         void *padded = NULL;
@@ -238,7 +294,7 @@ static int run_chunk(run_args *a, pjs_bundle *b, pjs_bundle_module *mod, pjrt_bu
     if (rc != PJS_EXIT_OK)
         return rc;
     for (size_t o = 0; o < m->n_outputs; o++) {
-        const pjs_tensor_spec *s = &m->outputs[o];
+        const pjs_tensor_spec *s = &out_specs[o];
         size_t rb = pjs_tensor_spec_row_bytes(s);
         size_t full = s->batched ? rb * (size_t)mod->batch_size : rb;
         unsigned char *tmp = malloc(full ? full : 1);
@@ -268,7 +324,7 @@ static int write_outputs(const run_args *a, const pjs_manifest *m, void **output
     pjs_error err;
     int rc = make_dir(a->output_dir);
     for (size_t o = 0; rc == PJS_EXIT_OK && o < m->n_outputs; o++) {
-        const pjs_tensor_spec *s = &m->outputs[o];
+        const pjs_tensor_spec *s = &m->variants[a->variant].outputs[o];
         pjs_shape shape = s->shape;
         if (s->batched)
             shape.dims[0] = n;
@@ -285,7 +341,7 @@ static int execute(run_args *a, pjs_bundle *b, int64_t n, pjs_cli_runtime *rt)
     const pjs_manifest *m = &b->manifest;
     pjs_error err;
     int64_t chunk = a->batch_size ? a->batch_size : pjs_bundle_pick_batch_size(b, n ? n : 1);
-    pjs_bundle_module *mod = pjs_bundle_module_for(b, chunk);
+    pjs_bundle_module *mod = pjs_bundle_module_for(b, a->variant, chunk);
     if (mod == NULL)
         return pjs_cli_fail("bundle %s: --batch-size %lld: no module compiled for that batch size",
                             m->name, (long long)a->batch_size);
@@ -299,7 +355,7 @@ static int execute(run_args *a, pjs_bundle *b, int64_t n, pjs_cli_runtime *rt)
     if (pjs_bundle_upload_weights(b, rt->client, weights, &err) != 0)
         return pjs_cli_fail("%s", err.msg);
     for (; n_outputs_allocated < m->n_outputs; n_outputs_allocated++) {
-        const pjs_tensor_spec *s = &m->outputs[n_outputs_allocated];
+        const pjs_tensor_spec *s = &m->variants[a->variant].outputs[n_outputs_allocated];
         size_t bytes = pjs_tensor_spec_row_bytes(s) * (s->batched ? (size_t)rows_total : 1);
         outputs[n_outputs_allocated] = calloc(1, bytes ? bytes : 1);
         if (outputs[n_outputs_allocated] == NULL) {

@@ -6,6 +6,11 @@
  * size, then agreement on the batch, then the requested outputs. The first
  * failure is reported; messages name the model and the tensor and say what
  * was expected.
+ *
+ * A model with several input-shape variants first resolves the request to
+ * the variant whose shapes its inputs have (datatypes, the same in every
+ * variant, are checked before that); the per-input checks then run against
+ * that variant's specs, which the inputs keep for the dispatcher.
  */
 #include "core/infer.h"
 
@@ -72,13 +77,11 @@ static const char *expected_shape(const pjs_tensor_spec *s, char *buf, size_t si
     return pjs_shape_format(&s->shape, buf, size);
 }
 
-static int check_input(const pjs_infer_input *in, const pjs_manifest *m, int64_t max_batch,
-                       pjs_error *err)
+static int check_datatype(const pjs_infer_input *in, const pjs_manifest *m, pjs_error *err)
 {
     const pjs_tensor_spec *s = in->spec;
     size_t dt_len = in->datatype ? strlen(in->datatype) : 0;
     pjs_dtype dt = pjs_dtype_from_kserve(in->datatype ? in->datatype : "", dt_len);
-    char got[160], want[160];
     if (dt == PJS_DTYPE_INVALID) {
         if (in->datatype != NULL && strcmp(in->datatype, "BYTES") == 0)
             return pjs_error_set(err, PJS_ERR_INVALID_ARGUMENT,
@@ -96,6 +99,17 @@ static int check_input(const pjs_infer_input *in, const pjs_manifest *m, int64_t
                              "model %s: input \"%s\": datatype %s does not match the model's %s",
                              m->name, in->name, pjs_dtype_kserve_name(dt),
                              pjs_dtype_kserve_name(s->dtype));
+    return 0;
+}
+
+static int check_input(const pjs_infer_input *in, const pjs_manifest *m, int64_t max_batch,
+                       pjs_error *err)
+{
+    const pjs_tensor_spec *s = in->spec;
+    char got[160], want[160];
+    int rc = check_datatype(in, m, err);
+    if (rc != 0)
+        return rc;
     const pjs_shape *sh = &in->shape;
     bool ok = sh->rank == s->shape.rank;
     for (int d = s->batched ? 1 : 0; ok && d < sh->rank; d++)
@@ -126,6 +140,65 @@ static int check_input(const pjs_infer_input *in, const pjs_manifest *m, int64_t
         return pjs_error_set(err, PJS_ERR_INVALID_ARGUMENT,
                              "model %s: input \"%s\": no data", m->name, in->name);
     return 0;
+}
+
+/* "a [2, 16], b [2, 4]": the request's inputs and shapes, for messages. */
+static const char *given_shapes(const pjs_infer_request *r, char *buf, size_t size)
+{
+    size_t used = 0;
+    buf[0] = '\0';
+    for (size_t i = 0; i < r->n_inputs && used < size; i++) {
+        char shape[160];
+        int w = snprintf(buf + used, size - used, "%s%s %s", i ? ", " : "", r->inputs[i].name,
+                         pjs_shape_format(&r->inputs[i].shape, shape, sizeof shape));
+        if (w < 0)
+            break;
+        used += (size_t)w;
+    }
+    return buf;
+}
+
+/* Sets r->variant to the variant every input's shape fits and points the
+ * inputs at its specs (they come in manifest order, with variant 0's specs).
+ * A model with one variant needs no resolving: check_input then reports a
+ * shape that does not fit, in words that do not mention variants. */
+static int resolve_variant(pjs_infer_request *r, const pjs_manifest *m, pjs_error *err)
+{
+    r->variant = 0;
+    if (m->n_variants <= 1)
+        return 0;
+    bool batched = false;
+    for (size_t i = 0; i < r->n_inputs; i++) {
+        int rc = check_datatype(&r->inputs[i], m, err);
+        if (rc != 0)
+            return rc;
+        batched = batched || m->inputs[i].batched;
+    }
+    for (size_t v = 0; v < m->n_variants; v++) {
+        size_t i = 0;
+        while (i < r->n_inputs && pjs_manifest_input_fits(m, v, i, &r->inputs[i].shape))
+            i++;
+        if (i < r->n_inputs)
+            continue;
+        r->variant = v;
+        for (i = 0; i < r->n_inputs; i++)
+            r->inputs[i].spec = &m->variants[v].inputs[i];
+        return 0;
+    }
+    char given[512], accepted[1024];
+    pjs_manifest_format_variants(m, accepted, sizeof accepted);
+    if (r->n_inputs == 1)
+        return pjs_error_set(err, PJS_ERR_INVALID_ARGUMENT,
+                             "model %s: input \"%s\": shape %s matches no variant of the model "
+                             "(accepted: %s%s)",
+                             m->name, r->inputs[0].name,
+                             pjs_shape_format(&r->inputs[0].shape, given, sizeof given), accepted,
+                             batched ? "; -1: the batch size" : "");
+    return pjs_error_set(err, PJS_ERR_INVALID_ARGUMENT,
+                         "model %s: input shapes %s match no variant of the model (accepted: "
+                         "%s%s)",
+                         m->name, given_shapes(r, given, sizeof given), accepted,
+                         batched ? "; -1: the batch size" : "");
 }
 
 int pjs_infer_validate(pjs_infer_request *r, const pjs_manifest *m, int64_t max_batch,
@@ -167,12 +240,14 @@ int pjs_infer_validate(pjs_infer_request *r, const pjs_manifest *m, int64_t max_
         r->inputs[i] = r->inputs[j];
         r->inputs[j] = given;
     }
+    int rc = resolve_variant(r, m, err);
+    if (rc != 0)
+        return rc;
     r->batch = 1;
     bool have_batch = false;
     for (size_t i = 0; i < r->n_inputs; i++) {
         pjs_infer_input *in = &r->inputs[i];
-        int rc = check_input(in, m, max_batch, err);
-        if (rc != 0)
+        if ((rc = check_input(in, m, max_batch, err)) != 0)
             return rc;
         if (!in->spec->batched)
             continue;

@@ -119,9 +119,12 @@ void pjs_infer_request_release(pjs_infer_request *r);
  * datatype, shape (batch axis in 1..max_batch for batched inputs, every other
  * dimension exact), byte size, batched inputs agreeing on the batch, requested
  * outputs known and named once. Reorders inputs to manifest order and sets
- * r->batch. Errors are PJS_ERR_INVALID_ARGUMENT (PJS_ERR_UNSUPPORTED for a
- * datatype pjserve does not serve, e.g. BYTES) with a message naming the
- * model, the tensor and what was expected. */
+ * r->batch. With several input-shape variants, the shapes must fit one
+ * variant: r->variant is set to it and every input's spec is that variant's
+ * (r->variant is 0 for a model with one). Errors are PJS_ERR_INVALID_ARGUMENT
+ * (PJS_ERR_UNSUPPORTED for a datatype pjserve does not serve, e.g. BYTES)
+ * with a message naming the model, the tensor and what was expected; a
+ * request matching no variant is told every variant's shapes. */
 int pjs_infer_validate(pjs_infer_request *r, const pjs_manifest *m, int64_t max_batch,
                        pjs_error *err);
 

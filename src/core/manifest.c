@@ -31,7 +31,7 @@
 #include "core/mapped_file.h"
 
 #define SUPPORTED_VERSION "2.0"
-#define MAX_DEPTH 32         /* the schema needs 4 levels; refuse deeper input */
+#define MAX_DEPTH 32         /* the schema needs 5 levels; refuse deeper input */
 #define NAME_MAX_LEN 128     /* model, tensor and call names */
 #define BATCH_SIZE_MAX 65536
 #define PATH_MAX_LEN 160     /* field paths are built from known keys and indices */
@@ -721,19 +721,245 @@ static int parse_meta(struct ctx *c, yaml_node_t *n, pjs_manifest *m)
     return check_unique(c, f[0].value, "meta.calls", (const char **)m->calls, count, "");
 }
 
-enum top_key {
-    K_FORMAT_VERSION, K_NAME, K_KIND, K_DESCRIPTION, K_BATCH_SIZES, K_INPUTS, K_OUTPUTS,
-    K_RESIDENCY, K_WEIGHT, K_META, K_CLIENT_INPUTS, K_CLIENT_OUTPUTS, K_COUNT
+/* ---- variants ------------------------------------------------------------ */
+
+#define DEFAULT_VARIANT "default"
+
+/* The top-level tensors of one kind ("inputs" or "outputs"), with their
+ * names sorted so that variant keys are looked up in log time (a hostile
+ * manifest may have many tensors and many keys). */
+struct tensor_table {
+    const char *kind;
+    const pjs_tensor_spec *specs;
+    size_t n;
+    struct named *sorted;
 };
 
-/* Keys that only one kind may carry, and what to say to the other. */
+static int table_init(struct ctx *c, struct tensor_table *t, const char *kind,
+                      const pjs_tensor_spec *specs, size_t n)
+{
+    *t = (struct tensor_table){kind, specs, n, malloc(n * sizeof *t->sorted)};
+    if (t->sorted == NULL)
+        return fail_nomem(c, "variants");
+    for (size_t i = 0; i < n; i++)
+        t->sorted[i] = (struct named){specs[i].name, i};
+    qsort(t->sorted, n, sizeof *t->sorted, cmp_named);
+    return 0;
+}
+
+/* The index of the tensor named by scalar key, or t->n. */
+static size_t table_find(const struct tensor_table *t, const yaml_node_t *key)
+{
+    const char *k = (const char *)key->data.scalar.value;
+    size_t len = key->data.scalar.length, lo = 0, hi = t->n;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        const char *name = t->sorted[mid].name;
+        int r = strncmp(name, k, len);
+        if (r == 0)
+            r = name[len] != '\0'; /* same prefix: a longer name sorts after */
+        if (r == 0)
+            return t->sorted[mid].index;
+        if (r < 0)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return t->n;
+}
+
+/* One "name: shape" entry of a variant's inputs or outputs: the shape
+ * replaces the top-level one of the tensor of that name, whose rank and
+ * batch axis it keeps. seen[] marks the tensors already given. */
+static int parse_shape_override(struct ctx *c, yaml_node_t *key, yaml_node_t *value,
+                                const char *path, const struct tensor_table *t, bool *seen,
+                                pjs_tensor_spec *specs)
+{
+    if (key->type != YAML_SCALAR_NODE)
+        return fail(c, key, path, "mapping keys must be strings, got %s", node_kind_name(key));
+    int rc = get_string(c, key, path);
+    if (rc != 0)
+        return rc;
+    char q[QUOTE_BUF], sub[PATH_MAX_LEN], top_path[PATH_MAX_LEN];
+    size_t i = table_find(t, key);
+    if (i == t->n)
+        return fail(c, key, path, "%s is not one of the model's %s", QUOTE_NODE(key, q), t->kind);
+    const pjs_tensor_spec *top = &t->specs[i];
+    path_key(sub, path, top->name);
+    path_index(top_path, t->kind, i);
+    if (seen[i])
+        return fail(c, key, sub, "duplicate key");
+    seen[i] = true;
+    pjs_tensor_spec parsed = {0};
+    if ((rc = parse_shape(c, value, sub, &parsed)) != 0)
+        return rc;
+    if (top->batched && !parsed.batched)
+        return fail(c, value, sub, "must start with \"batch\" like %s (a variant keeps the "
+                    "batch axis)", top_path);
+    if (!top->batched && parsed.batched)
+        return fail(c, value, sub, "must not have a batch axis: %s has none", top_path);
+    if (parsed.shape.rank != top->shape.rank)
+        return fail(c, value, sub, "rank %d differs from the rank %d of %s (a variant changes "
+                    "extents, not ranks)", parsed.shape.rank, top->shape.rank, top_path);
+    specs[i].shape = parsed.shape;
+    return 0;
+}
+
+/* A variant's inputs or outputs: a mapping from top-level tensor names to
+ * shapes, written over specs (a copy of the top-level tensors). */
+static int parse_shape_overrides(struct ctx *c, yaml_node_t *n, const char *path,
+                                 const struct tensor_table *t, pjs_tensor_spec *specs)
+{
+    if (n->type != YAML_MAPPING_NODE)
+        return fail(c, n, path, "must be a mapping from tensor names to shapes, got %s",
+                    node_kind_name(n));
+    bool *seen = calloc(t->n, sizeof *seen);
+    if (seen == NULL)
+        return fail_nomem(c, path);
+    int rc = 0;
+    for (yaml_node_pair_t *p = n->data.mapping.pairs.start;
+         rc == 0 && p < n->data.mapping.pairs.top; p++) {
+        yaml_node_t *key = yaml_document_get_node(c->doc, p->key);
+        yaml_node_t *value = yaml_document_get_node(c->doc, p->value);
+        if (key == NULL || value == NULL)
+            rc = pjs_error_set(c->err, PJS_ERR_INTERNAL, "%s: %s: broken YAML node", c->label,
+                               path);
+        else
+            rc = parse_shape_override(c, key, value, path, t, seen, specs);
+    }
+    free(seen);
+    return rc;
+}
+
+/* A variant's tensors start as copies of the top-level ones. */
+static int copy_tensors(struct ctx *c, const struct tensor_table *t, pjs_tensor_spec **out,
+                        const char *path)
+{
+    pjs_tensor_spec *v = calloc(t->n, sizeof *v);
+    if (v == NULL)
+        return fail_nomem(c, path);
+    *out = v;
+    for (size_t i = 0; i < t->n; i++) {
+        v[i] = t->specs[i];
+        if ((v[i].name = strdup(t->specs[i].name)) == NULL)
+            return fail_nomem(c, path);
+    }
+    return 0;
+}
+
+/* One entry of `variants`; what it builds is freed with the manifest. */
+static int parse_variant(struct ctx *c, yaml_node_t *n, const char *path,
+                         const struct tensor_table *ins, const struct tensor_table *outs,
+                         pjs_variant *v)
+{
+    struct field f[] = {{"name", NULL}, {"inputs", NULL}, {"outputs", NULL}};
+    char sub[PATH_MAX_LEN];
+    int rc = get_fields(c, n, path, f, 3);
+    for (size_t i = 0; rc == 0 && i < 2; i++)
+        rc = require(c, &f[i], path, n);
+    if (rc != 0)
+        return rc;
+    path_key(sub, path, "name");
+    if ((rc = get_name(c, f[0].value, sub, &v->name)) != 0)
+        return rc;
+    if (strcmp(v->name, DEFAULT_VARIANT) == 0)
+        return fail(c, f[0].value, sub, "\"" DEFAULT_VARIANT "\" names the top-level shapes; "
+                    "choose another name");
+    if ((rc = copy_tensors(c, ins, &v->inputs, path)) != 0 ||
+        (rc = copy_tensors(c, outs, &v->outputs, path)) != 0)
+        return rc;
+    path_key(sub, path, "inputs");
+    if ((rc = parse_shape_overrides(c, f[1].value, sub, ins, v->inputs)) != 0)
+        return rc;
+    path_key(sub, path, "outputs");
+    return f[2].value != NULL ? parse_shape_overrides(c, f[2].value, sub, outs, v->outputs) : 0;
+}
+
+static bool same_input_shapes(const pjs_manifest *m, const pjs_variant *a, const pjs_variant *b)
+{
+    for (size_t i = 0; i < m->n_inputs; i++)
+        if (!pjs_shape_equal(&a->inputs[i].shape, &b->inputs[i].shape))
+            return false;
+    return true;
+}
+
+/* Variant k (m->variants[k], k >= 1, from variants[k - 1]) against the ones
+ * before it: a new name, and input shapes of its own. */
+static int check_variant_distinct(struct ctx *c, yaml_node_t *item, const char *path,
+                                  const pjs_manifest *m, size_t k)
+{
+    const pjs_variant *v = &m->variants[k];
+    char sub[PATH_MAX_LEN], other[PATH_MAX_LEN + 32];
+    for (size_t u = 0; u < k; u++) {
+        if (u > 0 && strcmp(m->variants[u].name, v->name) == 0) {
+            path_key(sub, path, "name");
+            return fail(c, item, sub, "duplicate name \"%s\" (also variants[%zu])", v->name,
+                        u - 1);
+        }
+        if (!same_input_shapes(m, &m->variants[u], v))
+            continue;
+        if (u == 0)
+            snprintf(other, sizeof other, "the top-level inputs (\"" DEFAULT_VARIANT "\")");
+        else
+            snprintf(other, sizeof other, "variants[%zu] (\"%s\")", u - 1, m->variants[u].name);
+        path_key(sub, path, "inputs");
+        return fail(c, item, sub, "the same input shapes as %s; requests could not tell them "
+                    "apart", other);
+    }
+    return 0;
+}
+
+/* Builds m->variants: "default" (aliasing the top-level tensors), then one
+ * per entry of the optional `variants` list n. */
+static int parse_variants(struct ctx *c, yaml_node_t *n, pjs_manifest *m)
+{
+    size_t count = 0;
+    int rc = n != NULL ? get_list(c, n, "variants", true, &count) : 0;
+    if (rc != 0)
+        return rc;
+    if (count > PJS_MANIFEST_MAX_VARIANTS)
+        return fail(c, n, "variants", "%zu variants, more than the %d allowed besides "
+                    "\"" DEFAULT_VARIANT "\"", count, PJS_MANIFEST_MAX_VARIANTS);
+    m->variants = calloc(count + 1, sizeof *m->variants);
+    if (m->variants == NULL || (m->variants[0].name = strdup(DEFAULT_VARIANT)) == NULL)
+        return fail_nomem(c, "variants");
+    m->n_variants = 1;
+    m->variants[0].inputs = m->inputs;
+    m->variants[0].outputs = m->outputs;
+    if (count == 0)
+        return 0;
+    struct tensor_table ins = {0}, outs = {0};
+    if ((rc = table_init(c, &ins, "inputs", m->inputs, m->n_inputs)) == 0)
+        rc = table_init(c, &outs, "outputs", m->outputs, m->n_outputs);
+    for (size_t k = 1; rc == 0 && k <= count; k++) {
+        yaml_node_t *item = list_item(c, n, k - 1);
+        char sub[PATH_MAX_LEN];
+        path_index(sub, "variants", k - 1);
+        m->n_variants++; /* counted first, so that a partly built variant is freed */
+        rc = parse_variant(c, item, sub, &ins, &outs, &m->variants[k]);
+        if (rc == 0)
+            rc = check_variant_distinct(c, item, sub, m, k);
+    }
+    free(ins.sorted);
+    free(outs.sorted);
+    return rc;
+}
+
+enum top_key {
+    K_FORMAT_VERSION, K_NAME, K_KIND, K_DESCRIPTION, K_BATCH_SIZES, K_INPUTS, K_OUTPUTS,
+    K_VARIANTS, K_RESIDENCY, K_WEIGHT, K_META, K_CLIENT_INPUTS, K_CLIENT_OUTPUTS, K_COUNT
+};
+
+/* Keys that only one kind may carry, and what to say to the other. The first
+ * three of each list are required for their kind. */
 static int check_kind_keys(struct ctx *c, const struct field *f, pjs_model_kind kind)
 {
-    static const enum top_key model_only[] = {K_BATCH_SIZES, K_INPUTS, K_OUTPUTS};
+    static const enum top_key model_only[] = {K_BATCH_SIZES, K_INPUTS, K_OUTPUTS, K_VARIANTS};
     static const enum top_key meta_only[] = {K_META, K_CLIENT_INPUTS, K_CLIENT_OUTPUTS};
     const enum top_key *forbidden = kind == PJS_KIND_MODEL ? meta_only : model_only;
     const enum top_key *required = kind == PJS_KIND_MODEL ? model_only : meta_only;
-    for (size_t i = 0; i < 3; i++) {
+    size_t n_forbidden = kind == PJS_KIND_MODEL ? 3 : 4;
+    for (size_t i = 0; i < n_forbidden; i++) {
         const struct field *x = &f[forbidden[i]];
         if (x->value != NULL)
             return fail(c, x->value, x->key, "not allowed in a manifest of kind %s%s",
@@ -757,7 +983,8 @@ static int parse_root(struct ctx *c, yaml_node_t *root, pjs_manifest *m)
         [K_FORMAT_VERSION] = {"format_version", NULL}, [K_NAME] = {"name", NULL},
         [K_KIND] = {"kind", NULL},                     [K_DESCRIPTION] = {"description", NULL},
         [K_BATCH_SIZES] = {"batch_sizes", NULL},       [K_INPUTS] = {"inputs", NULL},
-        [K_OUTPUTS] = {"outputs", NULL},               [K_RESIDENCY] = {"residency", NULL},
+        [K_OUTPUTS] = {"outputs", NULL},               [K_VARIANTS] = {"variants", NULL},
+        [K_RESIDENCY] = {"residency", NULL},
         [K_WEIGHT] = {"weight", NULL},                 [K_META] = {"meta", NULL},
         [K_CLIENT_INPUTS] = {"client_inputs", NULL},   [K_CLIENT_OUTPUTS] = {"client_outputs", NULL},
     };
@@ -792,9 +1019,10 @@ static int parse_root(struct ctx *c, yaml_node_t *root, pjs_manifest *m)
         return rc;
     if (m->kind == PJS_KIND_MODEL) {
         if ((rc = parse_batch_sizes(c, f[K_BATCH_SIZES].value, m)) != 0 ||
-            (rc = parse_tensors(c, f[K_INPUTS].value, "inputs", &m->inputs, &m->n_inputs)) != 0)
+            (rc = parse_tensors(c, f[K_INPUTS].value, "inputs", &m->inputs, &m->n_inputs)) != 0 ||
+            (rc = parse_tensors(c, f[K_OUTPUTS].value, "outputs", &m->outputs, &m->n_outputs)) != 0)
             return rc;
-        return parse_tensors(c, f[K_OUTPUTS].value, "outputs", &m->outputs, &m->n_outputs);
+        return parse_variants(c, f[K_VARIANTS].value, m);
     }
     if ((rc = parse_meta(c, f[K_META].value, m)) != 0 ||
         (rc = parse_tensors(c, f[K_CLIENT_INPUTS].value, "client_inputs", &m->inputs,
@@ -849,16 +1077,6 @@ int pjs_manifest_parse(pjs_manifest *m, const char *yaml, size_t len, const char
     struct ctx c = {.doc = &doc, .label = label, .err = err};
     if ((rc = parse_root(&c, root, &tmp)) != 0)
         goto out;
-    if (tmp.kind == PJS_KIND_MODEL) {
-        tmp.variants = calloc(1, sizeof *tmp.variants);
-        if (tmp.variants == NULL || (tmp.variants[0].name = strdup("default")) == NULL) {
-            rc = pjs_error_set(err, PJS_ERR_NOMEM, "%s: out of memory", label);
-            goto out;
-        }
-        tmp.n_variants = 1;
-        tmp.variants[0].inputs = tmp.inputs;
-        tmp.variants[0].outputs = tmp.outputs;
-    }
     *m = tmp;
     memset(&tmp, 0, sizeof tmp);
 out:
@@ -928,4 +1146,63 @@ size_t pjs_tensor_spec_row_bytes(const pjs_tensor_spec *s)
     for (int d = s->batched ? 1 : 0; d < s->shape.rank; d++)
         bytes *= (size_t)s->shape.dims[d];
     return bytes;
+}
+
+pjs_shape pjs_manifest_client_shape(const pjs_manifest *m, bool output, size_t i)
+{
+    pjs_shape s = (output ? m->outputs : m->inputs)[i].shape;
+    for (size_t v = 1; v < m->n_variants; v++) {
+        const pjs_variant *var = &m->variants[v];
+        const pjs_shape *other = &(output ? var->outputs : var->inputs)[i].shape;
+        for (int d = 0; d < s.rank; d++)
+            if (other->dims[d] != s.dims[d])
+                s.dims[d] = -1;
+    }
+    return s;
+}
+
+bool pjs_manifest_input_fits(const pjs_manifest *m, size_t variant, size_t i, const pjs_shape *s)
+{
+    const pjs_tensor_spec *t = &m->variants[variant].inputs[i];
+    if (s->rank != t->shape.rank)
+        return false;
+    for (int d = t->batched ? 1 : 0; d < s->rank; d++)
+        if (s->dims[d] != t->shape.dims[d])
+            return false;
+    return true;
+}
+
+/* Appends formatted text at buf[*used], never past size (the end is cut). */
+__attribute__((format(printf, 4, 5))) static void append(char *buf, size_t size, size_t *used,
+                                                         const char *fmt, ...)
+{
+    if (*used >= size)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(buf + *used, size - *used, fmt, ap);
+    va_end(ap);
+    *used = n < 0 ? size : *used + (size_t)n;
+}
+
+const char *pjs_manifest_format_variants(const pjs_manifest *m, char *buf, size_t size)
+{
+    size_t used = 0;
+    bool several = m->n_inputs > 1;
+    buf[0] = '\0';
+    for (size_t v = 0; v < m->n_variants; v++) {
+        append(buf, size, &used, "%s%s %s", v ? ", " : "", m->variants[v].name,
+               several ? "(" : "");
+        for (size_t i = 0; i < m->n_inputs; i++) {
+            const pjs_tensor_spec *t = &m->variants[v].inputs[i];
+            char shape[160];
+            pjs_shape_format(&t->shape, shape, sizeof shape);
+            if (several)
+                append(buf, size, &used, "%s%s %s", i ? ", " : "", t->name, shape);
+            else
+                append(buf, size, &used, "%s", shape);
+        }
+        append(buf, size, &used, "%s", several ? ")" : "");
+    }
+    return buf;
 }

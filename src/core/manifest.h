@@ -2,9 +2,10 @@
  * manifest.h - the bundle manifest (manifest.yaml), parsed and validated.
  *
  * See docs/bundle-format.md for the schema. The parser is strict: unknown
- * keys, wrong types, duplicate names, a batch axis anywhere but first, or a
- * format_version other than "2.0" are rejected with a message that names the
- * file (the `label`) and the field ("inputs[1].dtype").
+ * keys, wrong types, duplicate names, a batch axis anywhere but first,
+ * variants that change a tensor's rank or batch axis or repeat another's
+ * input shapes, or a format_version other than "2.0" are rejected with a
+ * message that names the file (the `label`) and the field ("inputs[1].dtype").
  *
  * A parsed manifest is plain owned memory, read-only after parsing.
  */
@@ -21,6 +22,8 @@
 
 /* Largest manifest file accepted. */
 #define PJS_MANIFEST_MAX_BYTES (1u << 20)
+/* Most variants a model may declare besides its top-level shapes ("default"). */
+#define PJS_MANIFEST_MAX_VARIANTS 16
 
 typedef enum pjs_model_kind { PJS_KIND_MODEL = 0, PJS_KIND_META = 1 } pjs_model_kind;
 
@@ -41,8 +44,10 @@ typedef struct pjs_tensor_spec {
 
 /* An input-shape variant: the model's tensors at other shapes, executed by
  * its own modules over the same weights. Tensors are in manifest order with
- * the top level's names, dtypes and batch axes. variants[0] is the top
- * level itself ("default"; its arrays are m->inputs and m->outputs). */
+ * the top level's names, dtypes, ranks and batch axes. variants[0] is the top
+ * level itself ("default"; its arrays are m->inputs and m->outputs). No two
+ * variants have the same input shapes, so a request's shapes name at most
+ * one. */
 typedef struct pjs_variant {
     char *name;
     pjs_tensor_spec *inputs;   /* n_inputs */
@@ -59,7 +64,7 @@ typedef struct pjs_manifest {
     pjs_tensor_spec *outputs;      /* client_outputs for kind meta */
     size_t n_batch_sizes;
     int64_t *batch_sizes;          /* strictly ascending, each >= 1 */
-    size_t n_variants;             /* kind model: >= 1 */
+    size_t n_variants;             /* kind model: 1..1 + PJS_MANIFEST_MAX_VARIANTS; meta: 0 */
     pjs_variant *variants;
     pjs_residency residency;
     double weight;                 /* scheduler share, > 0; default 1 */
@@ -70,6 +75,21 @@ typedef struct pjs_manifest {
 /* Bytes of one example (one batch row) of a tensor; the whole tensor when it
  * has no batch axis. */
 size_t pjs_tensor_spec_row_bytes(const pjs_tensor_spec *s);
+
+/* Whether shape s fits input i of a variant: the same rank and extents,
+ * whatever the batch axis holds. A request (or `pjserve run`) resolves to the
+ * one variant every input of which fits. */
+bool pjs_manifest_input_fits(const pjs_manifest *m, size_t variant, size_t i, const pjs_shape *s);
+
+/* Lists every variant's input shapes into buf, for messages: "default
+ * [-1, 3, 16, 16], wide [-1, 3, 16, 32]" for one input, "default (a [-1, 8],
+ * b [-1, 3]), wide (...)" for several; truncated to fit. Returns buf. */
+const char *pjs_manifest_format_variants(const pjs_manifest *m, char *buf, size_t size);
+
+/* The shape clients are shown for input (or, with `output`, output) i: the
+ * top-level shape with every extent that differs between variants as -1 (the
+ * batch axis is -1 already). */
+pjs_shape pjs_manifest_client_shape(const pjs_manifest *m, bool output, size_t i);
 
 int pjs_manifest_parse(pjs_manifest *m, const char *yaml, size_t len, const char *label,
                        pjs_error *err);

@@ -54,7 +54,7 @@ static int check_layout(pjs_bundle *b, pjs_error *err)
                              "name \"%.*s\"",
                              m->name, (int)dirlen, dirname);
     for (size_t i = 0; i < sizeof hook_files / sizeof hook_files[0]; i++) {
-        char path[PJS_BUNDLE_DIR_MAX + 64];
+        char path[PJS_BUNDLE_PATH_MAX];
         snprintf(path, sizeof path, "%s/%s", b->dir, hook_files[i]);
         if (file_exists(path))
             return pjs_error_set(err, PJS_ERR_UNSUPPORTED,
@@ -69,22 +69,45 @@ static int check_layout(pjs_bundle *b, pjs_error *err)
     return 0;
 }
 
+/* The file name of a variant's module for batch size n. */
+static void module_file_name(const pjs_manifest *m, size_t variant, int64_t n, char *buf,
+                             size_t size)
+{
+    if (variant == 0)
+        snprintf(buf, size, "model.b%lld.mlir", (long long)n);
+    else
+        snprintf(buf, size, "model.%s.b%lld.mlir", m->variants[variant].name, (long long)n);
+}
+
+/* One module per (variant, batch size), variant-major; each file must exist. */
 static int find_modules(pjs_bundle *b, pjs_error *err)
 {
     const pjs_manifest *m = &b->manifest;
-    b->modules = calloc(m->n_batch_sizes ? m->n_batch_sizes : 1, sizeof *b->modules);
+    size_t count = m->n_variants * m->n_batch_sizes;
+    b->modules = calloc(count ? count : 1, sizeof *b->modules);
     if (b->modules == NULL)
         return pjs_error_set(err, PJS_ERR_NOMEM, "out of memory");
-    for (size_t i = 0; i < m->n_batch_sizes; i++) {
-        pjs_bundle_module *mod = &b->modules[i];
-        mod->batch_size = m->batch_sizes[i];
-        snprintf(mod->path, sizeof mod->path, "%s/model.b%lld.mlir", b->dir,
-                 (long long)mod->batch_size);
-        if (!file_exists(mod->path))
-            return pjs_error_set(err, PJS_ERR_NOT_FOUND,
-                                 "model.b%lld.mlir: missing (manifest.yaml batch_sizes lists %lld)",
-                                 (long long)mod->batch_size, (long long)mod->batch_size);
-        b->n_modules++;
+    for (size_t v = 0; v < m->n_variants; v++) {
+        for (size_t i = 0; i < m->n_batch_sizes; i++) {
+            pjs_bundle_module *mod = pjs_bundle_module_at(b, v, i);
+            char file[192];
+            mod->variant = v;
+            mod->batch_size = m->batch_sizes[i];
+            module_file_name(m, v, mod->batch_size, file, sizeof file);
+            snprintf(mod->path, sizeof mod->path, "%s/%s", b->dir, file);
+            if (!file_exists(mod->path)) {
+                if (v == 0)
+                    return pjs_error_set(err, PJS_ERR_NOT_FOUND,
+                                         "%s: missing (manifest.yaml batch_sizes lists %lld)",
+                                         file, (long long)mod->batch_size);
+                return pjs_error_set(err, PJS_ERR_NOT_FOUND,
+                                     "%s: missing (manifest.yaml variants[%zu] \"%s\" needs one "
+                                     "module per batch size; batch_sizes lists %lld)",
+                                     file, v - 1, m->variants[v].name,
+                                     (long long)mod->batch_size);
+            }
+            b->n_modules++;
+        }
     }
     return 0;
 }
@@ -95,7 +118,7 @@ int pjs_bundle_open(const char *dir, pjs_bundle **out, pjs_error *err)
     if (b == NULL)
         return pjs_error_set(err, PJS_ERR_NOMEM, "out of memory");
     int rc;
-    char path[PJS_BUNDLE_DIR_MAX + 64];
+    char path[PJS_BUNDLE_PATH_MAX];
     if (strlen(dir) >= sizeof b->dir - 64) {
         rc = pjs_error_set(err, PJS_ERR_INVALID_ARGUMENT, "path too long");
         goto fail;
@@ -140,20 +163,24 @@ void pjs_bundle_close(pjs_bundle *b)
     free(b);
 }
 
-pjs_bundle_module *pjs_bundle_module_for(pjs_bundle *b, int64_t batch_size)
+pjs_bundle_module *pjs_bundle_module_for(pjs_bundle *b, size_t variant, int64_t batch_size)
 {
-    for (size_t i = 0; i < b->n_modules; i++)
-        if (b->modules[i].batch_size == batch_size)
-            return &b->modules[i];
+    const pjs_manifest *m = &b->manifest;
+    if (variant >= m->n_variants)
+        return NULL;
+    for (size_t i = 0; i < m->n_batch_sizes; i++)
+        if (m->batch_sizes[i] == batch_size)
+            return pjs_bundle_module_at(b, variant, i);
     return NULL;
 }
 
 int64_t pjs_bundle_pick_batch_size(const pjs_bundle *b, int64_t n)
 {
-    for (size_t i = 0; i < b->n_modules; i++)
-        if (b->modules[i].batch_size >= n)
-            return b->modules[i].batch_size;
-    return b->n_modules ? b->modules[b->n_modules - 1].batch_size : 0;
+    const pjs_manifest *m = &b->manifest;
+    for (size_t i = 0; i < m->n_batch_sizes; i++)
+        if (m->batch_sizes[i] >= n)
+            return m->batch_sizes[i];
+    return m->n_batch_sizes ? m->batch_sizes[m->n_batch_sizes - 1] : 0;
 }
 
 /* The manifest's shape for a tensor at batch size n. */
@@ -181,9 +208,23 @@ static int check_type(const pjs_rt_tensor_type *got, pjs_dtype want_dtype, const
     return 0;
 }
 
+/* "manifest.yaml inputs[0]", or for a variant's tensor
+ * "manifest.yaml inputs[0] in variant \"wide\"". */
+static const char *spec_source(const pjs_manifest *m, size_t variant, const char *kind, size_t i,
+                               char *buf, size_t size)
+{
+    if (variant == 0)
+        snprintf(buf, size, "manifest.yaml %s[%zu]", kind, i);
+    else
+        snprintf(buf, size, "manifest.yaml %s[%zu] in variant \"%s\"", kind, i,
+                 m->variants[variant].name);
+    return buf;
+}
+
 static int check_signature(const pjs_bundle *b, const pjs_bundle_module *mod, pjs_error *err)
 {
     const pjs_manifest *m = &b->manifest;
+    const pjs_variant *var = &m->variants[mod->variant];
     const pjs_rt_executable *e = mod->exec;
     const char *file = file_name(mod->path);
     size_t n_weights = b->weights.n_tensors;
@@ -206,19 +247,19 @@ static int check_signature(const pjs_bundle *b, const pjs_bundle_module *mod, pj
             return rc;
     }
     for (size_t i = 0; i < m->n_inputs; i++) {
-        const pjs_tensor_spec *t = &m->inputs[i];
+        const pjs_tensor_spec *t = &var->inputs[i];
         pjs_shape want = spec_shape(t, mod->batch_size);
         snprintf(what, sizeof what, "parameter %zu (input \"%s\")", n_weights + i, t->name);
-        snprintf(source, sizeof source, "manifest.yaml inputs[%zu]", i);
+        spec_source(m, mod->variant, "inputs", i, source, sizeof source);
         int rc = check_type(&e->params[n_weights + i], t->dtype, &want, file, what, source, err);
         if (rc != 0)
             return rc;
     }
     for (size_t i = 0; i < m->n_outputs; i++) {
-        const pjs_tensor_spec *t = &m->outputs[i];
+        const pjs_tensor_spec *t = &var->outputs[i];
         pjs_shape want = spec_shape(t, mod->batch_size);
         snprintf(what, sizeof what, "result %zu (output \"%s\")", i, t->name);
-        snprintf(source, sizeof source, "manifest.yaml outputs[%zu]", i);
+        spec_source(m, mod->variant, "outputs", i, source, sizeof source);
         int rc = check_type(&e->results[i], t->dtype, &want, file, what, source, err);
         if (rc != 0)
             return rc;

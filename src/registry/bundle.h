@@ -3,11 +3,13 @@
  *
  * Opening a bundle reads and cross-checks what needs no device: the manifest,
  * the safetensors header (mapped, not read), the presence of one module file
- * per compiled batch size. Compiling then builds (or loads from the
- * executable cache) each module and checks its signature against the manifest
- * and the weights: parameters are the weights in argument_order followed by
- * the inputs in manifest order, results are the outputs in manifest order,
- * and every batch axis has the module's batch size. Every rejection names the
+ * per (variant, compiled batch size): model.b<N>.mlir for the top-level
+ * shapes, model.<variant>.b<N>.mlir for each manifest variant. Compiling then
+ * builds (or loads from the executable cache) each module and checks its
+ * signature against its variant's shapes and the weights (the same for every
+ * variant): parameters are the weights in argument_order followed by the
+ * inputs in manifest order, results are the outputs in manifest order, and
+ * every batch axis has the module's batch size. Every rejection names the
  * bundle, the file and the field.
  *
  * A pjs_bundle is owned by one thread while opened and compiled, and
@@ -28,11 +30,14 @@
 
 /* Longest bundle directory path accepted. */
 #define PJS_BUNDLE_DIR_MAX 4096
+/* Room for a module's path: the directory, "/model.", a variant name (at most
+ * 128 characters), ".b65536.mlir". */
+#define PJS_BUNDLE_PATH_MAX (PJS_BUNDLE_DIR_MAX + 192)
 
 typedef struct pjs_bundle_module {
     size_t variant;          /* index into manifest.variants */
     int64_t batch_size;
-    char path[PJS_BUNDLE_DIR_MAX + 64];
+    char path[PJS_BUNDLE_PATH_MAX];
     pjs_rt_executable *exec; /* NULL until compiled */
 } pjs_bundle_module;
 
@@ -56,9 +61,10 @@ static inline pjs_bundle_module *pjs_bundle_module_at(const pjs_bundle *b, size_
 int pjs_bundle_open(const char *dir, pjs_bundle **out, pjs_error *err);
 void pjs_bundle_close(pjs_bundle *b);
 
-/* The module of batch size n, or NULL. */
-pjs_bundle_module *pjs_bundle_module_for(pjs_bundle *b, int64_t batch_size);
-/* The smallest compiled batch size >= n, or the largest when n exceeds all. */
+/* The module of `variant` compiled for batch_size, or NULL. */
+pjs_bundle_module *pjs_bundle_module_for(pjs_bundle *b, size_t variant, int64_t batch_size);
+/* The smallest compiled batch size >= n, or the largest when n exceeds all
+ * (every variant has the same batch sizes). */
 int64_t pjs_bundle_pick_batch_size(const pjs_bundle *b, int64_t n);
 
 /* Compiles (or loads from the cache, which may be NULL) one module and checks

@@ -35,7 +35,7 @@ int pjs_model_create(pjs_bundle *b, pjs_rt_client *c, pjs_exec_cache *cache, pjs
                              "outputs",
                              man->name, PJS_INFER_MAX_TENSORS, PJS_INFER_MAX_TENSORS);
     }
-    if (b->n_modules > PJS_MODEL_MAX_BATCH_SIZES) {
+    if (man->n_batch_sizes > PJS_MODEL_MAX_BATCH_SIZES) {
         pjs_bundle_close(b);
         return pjs_error_set(err, PJS_ERR_UNSUPPORTED,
                              "bundle %s: pjserve serves models with at most %d batch sizes",
@@ -51,17 +51,19 @@ int pjs_model_create(pjs_bundle *b, pjs_rt_client *c, pjs_exec_cache *cache, pjs
     pthread_mutex_init(&m->stats_lock, NULL);
     atomic_init(&m->refs, 1);
     snprintf(m->name, sizeof m->name, "%s", man->name);
-    for (size_t i = 0; i < b->n_modules; i++) {
-        int rc = pjs_bundle_compile_module(b, &b->modules[i], c, cache, err);
-        if (rc != 0) {
-            model_free(m);
-            return rc;
+    for (size_t v = 0; v < man->n_variants; v++) {
+        for (size_t i = 0; i < man->n_batch_sizes; i++) {
+            int rc = pjs_bundle_compile_module(b, pjs_bundle_module_at(b, v, i), c, cache, err);
+            if (rc != 0) {
+                model_free(m);
+                return rc;
+            }
         }
     }
     bool batched = false;
     for (size_t i = 0; i < man->n_inputs; i++)
         batched = batched || man->inputs[i].batched;
-    m->max_batch_size = batched ? b->modules[b->n_modules - 1].batch_size : 0;
+    m->max_batch_size = batched ? man->batch_sizes[man->n_batch_sizes - 1] : 0;
     m->weights = calloc(b->weights.n_tensors + 1, sizeof *m->weights);
     if (m->weights == NULL) {
         model_free(m);

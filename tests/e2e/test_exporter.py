@@ -231,3 +231,99 @@ def test_custom_calls_are_reported_and_serialized(tmp_path):
     text = pe.deserialize_portable_artifact((path / "model.b1.mlir").read_bytes())
     assert pe.custom_call_targets(text) == ["lapack_sgetrf_ffi", "lapack_strsm_ffi"]
     assert "#sdy." not in text.replace('"#sdy.', "")   # sdy only inside string attributes
+
+
+# ---- input-shape variants -------------------------------------------------------
+
+def _pool(p, x):
+    # x [n, L, 16]: y does not depend on L, z does.
+    return x.mean(axis=1) @ p["w"] + p["b"], x * 2
+
+
+X_POOL = [np.zeros((1, 4, 16), np.float32)]
+
+
+def export_pool(tmp_path, variants, fn=_pool, **kw):
+    args = dict(name="pool", batch_sizes=[1, 4], input_names=["x"], output_names=["y", "z"],
+                variants=variants)
+    args.update(kw)
+    return pe.export_jax(fn, LINEAR_PARAMS, X_POOL, tmp_path, **args)
+
+
+def test_variants_layout_and_manifest(tmp_path):
+    path = export_pool(tmp_path, {"long": [np.zeros((3, 8, 16), np.float32)],
+                                  "short": [jax.ShapeDtypeStruct((1, 2, 16), jnp.float32)]})
+    assert sorted(p.name for p in path.iterdir()) == [
+        "manifest.yaml", "model.b1.mlir", "model.b4.mlir", "model.long.b1.mlir",
+        "model.long.b4.mlir", "model.short.b1.mlir", "model.short.b4.mlir",
+        "weights.safetensors"]
+    doc = yaml.safe_load((path / "manifest.yaml").read_text())
+    # Only what differs from the top level: z changes with L, y does not.
+    assert doc["variants"] == [
+        {"name": "long", "inputs": {"x": ["batch", 8, 16]}, "outputs": {"z": ["batch", 8, 16]}},
+        {"name": "short", "inputs": {"x": ["batch", 2, 16]}, "outputs": {"z": ["batch", 2, 16]}},
+    ]
+    for variant, length in (("long", 8), ("short", 2)):
+        for n in (1, 4):
+            artifact = (path / pe.module_file(n, variant)).read_bytes()
+            args, results = pe.main_signature(pe.deserialize_portable_artifact(artifact))
+            assert args == [((4,), "f32"), ((16, 4), "f32"), ((n, length, 16), "f32")]
+            assert results == [((n, 4), "f32"), ((n, length, 16), "f32")]
+    # The weights are written once, for every variant.
+    tensors, _ = pe.read_safetensors(path / "weights.safetensors")
+    assert sorted(tensors) == ["b", "w"]
+
+    m = pe.read_manifest(path)
+    assert m.variant_names() == ["default", "long", "short"]
+    assert [s.shape for s in m.variant_inputs("long")] == [(8, 16)]
+    assert [s.shape for s in m.variant_outputs("long")] == [(4,), (8, 16)]
+    assert [s.shape for s in m.variant_inputs()] == [(4, 16)]
+    assert pe.random_inputs(m, 3, variant="short")["x"].shape == (3, 2, 16)
+    with pytest.raises(ValueError, match="no variant 'wide'"):
+        m.variant_inputs("wide")
+
+
+def test_export_without_variants_writes_no_variants_key(tmp_path):
+    doc = yaml.safe_load((export_linear(tmp_path) / "manifest.yaml").read_text())
+    assert "variants" not in doc
+    assert pe.read_manifest(tmp_path / "linear").variants == []
+
+
+def test_variants_export_is_reproducible(tmp_path):
+    m = demo.demo_models(["gapnet"])[0]
+    a = m.export(tmp_path / "a")
+    b = m.export(tmp_path / "b")
+    files = sorted(p.name for p in a.iterdir())
+    assert "model.wide.b8.mlir" in files
+    for f in files:
+        assert (a / f).read_bytes() == (b / f).read_bytes(), f
+
+
+def _rank_changing(p, x):
+    y = x.mean(axis=1) @ p["w"] + p["b"]
+    return y, (x * 2 if x.shape[1] == 4 else (x * 2).reshape(x.shape[0], -1))
+
+
+@pytest.mark.parametrize("variants,message", [
+    ([("long", [np.zeros((1, 8, 16), np.float32)])], "must be a mapping"),
+    ({"default": [np.zeros((1, 8, 16), np.float32)]}, "'default' is taken"),
+    ({"a b": [np.zeros((1, 8, 16), np.float32)]}, "variant name must be"),
+    ({"long": []}, "has 0 example input"),
+    ({"long": [np.zeros((1, 8, 16), np.float16)]}, "dtype float16"),
+    ({"long": [np.zeros((1, 8, 16, 1), np.float32)]}, "another rank"),
+    ({"same": [np.zeros((9, 4, 16), np.float32)]}, "same input shapes as 'default'"),
+    ({"a": [np.zeros((1, 8, 16), np.float32)], "b": [np.zeros((1, 8, 16), np.float32)]},
+     "'b' has the same input shapes as 'a'"),
+    ({f"v{k}": [np.zeros((1, k + 5, 16), np.float32)] for k in range(17)},
+     "at most 16 variants"),
+])
+def test_variant_validation(tmp_path, variants, message):
+    with pytest.raises(ValueError, match=message):
+        export_pool(tmp_path, variants)
+    assert not (tmp_path / "pool").exists()
+
+
+def test_variant_output_rank_must_not_change(tmp_path):
+    with pytest.raises(ValueError, match="variant 'long': output 'z'.*extents only"):
+        export_pool(tmp_path, {"long": [np.zeros((1, 8, 16), np.float32)]}, fn=_rank_changing)
+    assert not (tmp_path / "pool").exists()

@@ -4,7 +4,8 @@ For each model and each batch of n examples (n = 1, 4, 8: the compiled sizes;
 n = 3: padded by the server to the compiled size 4 and sliced back), random
 inputs are saved as .npy, run through `pjserve run`, and each output is
 compared with fn(params, *inputs) computed by jax on the same inputs. The max
-absolute error per output is printed (pytest -s shows it).
+absolute error per output is printed (pytest -s shows it). A model with
+input-shape variants is run at each variant's shapes.
 """
 
 import numpy as np
@@ -21,9 +22,9 @@ BATCHES = [1, 3, 4, 8]
 
 
 def run_and_compare(pjserve, exported, n, tmp_path, extra_args=(), seed=None,
-                    reverse_inputs=False):
+                    reverse_inputs=False, variant="default"):
     m = exported.manifest
-    inputs = random_inputs(m, n, seed=seed if seed is not None else 1000 + n)
+    inputs = random_inputs(m, n, seed=seed if seed is not None else 1000 + n, variant=variant)
     in_args = save_inputs(inputs, tmp_path / "in")
     if reverse_inputs:  # the --input flags in the opposite order to the manifest's
         pairs = [in_args[i:i + 2] for i in range(0, len(in_args), 2)]
@@ -39,7 +40,7 @@ def run_and_compare(pjserve, exported, n, tmp_path, extra_args=(), seed=None,
 
     want = exported.model.reference(*[inputs[s.name] for s in m.inputs])
     atol, rtol = TOLERANCE[m.name]
-    for spec, ref in zip(m.outputs, want):
+    for spec, ref in zip(m.variant_outputs(variant), want):
         got = np.load(out_dir / f"{spec.name}.npy")
         assert got.dtype == spec.numpy_dtype, f"{spec.name}: dtype {got.dtype}, manifest {spec.dtype}"
         assert got.dtype == ref.dtype
@@ -52,7 +53,7 @@ def run_and_compare(pjserve, exported, n, tmp_path, extra_args=(), seed=None,
         else:
             g, w = got.astype(np.float64), ref.astype(np.float64)
             err = float(np.max(np.abs(g - w))) if g.size else 0.0
-            print(f"{m.name} n={n} {spec.name}: max abs error {err:.3g} "
+            print(f"{m.name} ({variant}) n={n} {spec.name}: max abs error {err:.3g} "
                   f"(atol {atol:g}, rtol {rtol:g})")
             assert np.all(np.isfinite(g)), f"{spec.name}: non-finite values"
             np.testing.assert_allclose(g, w, atol=atol, rtol=rtol,
@@ -64,6 +65,17 @@ def run_and_compare(pjserve, exported, n, tmp_path, extra_args=(), seed=None,
 @pytest.mark.parametrize("name", demo.DEMO_MODEL_NAMES)
 def test_run_matches_jax(pjserve, models, name, n, tmp_path):
     run_and_compare(pjserve, models[name], n, tmp_path)
+
+
+# The demo models' input-shape variants besides "default" (which the test above runs).
+VARIANT_MODELS = [("gapnet", "wide")]
+
+
+@pytest.mark.parametrize("n", [1, 3, 8])
+@pytest.mark.parametrize("name,variant", VARIANT_MODELS)
+def test_run_variant_matches_jax(pjserve, models, name, variant, n, tmp_path):
+    """Inputs at a variant's shapes run that variant's modules."""
+    run_and_compare(pjserve, models[name], n, tmp_path, variant=variant)
 
 
 def test_input_flags_in_any_order(pjserve, models, tmp_path):

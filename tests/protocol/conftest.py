@@ -91,21 +91,22 @@ def cache_dir(tmp_path_factory) -> Path:
 
 
 class Cases:
-    """Deterministic inputs and JAX reference outputs, computed once each."""
+    """Deterministic inputs and JAX reference outputs, computed once each (at
+    the shapes of the model's `variant`)."""
 
     def __init__(self, exported):
         self.exported = exported
         self._cache = {}
 
-    def get(self, model: str, n: int, seed: int = None) -> Case:
+    def get(self, model: str, n: int, seed: int = None, variant: str = "default") -> Case:
         seed = 1000 * n + 7 if seed is None else seed
-        key = (model, n, seed)
+        key = (model, n, seed, variant)
         if key not in self._cache:
             e = self.exported[model]
-            inputs = pe.random_inputs(e.manifest, n, seed=seed)
+            inputs = pe.random_inputs(e.manifest, n, seed=seed, variant=variant)
             want = e.model.reference(*[inputs[s.name] for s in e.manifest.inputs])
             expected = {spec.name: w for spec, w in zip(e.manifest.outputs, want)}
-            self._cache[key] = Case(model, n, inputs, expected, e.manifest)
+            self._cache[key] = Case(model, n, inputs, expected, e.manifest, variant)
         return self._cache[key]
 
 

@@ -216,18 +216,23 @@ class ServerFailure(Exception):
 # ---- reference outputs ------------------------------------------------------
 
 class Case:
-    """One batch for one model: inputs (numpy) and the JAX reference outputs."""
+    """One batch for one model at the shapes of one of its variants: inputs
+    (numpy) and the JAX reference outputs."""
 
     def __init__(self, model: str, n: int, inputs: Dict[str, np.ndarray],
-                 expected: Dict[str, np.ndarray], manifest):
+                 expected: Dict[str, np.ndarray], manifest, variant: str = "default"):
         self.model = model
         self.n = n
         self.inputs = inputs
         self.expected = expected
         self.manifest = manifest
+        self.variant = variant
 
     def input_specs(self):
-        return self.manifest.inputs
+        return self.manifest.variant_inputs(self.variant)
+
+    def output_specs(self):
+        return self.manifest.variant_outputs(self.variant)
 
     def output_names(self) -> List[str]:
         return [o.name for o in self.manifest.outputs]
@@ -243,6 +248,15 @@ class Case:
 
 def kserve_dtype(spec) -> str:
     return KSERVE_DTYPE[spec.dtype]
+
+
+def client_dims(manifest, spec, output: bool = False) -> List[int]:
+    """The per-example dims of a tensor as metadata and config show them:
+    the manifest's, with -1 where the model's input-shape variants differ."""
+    shapes = [next(t.shape for t in (manifest.variant_outputs(v) if output
+                                     else manifest.variant_inputs(v)) if t.name == spec.name)
+              for v in manifest.variant_names()]
+    return [d if all(sh[i] == d for sh in shapes) else -1 for i, d in enumerate(spec.shape)]
 
 
 # ---- tritonclient requests --------------------------------------------------

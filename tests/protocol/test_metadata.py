@@ -7,8 +7,9 @@ from google.protobuf import descriptor_pb2
 from tritonclient.grpc import model_config_pb2, service_pb2
 from tritonclient.utils import InferenceServerException
 
-from protocol_util import (ALL_MODELS, CONFIG_DTYPE, grpc_channel, grpc_code, http_json,
-                           http_request, kserve_dtype, pb_decode, pb_field_bytes, pb_get)
+from protocol_util import (ALL_MODELS, CONFIG_DTYPE, client_dims, grpc_channel, grpc_code,
+                           http_json, http_request, kserve_dtype, pb_decode, pb_field_bytes,
+                           pb_get)
 
 # Extensions pjserve implements and clients (perf_analyzer, tritonclient) look for.
 # (system_shared_memory is checked on the server that allows it.)
@@ -111,11 +112,12 @@ def test_server_metadata_with_client_shm(shm_server):
 def _expected_metadata(exported, model):
     m = exported[model].manifest
 
-    def tensors(specs):
+    def tensors(specs, output):
+        dims = [client_dims(m, s, output) for s in specs]
         return [{"name": s.name, "datatype": kserve_dtype(s),
-                 "shape": [-1] + list(s.shape) if s.batched else list(s.shape)}
-                for s in specs]
-    return tensors(m.inputs), tensors(m.outputs)
+                 "shape": [-1] + d if s.batched else d}
+                for s, d in zip(specs, dims)]
+    return tensors(m.inputs, False), tensors(m.outputs, True)
 
 
 @pytest.mark.parametrize("model", ALL_MODELS)
@@ -161,10 +163,12 @@ def test_model_config(gclient, server, exported, model):
     assert cfg.max_batch_size == max(m.batch_sizes) == 8
     assert [i.name for i in cfg.input] == [s.name for s in m.inputs]
     assert [o.name for o in cfg.output] == [s.name for s in m.outputs]
-    for got, spec in list(zip(cfg.input, m.inputs)) + list(zip(cfg.output, m.outputs)):
+    tensors = [(g, s, False) for g, s in zip(cfg.input, m.inputs)] + \
+        [(g, s, True) for g, s in zip(cfg.output, m.outputs)]
+    for got, spec, output in tensors:
         want_type = CONFIG_DTYPE[kserve_dtype(spec)]
         assert model_config_pb2.DataType.Name(got.data_type) == want_type, got
-        dims = list(spec.shape)  # the manifest's per-example shape: no batch axis
+        dims = client_dims(m, spec, output)  # per-example: no batch axis
         if dims:
             assert list(got.dims) == dims, got
         else:
@@ -177,14 +181,33 @@ def test_model_config(gclient, server, exported, model):
     assert status == 200, body
     assert doc["name"] == model
     assert doc["max_batch_size"] == 8, doc
-    for got, spec in list(zip(doc["input"], m.inputs)) + list(zip(doc["output"], m.outputs)):
+    tensors = [(g, s, False) for g, s in zip(doc["input"], m.inputs)] + \
+        [(g, s, True) for g, s in zip(doc["output"], m.outputs)]
+    for got, spec, output in tensors:
         assert got["name"] == spec.name
         assert got["data_type"] == CONFIG_DTYPE[kserve_dtype(spec)], got
         dims = got.get("dims", [])
         assert all(isinstance(d, int) for d in dims), f"dims must be JSON numbers: {got}"
-        assert dims == list(spec.shape) or (not spec.shape and dims == [1]), got
+        assert dims == client_dims(m, spec, output) or (not spec.shape and dims == [1]), got
     status, doc2, _ = http_json(server.http_url, "GET", f"/v2/models/{model}/versions/1/config")
     assert status == 200 and doc2 == doc
+
+
+@pytest.mark.parametrize("model", ALL_MODELS)
+def test_model_config_dynamic_batching(gclient, server, exported, model):
+    """Every tensor of these models has a batch axis, so requests are coalesced:
+    both protocols report dynamic_batching with the compiled batch sizes."""
+    m = exported[model].manifest
+    assert all(s.batched for s in list(m.inputs) + list(m.outputs)), m
+    sizes = list(m.batch_sizes)
+    cfg = gclient.get_model_config(model).config
+    assert cfg.WhichOneof("scheduling_choice") == "dynamic_batching", cfg
+    assert list(cfg.dynamic_batching.preferred_batch_size) == sizes, cfg.dynamic_batching
+    assert cfg.dynamic_batching.max_queue_delay_microseconds == 0
+    status, doc, body = http_json(server.http_url, "GET", f"/v2/models/{model}/config")
+    assert status == 200, body
+    assert doc.get("dynamic_batching") == {"preferred_batch_size": sizes,
+                                           "max_queue_delay_microseconds": 0}, doc
 
 
 def test_model_config_unknown(gclient, server):

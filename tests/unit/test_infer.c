@@ -2,8 +2,9 @@
  * test_infer.c - unit tests of request validation (src/core/infer.c).
  *
  * One manifest with two batched inputs of different types and two outputs,
- * plus an unbatched one; each test builds a request as a front end would and
- * checks the verdict, the status and the words of the message.
+ * an unbatched one, and two with input-shape variants (one input; two
+ * inputs); each test builds a request as a front end would and checks the
+ * verdict, the status and the words of the message.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -39,12 +40,39 @@ static const char fixed_yaml[] =
     "outputs:\n"
     "  - {name: y, dtype: f16, shape: [2]}\n";
 
-static float a_data[8 * 8];
+static const char shapes_yaml[] =
+    "format_version: \"2.0\"\n"
+    "name: shapes\n"
+    "batch_sizes: [1, 4]\n"
+    "inputs:\n"
+    "  - {name: image, dtype: f32, shape: [batch, 3, 32, 32]}\n"
+    "outputs:\n"
+    "  - {name: probs, dtype: f32, shape: [batch, 10]}\n"
+    "variants:\n"
+    "  - {name: wide, inputs: {image: [batch, 3, 32, 64]}}\n"
+    "  - {name: tall, inputs: {image: [batch, 3, 64, 32]}}\n";
+
+static const char pair_yaml[] =
+    "format_version: \"2.0\"\n"
+    "name: pair\n"
+    "batch_sizes: [1, 4, 8]\n"
+    "inputs:\n"
+    "  - {name: a, dtype: f32, shape: [batch, 8]}\n"
+    "  - {name: b, dtype: i32, shape: [batch, 3]}\n"
+    "outputs:\n"
+    "  - {name: sum, dtype: f32, shape: [batch, 8]}\n"
+    "variants:\n"
+    "  - {name: long, inputs: {a: [batch, 16]}, outputs: {sum: [batch, 16]}}\n";
+
+static float a_data[8 * 16];
 static int32_t b_data[8 * 3];
+static float image_data[4 * 3 * 64 * 32];
 
 typedef struct fixture {
     pjs_manifest two_io;
     pjs_manifest fixed;
+    pjs_manifest shapes;
+    pjs_manifest pair;
     pjs_infer_request r;
     pjs_error err;
 } fixture;
@@ -55,7 +83,9 @@ static int setup(void **state)
     memset(&f, 0, sizeof f);
     pjs_error err;
     if (pjs_manifest_parse(&f.two_io, two_io_yaml, strlen(two_io_yaml), "two_io", &err) != 0 ||
-        pjs_manifest_parse(&f.fixed, fixed_yaml, strlen(fixed_yaml), "fixed", &err) != 0) {
+        pjs_manifest_parse(&f.fixed, fixed_yaml, strlen(fixed_yaml), "fixed", &err) != 0 ||
+        pjs_manifest_parse(&f.shapes, shapes_yaml, strlen(shapes_yaml), "shapes", &err) != 0 ||
+        pjs_manifest_parse(&f.pair, pair_yaml, strlen(pair_yaml), "pair", &err) != 0) {
         fprintf(stderr, "%s\n", err.msg);
         return -1;
     }
@@ -68,6 +98,8 @@ static int teardown(void **state)
     fixture *f = *state;
     pjs_manifest_free(&f->two_io);
     pjs_manifest_free(&f->fixed);
+    pjs_manifest_free(&f->shapes);
+    pjs_manifest_free(&f->pair);
     return 0;
 }
 
@@ -262,6 +294,116 @@ static void test_missing_data(void **state)
     expect_invalid(f, "no data");
 }
 
+/* ---- variants ------------------------------------------------------------ */
+
+/* A request for `shapes` with one image of [n, 3, h, w]. */
+static pjs_infer_request *image_request(fixture *f, int64_t n, int64_t h, int64_t w)
+{
+    pjs_infer_request_init(&f->r);
+    pjs_infer_input *in = &f->r.inputs[0];
+    in->name = "image";
+    in->datatype = "FP32";
+    in->shape = (pjs_shape){4, {n, 3, h, w}};
+    in->data = image_data;
+    in->nbytes = (size_t)(n * 3 * h * w) * sizeof(float);
+    f->r.n_inputs = 1;
+    f->r.variant = 99; /* validation sets it */
+    pjs_error_clear(&f->err);
+    return &f->r;
+}
+
+static void expect_invalid_in(fixture *f, const pjs_manifest *m, int64_t max_batch,
+                              const char *needle)
+{
+    int rc = pjs_infer_validate(&f->r, m, max_batch, &f->err);
+    if (getenv("PJS_TEST_VERBOSE"))
+        printf("  %s\n", f->err.msg);
+    assert_int_equal(rc, PJS_ERR_INVALID_ARGUMENT);
+    assert_non_null(strstr(f->err.msg, m->name));
+    if (strstr(f->err.msg, needle) == NULL)
+        fail_msg("message \"%s\" lacks \"%s\"", f->err.msg, needle);
+}
+
+static void test_variant_resolved_by_shape(void **state)
+{
+    fixture *f = *state;
+    static const int64_t hw[3][2] = {{32, 32}, {32, 64}, {64, 32}};
+    for (size_t v = 0; v < 3; v++) {
+        pjs_infer_request *r = image_request(f, 3, hw[v][0], hw[v][1]);
+        assert_int_equal(pjs_infer_validate(r, &f->shapes, 4, &f->err), 0);
+        assert_int_equal(r->variant, v);
+        assert_int_equal(r->batch, 3);
+        /* The dispatcher sizes rows from the resolved variant's spec. */
+        assert_ptr_equal(r->inputs[0].spec, &f->shapes.variants[v].inputs[0]);
+        assert_int_equal(pjs_tensor_spec_row_bytes(r->inputs[0].spec),
+                         3 * hw[v][0] * hw[v][1] * sizeof(float));
+    }
+    /* Single-variant models resolve to variant 0. */
+    pjs_infer_request *r = good_request(f);
+    r->variant = 7;
+    assert_int_equal(pjs_infer_validate(r, &f->two_io, 8, &f->err), 0);
+    assert_int_equal(r->variant, 0);
+}
+
+static void test_variant_none_matches(void **state)
+{
+    fixture *f = *state;
+    image_request(f, 1, 32, 48);
+    expect_invalid_in(f, &f->shapes, 4,
+                      "model shapes: input \"image\": shape [1, 3, 32, 48] matches no variant "
+                      "of the model (accepted: default [-1, 3, 32, 32], wide [-1, 3, 32, 64], "
+                      "tall [-1, 3, 64, 32]; -1: the batch size)");
+    assert_int_equal(f->err.code, PJS_ERR_INVALID_ARGUMENT);
+    image_request(f, 1, 32, 64)->inputs[0].shape.rank = 3;
+    expect_invalid_in(f, &f->shapes, 4, "matches no variant");
+}
+
+static void test_variant_datatype_checked_first(void **state)
+{
+    fixture *f = *state;
+    image_request(f, 1, 32, 48)->inputs[0].datatype = "FP16";
+    expect_invalid_in(f, &f->shapes, 4, "datatype FP16 does not match the model's FP32");
+    image_request(f, 1, 32, 48)->inputs[0].datatype = "BYTES";
+    expect_invalid_in(f, &f->shapes, 4, "BYTES is not supported");
+}
+
+static void test_variant_checks_use_its_shapes(void **state)
+{
+    fixture *f = *state;
+    /* The byte size of a wide image, minus one. */
+    image_request(f, 2, 32, 64)->inputs[0].nbytes -= 1;
+    expect_invalid_in(f, &f->shapes, 4, "got 49151 bytes of data but shape [2, 3, 32, 64] of "
+                                        "FP32 needs 49152");
+    image_request(f, 5, 64, 32);
+    expect_invalid_in(f, &f->shapes, 4, "batch size 5 is outside 1..4");
+}
+
+static void test_variant_with_two_inputs(void **state)
+{
+    fixture *f = *state;
+    pjs_infer_request_init(&f->r);
+    set_input(&f->r, 0, "b", "INT32", 2, 3, b_data, 2 * 3 * 4);
+    set_input(&f->r, 1, "a", "FP32", 2, 16, a_data, 2 * 16 * 4);
+    assert_int_equal(pjs_infer_validate(&f->r, &f->pair, 8, &f->err), 0);
+    assert_int_equal(f->r.variant, 1);
+    assert_string_equal(f->r.inputs[0].name, "a");
+    assert_ptr_equal(f->r.inputs[0].spec, &f->pair.variants[1].inputs[0]);
+    assert_ptr_equal(f->r.inputs[1].spec, &f->pair.variants[1].inputs[1]);
+
+    /* Every input must fit the same variant. */
+    pjs_infer_request_init(&f->r);
+    set_input(&f->r, 0, "a", "FP32", 2, 16, a_data, 2 * 16 * 4);
+    set_input(&f->r, 1, "b", "INT32", 2, 4, b_data, 2 * 4 * 4);
+    expect_invalid_in(f, &f->pair, 8,
+                      "model pair: input shapes a [2, 16], b [2, 4] match no variant of the "
+                      "model (accepted: default (a [-1, 8], b [-1, 3]), long (a [-1, 16], "
+                      "b [-1, 3]); -1: the batch size)");
+    /* Names are checked before shapes. */
+    pjs_infer_request_init(&f->r);
+    set_input(&f->r, 0, "a", "FP32", 2, 5, a_data, 2 * 5 * 4);
+    expect_invalid_in(f, &f->pair, 8, "missing input \"b\"");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -282,6 +424,11 @@ int main(void)
         cmocka_unit_test(test_requested_outputs),
         cmocka_unit_test(test_unbatched_model),
         cmocka_unit_test(test_missing_data),
+        cmocka_unit_test(test_variant_resolved_by_shape),
+        cmocka_unit_test(test_variant_none_matches),
+        cmocka_unit_test(test_variant_datatype_checked_first),
+        cmocka_unit_test(test_variant_checks_use_its_shapes),
+        cmocka_unit_test(test_variant_with_two_inputs),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -164,6 +164,11 @@ static void test_defaults(void **state)
     assert_int_equal(m.residency, PJS_RESIDENCY_HOST);
     assert_true(m.weight == 1.0);
     assert_int_equal(m.n_calls, 0);
+    /* Without `variants`, the top level is the one variant. */
+    assert_int_equal(m.n_variants, 1);
+    assert_string_equal(m.variants[0].name, "default");
+    assert_ptr_equal(m.variants[0].inputs, m.inputs);
+    assert_ptr_equal(m.variants[0].outputs, m.outputs);
     pjs_manifest_free(&m);
 }
 
@@ -198,6 +203,8 @@ static void test_valid_meta(void **state)
     assert_int_equal(m.n_outputs, 1);
     check_tensor(&m.outputs[0], "label", PJS_DTYPE_I64, true, 1, (const int64_t[]){-1});
     assert_int_equal(m.residency, PJS_RESIDENCY_UNPINNED);
+    assert_int_equal(m.n_variants, 0);
+    assert_null(m.variants);
     pjs_manifest_free(&m);
 }
 
@@ -532,6 +539,198 @@ REJECT(test_reject_meta_bad_call_name,
             "client_outputs: [{name: b, dtype: f32, shape: []}]\n",
        "meta.calls[0]: \"a/b\" may only contain", NULL)
 
+/* ---- variants ------------------------------------------------------------------ */
+
+/* A model with two inputs and two outputs to give variants of. */
+#define VHEAD                                                                                 \
+    HEAD BATCH                                                                                \
+    "inputs:\n"                                                                               \
+    "  - {name: image, dtype: f32, shape: [batch, 3, 32, 32]}\n"                              \
+    "  - {name: mask, dtype: u8, shape: [batch, 4]}\n"                                        \
+    "outputs:\n"                                                                              \
+    "  - {name: probs, dtype: f32, shape: [batch, 10]}\n"                                     \
+    "  - {name: feat, dtype: f32, shape: [batch, 8, 8, 8]}\n"
+#define WIDE "  - {name: wide, inputs: {image: [batch, 3, 32, 64]}}\n"
+
+static void test_variants(void **state)
+{
+    (void)state;
+    const char *yaml = VHEAD "variants:\n"
+                             "  - name: wide\n"
+                             "    inputs:\n      image: [batch, 3, 32, 64]\n"
+                             "    outputs:\n      feat: [batch, 8, 8, 16]\n"
+                             "  - {name: tall.v-2_b, inputs: {image: [batch, 3, 64, 32], "
+                             "mask: [batch, 5]}}\n";
+    pjs_manifest m;
+    pjs_error err;
+    assert_int_equal(parse(&m, yaml, &err), 0);
+    assert_int_equal(m.n_variants, 3);
+    assert_string_equal(m.variants[0].name, "default");
+    assert_ptr_equal(m.variants[0].inputs, m.inputs);
+    assert_ptr_equal(m.variants[0].outputs, m.outputs);
+
+    const pjs_variant *w = &m.variants[1];
+    assert_string_equal(w->name, "wide");
+    check_tensor(&w->inputs[0], "image", PJS_DTYPE_F32, true, 4, (const int64_t[]){-1, 3, 32, 64});
+    check_tensor(&w->inputs[1], "mask", PJS_DTYPE_U8, true, 2, (const int64_t[]){-1, 4});
+    check_tensor(&w->outputs[0], "probs", PJS_DTYPE_F32, true, 2, (const int64_t[]){-1, 10});
+    check_tensor(&w->outputs[1], "feat", PJS_DTYPE_F32, true, 4, (const int64_t[]){-1, 8, 8, 16});
+    assert_ptr_not_equal(w->inputs[1].name, m.inputs[1].name); /* owned copies */
+
+    const pjs_variant *t = &m.variants[2];
+    assert_string_equal(t->name, "tall.v-2_b");
+    check_tensor(&t->inputs[0], "image", PJS_DTYPE_F32, true, 4, (const int64_t[]){-1, 3, 64, 32});
+    check_tensor(&t->inputs[1], "mask", PJS_DTYPE_U8, true, 2, (const int64_t[]){-1, 5});
+    check_tensor(&t->outputs[1], "feat", PJS_DTYPE_F32, true, 4, (const int64_t[]){-1, 8, 8, 8});
+    /* The top level is untouched. */
+    check_tensor(&m.inputs[0], "image", PJS_DTYPE_F32, true, 4, (const int64_t[]){-1, 3, 32, 32});
+
+    /* Clients see -1 where variants differ. */
+    pjs_shape s = pjs_manifest_client_shape(&m, false, 0);
+    assert_int_equal(s.rank, 4);
+    assert_int_equal(s.dims[0], -1);
+    assert_int_equal(s.dims[1], 3);
+    assert_int_equal(s.dims[2], -1);
+    assert_int_equal(s.dims[3], -1);
+    s = pjs_manifest_client_shape(&m, false, 1);
+    assert_int_equal(s.dims[1], -1);
+    s = pjs_manifest_client_shape(&m, true, 0);
+    assert_int_equal(s.dims[1], 10);
+    s = pjs_manifest_client_shape(&m, true, 1);
+    assert_int_equal(s.dims[1], 8);
+    assert_int_equal(s.dims[2], 8);
+    assert_int_equal(s.dims[3], -1);
+    pjs_manifest_free(&m);
+    assert_zeroed(&m);
+}
+
+static void test_variants_unbatched(void **state)
+{
+    (void)state;
+    const char *yaml = HEAD "batch_sizes: [1]\n"
+                            "inputs: [{name: m, dtype: i8, shape: [3, 4]}, "
+                            "{name: s, dtype: f32, shape: []}]\n"
+                            "outputs: [{name: o, dtype: i8, shape: [3]}]\n"
+                            "variants: [{name: five, inputs: {m: [3, 5], s: []}, "
+                            "outputs: {o: [5]}}]\n";
+    pjs_manifest m;
+    pjs_error err;
+    assert_int_equal(parse(&m, yaml, &err), 0);
+    assert_int_equal(m.n_variants, 2);
+    check_tensor(&m.variants[1].inputs[0], "m", PJS_DTYPE_I8, false, 2, (const int64_t[]){3, 5});
+    check_tensor(&m.variants[1].inputs[1], "s", PJS_DTYPE_F32, false, 0, NULL);
+    check_tensor(&m.variants[1].outputs[0], "o", PJS_DTYPE_I8, false, 1, (const int64_t[]){5});
+    pjs_shape s = pjs_manifest_client_shape(&m, false, 0);
+    assert_int_equal(s.dims[0], 3);
+    assert_int_equal(s.dims[1], -1);
+    pjs_manifest_free(&m);
+}
+
+/* A manifest with `count` variants, x: [batch, 100 + k] for the k-th. */
+static char *many_variants(size_t count)
+{
+    size_t size = 512 + count * 64;
+    char *yaml = malloc(size);
+    assert_non_null(yaml);
+    size_t o = (size_t)snprintf(yaml, size, MODEL "variants:\n");
+    for (size_t k = 0; k < count; k++)
+        o += (size_t)snprintf(yaml + o, size - o, "  - {name: v%zu, inputs: {x: [batch, %zu]}}\n",
+                              k, 100 + k);
+    return yaml;
+}
+
+static void test_variants_limit(void **state)
+{
+    (void)state;
+    char *yaml = many_variants(PJS_MANIFEST_MAX_VARIANTS);
+    pjs_manifest m;
+    pjs_error err;
+    assert_int_equal(parse(&m, yaml, &err), 0);
+    assert_int_equal(m.n_variants, PJS_MANIFEST_MAX_VARIANTS + 1);
+    assert_string_equal(m.variants[PJS_MANIFEST_MAX_VARIANTS].name, "v15");
+    pjs_manifest_free(&m);
+    free(yaml);
+    yaml = many_variants(PJS_MANIFEST_MAX_VARIANTS + 1);
+    expect_reject(yaml, strlen(yaml), PJS_ERR_INVALID_ARGUMENT,
+                  "variants: 17 variants, more than the 16 allowed besides \"default\"", "line 9");
+    free(yaml);
+}
+
+REJECT(test_reject_variants_in_meta,
+       HEAD META_BODY "variants: [{name: w, inputs: {text: [batch, 32]}}]\n",
+       "variants: not allowed in a manifest of kind meta", NULL)
+REJECT(test_reject_variants_empty, VHEAD "variants: []\n", "variants: must not be empty", NULL)
+REJECT(test_reject_variants_mapping, VHEAD "variants: {wide: {}}\n",
+       "variants: must be a list, got a mapping", NULL)
+REJECT(test_reject_variant_not_mapping, VHEAD "variants: [wide]\n",
+       "variants[0]: must be a mapping", NULL)
+REJECT(test_reject_variant_missing_name, VHEAD "variants: [{inputs: {image: [batch, 3, 1, 1]}}]\n",
+       "variants[0].name: required key is missing", NULL)
+REJECT(test_reject_variant_missing_inputs, VHEAD "variants: [{name: w}]\n",
+       "variants[0].inputs: required key is missing", NULL)
+REJECT(test_reject_variant_unknown_key,
+       VHEAD "variants: [{name: w, inputs: {image: [batch, 3, 1, 1]}, shape: [1]}]\n",
+       "variants[0]: unknown key \"shape\"", NULL)
+REJECT(test_reject_variant_bad_name, VHEAD "variants: [{name: a/b, inputs: {}}]\n",
+       "variants[0].name: \"a/b\" may only contain", NULL)
+REJECT(test_reject_variant_named_default,
+       VHEAD "variants: [{name: default, inputs: {image: [batch, 3, 1, 1]}}]\n",
+       "variants[0].name: \"default\" names the top-level shapes", NULL)
+REJECT(test_reject_variant_duplicate_name,
+       VHEAD "variants:\n" WIDE "  - {name: wide, inputs: {image: [batch, 3, 64, 64]}}\n",
+       "variants[1].name: duplicate name \"wide\" (also variants[0])", "line 12")
+REJECT(test_reject_variant_inputs_list, VHEAD "variants: [{name: w, inputs: [image]}]\n",
+       "variants[0].inputs: must be a mapping from tensor names to shapes, got a list", NULL)
+REJECT(test_reject_variant_unknown_input,
+       VHEAD "variants: [{name: w, inputs: {imag: [batch, 3, 1, 1]}}]\n",
+       "variants[0].inputs: \"imag\" is not one of the model's inputs", "line 10")
+REJECT(test_reject_variant_output_as_input,
+       VHEAD "variants: [{name: w, inputs: {probs: [batch, 11]}}]\n",
+       "variants[0].inputs: \"probs\" is not one of the model's inputs", NULL)
+REJECT(test_reject_variant_unknown_output,
+       VHEAD "variants: [{name: w, inputs: {image: [batch, 3, 1, 1]},\n"
+             "             outputs: {prob: [batch, 1]}}]\n",
+       "variants[0].outputs: \"prob\" is not one of the model's outputs", NULL)
+REJECT(test_reject_variant_key_not_string,
+       VHEAD "variants: [{name: w, inputs: {[image]: [batch, 3, 1, 1]}}]\n",
+       "variants[0].inputs: mapping keys must be strings, got a list", NULL)
+REJECT(test_reject_variant_duplicate_input_key,
+       VHEAD "variants: [{name: w, inputs: {image: [batch, 3, 1, 1], image: [batch, 3, 2, 2]}}]\n",
+       "variants[0].inputs.image: duplicate key", NULL)
+REJECT(test_reject_variant_drops_batch,
+       VHEAD "variants: [{name: w, inputs: {image: [1, 3, 32, 64]}}]\n",
+       "variants[0].inputs.image: must start with \"batch\" like inputs[0]", NULL)
+REJECT(test_reject_variant_adds_batch,
+       HEAD BATCH "inputs: [{name: m, dtype: f32, shape: [3, 4]}]\n" OUT
+            "variants: [{name: w, inputs: {m: [batch, 4]}}]\n",
+       "variants[0].inputs.m: must not have a batch axis: inputs[0] has none", NULL)
+REJECT(test_reject_variant_output_drops_batch,
+       VHEAD "variants: [{name: w, inputs: {image: [batch, 3, 1, 1]}, outputs: {probs: [10]}}]\n",
+       "variants[0].outputs.probs: must start with \"batch\" like outputs[0]", NULL)
+REJECT(test_reject_variant_rank,
+       VHEAD "variants: [{name: w, inputs: {image: [batch, 3, 2048]}}]\n",
+       "variants[0].inputs.image: rank 3 differs from the rank 4 of inputs[0]", NULL)
+REJECT(test_reject_variant_bad_dim,
+       VHEAD "variants: [{name: w, inputs: {image: [batch, 3, 32, -64]}}]\n",
+       "variants[0].inputs.image[3]: must be non-negative, got -64", NULL)
+REJECT(test_reject_variant_batch_not_first,
+       VHEAD "variants: [{name: w, inputs: {image: [batch, 3, batch, 64]}}]\n",
+       "variants[0].inputs.image[2]: \"batch\" is only allowed as the first dimension", NULL)
+REJECT(test_reject_variant_shape_not_list, VHEAD "variants: [{name: w, inputs: {image: 64}}]\n",
+       "variants[0].inputs.image: must be a list", NULL)
+REJECT(test_reject_variant_same_as_default,
+       VHEAD "variants: [{name: w, inputs: {mask: [batch, 4]}, outputs: {probs: [batch, 2]}}]\n",
+       "variants[0].inputs: the same input shapes as the top-level inputs (\"default\")",
+       "could not tell them apart")
+REJECT(test_reject_variant_empty_inputs_same_as_default,
+       VHEAD "variants: [{name: w, inputs: {}}]\n",
+       "variants[0].inputs: the same input shapes as the top-level inputs", NULL)
+REJECT(test_reject_variant_same_as_other,
+       VHEAD "variants:\n" WIDE
+             "  - {name: wide2, inputs: {image: [batch, 3, 32, 64]},\n"
+             "     outputs: {probs: [batch, 5]}}\n",
+       "variants[1].inputs: the same input shapes as variants[0] (\"wide\")", "line 12")
+
 /* ---- other ------------------------------------------------------------------- */
 
 static void test_reject_too_large(void **state)
@@ -709,6 +908,36 @@ int main(void)
         cmocka_unit_test(test_reject_meta_calls_itself),
         cmocka_unit_test(test_reject_meta_duplicate_calls),
         cmocka_unit_test(test_reject_meta_bad_call_name),
+
+        cmocka_unit_test(test_variants),
+        cmocka_unit_test(test_variants_unbatched),
+        cmocka_unit_test(test_variants_limit),
+        cmocka_unit_test(test_reject_variants_in_meta),
+        cmocka_unit_test(test_reject_variants_empty),
+        cmocka_unit_test(test_reject_variants_mapping),
+        cmocka_unit_test(test_reject_variant_not_mapping),
+        cmocka_unit_test(test_reject_variant_missing_name),
+        cmocka_unit_test(test_reject_variant_missing_inputs),
+        cmocka_unit_test(test_reject_variant_unknown_key),
+        cmocka_unit_test(test_reject_variant_bad_name),
+        cmocka_unit_test(test_reject_variant_named_default),
+        cmocka_unit_test(test_reject_variant_duplicate_name),
+        cmocka_unit_test(test_reject_variant_inputs_list),
+        cmocka_unit_test(test_reject_variant_unknown_input),
+        cmocka_unit_test(test_reject_variant_output_as_input),
+        cmocka_unit_test(test_reject_variant_unknown_output),
+        cmocka_unit_test(test_reject_variant_key_not_string),
+        cmocka_unit_test(test_reject_variant_duplicate_input_key),
+        cmocka_unit_test(test_reject_variant_drops_batch),
+        cmocka_unit_test(test_reject_variant_adds_batch),
+        cmocka_unit_test(test_reject_variant_output_drops_batch),
+        cmocka_unit_test(test_reject_variant_rank),
+        cmocka_unit_test(test_reject_variant_bad_dim),
+        cmocka_unit_test(test_reject_variant_batch_not_first),
+        cmocka_unit_test(test_reject_variant_shape_not_list),
+        cmocka_unit_test(test_reject_variant_same_as_default),
+        cmocka_unit_test(test_reject_variant_empty_inputs_same_as_default),
+        cmocka_unit_test(test_reject_variant_same_as_other),
 
         cmocka_unit_test(test_reject_too_large),
         cmocka_unit_test(test_reject_embedded_nul_input),
