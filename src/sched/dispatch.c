@@ -18,6 +18,7 @@
 #include <string.h>
 
 #include "core/log.h"
+#include "sched/coalesce.h"
 
 typedef struct request_fifo {
     pjs_infer_request *head;
@@ -507,12 +508,7 @@ int pjs_dispatcher_attach(pjs_dispatcher *d, pjs_model *m, double weight, size_t
     m->queues = calloc(man->n_variants, sizeof *m->queues);
     if (m->queues == NULL)
         return pjs_error_set(err, PJS_ERR_NOMEM, "out of memory");
-    /* Requests coalesce when every input and output has a batch axis. */
-    bool coalesce = m->max_batch_size > 0;
-    for (size_t i = 0; i < man->n_inputs; i++)
-        coalesce = coalesce && man->inputs[i].batched;
-    for (size_t o = 0; o < man->n_outputs; o++)
-        coalesce = coalesce && man->outputs[o].batched;
+    bool coalesce = pjs_model_coalesces(man, m->max_batch_size);
     pjs_sched_share_init(&m->share, weight, max_queue_depth);
     for (size_t v = 0; v < man->n_variants; v++)
         pjs_sched_queue_init(&m->queues[v], &m->share, m, v, man->batch_sizes,

@@ -10,7 +10,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "frontend/batching.h"
+#include "sched/coalesce.h"
 
 typedef Inference__ModelMetadataResponse__TensorMetadata tensor_metadata;
 
@@ -154,7 +154,7 @@ static Inference__ModelOutput **config_outputs(const pjs_grpc_model_desc *m, pjs
 }
 
 /* preferred_batch_size = the compiled batch sizes, no queue delay (see
- * frontend/batching.h). */
+ * sched/coalesce.h). */
 static Inference__ModelDynamicBatching *dynamic_batching(const pjs_manifest *mf,
                                                          pjs_grpc_arena *a)
 {
@@ -186,7 +186,7 @@ int pjs_grpc_model_config(const pjs_grpc_model_desc *m, pjs_grpc_arena *a,
     c->n_input = m->manifest->n_inputs;
     c->output = config_outputs(m, a);
     c->n_output = m->manifest->n_outputs;
-    if (pjs_frontend_coalesces(m->manifest, m->max_batch_size)) {
+    if (pjs_model_coalesces(m->manifest, m->max_batch_size)) {
         c->dynamic_batching = dynamic_batching(m->manifest, a);
         if (c->dynamic_batching == NULL)
             return no_memory(m, err);

@@ -7,7 +7,7 @@
  * model's variants, as -1; the config, like Triton's, leaves the batch axis
  * out of dims when the model batches (max_batch_size > 0), and reports
  * dynamic_batching (the compiled batch sizes as preferred_batch_size) when
- * the model's requests are coalesced (frontend/batching.h).
+ * the model's requests are coalesced (sched/coalesce.h).
  */
 #ifndef PJS_FRONTEND_GRPC_MODEL_INFO_H
 #define PJS_FRONTEND_GRPC_MODEL_INFO_H

@@ -9,7 +9,7 @@
 
 #include <stdio.h>
 
-#include "frontend/batching.h"
+#include "sched/coalesce.h"
 
 /* [d0, d1, ...] from dims[first..rank) of input (or output) i as clients see
  * it: extents that differ between the model's variants are -1. */
@@ -82,7 +82,7 @@ static json_t *tensor_config_json(const pjs_manifest *m, int64_t max_batch_size,
 }
 
 /* {"preferred_batch_size": [compiled sizes], "max_queue_delay_microseconds": 0}
- * (see frontend/batching.h). */
+ * (see sched/coalesce.h). */
 static json_t *dynamic_batching_json(const pjs_manifest *m)
 {
     json_t *sizes = json_array();
@@ -104,7 +104,7 @@ json_t *pjs_model_config_json(const char *name, const char *platform, const pjs_
         (json_int_t)max_batch_size, "input",
         tensor_config_json(m, max_batch_size, true), "output",
         tensor_config_json(m, max_batch_size, false));
-    if (config != NULL && pjs_frontend_coalesces(m, max_batch_size) &&
+    if (config != NULL && pjs_model_coalesces(m, max_batch_size) &&
         json_object_set_new(config, "dynamic_batching", dynamic_batching_json(m)) != 0) {
         json_decref(config);
         return NULL;

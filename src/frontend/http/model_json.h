@@ -25,7 +25,7 @@ json_t *pjs_model_metadata_json(const char *name, const char *platform,
 /* Triton's model configuration: name, platform, backend "pjserve",
  * max_batch_size, input and output (data_type "TYPE_FP32", dims without the
  * batch axis when max_batch_size > 0) and, when the model's requests are
- * coalesced (frontend/batching.h), dynamic_batching with the compiled batch
+ * coalesced (sched/coalesce.h), dynamic_batching with the compiled batch
  * sizes as preferred_batch_size and max_queue_delay_microseconds 0. */
 json_t *pjs_model_config_json(const char *name, const char *platform, const pjs_manifest *m,
                               int64_t max_batch_size);

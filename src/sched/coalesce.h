@@ -1,6 +1,7 @@
 /*
- * batching.h - whether a model's requests are coalesced, as both protocols'
- * model configurations report it (dynamic_batching).
+ * coalesce.h - whether a model's requests are coalesced: the dispatcher's
+ * rule, which both protocols' model configurations report
+ * (dynamic_batching).
  *
  * The dispatcher runs requests of one model together in one execution when
  * every input and every output has a batch axis to concatenate and split
@@ -9,15 +10,15 @@
  * request is held back waiting for others (max_queue_delay_microseconds 0).
  * Pure function; any thread.
  */
-#ifndef PJS_FRONTEND_BATCHING_H
-#define PJS_FRONTEND_BATCHING_H
+#ifndef PJS_SCHED_COALESCE_H
+#define PJS_SCHED_COALESCE_H
 
 #include <stdbool.h>
 #include <stdint.h>
 
 #include "core/manifest.h"
 
-static inline bool pjs_frontend_coalesces(const pjs_manifest *m, int64_t max_batch_size)
+static inline bool pjs_model_coalesces(const pjs_manifest *m, int64_t max_batch_size)
 {
     if (max_batch_size <= 0 || m->n_batch_sizes == 0)
         return false;
