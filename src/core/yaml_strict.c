@@ -435,8 +435,7 @@ int pjs_yaml_get_bool(pjs_yaml *y, const yaml_node_t *n, const char *path, bool 
 
 /* ---- mappings ------------------------------------------------------------ */
 
-/* The key and value nodes of pair i of mapping n, or an internal error. */
-static int pair_nodes(pjs_yaml *y, const yaml_node_t *n, size_t i, const char *path,
+int pjs_yaml_map_pair(pjs_yaml *y, const yaml_node_t *n, size_t i, const char *path,
                       yaml_node_t **key, yaml_node_t **value)
 {
     const yaml_node_pair_t *p = &n->data.mapping.pairs.start[i];
@@ -451,7 +450,7 @@ static int pair_nodes(pjs_yaml *y, const yaml_node_t *n, size_t i, const char *p
     return 0;
 }
 
-static size_t map_size(const yaml_node_t *n)
+size_t pjs_yaml_map_size(const yaml_node_t *n)
 {
     return (size_t)(n->data.mapping.pairs.top - n->data.mapping.pairs.start);
 }
@@ -462,9 +461,9 @@ int pjs_yaml_collect_fields(pjs_yaml *y, const yaml_node_t *n, const char *path,
     *out_unknown = NULL;
     if (n->type != YAML_MAPPING_NODE)
         return pjs_yaml_fail(y, n, path, "must be a mapping, got %s", pjs_yaml_kind_name(n));
-    for (size_t i = 0; i < map_size(n); i++) {
+    for (size_t i = 0; i < pjs_yaml_map_size(n); i++) {
         yaml_node_t *key = NULL, *value = NULL;
-        int rc = pair_nodes(y, n, i, path, &key, &value);
+        int rc = pjs_yaml_map_pair(y, n, i, path, &key, &value);
         if (rc != 0)
             return rc;
         pjs_yaml_field *f = NULL;
@@ -559,14 +558,14 @@ int pjs_yaml_get_map(pjs_yaml *y, const yaml_node_t *n, const char *path, size_t
 {
     if (n->type != YAML_MAPPING_NODE)
         return pjs_yaml_fail(y, n, path, "must be a mapping, got %s", pjs_yaml_kind_name(n));
-    size_t count = map_size(n);
+    size_t count = pjs_yaml_map_size(n);
     struct named *v = malloc((count > 0 ? count : 1) * sizeof *v);
     if (v == NULL)
         return pjs_yaml_fail_nomem(y, path);
     int rc = 0;
     for (size_t i = 0; rc == 0 && i < count; i++) {
         yaml_node_t *key = NULL, *value = NULL;
-        rc = pair_nodes(y, n, i, path, &key, &value);
+        rc = pjs_yaml_map_pair(y, n, i, path, &key, &value);
         if (rc == 0)
             v[i] = (struct named){(const char *)key->data.scalar.value, key->data.scalar.length, i};
     }
@@ -577,7 +576,7 @@ int pjs_yaml_get_map(pjs_yaml *y, const yaml_node_t *n, const char *path, size_t
         return rc;
     }
     yaml_node_t *key = NULL, *value = NULL;
-    pair_nodes(y, n, dup, path, &key, &value);
+    pjs_yaml_map_pair(y, n, dup, path, &key, &value);
     char q[PJS_YAML_QUOTE_MAX];
     return pjs_yaml_fail(y, key, path, "duplicate key %s", QUOTE_NODE(key, q));
 }

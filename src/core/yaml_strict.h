@@ -31,7 +31,7 @@
 
 #include "core/status.h"
 
-#define PJS_YAML_MAX_DEPTH 32    /* our schemas need 4 levels; refuse deeper input */
+#define PJS_YAML_MAX_DEPTH 32    /* our schemas need at most 5 levels; refuse deeper input */
 #define PJS_YAML_PATH_MAX 160    /* field paths are built from known keys and indices */
 #define PJS_YAML_QUOTE_MAX 80    /* buffer for pjs_yaml_quote: 64 bytes shown, quotes, "..." */
 #define PJS_YAML_NAME_MAX 128    /* longest name pjs_yaml_get_name accepts */
@@ -135,6 +135,13 @@ int pjs_yaml_get_fields(pjs_yaml *y, const yaml_node_t *n, const char *path,
 /* "parent.key: required key is missing", at node `at` (may be NULL). */
 int pjs_yaml_require(pjs_yaml *y, const pjs_yaml_field *f, const char *parent,
                      const yaml_node_t *at);
+
+/* Walking a mapping n pair by pair, for a schema with rules of its own on
+ * keys: its pair count, and the key and value of pair i, where a key that
+ * is not a scalar is an error ("path: mapping keys must be strings"). */
+size_t pjs_yaml_map_size(const yaml_node_t *n);
+int pjs_yaml_map_pair(pjs_yaml *y, const yaml_node_t *n, size_t i, const char *path,
+                      yaml_node_t **key, yaml_node_t **value);
 
 /* A mapping whose keys are names the schema does not know in advance (model
  * names): every key a scalar, no key twice. Then iterate with

@@ -1,7 +1,8 @@
 /*
  * test_yaml_strict.c - unit tests of the strict YAML helpers
  * (src/core/yaml_strict.c): the event scan's refusals, the typed getters'
- * rules and messages, key tables, free-keyed mappings and unique names.
+ * rules and messages, key tables, free-keyed mappings, pair-by-pair
+ * walks and unique names.
  * The schemas built on them (manifest, server configuration) have their own
  * suites; this one pins the shared semantics.
  */
@@ -237,6 +238,23 @@ static void test_free_keyed_map(void **state)
     pjs_yaml_free(&y);
 }
 
+/* A mapping walked pair by pair keeps duplicate keys for the schema to judge
+ * but still refuses keys that are not scalars. */
+static void test_map_pairs(void **state)
+{
+    (void)state;
+    pjs_yaml y;
+    pjs_error err;
+    yaml_node_t *root = NULL, *key = NULL, *value = NULL;
+    assert_int_equal(load(&y, "x: 1\nx: 2\n? [y]\n: 3\n", &err, &root), 0);
+    assert_int_equal(pjs_yaml_map_size(root), 3);
+    assert_int_equal(pjs_yaml_map_pair(&y, root, 1, "m", &key, &value), 0);
+    assert_true(pjs_yaml_scalar_is(key, "x") && pjs_yaml_scalar_is(value, "2"));
+    assert_int_equal(pjs_yaml_map_pair(&y, root, 2, "m", &key, &value), PJS_ERR_INVALID_ARGUMENT);
+    assert_string_equal(err.msg, LABEL ": m: mapping keys must be strings, got a list (line 3)");
+    pjs_yaml_free(&y);
+}
+
 static void test_lists_and_unique_names(void **state)
 {
     (void)state;
@@ -288,6 +306,7 @@ int main(void)
         cmocka_unit_test(test_text_values_have_no_line),
         cmocka_unit_test(test_fields),
         cmocka_unit_test(test_free_keyed_map),
+        cmocka_unit_test(test_map_pairs),
         cmocka_unit_test(test_lists_and_unique_names),
         cmocka_unit_test(test_quote_and_paths),
     };
