@@ -217,6 +217,7 @@ void pjs_sched_record(pjs_sched *s, pjs_sched_queue *q, size_t k, uint64_t now,
                       uint64_t device_ns)
 {
     pjs_sched_cost *c = &q->cost[k];
+    q->shed_streak = 0;
     if (c->samples == 0)
         c->ns = (double)device_ns;
     else
@@ -405,8 +406,22 @@ static void drop_expired(pjs_sched *s, pjs_sched_queue *q, uint64_t now, pjs_sch
     }
 }
 
+/* The measured cost of the cheapest execution holding `rows`, or INFINITY
+ * when none of those sizes was measured (prior guesses never shed). */
+static double cheapest_measured(const pjs_sched_queue *q, int64_t rows)
+{
+    double cheapest = INFINITY;
+    for (size_t k = size_for_rows(q, rows); k < q->n_sizes; k++)
+        if (q->cost[k].samples > 0)
+            cheapest = fmin(cheapest, q->cost[k].ns);
+    return cheapest;
+}
+
 /* edf: moves the uncommitted jobs of q that would miss their deadline even
- * in the cheapest execution holding them to plan->shed. */
+ * in the cheapest measured execution holding them to plan->shed. After
+ * PJS_SCHED_SHED_PROBE sheds in a row, one such job runs anyway, so an
+ * estimate inflated by one slow execution is measured again instead of
+ * shedding the queue's traffic forever. */
 static void shed_predicted_misses(pjs_sched *s, pjs_sched_queue *q, uint64_t now,
                                   pjs_sched_plan *plan)
 {
@@ -417,10 +432,13 @@ static void shed_predicted_misses(pjs_sched *s, pjs_sched_queue *q, uint64_t now
         pjs_sched_job *next = j->next;
         bool miss = false;
         if (!j->committed && j->deadline_ns != 0) {
-            double cheapest = INFINITY;
-            for (size_t k = size_for_rows(q, j->rows); k < q->n_sizes; k++)
-                cheapest = fmin(cheapest, pjs_sched_estimate(q, k));
-            miss = (double)now + cheapest + (double)margin_ns > (double)j->deadline_ns;
+            double cost = cheapest_measured(q, j->rows);
+            miss = isfinite(cost) &&
+                   (double)now + cost + (double)margin_ns > (double)j->deadline_ns;
+            if (miss && ++q->shed_streak > PJS_SCHED_SHED_PROBE) {
+                q->shed_streak = 0;
+                miss = false; /* the probe */
+            }
         }
         if (miss) {
             remove_job(s, q, prev, j);

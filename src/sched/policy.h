@@ -15,7 +15,9 @@
  *      edf   the queue whose most urgent job has the soonest deadline (jobs
  *            without one come last), fifo on ties; before coalescing, its
  *            jobs that would miss their deadline even in the cheapest
- *            execution holding them (plus the laxity margin) are shed;
+ *            measured execution holding them (plus the laxity margin) are
+ *            shed, except that every PJS_SCHED_SHED_PROBE-th such job in a
+ *            row runs to re-measure;
  *      fair  per-model shares. Each model's recent device time is a sum
  *            decaying with a half-life. Among models with queued work, a
  *            model's deficit is its weight share of their recent device
@@ -56,6 +58,9 @@
 
 /* Most compiled batch sizes a queue may have. */
 #define PJS_SCHED_MAX_SIZES 32
+/* edf: after this many requests of a queue shed in a row, the next one
+ * predicted to miss runs anyway and re-measures the cost. */
+#define PJS_SCHED_SHED_PROBE 8
 
 typedef enum pjs_discipline {
     PJS_DISCIPLINE_FAIR = 0,
@@ -114,6 +119,7 @@ typedef struct pjs_sched_queue {
     size_t length;            /* jobs */
     int64_t rows;
     size_t committed;         /* committed jobs queued here */
+    unsigned shed_streak;     /* edf: jobs shed since the last execution */
     struct pjs_sched_queue *prev_active, *next_active; /* list of non-empty queues */
 } pjs_sched_queue;
 

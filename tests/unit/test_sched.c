@@ -292,6 +292,46 @@ static void test_edf_sheds_predicted_misses(void **state)
     free_plan(&p);
 }
 
+/* Unmeasured costs never shed; a streak of sheds lets one job through to
+ * re-measure an inflated estimate. */
+static void test_edf_sheds_only_on_measured_costs(void **state)
+{
+    (void)state;
+    pjs_sched_config c = config(PJS_DISCIPLINE_EDF);
+    pjs_sched s;
+    pjs_sched_init(&s, &c);
+    tmodel m;
+    model_init(&m, 1, 100, sizes_148, 3, false, 0, 50000);
+    uint64_t now = 1000 * MS;
+    /* the 1 ms/row prior would predict a miss of this 0.9 ms deadline */
+    enqueue_ok(&s, &m.q[0], job(1, now, now + 900000, 1), now);
+    pjs_sched_plan p;
+    assert_true(pjs_sched_next(&s, now, &p));
+    assert_null(p.shed);
+    assert_int_equal(id_of(p.jobs), 1);
+    execute(&s, &p, &now); /* measured: 50 us */
+    free_plan(&p);
+    /* one slow execution inflates the estimate to 20 ms */
+    for (size_t k = 0; k < 3; k++)
+        pjs_sched_seed_cost(&m.q[0], k, 20 * MS);
+    /* every (PROBE + 1)-th job runs; each run pulls the moving average down */
+    int shed = 0, ran = 0;
+    double before = pjs_sched_estimate(&m.q[0], 0);
+    for (int i = 0; i < 2 * (PJS_SCHED_SHED_PROBE + 1); i++) {
+        enqueue_ok(&s, &m.q[0], job(10 + i, now, now + 1 * MS, 1), now);
+        assert_true(pjs_sched_next(&s, now, &p));
+        shed += p.shed != NULL;
+        if (p.queue != NULL) {
+            ran++;
+            execute(&s, &p, &now); /* the probe: re-measured at 50 us */
+        }
+        free_plan(&p);
+    }
+    assert_int_equal(shed, 2 * PJS_SCHED_SHED_PROBE);
+    assert_int_equal(ran, 2);
+    assert_true(pjs_sched_estimate(&m.q[0], 0) < 0.7 * before);
+}
+
 /* ---- deadlines and limits ---------------------------------------------------- */
 
 static void test_expired_dropped_at_admission_and_selection(void **state)
@@ -689,6 +729,7 @@ int main(void)
         cmocka_unit_test(test_fifo_coalesced_batches_start_with_oldest),
         cmocka_unit_test(test_edf_orders_by_deadline),
         cmocka_unit_test(test_edf_sheds_predicted_misses),
+        cmocka_unit_test(test_edf_sheds_only_on_measured_costs),
         cmocka_unit_test(test_expired_dropped_at_admission_and_selection),
         cmocka_unit_test(test_queue_depth_per_model),
         cmocka_unit_test(test_coalescing_sizes),
