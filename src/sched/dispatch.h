@@ -40,8 +40,8 @@ int pjs_dispatcher_attach(pjs_dispatcher *d, pjs_model *m, double weight, size_t
                           pjs_error *err);
 
 /* Runs the warm-up pass of an attached model on the dispatch thread: every
- * (variant, batch size) executes `runs` times on zero inputs and the last
- * run's device time seeds the cost estimate. Blocks until done. Fills
+ * (variant, batch size) executes `runs` times on zero inputs and the
+ * fastest run's device time seeds the cost estimate. Blocks until done. Fills
  * costs_ns[variant * n_batch_sizes + k] when costs_ns is not NULL. */
 int pjs_dispatcher_warm_up(pjs_dispatcher *d, pjs_model *m, int runs, uint64_t *costs_ns,
                            pjs_error *err);

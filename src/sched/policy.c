@@ -181,7 +181,9 @@ static void append(pjs_sched_job ***tail, pjs_sched_job *j)
 /* Prior estimate when a queue has never been measured: 1 ms per row. */
 #define UNMEASURED_NS_PER_ROW 1e6
 
-double pjs_sched_estimate(const pjs_sched_queue *q, size_t k)
+/* The moving average of size k, or an extrapolation from the nearest
+ * measured size, or the prior. */
+static double raw_estimate(const pjs_sched_queue *q, size_t k)
 {
     if (q->cost[k].samples > 0)
         return q->cost[k].ns;
@@ -197,6 +199,24 @@ double pjs_sched_estimate(const pjs_sched_queue *q, size_t k)
     if (best == q->n_sizes)
         return UNMEASURED_NS_PER_ROW * (double)q->sizes[k];
     return q->cost[best].ns * (double)q->sizes[k] / (double)q->sizes[best];
+}
+
+/* An estimate too high is never corrected: the size looks slow, is not
+ * chosen, and so is not measured again. Two bounds that hold on any device
+ * cap it with the measured sizes: size k costs no more than a larger size j
+ * (its rows could run padded there), nor more than ceil(k / j) executions of
+ * a smaller size j. Estimates too low correct themselves: the size is
+ * chosen and measured. */
+double pjs_sched_estimate(const pjs_sched_queue *q, size_t k)
+{
+    double est = raw_estimate(q, k);
+    for (size_t j = 0; j < q->n_sizes; j++) {
+        if (j == k || q->cost[j].samples == 0)
+            continue;
+        double runs = j > k ? 1.0 : ceil((double)q->sizes[k] / (double)q->sizes[j]);
+        est = fmin(est, runs * q->cost[j].ns);
+    }
+    return est;
 }
 
 void pjs_sched_seed_cost(pjs_sched_queue *q, size_t k, uint64_t device_ns)

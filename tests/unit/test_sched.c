@@ -483,6 +483,16 @@ static void test_coalescing_sizes(void **state)
     assert_int_equal(p.batch_size, 4);
     assert_int_equal(p.rows, 1);
     free_plan(&p);
+    /* a noisy warm-up that measured size 1 slower than size 2 does not pad
+     * single rows to 2 for ever (regression): size 1 is capped at size 2's */
+    const int64_t sizes_12[] = {1, 2};
+    tmodel noisy;
+    model_init(&noisy, 1, 100, sizes_12, 2, true, 0, 0);
+    pjs_sched_seed_cost(&noisy.q[0], 0, 764000);
+    pjs_sched_seed_cost(&noisy.q[0], 1, 656000);
+    p = plan_for(&s, &noisy.q[0], ones, 1);
+    assert_int_equal(p.batch_size, 1);
+    free_plan(&p);
     /* no batch axis: one job per execution at the smallest size */
     tmodel single;
     model_init(&single, 1, 100, sizes_148, 3, false, 0, 0);
@@ -708,6 +718,12 @@ static void test_costs(void **state)
     assert_true(fabs(pjs_sched_estimate(&m.q[0], 0) - 1000) < 1e-6);
     pjs_sched_record(&s, &m.q[0], 1, 10, 6000);
     assert_true(fabs(pjs_sched_estimate(&m.q[0], 1) - 5000) < 1e-6);
+    /* an estimate too high is capped by the measured sizes: size 1 costs no
+     * more than size 4 (run padded), size 8 no more than two runs of 4 */
+    pjs_sched_seed_cost(&m.q[0], 0, 7000);
+    pjs_sched_seed_cost(&m.q[0], 2, 30000);
+    assert_true(fabs(pjs_sched_estimate(&m.q[0], 0) - 5000) < 1e-6);
+    assert_true(fabs(pjs_sched_estimate(&m.q[0], 2) - 10000) < 1e-6);
     /* recent utilization: a device kept busy for many half-lives is ~1 */
     uint64_t now = 0;
     for (int i = 0; i < 20000; i++) {
