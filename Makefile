@@ -8,6 +8,8 @@
 #   make asan       the same tests on an AddressSanitizer+UBSan build (build-asan/)
 #   make tsan       the same tests on a ThreadSanitizer build (build-tsan/)
 #   make fuzz       build the libFuzzer drivers (build-fuzz/) and fuzz each for FUZZ_SECONDS
+#   make bench      server overhead vs the raw limit and the peers (docs/benchmarks.md)
+#   make bench-scheduler  coalescing and fair shares on a compute-bound convnet (same doc)
 #   make clean
 
 JOBS ?= $(shell nproc)
@@ -15,7 +17,7 @@ FUZZ_SECONDS ?= 20
 PYTHON := .venv/bin/python
 PYTEST := $(PYTHON) -m pytest -q -p no:cacheprovider
 
-.PHONY: all bootstrap build test unit e2e models demo serve asan tsan fuzz fuzz-build fuzz-smoke clean bench
+.PHONY: all bootstrap build test unit e2e models demo serve asan tsan fuzz fuzz-build fuzz-smoke clean bench bench-scheduler
 
 all: build
 
@@ -95,3 +97,11 @@ clean:
 bench: build
 	scripts/bootstrap-bench
 	$(PYTHON) bench/server_overhead.py
+
+# The scheduler: coalescing (images/s vs concurrency against the raw limit of
+# each compiled batch size) and fair shares of device time between two
+# saturated models (docs/benchmarks.md). Needs only matplotlib besides .venv
+# and perf_analyzer. About 7 minutes.
+bench-scheduler: build
+	scripts/bootstrap-bench plot
+	$(PYTHON) bench/scheduler.py
