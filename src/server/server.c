@@ -282,8 +282,9 @@ static int load_repository(pjs_server *s, pjs_error *err)
     }
     closedir(d);
     if (rc == 0) {
-        qsort(names, n, sizeof *names, compare_names);
-        if (n == 0)
+        if (n > 0)
+            qsort(names, n, sizeof *names, compare_names);
+        else
             pjs_warn("model repository %s has no bundle directories; serving no models",
                      s->repository);
         size_t loaded = 0;
