@@ -76,7 +76,7 @@ static const char help[] =
     "  --cost-smoothing X      weight of a new execution-time measurement in the cost\n"
     "                          estimates, in (0, 1] (default 0.2)\n"
     "                          [PJSERVE_SCHEDULER_COST_SMOOTHING]\n"
-    "  --edf-laxity-margin-us US  edf: shed a request when now + estimated cost +\n"
+    "  --edf-laxity-margin-us US  edf: shed a request when now + measured cost +\n"
     "                          margin passes its deadline (default 0)\n"
     "                          [PJSERVE_SCHEDULER_EDF_LAXITY_MARGIN_US]\n"
     "  --max-queue-depth N     requests one model may queue; more are refused with\n"
