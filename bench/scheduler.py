@@ -46,32 +46,27 @@ free ports.
 """
 
 import argparse
-import csv
 import hashlib
 import json
 import os
-import platform
 import re
 import shutil
 import signal
-import socket
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
-import urllib.error
-import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 from typing import List, Optional
 
-ROOT = Path(__file__).resolve().parents[1]
+from benchlib import (PJSERVE, RAW, ROOT, ServerProcess, free_ports, git_revision,
+                      http_get, log, machine_info, missing_tools, pa_command, read_pa_csv,
+                      remove_workdir, run_perf_analyzer, save_result)
+
 sys.path.insert(0, str(ROOT / "python"))
 
-PJSERVE = ROOT / "build" / "pjserve"
-RAW = ROOT / "build" / "pjs_bench_raw_execute"
-PERF_ANALYZER = ROOT / "scripts" / "perf_analyzer"
 PLOT = ROOT / "bench" / "plot_scheduler.py"
 # Pythons that may have matplotlib, first found wins.
 PLOTTERS = (ROOT / ".venv-bench-plot" / "bin" / "python",
@@ -88,10 +83,6 @@ MAIN, UNBATCHED, MODEL_A, MODEL_B, SMALL = (
 IMAGE = 24
 SMALL_IMAGE = 16
 CONV1, CONV2, HIDDEN, CLASSES = 32, 64, 256, 10
-
-
-def log(msg):
-    print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
 
 
 # ---- the bench model ----------------------------------------------------------
@@ -119,8 +110,11 @@ def export_models(specs, force):
     from pjserve_export import export_jax
 
     bundles = MODELS_DIR / "bundles"
-    definition = (Path(__file__).read_text().split("# ---- the bench model")[1]
-                  .split("# ---- servers")[0])
+    # The section between the two headers (matched at a line start, so the
+    # strings below do not match themselves).
+    source = Path(__file__).read_text()
+    definition = source[source.index("\n# ---- the bench model"):
+                        source.index("\n# ---- servers")]
     # Exported again when the definitions, jax or the exporter change.
     exporter = hashlib.sha256(b"".join(
         p.read_bytes() for p in sorted((ROOT / "python" / "pjserve_export").glob("*.py"))))
@@ -184,30 +178,8 @@ def make_repository(bundles, names, path):
 
 # ---- servers ------------------------------------------------------------------
 
-def free_ports(n):
-    socks, ports = [], []
-    for _ in range(n):
-        s = socket.socket()
-        s.bind(("127.0.0.1", 0))
-        socks.append(s)
-        ports.append(s.getsockname()[1])
-    for s in socks:
-        s.close()
-    return ports
-
-
-def http_get(url, timeout=5.0):
-    try:
-        with urllib.request.urlopen(url, timeout=timeout) as r:
-            return r.status, r.read()
-    except urllib.error.HTTPError as e:
-        return e.code, e.read()
-    except OSError:
-        return None, b""
-
-
 @dataclass
-class Pjserve:
+class Pjserve(ServerProcess):
     repository: Path
     cache: Path
     log_path: Path
@@ -220,9 +192,7 @@ class Pjserve:
                     "--host", "127.0.0.1", "--http-port", str(self.http),
                     "--grpc-port", str(self.grpc), "--metrics-port", str(self.metrics),
                     "--cache-dir", str(self.cache), *self.extra]
-        self.log_file = open(self.log_path, "w")
-        self.proc = subprocess.Popen(self.cmd, cwd=ROOT, stdout=self.log_file,
-                                     stderr=subprocess.STDOUT, start_new_session=True)
+        self.start_process()
         deadline = time.monotonic() + timeout
         pending = list(models)
         while pending:
@@ -232,7 +202,8 @@ class Pjserve:
             if time.monotonic() > deadline:
                 raise RuntimeError(f"pjserve: {pending} not ready after {timeout} s:\n"
                                    + self.log_tail())
-            if http_get(f"http://127.0.0.1:{self.http}/v2/models/{pending[0]}/ready")[0] == 200:
+            if http_get(f"http://127.0.0.1:{self.http}/v2/models/{pending[0]}/ready",
+                        timeout=5.0)[0] == 200:
                 pending.pop(0)
             else:
                 time.sleep(0.25)
@@ -245,16 +216,10 @@ class Pjserve:
             raise RuntimeError("pjserve's /metrics lacks " + ", ".join(missing))
 
     def scrape(self):
-        status, body = http_get(f"http://127.0.0.1:{self.metrics}/metrics")
+        status, body = http_get(f"http://127.0.0.1:{self.metrics}/metrics", timeout=5.0)
         if status != 200:
             raise RuntimeError(f"GET /metrics answered {status}")
         return parse_metrics(body.decode())
-
-    def log_tail(self, n=30):
-        try:
-            return "".join(self.log_path.read_text(errors="replace").splitlines(True)[-n:])
-        except OSError:
-            return ""
 
     def stop(self):
         if self.proc is None:
@@ -374,18 +339,13 @@ def raw_limits(bundle, batch_sizes, rounds, seconds):
 
 # ---- perf_analyzer ------------------------------------------------------------
 
-def pa_command(server, model, concurrency, window_ms, stability, max_trials, csv_path):
-    return [str(PERF_ANALYZER), "-m", model, "-u", f"127.0.0.1:{server.grpc}", "-i", "grpc",
-            "-b", "1", "--concurrency-range", str(concurrency),
-            "--measurement-interval", str(window_ms), "--percentile", "50",
-            "--stability-percentage", str(stability), "--max-trials", str(max_trials),
-            "-f", str(csv_path), "--verbose-csv"]
+def grpc_command(server, model, concurrency, window_ms, stability, max_trials, csv_path):
+    return pa_command(model, f"127.0.0.1:{server.grpc}", "grpc", concurrency, window_ms,
+                      stability, max_trials, csv_path)
 
 
 def pa_result(csv_path):
-    with open(csv_path) as f:
-        row = next(csv.DictReader(f))
-    csv_path.unlink()
+    row = read_pa_csv(csv_path)
     return {"throughput": float(row["Inferences/Second"]),
             "p50_us": float(row["p50 latency"]), "p90_us": float(row["p90 latency"]),
             "p95_us": float(row["p95 latency"]), "p99_us": float(row["p99 latency"])}
@@ -395,23 +355,11 @@ def perf_analyzer(server, model, concurrency, window_ms, stability, workdir):
     """One measurement (three stable windows); on an unstable one, retries once
     with twice the tolerance."""
     csv_path = workdir / f"pa-{model}-c{concurrency}.csv"
-    for attempt, tolerance in enumerate((stability, 2 * stability)):
-        cmd = pa_command(server, model, concurrency, window_ms, tolerance, 8, csv_path)
-        t0 = time.monotonic()
-        try:
-            out = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=ROOT)
-        except subprocess.TimeoutExpired:
-            raise RuntimeError(f"perf_analyzer ({model}, concurrency {concurrency}) did not "
-                               f"finish in 300 s:\n{' '.join(cmd)}")
-        wall = time.monotonic() - t0
-        if out.returncode == 0 and csv_path.exists():
-            break
-        if attempt == 1 or "stable" not in out.stdout + out.stderr:
-            raise RuntimeError(f"perf_analyzer failed ({model}, concurrency {concurrency}):\n"
-                               f"{' '.join(cmd)}\n{out.stdout[-2000:]}{out.stderr[-2000:]}")
-        log(f"{model} c={concurrency}: not stable within {tolerance}%, retrying with "
-            f"{2 * tolerance}%")
-    return {**pa_result(csv_path), "stability_percentage": tolerance, "wall_s": round(wall, 2)}
+    run = run_perf_analyzer(
+        lambda tolerance: grpc_command(server, model, concurrency, window_ms, tolerance, 8,
+                                       csv_path),
+        csv_path, stability, f"({model}, concurrency {concurrency})", f"{model} c={concurrency}")
+    return {**pa_result(csv_path), **run}
 
 
 def sweep(server, model, concurrencies, window_ms, stability, workdir):
@@ -470,7 +418,7 @@ def fair_run(server, weights, concurrency, settle_s, measure_s, workdir):
         for m in models:
             csv_path = workdir / f"pa-fair-{m}.csv"
             # Three windows whatever their spread: the shares come from /metrics.
-            cmd = pa_command(server, m, concurrency, window_ms, 1000, 3, csv_path)
+            cmd = grpc_command(server, m, concurrency, window_ms, 1000, 3, csv_path)
             procs.append((m, csv_path, cmd, subprocess.Popen(
                 cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=ROOT)))
         time.sleep(settle_s)
@@ -524,30 +472,7 @@ def fair_run(server, weights, concurrency, settle_s, measure_s, workdir):
             "device_busy": device / (t1 - t0), "models": rows}
 
 
-# ---- environment ---------------------------------------------------------------
-
-def machine_info():
-    info = {"cpu": "?", "cores": os.cpu_count(), "platform": platform.platform(),
-            "python": platform.python_version()}
-    try:
-        for line in open("/proc/cpuinfo"):
-            if line.startswith("model name"):
-                info["cpu"] = line.split(":", 1)[1].strip()
-                break
-        for line in open("/proc/meminfo"):
-            if line.startswith("MemTotal"):
-                info["memory_gib"] = round(int(line.split()[1]) / 2**20, 1)
-        info["debian"] = open("/etc/debian_version").read().strip()
-    except OSError:
-        pass
-    return info
-
-
-def git_revision():
-    out = subprocess.run(["git", "describe", "--always", "--dirty"], capture_output=True,
-                         text=True, cwd=ROOT)
-    return out.stdout.strip() or "?"
-
+# ---- arguments -----------------------------------------------------------------
 
 def parse_weights(text, default_names):
     """"3:1" (for the two default models) or "a=3,b=1"."""
@@ -695,11 +620,7 @@ def main(argv=None):
     except ValueError as e:
         ap.error(str(e))
 
-    problems = []
-    for path, hint in ((PJSERVE, "cmake --build build"), (RAW, "cmake --build build"),
-                       (ROOT / ".venv-perf" / "bin" / "perf_analyzer", "scripts/bootstrap")):
-        if not path.exists():
-            problems.append(f"{path.relative_to(ROOT)} is missing ({hint})")
+    problems = missing_tools()
     if problems:
         sys.exit("scheduler: " + "; ".join(problems))
 
@@ -781,16 +702,9 @@ def main(argv=None):
     finally:
         if server is not None:
             server.stop()
-        if a.keep:
-            log(f"logs kept in {work}")
-        else:
-            shutil.rmtree(work, ignore_errors=True)
+        remove_workdir(work, a.keep)
 
-    result["loadavg_end"] = os.getloadavg()
-    result["elapsed_s"] = round(time.time() - started, 1)
-    result["date"] = time.strftime("%Y-%m-%d %H:%M:%S %Z")
-    a.json.parent.mkdir(parents=True, exist_ok=True)
-    a.json.write_text(json.dumps(result, indent=1) + "\n")
+    save_result(result, started, a.json)
     md = markdown(result)
     a.json.with_suffix(".md").write_text(md)
     print()

@@ -35,24 +35,22 @@ quotes. All three servers run at once (idle while another is measured) on
 """
 
 import argparse
-import csv
 import json
 import os
-import platform
-import shutil
 import signal
-import socket
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import List, Optional
 
-ROOT = Path(__file__).resolve().parents[1]
+from benchlib import (PJSERVE, RAW, ROOT, ServerProcess, free_ports, git_revision,
+                      http_get, log, machine_info, missing_tools, pa_command, read_pa_csv,
+                      remove_workdir, run_perf_analyzer, save_result)
+
 sys.path.insert(0, str(ROOT / "python"))
 sys.path.insert(0, str(ROOT / "bench" / "peers"))
 
@@ -60,9 +58,6 @@ import numpy as np  # noqa: E402
 
 import common  # noqa: E402
 
-PJSERVE = ROOT / "build" / "pjserve"
-RAW = ROOT / "build" / "pjs_bench_raw_execute"
-PERF_ANALYZER = ROOT / "scripts" / "perf_analyzer"
 BATCH_SIZES = (1, 2, 4, 8)
 MAX_BATCH = BATCH_SIZES[-1]
 LABELS = {"pjserve": "pjserve", "triton": "Triton (Python backend)",
@@ -72,34 +67,8 @@ PEER_SCRIPTS = {"triton": "triton_server.py", "pytriton": "pytriton_server.py",
                 "mlserver": "mlserver_server.py"}
 
 
-def log(msg):
-    print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
-
-
-def free_ports(n):
-    socks, ports = [], []
-    for _ in range(n):
-        s = socket.socket()
-        s.bind(("127.0.0.1", 0))
-        socks.append(s)
-        ports.append(s.getsockname()[1])
-    for s in socks:
-        s.close()
-    return ports
-
-
-def http_get(url, timeout=2.0):
-    try:
-        with urllib.request.urlopen(url, timeout=timeout) as r:
-            return r.status, r.read()
-    except urllib.error.HTTPError as e:
-        return e.code, e.read()
-    except OSError:
-        return None, b""
-
-
 @dataclass
-class Server:
+class Server(ServerProcess):
     key: str
     cmd: List[str]
     http: int
@@ -115,9 +84,7 @@ class Server:
         return LABELS[self.key]
 
     def start(self):
-        self.log_file = open(self.log_path, "w")
-        self.proc = subprocess.Popen(self.cmd, cwd=ROOT, stdout=self.log_file,
-                                     stderr=subprocess.STDOUT, start_new_session=True)
+        self.start_process()
 
     def wait_ready(self, timeout):
         deadline = time.monotonic() + timeout
@@ -126,20 +93,14 @@ class Server:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"{self.key} exited with status {self.proc.returncode}:\n"
                                    + self.log_tail())
-            if http_get(url)[0] == 200:
-                status, body = http_get(f"http://127.0.0.1:{self.http}/v2")
+            if http_get(url, timeout=2.0)[0] == 200:
+                status, body = http_get(f"http://127.0.0.1:{self.http}/v2", timeout=2.0)
                 if status == 200:
                     meta = json.loads(body)
                     self.version = f"{meta.get('name', '?')} {meta.get('version', '?')}"
                 return
             time.sleep(0.25)
         raise RuntimeError(f"{self.key} not ready after {timeout} s:\n" + self.log_tail())
-
-    def log_tail(self, n=30):
-        try:
-            return "".join(self.log_path.read_text(errors="replace").splitlines(True)[-n:])
-        except OSError:
-            return ""
 
     def stop(self):
         if self.proc is None:
@@ -234,39 +195,24 @@ def perf_analyzer(server, protocol, concurrency, window_ms, stability, workdir):
     twice the tolerance. Raises RuntimeError when both fail."""
     csv_path = workdir / f"pa-{server.key}-{protocol}-c{concurrency}.csv"
     port = server.grpc if protocol == "grpc" else server.http
-    for attempt, tolerance in enumerate((stability, 2 * stability)):
-        cmd = [str(PERF_ANALYZER), "-m", common.MODEL_NAME, "-u", f"127.0.0.1:{port}",
-               "-i", protocol, "-b", "1", "--concurrency-range", str(concurrency),
-               "--measurement-interval", str(window_ms), "--percentile", "50",
-               "--stability-percentage",
-               str(tolerance), "--max-trials", "8", "-f", str(csv_path), "--verbose-csv",
-               *server.pa_extra]
+
+    def command(tolerance):
+        cmd = [*pa_command(common.MODEL_NAME, f"127.0.0.1:{port}", protocol, concurrency,
+                           window_ms, tolerance, 8, csv_path), *server.pa_extra]
         if protocol == "http":
             cmd += ["--input-tensor-format", "json", "--output-tensor-format", "json"]
-        t0 = time.monotonic()
-        try:
-            out = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=ROOT)
-        except subprocess.TimeoutExpired:
-            raise RuntimeError(f"perf_analyzer against {server.key} ({protocol}, concurrency "
-                               f"{concurrency}) did not finish in 300 s:\n{' '.join(cmd)}")
-        wall = time.monotonic() - t0
-        if out.returncode == 0 and csv_path.exists():
-            break
-        if attempt == 1 or "stable" not in out.stdout + out.stderr:
-            raise RuntimeError(f"perf_analyzer failed against {server.key} ({protocol}, "
-                               f"concurrency {concurrency}):\n{' '.join(cmd)}\n"
-                               f"{out.stdout[-2000:]}{out.stderr[-2000:]}")
-        log(f"{server.key} {protocol} c={concurrency}: not stable within {tolerance}%, "
-            f"retrying with {2 * tolerance}%")
-    with open(csv_path) as f:
-        row = next(csv.DictReader(f))
-    csv_path.unlink()
+        return cmd
+
+    run = run_perf_analyzer(command, csv_path, stability,
+                            f"against {server.key} ({protocol}, concurrency {concurrency})",
+                            f"{server.key} {protocol} c={concurrency}")
+    row = read_pa_csv(csv_path)
     return {"throughput": float(row["Inferences/Second"]),
             "p50_us": float(row["p50 latency"]), "p90_us": float(row["p90 latency"]),
             "p99_us": float(row["p99 latency"]),
             # (perf_analyzer leaves the average out of the CSV with --percentile)
             "avg_us": float(row["Avg latency"]) if row.get("Avg latency") else None,
-            "stability_percentage": tolerance, "wall_s": round(wall, 2)}
+            **run}
 
 
 # ---- environment ------------------------------------------------------------
@@ -290,30 +236,6 @@ def package_versions(python, names):
             "print(json.dumps(v))")
     out = subprocess.run([str(python), "-c", code, *names], capture_output=True, text=True)
     return json.loads(out.stdout) if out.returncode == 0 else {}
-
-
-def machine_info():
-    info = {"cpu": "?", "cores": os.cpu_count(), "platform": platform.platform(),
-            "glibc": os.confstr("CS_GNU_LIBC_VERSION") if hasattr(os, "confstr") else "?",
-            "python": platform.python_version()}
-    try:
-        for line in open("/proc/cpuinfo"):
-            if line.startswith("model name"):
-                info["cpu"] = line.split(":", 1)[1].strip()
-                break
-        for line in open("/proc/meminfo"):
-            if line.startswith("MemTotal"):
-                info["memory_gib"] = round(int(line.split()[1]) / 2**20, 1)
-        info["debian"] = open("/etc/debian_version").read().strip()
-    except OSError:
-        pass
-    return info
-
-
-def git_revision():
-    out = subprocess.run(["git", "describe", "--always", "--dirty"], capture_output=True,
-                         text=True, cwd=ROOT)
-    return out.stdout.strip() or "?"
 
 
 # ---- report -----------------------------------------------------------------
@@ -446,11 +368,7 @@ def main(argv=None):
     if not set(keys) <= set(LABELS) or not set(protocols) <= {"grpc", "http"}:
         ap.error("unknown server or protocol")
 
-    problems = []
-    for path, hint in ((PJSERVE, "cmake --build build"), (RAW, "cmake --build build"),
-                       (ROOT / ".venv-perf" / "bin" / "perf_analyzer", "scripts/bootstrap")):
-        if not path.exists():
-            problems.append(f"{path.relative_to(ROOT)} is missing ({hint})")
+    problems = missing_tools()
     for key in keys:
         if key != "pjserve" and not peer_python(key).exists():
             problems.append(f"{peer_python(key).relative_to(ROOT)} is missing "
@@ -461,7 +379,7 @@ def main(argv=None):
     started = time.time()
     work = Path(tempfile.mkdtemp(prefix="pjs-bench-"))
     servers: List[Server] = []
-    result = {"machine": machine_info(), "loadavg_start": os.getloadavg(),
+    result = {"machine": machine_info(glibc=True), "loadavg_start": os.getloadavg(),
               "settings": {"servers": keys, "protocols": protocols,
                            "concurrency": concurrencies, "seconds": a.seconds,
                            "perf_analyzer_window_ms": int(a.seconds * 1000 / 3),
@@ -546,16 +464,9 @@ def main(argv=None):
     finally:
         for s in servers:
             s.stop()
-        if a.keep:
-            log(f"logs kept in {work}")
-        else:
-            shutil.rmtree(work, ignore_errors=True)
+        remove_workdir(work, a.keep)
 
-    result["loadavg_end"] = os.getloadavg()
-    result["elapsed_s"] = round(time.time() - started, 1)
-    result["date"] = time.strftime("%Y-%m-%d %H:%M:%S %Z")
-    a.json.parent.mkdir(parents=True, exist_ok=True)
-    a.json.write_text(json.dumps(result, indent=1) + "\n")
+    save_result(result, started, a.json)
     a.json.with_suffix(".md").write_text(markdown(result))
     print_report(result)
     log(f"wrote {a.json} and {a.json.with_suffix('.md')} (the tables of docs/benchmarks.md)")
