@@ -206,7 +206,7 @@ int main(int argc, char **argv)
             goto out;
         }
     }
-    if (pjs_bundle_upload_weights(b, client, args, &err) != 0) {
+    if (pjs_bundle_upload_weights(b, client, NULL, args, &err) != 0) {
         fprintf(stderr, "pjs_bench_raw_execute: %s\n", err.msg);
         goto out;
     }

@@ -352,7 +352,7 @@ static int execute(run_args *a, pjs_bundle *b, int64_t n, pjs_cli_runtime *rt)
     size_t n_outputs_allocated = 0;
     pjrt_buffer *weights[b->weights.n_tensors + 1];
     int rc = PJS_EXIT_OK;
-    if (pjs_bundle_upload_weights(b, rt->client, weights, &err) != 0)
+    if (pjs_bundle_upload_weights(b, rt->client, NULL, weights, &err) != 0)
         return pjs_cli_fail("%s", err.msg);
     for (; n_outputs_allocated < m->n_outputs; n_outputs_allocated++) {
         const pjs_tensor_spec *s = &m->variants[a->variant].outputs[n_outputs_allocated];

@@ -292,24 +292,36 @@ int pjs_bundle_compile_module(pjs_bundle *b, pjs_bundle_module *mod, pjs_rt_clie
     return rc;
 }
 
-int pjs_bundle_upload_weights(const pjs_bundle *b, pjs_rt_client *c, pjrt_buffer **out,
-                              pjs_error *err)
+void *pjs_bundle_host_weight(const pjs_bundle *b, size_t i, pjs_error *err)
+{
+    const pjs_st_tensor *t = &b->weights.tensors[i];
+    size_t size = (size_t)t->nbytes;
+    void *aligned = aligned_alloc(64, (size + 63) / 64 * 64 + 64);
+    if (aligned == NULL) {
+        pjs_error_set(err, PJS_ERR_NOMEM, "bundle %s: out of memory for weight \"%s\"",
+                      b->manifest.name, t->name);
+        return NULL;
+    }
+    memcpy(aligned, pjs_safetensors_data(&b->weights, t), size);
+    return aligned;
+}
+
+int pjs_bundle_upload_weights(const pjs_bundle *b, pjs_rt_client *c, void *const *host,
+                              pjrt_buffer **out, pjs_error *err)
 {
     size_t n = b->weights.n_tensors;
     size_t done = 0;
     int rc = 0;
     for (; done < n; done++) {
         const pjs_st_tensor *t = &b->weights.tensors[done];
-        size_t size = (size_t)t->nbytes;
-        void *aligned = aligned_alloc(64, (size + 63) / 64 * 64 + 64);
-        if (aligned == NULL) {
-            rc = pjs_error_set(err, PJS_ERR_NOMEM, "bundle %s: out of memory for weight \"%s\"",
-                               b->manifest.name, t->name);
+        void *copy = host != NULL ? NULL : pjs_bundle_host_weight(b, done, err);
+        if (host == NULL && copy == NULL) {
+            rc = err->code;
             break;
         }
-        memcpy(aligned, pjs_safetensors_data(&b->weights, t), size);
-        rc = pjs_rt_buffer_from_host(c, t->dtype, &t->shape, aligned, &out[done], err);
-        free(aligned);
+        rc = pjs_rt_buffer_from_host(c, t->dtype, &t->shape, host != NULL ? host[done] : copy,
+                                     &out[done], err);
+        free(copy);
         if (rc != 0) {
             pjs_error_prefix(err, "bundle %s: weight \"%s\": ", b->manifest.name, t->name);
             break;

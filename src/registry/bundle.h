@@ -72,10 +72,15 @@ int64_t pjs_bundle_pick_batch_size(const pjs_bundle *b, int64_t n);
 int pjs_bundle_compile_module(pjs_bundle *b, pjs_bundle_module *m, pjs_rt_client *c,
                               pjs_exec_cache *cache, pjs_error *err);
 
-/* Copies every weight to the device in argument order into out[n_tensors].
- * Weights are first copied to aligned host memory (safetensors offsets need
- * not be aligned). On failure nothing is left allocated. */
-int pjs_bundle_upload_weights(const pjs_bundle *b, pjs_rt_client *c, pjrt_buffer **out,
-                              pjs_error *err);
+/* Weight i (argument order) copied out of the mapped file into 64-byte
+ * aligned host memory (safetensors offsets need not be aligned); free() it. */
+void *pjs_bundle_host_weight(const pjs_bundle *b, size_t i, pjs_error *err);
+
+/* Copies every weight to the device in argument order into out[n_tensors],
+ * from host[i] (aligned copies, e.g. a model's host floor) or, when host is
+ * NULL, from the mapped file through a temporary aligned copy. On failure
+ * nothing is left allocated. */
+int pjs_bundle_upload_weights(const pjs_bundle *b, pjs_rt_client *c, void *const *host,
+                              pjrt_buffer **out, pjs_error *err);
 
 #endif

@@ -13,10 +13,10 @@
 static void model_free(pjs_model *m)
 {
     if (m->weights != NULL) {
-        for (size_t i = 0; i < m->bundle->weights.n_tensors; i++)
-            pjs_rt_buffer_destroy(m->client, m->weights[i]);
+        pjs_model_free_weights(m);
         free(m->weights);
     }
+    pjs_model_set_host_floor(m, false, NULL);
     pjs_bundle_close(m->bundle);
     pjs_model_stats_release(&m->stats);
     free(m->queues);
@@ -69,14 +69,62 @@ int pjs_model_create(pjs_bundle *b, pjs_rt_client *c, pjs_exec_cache *cache, pjs
         model_free(m);
         return pjs_error_set(err, PJS_ERR_NOMEM, "out of memory");
     }
-    int rc = pjs_bundle_upload_weights(b, c, m->weights, err);
+    m->residency = man->residency;
+    for (size_t i = 0; i < b->weights.n_tensors; i++)
+        m->wentry.bytes += b->weights.tensors[i].nbytes;
+    m->wentry.pinned = m->residency == PJS_RESIDENCY_DEVICE;
+    atomic_init(&m->load_ns, 0);
+    int rc = pjs_model_set_host_floor(m, m->residency != PJS_RESIDENCY_UNPINNED, err);
     if (rc != 0) {
-        free(m->weights);
-        m->weights = NULL;
         model_free(m);
         return rc;
     }
     *out = m;
+    return 0;
+}
+
+int pjs_model_load_weights(pjs_model *m, pjs_error *err)
+{
+    uint64_t t0 = pjs_now_ns();
+    int rc = pjs_bundle_upload_weights(m->bundle, m->client, m->host_weights, m->weights, err);
+    atomic_fetch_add(&m->load_ns, pjs_now_ns() - t0);
+    return rc;
+}
+
+void pjs_model_free_weights(pjs_model *m)
+{
+    for (size_t i = 0; i < m->bundle->weights.n_tensors; i++) {
+        if (m->weights[i] != NULL)
+            pjs_rt_buffer_destroy(m->client, m->weights[i]);
+        m->weights[i] = NULL;
+    }
+}
+
+int pjs_model_set_host_floor(pjs_model *m, bool present, pjs_error *err)
+{
+    size_t n = m->bundle->weights.n_tensors;
+    if (!present || m->host_weights != NULL) {
+        for (size_t i = 0; !present && m->host_weights != NULL && i < n; i++)
+            free(m->host_weights[i]);
+        if (!present) {
+            free(m->host_weights);
+            m->host_weights = NULL;
+        }
+        return 0;
+    }
+    void **host = calloc(n + 1, sizeof *host);
+    if (host == NULL)
+        return pjs_error_set(err, PJS_ERR_NOMEM, "model %s: out of memory for the host weights",
+                             m->name);
+    for (size_t i = 0; i < n; i++) {
+        if ((host[i] = pjs_bundle_host_weight(m->bundle, i, err)) == NULL) {
+            for (size_t k = 0; k < i; k++)
+                free(host[k]);
+            free(host);
+            return err->code;
+        }
+    }
+    m->host_weights = host;
     return 0;
 }
 

@@ -24,6 +24,7 @@
 #include "core/infer.h"
 #include "registry/bundle.h"
 #include "sched/policy.h"
+#include "sched/weight_cache.h"
 
 /* Most compiled batch sizes a served model may have. */
 #define PJS_MODEL_MAX_BATCH_SIZES 32
@@ -83,7 +84,17 @@ double pjs_queue_wait_quantile_us(const uint64_t hist[PJS_QUEUE_WAIT_BUCKETS], d
 typedef struct pjs_model {
     char name[256];
     pjs_bundle *bundle;           /* compiled: every module has an executable */
-    pjrt_buffer **weights;        /* device copies, argument order */
+    /* Device copies of the weights, argument order; NULL entries while the
+     * model is not resident. Loaded and freed by the dispatch thread only,
+     * through the device weight cache (sched/weight_cache.h). */
+    pjrt_buffer **weights;
+    /* The host floor: every weight in aligned host memory, argument order,
+     * or NULL (residency unpinned: read from the mapped file when loaded). */
+    void **host_weights;
+    pjs_residency residency;      /* the floor now (manifest's at load) */
+    pjs_wcache_entry wentry;      /* the cache's books for this model */
+    atomic_uint_fast64_t load_ns; /* total time of weight loads */
+    bool retired;                 /* left the repository (dispatch thread) */
     pjs_rt_client *client;
     int64_t max_batch_size;       /* largest compiled size; 0 when no input is batched */
     atomic_int refs;
@@ -92,7 +103,7 @@ typedef struct pjs_model {
     pjs_model_stats stats;
 
     /* Deadline given to requests that carry none (0: none); set at load. */
-    uint64_t default_timeout_ns;
+    atomic_uint_fast64_t default_timeout_ns;
 
     /* The scheduler's state, set up by pjs_dispatcher_attach and guarded by
      * the dispatcher's lock: the model's share and one queue per variant. */
@@ -102,12 +113,26 @@ typedef struct pjs_model {
 } pjs_model;
 
 /* Compiles every module of an opened bundle (taking ownership of it, also on
- * failure), uploads the weights and returns a model with one reference.
+ * failure), materializes the host floor (unless the manifest says
+ * `residency: unpinned`) and returns a model with one reference and no
+ * weights on the device.
  * Refuses models with more than PJS_INFER_MAX_TENSORS inputs or outputs or
  * more than PJS_MODEL_MAX_BATCH_SIZES batch sizes. */
 int pjs_model_create(pjs_bundle *b, pjs_rt_client *c, pjs_exec_cache *cache, pjs_model **out,
                      pjs_error *err);
 pjs_model *pjs_model_ref(pjs_model *m);
+
+static inline pjs_model *pjs_model_of_wentry(pjs_wcache_entry *e)
+{
+    return (pjs_model *)((char *)e - offsetof(pjs_model, wentry));
+}
+
+/* Copies the weights to the device (from the host floor, or the file). */
+int pjs_model_load_weights(pjs_model *m, pjs_error *err);
+/* Frees the device copies. */
+void pjs_model_free_weights(pjs_model *m);
+/* Materializes (present) or frees the host floor. */
+int pjs_model_set_host_floor(pjs_model *m, bool present, pjs_error *err);
 void pjs_model_unref(pjs_model *m);
 
 static inline const pjs_manifest *pjs_model_manifest(const pjs_model *m)

@@ -480,6 +480,21 @@ void pjs_rt_client_describe_device(const pjs_rt_client *c, size_t i, char *buf, 
              (int)s.debug_string_size, s.debug_string);
 }
 
+int pjs_rt_client_device_memory(const pjs_rt_client *c, size_t i, uint64_t *bytes_limit,
+                                pjs_error *err)
+{
+    if (i >= c->n_devices)
+        return pjs_error_set(err, PJS_ERR_NOT_FOUND, "no device %zu", i);
+    struct pjrt_device_memory_stats_args m = {.struct_size = sizeof m, .device = c->devices[i]};
+    int rc = CALL(c->plugin->api, device_memory_stats, &m, "reading device memory", err);
+    if (rc != 0)
+        return rc;
+    if (!m.bytes_limit_is_set || m.bytes_limit <= 0)
+        return pjs_error_set(err, PJS_ERR_UNSUPPORTED, "the device reports no memory limit");
+    *bytes_limit = (uint64_t)m.bytes_limit;
+    return 0;
+}
+
 /* ---- compile ----------------------------------------------------------- */
 
 static double now_seconds(void)

@@ -79,6 +79,10 @@ pjs_rt_plugin *pjs_rt_client_plugin(const pjs_rt_client *c);
 size_t pjs_rt_client_device_count(const pjs_rt_client *c);
 /* "0: cpu (TFRT_CPU_0)"-style description of device i into buf. */
 void pjs_rt_client_describe_device(const pjs_rt_client *c, size_t i, char *buf, size_t bufsize);
+/* The memory device i can allocate from (PJRT memory stats' bytes_limit).
+ * UNSUPPORTED when the plugin reports none (the CPU plugin). */
+int pjs_rt_client_device_memory(const pjs_rt_client *c, size_t i, uint64_t *bytes_limit,
+                                pjs_error *err);
 
 /* A parameter or result of a compiled module. */
 typedef struct pjs_rt_tensor_type {

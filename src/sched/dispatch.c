@@ -39,6 +39,7 @@ struct pjs_dispatcher {
     pthread_cond_t idle;   /* in_flight reached zero */
     pthread_cond_t task_done;
     pjs_sched sched;
+    pjs_wcache cache;      /* mutated by the dispatch thread only */
     device_task *tasks;
     uint64_t queued;
     bool accepting;
@@ -335,6 +336,15 @@ static void record_batch_stats(const batch *bt, uint64_t start, const exec_times
     pthread_mutex_unlock(&m->stats_lock);
 }
 
+/* Counts a request that failed without executing. */
+static void drop_stats(pjs_infer_request *r, uint64_t now)
+{
+    pjs_model *m = r->model;
+    pthread_mutex_lock(&m->stats_lock);
+    add_duration(&m->stats.fail, r->times.received, now);
+    pthread_mutex_unlock(&m->stats_lock);
+}
+
 /* Answers a request the scheduler dropped: DEADLINE_EXCEEDED. */
 static void drop(pjs_dispatcher *d, pjs_sched_job *j, uint64_t now, bool shed)
 {
@@ -352,13 +362,69 @@ static void drop(pjs_dispatcher *d, pjs_sched_job *j, uint64_t now, bool shed)
                       "was not executed",
                       m->name, (unsigned long long)waited_us);
     pthread_mutex_lock(&m->stats_lock);
-    add_duration(&m->stats.fail, r->times.received, now);
     if (shed)
         m->stats.shed++;
     else
         m->stats.expired++;
     pthread_mutex_unlock(&m->stats_lock);
+    drop_stats(r, now);
     complete(d, r);
+}
+
+/* ---- weight residency (dispatch thread) ---------------------------------------- */
+
+/* The cache's callbacks: a resident model holds a reference, so it outlives
+ * its device weights whatever thread drops the repository's reference. */
+static int cache_load(pjs_wcache_entry *e, void *ctx, pjs_error *err)
+{
+    (void)ctx;
+    pjs_model *m = pjs_model_of_wentry(e);
+    int rc = pjs_model_load_weights(m, err);
+    if (rc != 0)
+        return pjs_error_prefix(err, "loading its weights: ");
+    pjs_model_ref(m);
+    return 0;
+}
+
+static void cache_evict(pjs_wcache_entry *e, void *ctx)
+{
+    (void)ctx;
+    pjs_model *m = pjs_model_of_wentry(e);
+    pjs_model_free_weights(m);
+    pjs_model_unref(m);
+}
+
+static bool d_autonomous(const pjs_dispatcher *d)
+{
+    return d->cache.autonomous;
+}
+
+/* Makes m's weights resident before it runs. */
+static int acquire(pjs_dispatcher *d, pjs_model *m, pjs_error *err)
+{
+    bool over_budget = false;
+    int rc = pjs_wcache_acquire(&d->cache, &m->wentry, &over_budget, err);
+    if (rc != 0)
+        return pjs_error_prefix(err, "model %s: ", m->name);
+    if (over_budget)
+        pjs_warn("model %s: its weights (%.1f MiB) exceed the device weight budget (%.1f MiB); "
+                 "loaded after evicting every other model",
+                 m->name, (double)m->wentry.bytes / 1048576.0,
+                 (double)d->cache.budget / 1048576.0);
+    return 0;
+}
+
+/* A model that left the repository gives its device weights back once its
+ * last queued request ran. */
+static void release_if_retired(pjs_dispatcher *d, pjs_model *m)
+{
+    if (!m->retired)
+        return;
+    pthread_mutex_lock(&d->lock);
+    bool idle = m->share.queued == 0;
+    pthread_mutex_unlock(&d->lock);
+    if (idle)
+        pjs_wcache_release(&d->cache, &m->wentry);
 }
 
 /* ---- the dispatch thread ----------------------------------------------------- */
@@ -408,7 +474,14 @@ static void run_plan(pjs_dispatcher *d, pjs_sched_plan *plan)
         bt.first_row[i] = row;
         row += j->rows;
     }
-    if (bt.reqs != NULL && bt.first_row != NULL) {
+    pjs_error acquire_err;
+    if (bt.reqs != NULL && bt.first_row != NULL && acquire(d, bt.model, &acquire_err) != 0) {
+        for (size_t k = 0; k < bt.n; k++) {
+            bt.reqs[k]->error = acquire_err;
+            drop_stats(bt.reqs[k], pjs_now_ns());
+            complete(d, bt.reqs[k]);
+        }
+    } else if (bt.reqs != NULL && bt.first_row != NULL) {
         uint64_t start = pjs_now_ns();
         exec_times t;
         run_batch(&bt, start, &t);
@@ -424,6 +497,7 @@ static void run_plan(pjs_dispatcher *d, pjs_sched_plan *plan)
     }
     free(bt.reqs);
     free(bt.first_row);
+    release_if_retired(d, bt.model);
 }
 
 static void *dispatch_main(void *arg)
@@ -519,6 +593,7 @@ int pjs_dispatcher_attach(pjs_dispatcher *d, pjs_model *m, double weight, size_t
 
 typedef struct warm_up_task {
     device_task task;
+    pjs_dispatcher *dispatcher;
     pjs_model *model;
     int runs;
     uint64_t *costs_ns;
@@ -531,6 +606,12 @@ static void warm_up_run(device_task *task)
 {
     warm_up_task *w = (warm_up_task *)task;
     pjs_model *m = w->model;
+    /* Without autonomous residency (explicit control) only a pinned model
+     * has its weights now; the others warm up when pinned. */
+    if (!d_autonomous(w->dispatcher) && !m->wentry.pinned)
+        return;
+    if ((w->rc = acquire(w->dispatcher, m, &w->err)) != 0 || w->runs <= 0)
+        return;
     const pjs_manifest *man = pjs_model_manifest(m);
     const void *inputs[PJS_INFER_MAX_TENSORS] = {0};
     void *host[PJS_INFER_MAX_TENSORS] = {0};
@@ -579,9 +660,8 @@ static void warm_up_run(device_task *task)
 int pjs_dispatcher_warm_up(pjs_dispatcher *d, pjs_model *m, int runs, uint64_t *costs_ns,
                            pjs_error *err)
 {
-    if (runs <= 0)
-        return 0;
-    warm_up_task w = {.task.run = warm_up_run, .model = m, .runs = runs, .costs_ns = costs_ns};
+    warm_up_task w = {
+        .task.run = warm_up_run, .dispatcher = d, .model = m, .runs = runs, .costs_ns = costs_ns};
     run_device_task(d, &w.task);
     if (w.rc != 0) {
         *err = w.err;
@@ -590,10 +670,113 @@ int pjs_dispatcher_warm_up(pjs_dispatcher *d, pjs_model *m, int runs, uint64_t *
     return 0;
 }
 
+typedef struct residency_task {
+    device_task task;
+    pjs_dispatcher *dispatcher;
+    pjs_model *model;
+    pjs_residency target;   /* set_residency */
+    bool retire;            /* or: the model left the repository */
+    int rc;
+    pjs_error err;
+} residency_task;
+
+static void residency_run(device_task *task)
+{
+    residency_task *t = (residency_task *)task;
+    pjs_dispatcher *d = t->dispatcher;
+    pjs_model *m = t->model;
+    if (t->retire) {
+        m->retired = true;
+        release_if_retired(d, m);
+        return;
+    }
+    bool pin = t->target == PJS_RESIDENCY_DEVICE;
+    if (t->target != PJS_RESIDENCY_UNPINNED &&
+        (t->rc = pjs_model_set_host_floor(m, true, &t->err)) != 0)
+        return;
+    if ((t->rc = pjs_wcache_set_pinned(&d->cache, &m->wentry, pin, &t->err)) != 0) {
+        pjs_error_prefix(&t->err, "model %s: ", m->name);
+        return;
+    }
+    if (t->target == PJS_RESIDENCY_UNPINNED)
+        pjs_model_set_host_floor(m, false, NULL);
+    m->residency = t->target;
+}
+
+int pjs_dispatcher_set_residency(pjs_dispatcher *d, pjs_model *m, pjs_residency target,
+                                 pjs_error *err)
+{
+    residency_task t = {
+        .task.run = residency_run, .dispatcher = d, .model = m, .target = target};
+    run_device_task(d, &t.task);
+    if (t.rc != 0)
+        *err = t.err;
+    return t.rc;
+}
+
+void pjs_dispatcher_retire(pjs_dispatcher *d, pjs_model *m)
+{
+    residency_task t = {.task.run = residency_run, .dispatcher = d, .model = m, .retire = true};
+    run_device_task(d, &t.task);
+}
+
+typedef struct compact_task {
+    device_task task;
+    pjs_dispatcher *dispatcher;
+    pjs_model *const *reload;
+    size_t n;
+    size_t reloaded;
+    pjs_error err;
+} compact_task;
+
+static void compact_run(device_task *task)
+{
+    compact_task *t = (compact_task *)task;
+    pjs_wcache_entry *entries[64];
+    size_t n = 0;
+    for (size_t i = 0; i < t->n && n < sizeof entries / sizeof *entries; i++)
+        entries[n++] = &t->reload[i]->wentry;
+    t->reloaded = pjs_wcache_compact(&t->dispatcher->cache, entries, n, &t->err);
+}
+
+int pjs_dispatcher_compact(pjs_dispatcher *d, pjs_model *const *reload, size_t n,
+                           size_t *reloaded, pjs_error *err)
+{
+    if (n > 64)
+        return pjs_error_set(err, PJS_ERR_INVALID_ARGUMENT,
+                             "compaction reloads at most 64 models at once (%zu named)", n);
+    compact_task t = {.task.run = compact_run, .dispatcher = d, .reload = reload, .n = n};
+    pjs_error_clear(&t.err);
+    run_device_task(d, &t.task);
+    *reloaded = t.reloaded;
+    if (t.err.code != PJS_OK) {
+        *err = t.err;
+        return t.err.code;
+    }
+    return 0;
+}
+
+void pjs_dispatcher_residency(pjs_dispatcher *d, pjs_model *m, bool *resident, uint64_t *loads,
+                              uint64_t *evictions)
+{
+    pthread_mutex_lock(&d->cache.lock);
+    *resident = m->wentry.resident;
+    *loads = m->wentry.loads;
+    *evictions = m->wentry.evictions;
+    pthread_mutex_unlock(&d->cache.lock);
+}
+
+void pjs_dispatcher_cache_totals(pjs_dispatcher *d, uint64_t *budget, uint64_t *used,
+                                 uint64_t *pinned)
+{
+    pjs_wcache_totals(&d->cache, budget, used, pinned);
+}
+
 /* ---- the public API ------------------------------------------------------------------ */
 
 int pjs_dispatcher_create(int completion_threads, const pjs_sched_config *cfg,
-                          pjs_dispatcher **out, pjs_error *err)
+                          uint64_t weight_budget, bool autonomous, pjs_dispatcher **out,
+                          pjs_error *err)
 {
     pjs_dispatcher *d = calloc(1, sizeof *d);
     if (d == NULL)
@@ -605,6 +788,8 @@ int pjs_dispatcher_create(int completion_threads, const pjs_sched_config *cfg,
     pthread_mutex_init(&d->done_lock, NULL);
     pthread_cond_init(&d->done_work, NULL);
     pjs_sched_init(&d->sched, cfg);
+    pjs_wcache_init(&d->cache, weight_budget, autonomous,
+                    &(pjs_wcache_ops){.load = cache_load, .evict = cache_evict});
     d->accepting = true;
     d->completion_threads = calloc((size_t)completion_threads, sizeof *d->completion_threads);
     if (d->completion_threads == NULL) {
@@ -683,13 +868,25 @@ void pjs_dispatcher_counters(pjs_dispatcher *d, uint64_t *queue_depth, uint64_t 
     pthread_mutex_unlock(&d->lock);
 }
 
-void pjs_dispatcher_model_load(pjs_dispatcher *d, pjs_model *m, uint64_t *queue_depth,
-                               double *recent_utilization)
+void pjs_dispatcher_model_view(pjs_dispatcher *d, pjs_model *m, pjs_sched_model_view *out)
 {
     uint64_t now = pjs_now_ns();
     pthread_mutex_lock(&d->lock);
-    *queue_depth = m->share.queued;
-    *recent_utilization = pjs_sched_recent_utilization(&d->sched, &m->share, now);
+    out->weight = m->share.weight;
+    out->max_queue_depth = m->share.max_queue_depth;
+    out->queue_depth = m->share.queued;
+    out->recent_utilization = pjs_sched_recent_utilization(&d->sched, &m->share, now);
+    pthread_mutex_unlock(&d->lock);
+}
+
+void pjs_dispatcher_set_policy(pjs_dispatcher *d, pjs_model *m, double weight,
+                               size_t max_queue_depth)
+{
+    pthread_mutex_lock(&d->lock);
+    if (weight > 0)
+        m->share.weight = weight;
+    if (max_queue_depth > 0)
+        m->share.max_queue_depth = max_queue_depth;
     pthread_mutex_unlock(&d->lock);
 }
 
@@ -712,6 +909,7 @@ void pjs_dispatcher_destroy(pjs_dispatcher *d)
             pthread_join(d->completion_threads[i], NULL);
         free(d->completion_threads);
     }
+    pjs_wcache_destroy(&d->cache);
     pthread_cond_destroy(&d->done_work);
     pthread_mutex_destroy(&d->done_lock);
     pthread_cond_destroy(&d->task_done);

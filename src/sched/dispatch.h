@@ -25,12 +25,16 @@
 #include "core/status.h"
 #include "registry/model.h"
 #include "sched/policy.h"
+#include "sched/weight_cache.h"
 
 typedef struct pjs_dispatcher pjs_dispatcher;
 
-/* completion_threads >= 1; cfg checked by pjs_sched_config_check. */
+/* completion_threads >= 1; cfg checked by pjs_sched_config_check. The
+ * device weight cache gets weight_budget bytes (PJS_WCACHE_UNLIMITED) and
+ * loads and evicts on its own when autonomous (not in explicit control). */
 int pjs_dispatcher_create(int completion_threads, const pjs_sched_config *cfg,
-                          pjs_dispatcher **out, pjs_error *err);
+                          uint64_t weight_budget, bool autonomous, pjs_dispatcher **out,
+                          pjs_error *err);
 /* Drains, then stops and joins every thread. */
 void pjs_dispatcher_destroy(pjs_dispatcher *d);
 
@@ -39,10 +43,12 @@ void pjs_dispatcher_destroy(pjs_dispatcher *d);
 int pjs_dispatcher_attach(pjs_dispatcher *d, pjs_model *m, double weight, size_t max_queue_depth,
                           pjs_error *err);
 
-/* Runs the warm-up pass of an attached model on the dispatch thread: every
- * (variant, batch size) executes `runs` times on zero inputs and the
- * fastest run's device time seeds the cost estimate. Blocks until done. Fills
- * costs_ns[variant * n_batch_sizes + k] when costs_ns is not NULL. */
+/* Runs the warm-up pass of an attached model on the dispatch thread: its
+ * weights are acquired (a device-pinned model's are loaded for good), then
+ * every (variant, batch size) executes `runs` times on zero inputs and the
+ * fastest run's device time seeds the cost estimate. Without autonomous
+ * residency a model that is not pinned is left alone. Blocks until done.
+ * Fills costs_ns[variant * n_batch_sizes + k] when costs_ns is not NULL. */
 int pjs_dispatcher_warm_up(pjs_dispatcher *d, pjs_model *m, int runs, uint64_t *costs_ns,
                            pjs_error *err);
 
@@ -55,13 +61,37 @@ int pjs_dispatcher_warm_up(pjs_dispatcher *d, pjs_model *m, int runs, uint64_t *
 int pjs_dispatcher_submit(pjs_dispatcher *d, pjs_infer_request *r, bool committed,
                           pjs_error *err);
 
+/* Moves m to a residency floor on the dispatch thread (see
+ * pjs_server_set_residency); blocks until done. */
+int pjs_dispatcher_set_residency(pjs_dispatcher *d, pjs_model *m, pjs_residency target,
+                                 pjs_error *err);
+/* m left the repository: its device weights are freed once its queued
+ * requests ran (now, when none is queued). */
+void pjs_dispatcher_retire(pjs_dispatcher *d, pjs_model *m);
+/* Frees every unpinned resident model's weights, then loads reload[0..n). */
+int pjs_dispatcher_compact(pjs_dispatcher *d, pjs_model *const *reload, size_t n,
+                           size_t *reloaded, pjs_error *err);
+/* Residency readings for metrics and the control surface. */
+void pjs_dispatcher_residency(pjs_dispatcher *d, pjs_model *m, bool *resident, uint64_t *loads,
+                              uint64_t *evictions);
+void pjs_dispatcher_cache_totals(pjs_dispatcher *d, uint64_t *budget, uint64_t *used,
+                                 uint64_t *pinned);
+
 /* Refuses new requests from now on and waits until every accepted one has
  * completed (its on_done returned). */
 void pjs_dispatcher_drain(pjs_dispatcher *d);
 
 void pjs_dispatcher_counters(pjs_dispatcher *d, uint64_t *queue_depth, uint64_t *in_flight);
-/* A model's queued requests and recent share of device time (0..1). */
-void pjs_dispatcher_model_load(pjs_dispatcher *d, pjs_model *m, uint64_t *queue_depth,
-                               double *recent_utilization);
+/* A model's share and queues now. */
+typedef struct pjs_sched_model_view {
+    double weight;
+    size_t max_queue_depth;
+    uint64_t queue_depth;        /* requests queued, all variants */
+    double recent_utilization;   /* share of device time recently, 0..1 */
+} pjs_sched_model_view;
+void pjs_dispatcher_model_view(pjs_dispatcher *d, pjs_model *m, pjs_sched_model_view *out);
+/* Changes a model's weight and queue bound (values <= 0 / 0 keep them). */
+void pjs_dispatcher_set_policy(pjs_dispatcher *d, pjs_model *m, double weight,
+                               size_t max_queue_depth);
 
 #endif

@@ -12,11 +12,16 @@
  * for the model, else the manifest's weight and the scheduler's defaults)
  * and runs the warm-up pass on the dispatch thread, which seeds the
  * scheduler's cost estimates; only then is the model swapped in and ready.
+ *
+ * In dynamic mode the repository watcher (watcher.c) loads, reloads and
+ * removes bundles as they change on disk through the same functions; its
+ * reloads keep the serving version when the new one fails to load.
  */
 #include "server/server.h"
 
 #include <dirent.h>
 #include <errno.h>
+#include <math.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -28,6 +33,7 @@
 #include "registry/bundle.h"
 #include "runtime/exec_cache.h"
 #include "sched/dispatch.h"
+#include "server/watcher.h"
 
 typedef struct repo_entry {
     pjs_repository_entry info;
@@ -51,6 +57,8 @@ struct pjs_server {
     pjs_dispatcher *dispatcher;
     pjs_shm_registry *shm;
     atomic_bool draining;
+    pjs_watcher *watcher; /* dynamic mode, until the server drains; else NULL */
+    pjs_control_mode control_mode;
 
     pthread_mutex_t load_lock; /* one load at a time */
     pthread_mutex_t repo_lock;
@@ -62,6 +70,25 @@ struct pjs_server {
 const char *pjs_server_version(void)
 {
     return PJSERVE_VERSION;
+}
+
+const char *pjs_control_mode_name(pjs_control_mode m)
+{
+    switch (m) {
+    case PJS_CONTROL_STATIC: return "static";
+    case PJS_CONTROL_EXPLICIT: return "explicit";
+    default: return "dynamic";
+    }
+}
+
+int pjs_control_mode_parse(const char *s)
+{
+    static const pjs_control_mode all[] = {PJS_CONTROL_DYNAMIC, PJS_CONTROL_STATIC,
+                                           PJS_CONTROL_EXPLICIT};
+    for (size_t i = 0; s != NULL && i < sizeof all / sizeof all[0]; i++)
+        if (strcmp(s, pjs_control_mode_name(all[i])) == 0)
+            return (int)all[i];
+    return -1;
 }
 
 const char *pjs_model_state_name(pjs_model_state st)
@@ -131,6 +158,26 @@ static pjs_model *set_entry(pjs_server *s, const char *name, pjs_model_state st,
     return old;
 }
 
+/* Whether `name` has a model that serves requests. */
+static bool entry_serving(pjs_server *s, const char *name)
+{
+    pthread_mutex_lock(&s->repo_lock);
+    repo_entry *e = find_entry_locked(s, name);
+    bool serving = e != NULL && e->model != NULL;
+    pthread_mutex_unlock(&s->repo_lock);
+    return serving;
+}
+
+/* Lets go of a model that left the repository (or never entered it): its
+ * device weights go once its queued requests ran, then the reference. */
+static void drop_model(pjs_server *s, pjs_model *m)
+{
+    if (m == NULL)
+        return;
+    pjs_dispatcher_retire(s->dispatcher, m);
+    pjs_model_unref(m);
+}
+
 /* ---- loading ------------------------------------------------------------- */
 
 static bool is_bundle_dir(const char *repository, const char *name)
@@ -162,7 +209,7 @@ static int attach_model(pjs_server *s, pjs_model *m, pjs_error *err)
         if (mp->default_timeout_us >= 0)
             timeout_us = (uint64_t)mp->default_timeout_us;
     }
-    m->default_timeout_ns = timeout_us * 1000;
+    atomic_store(&m->default_timeout_ns, timeout_us * 1000);
     return pjs_dispatcher_attach(s->dispatcher, m, weight, depth, err);
 }
 
@@ -194,8 +241,11 @@ static void log_ready(pjs_server *s, pjs_model *m, const char *progress, const u
              b->weights.n_tensors, warm, seconds);
 }
 
-/* Compiles bundle `name` and swaps it in. load_lock held. */
-static int load_locked(pjs_server *s, const char *name, const char *progress, pjs_error *err)
+/* Compiles bundle `name` and swaps it in. On failure the entry turns
+ * UNAVAILABLE with the error, unless keep_serving and a version of it is
+ * serving: that one stays. load_lock held. */
+static int load_locked(pjs_server *s, const char *name, const char *progress, bool keep_serving,
+                       pjs_error *err)
 {
     char dir[PJS_BUNDLE_DIR_MAX];
     if (strchr(name, '/') != NULL || strlen(name) >= 256 || !is_bundle_dir(s->repository, name))
@@ -220,14 +270,15 @@ static int load_locked(pjs_server *s, const char *name, const char *progress, pj
         rc = pjs_dispatcher_warm_up(s->dispatcher, m, s->policies.sched.warmup_runs, costs, err);
     if (rc != 0) {
         pjs_warn("%smodel %s not loaded: %s", progress, name, err->msg);
-        pjs_model_unref(m);
+        drop_model(s, m);
         free(costs);
-        pjs_model_unref(set_entry(s, name, PJS_MODEL_UNAVAILABLE, err->msg, NULL, false));
+        if (!(keep_serving && entry_serving(s, name)))
+            drop_model(s, set_entry(s, name, PJS_MODEL_UNAVAILABLE, err->msg, NULL, false));
         return rc;
     }
     log_ready(s, m, progress, costs, (double)(pjs_now_ns() - t0) / 1e9);
     free(costs);
-    pjs_model_unref(set_entry(s, name, PJS_MODEL_READY, "", m, false));
+    drop_model(s, set_entry(s, name, PJS_MODEL_READY, "", m, false));
     return 0;
 }
 
@@ -293,7 +344,7 @@ static int load_repository(pjs_server *s, pjs_error *err)
             snprintf(progress, sizeof progress, "[%zu/%zu] ", i + 1, n);
             pjs_error load_err;
             pthread_mutex_lock(&s->load_lock);
-            loaded += load_locked(s, names[i], progress, &load_err) == 0;
+            loaded += load_locked(s, names[i], progress, false, &load_err) == 0;
             pthread_mutex_unlock(&s->load_lock);
         }
         pjs_info("%zu of %zu models loaded from %s", loaded, n, s->repository);
@@ -306,6 +357,30 @@ static int load_repository(pjs_server *s, pjs_error *err)
 }
 
 /* ---- creation and shutdown ----------------------------------------------- */
+
+/* The device weight cache's budget: the operator's, else solved from the
+ * device's memory (pjs_weight_budget_solve, 5 % slack, no scratch reserve
+ * known), else unlimited (the CPU plugin reports no memory size). */
+static uint64_t weight_budget(pjs_server *s, const pjs_server_options *o)
+{
+    if (o->device_weight_budget > 0) {
+        pjs_info("device weight cache: budget %.1f MiB (--device-weight-budget)",
+                 (double)o->device_weight_budget / 1048576.0);
+        return o->device_weight_budget;
+    }
+    uint64_t arena = 0;
+    pjs_error err;
+    if (pjs_rt_client_device_memory(s->client, 0, &arena, &err) != 0) {
+        pjs_info("device weight cache: no budget (%s; --device-weight-budget sets one)",
+                 err.msg);
+        return PJS_WCACHE_UNLIMITED;
+    }
+    double fraction = o->weight_fraction > 0 ? o->weight_fraction : 0.8;
+    pjs_weight_budget b = pjs_weight_budget_solve(arena, fraction, 0.05, 0, 0);
+    pjs_info("device weight cache: budget %.1f MiB (%.0f %% of %.1f MiB device memory)",
+             (double)b.on_demand_budget / 1048576.0, fraction * 100, (double)arena / 1048576.0);
+    return b.on_demand_budget;
+}
 
 static void free_policies(server_policies *p)
 {
@@ -371,9 +446,16 @@ int pjs_server_create(const pjs_server_options *o, pjs_server **out, pjs_error *
         pjs_info("PJRT platform %s (%s), executing on device %s",
                  pjs_rt_client_platform(s->client), pjs_rt_client_platform_version(s->client),
                  devices);
+        s->control_mode = o->control_mode;
+        uint64_t budget = weight_budget(s, o);
         rc = pjs_dispatcher_create(o->completion_threads > 0 ? o->completion_threads : 4,
-                                   &s->policies.sched, &s->dispatcher, err);
+                                   &s->policies.sched, budget,
+                                   o->control_mode != PJS_CONTROL_EXPLICIT, &s->dispatcher, err);
     }
+    if (rc == 0 && o->control_mode == PJS_CONTROL_DYNAMIC)
+        rc = pjs_watcher_start(s, s->repository,
+                               o->repository_poll_ms > 0 ? o->repository_poll_ms : 1000,
+                               &s->watcher, err);
     if (rc == 0)
         rc = load_repository(s, err);
     if (rc != 0) {
@@ -386,6 +468,8 @@ int pjs_server_create(const pjs_server_options *o, pjs_server **out, pjs_error *
 
 void pjs_server_drain(pjs_server *s)
 {
+    pjs_watcher_stop(s->watcher); /* first: it may be loading a model */
+    s->watcher = NULL;
     atomic_store(&s->draining, true);
     if (s->dispatcher != NULL)
         pjs_dispatcher_drain(s->dispatcher);
@@ -396,6 +480,9 @@ void pjs_server_destroy(pjs_server *s)
     if (s == NULL)
         return;
     pjs_server_drain(s);
+    for (size_t i = 0; s->dispatcher != NULL && i < s->n_entries; i++)
+        if (s->entries[i].model != NULL)
+            pjs_dispatcher_retire(s->dispatcher, s->entries[i].model);
     pjs_dispatcher_destroy(s->dispatcher);
     for (size_t i = 0; i < s->n_entries; i++)
         pjs_model_unref(s->entries[i].model);
@@ -473,8 +560,9 @@ static int submit(pjs_server *s, pjs_infer_request *r, bool committed, pjs_error
     pjs_model *m = r->model;
     int rc = pjs_infer_validate(r, pjs_model_manifest(m), m->max_batch_size > 0 ? m->max_batch_size : 1,
                                 err);
-    if (rc == 0 && r->deadline_ns == 0 && m->default_timeout_ns > 0)
-        r->deadline_ns = r->times.received + m->default_timeout_ns;
+    uint64_t default_timeout_ns = atomic_load(&m->default_timeout_ns);
+    if (rc == 0 && r->deadline_ns == 0 && default_timeout_ns > 0)
+        r->deadline_ns = r->times.received + default_timeout_ns;
     if (rc == 0)
         rc = pjs_dispatcher_submit(s->dispatcher, r, committed, err);
     if (rc != 0) {
@@ -512,8 +600,13 @@ int pjs_server_submit_committed(pjs_server *s, pjs_infer_request *r,
 
 void pjs_server_model_sched_info(pjs_server *s, pjs_model *m, pjs_model_sched_info *out)
 {
-    out->weight = m->share.weight; /* set at attach, read-only afterwards */
-    pjs_dispatcher_model_load(s->dispatcher, m, &out->queue_depth, &out->recent_utilization);
+    pjs_sched_model_view v;
+    pjs_dispatcher_model_view(s->dispatcher, m, &v);
+    out->weight = v.weight;
+    out->max_queue_depth = v.max_queue_depth;
+    out->queue_depth = v.queue_depth;
+    out->recent_utilization = v.recent_utilization;
+    out->default_timeout_us = atomic_load(&m->default_timeout_ns) / 1000;
 }
 
 const char *pjs_server_discipline(const pjs_server *s)
@@ -542,7 +635,7 @@ int pjs_server_load_model(pjs_server *s, const char *name, pjs_error *err)
     if (name == NULL || name[0] == '\0')
         return pjs_error_set(err, PJS_ERR_INVALID_ARGUMENT, "no model name given");
     pthread_mutex_lock(&s->load_lock);
-    int rc = load_locked(s, name, "", err);
+    int rc = load_locked(s, name, "", false, err);
     pthread_mutex_unlock(&s->load_lock);
     return rc;
 }
@@ -556,11 +649,44 @@ int pjs_server_unload_model(pjs_server *s, const char *name, pjs_error *err)
     pthread_mutex_unlock(&s->repo_lock);
     if (!known)
         return pjs_error_set(err, PJS_ERR_NOT_FOUND, "unknown model \"%.256s\"", name);
-    pjs_model_unref(set_entry(s, name, PJS_MODEL_UNAVAILABLE,
+    drop_model(s, set_entry(s, name, PJS_MODEL_UNAVAILABLE,
                               "unloaded by a repository request; load it again to serve it", NULL,
                               true));
     pjs_info("model %s unloaded", name);
     return 0;
+}
+
+int pjs_server_reload_model(pjs_server *s, const char *name, pjs_error *err)
+{
+    if (name == NULL || name[0] == '\0')
+        return pjs_error_set(err, PJS_ERR_INVALID_ARGUMENT, "no model name given");
+    pthread_mutex_lock(&s->load_lock);
+    int rc = load_locked(s, name, "", true, err);
+    pthread_mutex_unlock(&s->load_lock);
+    return rc;
+}
+
+int pjs_server_remove_model(pjs_server *s, const char *name, pjs_error *err)
+{
+    pjs_model *old = NULL;
+    int rc = 0;
+    pthread_mutex_lock(&s->load_lock); /* not in the middle of a load of it */
+    pthread_mutex_lock(&s->repo_lock);
+    repo_entry *e = name != NULL ? find_entry_locked(s, name) : NULL;
+    if (e == NULL) {
+        rc = pjs_error_set(err, PJS_ERR_NOT_FOUND, "unknown model \"%.256s\"", name ? name : "");
+    } else {
+        old = e->model;
+        size_t i = (size_t)(e - s->entries);
+        memmove(e, e + 1, (s->n_entries - i - 1) * sizeof *e);
+        s->n_entries--;
+    }
+    pthread_mutex_unlock(&s->repo_lock);
+    pthread_mutex_unlock(&s->load_lock);
+    drop_model(s, old);
+    if (rc == 0)
+        pjs_info("model %s removed from the repository", name);
+    return rc;
 }
 
 void pjs_server_get_counters(pjs_server *s, pjs_server_counters *out)
@@ -582,4 +708,85 @@ void pjs_server_foreach_model(pjs_server *s, void (*fn)(pjs_model *m, void *ctx)
         pjs_model_unref(models[i]);
     }
     free(models);
+}
+
+/* ---- residency ----------------------------------------------------------- */
+
+pjs_control_mode pjs_server_control_mode(const pjs_server *s)
+{
+    return s->control_mode;
+}
+
+void pjs_server_model_residency(pjs_server *s, pjs_model *m, pjs_model_residency_info *out)
+{
+    memset(out, 0, sizeof *out);
+    out->residency = m->residency;
+    out->weight_bytes = m->wentry.bytes;
+    out->load_ns = atomic_load(&m->load_ns);
+    pjs_dispatcher_residency(s->dispatcher, m, &out->resident, &out->loads, &out->evictions);
+}
+
+void pjs_server_weight_cache_info(pjs_server *s, pjs_weight_cache_info *out)
+{
+    pjs_dispatcher_cache_totals(s->dispatcher, &out->budget_bytes, &out->used_bytes,
+                                &out->pinned_bytes);
+}
+
+int pjs_server_set_residency(pjs_server *s, const char *name, pjs_residency target,
+                             pjs_error *err)
+{
+    pjs_model *m = NULL;
+    int rc = pjs_server_get_model(s, name, NULL, &m, err);
+    if (rc != 0)
+        return rc;
+    rc = pjs_dispatcher_set_residency(s->dispatcher, m, target, err);
+    if (rc == 0 && target == PJS_RESIDENCY_DEVICE)
+        rc = pjs_dispatcher_warm_up(s->dispatcher, m, s->policies.sched.warmup_runs, NULL, err);
+    if (rc == 0)
+        pjs_info("model %s: residency %s", name, pjs_residency_name(target));
+    pjs_model_unref(m);
+    return rc;
+}
+
+int pjs_server_compact(pjs_server *s, const char *const *reload, size_t n, size_t *reloaded,
+                       pjs_error *err)
+{
+    *reloaded = 0;
+    pjs_model **models = calloc(n + 1, sizeof *models);
+    if (models == NULL)
+        return pjs_error_set(err, PJS_ERR_NOMEM, "out of memory");
+    int rc = 0;
+    size_t got = 0;
+    for (; got < n && rc == 0; got++)
+        rc = pjs_server_get_model(s, reload[got], NULL, &models[got], err);
+    if (rc == 0)
+        rc = pjs_dispatcher_compact(s->dispatcher, models, n, reloaded, err);
+    for (size_t i = 0; i < n; i++)
+        pjs_model_unref(models[i]);
+    free(models);
+    if (rc == 0)
+        pjs_info("device weight cache compacted; %zu models reloaded", *reloaded);
+    return rc;
+}
+
+int pjs_server_set_model_policy(pjs_server *s, const char *name, const pjs_model_policy *p,
+                                pjs_error *err)
+{
+    if (p->weight < 0 || !isfinite(p->weight))
+        return pjs_error_set(err, PJS_ERR_INVALID_ARGUMENT,
+                             "weight: must be a finite number > 0");
+    pjs_model *m = NULL;
+    int rc = pjs_server_get_model(s, name, NULL, &m, err);
+    if (rc != 0)
+        return rc;
+    if (p->default_timeout_us >= 0)
+        atomic_store(&m->default_timeout_ns, (uint64_t)p->default_timeout_us * 1000);
+    pjs_dispatcher_set_policy(s->dispatcher, m, p->weight, p->max_queue_depth);
+    pjs_sched_model_view v;
+    pjs_dispatcher_model_view(s->dispatcher, m, &v);
+    pjs_info("model %s: policy weight %g, max queue depth %zu, default timeout %llu us", name,
+             v.weight, v.max_queue_depth,
+             (unsigned long long)(atomic_load(&m->default_timeout_ns) / 1000));
+    pjs_model_unref(m);
+    return 0;
 }

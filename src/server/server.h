@@ -30,6 +30,16 @@
 
 typedef struct pjs_server pjs_server;
 
+/* Who decides which models are loaded and resident (--model-control-mode). */
+typedef enum pjs_control_mode {
+    PJS_CONTROL_DYNAMIC = 0,  /* load at start, then follow the repository (watcher) */
+    PJS_CONTROL_STATIC = 1,   /* load at start, never again on its own */
+    PJS_CONTROL_EXPLICIT = 2, /* load at start with no device weights; a control plane pins */
+} pjs_control_mode;
+
+const char *pjs_control_mode_name(pjs_control_mode m); /* "dynamic", "static", "explicit" */
+int pjs_control_mode_parse(const char *s);             /* -1 when unknown */
+
 typedef struct pjs_server_options {
     const char *repository;       /* directory of bundles (required) */
     const char *plugin_path;      /* NULL: the default plugin */
@@ -40,12 +50,21 @@ typedef struct pjs_server_options {
     bool allow_client_shm;
     int completion_threads;       /* threads running on_done; 0: a default */
     const pjs_server_config *config; /* scheduler and model policies; NULL: defaults */
+    pjs_control_mode control_mode;
+    uint64_t repository_poll_ms;  /* dynamic: how often the repository is scanned; 0: 1000 */
+    /* Device weight-cache budget in bytes; 0: derived from the device's
+     * memory with weight_fraction (pjs_weight_budget), unlimited when the
+     * device reports none (the CPU plugin). */
+    uint64_t device_weight_budget;
+    double weight_fraction;       /* share of device memory for weights; 0: 0.8 */
 } pjs_server_options;
 
 /* Loads the plugin, creates the client, loads and compiles every bundle of
  * the repository (logging progress and each refusal; a bad bundle does not
- * stop the others) and starts the dispatcher. Fails only when the server
- * cannot run at all (no plugin, no repository directory). */
+ * stop the others) and starts the dispatcher; in dynamic mode also the
+ * repository watcher (server/watcher.h), which pjs_server_drain stops. Fails
+ * only when the server cannot run at all (no plugin, no repository
+ * directory). */
 int pjs_server_create(const pjs_server_options *o, pjs_server **out, pjs_error *err);
 /* Drains (if not done yet), stops the dispatcher and frees everything. */
 void pjs_server_destroy(pjs_server *s);
@@ -92,12 +111,58 @@ int pjs_server_submit_committed(pjs_server *s, pjs_infer_request *r,
 /* The scheduler's view of a model now. */
 typedef struct pjs_model_sched_info {
     double weight;              /* its fair-share weight */
+    size_t max_queue_depth;     /* its queue bound */
+    uint64_t default_timeout_us;/* deadline of requests carrying none; 0: none */
     uint64_t queue_depth;       /* requests queued, all variants */
     double recent_utilization;  /* share of device time over the recent window, 0..1 */
 } pjs_model_sched_info;
 void pjs_server_model_sched_info(pjs_server *s, pjs_model *m, pjs_model_sched_info *out);
 /* The discipline in use ("fair", "fifo", "edf"). */
 const char *pjs_server_discipline(const pjs_server *s);
+
+/* ---- residency (the device weight cache) ---------------------------------- */
+
+pjs_control_mode pjs_server_control_mode(const pjs_server *s);
+
+/* A model's weights: its floor (manifest `residency`, or as last set), whether
+ * they are on the device now, and the cache's counters for it. */
+typedef struct pjs_model_residency_info {
+    pjs_residency residency;    /* DEVICE: pinned on the device; HOST: host floor,
+                                   on the device on demand; UNPINNED: no host floor */
+    bool resident;              /* weights on the device now */
+    uint64_t weight_bytes;
+    uint64_t loads;             /* host-to-device weight loads */
+    uint64_t evictions;
+    uint64_t load_ns;           /* total time of those loads */
+} pjs_model_residency_info;
+void pjs_server_model_residency(pjs_server *s, pjs_model *m, pjs_model_residency_info *out);
+
+typedef struct pjs_weight_cache_info {
+    uint64_t budget_bytes;      /* UINT64_MAX: unlimited */
+    uint64_t used_bytes;        /* resident weights of on-demand (non-pinned) models */
+    uint64_t pinned_bytes;      /* resident weights of device-pinned models */
+} pjs_weight_cache_info;
+void pjs_server_weight_cache_info(pjs_server *s, pjs_weight_cache_info *out);
+
+/* Moves model `name` to `target` (runs on the dispatch thread, between
+ * executions; returns when done): DEVICE uploads and pins its weights
+ * (outside the budget); HOST makes them evictable (explicit mode: frees
+ * them from the device); UNPINNED also drops the host floor. NOT_FOUND /
+ * UNAVAILABLE as pjs_server_get_model. */
+int pjs_server_set_residency(pjs_server *s, const char *name, pjs_residency target,
+                             pjs_error *err);
+
+/* Frees every resident non-pinned model's device weights at once (so the
+ * device allocator can coalesce), then loads the models named in reload
+ * (n may be 0). Sets *reloaded to how many were loaded again. */
+int pjs_server_compact(pjs_server *s, const char *const *reload, size_t n, size_t *reloaded,
+                       pjs_error *err);
+
+/* Changes a loaded model's scheduling policy now: fields of p that are set
+ * (weight > 0, max_queue_depth > 0, default_timeout_us >= 0) replace the
+ * current ones; p->name is ignored. */
+int pjs_server_set_model_policy(pjs_server *s, const char *name, const pjs_model_policy *p,
+                                pjs_error *err);
 
 /* One bundle directory of the repository and its state. */
 typedef enum pjs_model_state {
@@ -125,6 +190,14 @@ size_t pjs_server_repository_index(pjs_server *s, bool ready_only, pjs_repositor
 int pjs_server_load_model(pjs_server *s, const char *name, pjs_error *err);
 /* Marks `name` unavailable; queued requests still complete. */
 int pjs_server_unload_model(pjs_server *s, const char *name, pjs_error *err);
+/* As pjs_server_load_model, but when the new version fails to load, a
+ * version that is serving keeps serving (the repository watcher's reload of
+ * a changed bundle). */
+int pjs_server_reload_model(pjs_server *s, const char *name, pjs_error *err);
+/* Drops `name` from the repository (its bundle directory is gone): the
+ * index no longer lists it, lookups get NOT_FOUND, requests already
+ * admitted complete on the model they hold. NOT_FOUND when not listed. */
+int pjs_server_remove_model(pjs_server *s, const char *name, pjs_error *err);
 
 /* Counters for the whole server (Prometheus). */
 typedef struct pjs_server_counters {

@@ -1,0 +1,194 @@
+/*
+ * weight_cache.c - LRU residency of model weights under a byte budget (see
+ * weight_cache.h).
+ *
+ * The LRU list holds resident unpinned entries, newest first. Every change
+ * is done in the same order: the device work (a callback) with no lock held,
+ * then the books under `lock`; an eviction commits the books first and frees
+ * afterwards, so a reader never counts bytes as free that are not, for longer
+ * than the free takes, and the entry is out of the books before the callback
+ * may release its owner.
+ */
+#include "sched/weight_cache.h"
+
+#include <math.h>
+#include <string.h>
+
+void pjs_wcache_init(pjs_wcache *c, uint64_t budget, bool autonomous, const pjs_wcache_ops *ops)
+{
+    memset(c, 0, sizeof *c);
+    pthread_mutex_init(&c->lock, NULL);
+    c->budget = budget;
+    c->autonomous = autonomous;
+    c->ops = *ops;
+}
+
+void pjs_wcache_destroy(pjs_wcache *c)
+{
+    pthread_mutex_destroy(&c->lock);
+}
+
+static void unlink_lru(pjs_wcache *c, pjs_wcache_entry *e)
+{
+    if (e->newer != NULL)
+        e->newer->older = e->older;
+    else
+        c->newest = e->older;
+    if (e->older != NULL)
+        e->older->newer = e->newer;
+    else
+        c->oldest = e->newer;
+    e->newer = e->older = NULL;
+}
+
+static void push_newest(pjs_wcache *c, pjs_wcache_entry *e)
+{
+    e->older = c->newest;
+    e->newer = NULL;
+    if (c->newest != NULL)
+        c->newest->newer = e;
+    else
+        c->oldest = e;
+    c->newest = e;
+}
+
+/* Takes resident e out of the books, then frees its device weights. */
+static void evict(pjs_wcache *c, pjs_wcache_entry *e)
+{
+    pthread_mutex_lock(&c->lock);
+    if (e->pinned) {
+        c->pinned -= e->bytes;
+    } else {
+        unlink_lru(c, e);
+        c->used -= e->bytes;
+    }
+    e->resident = false;
+    e->evictions++;
+    pthread_mutex_unlock(&c->lock);
+    c->ops.evict(e, c->ops.ctx);
+}
+
+/* Loads e, then puts it in the books (pinned or newest). */
+static int load(pjs_wcache *c, pjs_wcache_entry *e, pjs_error *err)
+{
+    int rc = c->ops.load(e, c->ops.ctx, err);
+    if (rc != 0)
+        return rc;
+    pthread_mutex_lock(&c->lock);
+    e->resident = true;
+    e->loads++;
+    if (e->pinned) {
+        c->pinned += e->bytes;
+    } else {
+        push_newest(c, e);
+        c->used += e->bytes;
+    }
+    pthread_mutex_unlock(&c->lock);
+    return 0;
+}
+
+static bool fits(const pjs_wcache *c, uint64_t bytes)
+{
+    return c->budget == PJS_WCACHE_UNLIMITED ||
+           (bytes <= c->budget && c->used <= c->budget - bytes);
+}
+
+int pjs_wcache_acquire(pjs_wcache *c, pjs_wcache_entry *e, bool *over_budget, pjs_error *err)
+{
+    *over_budget = false;
+    if (e->resident) {
+        if (!e->pinned && c->newest != e) {
+            pthread_mutex_lock(&c->lock);
+            unlink_lru(c, e);
+            push_newest(c, e);
+            pthread_mutex_unlock(&c->lock);
+        }
+        return 0;
+    }
+    if (!c->autonomous)
+        return pjs_error_set(err, PJS_ERR_FAILED_PRECONDITION,
+                             "its weights are not on the device (explicit model control: pin it "
+                             "with SetModelResidency or POST /v2/pjserve/models/NAME/residency)");
+    if (!e->pinned) {
+        while (!fits(c, e->bytes) && c->oldest != NULL)
+            evict(c, c->oldest);
+        *over_budget = !fits(c, e->bytes);
+    }
+    return load(c, e, err);
+}
+
+int pjs_wcache_set_pinned(pjs_wcache *c, pjs_wcache_entry *e, bool pinned, pjs_error *err)
+{
+    if (e->pinned == pinned)
+        return pinned && !e->resident ? load(c, e, err) : 0;
+    pthread_mutex_lock(&c->lock);
+    if (e->resident) {
+        if (pinned) {
+            unlink_lru(c, e);
+            c->used -= e->bytes;
+            c->pinned += e->bytes;
+        } else {
+            c->pinned -= e->bytes;
+            c->used += e->bytes;
+            push_newest(c, e);
+        }
+    }
+    e->pinned = pinned;
+    pthread_mutex_unlock(&c->lock);
+    if (pinned && !e->resident)
+        return load(c, e, err);
+    if (!pinned && e->resident && !c->autonomous)
+        evict(c, e);
+    return 0;
+}
+
+void pjs_wcache_release(pjs_wcache *c, pjs_wcache_entry *e)
+{
+    if (e->resident)
+        evict(c, e);
+}
+
+size_t pjs_wcache_compact(pjs_wcache *c, pjs_wcache_entry *const *reload, size_t n,
+                          pjs_error *err)
+{
+    while (c->oldest != NULL)
+        evict(c, c->oldest);
+    size_t loaded = 0;
+    int first_rc = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (reload[i]->resident)
+            continue;
+        pjs_error load_err;
+        if (load(c, reload[i], &load_err) == 0)
+            loaded++;
+        else if (first_rc == 0) {
+            first_rc = load_err.code;
+            *err = load_err;
+        }
+    }
+    return loaded;
+}
+
+void pjs_wcache_totals(pjs_wcache *c, uint64_t *budget, uint64_t *used, uint64_t *pinned)
+{
+    pthread_mutex_lock(&c->lock);
+    *budget = c->budget;
+    *used = c->used;
+    *pinned = c->pinned;
+    pthread_mutex_unlock(&c->lock);
+}
+
+pjs_weight_budget pjs_weight_budget_solve(uint64_t arena, double fraction, double wiggle,
+                                          uint64_t max_scratch, uint64_t pinned_bytes)
+{
+    pjs_weight_budget b = {0};
+    double ceiling = (1.0 - wiggle) * (double)arena;
+    double pool = fmin(fraction * (double)arena, ceiling - (double)max_scratch);
+    if (pool < 0)
+        pool = 0;
+    b.scratch_ceiling = (uint64_t)ceiling;
+    b.weight_pool = (uint64_t)pool;
+    b.pinned_over_commit = pinned_bytes > b.weight_pool;
+    b.on_demand_budget = b.pinned_over_commit ? 0 : b.weight_pool - pinned_bytes;
+    return b;
+}

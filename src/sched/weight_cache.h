@@ -1,0 +1,103 @@
+/*
+ * weight_cache.h - which models' weights are on the device, under a byte
+ * budget.
+ *
+ * Every model's weights live in host RAM (its host floor) and move to the
+ * device when it runs. The cache keeps them there while there is room:
+ * acquiring a model that is not resident evicts the least recently used
+ * resident models until it fits the budget, then loads it. Device-pinned
+ * models are loaded once and never evicted; their bytes are counted apart
+ * and do not use the budget. A model larger than the whole budget loads
+ * after everything else was evicted (the caller logs a warning). When the
+ * cache is not autonomous (explicit control mode), acquiring a model that
+ * is not resident fails instead: a control plane decides residency.
+ *
+ * The cache does bookkeeping only; loading and freeing device buffers are
+ * callbacks, so the policy is unit-tested without a device. Only one thread
+ * (the dispatch thread) mutates residency, and it calls the callbacks with no
+ * lock held; `lock` guards the bookkeeping against readers (metrics), taken
+ * briefly to commit each change.
+ */
+#ifndef PJS_SCHED_WEIGHT_CACHE_H
+#define PJS_SCHED_WEIGHT_CACHE_H
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "core/status.h"
+
+#define PJS_WCACHE_UNLIMITED UINT64_MAX
+
+typedef struct pjs_wcache_entry {
+    uint64_t bytes;
+    bool pinned;     /* device-pinned: outside the budget, never evicted */
+    bool resident;
+    uint64_t loads;
+    uint64_t evictions;
+    struct pjs_wcache_entry *newer, *older; /* LRU list of resident unpinned entries */
+} pjs_wcache_entry;
+
+typedef struct pjs_wcache_ops {
+    /* Copies e's weights to the device. */
+    int (*load)(pjs_wcache_entry *e, void *ctx, pjs_error *err);
+    /* Frees e's device weights; e is no longer in the cache's books. */
+    void (*evict)(pjs_wcache_entry *e, void *ctx);
+    void *ctx;
+} pjs_wcache_ops;
+
+typedef struct pjs_wcache {
+    pthread_mutex_t lock;
+    uint64_t budget;          /* for unpinned entries; PJS_WCACHE_UNLIMITED */
+    uint64_t used;            /* resident unpinned bytes */
+    uint64_t pinned;          /* resident pinned bytes */
+    bool autonomous;          /* false: never load or evict on its own */
+    pjs_wcache_entry *newest, *oldest;
+    pjs_wcache_ops ops;
+} pjs_wcache;
+
+void pjs_wcache_init(pjs_wcache *c, uint64_t budget, bool autonomous, const pjs_wcache_ops *ops);
+void pjs_wcache_destroy(pjs_wcache *c);
+
+/* Makes e resident before it runs: a resident entry becomes the most
+ * recently used; otherwise (autonomous) least recently used entries are
+ * evicted until e fits and e is loaded. *over_budget is set when e alone
+ * exceeds the budget. FAILED_PRECONDITION when not autonomous and e is not
+ * resident; a load error otherwise. */
+int pjs_wcache_acquire(pjs_wcache *c, pjs_wcache_entry *e, bool *over_budget, pjs_error *err);
+
+/* Pins e on the device (loading it if needed, outside the budget) or unpins
+ * it: it becomes the most recently used evictable entry, or, when the cache
+ * is not autonomous, is evicted at once. */
+int pjs_wcache_set_pinned(pjs_wcache *c, pjs_wcache_entry *e, bool pinned, pjs_error *err);
+
+/* Evicts e if resident, pinned or not (the model is going away). */
+void pjs_wcache_release(pjs_wcache *c, pjs_wcache_entry *e);
+
+/* Evicts every resident unpinned entry at once, then loads reload[0..n)
+ * (pinned ones are left as they are). Returns how many were loaded; the
+ * first load error, if any, is in err. */
+size_t pjs_wcache_compact(pjs_wcache *c, pjs_wcache_entry *const *reload, size_t n,
+                          pjs_error *err);
+
+/* A consistent reading of the totals. */
+void pjs_wcache_totals(pjs_wcache *c, uint64_t *budget, uint64_t *used, uint64_t *pinned);
+
+/* The budget for on-demand weights from the device's memory (seed: the
+ * arena holds pinned weights + on-demand weights + one execution's scratch
+ * + a wiggle share of slack):
+ *   scratch_ceiling  = (1 - wiggle) * arena
+ *   weight_pool      = min(fraction * arena, scratch_ceiling - max_scratch)
+ *   on_demand_budget = clamp(weight_pool - pinned_bytes, 0, weight_pool)
+ * pinned_over_commit is set when the pinned weights alone exceed the pool. */
+typedef struct pjs_weight_budget {
+    uint64_t scratch_ceiling;
+    uint64_t weight_pool;
+    uint64_t on_demand_budget;
+    bool pinned_over_commit;
+} pjs_weight_budget;
+
+pjs_weight_budget pjs_weight_budget_solve(uint64_t arena, double fraction, double wiggle,
+                                          uint64_t max_scratch, uint64_t pinned_bytes);
+
+#endif
