@@ -91,7 +91,9 @@ typedef struct pjs_model {
     /* The host floor: every weight in aligned host memory, argument order,
      * or NULL (residency unpinned: read from the mapped file when loaded). */
     void **host_weights;
-    pjs_residency residency;      /* the floor now (manifest's at load) */
+    pjs_residency residency;      /* the floor now (manifest's at load); the
+                                     dispatch thread changes it under the
+                                     weight cache's lock */
     pjs_wcache_entry wentry;      /* the cache's books for this model */
     atomic_uint_fast64_t load_ns; /* total time of weight loads */
     bool retired;                 /* left the repository (dispatch thread) */

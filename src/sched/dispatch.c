@@ -700,7 +700,9 @@ static void residency_run(device_task *task)
     }
     if (t->target == PJS_RESIDENCY_UNPINNED)
         pjs_model_set_host_floor(m, false, NULL);
+    pthread_mutex_lock(&d->cache.lock);
     m->residency = t->target;
+    pthread_mutex_unlock(&d->cache.lock);
 }
 
 int pjs_dispatcher_set_residency(pjs_dispatcher *d, pjs_model *m, pjs_residency target,
@@ -756,10 +758,11 @@ int pjs_dispatcher_compact(pjs_dispatcher *d, pjs_model *const *reload, size_t n
     return 0;
 }
 
-void pjs_dispatcher_residency(pjs_dispatcher *d, pjs_model *m, bool *resident, uint64_t *loads,
-                              uint64_t *evictions)
+void pjs_dispatcher_residency(pjs_dispatcher *d, pjs_model *m, pjs_residency *residency,
+                              bool *resident, uint64_t *loads, uint64_t *evictions)
 {
     pthread_mutex_lock(&d->cache.lock);
+    *residency = m->residency;
     *resident = m->wentry.resident;
     *loads = m->wentry.loads;
     *evictions = m->wentry.evictions;

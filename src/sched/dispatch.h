@@ -72,8 +72,8 @@ void pjs_dispatcher_retire(pjs_dispatcher *d, pjs_model *m);
 int pjs_dispatcher_compact(pjs_dispatcher *d, pjs_model *const *reload, size_t n,
                            size_t *reloaded, pjs_error *err);
 /* Residency readings for metrics and the control surface. */
-void pjs_dispatcher_residency(pjs_dispatcher *d, pjs_model *m, bool *resident, uint64_t *loads,
-                              uint64_t *evictions);
+void pjs_dispatcher_residency(pjs_dispatcher *d, pjs_model *m, pjs_residency *residency,
+                              bool *resident, uint64_t *loads, uint64_t *evictions);
 void pjs_dispatcher_cache_totals(pjs_dispatcher *d, uint64_t *budget, uint64_t *used,
                                  uint64_t *pinned);
 

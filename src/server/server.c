@@ -720,10 +720,10 @@ pjs_control_mode pjs_server_control_mode(const pjs_server *s)
 void pjs_server_model_residency(pjs_server *s, pjs_model *m, pjs_model_residency_info *out)
 {
     memset(out, 0, sizeof *out);
-    out->residency = m->residency;
     out->weight_bytes = m->wentry.bytes;
     out->load_ns = atomic_load(&m->load_ns);
-    pjs_dispatcher_residency(s->dispatcher, m, &out->resident, &out->loads, &out->evictions);
+    pjs_dispatcher_residency(s->dispatcher, m, &out->residency, &out->resident, &out->loads,
+                             &out->evictions);
 }
 
 void pjs_server_weight_cache_info(pjs_server *s, pjs_weight_cache_info *out)
@@ -740,7 +740,8 @@ int pjs_server_set_residency(pjs_server *s, const char *name, pjs_residency targ
     if (rc != 0)
         return rc;
     rc = pjs_dispatcher_set_residency(s->dispatcher, m, target, err);
-    if (rc == 0 && target == PJS_RESIDENCY_DEVICE)
+    /* In explicit control only pinned models warmed up at load. */
+    if (rc == 0 && target == PJS_RESIDENCY_DEVICE && s->control_mode == PJS_CONTROL_EXPLICIT)
         rc = pjs_dispatcher_warm_up(s->dispatcher, m, s->policies.sched.warmup_runs, NULL, err);
     if (rc == 0)
         pjs_info("model %s: residency %s", name, pjs_residency_name(target));
