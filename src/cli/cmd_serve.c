@@ -13,7 +13,10 @@
  * scheduler flags in the order given (server/config.h), so a flag wins
  * wherever it stands on the command line.
  */
+#include <ctype.h>
+#include <errno.h>
 #include <getopt.h>
+#include <math.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
@@ -34,6 +37,8 @@ static const char help[] =
     "Loads and compiles every bundle directory in DIR, then serves them over the\n"
     "KServe V2 protocol on gRPC and HTTP/REST at once, with Prometheus metrics.\n"
     "A bundle that fails to load is reported and left out; the others serve.\n"
+    "By default pjserve then follows DIR: bundles added, changed or removed there\n"
+    "are loaded, reloaded or dropped while the others keep serving.\n"
     "SIGINT or SIGTERM stops accepting requests, answers every accepted one, and\n"
     "exits 0. Triton clients (tritonclient, perf_analyzer) work unchanged.\n"
     "\n"
@@ -54,6 +59,29 @@ static const char help[] =
     "  --grpc-keepalive-permit-without-calls  allow client pings with no call open\n"
     "  --grpc-threads N        gRPC completion-queue threads (default 4)\n"
     "  --http-threads N        HTTP connection threads (default 4)\n"
+    "\n"
+    "model lifecycle (docs/serving.md, section Model lifecycle):\n"
+    "  --model-control-mode dynamic|static|explicit  (default dynamic)\n"
+    "                          dynamic: follow the repository; a bundle added,\n"
+    "                          changed or removed is loaded, reloaded (requests in\n"
+    "                          flight finish on the old version; a new version that\n"
+    "                          fails to load leaves the old one serving) or dropped\n"
+    "                          once seen unchanged on two scans in a row.\n"
+    "                          static: load the repository once at start-up.\n"
+    "                          explicit: load once, and never load or evict device\n"
+    "                          weights on its own: a control plane pins models with\n"
+    "                          the ModelControl gRPC service or the REST control\n"
+    "                          endpoints; requests for a model whose weights are not\n"
+    "                          on the device fail with FAILED_PRECONDITION\n"
+    "  --repository-poll-ms MS dynamic: scan the repository every MS milliseconds\n"
+    "                          (default 1000)\n"
+    "  --device-weight-budget BYTES  device memory for model weights, in bytes or\n"
+    "                          with a suffix K, M, G (powers of 1000) or Ki, Mi, Gi\n"
+    "                          (powers of 1024); 0: --weight-fraction of the\n"
+    "                          device's memory, unlimited when the device reports\n"
+    "                          none (the CPU plugin) (default 0)\n"
+    "  --weight-fraction X     share of the device's memory for weights when no\n"
+    "                          budget is given, 0 < X <= 1 (default 0.8)\n"
     "\n"
     "scheduler: each setting comes from its default, then --config FILE, then its\n"
     "environment variable [in brackets], then its flag; later ones win. The file\n"
@@ -113,6 +141,10 @@ typedef struct serve_args {
     bool allow_client_shm;
     pjs_grpc_options grpc;
     int http_threads;
+    pjs_control_mode control_mode;
+    uint64_t repository_poll_ms;
+    uint64_t device_weight_budget; /* 0: derived from the device's memory */
+    double weight_fraction;
     const char *config_path;
     serve_setting settings[MAX_SETTINGS];
     size_t n_settings;
@@ -134,6 +166,10 @@ enum {
     OPT_KEEPALIVE_PERMIT,
     OPT_GRPC_THREADS,
     OPT_HTTP_THREADS,
+    OPT_CONTROL_MODE,
+    OPT_POLL_MS,
+    OPT_WEIGHT_BUDGET,
+    OPT_WEIGHT_FRACTION,
     OPT_CONFIG,
     OPT_MODEL_WEIGHT,
     OPT_DISCIPLINE,
@@ -173,6 +209,40 @@ static int parse_int(const char *flag, const char *arg, long max, long *out)
     if (*arg == '\0' || *end != '\0' || v < 0 || v > max)
         return pjs_cli_usage_error("serve", "%s %s: expected an integer in 0..%ld", flag, arg,
                                    max);
+    *out = v;
+    return 0;
+}
+
+/* Parses a byte count: an integer, optionally followed by K, M, G (powers
+ * of 1000) or Ki, Mi, Gi (powers of 1024). */
+static int parse_bytes(const char *flag, const char *arg, uint64_t *out)
+{
+    static const struct {
+        const char *suffix;
+        uint64_t scale;
+    } units[] = {{"", 1},           {"K", 1000},       {"M", 1000000},   {"G", 1000000000},
+                 {"Ki", 1ULL << 10}, {"Mi", 1ULL << 20}, {"Gi", 1ULL << 30}};
+    char *end = NULL;
+    errno = 0;
+    unsigned long long v = isdigit((unsigned char)arg[0]) ? strtoull(arg, &end, 10) : 0;
+    for (size_t i = 0; end != NULL && errno == 0 && i < sizeof units / sizeof units[0]; i++)
+        if (strcmp(end, units[i].suffix) == 0 && v <= UINT64_MAX / units[i].scale) {
+            *out = (uint64_t)v * units[i].scale;
+            return 0;
+        }
+    return pjs_cli_usage_error("serve",
+                               "%s %s: expected a number of bytes, optionally followed by K, M, "
+                               "G (powers of 1000) or Ki, Mi, Gi (powers of 1024)",
+                               flag, arg);
+}
+
+/* Parses --weight-fraction: a number in (0, 1]. */
+static int parse_fraction(const char *flag, const char *arg, double *out)
+{
+    char *end;
+    double v = strtod(arg, &end);
+    if (*arg == '\0' || *end != '\0' || !isfinite(v) || v <= 0 || v > 1)
+        return pjs_cli_usage_error("serve", "%s %s: expected a number in (0, 1]", flag, arg);
     *out = v;
     return 0;
 }
@@ -220,6 +290,10 @@ static int parse_args(int argc, char **argv, serve_args *a)
         {"grpc-keepalive-permit-without-calls", no_argument, NULL, OPT_KEEPALIVE_PERMIT},
         {"grpc-threads", required_argument, NULL, OPT_GRPC_THREADS},
         {"http-threads", required_argument, NULL, OPT_HTTP_THREADS},
+        {"model-control-mode", required_argument, NULL, OPT_CONTROL_MODE},
+        {"repository-poll-ms", required_argument, NULL, OPT_POLL_MS},
+        {"device-weight-budget", required_argument, NULL, OPT_WEIGHT_BUDGET},
+        {"weight-fraction", required_argument, NULL, OPT_WEIGHT_FRACTION},
         {"config", required_argument, NULL, OPT_CONFIG},
         {"model-weight", required_argument, NULL, OPT_MODEL_WEIGHT},
         {"scheduler-discipline", required_argument, NULL, OPT_DISCIPLINE},
@@ -237,6 +311,9 @@ static int parse_args(int argc, char **argv, serve_args *a)
     a->grpc_port = 8001;
     a->http_port = 8000;
     a->metrics_port = 8002;
+    a->control_mode = PJS_CONTROL_DYNAMIC;
+    a->repository_poll_ms = 1000;
+    a->weight_fraction = 0.8;
     int opt;
     long v = 0;
     optind = 1;
@@ -279,6 +356,28 @@ static int parse_args(int argc, char **argv, serve_args *a)
         case OPT_HTTP_THREADS:
             bad = parse_int("--http-threads", optarg, 256, &v);
             a->http_threads = (int)v;
+            break;
+        case OPT_CONTROL_MODE: {
+            int mode = pjs_control_mode_parse(optarg);
+            if (mode < 0)
+                return pjs_cli_usage_error("serve",
+                                           "--model-control-mode %s: expected dynamic, static "
+                                           "or explicit",
+                                           optarg);
+            a->control_mode = (pjs_control_mode)mode;
+            break;
+        }
+        case OPT_POLL_MS:
+            bad = parse_int("--repository-poll-ms", optarg, 86400000, &v);
+            if (!bad && v == 0)
+                bad = pjs_cli_usage_error("serve", "--repository-poll-ms 0: expected at least 1");
+            a->repository_poll_ms = (uint64_t)v;
+            break;
+        case OPT_WEIGHT_BUDGET:
+            bad = parse_bytes("--device-weight-budget", optarg, &a->device_weight_budget);
+            break;
+        case OPT_WEIGHT_FRACTION:
+            bad = parse_fraction("--weight-fraction", optarg, &a->weight_fraction);
             break;
         case OPT_CONFIG: a->config_path = optarg; break;
         case OPT_MODEL_WEIGHT:
@@ -334,6 +433,24 @@ static int build_config(const serve_args *a, pjs_server_config *c)
     return PJS_EXIT_OK;
 }
 
+/* Logs who decides which models are loaded and resident, once. */
+static void log_control_mode(const serve_args *a)
+{
+    switch (a->control_mode) {
+    case PJS_CONTROL_STATIC:
+        pjs_info("model control mode static: the repository is loaded once, at start-up");
+        break;
+    case PJS_CONTROL_EXPLICIT:
+        pjs_info("model control mode explicit: the repository is loaded at start-up; device "
+                 "weights are loaded and evicted only on request of a control plane");
+        break;
+    default:
+        pjs_info("model control mode dynamic: bundles added, changed or removed in %s are "
+                 "loaded, reloaded or dropped (scanned every %llu ms)",
+                 a->repository, (unsigned long long)a->repository_poll_ms);
+    }
+}
+
 /* Logs the effective scheduler settings and model policies, once. */
 static void log_config(const pjs_server_config *c)
 {
@@ -359,6 +476,7 @@ int pjs_cmd_serve(int argc, char **argv)
         return rc;
     }
     log_config(&config);
+    log_control_mode(&a);
 
     sigset_t stop_signals;
     sigemptyset(&stop_signals);
@@ -376,6 +494,10 @@ int pjs_cmd_serve(int argc, char **argv)
         .n_pjrt_options = a.common.n_pjrt_options,
         .allow_client_shm = a.allow_client_shm,
         .config = &config,
+        .control_mode = a.control_mode,
+        .repository_poll_ms = a.repository_poll_ms,
+        .device_weight_budget = a.device_weight_budget,
+        .weight_fraction = a.weight_fraction,
     };
     pjs_error err;
     pjs_server *server = NULL;

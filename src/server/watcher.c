@@ -59,7 +59,7 @@ static bool is_loaded_file(const char *name)
     size_t n = strlen(name);
     return strcmp(name, "manifest.yaml") == 0 || strcmp(name, "weights.safetensors") == 0 ||
            strcmp(name, "model.c") == 0 || strcmp(name, "model.so") == 0 ||
-           (strncmp(name, "model", 5) == 0 && n > 10 && strcmp(name + n - 5, ".mlir") == 0);
+           (strncmp(name, "model", 5) == 0 && n >= 10 && strcmp(name + n - 5, ".mlir") == 0);
 }
 
 static uint64_t fnv1a(uint64_t h, const void *data, size_t n)
@@ -155,6 +155,7 @@ static int scan(pjs_watcher *w, pjs_error *err)
 
 /* ---- actions ----------------------------------------------------------------- */
 
+/* Whether a version of model `name` serves requests now. */
 static bool serving(pjs_server *s, const char *name)
 {
     pjs_model *m = NULL;
@@ -191,6 +192,16 @@ static void act(pjs_watcher *w, const char *name, uint64_t before, uint64_t now)
     }
 }
 
+static bool stop_requested(pjs_watcher *w)
+{
+    pthread_mutex_lock(&w->lock);
+    bool stopping = w->stopping;
+    pthread_mutex_unlock(&w->lock);
+    return stopping;
+}
+
+/* One scan and the actions it calls for; none is started once the watcher
+ * is asked to stop (a load takes seconds; shutdown waits for it). */
 static void poll_once(pjs_watcher *w)
 {
     pjs_error err;
@@ -207,7 +218,7 @@ static void poll_once(pjs_watcher *w)
     size_t kept = 0;
     for (size_t i = 0; i < w->n_bundles; i++) {
         watched_bundle *b = &w->bundles[i];
-        if (b->now == b->last && b->now != b->acted) {
+        if (b->now == b->last && b->now != b->acted && !stop_requested(w)) {
             act(w, b->name, b->acted, b->now);
             b->acted = b->now;
         }
@@ -255,7 +266,8 @@ int pjs_watcher_start(pjs_server *s, const char *repository, uint64_t poll_ms,
     w->poll_ms = poll_ms;
     snprintf(w->repository, sizeof w->repository, "%s", repository);
     int rc = scan(w, err);
-    for (size_t i = 0; rc == 0 && i < w->n_bundles; i++)
+    size_t n = w->n_bundles; /* the thread owns the list once started */
+    for (size_t i = 0; rc == 0 && i < n; i++)
         w->bundles[i].last = w->bundles[i].acted = w->bundles[i].now;
     pthread_condattr_t attr;
     pthread_condattr_init(&attr);
@@ -276,7 +288,7 @@ int pjs_watcher_start(pjs_server *s, const char *repository, uint64_t poll_ms,
     }
     pjs_info("repository: watching %s every %llu ms (%zu bundles); a change is acted on once "
              "seen on two polls in a row",
-             w->repository, (unsigned long long)poll_ms, w->n_bundles);
+             repository, (unsigned long long)poll_ms, n);
     *out = w;
     return 0;
 }
