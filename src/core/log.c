@@ -50,3 +50,20 @@ void pjs_log(pjs_log_level level, const char *fmt, ...)
     ssize_t ignored = write(STDERR_FILENO, line, n);
     (void)ignored;
 }
+
+const char *pjs_format_bytes(uint64_t n, char *buf, size_t size)
+{
+    static const char *const units[] = {"KiB", "MiB", "GiB", "TiB"};
+    if (n < 1024) {
+        snprintf(buf, size, "%llu B", (unsigned long long)n);
+        return buf;
+    }
+    double v = (double)n / 1024.0;
+    size_t u = 0;
+    while (v >= 1024.0 && u + 1 < sizeof units / sizeof *units) {
+        v /= 1024.0;
+        u++;
+    }
+    snprintf(buf, size, "%.1f %s", v, units[u]);
+    return buf;
+}

@@ -8,6 +8,9 @@
 #ifndef PJS_CORE_LOG_H
 #define PJS_CORE_LOG_H
 
+#include <stddef.h>
+#include <stdint.h>
+
 typedef enum pjs_log_level {
     PJS_LOG_DEBUG = 0,
     PJS_LOG_INFO = 1,
@@ -21,6 +24,9 @@ pjs_log_level pjs_log_get_level(void);
 int pjs_log_parse_level(const char *name);
 
 void pjs_log(pjs_log_level level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* A byte count for people: "512 B", "40.0 KiB", "1.5 GiB". Returns buf. */
+const char *pjs_format_bytes(uint64_t n, char *buf, size_t size);
 
 #define pjs_debug(...) pjs_log(PJS_LOG_DEBUG, __VA_ARGS__)
 #define pjs_info(...) pjs_log(PJS_LOG_INFO, __VA_ARGS__)

@@ -406,11 +406,13 @@ static int acquire(pjs_dispatcher *d, pjs_model *m, pjs_error *err)
     int rc = pjs_wcache_acquire(&d->cache, &m->wentry, &over_budget, err);
     if (rc != 0)
         return pjs_error_prefix(err, "model %s: ", m->name);
-    if (over_budget)
-        pjs_warn("model %s: its weights (%.1f MiB) exceed the device weight budget (%.1f MiB); "
-                 "loaded after evicting every other model",
-                 m->name, (double)m->wentry.bytes / 1048576.0,
-                 (double)d->cache.budget / 1048576.0);
+    if (over_budget) {
+        char have[32], budget[32];
+        pjs_warn("model %s: its weights (%s) exceed the device weight budget (%s); loaded after "
+                 "evicting every other model",
+                 m->name, pjs_format_bytes(m->wentry.bytes, have, sizeof have),
+                 pjs_format_bytes(d->cache.budget, budget, sizeof budget));
+    }
     return 0;
 }
 

@@ -363,22 +363,25 @@ static int load_repository(pjs_server *s, pjs_error *err)
  * known), else unlimited (the CPU plugin reports no memory size). */
 static uint64_t weight_budget(pjs_server *s, const pjs_server_options *o)
 {
+    char bytes[32], device[32];
     if (o->device_weight_budget > 0) {
-        pjs_info("device weight cache: budget %.1f MiB (--device-weight-budget)",
-                 (double)o->device_weight_budget / 1048576.0);
+        pjs_info("device weight cache: budget %s (--device-weight-budget)",
+                 pjs_format_bytes(o->device_weight_budget, bytes, sizeof bytes));
         return o->device_weight_budget;
     }
     uint64_t arena = 0;
     pjs_error err;
     if (pjs_rt_client_device_memory(s->client, 0, &arena, &err) != 0) {
-        pjs_info("device weight cache: no budget (%s; --device-weight-budget sets one)",
+        pjs_info("device weight cache: no budget, the device reports no memory size (%s); "
+                 "--device-weight-budget sets one",
                  err.msg);
         return PJS_WCACHE_UNLIMITED;
     }
     double fraction = o->weight_fraction > 0 ? o->weight_fraction : 0.8;
     pjs_weight_budget b = pjs_weight_budget_solve(arena, fraction, 0.05, 0, 0);
-    pjs_info("device weight cache: budget %.1f MiB (%.0f %% of %.1f MiB device memory)",
-             (double)b.on_demand_budget / 1048576.0, fraction * 100, (double)arena / 1048576.0);
+    pjs_info("device weight cache: budget %s (%.0f %% of %s device memory, 5 %% kept free)",
+             pjs_format_bytes(b.on_demand_budget, bytes, sizeof bytes), fraction * 100,
+             pjs_format_bytes(arena, device, sizeof device));
     return b.on_demand_budget;
 }
 
