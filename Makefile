@@ -10,6 +10,7 @@
 #   make fuzz       build the libFuzzer drivers (build-fuzz/) and fuzz each for FUZZ_SECONDS
 #   make bench      server overhead vs the raw limit and the peers (docs/benchmarks.md)
 #   make bench-scheduler  coalescing and fair shares on a compute-bound convnet (same doc)
+#   make bench-residency  weight loads vs size and many models under a weight budget (same doc)
 #   make clean
 
 JOBS ?= $(shell nproc)
@@ -17,7 +18,7 @@ FUZZ_SECONDS ?= 20
 PYTHON := .venv/bin/python
 PYTEST := $(PYTHON) -m pytest -q -p no:cacheprovider
 
-.PHONY: all bootstrap build test unit e2e models demo serve asan tsan fuzz fuzz-build fuzz-smoke clean bench bench-scheduler
+.PHONY: all bootstrap build test unit e2e models demo serve asan tsan fuzz fuzz-build fuzz-smoke clean bench bench-scheduler bench-residency
 
 all: build
 
@@ -66,7 +67,8 @@ tsan: bootstrap
 	cd build-tsan && $(TSAN_ENV) ctest --output-on-failure -j $(JOBS)
 	$(TSAN_ENV) PJSERVE_BIN=$(CURDIR)/build-tsan/pjserve $(PYTEST) $(PYTESTS)
 
-FUZZERS := fuzz_safetensors fuzz_manifest fuzz_npy fuzz_config fuzz_rest_infer fuzz_grpc_infer
+FUZZERS := fuzz_safetensors fuzz_manifest fuzz_npy fuzz_config fuzz_rest_infer fuzz_grpc_infer \
+            fuzz_control_json
 
 fuzz-build: bootstrap
 	@test -f build-fuzz/CMakeCache.txt || \
@@ -105,3 +107,11 @@ bench: build
 bench-scheduler: build
 	scripts/bootstrap-bench plot
 	$(PYTHON) bench/scheduler.py
+
+# The device weight cache: cold-load time and bandwidth against model size
+# (vs a host memory copy), and N models under a budget of 20 % of their
+# weights with Zipf traffic (docs/benchmarks.md). Needs only matplotlib
+# besides .venv. About 7 minutes.
+bench-residency: build
+	scripts/bootstrap-bench plot
+	$(PYTHON) bench/residency.py

@@ -3,10 +3,12 @@
 # libraries:
 #
 #   pjs_grpc_codec     ModelInferRequest -> pjs_infer_request -> ModelInferResponse,
-#                      metadata and config messages; links pjs_core and protobuf-c
-#                      only, so unit tests and the fuzzer need no server or PJRT.
-#   pjs_frontend_grpc  the server on the gRPC C core (every RPC, health,
-#                      reflection); links the codec, pjs_server and grpc.
+#                      metadata, config and model-control messages; links pjs_core
+#                      and protobuf-c only, so unit tests and the fuzzer need no
+#                      server or PJRT.
+#   pjs_frontend_grpc  the server on the gRPC C core (every RPC, the model control
+#                      service, health, reflection); links the codec, pjs_server
+#                      and grpc.
 #
 # Generated files live in ${CMAKE_BINARY_DIR}/proto and are never committed.
 pkg_check_modules(GRPC REQUIRED IMPORTED_TARGET grpc)
@@ -48,6 +50,7 @@ pjs_protobuf_c(PJS_PB_GRPC_SERVICE grpc_service DEPENDS ${PJS_PROTO_SRC}/model_c
 pjs_protobuf_c(PJS_PB_HEALTH health)
 pjs_protobuf_c(PJS_PB_REFLECTION reflection)
 pjs_protobuf_c(PJS_PB_DESCRIPTOR_INDEX descriptor_index)
+pjs_protobuf_c(PJS_PB_CONTROL pjserve_control)
 
 # Every served service, with its imports, as one FileDescriptorSet compiled
 # into the binary for reflection.
@@ -56,12 +59,14 @@ set(PJS_SERVED_PROTOS
   ${PJS_PROTO_SRC}/model_config.proto
   ${PJS_PROTO_SRC}/health.proto
   ${PJS_PROTO_SRC}/reflection.proto
-  ${PJS_PROTO_GEN}/reflection_v1.proto)
+  ${PJS_PROTO_GEN}/reflection_v1.proto
+  ${PJS_PROTO_SRC}/pjserve_control.proto)
 add_custom_command(
   OUTPUT ${PJS_PROTO_GEN}/descriptor_set.pb
   COMMAND ${PJS_PROTOC} -I ${PJS_PROTO_SRC} -I ${PJS_PROTO_GEN} --include_imports
           --descriptor_set_out=${PJS_PROTO_GEN}/descriptor_set.pb
           grpc_service.proto health.proto reflection.proto reflection_v1.proto
+          pjserve_control.proto
   WORKING_DIRECTORY ${PJS_PROTO_GEN}
   DEPENDS ${PJS_SERVED_PROTOS}
   COMMENT "protoc --descriptor_set_out descriptor_set.pb"
@@ -80,8 +85,10 @@ add_library(pjs_grpc_codec STATIC
   src/frontend/grpc/arena.c
   src/frontend/grpc/codec.c
   src/frontend/grpc/model_info.c
+  src/frontend/grpc/control_codec.c
   ${PJS_PB_MODEL_CONFIG}
   ${PJS_PB_GRPC_SERVICE}
+  ${PJS_PB_CONTROL}
 )
 target_include_directories(pjs_grpc_codec PUBLIC ${PJS_PROTO_GEN})
 target_link_libraries(pjs_grpc_codec PUBLIC pjs_core PkgConfig::PROTOBUF_C)
@@ -95,6 +102,7 @@ add_library(pjs_frontend_grpc STATIC
   src/frontend/grpc/stream_call.c
   src/frontend/grpc/health.c
   src/frontend/grpc/reflection.c
+  src/frontend/grpc/control_rpc.c
   ${PJS_PB_HEALTH}
   ${PJS_PB_REFLECTION}
   ${PJS_PB_DESCRIPTOR_INDEX}

@@ -1,9 +1,11 @@
 # HTTP/REST and metrics front ends (src/frontend/http).
 #
 #   pjs_http_codec     the REST inference codec (JSON + binary framing, shared
-#                      memory, gzip/deflate), model JSON documents and the
-#                      Prometheus text: core + jansson + zlib only, no server and
-#                      no PJRT, so it is fuzzed and unit-tested on its own
+#                      memory, gzip/deflate), model and model-control JSON documents
+#                      and the Prometheus text: core + jansson + zlib only, no server
+#                      and no PJRT, so it is fuzzed and unit-tested on its own (the
+#                      control documents name states and modes with server.h's
+#                      functions: a program that uses them links pjs_server)
 #   pjs_frontend_http  the libmicrohttpd daemons and routes over pjs_server
 pkg_check_modules(MICROHTTPD REQUIRED IMPORTED_TARGET libmicrohttpd)
 find_package(ZLIB REQUIRED)
@@ -14,6 +16,7 @@ add_library(pjs_http_codec STATIC
   src/frontend/http/http_codec.c
   src/frontend/http/model_json.c
   src/frontend/http/metrics_render.c
+  src/frontend/http/control_json.c
 )
 target_link_libraries(pjs_http_codec PUBLIC pjs_core PkgConfig::JANSSON ZLIB::ZLIB)
 

@@ -24,8 +24,6 @@
 #include "core/mapped_file.h"
 #include "core/yaml_strict.h"
 
-#define QUEUE_DEPTH_MAX (1 << 24)          /* requests per model */
-#define DURATION_US_MAX 86400000000LL      /* one day, for timeouts and margins */
 #define WARMUP_RUNS_MAX 100
 #define ENV_PREFIX "PJSERVE_SCHEDULER_"
 
@@ -180,15 +178,15 @@ static int set_sched_key(pjs_yaml *y, pjs_sched_config *s, enum sched_key k, con
     case S_FAIR_CLAMP: rc = pjs_yaml_get_number(y, n, path, &v.fair_clamp); break;
     case S_COST_SMOOTHING: rc = pjs_yaml_get_number(y, n, path, &v.cost_smoothing); break;
     case S_EDF_LAXITY_MARGIN_US:
-        rc = get_int_in(y, n, path, 0, DURATION_US_MAX, &i);
+        rc = get_int_in(y, n, path, 0, PJS_CONFIG_MAX_DURATION_US, &i);
         v.edf_laxity_margin_us = (uint64_t)i;
         break;
     case S_MAX_QUEUE_DEPTH:
-        rc = get_int_in(y, n, path, 1, QUEUE_DEPTH_MAX, &i);
+        rc = get_int_in(y, n, path, 1, PJS_CONFIG_MAX_QUEUE_DEPTH, &i);
         v.max_queue_depth = (size_t)i;
         break;
     case S_DEFAULT_TIMEOUT_US:
-        rc = get_int_in(y, n, path, 0, DURATION_US_MAX, &i);
+        rc = get_int_in(y, n, path, 0, PJS_CONFIG_MAX_DURATION_US, &i);
         v.default_timeout_us = (uint64_t)i;
         break;
     case S_WARMUP_RUNS:
@@ -219,11 +217,11 @@ static int set_model_key(pjs_yaml *y, pjs_model_policy *p, const char *name, enu
     switch (k) {
     case M_WEIGHT: rc = pjs_yaml_get_positive_number(y, n, path, &p->weight); break;
     case M_MAX_QUEUE_DEPTH:
-        if ((rc = get_int_in(y, n, path, 1, QUEUE_DEPTH_MAX, &i)) == 0)
+        if ((rc = get_int_in(y, n, path, 1, PJS_CONFIG_MAX_QUEUE_DEPTH, &i)) == 0)
             p->max_queue_depth = (size_t)i;
         break;
     case M_DEFAULT_TIMEOUT_US:
-        if ((rc = get_int_in(y, n, path, 0, DURATION_US_MAX, &i)) == 0)
+        if ((rc = get_int_in(y, n, path, 0, PJS_CONFIG_MAX_DURATION_US, &i)) == 0)
             p->default_timeout_us = i;
         break;
     case M_COUNT: break;
@@ -471,18 +469,20 @@ int pjs_server_config_check(const pjs_server_config *c, pjs_error *err)
     int rc = pjs_sched_config_check(&c->sched, err);
     if (rc != 0)
         return rc;
-    if (c->sched.max_queue_depth > QUEUE_DEPTH_MAX)
+    if (c->sched.max_queue_depth > PJS_CONFIG_MAX_QUEUE_DEPTH)
         return pjs_error_set(err, PJS_ERR_INVALID_ARGUMENT,
                              "scheduler.max_queue_depth: must be in 1..%d, got %zu",
-                             QUEUE_DEPTH_MAX, c->sched.max_queue_depth);
-    if (c->sched.default_timeout_us > (uint64_t)DURATION_US_MAX)
+                             PJS_CONFIG_MAX_QUEUE_DEPTH, c->sched.max_queue_depth);
+    if (c->sched.default_timeout_us > (uint64_t)PJS_CONFIG_MAX_DURATION_US)
         return pjs_error_set(err, PJS_ERR_INVALID_ARGUMENT,
                              "scheduler.default_timeout_us: must be in 0..%lld, got %llu",
-                             DURATION_US_MAX, (unsigned long long)c->sched.default_timeout_us);
-    if (c->sched.edf_laxity_margin_us > (uint64_t)DURATION_US_MAX)
+                             PJS_CONFIG_MAX_DURATION_US,
+                             (unsigned long long)c->sched.default_timeout_us);
+    if (c->sched.edf_laxity_margin_us > (uint64_t)PJS_CONFIG_MAX_DURATION_US)
         return pjs_error_set(err, PJS_ERR_INVALID_ARGUMENT,
                              "scheduler.edf_laxity_margin_us: must be in 0..%lld, got %llu",
-                             DURATION_US_MAX, (unsigned long long)c->sched.edf_laxity_margin_us);
+                             PJS_CONFIG_MAX_DURATION_US,
+                             (unsigned long long)c->sched.edf_laxity_margin_us);
     for (size_t i = 0; i < c->n_models; i++) {
         const pjs_model_policy *p = &c->models[i];
         if (p->name == NULL || p->name[0] == '\0')
@@ -491,14 +491,15 @@ int pjs_server_config_check(const pjs_server_config *c, pjs_error *err)
             return pjs_error_set(err, PJS_ERR_INVALID_ARGUMENT,
                                  "models.%s.weight: must be a positive finite number, got %g",
                                  p->name, p->weight);
-        if (p->max_queue_depth > QUEUE_DEPTH_MAX)
+        if (p->max_queue_depth > PJS_CONFIG_MAX_QUEUE_DEPTH)
             return pjs_error_set(err, PJS_ERR_INVALID_ARGUMENT,
                                  "models.%s.max_queue_depth: must be in 1..%d, got %zu", p->name,
-                                 QUEUE_DEPTH_MAX, p->max_queue_depth);
-        if (p->default_timeout_us < -1 || p->default_timeout_us > DURATION_US_MAX)
+                                 PJS_CONFIG_MAX_QUEUE_DEPTH, p->max_queue_depth);
+        if (p->default_timeout_us < -1 || p->default_timeout_us > PJS_CONFIG_MAX_DURATION_US)
             return pjs_error_set(err, PJS_ERR_INVALID_ARGUMENT,
                                  "models.%s.default_timeout_us: must be in 0..%lld, got %lld",
-                                 p->name, DURATION_US_MAX, (long long)p->default_timeout_us);
+                                 p->name, PJS_CONFIG_MAX_DURATION_US,
+                                 (long long)p->default_timeout_us);
     }
     return 0;
 }

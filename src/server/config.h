@@ -38,6 +38,10 @@
 
 /* Largest configuration file read. */
 #define PJS_CONFIG_MAX_BYTES (1u << 20)
+/* Largest max_queue_depth (requests per model). */
+#define PJS_CONFIG_MAX_QUEUE_DEPTH (1 << 24)
+/* Longest duration in microseconds (one day), for timeouts and margins. */
+#define PJS_CONFIG_MAX_DURATION_US 86400000000LL
 
 typedef struct pjs_model_policy {
     char *name;

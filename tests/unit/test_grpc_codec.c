@@ -7,7 +7,9 @@
  * fixed manifest with pjs_infer_validate. Responses are encoded from outputs
  * filled as the dispatcher fills them and unpacked again to check what a
  * client reads. Shared-memory tests use a real POSIX shared-memory object
- * registered with the core registry.
+ * registered with the core registry. The model control messages are
+ * encoded from plain snapshots and unpacked again, and decoded from packed
+ * requests.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -24,6 +26,7 @@
 
 #include "frontend/deadline.h"
 #include "frontend/grpc/codec.h"
+#include "frontend/grpc/control_codec.h"
 #include "frontend/grpc/model_info.h"
 
 typedef Inference__ModelInferRequest request;
@@ -893,6 +896,156 @@ static void test_arena_limit(void **state)
     pjs_grpc_arena_reset(&a);
 }
 
+/* ---- model control ------------------------------------------------------------ */
+
+typedef Pjserve__Control__V1__ModelControlStatusResponse control_status;
+
+/* The status encoded, packed and unpacked as a client reads it. */
+static control_status *status_round_trip(pjs_control_mode mode, const pjs_weight_cache_info *c,
+                                         const pjs_control_model *models, size_t n)
+{
+    pjs_grpc_arena a;
+    pjs_error err;
+    control_status *r;
+    uint8_t *buf;
+    size_t len;
+    pjs_grpc_arena_init(&a, 1 << 20);
+    assert_int_equal(pjs_grpc_control_status(mode, c, models, n, &a, &r, &err), 0);
+    assert_int_equal(pjs_grpc_pack(&r->base, &buf, &len, &err), 0);
+    pjs_grpc_arena_reset(&a);
+    control_status *back = pjserve__control__v1__model_control_status_response__unpack(NULL, len,
+                                                                                        buf);
+    free(buf);
+    assert_non_null(back);
+    return back;
+}
+
+static void test_control_status(void **state)
+{
+    (void)state;
+    pjs_control_model models[2];
+    memset(models, 0, sizeof models);
+    snprintf(models[0].entry.name, sizeof models[0].entry.name, "mlp");
+    models[0].entry.state = PJS_MODEL_READY;
+    models[0].loaded = true;
+    models[0].residency = (pjs_model_residency_info){.residency = PJS_RESIDENCY_HOST,
+                                                     .resident = true,
+                                                     .weight_bytes = 4096,
+                                                     .loads = 3,
+                                                     .evictions = 2,
+                                                     .load_ns = 1500000000u};
+    models[0].sched = (pjs_model_sched_info){.weight = 0.5, .max_queue_depth = 64,
+                                             .default_timeout_us = 50000, .queue_depth = 7};
+    snprintf(models[1].entry.name, sizeof models[1].entry.name, "gone");
+    models[1].entry.state = PJS_MODEL_UNAVAILABLE;
+    snprintf(models[1].entry.reason, sizeof models[1].entry.reason, "unloaded");
+    pjs_weight_cache_info cache = {.budget_bytes = UINT64_MAX, .used_bytes = 4096,
+                                   .pinned_bytes = 0};
+
+    control_status *r = status_round_trip(PJS_CONTROL_EXPLICIT, &cache, models, 2);
+    assert_string_equal(r->control_mode, "explicit");
+    assert_true(r->cache->unlimited);
+    assert_int_equal(r->cache->budget_bytes, 0);
+    assert_int_equal(r->cache->used_bytes, 4096);
+    assert_int_equal(r->n_models, 2);
+    const Pjserve__Control__V1__ModelStatus *m = r->models[0];
+    assert_string_equal(m->name, "mlp");
+    assert_string_equal(m->state, "READY");
+    assert_string_equal(m->reason, "");
+    assert_int_equal(m->residency, PJSERVE__CONTROL__V1__RESIDENCY__HOST);
+    assert_true(m->resident);
+    assert_int_equal(m->weight_bytes, 4096);
+    assert_int_equal(m->loads, 3);
+    assert_int_equal(m->evictions, 2);
+    assert_true(m->load_seconds == 1.5);
+    assert_true(m->weight == 0.5);
+    assert_int_equal(m->max_queue_depth, 64);
+    assert_int_equal(m->default_timeout_us, 50000);
+    assert_int_equal(m->queue_depth, 7);
+    m = r->models[1];
+    assert_string_equal(m->name, "gone");
+    assert_string_equal(m->state, "UNAVAILABLE");
+    assert_string_equal(m->reason, "unloaded");
+    assert_int_equal(m->residency, PJSERVE__CONTROL__V1__RESIDENCY__RESIDENCY_UNSPECIFIED);
+    assert_int_equal(m->weight_bytes, 0);
+    pjserve__control__v1__model_control_status_response__free_unpacked(r, NULL);
+
+    cache.budget_bytes = 1 << 30;
+    models[0].residency.residency = PJS_RESIDENCY_DEVICE;
+    r = status_round_trip(PJS_CONTROL_DYNAMIC, &cache, models, 1);
+    assert_string_equal(r->control_mode, "dynamic");
+    assert_false(r->cache->unlimited);
+    assert_int_equal(r->cache->budget_bytes, 1 << 30);
+    assert_int_equal(r->models[0]->residency, PJSERVE__CONTROL__V1__RESIDENCY__DEVICE);
+    pjserve__control__v1__model_control_status_response__free_unpacked(r, NULL);
+    models[0].residency.residency = PJS_RESIDENCY_UNPINNED;
+    r = status_round_trip(PJS_CONTROL_STATIC, &cache, models, 1);
+    assert_string_equal(r->control_mode, "static");
+    assert_int_equal(r->models[0]->residency, PJSERVE__CONTROL__V1__RESIDENCY__UNPINNED);
+    pjserve__control__v1__model_control_status_response__free_unpacked(r, NULL);
+}
+
+static void test_control_residency(void **state)
+{
+    (void)state;
+    pjs_residency r;
+    pjs_error err;
+    assert_int_equal(pjs_grpc_control_residency(PJSERVE__CONTROL__V1__RESIDENCY__DEVICE, "m", &r,
+                                                &err),
+                     0);
+    assert_int_equal(r, PJS_RESIDENCY_DEVICE);
+    assert_int_equal(
+        pjs_grpc_control_residency(PJSERVE__CONTROL__V1__RESIDENCY__HOST, "m", &r, &err), 0);
+    assert_int_equal(r, PJS_RESIDENCY_HOST);
+    assert_int_equal(
+        pjs_grpc_control_residency(PJSERVE__CONTROL__V1__RESIDENCY__UNPINNED, "m", &r, &err), 0);
+    assert_int_equal(r, PJS_RESIDENCY_UNPINNED);
+    assert_int_equal(pjs_grpc_control_residency(0, "mlp", &r, &err), PJS_ERR_INVALID_ARGUMENT);
+    assert_string_equal(err.msg, "model mlp: no residency given (DEVICE, HOST or UNPINNED)");
+    assert_int_equal(pjs_grpc_control_residency(9, "mlp", &r, &err), PJS_ERR_INVALID_ARGUMENT);
+    assert_string_equal(err.msg,
+                        "model mlp: unknown residency 9 (expected DEVICE, HOST or UNPINNED)");
+}
+
+static void test_control_policy_change(void **state)
+{
+    (void)state;
+    Pjserve__Control__V1__SetModelPolicyRequest req =
+        PJSERVE__CONTROL__V1__SET_MODEL_POLICY_REQUEST__INIT;
+    req.name = "mlp";
+    req.max_queue_depth_present_case =
+        PJSERVE__CONTROL__V1__SET_MODEL_POLICY_REQUEST__MAX_QUEUE_DEPTH_PRESENT_MAX_QUEUE_DEPTH;
+    req.max_queue_depth = 64;
+    /* Packed and unpacked, so presence comes from the wire. */
+    uint8_t buf[64];
+    size_t len = pjserve__control__v1__set_model_policy_request__pack(&req, buf);
+    Pjserve__Control__V1__SetModelPolicyRequest *back =
+        pjserve__control__v1__set_model_policy_request__unpack(NULL, len, buf);
+    assert_non_null(back);
+    pjs_control_policy_change c;
+    pjs_grpc_control_policy_change(back, &c);
+    assert_false(c.has_weight);
+    assert_true(c.has_max_queue_depth);
+    assert_int_equal(c.max_queue_depth, 64);
+    assert_false(c.has_default_timeout_us);
+    pjserve__control__v1__set_model_policy_request__free_unpacked(back, NULL);
+
+    /* Zero is a value once present; above INT64_MAX reads as INT64_MAX. */
+    req.weight_present_case = PJSERVE__CONTROL__V1__SET_MODEL_POLICY_REQUEST__WEIGHT_PRESENT_WEIGHT;
+    req.weight = 0;
+    req.default_timeout_us_present_case =
+        PJSERVE__CONTROL__V1__SET_MODEL_POLICY_REQUEST__DEFAULT_TIMEOUT_US_PRESENT_DEFAULT_TIMEOUT_US;
+    req.default_timeout_us = UINT64_MAX;
+    len = pjserve__control__v1__set_model_policy_request__pack(&req, buf);
+    back = pjserve__control__v1__set_model_policy_request__unpack(NULL, len, buf);
+    assert_non_null(back);
+    pjs_grpc_control_policy_change(back, &c);
+    assert_true(c.has_weight && c.weight == 0);
+    assert_true(c.has_default_timeout_us);
+    assert_int_equal(c.default_timeout_us, INT64_MAX);
+    pjserve__control__v1__set_model_policy_request__free_unpacked(back, NULL);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -921,6 +1074,9 @@ int main(void)
         cmocka_unit_test(test_model_config_not_coalesced),
         cmocka_unit_test(test_config_dtypes),
         cmocka_unit_test(test_arena_limit),
+        cmocka_unit_test(test_control_status),
+        cmocka_unit_test(test_control_residency),
+        cmocka_unit_test(test_control_policy_change),
     };
     return cmocka_run_group_tests(tests, setup_manifest, teardown_manifest);
 }

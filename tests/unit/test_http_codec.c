@@ -7,8 +7,10 @@
  * be broken), Content-Encoding, and shared-memory inputs and outputs through
  * a real POSIX shared-memory object. Responses: JSON and binary encodings,
  * output order and the id echo. Documents: model metadata, config and
- * statistics, and the Prometheus text. Each request is decoded and then
- * validated against a manifest, as the front end does.
+ * statistics, and the Prometheus text (the weight cache's families
+ * included). Each request is decoded and then validated against a manifest,
+ * as the front end does. Model control: the status document and the strict
+ * reading of the residency, policy and compact bodies.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -25,6 +27,7 @@
 #include <unistd.h>
 #include <zlib.h>
 
+#include "frontend/http/control_json.h"
 #include "frontend/http/http_codec.h"
 #include "frontend/http/metrics_render.h"
 #include "frontend/http/model_json.h"
@@ -814,6 +817,15 @@ static void test_metrics_render(void **state)
     models[0].stats.rejected_queue_full = 8;
     models[0].sched = (pjs_model_sched_info){.weight = 2.5, .queue_depth = 11,
                                              .recent_utilization = 0.25};
+    models[0].residency = (pjs_model_residency_info){.residency = PJS_RESIDENCY_HOST,
+                                                     .resident = true,
+                                                     .weight_bytes = 4096,
+                                                     .loads = 5,
+                                                     .evictions = 4,
+                                                     .load_ns = 1500000001};
+    /* Not resident: its bytes are not counted as resident. */
+    models[1].residency = (pjs_model_residency_info){.weight_bytes = 999, .loads = 1,
+                                                     .evictions = 1};
     models[0].queue_wait_us[0] = 16;      /* 0.5 */
     models[0].queue_wait_us[1] = 1024;    /* 0.9 */
     models[0].queue_wait_us[2] = INFINITY; /* 0.99: the last bucket */
@@ -827,7 +839,9 @@ static void test_metrics_render(void **state)
     memcpy(models[0].batch_sizes, (int64_t[]){1, 4, 8}, 3 * sizeof(int64_t));
     models[1].name = "we\"ird\\na\nme";
     models[1].version = "1";
-    pjs_metrics_gauges gauges = {.queue_depth = 4, .in_flight = 9, .discipline = "fair"};
+    pjs_metrics_gauges gauges = {.queue_depth = 4, .in_flight = 9, .discipline = "fair",
+                                 .cache = {.budget_bytes = 1000000, .used_bytes = 4096,
+                                           .pinned_bytes = 512}};
     pjs_http_buf out;
     pjs_error err;
     pjs_http_buf_init(&out, 1 << 20);
@@ -884,6 +898,22 @@ static void test_metrics_render(void **state)
         "pjserve_model_queue_wait_seconds{model=\"we\\\"ird\\\\na\\nme\",version=\"1\","
         "quantile=\"0.5\"} 0\n",
         "# TYPE pjserve_scheduler_info gauge\npjserve_scheduler_info{discipline=\"fair\"} 1\n",
+        /* the device weight cache, per model and for the server */
+        "# TYPE pjserve_weight_loads_total counter\n"
+        "pjserve_weight_loads_total{model=\"mlp\",version=\"1\"} 5\n",
+        "# TYPE pjserve_weight_evictions_total counter\n"
+        "pjserve_weight_evictions_total{model=\"mlp\",version=\"1\"} 4\n",
+        "# TYPE pjserve_weight_resident_bytes gauge\n"
+        "pjserve_weight_resident_bytes{model=\"mlp\",version=\"1\"} 4096\n"
+        "pjserve_weight_resident_bytes{model=\"we\\\"ird\\\\na\\nme\",version=\"1\"} 0\n",
+        "# TYPE pjserve_weight_load_seconds_total counter\n"
+        "pjserve_weight_load_seconds_total{model=\"mlp\",version=\"1\"} 1.500000001\n",
+        "pjserve_weight_evictions_total{model=\"we\\\"ird\\\\na\\nme\",version=\"1\"} 1\n",
+        "# TYPE pjserve_weight_cache_budget_bytes gauge\n"
+        "pjserve_weight_cache_budget_bytes 1000000\n",
+        "# TYPE pjserve_weight_cache_used_bytes gauge\npjserve_weight_cache_used_bytes 4096\n",
+        "# TYPE pjserve_weight_cache_pinned_bytes gauge\n"
+        "pjserve_weight_cache_pinned_bytes 512\n",
     };
     for (size_t i = 0; i < sizeof lines / sizeof *lines; i++)
         if (strstr(out.data, lines[i]) == NULL)
@@ -891,12 +921,16 @@ static void test_metrics_render(void **state)
     assert_int_equal(out.data[out.len - 1], '\n');
     pjs_http_buf_free(&out);
 
-    /* No models: the families are still declared, the gauges still there. */
+    /* No models: the families are still declared, the gauges still there;
+     * an unlimited budget is +Inf. */
+    gauges.cache.budget_bytes = UINT64_MAX;
     pjs_http_buf_init(&out, 1 << 20);
     assert_int_equal(pjs_metrics_render(NULL, 0, &gauges, &out, &err), 0);
     assert_non_null(strstr(out.data, "# TYPE nv_inference_count counter\n# HELP"));
     assert_non_null(strstr(out.data, "# TYPE pjserve_model_batch_rows histogram\n# HELP"));
     assert_non_null(strstr(out.data, "pjserve_scheduler_info{discipline=\"fair\"} 1\n"));
+    assert_non_null(strstr(out.data, "# TYPE pjserve_weight_loads_total counter\n# HELP"));
+    assert_non_null(strstr(out.data, "\npjserve_weight_cache_budget_bytes +Inf\n"));
     pjs_http_buf_free(&out);
 
     /* Every line is a comment or `name{labels} value`, every family declared once. */
@@ -909,8 +943,175 @@ static void test_metrics_render(void **state)
         else if (line[0] != '#' && strchr(line, ' ') == NULL)
             fail_msg("a sample without a value: %s", line);
     }
-    assert_int_equal(types, 9 + 8 + 2 + 3);
+    assert_int_equal(types, 9 + 12 + 2 + 6);
     pjs_http_buf_free(&out);
+}
+
+/* ---- model control ---------------------------------------------------------- */
+
+static pjs_control_model control_model(const char *name, pjs_model_state state, bool loaded)
+{
+    pjs_control_model m;
+    memset(&m, 0, sizeof m);
+    snprintf(m.entry.name, sizeof m.entry.name, "%s", name);
+    m.entry.state = state;
+    if (state != PJS_MODEL_READY)
+        snprintf(m.entry.reason, sizeof m.entry.reason, "unloaded by a repository request");
+    m.loaded = loaded;
+    if (loaded) {
+        m.residency = (pjs_model_residency_info){.residency = PJS_RESIDENCY_DEVICE,
+                                                 .resident = true,
+                                                 .weight_bytes = 4096,
+                                                 .loads = 2,
+                                                 .evictions = 1,
+                                                 .load_ns = 2500000000u};
+        m.sched = (pjs_model_sched_info){.weight = 2.5, .max_queue_depth = 64,
+                                         .default_timeout_us = 50000, .queue_depth = 3};
+    }
+    return m;
+}
+
+static void test_control_status_json(void **state)
+{
+    (void)state;
+    pjs_control_model models[2] = {control_model("mlp", PJS_MODEL_READY, true),
+                                   control_model("two_io", PJS_MODEL_UNAVAILABLE, false)};
+    pjs_weight_cache_info cache = {.budget_bytes = UINT64_MAX, .used_bytes = 7,
+                                   .pinned_bytes = 4096};
+    json_t *doc = pjs_control_status_json(PJS_CONTROL_EXPLICIT, &cache, models, 2);
+    char *text = json_dumps(doc, JSON_COMPACT | JSON_SORT_KEYS);
+    assert_string_equal(
+        text, "{\"cache\":{\"budget_bytes\":0,\"pinned_bytes\":4096,\"unlimited\":true,"
+              "\"used_bytes\":7},\"control_mode\":\"explicit\",\"models\":[{"
+              "\"default_timeout_us\":50000,\"evictions\":1,\"load_seconds\":2.5,\"loads\":2,"
+              "\"max_queue_depth\":64,\"name\":\"mlp\",\"queue_depth\":3,\"reason\":\"\","
+              "\"residency\":\"device\",\"resident\":true,\"state\":\"READY\",\"weight\":2.5,"
+              "\"weight_bytes\":4096},{\"name\":\"two_io\",\"reason\":\"unloaded by a "
+              "repository request\",\"state\":\"UNAVAILABLE\"}]}");
+    free(text);
+    json_decref(doc);
+
+    cache.budget_bytes = 1 << 20;
+    doc = pjs_control_status_json(PJS_CONTROL_DYNAMIC, &cache, NULL, 0);
+    text = json_dumps(doc, JSON_COMPACT | JSON_SORT_KEYS);
+    assert_non_null(strstr(text, "\"budget_bytes\":1048576,"));
+    assert_non_null(strstr(text, "\"unlimited\":false"));
+    assert_non_null(strstr(text, "\"control_mode\":\"dynamic\",\"models\":[]"));
+    free(text);
+    json_decref(doc);
+}
+
+/* fn(args..., &err) fails INVALID_ARGUMENT with `words` in its message. */
+#define EXPECT_REFUSED(words, fn, ...)                                                             \
+    do {                                                                                           \
+        pjs_error e_;                                                                              \
+        pjs_error_clear(&e_);                                                                      \
+        assert_int_equal(fn(__VA_ARGS__, &e_), PJS_ERR_INVALID_ARGUMENT);                          \
+        if (strstr(e_.msg, (words)) == NULL)                                                       \
+            fail_msg("expected \"%s\" in: %s", (words), e_.msg);                                   \
+    } while (0)
+
+static int parse_residency(const char *body, pjs_residency *r, pjs_error *err)
+{
+    return pjs_control_parse_residency(body, strlen(body), r, err);
+}
+
+static void test_control_parse_residency(void **state)
+{
+    (void)state;
+    pjs_residency r;
+    pjs_error err;
+    assert_int_equal(parse_residency("{\"residency\":\"device\"}", &r, &err), 0);
+    assert_int_equal(r, PJS_RESIDENCY_DEVICE);
+    assert_int_equal(parse_residency(" {\"residency\" : \"host\"} ", &r, &err), 0);
+    assert_int_equal(r, PJS_RESIDENCY_HOST);
+    assert_int_equal(parse_residency("{\"residency\":\"unpinned\"}", &r, &err), 0);
+    assert_int_equal(r, PJS_RESIDENCY_UNPINNED);
+    EXPECT_REFUSED("unknown residency \"gpu\" (expected \"device\", \"host\" or \"unpinned\")",
+                   parse_residency, "{\"residency\":\"gpu\"}", &r);
+    EXPECT_REFUSED("unknown residency", parse_residency, "{\"residency\":\"Device\"}", &r);
+    EXPECT_REFUSED("must be a string", parse_residency, "{\"residency\":1}", &r);
+    EXPECT_REFUSED("must be a string", parse_residency, "{\"residency\":null}", &r);
+    EXPECT_REFUSED("no \"residency\" given", parse_residency, "{}", &r);
+    EXPECT_REFUSED("needs a JSON body", parse_residency, "", &r);
+    EXPECT_REFUSED("must be an object", parse_residency, "[\"device\"]", &r);
+    EXPECT_REFUSED("unknown field \"x\"", parse_residency, "{\"residency\":\"host\",\"x\":1}", &r);
+    EXPECT_REFUSED("duplicate", parse_residency,
+                   "{\"residency\":\"host\",\"residency\":\"device\"}", &r);
+    EXPECT_REFUSED("malformed JSON body", parse_residency, "{\"residency\":", &r);
+}
+
+static int parse_policy(const char *body, pjs_control_policy_change *c, pjs_error *err)
+{
+    return pjs_control_parse_policy(body, strlen(body), c, err);
+}
+
+static void test_control_parse_policy(void **state)
+{
+    (void)state;
+    pjs_control_policy_change c;
+    pjs_error err;
+    assert_int_equal(parse_policy("{\"weight\":2,\"max_queue_depth\":64,"
+                                  "\"default_timeout_us\":0}",
+                                  &c, &err),
+                     0);
+    assert_true(c.has_weight && c.has_max_queue_depth && c.has_default_timeout_us);
+    assert_true(c.weight == 2.0);
+    assert_int_equal(c.max_queue_depth, 64);
+    assert_int_equal(c.default_timeout_us, 0);
+    assert_int_equal(parse_policy("{\"weight\":0.25}", &c, &err), 0);
+    assert_true(c.has_weight && !c.has_max_queue_depth && !c.has_default_timeout_us);
+    assert_true(c.weight == 0.25);
+    /* Values are read as given; ranges are pjs_control_policy's to check. */
+    assert_int_equal(parse_policy("{\"max_queue_depth\":-3,\"weight\":-1}", &c, &err), 0);
+    assert_int_equal(c.max_queue_depth, -3);
+    assert_int_equal(parse_policy("{}", &c, &err), 0);
+    assert_false(c.has_weight || c.has_max_queue_depth || c.has_default_timeout_us);
+
+    EXPECT_REFUSED("\"weight\" must be a number", parse_policy, "{\"weight\":\"2\"}", &c);
+    EXPECT_REFUSED("\"weight\" must be a number", parse_policy, "{\"weight\":true}", &c);
+    EXPECT_REFUSED("\"max_queue_depth\" must be an integer", parse_policy,
+                   "{\"max_queue_depth\":2.0}", &c);
+    EXPECT_REFUSED("\"default_timeout_us\" must be an integer", parse_policy,
+                   "{\"default_timeout_us\":\"5\"}", &c);
+    EXPECT_REFUSED("unknown field \"weigth\"", parse_policy, "{\"weigth\":2}", &c);
+    EXPECT_REFUSED("duplicate", parse_policy, "{\"weight\":1,\"weight\":2}", &c);
+    EXPECT_REFUSED("needs a JSON body", parse_policy, "", &c);
+    EXPECT_REFUSED("malformed JSON body", parse_policy, "2", &c);
+}
+
+static int parse_compact(const char *body, char ***names, size_t *n, pjs_error *err)
+{
+    return pjs_control_parse_compact(body, strlen(body), names, n, err);
+}
+
+static void test_control_parse_compact(void **state)
+{
+    (void)state;
+    char **names;
+    size_t n;
+    pjs_error err;
+    assert_int_equal(parse_compact("{\"reload\":[\"a\",\"bb\"]}", &names, &n, &err), 0);
+    assert_int_equal(n, 2);
+    assert_string_equal(names[0], "a");
+    assert_string_equal(names[1], "bb");
+    assert_null(names[2]);
+    free(names);
+    static const char *const empty[] = {"", "{}", "{\"reload\":[]}"};
+    for (size_t i = 0; i < sizeof empty / sizeof *empty; i++) {
+        assert_int_equal(parse_compact(empty[i], &names, &n, &err), 0);
+        assert_int_equal(n, 0);
+        assert_null(names);
+    }
+    EXPECT_REFUSED("\"reload\" must be an array of model names", parse_compact,
+                   "{\"reload\":\"a\"}", &names, &n);
+    EXPECT_REFUSED("\"reload\"[1] must be a model name", parse_compact,
+                   "{\"reload\":[\"a\",3]}", &names, &n);
+    EXPECT_REFUSED("\"reload\"[0] must be a model name", parse_compact,
+                   "{\"reload\":[\"\"]}", &names, &n);
+    EXPECT_REFUSED("malformed JSON body", parse_compact, "{\"reload\":[\"a\\u0000b\"]}", &names,
+                   &n);
+    EXPECT_REFUSED("unknown field \"models\"", parse_compact, "{\"models\":[]}", &names, &n);
 }
 
 int main(void)
@@ -935,6 +1136,10 @@ int main(void)
         cmocka_unit_test(test_model_metadata_and_config),
         cmocka_unit_test(test_model_stats),
         cmocka_unit_test(test_metrics_render),
+        cmocka_unit_test(test_control_status_json),
+        cmocka_unit_test(test_control_parse_residency),
+        cmocka_unit_test(test_control_parse_policy),
+        cmocka_unit_test(test_control_parse_compact),
     };
     return cmocka_run_group_tests(tests, setup_manifest, teardown_manifest);
 }

@@ -11,9 +11,10 @@
  * Calls. Each registered method keeps at least one call requested from the
  * server; when it arrives the handler first requests the next one, then
  * serves the call. Unary RPCs other than ModelInfer are a table of handlers
- * (unary.c) run by one generic call; ModelInfer (infer_call.c),
- * ModelStreamInfer (stream_call.c), Health/Watch (health.c) and reflection
- * (reflection.c) have their own state machines.
+ * (unary.c, and control_rpc.c for the model control service) run by one
+ * generic call; ModelInfer (infer_call.c), ModelStreamInfer (stream_call.c),
+ * Health/Watch (health.c) and reflection (reflection.c) have their own state
+ * machines.
  *
  * Stop. pjs_grpc_frontend_stop sets `stopping` (no call is requested any
  * more) and shuts the server down: new calls are refused while calls in
@@ -195,6 +196,19 @@ bool pjs__grpc_health_known(const char *service);
 void pjs__grpc_health_poll(pjs_grpc_frontend *f);
 int pjs__grpc_health_check(pjs_grpc_unary_ctx *ctx, const ProtobufCMessage *request,
                            ProtobufCMessage **response, pjs_error *err);
+
+/* ---- model control (control_rpc.c) ---------------------------------------- */
+
+/* pjserve.control.v1.ModelControl: ModelControlStatus, SetModelResidency,
+ * SetModelPolicy, Compact. */
+int pjs__grpc_control_status(pjs_grpc_unary_ctx *ctx, const ProtobufCMessage *request,
+                             ProtobufCMessage **response, pjs_error *err);
+int pjs__grpc_control_set_residency(pjs_grpc_unary_ctx *ctx, const ProtobufCMessage *request,
+                                    ProtobufCMessage **response, pjs_error *err);
+int pjs__grpc_control_set_policy(pjs_grpc_unary_ctx *ctx, const ProtobufCMessage *request,
+                                 ProtobufCMessage **response, pjs_error *err);
+int pjs__grpc_control_compact(pjs_grpc_unary_ctx *ctx, const ProtobufCMessage *request,
+                              ProtobufCMessage **response, pjs_error *err);
 
 /* ---- reflection (reflection.c) -------------------------------------------- */
 

@@ -1,6 +1,7 @@
 /*
  * unary.c - the unary RPCs of inference.GRPCInferenceService other than
- * ModelInfer, and the table of every method the front end serves.
+ * ModelInfer, and the table of every method the front end serves (the
+ * model control service's handlers are in control_rpc.c).
  *
  * Each handler reads its decoded request and builds its response in the
  * call's arena (call.c packs and sends it). Handlers that describe a model
@@ -19,6 +20,7 @@
 #include "frontend/grpc/model_info.h"
 #include "grpc_service.pb-c.h"
 #include "health.pb-c.h"
+#include "pjserve_control.pb-c.h"
 
 /* A zeroed message of type d with its defaults, in the arena; NULL when out
  * of memory. */
@@ -718,6 +720,12 @@ static int log_settings(pjs_grpc_unary_ctx *ctx, const ProtobufCMessage *request
         SVC name, PJS_GRPC_UNARY, &req##__descriptor, fn                                           \
     }
 
+#define CONTROL(name, req, fn)                                                                     \
+    {                                                                                              \
+        "/pjserve.control.v1.ModelControl/" name, PJS_GRPC_UNARY,                                  \
+            &pjserve__control__v1__##req##__descriptor, fn                                         \
+    }
+
 const pjs_grpc_method pjs__grpc_methods[] = {
     UNARY("ServerLive", inference__server_live_request, server_live),
     UNARY("ServerReady", inference__server_ready_request, server_ready),
@@ -743,6 +751,10 @@ const pjs_grpc_method pjs__grpc_methods[] = {
           cuda_shm_unregister),
     UNARY("TraceSetting", inference__trace_setting_request, trace_setting),
     UNARY("LogSettings", inference__log_settings_request, log_settings),
+    CONTROL("ModelControlStatus", model_control_status_request, pjs__grpc_control_status),
+    CONTROL("SetModelResidency", set_model_residency_request, pjs__grpc_control_set_residency),
+    CONTROL("SetModelPolicy", set_model_policy_request, pjs__grpc_control_set_policy),
+    CONTROL("Compact", compact_request, pjs__grpc_control_compact),
     {"/grpc.health.v1.Health/Check", PJS_GRPC_UNARY,
      &grpc__health__v1__health_check_request__descriptor, pjs__grpc_health_check},
     {"/grpc.health.v1.Health/Watch", PJS_GRPC_HEALTH_WATCH, NULL, NULL},

@@ -5,8 +5,10 @@
  * is accepted) and matched against Triton's routes; each handler stores a
  * reply. A known path with the wrong method gets 405, an unknown path 404,
  * both with an {"error"} body. HEAD is answered like GET (without the body).
- * All handlers run on connection threads except model loads, which compile
- * and so run on a helper thread (pjs__http_defer).
+ * All handlers run on connection threads except model loads, which compile,
+ * and the residency and compact requests of the model control endpoints,
+ * which wait for the dispatch thread to move weights: those run on a helper
+ * thread (pjs__http_defer).
  */
 #include "frontend/http/http_internal.h"
 
@@ -15,8 +17,10 @@
 #include <string.h>
 
 #include "core/log.h"
+#include "frontend/http/control_json.h"
 #include "frontend/http/metrics_render.h"
 #include "frontend/http/model_json.h"
+#include "server/control.h"
 
 /* Longest path handled; deeper or longer ones are unknown routes. */
 #define PATH_MAX_BYTES 2048
@@ -530,6 +534,114 @@ static void cuda_shm_route(pjs__http_call *c, const route_path *p)
     }
 }
 
+/* ---- model control ---------------------------------------------------------- */
+
+static void control_status(pjs__http_call *c)
+{
+    pjs_server *s = c->fe->server;
+    pjs_control_model *models;
+    size_t n;
+    pjs_error err;
+    if (pjs_control_models(s, NULL, 0, &models, &n, &err) != 0) {
+        pjs__http_reply_error(c, &err);
+        return;
+    }
+    pjs_weight_cache_info cache;
+    pjs_server_weight_cache_info(s, &cache);
+    pjs__http_reply_json(c, 200,
+                         pjs_control_status_json(pjs_server_control_mode(s), &cache, models, n));
+    free(models);
+}
+
+/* Answers with the status of model `name` after a change. */
+static void reply_model_status(pjs__http_call *c, const char *name)
+{
+    pjs_control_model m;
+    pjs_error err;
+    if (pjs_control_model_get(c->fe->server, name, &m, &err) != 0)
+        pjs__http_reply_error(c, &err);
+    else
+        pjs__http_reply_json(c, 200, pjs_control_model_json(&m));
+}
+
+/* POST /v2/pjserve/models/{m}/residency on a helper thread (it waits for
+ * the dispatch thread to move the weights); the name is read from the path
+ * again here. */
+static void residency_deferred(pjs__http_call *c)
+{
+    route_path p;
+    pjs_residency target;
+    pjs_error err;
+    split_path(c->url, &p);
+    const char *name = p.seg[3];
+    int rc = pjs_control_parse_residency(c->body.data, c->body.len, &target, &err);
+    if (rc != 0)
+        pjs_error_prefix(&err, "model %.256s: ", name);
+    else
+        rc = pjs_server_set_residency(c->fe->server, name, target, &err);
+    if (rc != 0)
+        pjs__http_reply_error(c, &err);
+    else
+        reply_model_status(c, name);
+}
+
+static void set_policy(pjs__http_call *c, const char *name)
+{
+    pjs_control_policy_change change;
+    pjs_model_policy policy;
+    pjs_error err;
+    int rc = pjs_control_parse_policy(c->body.data, c->body.len, &change, &err);
+    if (rc != 0)
+        pjs_error_prefix(&err, "model %.256s: ", name);
+    if (rc == 0)
+        rc = pjs_control_policy(name, &change, &policy, &err);
+    if (rc == 0)
+        rc = pjs_server_set_model_policy(c->fe->server, name, &policy, &err);
+    if (rc != 0)
+        pjs__http_reply_error(c, &err);
+    else
+        reply_model_status(c, name);
+}
+
+/* POST /v2/pjserve/compact on a helper thread (it frees and loads weights). */
+static void compact_deferred(pjs__http_call *c)
+{
+    char **names;
+    size_t n, reloaded = 0;
+    pjs_error err;
+    int rc = pjs_control_parse_compact(c->body.data, c->body.len, &names, &n, &err);
+    if (rc == 0) {
+        rc = pjs_server_compact(c->fe->server, (const char *const *)names, n, &reloaded, &err);
+        free(names);
+    }
+    if (rc != 0)
+        pjs__http_reply_error(c, &err);
+    else
+        pjs__http_reply_json(c, 200, json_pack("{s:I}", "reloaded", (json_int_t)reloaded));
+}
+
+/* /v2/pjserve/control, /v2/pjserve/compact and
+ * /v2/pjserve/models/{m}/residency|policy. */
+static void control_route(pjs__http_call *c, const route_path *p)
+{
+    const char *what = p->n > 2 ? p->seg[2] : "";
+    if (p->n == 3 && is(what, "control")) {
+        if (method_ok(c, "GET"))
+            control_status(c);
+    } else if (p->n == 3 && is(what, "compact")) {
+        if (method_ok(c, "POST"))
+            pjs__http_defer(c, compact_deferred);
+    } else if (p->n == 5 && is(what, "models") && is(p->seg[4], "residency")) {
+        if (method_ok(c, "POST"))
+            pjs__http_defer(c, residency_deferred);
+    } else if (p->n == 5 && is(what, "models") && is(p->seg[4], "policy")) {
+        if (method_ok(c, "POST"))
+            set_policy(c, p->seg[3]);
+    } else {
+        pjs__http_reply_message(c, 404, "no such endpoint: %.256s", c->url);
+    }
+}
+
 /* ---- entry points ----------------------------------------------------------- */
 
 void pjs__http_route_rest(pjs__http_call *c)
@@ -556,6 +668,8 @@ void pjs__http_route_rest(pjs__http_call *c)
         shm_route(c, &p);
     } else if (is(area, "cudasharedmemory")) {
         cuda_shm_route(c, &p);
+    } else if (is(area, "pjserve")) {
+        control_route(c, &p);
     } else {
         pjs__http_reply_message(c, 404, "no such endpoint: %.256s", c->url);
     }
@@ -593,6 +707,7 @@ static void collect_model(pjs_model *m, void *ctx)
     e->version = PJS_MODEL_VERSION;
     pjs_model_stats_snapshot(m, &e->stats);
     pjs_server_model_sched_info(s->server, m, &e->sched);
+    pjs_server_model_residency(s->server, m, &e->residency);
     for (size_t q = 0; q < PJS_METRICS_QUANTILES; q++)
         e->queue_wait_us[q] = pjs_queue_wait_quantile_us(e->stats.queue_wait,
                                                          pjs_metrics_quantiles[q]);
@@ -619,7 +734,8 @@ void pjs__http_route_metrics(pjs__http_call *c)
     pjs_server_counters counters;
     pjs_server_get_counters(c->fe->server, &counters);
     pjs_metrics_gauges gauges = {counters.queue_depth, counters.in_flight,
-                                 pjs_server_discipline(c->fe->server)};
+                                 pjs_server_discipline(c->fe->server), {0}};
+    pjs_server_weight_cache_info(c->fe->server, &gauges.cache);
     pjs_http_buf text;
     pjs_error err;
     pjs_http_buf_init(&text, METRICS_MAX_BYTES);

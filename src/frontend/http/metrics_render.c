@@ -147,6 +147,26 @@ static metric_value queue_full(const pjs_metrics_model *m)
     return count(m->stats.rejected_queue_full);
 }
 
+static metric_value weight_loads(const pjs_metrics_model *m)
+{
+    return count(m->residency.loads);
+}
+
+static metric_value weight_evictions(const pjs_metrics_model *m)
+{
+    return count(m->residency.evictions);
+}
+
+static metric_value weight_resident_bytes(const pjs_metrics_model *m)
+{
+    return count(m->residency.resident ? m->residency.weight_bytes : 0);
+}
+
+static metric_value weight_load_s(const pjs_metrics_model *m)
+{
+    return seconds(m->residency.load_ns);
+}
+
 
 static const model_family triton_families[] = {
     {"nv_inference_request_success", "Number of successful inference requests, all batch sizes",
@@ -191,6 +211,14 @@ static const model_family pjserve_families[] = {
      "", shed},
     {"pjserve_model_requests_rejected_total", "Requests refused at admission, by reason",
      "counter", ",reason=\"queue_full\"", queue_full},
+    {"pjserve_weight_loads_total", "Host-to-device loads of the model's weights", "counter", "",
+     weight_loads},
+    {"pjserve_weight_evictions_total", "Evictions of the model's weights from the device",
+     "counter", "", weight_evictions},
+    {"pjserve_weight_resident_bytes", "Bytes of the model's weights on the device now",
+     "gauge", "", weight_resident_bytes},
+    {"pjserve_weight_load_seconds_total", "Time spent loading the model's weights, in seconds",
+     "counter", "", weight_load_s},
 };
 
 /* A label value between quotes, escaped. */
@@ -345,6 +373,39 @@ static int render_server(const pjs_metrics_gauges *g, pjs_http_buf *b, pjs_error
     return rc;
 }
 
+/* One family of one unlabelled sample. */
+static int server_gauge(pjs_http_buf *b, const char *name, const char *help, metric_value v,
+                        pjs_error *err)
+{
+    int rc = family_header(b, name, help, "gauge", err);
+    if (rc == 0)
+        rc = pjs_http_buf_printf(b, err, "%s ", name);
+    if (rc == 0)
+        rc = put_value(b, v, err);
+    if (rc == 0)
+        rc = pjs_http_buf_append_str(b, "\n", err);
+    return rc;
+}
+
+static int render_weight_cache(const pjs_weight_cache_info *c, pjs_http_buf *b, pjs_error *err)
+{
+    metric_value budget = c->budget_bytes == UINT64_MAX ? real(INFINITY) : count(c->budget_bytes);
+    int rc = server_gauge(b, "pjserve_weight_cache_budget_bytes",
+                          "Device memory the weight cache may fill with evictable models' "
+                          "weights (+Inf: unlimited)",
+                          budget, err);
+    if (rc == 0)
+        rc = server_gauge(b, "pjserve_weight_cache_used_bytes",
+                          "Bytes of evictable models' weights on the device now",
+                          count(c->used_bytes), err);
+    if (rc == 0)
+        rc = server_gauge(b, "pjserve_weight_cache_pinned_bytes",
+                          "Bytes of device-pinned models' weights on the device (outside the "
+                          "budget)",
+                          count(c->pinned_bytes), err);
+    return rc;
+}
+
 int pjs_metrics_render(const pjs_metrics_model *models, size_t n, const pjs_metrics_gauges *g,
                        pjs_http_buf *out, pjs_error *err)
 {
@@ -360,5 +421,7 @@ int pjs_metrics_render(const pjs_metrics_model *models, size_t n, const pjs_metr
         rc = render_batch_rows(models, n, out, err);
     if (rc == 0)
         rc = render_server(g, out, err);
+    if (rc == 0)
+        rc = render_weight_cache(&g->cache, out, err);
     return rc;
 }

@@ -7,9 +7,11 @@
  * nv_inference_exec_count and the cumulative durations in microseconds:
  * request, queue, compute input/infer/output), then pjserve's own families
  * (dispatches, device seconds, the scheduler's weight, queue depth and
- * recent utilization, requests expired, shed and rejected, the queue wait
- * as a summary and the rows per execution as a histogram over the compiled
- * batch sizes); then the server-wide gauges and the scheduler's discipline.
+ * recent utilization, requests expired, shed and rejected, the device
+ * weight cache's loads, evictions, load seconds and resident bytes, the
+ * queue wait as a summary and the rows per execution as a histogram over
+ * the compiled batch sizes); then the server-wide gauges, the scheduler's
+ * discipline and the weight cache's budget, used and pinned bytes.
  * Rendering works from plain snapshots so it can be tested without a
  * server. Pure function; any thread.
  */
@@ -34,6 +36,7 @@ typedef struct pjs_metrics_model {
     const char *version;
     pjs_model_stats stats;
     pjs_model_sched_info sched;
+    pjs_model_residency_info residency;
     /* pjs_queue_wait_quantile_us(stats.queue_wait, pjs_metrics_quantiles[i]). */
     double queue_wait_us[PJS_METRICS_QUANTILES];
     /* The compiled batch sizes, ascending: the buckets of pjserve_model_batch_rows. */
@@ -46,6 +49,7 @@ typedef struct pjs_metrics_gauges {
     uint64_t queue_depth;   /* requests waiting in the dispatcher */
     uint64_t in_flight;     /* requests accepted and not yet completed */
     const char *discipline; /* the scheduler's discipline ("fair") */
+    pjs_weight_cache_info cache; /* the device weight cache (budget UINT64_MAX: +Inf) */
 } pjs_metrics_gauges;
 
 /* Appends the whole exposition to out. */

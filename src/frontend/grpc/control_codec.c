@@ -1,0 +1,132 @@
+/*
+ * control_codec.c - pjserve.control.v1 messages from and to the control
+ * surface's structures (see control_codec.h).
+ *
+ * pjs_residency (host 0, device 1, unpinned 2) and the wire enum (0
+ * unspecified, device 1, host 2, unpinned 3) differ, so they are mapped
+ * by name here, in one table.
+ */
+#include "frontend/grpc/control_codec.h"
+
+#include <stdint.h>
+#include <string.h>
+
+typedef struct residency_pair {
+    pjs_residency ours;
+    Pjserve__Control__V1__Residency wire;
+} residency_pair;
+
+static const residency_pair residencies[] = {
+    {PJS_RESIDENCY_DEVICE, PJSERVE__CONTROL__V1__RESIDENCY__DEVICE},
+    {PJS_RESIDENCY_HOST, PJSERVE__CONTROL__V1__RESIDENCY__HOST},
+    {PJS_RESIDENCY_UNPINNED, PJSERVE__CONTROL__V1__RESIDENCY__UNPINNED},
+};
+#define N_RESIDENCIES (sizeof residencies / sizeof residencies[0])
+
+static Pjserve__Control__V1__Residency wire_residency(pjs_residency r)
+{
+    for (size_t i = 0; i < N_RESIDENCIES; i++)
+        if (residencies[i].ours == r)
+            return residencies[i].wire;
+    return PJSERVE__CONTROL__V1__RESIDENCY__RESIDENCY_UNSPECIFIED;
+}
+
+static int no_memory(pjs_error *err)
+{
+    return pjs_error_set(err, PJS_ERR_NOMEM, "no memory for the model control response");
+}
+
+int pjs_grpc_control_model_status(const pjs_control_model *m, pjs_grpc_arena *a,
+                                  pjs_grpc_model_status **out, pjs_error *err)
+{
+    pjs_grpc_model_status *s = pjs_grpc_arena_alloc(a, sizeof *s);
+    if (s == NULL)
+        return no_memory(err);
+    pjserve__control__v1__model_status__init(s);
+    s->name = pjs_grpc_arena_strdup(a, m->entry.name);
+    s->state = pjs_grpc_arena_strdup(a, pjs_model_state_name(m->entry.state));
+    s->reason = pjs_grpc_arena_strdup(a, m->entry.reason);
+    if (s->name == NULL || s->state == NULL || s->reason == NULL)
+        return no_memory(err);
+    if (m->loaded) {
+        const pjs_model_residency_info *r = &m->residency;
+        s->residency = wire_residency(r->residency);
+        s->resident = r->resident;
+        s->weight_bytes = r->weight_bytes;
+        s->loads = r->loads;
+        s->evictions = r->evictions;
+        s->load_seconds = (double)r->load_ns / 1e9;
+        s->weight = m->sched.weight;
+        s->max_queue_depth = m->sched.max_queue_depth;
+        s->default_timeout_us = m->sched.default_timeout_us;
+        s->queue_depth = m->sched.queue_depth;
+    }
+    *out = s;
+    return 0;
+}
+
+int pjs_grpc_control_status(pjs_control_mode mode, const pjs_weight_cache_info *cache,
+                            const pjs_control_model *models, size_t n, pjs_grpc_arena *a,
+                            pjs_grpc_control_status_response **out, pjs_error *err)
+{
+    pjs_grpc_control_status_response *r = pjs_grpc_arena_alloc(a, sizeof *r);
+    Pjserve__Control__V1__WeightCache *c = pjs_grpc_arena_alloc(a, sizeof *c);
+    pjs_grpc_model_status **list = pjs_grpc_arena_calloc(a, n + 1, sizeof *list);
+    if (r == NULL || c == NULL || list == NULL)
+        return no_memory(err);
+    pjserve__control__v1__model_control_status_response__init(r);
+    pjserve__control__v1__weight_cache__init(c);
+    c->unlimited = cache->budget_bytes == UINT64_MAX;
+    c->budget_bytes = c->unlimited ? 0 : cache->budget_bytes;
+    c->used_bytes = cache->used_bytes;
+    c->pinned_bytes = cache->pinned_bytes;
+    for (size_t i = 0; i < n; i++) {
+        int rc = pjs_grpc_control_model_status(&models[i], a, &list[i], err);
+        if (rc != 0)
+            return rc;
+    }
+    r->control_mode = (char *)pjs_control_mode_name(mode);
+    r->cache = c;
+    r->models = list;
+    r->n_models = n;
+    *out = r;
+    return 0;
+}
+
+int pjs_grpc_control_residency(int value, const char *name, pjs_residency *out, pjs_error *err)
+{
+    for (size_t i = 0; i < N_RESIDENCIES; i++) {
+        if ((int)residencies[i].wire == value) {
+            *out = residencies[i].ours;
+            return 0;
+        }
+    }
+    if (value == PJSERVE__CONTROL__V1__RESIDENCY__RESIDENCY_UNSPECIFIED)
+        return pjs_error_set(err, PJS_ERR_INVALID_ARGUMENT,
+                             "model %.256s: no residency given (DEVICE, HOST or UNPINNED)", name);
+    return pjs_error_set(err, PJS_ERR_INVALID_ARGUMENT,
+                         "model %.256s: unknown residency %d (expected DEVICE, HOST or UNPINNED)",
+                         name, value);
+}
+
+static int64_t as_int64(uint64_t v)
+{
+    return v > (uint64_t)INT64_MAX ? INT64_MAX : (int64_t)v;
+}
+
+#define POLICY_CASE(field, member)                                                                 \
+    PJSERVE__CONTROL__V1__SET_MODEL_POLICY_REQUEST__##field##_PRESENT_##member
+
+void pjs_grpc_control_policy_change(const Pjserve__Control__V1__SetModelPolicyRequest *r,
+                                    pjs_control_policy_change *out)
+{
+    memset(out, 0, sizeof *out);
+    out->has_weight = r->weight_present_case == POLICY_CASE(WEIGHT, WEIGHT);
+    out->weight = out->has_weight ? r->weight : 0;
+    out->has_max_queue_depth =
+        r->max_queue_depth_present_case == POLICY_CASE(MAX_QUEUE_DEPTH, MAX_QUEUE_DEPTH);
+    out->max_queue_depth = out->has_max_queue_depth ? as_int64(r->max_queue_depth) : 0;
+    out->has_default_timeout_us =
+        r->default_timeout_us_present_case == POLICY_CASE(DEFAULT_TIMEOUT_US, DEFAULT_TIMEOUT_US);
+    out->default_timeout_us = out->has_default_timeout_us ? as_int64(r->default_timeout_us) : 0;
+}

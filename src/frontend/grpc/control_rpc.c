@@ -1,0 +1,108 @@
+/*
+ * control_rpc.c - the unary RPCs of pjserve.control.v1.ModelControl (see
+ * proto/pjserve_control.proto), run by the generic unary call like those of
+ * unary.c and listed in its method table.
+ *
+ * SetModelResidency and Compact wait for the dispatch thread to move
+ * weights, and so hold a completion-queue thread meanwhile, as
+ * RepositoryModelLoad does while it compiles. Requests are checked by the
+ * same functions the REST endpoints use (server/control.h), so both refuse
+ * the same values with the same words.
+ */
+#include "frontend/grpc/internal.h"
+
+#include <stdlib.h>
+
+#include "frontend/grpc/control_codec.h"
+#include "server/control.h"
+
+static int no_memory(pjs_error *err)
+{
+    return pjs_error_set(err, PJS_ERR_NOMEM, "no memory for the response");
+}
+
+/* The status of model `name` (after a change) as the response. */
+static int model_status_response(pjs_grpc_unary_ctx *ctx, const char *name,
+                                 ProtobufCMessage **response, pjs_error *err)
+{
+    pjs_control_model m;
+    pjs_grpc_model_status *r;
+    int rc = pjs_control_model_get(ctx->frontend->server, name, &m, err);
+    if (rc == 0)
+        rc = pjs_grpc_control_model_status(&m, ctx->arena, &r, err);
+    if (rc == 0)
+        *response = &r->base;
+    return rc;
+}
+
+int pjs__grpc_control_status(pjs_grpc_unary_ctx *ctx, const ProtobufCMessage *request,
+                             ProtobufCMessage **response, pjs_error *err)
+{
+    const Pjserve__Control__V1__ModelControlStatusRequest *req =
+        (const Pjserve__Control__V1__ModelControlStatusRequest *)request;
+    pjs_server *s = ctx->frontend->server;
+    pjs_control_model *models;
+    size_t n;
+    int rc = pjs_control_models(s, (const char *const *)req->names, req->n_names, &models, &n,
+                                err);
+    if (rc != 0)
+        return rc;
+    pjs_weight_cache_info cache;
+    pjs_grpc_control_status_response *r;
+    pjs_server_weight_cache_info(s, &cache);
+    rc = pjs_grpc_control_status(pjs_server_control_mode(s), &cache, models, n, ctx->arena, &r,
+                                 err);
+    free(models);
+    if (rc == 0)
+        *response = &r->base;
+    return rc;
+}
+
+int pjs__grpc_control_set_residency(pjs_grpc_unary_ctx *ctx, const ProtobufCMessage *request,
+                                    ProtobufCMessage **response, pjs_error *err)
+{
+    const Pjserve__Control__V1__SetModelResidencyRequest *req =
+        (const Pjserve__Control__V1__SetModelResidencyRequest *)request;
+    pjs_residency target;
+    int rc = pjs_grpc_control_residency((int)req->residency, req->name, &target, err);
+    if (rc == 0)
+        rc = pjs_server_set_residency(ctx->frontend->server, req->name, target, err);
+    if (rc == 0)
+        rc = model_status_response(ctx, req->name, response, err);
+    return rc;
+}
+
+int pjs__grpc_control_set_policy(pjs_grpc_unary_ctx *ctx, const ProtobufCMessage *request,
+                                 ProtobufCMessage **response, pjs_error *err)
+{
+    const Pjserve__Control__V1__SetModelPolicyRequest *req =
+        (const Pjserve__Control__V1__SetModelPolicyRequest *)request;
+    pjs_control_policy_change change;
+    pjs_model_policy policy;
+    pjs_grpc_control_policy_change(req, &change);
+    int rc = pjs_control_policy(req->name, &change, &policy, err);
+    if (rc == 0)
+        rc = pjs_server_set_model_policy(ctx->frontend->server, req->name, &policy, err);
+    if (rc == 0)
+        rc = model_status_response(ctx, req->name, response, err);
+    return rc;
+}
+
+int pjs__grpc_control_compact(pjs_grpc_unary_ctx *ctx, const ProtobufCMessage *request,
+                              ProtobufCMessage **response, pjs_error *err)
+{
+    const Pjserve__Control__V1__CompactRequest *req =
+        (const Pjserve__Control__V1__CompactRequest *)request;
+    Pjserve__Control__V1__CompactResponse *r = pjs_grpc_arena_alloc(ctx->arena, sizeof *r);
+    if (r == NULL)
+        return no_memory(err);
+    pjserve__control__v1__compact_response__init(r);
+    size_t reloaded = 0;
+    int rc = pjs_server_compact(ctx->frontend->server, (const char *const *)req->reload,
+                                req->n_reload, &reloaded, err);
+    if (rc != 0)
+        return rc;
+    r->reloaded = reloaded;
+    *response = &r->base;
+    return 0;
+}
