@@ -139,6 +139,10 @@ int pjs_wcache_set_pinned(pjs_wcache *c, pjs_wcache_entry *e, bool pinned, pjs_e
         return load(c, e, err);
     if (!pinned && e->resident && !c->autonomous)
         evict(c, e);
+    /* e joined the budget as its newest entry: older ones make room. */
+    while (!pinned && c->budget != PJS_WCACHE_UNLIMITED && c->used > c->budget &&
+           c->oldest != NULL && c->oldest != e)
+        evict(c, c->oldest);
     return 0;
 }
 

@@ -67,8 +67,9 @@ void pjs_wcache_destroy(pjs_wcache *c);
 int pjs_wcache_acquire(pjs_wcache *c, pjs_wcache_entry *e, bool *over_budget, pjs_error *err);
 
 /* Pins e on the device (loading it if needed, outside the budget) or unpins
- * it: it becomes the most recently used evictable entry, or, when the cache
- * is not autonomous, is evicted at once. */
+ * it: it becomes the most recently used evictable entry (older entries are
+ * evicted until the budget holds), or, when the cache is not autonomous, is
+ * evicted at once. */
 int pjs_wcache_set_pinned(pjs_wcache *c, pjs_wcache_entry *e, bool pinned, pjs_error *err);
 
 /* Evicts e if resident, pinned or not (the model is going away). */
