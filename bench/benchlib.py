@@ -1,8 +1,9 @@
-"""What the benchmark drivers bench/server_overhead.py and bench/scheduler.py
+"""What the benchmark drivers (bench/server_overhead.py, scheduler.py, residency.py)
 share: the repository's paths, logging, free ports, HTTP GETs, a server run as
-its own process with its output in a log file, perf_analyzer (command line,
-one measurement retried when unstable, its CSV), the check for the built
-tools, machine and revision info, and saving the results.
+its own process with its output in a log file, Prometheus text parsed,
+perf_analyzer (command line, one measurement retried when unstable, its CSV),
+the check for the built tools, machine and revision info, and saving the
+results.
 
 Not run by itself: the drivers import it from their own directory, which
 Python puts on sys.path for a script (.venv/bin/python bench/scheduler.py).
@@ -12,6 +13,7 @@ import csv
 import json
 import os
 import platform
+import re
 import shutil
 import socket
 import subprocess
@@ -69,6 +71,37 @@ class ServerProcess:
             return "".join(self.log_path.read_text(errors="replace").splitlines(True)[-n:])
         except OSError:
             return ""
+
+
+# ---- metrics --------------------------------------------------------------------
+
+METRIC_LINE = re.compile(r"^([A-Za-z_:][A-Za-z0-9_:]*)(?:\{(.*)\})?\s+(\S+)$")
+LABEL = re.compile(r'([A-Za-z_][A-Za-z0-9_]*)="((?:[^"\\]|\\.)*)"')
+
+
+def parse_metrics(text):
+    """Prometheus text -> {(name, frozenset of (label, value)): float}."""
+    out = {}
+    for line in text.splitlines():
+        if not line or line.startswith("#"):
+            continue
+        m = METRIC_LINE.match(line)
+        if m:
+            labels = frozenset(LABEL.findall(m.group(2) or ""))
+            out[(m.group(1), labels)] = float(m.group(3))
+    return out
+
+
+def metric(sample, name, model, **labels):
+    """Sum of the samples of `name` for `model` carrying `labels` (0 if none)."""
+    total = 0.0
+    for (n, ls), v in sample.items():
+        if n != name:
+            continue
+        d = dict(ls)
+        if d.get("model") == model and all(d.get(k) == v2 for k, v2 in labels.items()):
+            total += v
+    return total
 
 
 # ---- perf_analyzer ------------------------------------------------------------

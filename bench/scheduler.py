@@ -62,8 +62,9 @@ from pathlib import Path
 from typing import List, Optional
 
 from benchlib import (PJSERVE, RAW, ROOT, ServerProcess, free_ports, git_revision,
-                      http_get, log, machine_info, missing_tools, pa_command, read_pa_csv,
-                      remove_workdir, run_perf_analyzer, save_result)
+                      http_get, log, machine_info, metric, missing_tools, pa_command,
+                      parse_metrics, read_pa_csv, remove_workdir, run_perf_analyzer,
+                      save_result)
 
 sys.path.insert(0, str(ROOT / "python"))
 
@@ -240,35 +241,6 @@ class Pjserve(ServerProcess):
 REQUIRED_METRICS = ("pjserve_model_device_seconds_total", "pjserve_model_dispatches_total",
                     "pjserve_model_queue_depth", "nv_inference_count",
                     "nv_inference_request_success", "pjserve_model_batch_rows_count")
-METRIC_LINE = re.compile(r"^([A-Za-z_:][A-Za-z0-9_:]*)(?:\{(.*)\})?\s+(\S+)$")
-LABEL = re.compile(r'([A-Za-z_][A-Za-z0-9_]*)="((?:[^"\\]|\\.)*)"')
-
-
-def parse_metrics(text):
-    """Prometheus text -> {(name, frozenset of (label, value)): float}."""
-    out = {}
-    for line in text.splitlines():
-        if not line or line.startswith("#"):
-            continue
-        m = METRIC_LINE.match(line)
-        if m:
-            labels = frozenset(LABEL.findall(m.group(2) or ""))
-            out[(m.group(1), labels)] = float(m.group(3))
-    return out
-
-
-def metric(sample, name, model, **labels):
-    """Sum of the samples of `name` for `model` carrying `labels` (0 if none)."""
-    total = 0.0
-    for (n, ls), v in sample.items():
-        if n != name:
-            continue
-        d = dict(ls)
-        if d.get("model") == model and all(d.get(k) == v2 for k, v2 in labels.items()):
-            total += v
-    return total
-
-
 def model_delta(before, after, model, seconds):
     """What the server did for `model` between two scrapes."""
     def d(name, **labels):

@@ -612,6 +612,8 @@ static void warm_up_run(device_task *task)
      * has its weights now; the others warm up when pinned. */
     if (!d_autonomous(w->dispatcher) && !m->wentry.pinned)
         return;
+    if (w->runs <= 0 && !m->wentry.pinned)
+        return; /* nothing to measure; on-demand weights wait for a request */
     if ((w->rc = acquire(w->dispatcher, m, &w->err)) != 0 || w->runs <= 0)
         return;
     const pjs_manifest *man = pjs_model_manifest(m);

@@ -160,12 +160,20 @@ size_t pjs_wcache_compact(pjs_wcache *c, pjs_wcache_entry *const *reload, size_t
     size_t loaded = 0;
     int first_rc = 0;
     for (size_t i = 0; i < n; i++) {
-        if (reload[i]->resident)
+        pjs_wcache_entry *e = reload[i];
+        if (e->resident)
             continue;
         pjs_error load_err;
-        if (load(c, reload[i], &load_err) == 0)
+        if (!e->pinned && !fits(c, e->bytes))
+            pjs_error_set(&load_err, PJS_ERR_RESOURCE_EXHAUSTED,
+                          "entry %zu of the reload list does not fit the budget after the ones "
+                          "before it; not reloaded",
+                          i);
+        else if (load(c, e, &load_err) == 0) {
             loaded++;
-        else if (first_rc == 0) {
+            continue;
+        }
+        if (first_rc == 0) {
             first_rc = load_err.code;
             *err = load_err;
         }

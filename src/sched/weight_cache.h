@@ -76,8 +76,9 @@ int pjs_wcache_set_pinned(pjs_wcache *c, pjs_wcache_entry *e, bool pinned, pjs_e
 void pjs_wcache_release(pjs_wcache *c, pjs_wcache_entry *e);
 
 /* Evicts every resident unpinned entry at once, then loads reload[0..n)
- * (pinned ones are left as they are). Returns how many were loaded; the
- * first load error, if any, is in err. */
+ * in order while they fit the budget (pinned ones are left as they are).
+ * Returns how many were loaded; the first error (a load failure, or
+ * RESOURCE_EXHAUSTED for an entry that no longer fits), if any, is in err. */
 size_t pjs_wcache_compact(pjs_wcache *c, pjs_wcache_entry *const *reload, size_t n,
                           pjs_error *err);
 

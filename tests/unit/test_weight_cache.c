@@ -484,15 +484,22 @@ static void test_set_pinned_moves_between_pinned_and_lru(void **state)
 
     /* unpinning a non-resident entry only changes its flag */
     fake g;
-    fake_init(&g, 100, true, sizes, 1);
-    pin_ok(&g, 0, false);
-    g.t[0].e.pinned = true; /* pinned but not loaded yet (explicit start-up) */
-    pin_ok(&g, 0, false);
+    const uint64_t big[] = {150, 30};
+    fake_init(&g, 100, true, big, 2);
+    pin_ok(&g, 1, false);
+    g.t[1].e.pinned = true; /* pinned, weights not loaded yet (a manifest's `device`) */
+    pin_ok(&g, 1, false);
     assert_string_equal(g.log, "");
-    /* a pinned entry that is not resident is loaded pinned by acquire */
-    pin_ok(&g, 0, true);
-    assert_string_equal(g.log, "L0");
+    /* acquiring a pinned entry that is not resident loads it pinned: outside
+     * the budget, evicting nothing, never over budget */
+    acquire_ok(&g, 0); /* 150 > 100: alone in the LRU */
+    g.t[1].e.pinned = true;
+    clear_log(&g);
+    assert_false(acquire_ok(&g, 1));
+    assert_string_equal(g.log, "L1");
     assert_int_equal(g.c.pinned, 30);
+    assert_int_equal(g.c.used, 150);
+    assert_string_equal(lru(&g), "0");
     fake_destroy(&g);
     fake_destroy(&f);
 }
@@ -731,6 +738,20 @@ static void test_compact(void **state)
     assert_false(E(&f, 0)->resident);
     assert_int_equal(f.c.used, 20);
     assert_int_equal(f.c.pinned, 50);
+    check_books(&f);
+    fake_destroy(&f);
+
+    /* a reload list larger than the budget: loads stop short of it
+     * (regression: compaction used to overfill the cache) */
+    const uint64_t big[] = {60, 60, 30};
+    fake_init(&f, 100, true, big, 3);
+    clear_log(&f);
+    pjs_wcache_entry *reload3[] = {E(&f, 0), E(&f, 1), E(&f, 2)};
+    assert_int_equal(pjs_wcache_compact(&f.c, reload3, 3, &err), 2);
+    assert_int_equal(err.code, PJS_ERR_RESOURCE_EXHAUSTED);
+    assert_non_null(strstr(err.msg, "entry 1 of the reload list does not fit"));
+    assert_string_equal(f.log, "L0 L2");
+    assert_int_equal(f.c.used, 90);
     check_books(&f);
     fake_destroy(&f);
 }

@@ -1,0 +1,393 @@
+"""The device weight cache through the real server (tritonclient, gRPC and
+HTTP): every model's weights live in host RAM and are copied to the device
+when the model runs; at most --device-weight-budget bytes of them stay there,
+the least recently used evicted first (docs/serving.md).
+
+The models are ten copies of one wide mlp (x f32 [batch,64] -> 768 -> 768 ->
+32, about 2.5 MiB of f32 weights each), exported once per session with
+pjserve_export and copied with weights drawn from a different PRNG seed per
+copy, so every model answers differently and a request served with another
+model's weights fails its check. Their modules are identical, so the
+executable cache compiles them once.
+
+What is checked, each against dedicated servers (statistics start at zero):
+
+  - many models, budget for two and a half: several client threads over both
+    protocols send requests to all ten in random order; every reply matches
+    JAX for its own model, /metrics is scraped all along and the resident
+    bytes (summed over models, and the cache's used bytes) never exceed the
+    budget, and at the end the load and eviction counters add up;
+  - the LRU order with room for two: A B A C loads each once and evicts B,
+    not A (then B evicts A);
+  - a model larger than the budget still serves, alone on the device, with
+    a warning in the log.
+"""
+
+import json
+import random
+import re
+import shutil
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Dict, List
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+import tritonclient.grpc as grpcclient
+import tritonclient.http as httpclient
+
+import pjserve_export as pe
+from protocol_util import (Case, ServerFailure, ServerProcess, grpc_infer_case,
+                           http_infer_case, parse_metrics, run_threads, scrape)
+
+N_MODELS = 10
+IN, HIDDEN, OUT = 64, 768, 32
+BATCH_SIZES = (1, 4)
+ROWS = (1, 3)                   # rows per request (3 runs at compiled size 4)
+NAMES = [f"res_{i:02d}" for i in range(N_MODELS)]
+ARGUMENT_ORDER_KEY = "argument_order"
+
+# Metric families of the weight cache (docs/serving.md, Metrics).
+LOADS = "pjserve_weight_loads_total"
+EVICTIONS = "pjserve_weight_evictions_total"
+RESIDENT = "pjserve_weight_resident_bytes"
+LOAD_SECONDS = "pjserve_weight_load_seconds_total"
+BUDGET = "pjserve_weight_cache_budget_bytes"
+USED = "pjserve_weight_cache_used_bytes"
+PINNED = "pjserve_weight_cache_pinned_bytes"
+
+
+# ---- the models ------------------------------------------------------------------------
+
+def wide_mlp(p, x):
+    h = jax.nn.relu(x @ p["dense1"]["w"] + p["dense1"]["b"])
+    h = jax.nn.relu(h @ p["dense2"]["w"] + p["dense2"]["b"])
+    return h @ p["dense3"]["w"] + p["dense3"]["b"]
+
+
+def wide_mlp_params(seed: int):
+    k = jax.random.split(jax.random.PRNGKey(1000 + seed), 6)
+
+    def dense(kw, kb, fan_in, fan_out):
+        return {"w": jax.random.normal(kw, (fan_in, fan_out)) * np.sqrt(2.0 / fan_in),
+                "b": 0.1 * jax.random.normal(kb, (fan_out,))}
+    return {"dense1": dense(k[0], k[1], IN, HIDDEN), "dense2": dense(k[2], k[3], HIDDEN, HIDDEN),
+            "dense3": dense(k[4], k[5], HIDDEN, OUT)}
+
+
+@dataclass
+class ResidencyModels:
+    bundles: Path                 # one bundle directory per name
+    weight_bytes: int             # of each model (all the same)
+    cases: Dict[str, Dict[int, Case]]   # model -> rows -> inputs and JAX outputs
+
+    def repository(self, dest: Path, names) -> Path:
+        """A repository of symbolic links to some of the bundles."""
+        dest.mkdir(parents=True)
+        for n in names:
+            (dest / n).symlink_to(self.bundles / n, target_is_directory=True)
+        return dest
+
+
+@pytest.fixture(scope="session")
+def residency_models(tmp_path_factory) -> ResidencyModels:
+    """The ten models: res_00 exported, res_01.. copies with other weights."""
+    out = tmp_path_factory.mktemp("residency-bundles")
+    first = pe.export_jax(wide_mlp, wide_mlp_params(0), [np.zeros((1, IN), np.float32)], out,
+                          name=NAMES[0], batch_sizes=BATCH_SIZES, input_names=["x"],
+                          output_names=["y"], description="residency test: wide mlp, seed 0")
+    manifest_text = (first / pe.MANIFEST_FILE).read_text()
+    assert f'name: "{NAMES[0]}"\n' in manifest_text
+    jitted = jax.jit(wide_mlp)
+    cases: Dict[str, Dict[int, Case]] = {}
+    weight_bytes = None
+    for i, name in enumerate(NAMES):
+        params = wide_mlp_params(i)
+        names, arrays = pe.weight_names_and_arrays(params)
+        nbytes = sum(int(np.asarray(a).nbytes) for a in arrays)
+        assert weight_bytes in (None, nbytes)
+        weight_bytes = nbytes
+        path = out / name
+        if i > 0:
+            shutil.copytree(first, path)
+            pe.write_safetensors(path / pe.WEIGHTS_FILE, dict(zip(names, arrays)),
+                                 {ARGUMENT_ORDER_KEY: json.dumps(names)})
+            (path / pe.MANIFEST_FILE).write_text(
+                manifest_text.replace(f'name: "{NAMES[0]}"\n', f'name: "{name}"\n'))
+        manifest = pe.read_manifest(path)
+        assert manifest.name == name
+        cases[name] = {}
+        for rows in ROWS:
+            x = np.random.default_rng(100 * i + rows).standard_normal((rows, IN)).astype(
+                np.float32)
+            y = np.asarray(jitted(params, jnp.asarray(x)))
+            cases[name][rows] = Case(name, rows, {"x": x}, {"y": y}, manifest)
+    # The copies really differ: another model's weights would fail the check.
+    y0, y1 = cases[NAMES[0]][1].expected["y"], cases[NAMES[1]][1].expected["y"]
+    assert not np.allclose(y0, y1, atol=1e-2)
+    return ResidencyModels(out, weight_bytes, cases)
+
+
+# ---- servers ---------------------------------------------------------------------------
+
+@pytest.fixture
+def start_server(pjserve_bin, plugin_path, cache_dir, residency_models, tmp_path):
+    """start(names, budget, extra=()) -> a started server over those models with
+    --device-weight-budget budget. Stopped (and its exit and log checked) at
+    the end of the test."""
+    started: List[ServerProcess] = []
+
+    def start(names, budget: int, extra=()):
+        k = len(started)
+        repo = residency_models.repository(tmp_path / f"repo{k}", names)
+        s = ServerProcess(pjserve_bin, plugin_path, repo, cache_dir, tmp_path / f"srv{k}",
+                          ["--device-weight-budget", str(budget), *extra], f"residency{k}")
+        started.append(s)
+        try:
+            s.start()
+        except ServerFailure as e:
+            pytest.fail(str(e), pytrace=False)
+        return s
+
+    yield start
+    problems = []
+    for s in started:
+        if s.alive():
+            problems += [f"{s.name}: {p}" for p in s.stop_and_check()]
+    for s in started:
+        s.kill()
+    if problems:
+        pytest.fail("server did not shut down cleanly:\n- " + "\n- ".join(problems)
+                    + "\n" + "\n".join(s.describe() for s in started), pytrace=False)
+
+
+# ---- metrics ---------------------------------------------------------------------------
+
+@dataclass
+class CacheView:
+    """The weight cache as one scrape of /metrics shows it."""
+    budget: float
+    used: float
+    pinned: float
+    loads: Dict[str, float]
+    evictions: Dict[str, float]
+    resident: Dict[str, float]
+    load_seconds: Dict[str, float]
+
+    def resident_models(self):
+        return sorted(m for m, b in self.resident.items() if b > 0)
+
+
+def per_model(samples, name: str) -> Dict[str, float]:
+    out: Dict[str, float] = {}
+    for (n, labels), v in samples.items():
+        if n == name:
+            model = dict(labels).get("model")
+            if model is not None:
+                out[model] = out.get(model, 0.0) + v
+    return out
+
+
+def server_gauge(samples, name: str):
+    for (n, labels), v in samples.items():
+        if n == name and not labels:
+            return v
+    return None
+
+
+def cache_view(server: ServerProcess) -> CacheView:
+    samples, _ = parse_metrics(scrape(server.metrics_url))
+    view = CacheView(server_gauge(samples, BUDGET), server_gauge(samples, USED),
+                     server_gauge(samples, PINNED), per_model(samples, LOADS),
+                     per_model(samples, EVICTIONS), per_model(samples, RESIDENT),
+                     per_model(samples, LOAD_SECONDS))
+    missing = [n for n, v in ((BUDGET, view.budget), (USED, view.used), (PINNED, view.pinned))
+               if v is None]
+    missing += [n for n, d in ((LOADS, view.loads), (EVICTIONS, view.evictions),
+                               (RESIDENT, view.resident)) if not d]
+    assert not missing, f"/metrics lacks {', '.join(missing)}"
+    return view
+
+
+# ---- requests --------------------------------------------------------------------------
+
+def infer_checked(client, proto: str, case: Case, what: str = ""):
+    if proto == "grpc":
+        got, _ = grpc_infer_case(client, case)
+    else:
+        got, _ = http_infer_case(client, case)
+    case.check(got, f"over {proto} {what}")
+
+
+def clients(server):
+    return (grpcclient.InferenceServerClient(server.grpc_url),
+            httpclient.InferenceServerClient(server.http_url, network_timeout=120,
+                                             connection_timeout=60))
+
+
+# ---- many models under a budget for two and a half --------------------------------------
+
+CLIENT_THREADS = 6              # half gRPC, half HTTP
+REQUESTS_PER_THREAD = 100
+
+
+def test_many_models_under_budget(start_server, residency_models):
+    mb = residency_models.weight_bytes
+    budget = int(2.5 * mb)
+    server = start_server(NAMES, budget)
+    first = cache_view(server)
+    assert first.budget == budget
+    assert first.pinned == 0
+
+    scrapes, violations = [], []
+    stop = threading.Event()
+
+    def scraper():
+        while not stop.is_set():
+            try:
+                v = cache_view(server)
+            except Exception as e:  # noqa: BLE001 - reported below
+                violations.append(f"scrape failed: {e!r}")
+                return
+            total = sum(v.resident.values())
+            scrapes.append((v.used, total, len(v.resident_models())))
+            if v.used > budget or total > budget:
+                violations.append(f"used {v.used:.0f}, resident {total:.0f} "
+                                  f"({v.resident_models()}) > budget {budget}")
+            time.sleep(0.01)
+
+    def client_thread(i):
+        proto = "grpc" if i % 2 == 0 else "http"
+        rng = random.Random(1234 + i)
+        g, h = clients(server)
+        c = g if proto == "grpc" else h
+        used = set()
+        try:
+            for k in range(REQUESTS_PER_THREAD):
+                name = rng.choice(NAMES)
+                case = residency_models.cases[name][rng.choice(ROWS)]
+                infer_checked(c, proto, case, f"(thread {i}, request {k})")
+                used.add(name)
+        finally:
+            g.close()
+            h.close()
+        return used
+
+    t = threading.Thread(target=scraper, daemon=True)
+    t.start()
+    try:
+        results, errors = run_threads(client_thread, CLIENT_THREADS, timeout=600)
+    finally:
+        stop.set()
+        t.join(30)
+    assert not errors, f"{len(errors)} client threads failed; first: {errors[0][1]!r}"
+    assert not violations, ("the weight cache exceeded its budget at "
+                            f"{len(violations)} of {len(scrapes)} scrapes:\n"
+                            + "\n".join(violations[:20]))
+    assert len(scrapes) >= 10, f"only {len(scrapes)} scrapes during the run"
+    assert any(n >= 2 for _, _, n in scrapes), "never two models resident at once"
+
+    used_models = set().union(*results)
+    end = cache_view(server)
+    resident = end.resident_models()
+    for m in used_models:
+        assert end.loads.get(m, 0) >= 1, f"{m} served requests with no weight load counted"
+    for m in NAMES:
+        loads, ev = end.loads.get(m, 0), end.evictions.get(m, 0)
+        in_cache = 1 if m in resident else 0
+        assert loads - ev == in_cache, (f"{m}: {loads:.0f} loads, {ev:.0f} evictions, "
+                                        f"resident {bool(in_cache)}")
+        if in_cache:
+            assert end.resident[m] == mb, f"{m}: {end.resident[m]:.0f} resident bytes, not {mb}"
+    assert sum(end.evictions.values()) == sum(end.loads.values()) - len(resident)
+    assert 1 <= len(resident) <= 2
+    assert end.used == len(resident) * mb
+    # ten models through room for two: most requests missed
+    assert sum(end.evictions.values()) >= len(used_models) - 2
+    assert all(end.load_seconds.get(m, 0) > 0 for m in used_models)
+
+
+# ---- LRU order -------------------------------------------------------------------------
+
+def delta(after: Dict[str, float], before: Dict[str, float]) -> Dict[str, float]:
+    """Per-model increase of a counter (models whose counter moved)."""
+    return {m: v - before.get(m, 0) for m, v in after.items() if v != before.get(m, 0)}
+
+
+def test_lru_sequence_abac(start_server, residency_models):
+    """Room for two: A B A C loads each once and evicts B (least recently
+    used), not A; then B comes back and evicts A.
+
+    Loading a model (start-up) puts its weights on the device once, so two
+    other models, D and E, are requested first: they leave A, B and C off
+    the device and are the two oldest entries when the sequence starts."""
+    mb = residency_models.weight_bytes
+    a, b, c, d, e = NAMES[:5]
+    server = start_server([a, b, c, d, e], int(2.5 * mb), ["--warmup-runs", "0"])
+    g, h = clients(server)
+    try:
+        for model in (d, e):
+            infer_checked(g, "grpc", residency_models.cases[model][1], "(flush)")
+        start = cache_view(server)
+        assert start.resident_models() == [d, e], start.resident_models()
+        steps = [  # model, protocol, loads, evictions (since the flush), resident after
+            (a, "grpc", {a: 1}, {d: 1}, [a, e]),
+            (b, "http", {a: 1, b: 1}, {d: 1, e: 1}, [a, b]),
+            (a, "http", {a: 1, b: 1}, {d: 1, e: 1}, [a, b]),
+            (c, "grpc", {a: 1, b: 1, c: 1}, {b: 1, d: 1, e: 1}, [a, c]),
+            (b, "grpc", {a: 1, b: 2, c: 1}, {a: 1, b: 1, d: 1, e: 1}, [b, c]),
+        ]
+        for k, (model, proto, loads, evictions, resident) in enumerate(steps):
+            infer_checked(g if proto == "grpc" else h, proto,
+                          residency_models.cases[model][1 + 2 * (k % 2)], f"(step {k + 1})")
+            v = cache_view(server)
+            seq = " ".join(s[0] for s in steps[:k + 1])
+            got_loads = delta(v.loads, start.loads)
+            got_ev = delta(v.evictions, start.evictions)
+            assert (got_loads, got_ev, v.resident_models()) == (loads, evictions, resident), \
+                f"after {seq}: loads {got_loads}, evictions {got_ev}, resident " \
+                f"{v.resident_models()}; expected {loads}, {evictions}, {resident}"
+            assert v.used == len(resident) * mb
+    finally:
+        g.close()
+        h.close()
+
+
+# ---- a model larger than the budget ------------------------------------------------------
+
+def test_model_larger_than_budget(start_server, residency_models):
+    mb = residency_models.weight_bytes
+    a, b = NAMES[:2]
+    budget = mb // 2
+    server = start_server([a, b], budget, ["--warmup-runs", "0"])
+    start = cache_view(server)
+    assert start.budget == budget
+    g, h = clients(server)
+    try:
+        for k, (model, proto) in enumerate([(a, "grpc"), (b, "http"), (a, "http"),
+                                            (b, "grpc"), (b, "http")]):
+            infer_checked(g if proto == "grpc" else h, proto,
+                          residency_models.cases[model][ROWS[k % 2]], f"(request {k + 1})")
+            v = cache_view(server)
+            # alone on the device, over the budget
+            assert v.resident_models() == [model], v.resident_models()
+            assert v.used == mb
+    finally:
+        g.close()
+        h.close()
+    v = cache_view(server)
+    # a b a b b: b loaded twice, a twice (once when start-up left it on the
+    # device); every load but the last evicted the model before it
+    loads = delta(v.loads, start.loads)
+    assert loads.get(b) == 2 and loads.get(a) in (1, 2), loads
+    evictions = delta(v.evictions, start.evictions)
+    assert sum(evictions.values()) == \
+        sum(loads.values()) + len(start.resident_models()) - len(v.resident_models())
+    log = server.stderr_text()
+    for model in (a, b):
+        assert re.search(rf"WARN.*{model}.*budget", log), \
+            f"no warning that {model}'s weights exceed the budget in the log:\n{log[-3000:]}"
