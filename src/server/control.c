@@ -15,31 +15,6 @@
 #include <string.h>
 
 /* The first size of the index buffer; grown once if the repository is larger. */
-#define INDEX_FIRST_CAP 64
-
-/* The repository index into a malloc'd array. */
-static int read_index(pjs_server *s, pjs_repository_entry **out, size_t *n_out, pjs_error *err)
-{
-    size_t cap = INDEX_FIRST_CAP;
-    pjs_repository_entry *entries = NULL;
-    size_t n;
-    for (;;) {
-        pjs_repository_entry *grown = realloc(entries, cap * sizeof *entries);
-        if (grown == NULL) {
-            free(entries);
-            return pjs_error_set(err, PJS_ERR_NOMEM, "no memory for the repository index");
-        }
-        entries = grown;
-        n = pjs_server_repository_index(s, false, entries, cap);
-        if (n <= cap)
-            break;
-        cap = n;
-    }
-    *out = entries;
-    *n_out = n;
-    return 0;
-}
-
 /* Fills out from the index entry e and, when it is loaded, from its model. */
 static void describe(pjs_server *s, const pjs_repository_entry *e, pjs_control_model *out)
 {
@@ -70,7 +45,7 @@ int pjs_control_models(pjs_server *s, const char *const *names, size_t n,
     pjs_repository_entry *entries = NULL;
     size_t n_entries = 0;
     pjs_control_model *models = NULL;
-    int rc = read_index(s, &entries, &n_entries, err);
+    int rc = pjs_server_repository_list(s, false, &entries, &n_entries, err);
     size_t count = n > 0 ? n : n_entries;
     if (rc == 0 && (models = calloc(count + 1, sizeof *models)) == NULL)
         rc = pjs_error_set(err, PJS_ERR_NOMEM, "no memory for the model status");

@@ -633,6 +633,29 @@ size_t pjs_server_repository_index(pjs_server *s, bool ready_only, pjs_repositor
     return n;
 }
 
+int pjs_server_repository_list(pjs_server *s, bool ready_only, pjs_repository_entry **out,
+                               size_t *n_out, pjs_error *err)
+{
+    size_t cap = 64;
+    pjs_repository_entry *entries = NULL;
+    size_t n;
+    for (;;) {
+        pjs_repository_entry *grown = realloc(entries, cap * sizeof *entries);
+        if (grown == NULL) {
+            free(entries);
+            return pjs_error_set(err, PJS_ERR_NOMEM, "no memory for the repository index");
+        }
+        entries = grown;
+        n = pjs_server_repository_index(s, ready_only, entries, cap);
+        if (n <= cap)
+            break;
+        cap = n;
+    }
+    *out = entries;
+    *n_out = n;
+    return 0;
+}
+
 int pjs_server_load_model(pjs_server *s, const char *name, pjs_error *err)
 {
     if (name == NULL || name[0] == '\0')

@@ -184,6 +184,9 @@ const char *pjs_model_state_name(pjs_model_state st); /* "READY", "UNAVAILABLE",
  * out may be NULL when cap is 0). */
 size_t pjs_server_repository_index(pjs_server *s, bool ready_only, pjs_repository_entry *out,
                                    size_t cap);
+/* The same into a malloc'd array (*out, free it; NULL when empty). */
+int pjs_server_repository_list(pjs_server *s, bool ready_only, pjs_repository_entry **out,
+                               size_t *n_out, pjs_error *err);
 /* (Re)loads bundle `name` from the repository: compiles it and swaps it in
  * (requests in flight finish on the old one). NOT_FOUND when the repository
  * has no such directory; other errors carry the bundle's load error. */

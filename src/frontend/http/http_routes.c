@@ -284,21 +284,11 @@ static void models_route(pjs__http_call *c, const route_path *p)
 
 static json_t *repository_index_json(pjs_server *s, bool ready_only)
 {
-    size_t cap = 64;
     pjs_repository_entry *entries = NULL;
     size_t n;
-    for (;;) {
-        pjs_repository_entry *grown = realloc(entries, cap * sizeof *entries);
-        if (grown == NULL) {
-            free(entries);
-            return NULL;
-        }
-        entries = grown;
-        n = pjs_server_repository_index(s, ready_only, entries, cap);
-        if (n <= cap)
-            break;
-        cap = n;
-    }
+    pjs_error err;
+    if (pjs_server_repository_list(s, ready_only, &entries, &n, &err) != 0)
+        return NULL;
     json_t *list = json_array();
     for (size_t i = 0; list != NULL && i < n; i++) {
         json_t *e = json_pack("{s:s, s:s, s:s, s:s}", "name", entries[i].name, "version",
