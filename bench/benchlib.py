@@ -1,20 +1,24 @@
 """What the benchmark drivers (bench/server_overhead.py, scheduler.py, residency.py)
 share: the repository's paths, logging, free ports, HTTP GETs, a server run as
-its own process with its output in a log file, Prometheus text parsed,
-perf_analyzer (command line, one measurement retried when unstable, its CSV),
-the check for the built tools, machine and revision info, and saving the
-results.
+its own process with its output in a log file (pjserve serve: its command
+line, /metrics scraped, stopped), Prometheus text parsed, the fingerprint of
+the exported bench models, perf_analyzer (command line, one measurement
+retried when unstable, its CSV), the check for the built tools, machine and
+revision info, --parts, and saving the results (JSON, markdown, the Python
+that plots).
 
 Not run by itself: the drivers import it from their own directory, which
 Python puts on sys.path for a script (.venv/bin/python bench/scheduler.py).
 """
 
 import csv
+import hashlib
 import json
 import os
 import platform
 import re
 import shutil
+import signal
 import socket
 import subprocess
 import time
@@ -26,6 +30,9 @@ ROOT = Path(__file__).resolve().parents[1]
 PJSERVE = ROOT / "build" / "pjserve"
 RAW = ROOT / "build" / "pjs_bench_raw_execute"
 PERF_ANALYZER = ROOT / "scripts" / "perf_analyzer"
+# Pythons that may have matplotlib, first found wins.
+PLOTTERS = (ROOT / ".venv-bench-plot" / "bin" / "python",
+            ROOT / ".venv-bench-mlserver" / "bin" / "python")
 
 
 def log(msg):
@@ -72,6 +79,69 @@ class ServerProcess:
         except OSError:
             return ""
 
+    def terminate(self, name, timeout):
+        """SIGTERM to the process if it still runs, then up to `timeout` s for
+        it to exit; False (logged as "{name} did not stop ...; killing it")
+        when it did not."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                log(f"{name} did not stop on SIGTERM within {timeout} s; killing it")
+                return False
+        return True
+
+
+class PjserveProcess(ServerProcess):
+    """Base of a driver's `pjserve serve` on `self.repository` with
+    `self.cache` and the extra arguments `self.extra`."""
+
+    scrape_timeout = 5.0
+
+    def serve_command(self):
+        """Picks free ports (self.http, self.grpc, self.metrics) and sets self.cmd."""
+        self.http, self.grpc, self.metrics = free_ports(3)
+        self.cmd = [str(PJSERVE), "serve", "--model-repository", str(self.repository),
+                    "--host", "127.0.0.1", "--http-port", str(self.http),
+                    "--grpc-port", str(self.grpc), "--metrics-port", str(self.metrics),
+                    "--cache-dir", str(self.cache), *self.extra]
+
+    def wait_models_ready(self, models, deadline, timeout, interval, shown=str):
+        """Polls each model's ready endpoint in turn every `interval` s until
+        all answer 200; RuntimeError when the process exits or at `deadline`
+        (time.monotonic(); reported as "{shown(pending)} not ready after
+        {timeout} s")."""
+        pending = list(models)
+        while pending:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"pjserve exited with status {self.proc.returncode}:\n"
+                                   + self.log_tail())
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"pjserve: {shown(pending)} not ready after {timeout} s:\n"
+                                   + self.log_tail())
+            if http_get(f"http://127.0.0.1:{self.http}/v2/models/{pending[0]}/ready",
+                        timeout=5.0)[0] == 200:
+                pending.pop(0)
+            else:
+                time.sleep(interval)
+
+    def scrape(self):
+        status, body = http_get(f"http://127.0.0.1:{self.metrics}/metrics",
+                                timeout=self.scrape_timeout)
+        if status != 200:
+            raise RuntimeError(f"GET /metrics answered {status}")
+        return parse_metrics(body.decode())
+
+    def stop(self):
+        if self.proc is None:
+            return
+        if not self.terminate("pjserve", 60):
+            self.proc.kill()
+            self.proc.wait()
+        self.log_file.close()
+        self.proc = None
+
 
 # ---- metrics --------------------------------------------------------------------
 
@@ -102,6 +172,22 @@ def metric(sample, name, model, **labels):
         if d.get("model") == model and all(d.get(k) == v2 for k, v2 in labels.items()):
             total += v
     return total
+
+
+# ---- bench models ---------------------------------------------------------------
+
+def model_fingerprint(script):
+    """What a driver's exported bench models depend on: (the text of `script`
+    between the "# ---- the bench model" and "# ---- servers" headers, the
+    sha256 hex digest of pjserve_export's sources)."""
+    # Headers matched at a line start, so the strings here and in the
+    # drivers do not match themselves.
+    source = Path(script).read_text()
+    definition = source[source.index("\n# ---- the bench model"):
+                        source.index("\n# ---- servers")]
+    exporter = hashlib.sha256(b"".join(
+        p.read_bytes() for p in sorted((ROOT / "python" / "pjserve_export").glob("*.py"))))
+    return definition, exporter.hexdigest()
 
 
 # ---- perf_analyzer ------------------------------------------------------------
@@ -186,7 +272,21 @@ def git_revision():
     return out.stdout.strip() or "?"
 
 
+# ---- command line -----------------------------------------------------------------
+
+def parse_parts(ap, text, parts):
+    """--parts' comma-separated list, checked against `parts` (ap.error if not)."""
+    chosen = [p.strip() for p in text.split(",") if p.strip()]
+    if not set(chosen) <= set(parts):
+        ap.error(f"--parts: unknown {sorted(set(chosen) - set(parts))}")
+    return chosen
+
+
 # ---- results --------------------------------------------------------------------
+
+def fmt(v, spec):
+    return "-" if v is None else format(v, spec)
+
 
 def remove_workdir(work, keep):
     if keep:
@@ -203,3 +303,19 @@ def save_result(result, started, path):
     result["date"] = time.strftime("%Y-%m-%d %H:%M:%S %Z")
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(result, indent=1) + "\n")
+
+
+def write_report(result, started, path, markdown):
+    """save_result, then markdown(result) (which may use what save_result
+    added) next to it (.md) and printed."""
+    save_result(result, started, path)
+    md = markdown(result)
+    path.with_suffix(".md").write_text(md)
+    print()
+    print(md)
+    log(f"wrote {path} and {path.with_suffix('.md')}")
+
+
+def find_plotter():
+    """The first of PLOTTERS that exists, or None."""
+    return next((p for p in PLOTTERS if p.exists()), None)

@@ -52,7 +52,6 @@ import json
 import os
 import random
 import shutil
-import signal
 import statistics
 import subprocess
 import sys
@@ -61,14 +60,12 @@ import threading
 import time
 from pathlib import Path
 
-from benchlib import (PJSERVE, ROOT, ServerProcess, free_ports, git_revision, http_get, log,
-                      machine_info, parse_metrics, remove_workdir, save_result)
+from benchlib import (PJSERVE, ROOT, PjserveProcess, find_plotter, fmt, git_revision, log,
+                      machine_info, model_fingerprint, parse_parts, remove_workdir, write_report)
 
 sys.path.insert(0, str(ROOT / "python"))
 
 PLOT = ROOT / "bench" / "plot_residency.py"
-PLOTTERS = (ROOT / ".venv-bench-plot" / "bin" / "python",
-            ROOT / ".venv-bench-mlserver" / "bin" / "python")
 MODELS_DIR = ROOT / "build" / "bench-models" / "residency"
 PARTS = ("load", "zipf")
 MIB = 1 << 20
@@ -106,15 +103,11 @@ def export_models(sizes, force):
     from pjserve_export import export_jax
 
     bundles = MODELS_DIR / "bundles"
-    source = Path(__file__).read_text()
-    definition = source[source.index("\n# ---- the bench model"):
-                        source.index("\n# ---- servers")]
-    exporter = hashlib.sha256(b"".join(
-        p.read_bytes() for p in sorted((ROOT / "python" / "pjserve_export").glob("*.py"))))
+    definition, exporter = model_fingerprint(__file__)
     paths = {s: bundles / base_name(s) for s in sizes}
     for s, path in paths.items():
         want = hashlib.sha256(json.dumps({"size": s, "jax": jax.__version__,
-                                          "exporter": exporter.hexdigest(),
+                                          "exporter": exporter,
                                           "code": definition}, sort_keys=True).encode()
                               ).hexdigest()
         stamp = bundles / f".stamp-{path.name}"
@@ -174,59 +167,26 @@ def make_repository(bundles, path):
 
 # ---- servers ------------------------------------------------------------------
 
-class Pjserve(ServerProcess):
+class Pjserve(PjserveProcess):
+    scrape_timeout = 10.0
+
     def __init__(self, repository, cache, log_path, extra):
         self.repository, self.cache, self.log_path, self.extra = (repository, cache, log_path,
                                                                   list(extra))
         self.proc = None
 
     def start(self, models, timeout=600):
-        self.http, self.grpc, self.metrics = free_ports(3)
-        self.cmd = [str(PJSERVE), "serve", "--model-repository", str(self.repository),
-                    "--host", "127.0.0.1", "--http-port", str(self.http),
-                    "--grpc-port", str(self.grpc), "--metrics-port", str(self.metrics),
-                    "--cache-dir", str(self.cache), *self.extra]
+        self.serve_command()
         t0 = time.monotonic()
         self.start_process()
-        pending = list(models)
-        while pending:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"pjserve exited with status {self.proc.returncode}:\n"
-                                   + self.log_tail())
-            if time.monotonic() - t0 > timeout:
-                raise RuntimeError(f"pjserve: {pending[:3]}... not ready after {timeout} s:\n"
-                                   + self.log_tail())
-            if http_get(f"http://127.0.0.1:{self.http}/v2/models/{pending[0]}/ready",
-                        timeout=5.0)[0] == 200:
-                pending.pop(0)
-            else:
-                time.sleep(0.1)
+        self.wait_models_ready(models, t0 + timeout, timeout, 0.1,
+                               shown=lambda pending: f"{pending[:3]}...")
         self.start_s = time.monotonic() - t0
         names = {n for n, _ in self.scrape()}
         missing = [n for n in REQUIRED_METRICS if n not in names]
         if missing:
             raise RuntimeError("pjserve's /metrics lacks " + ", ".join(missing)
                                + " (the device weight cache's metrics)")
-
-    def scrape(self):
-        status, body = http_get(f"http://127.0.0.1:{self.metrics}/metrics", timeout=10.0)
-        if status != 200:
-            raise RuntimeError(f"GET /metrics answered {status}")
-        return parse_metrics(body.decode())
-
-    def stop(self):
-        if self.proc is None:
-            return
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                log("pjserve did not stop on SIGTERM within 60 s; killing it")
-                self.proc.kill()
-                self.proc.wait()
-        self.log_file.close()
-        self.proc = None
 
 
 def total(sample, name, models=None):
@@ -537,10 +497,6 @@ def median_run(runs):
 
 # ---- report ----------------------------------------------------------------------
 
-def fmt(v, spec):
-    return "-" if v is None else format(v, spec)
-
-
 def markdown(result):
     lines = []
     load = result.get("load")
@@ -640,9 +596,7 @@ def main(argv=None):
                     help="where residency.png goes")
     ap.add_argument("--keep", action="store_true", help="keep the temporary directory (logs)")
     a = ap.parse_args(argv)
-    parts = [p.strip() for p in a.parts.split(",") if p.strip()]
-    if not set(parts) <= set(PARTS):
-        ap.error(f"--parts: unknown {sorted(set(parts) - set(PARTS))}")
+    parts = parse_parts(ap, a.parts, PARTS)
     sizes = [float(s) if "." in s else int(s) for s in a.sizes.split(",")]
     ns = [int(n) for n in a.models.split(",")]
     if not PJSERVE.exists():
@@ -677,13 +631,8 @@ def main(argv=None):
     finally:
         remove_workdir(work, a.keep)
 
-    save_result(result, started, a.json)
-    md = markdown(result)
-    a.json.with_suffix(".md").write_text(md)
-    print()
-    print(md)
-    log(f"wrote {a.json} and {a.json.with_suffix('.md')}")
-    plotter = next((p for p in PLOTTERS if p.exists()), None)
+    write_report(result, started, a.json, markdown)
+    plotter = find_plotter()
     if plotter is None:
         log("no plot: no Python with matplotlib (scripts/bootstrap-bench plot makes "
             ".venv-bench-plot)")

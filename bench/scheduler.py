@@ -51,7 +51,6 @@ import json
 import os
 import re
 import shutil
-import signal
 import statistics
 import subprocess
 import sys
@@ -61,17 +60,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import List, Optional
 
-from benchlib import (PJSERVE, RAW, ROOT, ServerProcess, free_ports, git_revision,
-                      http_get, log, machine_info, metric, missing_tools, pa_command,
-                      parse_metrics, read_pa_csv, remove_workdir, run_perf_analyzer,
-                      save_result)
+from benchlib import (RAW, ROOT, PjserveProcess, find_plotter, fmt, git_revision, log,
+                      machine_info, metric, missing_tools, model_fingerprint, pa_command,
+                      parse_parts, read_pa_csv, remove_workdir, run_perf_analyzer, write_report)
 
 sys.path.insert(0, str(ROOT / "python"))
 
 PLOT = ROOT / "bench" / "plot_scheduler.py"
-# Pythons that may have matplotlib, first found wins.
-PLOTTERS = (ROOT / ".venv-bench-plot" / "bin" / "python",
-            ROOT / ".venv-bench-mlserver" / "bin" / "python")
 MODELS_DIR = ROOT / "build" / "bench-models" / "scheduler"
 PARTS = ("raw", "sweep", "unbatched", "fair")
 BATCH_SIZES = (1, 2, 4, 8, 16, 32)
@@ -111,16 +106,10 @@ def export_models(specs, force):
     from pjserve_export import export_jax
 
     bundles = MODELS_DIR / "bundles"
-    # The section between the two headers (matched at a line start, so the
-    # strings below do not match themselves).
-    source = Path(__file__).read_text()
-    definition = source[source.index("\n# ---- the bench model"):
-                        source.index("\n# ---- servers")]
     # Exported again when the definitions, jax or the exporter change.
-    exporter = hashlib.sha256(b"".join(
-        p.read_bytes() for p in sorted((ROOT / "python" / "pjserve_export").glob("*.py"))))
+    definition, exporter = model_fingerprint(__file__)
     want = hashlib.sha256(json.dumps({"specs": specs, "jax": jax.__version__,
-                                      "exporter": exporter.hexdigest(), "code": definition},
+                                      "exporter": exporter, "code": definition},
                                      sort_keys=True).encode()).hexdigest()
     stamp = bundles / ".stamp"
     if not force and stamp.exists() and stamp.read_text().strip() == want and all(
@@ -180,7 +169,7 @@ def make_repository(bundles, names, path):
 # ---- servers ------------------------------------------------------------------
 
 @dataclass
-class Pjserve(ServerProcess):
+class Pjserve(PjserveProcess):
     repository: Path
     cache: Path
     log_path: Path
@@ -188,26 +177,9 @@ class Pjserve(ServerProcess):
     proc: Optional[subprocess.Popen] = None
 
     def start(self, models, timeout=300):
-        self.http, self.grpc, self.metrics = free_ports(3)
-        self.cmd = [str(PJSERVE), "serve", "--model-repository", str(self.repository),
-                    "--host", "127.0.0.1", "--http-port", str(self.http),
-                    "--grpc-port", str(self.grpc), "--metrics-port", str(self.metrics),
-                    "--cache-dir", str(self.cache), *self.extra]
+        self.serve_command()
         self.start_process()
-        deadline = time.monotonic() + timeout
-        pending = list(models)
-        while pending:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"pjserve exited with status {self.proc.returncode}:\n"
-                                   + self.log_tail())
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"pjserve: {pending} not ready after {timeout} s:\n"
-                                   + self.log_tail())
-            if http_get(f"http://127.0.0.1:{self.http}/v2/models/{pending[0]}/ready",
-                        timeout=5.0)[0] == 200:
-                pending.pop(0)
-            else:
-                time.sleep(0.25)
+        self.wait_models_ready(models, time.monotonic() + timeout, timeout, 0.25)
         sample = self.scrape()
         missing = sorted({f"{name}{{model=\"{m}\"}}" for name in REQUIRED_METRICS
                           for m in models
@@ -215,26 +187,6 @@ class Pjserve(ServerProcess):
                                      for n, ls in sample)})
         if missing:
             raise RuntimeError("pjserve's /metrics lacks " + ", ".join(missing))
-
-    def scrape(self):
-        status, body = http_get(f"http://127.0.0.1:{self.metrics}/metrics", timeout=5.0)
-        if status != 200:
-            raise RuntimeError(f"GET /metrics answered {status}")
-        return parse_metrics(body.decode())
-
-    def stop(self):
-        if self.proc is None:
-            return
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                log("pjserve did not stop on SIGTERM within 60 s; killing it")
-                self.proc.kill()
-                self.proc.wait()
-        self.log_file.close()
-        self.proc = None
 
 
 # What the tables are computed from.
@@ -462,10 +414,6 @@ def parse_weights(text, default_names):
 
 # ---- report ----------------------------------------------------------------------
 
-def fmt(v, spec):
-    return "-" if v is None else format(v, spec)
-
-
 def markdown(result):
     lines = []
     raw = result.get("raw")
@@ -579,9 +527,7 @@ def main(argv=None):
                     help="where scheduler_throughput.png and scheduler_fair_share.png go")
     ap.add_argument("--keep", action="store_true", help="keep the temporary directory (logs)")
     a = ap.parse_args(argv)
-    parts = [p.strip() for p in a.parts.split(",") if p.strip()]
-    if not set(parts) <= set(PARTS):
-        ap.error(f"--parts: unknown {sorted(set(parts) - set(PARTS))}")
+    parts = parse_parts(ap, a.parts, PARTS)
     concurrencies = [int(c) for c in a.concurrency.split(",")]
     unbatched_conc = ([int(c) for c in a.unbatched_concurrency.split(",")]
                       if a.unbatched_concurrency else concurrencies)
@@ -676,14 +622,9 @@ def main(argv=None):
             server.stop()
         remove_workdir(work, a.keep)
 
-    save_result(result, started, a.json)
-    md = markdown(result)
-    a.json.with_suffix(".md").write_text(md)
-    print()
-    print(md)
-    log(f"wrote {a.json} and {a.json.with_suffix('.md')}")
+    write_report(result, started, a.json, markdown)
 
-    plotter = next((p for p in PLOTTERS if p.exists()), None)
+    plotter = find_plotter()
     if plotter is None:
         log("no plots: no Python with matplotlib (scripts/bootstrap-bench plot makes "
             ".venv-bench-plot)")

@@ -105,12 +105,7 @@ class Server(ServerProcess):
     def stop(self):
         if self.proc is None:
             return
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=40)
-            except subprocess.TimeoutExpired:
-                log(f"{self.key} did not stop on SIGTERM within 40 s; killing it")
+        self.terminate(self.key, 40)
         # Whatever is left of the process group (Triton, its backend stubs).
         try:
             os.killpg(self.proc.pid, signal.SIGKILL)

@@ -478,6 +478,16 @@ def metric(samples, name: str, **labels) -> Optional[float]:
     return samples.get((name, frozenset(labels.items())))
 
 
+# Metric families of the device weight cache (docs/serving.md, Metrics).
+LOADS = "pjserve_weight_loads_total"
+EVICTIONS = "pjserve_weight_evictions_total"
+RESIDENT = "pjserve_weight_resident_bytes"
+LOAD_SECONDS = "pjserve_weight_load_seconds_total"
+BUDGET = "pjserve_weight_cache_budget_bytes"
+USED = "pjserve_weight_cache_used_bytes"
+PINNED = "pjserve_weight_cache_pinned_bytes"
+
+
 # ---- threads ----------------------------------------------------------------
 
 def run_threads(fn, n: int, timeout: float):

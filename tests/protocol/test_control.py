@@ -37,20 +37,13 @@ import tritonclient.grpc as grpcclient
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 from tritonclient.utils import InferenceServerException
 
-from protocol_util import (grpc_channel, grpc_code, grpc_infer_case, http_json, http_request,
+from protocol_util import (BUDGET, EVICTIONS, LOAD_SECONDS, LOADS, PINNED, RESIDENT, USED,
+                           grpc_channel, grpc_code, grpc_infer_case, http_json, http_request,
                            metric, parse_metrics, pb_decode, pb_field_bytes, pb_get, scrape)
 
 SERVICE = "pjserve.control.v1.ModelControl"
 REFLECTION = "/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo"
 METHODS = {"ModelControlStatus", "SetModelResidency", "SetModelPolicy", "Compact"}
-
-LOADS = "pjserve_weight_loads_total"
-EVICTIONS = "pjserve_weight_evictions_total"
-RESIDENT = "pjserve_weight_resident_bytes"
-LOAD_SECONDS = "pjserve_weight_load_seconds_total"
-BUDGET = "pjserve_weight_cache_budget_bytes"
-USED = "pjserve_weight_cache_used_bytes"
-PINNED = "pjserve_weight_cache_pinned_bytes"
 
 RESIDENCY_NAMES = {"DEVICE": "device", "HOST": "host", "UNPINNED": "unpinned"}
 

@@ -41,8 +41,9 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 
 import pjserve_export as pe
-from protocol_util import (Case, ServerFailure, ServerProcess, grpc_infer_case,
-                           http_infer_case, parse_metrics, run_threads, scrape)
+from protocol_util import (BUDGET, EVICTIONS, LOAD_SECONDS, LOADS, PINNED, RESIDENT, USED, Case,
+                           ServerFailure, ServerProcess, grpc_infer_case, http_infer_case,
+                           parse_metrics, run_threads, scrape)
 
 N_MODELS = 10
 IN, HIDDEN, OUT = 64, 768, 32
@@ -50,15 +51,6 @@ BATCH_SIZES = (1, 4)
 ROWS = (1, 3)                   # rows per request (3 runs at compiled size 4)
 NAMES = [f"res_{i:02d}" for i in range(N_MODELS)]
 ARGUMENT_ORDER_KEY = "argument_order"
-
-# Metric families of the weight cache (docs/serving.md, Metrics).
-LOADS = "pjserve_weight_loads_total"
-EVICTIONS = "pjserve_weight_evictions_total"
-RESIDENT = "pjserve_weight_resident_bytes"
-LOAD_SECONDS = "pjserve_weight_load_seconds_total"
-BUDGET = "pjserve_weight_cache_budget_bytes"
-USED = "pjserve_weight_cache_used_bytes"
-PINNED = "pjserve_weight_cache_pinned_bytes"
 
 
 # ---- the models ------------------------------------------------------------------------
