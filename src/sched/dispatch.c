@@ -294,6 +294,64 @@ static void run_batch(const batch *bt, uint64_t start, exec_times *t)
     }
 }
 
+/* ---- weight residency (dispatch thread) ---------------------------------------- */
+
+/* The cache's callbacks: a resident model holds a reference, so it outlives
+ * its device weights whatever thread drops the repository's reference. */
+static int cache_load(pjs_wcache_entry *e, void *ctx, pjs_error *err)
+{
+    (void)ctx;
+    pjs_model *m = pjs_model_of_wentry(e);
+    int rc = pjs_model_load_weights(m, err);
+    if (rc != 0)
+        return pjs_error_prefix(err, "loading its weights: ");
+    pjs_model_ref(m);
+    return 0;
+}
+
+static void cache_evict(pjs_wcache_entry *e, void *ctx)
+{
+    (void)ctx;
+    pjs_model *m = pjs_model_of_wentry(e);
+    pjs_model_free_weights(m);
+    pjs_model_unref(m);
+}
+
+static bool d_autonomous(const pjs_dispatcher *d)
+{
+    return d->cache.autonomous;
+}
+
+/* Makes m's weights resident before it runs. */
+static int acquire(pjs_dispatcher *d, pjs_model *m, pjs_error *err)
+{
+    bool over_budget = false;
+    int rc = pjs_wcache_acquire(&d->cache, &m->wentry, &over_budget, err);
+    if (rc != 0)
+        return pjs_error_prefix(err, "model %s: ", m->name);
+    if (over_budget) {
+        char have[32], budget[32];
+        pjs_warn("model %s: its weights (%s) exceed the device weight budget (%s); loaded after "
+                 "evicting every other model",
+                 m->name, pjs_format_bytes(m->wentry.bytes, have, sizeof have),
+                 pjs_format_bytes(d->cache.budget, budget, sizeof budget));
+    }
+    return 0;
+}
+
+/* A model that left the repository gives its device weights back once its
+ * last queued request ran. */
+static void release_if_retired(pjs_dispatcher *d, pjs_model *m)
+{
+    if (!m->retired)
+        return;
+    pthread_mutex_lock(&d->lock);
+    bool idle = m->share.queued == 0;
+    pthread_mutex_unlock(&d->lock);
+    if (idle)
+        pjs_wcache_release(&d->cache, &m->wentry);
+}
+
 /* ---- statistics ------------------------------------------------------------- */
 
 static void add_duration(pjs_duration_stat *d, uint64_t from, uint64_t to)
@@ -368,65 +426,8 @@ static void drop(pjs_dispatcher *d, pjs_sched_job *j, uint64_t now, bool shed)
         m->stats.expired++;
     pthread_mutex_unlock(&m->stats_lock);
     drop_stats(r, now);
+    release_if_retired(d, m); /* the last queued request of a retired model */
     complete(d, r);
-}
-
-/* ---- weight residency (dispatch thread) ---------------------------------------- */
-
-/* The cache's callbacks: a resident model holds a reference, so it outlives
- * its device weights whatever thread drops the repository's reference. */
-static int cache_load(pjs_wcache_entry *e, void *ctx, pjs_error *err)
-{
-    (void)ctx;
-    pjs_model *m = pjs_model_of_wentry(e);
-    int rc = pjs_model_load_weights(m, err);
-    if (rc != 0)
-        return pjs_error_prefix(err, "loading its weights: ");
-    pjs_model_ref(m);
-    return 0;
-}
-
-static void cache_evict(pjs_wcache_entry *e, void *ctx)
-{
-    (void)ctx;
-    pjs_model *m = pjs_model_of_wentry(e);
-    pjs_model_free_weights(m);
-    pjs_model_unref(m);
-}
-
-static bool d_autonomous(const pjs_dispatcher *d)
-{
-    return d->cache.autonomous;
-}
-
-/* Makes m's weights resident before it runs. */
-static int acquire(pjs_dispatcher *d, pjs_model *m, pjs_error *err)
-{
-    bool over_budget = false;
-    int rc = pjs_wcache_acquire(&d->cache, &m->wentry, &over_budget, err);
-    if (rc != 0)
-        return pjs_error_prefix(err, "model %s: ", m->name);
-    if (over_budget) {
-        char have[32], budget[32];
-        pjs_warn("model %s: its weights (%s) exceed the device weight budget (%s); loaded after "
-                 "evicting every other model",
-                 m->name, pjs_format_bytes(m->wentry.bytes, have, sizeof have),
-                 pjs_format_bytes(d->cache.budget, budget, sizeof budget));
-    }
-    return 0;
-}
-
-/* A model that left the repository gives its device weights back once its
- * last queued request ran. */
-static void release_if_retired(pjs_dispatcher *d, pjs_model *m)
-{
-    if (!m->retired)
-        return;
-    pthread_mutex_lock(&d->lock);
-    bool idle = m->share.queued == 0;
-    pthread_mutex_unlock(&d->lock);
-    if (idle)
-        pjs_wcache_release(&d->cache, &m->wentry);
 }
 
 /* ---- the dispatch thread ----------------------------------------------------- */
@@ -452,8 +453,11 @@ static void run_plan(pjs_dispatcher *d, pjs_sched_plan *plan)
     }
     if (plan->queue == NULL)
         return;
+    /* Our own reference: the requests' go with their completion, and the
+     * model is looked at after that. */
+    pjs_model *model = pjs_model_ref(plan->queue->owner);
     batch bt = {
-        .model = plan->queue->owner,
+        .model = model,
         .variant = plan->queue->variant,
         .size_index = plan->size_index,
         .batch_size = plan->batch_size,
@@ -499,7 +503,8 @@ static void run_plan(pjs_dispatcher *d, pjs_sched_plan *plan)
     }
     free(bt.reqs);
     free(bt.first_row);
-    release_if_retired(d, bt.model);
+    release_if_retired(d, model);
+    pjs_model_unref(model);
 }
 
 static void *dispatch_main(void *arg)
@@ -916,6 +921,9 @@ void pjs_dispatcher_destroy(pjs_dispatcher *d)
             pthread_join(d->completion_threads[i], NULL);
         free(d->completion_threads);
     }
+    /* Whatever is still resident and evictable goes with the device. */
+    while (d->cache.oldest != NULL)
+        pjs_wcache_release(&d->cache, d->cache.oldest);
     pjs_wcache_destroy(&d->cache);
     pthread_cond_destroy(&d->done_work);
     pthread_mutex_destroy(&d->done_lock);
