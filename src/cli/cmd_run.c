@@ -132,15 +132,12 @@ static int resolve_variant(run_args *a, const pjs_manifest *m)
     a->variant = 0;
     if (m->n_variants <= 1)
         return PJS_EXIT_OK;
-    for (size_t v = 0; v < m->n_variants; v++) {
-        size_t i = 0;
-        while (i < a->n_inputs && pjs_manifest_input_fits(m, v, i, &a->inputs[i].array.shape))
-            i++;
-        if (i < a->n_inputs)
-            continue;
-        a->variant = v;
-        for (i = 0; i < a->n_inputs; i++)
-            a->inputs[i].spec = &m->variants[v].inputs[i];
+    const pjs_shape *shapes[MAX_INPUTS];
+    for (size_t i = 0; i < a->n_inputs; i++)
+        shapes[i] = &a->inputs[i].array.shape;
+    if (pjs_manifest_find_variant(m, shapes, &a->variant)) {
+        for (size_t i = 0; i < a->n_inputs; i++)
+            a->inputs[i].spec = &m->variants[a->variant].inputs[i];
         return PJS_EXIT_OK;
     }
     char given[512], accepted[1024], shape[160];

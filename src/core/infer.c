@@ -174,15 +174,12 @@ static int resolve_variant(pjs_infer_request *r, const pjs_manifest *m, pjs_erro
             return rc;
         batched = batched || m->inputs[i].batched;
     }
-    for (size_t v = 0; v < m->n_variants; v++) {
-        size_t i = 0;
-        while (i < r->n_inputs && pjs_manifest_input_fits(m, v, i, &r->inputs[i].shape))
-            i++;
-        if (i < r->n_inputs)
-            continue;
-        r->variant = v;
-        for (i = 0; i < r->n_inputs; i++)
-            r->inputs[i].spec = &m->variants[v].inputs[i];
+    const pjs_shape *shapes[PJS_INFER_MAX_TENSORS];
+    for (size_t i = 0; i < r->n_inputs; i++)
+        shapes[i] = &r->inputs[i].shape;
+    if (pjs_manifest_find_variant(m, shapes, &r->variant)) {
+        for (size_t i = 0; i < r->n_inputs; i++)
+            r->inputs[i].spec = &m->variants[r->variant].inputs[i];
         return 0;
     }
     char given[512], accepted[1024];

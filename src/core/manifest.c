@@ -689,15 +689,29 @@ pjs_shape pjs_manifest_client_shape(const pjs_manifest *m, bool output, size_t i
     return s;
 }
 
-bool pjs_manifest_input_fits(const pjs_manifest *m, size_t variant, size_t i, const pjs_shape *s)
+static bool input_fits(const pjs_tensor_spec *t, const pjs_shape *s)
 {
-    const pjs_tensor_spec *t = &m->variants[variant].inputs[i];
     if (s->rank != t->shape.rank)
         return false;
     for (int d = t->batched ? 1 : 0; d < s->rank; d++)
         if (s->dims[d] != t->shape.dims[d])
             return false;
     return true;
+}
+
+bool pjs_manifest_find_variant(const pjs_manifest *m, const pjs_shape *const *shapes,
+                               size_t *variant)
+{
+    for (size_t v = 0; v < m->n_variants; v++) {
+        size_t i = 0;
+        while (i < m->n_inputs && input_fits(&m->variants[v].inputs[i], shapes[i]))
+            i++;
+        if (i == m->n_inputs) {
+            *variant = v;
+            return true;
+        }
+    }
+    return false;
 }
 
 /* Appends formatted text at buf[*used], never past size (the end is cut). */

@@ -76,10 +76,11 @@ typedef struct pjs_manifest {
  * has no batch axis. */
 size_t pjs_tensor_spec_row_bytes(const pjs_tensor_spec *s);
 
-/* Whether shape s fits input i of a variant: the same rank and extents,
- * whatever the batch axis holds. A request (or `pjserve run`) resolves to the
- * one variant every input of which fits. */
-bool pjs_manifest_input_fits(const pjs_manifest *m, size_t variant, size_t i, const pjs_shape *s);
+/* The variant whose every input fits shapes[i] (manifest order, n_inputs of
+ * them): the same rank and extents, whatever the batch axis holds. A request
+ * (or `pjserve run`) resolves to it. False when none fits. */
+bool pjs_manifest_find_variant(const pjs_manifest *m, const pjs_shape *const *shapes,
+                               size_t *variant);
 
 /* Lists every variant's input shapes into buf, for messages: "default
  * [-1, 3, 16, 16], wide [-1, 3, 16, 32]" for one input, "default (a [-1, 8],

@@ -103,13 +103,13 @@ void pjs_model_free_weights(pjs_model *m)
 int pjs_model_set_host_floor(pjs_model *m, bool present, pjs_error *err)
 {
     size_t n = m->bundle->weights.n_tensors;
-    if (!present || m->host_weights != NULL) {
-        for (size_t i = 0; !present && m->host_weights != NULL && i < n; i++)
+    if (present == (m->host_weights != NULL))
+        return 0;
+    if (!present) {
+        for (size_t i = 0; i < n; i++)
             free(m->host_weights[i]);
-        if (!present) {
-            free(m->host_weights);
-            m->host_weights = NULL;
-        }
+        free(m->host_weights);
+        m->host_weights = NULL;
         return 0;
     }
     void **host = calloc(n + 1, sizeof *host);
