@@ -65,6 +65,8 @@ const char *pjs_status_name(int status)
     case PJS_ERR_UNAVAILABLE: return "UNAVAILABLE";
     case PJS_ERR_RESOURCE_EXHAUSTED: return "RESOURCE_EXHAUSTED";
     case PJS_ERR_DEADLINE_EXCEEDED: return "DEADLINE_EXCEEDED";
+    case PJS_ERR_UNAUTHENTICATED: return "UNAUTHENTICATED";
+    case PJS_ERR_PERMISSION_DENIED: return "PERMISSION_DENIED";
     }
     return "UNKNOWN";
 }

@@ -28,6 +28,8 @@ typedef enum pjs_status {
     PJS_ERR_UNAVAILABLE = -9,        /* try again later */
     PJS_ERR_RESOURCE_EXHAUSTED = -10,/* a bound was reached */
     PJS_ERR_DEADLINE_EXCEEDED = -11, /* the caller's deadline passed */
+    PJS_ERR_UNAUTHENTICATED = -12,   /* a credential is required and was not given */
+    PJS_ERR_PERMISSION_DENIED = -13, /* the credential given does not allow the call */
 } pjs_status;
 
 /* Longest message kept; longer ones are truncated with "...". */

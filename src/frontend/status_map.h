@@ -15,6 +15,8 @@ static inline int pjs_status_to_grpc(int status)
     case PJS_OK: return 0;                       /* OK */
     case PJS_ERR_INVALID_ARGUMENT: return 3;     /* INVALID_ARGUMENT */
     case PJS_ERR_DEADLINE_EXCEEDED: return 4;    /* DEADLINE_EXCEEDED */
+    case PJS_ERR_PERMISSION_DENIED: return 7;    /* PERMISSION_DENIED */
+    case PJS_ERR_UNAUTHENTICATED: return 16;     /* UNAUTHENTICATED */
     case PJS_ERR_NOT_FOUND: return 5;            /* NOT_FOUND */
     case PJS_ERR_RESOURCE_EXHAUSTED: return 8;   /* RESOURCE_EXHAUSTED */
     case PJS_ERR_FAILED_PRECONDITION: return 9;  /* FAILED_PRECONDITION */
@@ -31,6 +33,8 @@ static inline int pjs_status_to_http(int status)
     case PJS_ERR_INVALID_ARGUMENT: return 400;
     case PJS_ERR_UNSUPPORTED: return 400;
     case PJS_ERR_FAILED_PRECONDITION: return 400;
+    case PJS_ERR_UNAUTHENTICATED: return 401;
+    case PJS_ERR_PERMISSION_DENIED: return 403;
     case PJS_ERR_NOT_FOUND: return 404;
     case PJS_ERR_RESOURCE_EXHAUSTED: return 429;
     case PJS_ERR_UNAVAILABLE: return 503;
