@@ -1,0 +1,40 @@
+"""Helpers of the hostile-client suite: each test plays an attacker against a
+real `pjserve serve` and asserts the status it gets, that normal traffic kept
+flowing, and how much memory the server reached.
+
+These tests are heavy (bombs, floods, thousands of connections): they run once,
+in the plain build (`make test`); the sanitizer builds skip this directory.
+The fixtures of tests/protocol/conftest.py (server_factory, exported, ...) are
+inherited.
+"""
+
+import time
+from pathlib import Path
+
+
+def vm_hwm_mib(server) -> float:
+    """Peak resident memory (VmHWM) of a running server process, in MiB."""
+    for line in Path(f"/proc/{server.proc.pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024.0
+    raise AssertionError("VmHWM missing from /proc status")
+
+
+def vm_rss_mib(server) -> float:
+    """Current resident memory (VmRSS) of a running server process, in MiB."""
+    for line in Path(f"/proc/{server.proc.pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024.0
+    raise AssertionError("VmRSS missing from /proc status")
+
+
+def open_fds(server) -> int:
+    """Descriptors the server process holds open now."""
+    return len(list(Path(f"/proc/{server.proc.pid}/fd").iterdir()))
+
+
+def timed(fn, *args, **kw):
+    """(result, seconds) of one call."""
+    t0 = time.monotonic()
+    r = fn(*args, **kw)
+    return r, time.monotonic() - t0
