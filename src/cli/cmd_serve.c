@@ -145,6 +145,8 @@ typedef struct serve_args {
     uint64_t repository_poll_ms;
     uint64_t device_weight_budget; /* 0: derived from the device's memory */
     double weight_fraction;
+    uint64_t max_request_bytes;
+    uint64_t max_inflight_request_bytes;
     const char *config_path;
     serve_setting settings[MAX_SETTINGS];
     size_t n_settings;
@@ -170,6 +172,8 @@ enum {
     OPT_POLL_MS,
     OPT_WEIGHT_BUDGET,
     OPT_WEIGHT_FRACTION,
+    OPT_MAX_REQUEST_BYTES,
+    OPT_MAX_INFLIGHT_BYTES,
     OPT_CONFIG,
     OPT_MODEL_WEIGHT,
     OPT_DISCIPLINE,
@@ -294,6 +298,8 @@ static int parse_args(int argc, char **argv, serve_args *a)
         {"repository-poll-ms", required_argument, NULL, OPT_POLL_MS},
         {"device-weight-budget", required_argument, NULL, OPT_WEIGHT_BUDGET},
         {"weight-fraction", required_argument, NULL, OPT_WEIGHT_FRACTION},
+        {"max-request-bytes", required_argument, NULL, OPT_MAX_REQUEST_BYTES},
+        {"max-inflight-request-bytes", required_argument, NULL, OPT_MAX_INFLIGHT_BYTES},
         {"config", required_argument, NULL, OPT_CONFIG},
         {"model-weight", required_argument, NULL, OPT_MODEL_WEIGHT},
         {"scheduler-discipline", required_argument, NULL, OPT_DISCIPLINE},
@@ -314,6 +320,7 @@ static int parse_args(int argc, char **argv, serve_args *a)
     a->control_mode = PJS_CONTROL_DYNAMIC;
     a->repository_poll_ms = 1000;
     a->weight_fraction = 0.8;
+    a->max_request_bytes = PJS_DEFAULT_MAX_REQUEST_BYTES;
     int opt;
     long v = 0;
     optind = 1;
@@ -379,6 +386,18 @@ static int parse_args(int argc, char **argv, serve_args *a)
         case OPT_WEIGHT_FRACTION:
             bad = parse_fraction("--weight-fraction", optarg, &a->weight_fraction);
             break;
+        case OPT_MAX_REQUEST_BYTES:
+            bad = parse_bytes("--max-request-bytes", optarg, &a->max_request_bytes);
+            if (!bad && (a->max_request_bytes == 0 ||
+                         a->max_request_bytes > PJS_MAX_REQUEST_BYTES_LIMIT))
+                bad = pjs_cli_usage_error("serve",
+                                          "--max-request-bytes %s: expected 1 byte to 2Gi",
+                                          optarg);
+            break;
+        case OPT_MAX_INFLIGHT_BYTES:
+            bad = parse_bytes("--max-inflight-request-bytes", optarg,
+                              &a->max_inflight_request_bytes);
+            break;
         case OPT_CONFIG: a->config_path = optarg; break;
         case OPT_MODEL_WEIGHT:
         case OPT_DISCIPLINE:
@@ -405,6 +424,11 @@ static int parse_args(int argc, char **argv, serve_args *a)
         return pjs_cli_usage_error("serve", "unexpected argument '%s'", argv[optind]);
     if (a->repository == NULL)
         return pjs_cli_usage_error("serve", "--model-repository DIR is required");
+    if (a->max_inflight_request_bytes != 0 && a->max_inflight_request_bytes < a->max_request_bytes)
+        return pjs_cli_usage_error("serve",
+                                   "--max-inflight-request-bytes must be at least "
+                                   "--max-request-bytes (%llu bytes)",
+                                   (unsigned long long)a->max_request_bytes);
     if ((a->grpc.tls_cert == NULL) != (a->grpc.tls_key == NULL))
         return pjs_cli_usage_error("serve", "--grpc-tls-cert and --grpc-tls-key go together");
     if (a->grpc.tls_ca != NULL && a->grpc.tls_cert == NULL)
@@ -498,6 +522,8 @@ int pjs_cmd_serve(int argc, char **argv)
         .repository_poll_ms = a.repository_poll_ms,
         .device_weight_budget = a.device_weight_budget,
         .weight_fraction = a.weight_fraction,
+        .max_request_bytes = a.max_request_bytes,
+        .max_inflight_request_bytes = a.max_inflight_request_bytes,
     };
     pjs_error err;
     pjs_server *server = NULL;

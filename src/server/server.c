@@ -56,6 +56,8 @@ struct pjs_server {
     pjs_exec_cache *cache; /* NULL: no executable cache */
     pjs_dispatcher *dispatcher;
     pjs_shm_registry *shm;
+    uint64_t max_request_bytes;
+    pjs_byte_budget request_budget;
     atomic_bool draining;
     pjs_watcher *watcher; /* dynamic mode, until the server drains; else NULL */
     pjs_control_mode control_mode;
@@ -436,6 +438,11 @@ int pjs_server_create(const pjs_server_options *o, pjs_server **out, pjs_error *
     pthread_mutex_init(&s->load_lock, NULL);
     pthread_mutex_init(&s->repo_lock, NULL);
     atomic_init(&s->draining, false);
+    s->max_request_bytes =
+        o->max_request_bytes != 0 ? o->max_request_bytes : PJS_DEFAULT_MAX_REQUEST_BYTES;
+    pjs_byte_budget_init(&s->request_budget, o->max_inflight_request_bytes != 0
+                                                 ? o->max_inflight_request_bytes
+                                                 : 4 * s->max_request_bytes);
     int rc = pjs_shm_registry_create(o->allow_client_shm, &s->shm, err);
     if (rc == 0)
         rc = pjs_rt_client_open(o->plugin_path, o->pjrt_options, o->n_pjrt_options, &s->client,
@@ -528,6 +535,16 @@ const char *pjs_server_platform(const pjs_server *s)
 pjs_shm_registry *pjs_server_shm(pjs_server *s)
 {
     return s->shm;
+}
+
+uint64_t pjs_server_max_request_bytes(const pjs_server *s)
+{
+    return s->max_request_bytes;
+}
+
+pjs_byte_budget *pjs_server_request_budget(pjs_server *s)
+{
+    return &s->request_budget;
 }
 
 int pjs_server_get_model(pjs_server *s, const char *name, const char *version, pjs_model **out,

@@ -21,6 +21,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "core/byte_budget.h"
 #include "core/infer.h"
 #include "core/shm.h"
 #include "core/status.h"
@@ -57,7 +58,16 @@ typedef struct pjs_server_options {
      * device reports none (the CPU plugin). */
     uint64_t device_weight_budget;
     double weight_fraction;       /* share of device memory for weights; 0: 0.8 */
+    /* Largest request a front end accepts, counted after decompression;
+     * 0: PJS_DEFAULT_MAX_REQUEST_BYTES. At most PJS_MAX_REQUEST_BYTES_LIMIT. */
+    uint64_t max_request_bytes;
+    /* Bytes of requests held at once across front ends (bodies being
+     * received and decoded); 0: 4 x max_request_bytes. */
+    uint64_t max_inflight_request_bytes;
 } pjs_server_options;
+
+#define PJS_DEFAULT_MAX_REQUEST_BYTES (256ULL << 20)
+#define PJS_MAX_REQUEST_BYTES_LIMIT (2ULL << 30)
 
 /* Loads the plugin, creates the client, loads and compiles every bundle of
  * the repository (logging progress and each refusal; a bad bundle does not
@@ -79,6 +89,10 @@ bool pjs_server_ready(pjs_server *s);
 const char *pjs_server_version(void);          /* "0.1.0" */
 const char *pjs_server_platform(const pjs_server *s); /* "cpu", "cuda" */
 pjs_shm_registry *pjs_server_shm(pjs_server *s);
+/* The request byte cap (--max-request-bytes) and the budget of request bytes
+ * in flight that every front end takes from (--max-inflight-request-bytes). */
+uint64_t pjs_server_max_request_bytes(const pjs_server *s);
+pjs_byte_budget *pjs_server_request_budget(pjs_server *s);
 
 /* The model `name` at `version` ("" or NULL: the latest, i.e. "1"), with a
  * reference the caller releases with pjs_model_unref. NOT_FOUND for an
