@@ -1,5 +1,9 @@
 /*
  * log.c - timestamped log lines on stderr (see log.h).
+ *
+ * The message is formatted into a scratch buffer first, then copied into the
+ * line with its control characters escaped, so one call writes exactly one
+ * line. A message longer than the line is cut, never wrapped.
  */
 #include "core/log.h"
 
@@ -24,12 +28,50 @@ int pjs_log_parse_level(const char *name)
     return -1;
 }
 
+size_t pjs_log_escape(const char *in, size_t len, char *out, size_t size)
+{
+    static const char hex[] = "0123456789abcdef";
+    size_t n = 0;
+    if (size == 0)
+        return 0;
+    for (size_t i = 0; i < len; i++) {
+        unsigned char c = (unsigned char)in[i];
+        char esc[4];
+        size_t k = 0;
+        if (c >= 0x20 && c != 0x7f) {
+            esc[k++] = (char)c;
+        } else {
+            esc[k++] = '\\';
+            switch (c) {
+            case '\n': esc[k++] = 'n'; break;
+            case '\r': esc[k++] = 'r'; break;
+            case '\t': esc[k++] = 't'; break;
+            default:
+                esc[k++] = 'x';
+                esc[k++] = hex[c >> 4];
+                esc[k++] = hex[c & 15];
+            }
+        }
+        if (n + k >= size)
+            break;
+        memcpy(out + n, esc, k);
+        n += k;
+    }
+    out[n] = '\0';
+    return n;
+}
+
 void pjs_log(pjs_log_level level, const char *fmt, ...)
 {
     if ((int)level < atomic_load(&log_threshold))
         return;
     static const char *tags[] = {"DEBUG", "INFO ", "WARN ", "ERROR"};
-    char line[2048];
+    char msg[2048], line[2048];
+    va_list ap;
+    va_start(ap, fmt);
+    int m = vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    size_t msg_len = m < 0 ? 0 : (size_t)m < sizeof msg ? (size_t)m : sizeof msg - 1;
     struct timespec ts;
     struct tm tm;
     clock_gettime(CLOCK_REALTIME, &ts);
@@ -37,18 +79,36 @@ void pjs_log(pjs_log_level level, const char *fmt, ...)
     size_t n = strftime(line, sizeof line, "%Y-%m-%dT%H:%M:%S", &tm);
     n += (size_t)snprintf(line + n, sizeof line - n, ".%03ldZ %s ", ts.tv_nsec / 1000000L,
                           tags[level & 3]);
-    va_list ap;
-    va_start(ap, fmt);
-    int m = vsnprintf(line + n, sizeof line - n - 1, fmt, ap);
-    va_end(ap);
-    if (m < 0)
-        m = 0;
-    n += (size_t)m;
-    if (n > sizeof line - 2)
-        n = sizeof line - 2;
+    /* One byte stays free for the newline. */
+    n += pjs_log_escape(msg, msg_len, line + n, sizeof line - n - 1);
     line[n++] = '\n';
     ssize_t ignored = write(STDERR_FILENO, line, n);
     (void)ignored;
+}
+
+void pjs_log_limited(pjs_log_limiter *l, pjs_log_level level, const char *fmt, ...)
+{
+    if ((int)level < atomic_load(&log_threshold))
+        return;
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    int64_t now = (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+    int64_t next = atomic_load(&l->next_ms);
+    if (now < next || !atomic_compare_exchange_strong(&l->next_ms, &next, now + 1000)) {
+        atomic_fetch_add(&l->dropped, 1);
+        return;
+    }
+    char msg[1536];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    uint64_t dropped = atomic_exchange(&l->dropped, 0);
+    if (dropped > 0)
+        pjs_log(level, "%s (%llu more like it dropped before this one)", msg,
+                (unsigned long long)dropped);
+    else
+        pjs_log(level, "%s", msg);
 }
 
 const char *pjs_format_bytes(uint64_t n, char *buf, size_t size)
