@@ -56,7 +56,8 @@ static pjs_shm_registry *empty_registry(void)
 {
     static pjs_shm_registry *r;
     pjs_error err;
-    if (r == NULL && pjs_shm_registry_create(false, &r, &err) != 0)
+    pjs_shm_options off = {.allowed = false};
+    if (r == NULL && pjs_shm_registry_create(&off, &r, &err) != 0)
         abort();
     return r;
 }

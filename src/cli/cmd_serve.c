@@ -51,6 +51,11 @@ static const char help[] =
     "  --allow-client-shm      let clients register system shared memory regions\n"
     "                          (off by default: a client could point the server at\n"
     "                          any shared memory object it can name)\n"
+    "  --max-shm-regions N     shared memory regions registered at once, 1 to 65536;\n"
+    "                          more are refused with RESOURCE_EXHAUSTED / 429\n"
+    "                          (default 1024)\n"
+    "  --max-shm-bytes BYTES   total byte_size of the regions registered at once,\n"
+    "                          with a suffix as --device-weight-budget (default 64Gi)\n"
     "  --grpc-tls-cert FILE    serve gRPC over TLS with this PEM certificate chain\n"
     "  --grpc-tls-key FILE     ... and this PEM private key\n"
     "  --grpc-tls-ca FILE      require client certificates signed by this CA (mTLS)\n"
@@ -147,6 +152,7 @@ typedef struct serve_args {
     double weight_fraction;
     uint64_t max_request_bytes;
     uint64_t max_inflight_request_bytes;
+    uint64_t max_shm_regions, max_shm_bytes;
     const char *config_path;
     serve_setting settings[MAX_SETTINGS];
     size_t n_settings;
@@ -174,6 +180,8 @@ enum {
     OPT_WEIGHT_FRACTION,
     OPT_MAX_REQUEST_BYTES,
     OPT_MAX_INFLIGHT_BYTES,
+    OPT_MAX_SHM_REGIONS,
+    OPT_MAX_SHM_BYTES,
     OPT_CONFIG,
     OPT_MODEL_WEIGHT,
     OPT_DISCIPLINE,
@@ -300,6 +308,8 @@ static int parse_args(int argc, char **argv, serve_args *a)
         {"weight-fraction", required_argument, NULL, OPT_WEIGHT_FRACTION},
         {"max-request-bytes", required_argument, NULL, OPT_MAX_REQUEST_BYTES},
         {"max-inflight-request-bytes", required_argument, NULL, OPT_MAX_INFLIGHT_BYTES},
+        {"max-shm-regions", required_argument, NULL, OPT_MAX_SHM_REGIONS},
+        {"max-shm-bytes", required_argument, NULL, OPT_MAX_SHM_BYTES},
         {"config", required_argument, NULL, OPT_CONFIG},
         {"model-weight", required_argument, NULL, OPT_MODEL_WEIGHT},
         {"scheduler-discipline", required_argument, NULL, OPT_DISCIPLINE},
@@ -397,6 +407,17 @@ static int parse_args(int argc, char **argv, serve_args *a)
         case OPT_MAX_INFLIGHT_BYTES:
             bad = parse_bytes("--max-inflight-request-bytes", optarg,
                               &a->max_inflight_request_bytes);
+            break;
+        case OPT_MAX_SHM_REGIONS:
+            bad = parse_int("--max-shm-regions", optarg, 65536, &v);
+            if (!bad && v == 0)
+                bad = pjs_cli_usage_error("serve", "--max-shm-regions 0: expected at least 1");
+            a->max_shm_regions = (uint64_t)v;
+            break;
+        case OPT_MAX_SHM_BYTES:
+            bad = parse_bytes("--max-shm-bytes", optarg, &a->max_shm_bytes);
+            if (!bad && a->max_shm_bytes == 0)
+                bad = pjs_cli_usage_error("serve", "--max-shm-bytes 0: expected at least 1");
             break;
         case OPT_CONFIG: a->config_path = optarg; break;
         case OPT_MODEL_WEIGHT:
@@ -524,6 +545,8 @@ int pjs_cmd_serve(int argc, char **argv)
         .weight_fraction = a.weight_fraction,
         .max_request_bytes = a.max_request_bytes,
         .max_inflight_request_bytes = a.max_inflight_request_bytes,
+        .max_shm_regions = a.max_shm_regions,
+        .max_shm_bytes = a.max_shm_bytes,
     };
     pjs_error err;
     pjs_server *server = NULL;

@@ -1,11 +1,27 @@
 /*
- * shm.c - client system shared-memory regions: register, look up, unmap.
+ * shm.c - client system shared-memory regions: register, look up, copy.
  *
- * The table is a singly linked list (clients register a handful of regions)
- * under one mutex. Each region holds a reference count: the table's own
- * reference plus one per live view. Unregistering removes the region from
- * the table and drops the table's reference; munmap happens with the last
- * reference, so a request still reading a region keeps a valid mapping.
+ * Two lists under one mutex: the regions (clients register a handful; the
+ * count is bounded by --max-shm-regions) and the objects they lie in, one
+ * per (device, inode) with the descriptor opened at its first registration.
+ * Objects are found by identity, not by key, so a key whose object the
+ * client removed and created again gets a fresh descriptor instead of the
+ * stale one.
+ *
+ * Lifetimes. A region's reference count is the table's reference plus one
+ * per live view. An object's count is one while it is listed plus one per
+ * region struct over it; `registered` (under the mutex) counts the listed
+ * regions over it, and when it reaches zero the object leaves the list. The
+ * descriptor is closed with the object's last reference, so a request whose
+ * region was unregistered meanwhile still reads and writes a valid
+ * descriptor.
+ *
+ * Copies go through pread and pwrite, which report a shrunken object as a
+ * short read or as a size check that fails; nothing here maps client memory,
+ * so nothing the client does to its object can raise SIGBUS in the server.
+ * A pwrite racing a truncate between the size check and the write may grow
+ * the client's object back to the region's end; that is the client's own
+ * object, within the size it registered.
  */
 #include "core/shm.h"
 
@@ -20,38 +36,63 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+typedef struct shm_object shm_object;
+
+struct shm_object {
+    int fd; /* O_RDWR, close-on-exec; closed with the last reference */
+    dev_t dev;
+    ino_t ino;
+    atomic_int refs;   /* 1 while listed + 1 per region struct over it */
+    size_t registered; /* listed regions over it; under the registry's lock */
+    shm_object *next;  /* the registry's list; under its lock */
+};
+
 struct pjs_shm_region {
     pjs_shm_info info;
-    void *map;          /* the whole mapping, page aligned */
-    size_t map_size;
-    unsigned char *base; /* info.offset into the object */
-    atomic_int refs;
+    shm_object *object; /* holds one of its references */
+    pjs_byte_budget *budget;
+    atomic_int refs; /* the table's + one per view */
     pjs_shm_region *next;
 };
 
 struct pjs_shm_registry {
     bool allowed;
+    uint64_t max_regions, max_bytes;
+    pjs_byte_budget *budget;
     pthread_mutex_t lock;
-    pjs_shm_region *regions;
+    pjs_shm_region *regions; /* registered */
+    uint64_t n_regions, n_bytes;
+    shm_object *objects; /* with at least one registered region */
+    size_t n_objects;
 };
 
-int pjs_shm_registry_create(bool allowed, pjs_shm_registry **out, pjs_error *err)
+int pjs_shm_registry_create(const pjs_shm_options *o, pjs_shm_registry **out, pjs_error *err)
 {
     pjs_shm_registry *r = calloc(1, sizeof *r);
     if (r == NULL)
         return pjs_error_set(err, PJS_ERR_NOMEM, "out of memory");
-    r->allowed = allowed;
+    r->allowed = o->allowed;
+    r->max_regions = o->max_regions != 0 ? o->max_regions : PJS_SHM_DEFAULT_MAX_REGIONS;
+    r->max_bytes = o->max_bytes != 0 ? o->max_bytes : PJS_SHM_DEFAULT_MAX_BYTES;
+    r->budget = o->budget;
     pthread_mutex_init(&r->lock, NULL);
     *out = r;
     return 0;
+}
+
+static void object_unref(shm_object *ob)
+{
+    if (atomic_fetch_sub(&ob->refs, 1) != 1)
+        return;
+    close(ob->fd);
+    free(ob);
 }
 
 static void region_unref(pjs_shm_region *g)
 {
     if (atomic_fetch_sub(&g->refs, 1) != 1)
         return;
-    if (g->map != NULL)
-        munmap(g->map, g->map_size);
+    object_unref(g->object);
     free(g);
 }
 
@@ -59,11 +100,13 @@ void pjs_shm_registry_destroy(pjs_shm_registry *r)
 {
     if (r == NULL)
         return;
-    pjs_shm_region *g = r->regions;
-    while (g != NULL) {
-        pjs_shm_region *next = g->next;
+    for (pjs_shm_region *g = r->regions, *next; g != NULL; g = next) {
+        next = g->next;
         region_unref(g);
-        g = next;
+    }
+    for (shm_object *ob = r->objects, *next; ob != NULL; ob = next) {
+        next = ob->next;
+        object_unref(ob);
     }
     pthread_mutex_destroy(&r->lock);
     free(r);
@@ -82,45 +125,86 @@ static pjs_shm_region *find_locked(pjs_shm_registry *r, const char *name)
     return NULL;
 }
 
-static int map_region(pjs_shm_region *g, pjs_error *err)
+/* Opens the object of g's key and checks that it holds g's window; *fd and
+ * *st describe it on success. */
+static int open_object(const pjs_shm_info *in, int *fd, struct stat *st, pjs_error *err)
 {
-    const pjs_shm_info *in = &g->info;
-    int fd = shm_open(in->key, O_RDWR, 0);
-    if (fd < 0)
+    *fd = shm_open(in->key, O_RDWR, 0);
+    if (*fd < 0)
         return pjs_error_set(err, errno == ENOENT ? PJS_ERR_NOT_FOUND : PJS_ERR_INVALID_ARGUMENT,
                              "shared memory region \"%s\": cannot open key \"%s\": %s", in->name,
                              in->key, strerror(errno));
-    struct stat st;
     int rc = 0;
-    if (fstat(fd, &st) != 0) {
+    if (fstat(*fd, st) != 0)
         rc = pjs_error_set(err, PJS_ERR_IO, "shared memory region \"%s\": %s", in->name,
                            strerror(errno));
-        goto out;
-    }
-    uint64_t object_size = (uint64_t)st.st_size;
-    if (in->byte_size == 0 || in->offset > object_size || in->byte_size > object_size - in->offset) {
+    else if (!S_ISREG(st->st_mode))
+        rc = pjs_error_set(err, PJS_ERR_INVALID_ARGUMENT,
+                           "shared memory region \"%s\": key \"%s\" is not a shared memory "
+                           "object",
+                           in->name, in->key);
+    else if (in->byte_size == 0 || in->offset > (uint64_t)st->st_size ||
+             in->byte_size > (uint64_t)st->st_size - in->offset)
         rc = pjs_error_set(err, PJS_ERR_INVALID_ARGUMENT,
                            "shared memory region \"%s\": offset %llu + byte_size %llu is outside "
                            "the %llu bytes of \"%s\"",
                            in->name, (unsigned long long)in->offset,
-                           (unsigned long long)in->byte_size, (unsigned long long)object_size,
+                           (unsigned long long)in->byte_size, (unsigned long long)st->st_size,
                            in->key);
-        goto out;
+    if (rc != 0) {
+        close(*fd);
+        *fd = -1;
     }
-    uint64_t page = (uint64_t)sysconf(_SC_PAGESIZE);
-    uint64_t map_offset = in->offset / page * page;
-    g->map_size = (size_t)(in->offset - map_offset + in->byte_size);
-    g->map = mmap(NULL, g->map_size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, (off_t)map_offset);
-    if (g->map == MAP_FAILED) {
-        g->map = NULL;
-        rc = pjs_error_set(err, PJS_ERR_IO, "shared memory region \"%s\": mmap: %s", in->name,
-                           strerror(errno));
-        goto out;
-    }
-    g->base = (unsigned char *)g->map + (in->offset - map_offset);
-out:
-    close(fd);
     return rc;
+}
+
+/* Refuses g when it is a duplicate or would pass a limit. */
+static int admit_locked(pjs_shm_registry *r, const pjs_shm_info *in, pjs_error *err)
+{
+    if (find_locked(r, in->name) != NULL)
+        return pjs_error_set(err, PJS_ERR_INVALID_ARGUMENT,
+                             "shared memory region \"%s\" is already registered; unregister it "
+                             "first",
+                             in->name);
+    if (r->n_regions >= r->max_regions)
+        return pjs_error_set(err, PJS_ERR_RESOURCE_EXHAUSTED,
+                             "shared memory region \"%s\": %llu regions are registered, the "
+                             "server's limit (--max-shm-regions); unregister regions no longer "
+                             "used",
+                             in->name, (unsigned long long)r->n_regions);
+    if (in->byte_size > r->max_bytes - r->n_bytes)
+        return pjs_error_set(err, PJS_ERR_RESOURCE_EXHAUSTED,
+                             "shared memory region \"%s\": %llu more bytes would pass the "
+                             "server's limit of %llu registered bytes (--max-shm-bytes; %llu "
+                             "registered); unregister regions no longer used",
+                             in->name, (unsigned long long)in->byte_size,
+                             (unsigned long long)r->max_bytes, (unsigned long long)r->n_bytes);
+    return 0;
+}
+
+/* The listed object with st's identity, or a new listed one owning *fd
+ * (then *fd becomes -1); NULL when out of memory. */
+static shm_object *object_for_locked(pjs_shm_registry *r, int *fd, const struct stat *st)
+{
+    shm_object *ob = r->objects;
+    while (ob != NULL && (ob->dev != st->st_dev || ob->ino != st->st_ino))
+        ob = ob->next;
+    if (ob == NULL) {
+        ob = calloc(1, sizeof *ob);
+        if (ob == NULL)
+            return NULL;
+        ob->fd = *fd;
+        *fd = -1;
+        ob->dev = st->st_dev;
+        ob->ino = st->st_ino;
+        atomic_init(&ob->refs, 1);
+        ob->next = r->objects;
+        r->objects = ob;
+        r->n_objects++;
+    }
+    atomic_fetch_add(&ob->refs, 1);
+    ob->registered++;
+    return ob;
 }
 
 int pjs_shm_register(pjs_shm_registry *r, const char *name, const char *key, uint64_t offset,
@@ -147,53 +231,75 @@ int pjs_shm_register(pjs_shm_registry *r, const char *name, const char *key, uin
     snprintf(g->info.key, sizeof g->info.key, "%s", key);
     g->info.offset = offset;
     g->info.byte_size = byte_size;
+    g->budget = r->budget;
     atomic_init(&g->refs, 1);
-    int rc = map_region(g, err);
+    int fd;
+    struct stat st;
+    int rc = open_object(&g->info, &fd, &st, err);
     if (rc != 0) {
         free(g);
         return rc;
     }
     pthread_mutex_lock(&r->lock);
-    if (find_locked(r, name) != NULL) {
-        pthread_mutex_unlock(&r->lock);
-        region_unref(g);
-        return pjs_error_set(err, PJS_ERR_INVALID_ARGUMENT,
-                             "shared memory region \"%s\" is already registered; unregister it "
-                             "first",
-                             name);
+    rc = admit_locked(r, &g->info, err);
+    if (rc == 0 && (g->object = object_for_locked(r, &fd, &st)) == NULL)
+        rc = pjs_error_set(err, PJS_ERR_NOMEM, "out of memory");
+    if (rc == 0) {
+        g->next = r->regions;
+        r->regions = g;
+        r->n_regions++;
+        r->n_bytes += byte_size;
     }
-    g->next = r->regions;
-    r->regions = g;
     pthread_mutex_unlock(&r->lock);
-    return 0;
+    if (fd >= 0) /* the object was open already, or the region was refused */
+        close(fd);
+    if (rc != 0)
+        free(g);
+    return rc;
 }
 
 int pjs_shm_unregister(pjs_shm_registry *r, const char *name, pjs_error *err)
 {
     pjs_shm_region *dropped = NULL;
+    shm_object *delisted = NULL;
+    bool all = name == NULL || name[0] == '\0';
     pthread_mutex_lock(&r->lock);
-    pjs_shm_region **link = &r->regions;
-    bool found = false;
-    while (*link != NULL) {
+    for (pjs_shm_region **link = &r->regions; *link != NULL;) {
         pjs_shm_region *g = *link;
-        if (name == NULL || name[0] == '\0' || strcmp(g->info.name, name) == 0) {
-            *link = g->next;
-            g->next = dropped;
-            dropped = g;
-            found = true;
-        } else {
+        if (!all && strcmp(g->info.name, name) != 0) {
             link = &g->next;
+            continue;
         }
+        *link = g->next;
+        g->next = dropped;
+        dropped = g;
+        r->n_regions--;
+        r->n_bytes -= g->info.byte_size;
+        g->object->registered--;
+    }
+    for (shm_object **link = &r->objects; *link != NULL;) {
+        shm_object *ob = *link;
+        if (ob->registered > 0) {
+            link = &ob->next;
+            continue;
+        }
+        *link = ob->next;
+        ob->next = delisted;
+        delisted = ob;
+        r->n_objects--;
     }
     pthread_mutex_unlock(&r->lock);
-    while (dropped != NULL) {
-        pjs_shm_region *next = dropped->next;
-        region_unref(dropped);
-        dropped = next;
-    }
-    if (!found && name != NULL && name[0] != '\0')
+    if (dropped == NULL && !all)
         return pjs_error_set(err, PJS_ERR_NOT_FOUND,
                              "shared memory region \"%.256s\" is not registered", name);
+    for (pjs_shm_region *next; dropped != NULL; dropped = next) {
+        next = dropped->next;
+        region_unref(dropped);
+    }
+    for (shm_object *next; delisted != NULL; delisted = next) {
+        next = delisted->next;
+        object_unref(delisted);
+    }
     return 0;
 }
 
@@ -214,6 +320,14 @@ int pjs_shm_status(pjs_shm_registry *r, const char *name, pjs_shm_info *out, siz
         return pjs_error_set(err, PJS_ERR_NOT_FOUND,
                              "shared memory region \"%.256s\" is not registered", name);
     return (int)n;
+}
+
+size_t pjs_shm_open_objects(pjs_shm_registry *r)
+{
+    pthread_mutex_lock(&r->lock);
+    size_t n = r->n_objects;
+    pthread_mutex_unlock(&r->lock);
+    return n;
 }
 
 int pjs_shm_view_get(pjs_shm_registry *r, const char *name, uint64_t offset, uint64_t size,
@@ -239,18 +353,101 @@ int pjs_shm_view_get(pjs_shm_registry *r, const char *name, uint64_t offset, uin
         return rc;
     }
     out->region = g;
-    out->data = g->base + offset;
+    out->offset = offset;
     out->size = (size_t)size;
     return 0;
 }
 
-__attribute__((noinline)) void pjs_shm_view_write(const pjs_shm_view *v, const void *src, size_t n)
+/* The error for a window [.., end) that g's object no longer holds. */
+static int shrank(const pjs_shm_region *g, uint64_t end, pjs_error *err)
 {
-    memcpy(v->data, src, n);
+    struct stat st;
+    char now[64] = "fewer";
+    if (fstat(g->object->fd, &st) == 0)
+        snprintf(now, sizeof now, "%llu", (unsigned long long)st.st_size);
+    return pjs_error_set(err, PJS_ERR_INVALID_ARGUMENT,
+                         "shared memory region \"%s\" shrank: its object \"%s\" now holds %s "
+                         "bytes, and the request needs bytes up to %llu; create the object "
+                         "again and register the region again",
+                         g->info.name, g->info.key, now, (unsigned long long)end);
+}
+
+int pjs_shm_view_read(pjs_shm_view *v, pjs_error *err)
+{
+    const pjs_shm_region *g = v->region;
+    if (g->budget != NULL) {
+        char what[PJS_SHM_NAME_MAX + 32];
+        snprintf(what, sizeof what, "shared memory region \"%s\"", g->info.name);
+        int rc = pjs_byte_budget_take_or_fail(g->budget, v->size, what, err);
+        if (rc != 0)
+            return rc;
+    }
+    unsigned char *data = malloc(v->size > 0 ? v->size : 1);
+    if (data == NULL) {
+        if (g->budget != NULL)
+            pjs_byte_budget_give(g->budget, v->size);
+        return pjs_error_set(err, PJS_ERR_NOMEM, "no memory for %zu bytes of shared memory "
+                             "region \"%s\"", v->size, g->info.name);
+    }
+    uint64_t at = g->info.offset + v->offset;
+    size_t done = 0;
+    int rc = 0;
+    while (done < v->size && rc == 0) {
+        ssize_t n = pread(g->object->fd, data + done, v->size - done, (off_t)(at + done));
+        if (n > 0)
+            done += (size_t)n;
+        else if (n == 0)
+            rc = shrank(g, at + v->size, err);
+        else if (errno != EINTR)
+            rc = pjs_error_set(err, PJS_ERR_IO, "shared memory region \"%s\": read: %s",
+                               g->info.name, strerror(errno));
+    }
+    if (rc != 0) {
+        free(data);
+        if (g->budget != NULL)
+            pjs_byte_budget_give(g->budget, v->size);
+        return rc;
+    }
+    v->data = data;
+    v->budget = g->budget;
+    return 0;
+}
+
+int pjs_shm_view_write(const pjs_shm_view *v, const void *src, size_t n, pjs_error *err)
+{
+    const pjs_shm_region *g = v->region;
+    uint64_t at = g->info.offset + v->offset;
+    struct stat st;
+    if (n > v->size)
+        return pjs_error_set(err, PJS_ERR_INTERNAL,
+                             "shared memory region \"%s\": %zu bytes written to a %zu-byte "
+                             "window",
+                             g->info.name, n, v->size);
+    if (fstat(g->object->fd, &st) != 0)
+        return pjs_error_set(err, PJS_ERR_IO, "shared memory region \"%s\": %s", g->info.name,
+                             strerror(errno));
+    if ((uint64_t)st.st_size < at + n)
+        return shrank(g, at + n, err);
+    size_t done = 0;
+    while (done < n) {
+        ssize_t w = pwrite(g->object->fd, (const unsigned char *)src + done, n - done,
+                           (off_t)(at + done));
+        if (w > 0)
+            done += (size_t)w;
+        else if (w == 0 || errno != EINTR)
+            return pjs_error_set(err, PJS_ERR_IO, "shared memory region \"%s\": write: %s",
+                                 g->info.name, w == 0 ? "no progress" : strerror(errno));
+    }
+    return 0;
 }
 
 void pjs_shm_view_release(pjs_shm_view *v)
 {
+    if (v->data != NULL) {
+        free(v->data);
+        if (v->budget != NULL)
+            pjs_byte_budget_give(v->budget, v->size);
+    }
     if (v->region != NULL)
         region_unref(v->region);
     memset(v, 0, sizeof *v);

@@ -3,14 +3,26 @@
  *
  * A client creates a POSIX shared-memory object, registers (name, key,
  * offset, byte_size) with the server, then names the region in requests
- * instead of sending tensor bytes. The registry maps each region once and
- * hands out bounds-checked views. Registration is refused unless the server
+ * instead of sending tensor bytes. Registration is refused unless the server
  * was started with --allow-client-shm.
  *
- * Regions are reference counted: a view keeps its region mapped, so
- * unregistering while a request reads or writes a region is safe (the
- * mapping goes when the last view is released). One mutex guards the table;
- * any thread may call these functions.
+ * The client keeps full control of the object: it may shrink or remove it
+ * at any time. The server therefore never maps it. The registry keeps one
+ * open descriptor per object (shared by every region registered over it)
+ * and copies bytes with pread and pwrite: an input is read into memory the
+ * request owns, an output is written after checking that the object still
+ * holds the region. A region that shrank is an INVALID_ARGUMENT error for
+ * the request that names it, never a signal in the server.
+ *
+ * Input bytes read into a request come out of the request byte budget given
+ * at creation (the server's --max-inflight-request-bytes) while the view
+ * holds them. The number of regions and their total registered size are
+ * bounded (--max-shm-regions, --max-shm-bytes).
+ *
+ * Regions and objects are reference counted: a view keeps its region and its
+ * object's descriptor, so unregistering while a request reads or writes a
+ * region is safe (the descriptor closes when the last region over it goes).
+ * One mutex guards the tables; any thread may call these functions.
  */
 #ifndef PJS_CORE_SHM_H
 #define PJS_CORE_SHM_H
@@ -19,12 +31,25 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "core/byte_budget.h"
 #include "core/status.h"
 
 #define PJS_SHM_NAME_MAX 256
 
+/* Defaults of --max-shm-regions and --max-shm-bytes. */
+#define PJS_SHM_DEFAULT_MAX_REGIONS 1024u
+#define PJS_SHM_DEFAULT_MAX_BYTES (64ULL << 30)
+
 typedef struct pjs_shm_registry pjs_shm_registry;
 typedef struct pjs_shm_region pjs_shm_region;
+
+/* What a registry accepts. */
+typedef struct pjs_shm_options {
+    bool allowed;            /* --allow-client-shm */
+    uint64_t max_regions;    /* regions registered at once; 0: PJS_SHM_DEFAULT_MAX_REGIONS */
+    uint64_t max_bytes;      /* sum of their byte_size; 0: PJS_SHM_DEFAULT_MAX_BYTES */
+    pjs_byte_budget *budget; /* input bytes read into requests; NULL: unbounded */
+} pjs_shm_options;
 
 /* A region as reported by status calls. */
 typedef struct pjs_shm_info {
@@ -37,19 +62,24 @@ typedef struct pjs_shm_info {
 /* A bounds-checked window into a registered region. */
 typedef struct pjs_shm_view {
     pjs_shm_region *region; /* reference held until pjs_shm_view_release */
-    unsigned char *data;
+    uint64_t offset;        /* into the region's registered window */
     size_t size;
+    /* The window's bytes as pjs_shm_view_read copied them (NULL before);
+     * owned by the view, their size taken from `budget` until release. */
+    unsigned char *data;
+    pjs_byte_budget *budget;
 } pjs_shm_view;
 
-int pjs_shm_registry_create(bool allowed, pjs_shm_registry **out, pjs_error *err);
+int pjs_shm_registry_create(const pjs_shm_options *o, pjs_shm_registry **out, pjs_error *err);
 void pjs_shm_registry_destroy(pjs_shm_registry *r);
 bool pjs_shm_registry_allowed(const pjs_shm_registry *r);
 
-/* Maps [offset, offset+byte_size) of the shared-memory object `key` (as
+/* Registers [offset, offset+byte_size) of the shared-memory object `key` (as
  * shm_open names it, e.g. "/input0") under `name`. Errors: UNSUPPORTED when
- * client shared memory is off, INVALID_ARGUMENT for a bad key, a range
- * outside the object or a name already registered, NOT_FOUND when the object
- * does not exist. */
+ * client shared memory is off, INVALID_ARGUMENT for a bad key, an object that
+ * is not a regular file, a range outside the object or a name already
+ * registered, NOT_FOUND when the object does not exist, RESOURCE_EXHAUSTED
+ * past --max-shm-regions or --max-shm-bytes. */
 int pjs_shm_register(pjs_shm_registry *r, const char *name, const char *key, uint64_t offset,
                      uint64_t byte_size, pjs_error *err);
 /* Unregisters `name`, or every region when name is NULL or "". NOT_FOUND for
@@ -61,17 +91,28 @@ int pjs_shm_unregister(pjs_shm_registry *r, const char *name, pjs_error *err);
 int pjs_shm_status(pjs_shm_registry *r, const char *name, pjs_shm_info *out, size_t cap,
                    pjs_error *err);
 
+/* Objects with registered regions: each is held open by one descriptor,
+ * however many regions lie in it. */
+size_t pjs_shm_open_objects(pjs_shm_registry *r);
+
 /* A view of bytes [offset, offset+size) of region `name` (offsets relative
- * to the registered window). Errors: NOT_FOUND unknown region,
- * INVALID_ARGUMENT out of bounds. */
+ * to the registered window); no bytes are read yet. Errors: NOT_FOUND
+ * unknown region, INVALID_ARGUMENT out of bounds. */
 int pjs_shm_view_get(pjs_shm_registry *r, const char *name, uint64_t offset, uint64_t size,
                      pjs_shm_view *out, pjs_error *err);
+/* Reads the window into v->data (request-owned memory). Errors:
+ * RESOURCE_EXHAUSTED when the request byte budget cannot hold v->size more
+ * bytes, INVALID_ARGUMENT when the object no longer holds the window (the
+ * client shrank it), IO when the read fails. */
+int pjs_shm_view_read(pjs_shm_view *v, pjs_error *err);
+/* Copies n bytes (n <= v->size) to the start of the window, after checking
+ * that the object still holds it (INVALID_ARGUMENT when it shrank; IO when
+ * the write fails). Concurrent requests may name the same output window (as
+ * perf_analyzer does); their writes then interleave in the client's object,
+ * by the client's design, as on Triton. */
+int pjs_shm_view_write(const pjs_shm_view *v, const void *src, size_t n, pjs_error *err);
+/* Frees the copy read (giving its bytes back to the budget) and drops the
+ * region. */
 void pjs_shm_view_release(pjs_shm_view *v);
-
-/* Copies n bytes (n <= v->size) to the start of a view. The region is the
- * client's memory: concurrent requests may name the same output region (as
- * perf_analyzer does), and then their copies race by the client's design,
- * as on Triton. tests/tsan.supp names this function for that reason. */
-void pjs_shm_view_write(const pjs_shm_view *v, const void *src, size_t n);
 
 #endif

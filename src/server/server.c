@@ -443,7 +443,11 @@ int pjs_server_create(const pjs_server_options *o, pjs_server **out, pjs_error *
     pjs_byte_budget_init(&s->request_budget, o->max_inflight_request_bytes != 0
                                                  ? o->max_inflight_request_bytes
                                                  : 4 * s->max_request_bytes);
-    int rc = pjs_shm_registry_create(o->allow_client_shm, &s->shm, err);
+    pjs_shm_options shm = {.allowed = o->allow_client_shm,
+                           .max_regions = o->max_shm_regions,
+                           .max_bytes = o->max_shm_bytes,
+                           .budget = &s->request_budget};
+    int rc = pjs_shm_registry_create(&shm, &s->shm, err);
     if (rc == 0)
         rc = pjs_rt_client_open(o->plugin_path, o->pjrt_options, o->n_pjrt_options, &s->client,
                                 err);

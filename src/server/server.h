@@ -64,6 +64,11 @@ typedef struct pjs_server_options {
     /* Bytes of requests held at once across front ends (bodies being
      * received and decoded); 0: 4 x max_request_bytes. */
     uint64_t max_inflight_request_bytes;
+    /* Client shared-memory regions registered at once and their total
+     * byte_size (--max-shm-regions, --max-shm-bytes); 0: the defaults of
+     * core/shm.h. */
+    uint64_t max_shm_regions;
+    uint64_t max_shm_bytes;
 } pjs_server_options;
 
 #define PJS_DEFAULT_MAX_REQUEST_BYTES (256ULL << 20)

@@ -494,7 +494,8 @@ static void test_shared_memory_tensors(void **state)
     assert_int_equal(pwrite(fd, in, sizeof in, 16), (ssize_t)sizeof in);
     pjs_shm_registry *reg;
     pjs_error err;
-    assert_int_equal(pjs_shm_registry_create(true, &reg, &err), 0);
+    pjs_shm_options on = {.allowed = true};
+    assert_int_equal(pjs_shm_registry_create(&on, &reg, &err), 0);
     assert_int_equal(pjs_shm_register(reg, "region", key, 0, 64, &err), 0);
 
     char *body = request_json(

@@ -358,6 +358,8 @@ static int decode_input(pjs_grpc_infer *d, const input_tensor *t, pjs_shm_regist
         if ((rc = get_shm_view(shm, &sp, "input", t->name, view, err)) != 0)
             return rc;
         d->n_input_views++;
+        if ((rc = pjs_shm_view_read(view, err)) != 0)
+            return pjs_error_prefix(err, "input \"%.256s\": ", t->name);
         in->data = view->data;
         in->nbytes = view->size;
         *src = SOURCE_SHM;
@@ -522,8 +524,8 @@ static int output_to_shm(pjs_grpc_infer *d, const pjs_infer_output *o, size_t k,
                              "output \"%s\" is %zu bytes but shared memory region \"%.256s\" "
                              "was given %zu",
                              o->spec->name, o->nbytes, ro->shm_region, view->size);
-    if (o->data != NULL && o->nbytes > 0)
-        pjs_shm_view_write(view, o->data, o->nbytes);
+    if (o->data != NULL && o->nbytes > 0 && pjs_shm_view_write(view, o->data, o->nbytes, err) != 0)
+        return pjs_error_prefix(err, "output \"%s\": ", o->spec->name);
     output_param_entry *region = output_param(&d->arena, SHM_REGION);
     output_param_entry *size = output_param(&d->arena, SHM_BYTE_SIZE);
     t->parameters = pjs_grpc_arena_alloc(&d->arena, 2 * sizeof *t->parameters);

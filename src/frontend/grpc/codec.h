@@ -7,7 +7,8 @@
  * and maps it onto a pjs_infer_request: names, datatypes and shapes are
  * borrowed from the message; input bytes come from raw_input_contents, from
  * typed `contents` (converted to the datatype's raw form), or from a
- * registered shared-memory region (a view held until the call ends).
+ * registered shared-memory region (read into a view held until the call
+ * ends).
  * Checking the request against the model is pjs_infer_validate's job, not
  * the codec's: the codec rejects only what cannot be mapped at all.
  *
@@ -65,8 +66,9 @@ void pjs_grpc_infer_release(pjs_grpc_infer *d);
  * own deadline). shm may be NULL (every shared memory parameter is then
  * refused). Errors: INVALID_ARGUMENT ("malformed ModelInferRequest: ..." for
  * bytes that are not the message, or a message naming the input and the
- * problem), NOT_FOUND for an unknown shared-memory region,
- * RESOURCE_EXHAUSTED when decoding would pass the memory bound, UNSUPPORTED
+ * problem, a shared-memory region that shrank among them), NOT_FOUND for an
+ * unknown shared-memory region, RESOURCE_EXHAUSTED when decoding would pass
+ * the memory bound or shared-memory input bytes the request budget, UNSUPPORTED
  * for parameters pjserve recognises but does not implement. On failure d
  * still holds what it decoded; release it. */
 int pjs_grpc_infer_decode(pjs_grpc_infer *d, const uint8_t *data, size_t len, pjs_shm_registry *shm,
@@ -76,7 +78,8 @@ int pjs_grpc_infer_decode(pjs_grpc_infer *d, const uint8_t *data, size_t len, pj
  * error) in d's arena: the requested outputs (or all) in manifest order,
  * each with one raw_output_contents entry, which borrows the output bytes.
  * Outputs the client placed in shared memory are copied there now and
- * answered with an empty entry. model_version is reported as given. */
+ * answered with an empty entry (INVALID_ARGUMENT when the region shrank).
+ * model_version is reported as given. */
 int pjs_grpc_infer_response(pjs_grpc_infer *d, const char *model_version,
                             Inference__ModelInferResponse **out, pjs_error *err);
 

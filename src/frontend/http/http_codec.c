@@ -442,8 +442,11 @@ int pjs_http_infer_map_shm(pjs_http_infer *d, pjs_shm_registry *registry, pjs_er
                           in->name, err);
         if (rc != 0)
             return rc;
-        in->data = d->views[d->n_views - 1].data;
-        in->nbytes = d->views[d->n_views - 1].size;
+        pjs_shm_view *view = &d->views[d->n_views - 1];
+        if ((rc = pjs_shm_view_read(view, err)) != 0)
+            return pjs_error_prefix(err, "input \"%s\": ", in->name);
+        in->data = view->data;
+        in->nbytes = view->size;
     }
     for (size_t k = 0; k < d->req.n_requested; k++) {
         const pjs_infer_requested_output *o = &d->req.requested[k];
@@ -483,8 +486,8 @@ int pjs_http_infer_write_shm_outputs(pjs_http_infer *d, pjs_error *err)
                                  "output \"%s\" is %zu bytes but shared memory region \"%s\" "
                                  "was given %zu (shared_memory_byte_size)",
                                  o->name, out->nbytes, o->shm_region, view->size);
-        if (out->nbytes > 0)
-            pjs_shm_view_write(view, out->data, out->nbytes);
+        if (out->nbytes > 0 && pjs_shm_view_write(view, out->data, out->nbytes, err) != 0)
+            return pjs_error_prefix(err, "output \"%s\": ", o->name);
     }
     return 0;
 }

@@ -86,13 +86,17 @@ int pjs_http_header_length(const char *value, size_t body_len, size_t *out_json_
 int pjs_http_infer_decode(pjs_http_infer *d, const void *body, size_t body_len,
                           const char *header_length, pjs_error *err);
 
-/* Maps the shared-memory regions the request names (inputs and outputs)
- * through `registry`; must run before validation reorders the inputs. The
- * views are held until pjs_http_infer_free. */
+/* Looks up the shared-memory regions the request names (inputs and outputs)
+ * through `registry` and reads the inputs' bytes into the views; must run
+ * before validation reorders the inputs. The views are held until
+ * pjs_http_infer_free. Errors: INVALID_ARGUMENT for an unknown region, a
+ * window outside it or a region that shrank; RESOURCE_EXHAUSTED when the
+ * request byte budget cannot hold the inputs' bytes. */
 int pjs_http_infer_map_shm(pjs_http_infer *d, pjs_shm_registry *registry, pjs_error *err);
 
 /* After completion: copies each output requested into shared memory there.
- * INVALID_ARGUMENT when an output is larger than its region window. */
+ * INVALID_ARGUMENT when an output is larger than its region window or the
+ * region shrank. */
 int pjs_http_infer_write_shm_outputs(pjs_http_infer *d, pjs_error *err);
 
 /* Frees what decoding and mapping took (JSON, converted inputs, views); does

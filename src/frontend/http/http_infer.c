@@ -2,7 +2,7 @@
  * http_infer.c - POST /v2/models/{m}[/versions/{v}]/infer.
  *
  * On the connection thread: look the model up, decode the body (JSON and
- * binary framing, see http_codec.h), map shared-memory tensors, then mark
+ * binary framing, see http_codec.h), read shared-memory inputs, then mark
  * the call waiting, suspend the connection and submit. Suspending before
  * submitting matters: the request may complete before pjs_server_submit
  * returns, and its resume must find the connection suspended. A refused
