@@ -108,4 +108,4 @@ add_library(pjs_frontend_grpc STATIC
   ${PJS_PB_DESCRIPTOR_INDEX}
   ${PJS_PROTO_GEN}/descriptor_set.c
 )
-target_link_libraries(pjs_frontend_grpc PUBLIC pjs_grpc_codec pjs_server PkgConfig::GRPC)
+target_link_libraries(pjs_frontend_grpc PUBLIC pjs_grpc_codec pjs_server pjs_access PkgConfig::GRPC)

@@ -25,5 +25,5 @@ add_library(pjs_frontend_http STATIC
   src/frontend/http/http_routes.c
   src/frontend/http/http_infer.c
 )
-target_link_libraries(pjs_frontend_http PUBLIC pjs_http_codec pjs_server PkgConfig::MICROHTTPD
+target_link_libraries(pjs_frontend_http PUBLIC pjs_http_codec pjs_server pjs_access PkgConfig::MICROHTTPD
                       Threads::Threads)

@@ -65,6 +65,18 @@ static const char help[] =
     "  --grpc-threads N        gRPC completion-queue threads (default 4)\n"
     "  --http-threads N        HTTP connection threads (default 4)\n"
     "\n"
+    "credentials (docs/serving.md, section Credentials):\n"
+    "  --admin-token-file FILE admin calls (repository load/unload, model control\n"
+    "                          changes, shared memory, logging and trace settings,\n"
+    "                          read or write) need 'Authorization: Bearer <token>'\n"
+    "                          (gRPC: the authorization metadata) with the token on\n"
+    "                          the first line of FILE; FILE must not be readable by\n"
+    "                          group or others (chmod 600). Without it, admin calls\n"
+    "                          are accepted from loopback peers only (127.0.0.0/8,\n"
+    "                          ::1, Unix sockets); others get PERMISSION_DENIED / 403\n"
+    "  --infer-token-file FILE every call but the health probes then needs this\n"
+    "                          token or the admin token (default: inference is open)\n"
+    "\n"
     "model lifecycle (docs/serving.md, section Model lifecycle):\n"
     "  --model-control-mode dynamic|static|explicit  (default dynamic)\n"
     "                          dynamic: follow the repository; a bundle added,\n"
@@ -144,6 +156,7 @@ typedef struct serve_args {
     const char *host;
     int grpc_port, http_port, metrics_port;
     bool allow_client_shm;
+    const char *admin_token_file, *infer_token_file; /* NULL: not given */
     pjs_grpc_options grpc;
     int http_threads;
     pjs_control_mode control_mode;
@@ -166,6 +179,8 @@ enum {
     OPT_HTTP_PORT,
     OPT_METRICS_PORT,
     OPT_ALLOW_SHM,
+    OPT_ADMIN_TOKEN_FILE,
+    OPT_INFER_TOKEN_FILE,
     OPT_TLS_CERT,
     OPT_TLS_KEY,
     OPT_TLS_CA,
@@ -294,6 +309,8 @@ static int parse_args(int argc, char **argv, serve_args *a)
         {"http-port", required_argument, NULL, OPT_HTTP_PORT},
         {"metrics-port", required_argument, NULL, OPT_METRICS_PORT},
         {"allow-client-shm", no_argument, NULL, OPT_ALLOW_SHM},
+        {"admin-token-file", required_argument, NULL, OPT_ADMIN_TOKEN_FILE},
+        {"infer-token-file", required_argument, NULL, OPT_INFER_TOKEN_FILE},
         {"grpc-tls-cert", required_argument, NULL, OPT_TLS_CERT},
         {"grpc-tls-key", required_argument, NULL, OPT_TLS_KEY},
         {"grpc-tls-ca", required_argument, NULL, OPT_TLS_CA},
@@ -354,6 +371,8 @@ static int parse_args(int argc, char **argv, serve_args *a)
             a->metrics_port = (int)v;
             break;
         case OPT_ALLOW_SHM: a->allow_client_shm = true; break;
+        case OPT_ADMIN_TOKEN_FILE: a->admin_token_file = optarg; break;
+        case OPT_INFER_TOKEN_FILE: a->infer_token_file = optarg; break;
         case OPT_TLS_CERT: a->grpc.tls_cert = optarg; break;
         case OPT_TLS_KEY: a->grpc.tls_key = optarg; break;
         case OPT_TLS_CA: a->grpc.tls_ca = optarg; break;
@@ -496,6 +515,16 @@ static void log_control_mode(const serve_args *a)
     }
 }
 
+/* Logs which access rules hold, once. */
+static void log_access(const pjs_access *access)
+{
+    char line[512];
+    pjs_access_describe_admin(access, line, sizeof line);
+    pjs_info("%s", line);
+    pjs_access_describe_infer(access, line, sizeof line);
+    pjs_info("%s", line);
+}
+
 /* Logs the effective scheduler settings and model policies, once. */
 static void log_config(const pjs_server_config *c)
 {
@@ -520,8 +549,15 @@ int pjs_cmd_serve(int argc, char **argv)
         pjs_server_config_free(&config);
         return rc;
     }
+    pjs_access *access = NULL;
+    pjs_error access_err;
+    if (pjs_access_create(a.admin_token_file, a.infer_token_file, &access, &access_err) != 0) {
+        pjs_server_config_free(&config);
+        return pjs_cli_fail("%s", access_err.msg);
+    }
     log_config(&config);
     log_control_mode(&a);
+    log_access(access);
 
     sigset_t stop_signals;
     sigemptyset(&stop_signals);
@@ -554,13 +590,16 @@ int pjs_cmd_serve(int argc, char **argv)
     pjs_http_frontend *http = NULL, *metrics = NULL;
     if (pjs_server_create(&so, &server, &err) != 0) {
         pjs_server_config_free(&config);
+        pjs_access_destroy(access);
         return pjs_cli_fail("%s", err.msg);
     }
 
     a.grpc.host = a.host;
     a.grpc.port = a.grpc_port;
+    a.grpc.access = access;
     pjs_http_options ho = {.host = a.host, .port = a.http_port, .threads = a.http_threads};
     pjs_http_options mo = {.host = a.host, .port = a.metrics_port, .threads = 1};
+    ho.access = mo.access = access;
     rc = PJS_EXIT_OK;
     if (a.grpc_port != 0 && pjs_grpc_frontend_start(server, &a.grpc, &grpc, &err) != 0)
         rc = pjs_cli_fail("gRPC on %s:%d: %s", a.host, a.grpc_port, err.msg);
@@ -588,6 +627,7 @@ int pjs_cmd_serve(int argc, char **argv)
     pjs_http_frontend_stop(metrics);
     pjs_server_destroy(server);
     pjs_server_config_free(&config);
+    pjs_access_destroy(access);
     if (rc == PJS_EXIT_OK)
         pjs_info("stopped");
     return rc;

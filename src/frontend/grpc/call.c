@@ -9,6 +9,10 @@
  * response and the status and receives the close. `on_done` fires when that
  * batch completed; it frees the call. Nothing else refers to the object, so
  * no lock is needed.
+ *
+ * Every call state machine asks pjs__grpc_access_check before it serves a
+ * call (the generic unary call here, before the request is even unpacked);
+ * a refused call is answered UNAUTHENTICATED or PERMISSION_DENIED at once.
  */
 #include "frontend/grpc/internal.h"
 
@@ -17,6 +21,7 @@
 #include <string.h>
 
 #include <grpc/byte_buffer_reader.h>
+#include <grpc/support/alloc.h>
 #include <grpc/support/time.h>
 
 #include "core/log.h"
@@ -95,6 +100,44 @@ grpc_call_error pjs__grpc_recv_close(grpc_call *call, int *cancelled, pjs_grpc_t
     return pjs__grpc_start_batch(call, &op, 1, tag);
 }
 
+/* The value of the "authorization" metadata in `who` (the first one; all
+ * of them counted). gRPC hands keys lowercased. */
+static void find_authorization(const grpc_metadata_array *md, pjs_access_caller *who)
+{
+    static const char key[] = "authorization";
+    for (size_t i = 0; i < md->count; i++) {
+        const grpc_slice *k = &md->metadata[i].key;
+        if (GRPC_SLICE_LENGTH(*k) != sizeof key - 1 ||
+            memcmp(GRPC_SLICE_START_PTR(*k), key, sizeof key - 1) != 0)
+            continue;
+        if (who->n_authorization++ == 0) {
+            who->authorization = (const char *)GRPC_SLICE_START_PTR(md->metadata[i].value);
+            who->authorization_len = GRPC_SLICE_LENGTH(md->metadata[i].value);
+        }
+    }
+}
+
+int pjs__grpc_access_check(pjs_grpc_frontend *f, size_t index, grpc_call *call,
+                           const grpc_metadata_array *md, pjs_error *err)
+{
+    const char *path = pjs__grpc_methods[index].path;
+    pjs_access_class cls = pjs_access_grpc_class(path);
+    if (cls == PJS_ACCESS_OPEN)
+        return 0;
+    pjs_access_caller who = {0};
+    find_authorization(md, &who);
+    if (cls == PJS_ACCESS_ADMIN) {
+        char *peer = grpc_call_get_peer(call);
+        who.loopback = pjs_access_peer_is_loopback(peer);
+        gpr_free(peer);
+    }
+    const char *method = strrchr(path, '/');
+    int rc = pjs_access_check(f->access, cls, &who, method != NULL ? method + 1 : path, err);
+    if (rc != 0)
+        pjs_debug("grpc %s: refused: %s", path, err->msg);
+    return rc;
+}
+
 uint64_t pjs__grpc_deadline_ns(gpr_timespec deadline)
 {
     if (deadline.clock_type == GPR_TIMESPAN ||
@@ -147,6 +190,9 @@ static void unary_free(unary_call *c)
 static int unary_run(unary_call *c, const pjs_grpc_method *m, pjs_error *err)
 {
     pjs_grpc_unary_ctx ctx = {.frontend = c->frontend, .arena = &c->arena};
+    int rc = pjs__grpc_access_check(c->frontend, c->method, c->call, &c->metadata, err);
+    if (rc != 0)
+        return rc;
     grpc_slice payload = pjs__grpc_take_payload(&c->payload);
     ProtobufCMessage *request = protobuf_c_message_unpack(
         m->request, &c->arena.allocator, GRPC_SLICE_LENGTH(payload), GRPC_SLICE_START_PTR(payload));
@@ -157,7 +203,7 @@ static int unary_run(unary_call *c, const pjs_grpc_method *m, pjs_error *err)
             "malformed %s: the bytes received are not a valid protobuf %s", m->request->short_name,
             m->request->short_name);
     ProtobufCMessage *response = NULL;
-    int rc = m->handle(&ctx, request, &response, err);
+    rc = m->handle(&ctx, request, &response, err);
     if (rc == 0) {
         c->response = pjs__grpc_pack(response, err);
         rc = c->response == NULL ? err->code : 0;

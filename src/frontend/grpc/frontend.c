@@ -379,6 +379,7 @@ int pjs_grpc_frontend_start(pjs_server *s, const pjs_grpc_options *o, pjs_grpc_f
         return pjs_error_set(err, PJS_ERR_NOMEM, "no memory");
     grpc_init();
     f->server = s;
+    f->access = o->access;
     f->shutdown_tag.fn = on_shutdown;
     pthread_mutex_init(&f->lock, NULL);
     pthread_cond_init(&f->changed, NULL);

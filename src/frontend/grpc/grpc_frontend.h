@@ -11,6 +11,7 @@
 #include <stdbool.h>
 
 #include "core/status.h"
+#include "frontend/access.h"
 #include "server/server.h"
 
 typedef struct pjs_grpc_options {
@@ -23,6 +24,7 @@ typedef struct pjs_grpc_options {
     int keepalive_timeout_ms;      /* 0: gRPC's default */
     bool keepalive_permit_without_calls;
     int threads;                   /* completion-queue threads; 0: a default */
+    const pjs_access *access;      /* who may call what; NULL: no tokens (frontend/access.h) */
 } pjs_grpc_options;
 
 typedef struct pjs_grpc_frontend pjs_grpc_frontend;

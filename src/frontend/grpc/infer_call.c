@@ -4,8 +4,8 @@
  * States of one call:
  *   requested --on_new--> decoding (CQ thread): the next call is requested,
  *     RECV_CLOSE_ON_SERVER is started (to learn of cancellation), the
- *     payload is decoded, the model looked up and the request submitted.
- *     Any failure is answered at once.
+ *     caller's access checked, the payload decoded, the model looked up
+ *     and the request submitted. Any failure is answered at once.
  *   in the dispatcher --on_done (completion thread)--> the response is
  *     encoded (or the error mapped) and the send batch started.
  *   sent --on_sent--> and --on_close--> both tags back: the call is freed.
@@ -137,8 +137,11 @@ static void infer_on_done(pjs_infer_request *r)
 static int infer_submit(infer_call *c, pjs_error *err)
 {
     pjs_grpc_frontend *f = c->frontend;
+    int rc = pjs__grpc_access_check(f, c->method, c->call, &c->metadata, err);
+    if (rc != 0)
+        return rc;
     grpc_slice payload = pjs__grpc_take_payload(&c->payload);
-    int rc = pjs_grpc_infer_decode(&c->decoded, GRPC_SLICE_START_PTR(payload),
+    rc = pjs_grpc_infer_decode(&c->decoded, GRPC_SLICE_START_PTR(payload),
                                    GRPC_SLICE_LENGTH(payload), pjs_server_shm(f->server), err);
     grpc_slice_unref(payload);
     if (rc != 0)

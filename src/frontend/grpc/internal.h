@@ -122,6 +122,7 @@ typedef struct pjs_grpc_reflection_index pjs_grpc_reflection_index;
 
 struct pjs_grpc_frontend {
     pjs_server *server;
+    const pjs_access *access; /* consulted by every call before it is served */
     grpc_server *core;
     grpc_completion_queue *cq;
     void **registered; /* per pjs__grpc_methods entry */
@@ -159,6 +160,12 @@ void pjs__grpc_call_gone(pjs_grpc_frontend *f);
  * their on_done to have finished sending. */
 void pjs__grpc_dispatch_begin(pjs_grpc_frontend *f);
 void pjs__grpc_dispatch_end(pjs_grpc_frontend *f);
+
+/* Whether the caller of `call` (method `index`, its client metadata `md`)
+ * may make it: 0, or UNAUTHENTICATED / PERMISSION_DENIED with err set
+ * (call.c; the decision is frontend/access.c's). */
+int pjs__grpc_access_check(pjs_grpc_frontend *f, size_t index, grpc_call *call,
+                           const grpc_metadata_array *md, pjs_error *err);
 
 /* ---- helpers shared by the call state machines (frontend.c) -------------- */
 

@@ -15,6 +15,9 @@
  * With PJS_GRPC_STREAM_MAX_IN_FLIGHT items queued, reading pauses until a
  * response is written: a client cannot queue unbounded work on one stream.
  *
+ * A caller the access rules refuse gets the refusal as the stream's status
+ * before anything is read.
+ *
  * The client's half-close ends reading; once the FIFO is empty the status
  * (OK) is sent. A cancelled stream (client gone, or stop) drops the
  * responses of its remaining items as they complete. `lock` guards all
@@ -335,7 +338,21 @@ static void stream_on_new(pjs_grpc_tag *tag, bool ok)
         return;
     }
     pjs__grpc_request(s->frontend, s->method);
+    pjs_error err;
+    pjs_error_clear(&err);
+    bool allowed =
+        pjs__grpc_access_check(s->frontend, s->method, s->call, &s->metadata, &err) == 0;
     pthread_mutex_lock(&s->lock);
+    if (!allowed) {
+        /* Refused before the first read: the status alone, nothing read. */
+        s->read_done = true;
+        s->status_started = true;
+        if (pjs__grpc_reply(s->call, NULL, &err, &s->details, &s->cancelled, &s->on_status) ==
+            GRPC_CALL_OK)
+            s->refs++;
+        stream_step_done_locked(s);
+        return;
+    }
     if (pjs__grpc_recv_close(s->call, &s->cancelled, &s->on_close) == GRPC_CALL_OK)
         s->refs++;
     start_read_locked(s);

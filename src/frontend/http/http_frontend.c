@@ -3,8 +3,9 @@
  * ports: listening, the request lifecycle, bodies and replies.
  *
  * Lifecycle of a request (see http_internal.h for the threads). The first
- * handler call creates the call and refuses a declared body over the limit
- * at once. Body chunks are appended (a chunked body that grows past the
+ * handler call creates the call, and refuses at once a caller the access
+ * rules do not let in (frontend/access.h) and a declared body over the
+ * limit. Body chunks are appended (a chunked body that grows past the
  * limit is read to the end and discarded, then refused). The final call
  * inflates a compressed body and runs the route, which stores a reply or
  * leaves the call waiting on a suspended connection; a reply is queued as
@@ -130,6 +131,8 @@ static enum MHD_Result queue_reply(pjs__http_call *c)
         ok = MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, r->content_type);
     if (ok && r->allow != NULL)
         ok = MHD_add_response_header(resp, MHD_HTTP_HEADER_ALLOW, r->allow);
+    if (ok && r->www_authenticate)
+        ok = MHD_add_response_header(resp, MHD_HTTP_HEADER_WWW_AUTHENTICATE, "Bearer");
     if (ok && r->inference_header > 0) {
         char len[32];
         snprintf(len, sizeof len, "%zu", r->inference_header);
@@ -297,6 +300,10 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         if (c == NULL)
             return MHD_NO; /* out of memory: drop the connection */
         *con_cls = c;
+        if (!pjs__http_access_allowed(c)) { /* refused before any body byte is read */
+            c->dispatched = true;
+            return queue_reply(c);
+        }
         if (c->body_error.code == PJS_OK)
             return MHD_YES;
         /* A declared body over the limit is refused before it is sent. */
@@ -405,6 +412,7 @@ static int frontend_start(pjs_server *s, const pjs_http_options *o, bool metrics
         return pjs_error_set(err, PJS_ERR_NOMEM, "out of memory");
     fe->server = s;
     fe->metrics = metrics;
+    fe->access = o->access;
     pthread_mutex_init(&fe->lock, NULL);
     pthread_cond_init(&fe->idle, NULL);
     atomic_init(&fe->stopping, false);

@@ -9,12 +9,14 @@
 #define PJS_FRONTEND_HTTP_FRONTEND_H
 
 #include "core/status.h"
+#include "frontend/access.h"
 #include "server/server.h"
 
 typedef struct pjs_http_options {
     const char *host; /* bind address, e.g. "0.0.0.0" */
     int port;         /* e.g. 8000 (REST) or 8002 (metrics) */
     int threads;      /* connection threads; 0: a default */
+    const pjs_access *access; /* who may call what; NULL: no tokens (frontend/access.h) */
 } pjs_http_options;
 
 typedef struct pjs_http_frontend pjs_http_frontend;

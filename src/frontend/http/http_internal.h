@@ -32,6 +32,7 @@ struct pjs_http_frontend {
     pjs_server *server;
     struct MHD_Daemon *daemon;
     bool metrics; /* serves GET /metrics only */
+    const pjs_access *access; /* consulted once a request's headers are in */
     char address[300]; /* "host:port", for messages */
 
     /* Shutdown bookkeeping. Stop waits for every deferred job (each holds a
@@ -53,6 +54,7 @@ typedef struct pjs__http_reply {
     const char *content_type;  /* static string, NULL with an empty body */
     size_t inference_header;   /* > 0: Inference-Header-Content-Length */
     const char *allow;         /* for 405: the methods the path takes */
+    bool www_authenticate;     /* for 401: WWW-Authenticate: Bearer */
 } pjs__http_reply;
 
 /* One request, from its headers to the end of its response (libmicrohttpd's
@@ -91,6 +93,10 @@ void pjs__http_reply_buf(pjs__http_call *c, unsigned status, pjs_http_buf *b,
 void pjs__http_defer(pjs__http_call *c, void (*fn)(pjs__http_call *c));
 
 /* ---- routes ---------------------------------------------------------------- */
+
+/* Whether the caller may make this request (its headers are in, its body
+ * not yet read); stores a 401 or 403 reply when not (http_routes.c). */
+bool pjs__http_access_allowed(pjs__http_call *c);
 
 /* Every /v2 endpoint (http_routes.c). Stores a reply, or leaves the call
  * waiting. */

@@ -9,12 +9,16 @@
  * and the residency and compact requests of the model control endpoints,
  * which wait for the dispatch thread to move weights: those run on a helper
  * thread (pjs__http_defer).
+ *
+ * Before any of that, once a request's headers are in, the access rules
+ * (frontend/access.h) decide whether its caller may make it at all.
  */
 #include "frontend/http/http_internal.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "core/log.h"
 #include "frontend/http/control_json.h"
@@ -86,6 +90,47 @@ static bool body_object(pjs__http_call *c, json_t **out)
     }
     *out = doc;
     return true;
+}
+
+/* ---- access ---------------------------------------------------------------- */
+
+/* Keeps the first Authorization header in the caller and counts them all. */
+static enum MHD_Result find_authorization(void *cls, enum MHD_ValueKind kind, const char *key,
+                                          size_t key_size, const char *value,
+                                          size_t value_size)
+{
+    (void)kind;
+    static const char name[] = MHD_HTTP_HEADER_AUTHORIZATION;
+    pjs_access_caller *who = cls;
+    if (key_size == sizeof name - 1 && strncasecmp(key, name, key_size) == 0 &&
+        who->n_authorization++ == 0) {
+        who->authorization = value;
+        who->authorization_len = value_size;
+    }
+    return MHD_YES;
+}
+
+bool pjs__http_access_allowed(pjs__http_call *c)
+{
+    pjs_access_class cls = pjs_access_rest_class(c->url);
+    if (cls == PJS_ACCESS_OPEN)
+        return true;
+    pjs_access_caller who = {0};
+    MHD_get_connection_values_n(c->conn, MHD_HEADER_KIND, find_authorization, &who);
+    if (cls == PJS_ACCESS_ADMIN) {
+        const union MHD_ConnectionInfo *info =
+            MHD_get_connection_info(c->conn, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+        who.loopback = info != NULL && pjs_access_sockaddr_is_loopback(info->client_addr);
+    }
+    char what[PATH_MAX_BYTES];
+    snprintf(what, sizeof what, "%s %.256s", c->method, c->url);
+    pjs_error err;
+    if (pjs_access_check(c->fe->access, cls, &who, what, &err) == 0)
+        return true;
+    pjs_debug("http %s: refused: %s", what, err.msg);
+    pjs__http_reply_error(c, &err);
+    c->reply.www_authenticate = err.code == PJS_ERR_UNAUTHENTICATED;
+    return false;
 }
 
 /* ---- health and server metadata ---------------------------------------- */
