@@ -168,15 +168,15 @@ static int admit_locked(pjs_shm_registry *r, const pjs_shm_info *in, pjs_error *
                              in->name);
     if (r->n_regions >= r->max_regions)
         return pjs_error_set(err, PJS_ERR_RESOURCE_EXHAUSTED,
-                             "shared memory region \"%s\": %llu regions are registered, the "
-                             "server's limit (--max-shm-regions); unregister regions no longer "
-                             "used",
-                             in->name, (unsigned long long)r->n_regions);
+                             "shared memory region \"%s\": the server's limit of %llu "
+                             "registered regions is reached; unregister regions no longer used, "
+                             "or raise --max-shm-regions",
+                             in->name, (unsigned long long)r->max_regions);
     if (in->byte_size > r->max_bytes - r->n_bytes)
         return pjs_error_set(err, PJS_ERR_RESOURCE_EXHAUSTED,
-                             "shared memory region \"%s\": %llu more bytes would pass the "
-                             "server's limit of %llu registered bytes (--max-shm-bytes; %llu "
-                             "registered); unregister regions no longer used",
+                             "shared memory region \"%s\": its %llu bytes would pass the "
+                             "server's limit of %llu registered bytes (%llu are registered); "
+                             "unregister regions no longer used, or raise --max-shm-bytes",
                              in->name, (unsigned long long)in->byte_size,
                              (unsigned long long)r->max_bytes, (unsigned long long)r->n_bytes);
     return 0;

@@ -12,6 +12,7 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -387,6 +388,57 @@ static void test_read_takes_from_budget(void **state)
     assert_int_equal(make_object(key), 0);
 }
 
+/* Requests writing one output window at once while its region is
+ * unregistered and registered again: the copies go through the kernel, so
+ * the sanitizer builds see no race (tests/tsan.supp names none). */
+typedef struct writer {
+    pjs_shm_registry *r;
+    unsigned char fill;
+    int failures;
+} writer;
+
+static void *write_loop(void *arg)
+{
+    writer *w = arg;
+    unsigned char bytes[256];
+    memset(bytes, w->fill, sizeof bytes);
+    for (int i = 0; i < 300; i++) {
+        pjs_shm_view v;
+        pjs_error err;
+        if (pjs_shm_view_get(w->r, "out", 0, sizeof bytes, &v, &err) != 0)
+            continue; /* between unregister and register */
+        if (pjs_shm_view_write(&v, bytes, sizeof bytes, &err) != 0 ||
+            pjs_shm_view_read(&v, &err) != 0)
+            w->failures++;
+        pjs_shm_view_release(&v);
+    }
+    return NULL;
+}
+
+static void test_concurrent_writes(void **state)
+{
+    (void)state;
+    pjs_shm_registry *r = registry(true);
+    pjs_error err;
+    assert_int_equal(pjs_shm_register(r, "out", key, 0, 256, &err), 0);
+    writer w[4];
+    pthread_t t[4];
+    for (int i = 0; i < 4; i++) {
+        w[i] = (writer){.r = r, .fill = (unsigned char)(i + 1)};
+        assert_int_equal(pthread_create(&t[i], NULL, write_loop, &w[i]), 0);
+    }
+    for (int i = 0; i < 100; i++) {
+        pjs_shm_unregister(r, "out", &err);
+        assert_int_equal(pjs_shm_register(r, "out", key, 0, 256, &err), 0);
+    }
+    for (int i = 0; i < 4; i++) {
+        assert_int_equal(pthread_join(t[i], NULL), 0);
+        assert_int_equal(w[i].failures, 0);
+    }
+    pjs_shm_registry_destroy(r);
+    assert_int_equal(make_object(key), 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -400,6 +452,7 @@ int main(void)
         cmocka_unit_test(test_region_limits),
         cmocka_unit_test(test_one_descriptor_per_object),
         cmocka_unit_test(test_read_takes_from_budget),
+        cmocka_unit_test(test_concurrent_writes),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
