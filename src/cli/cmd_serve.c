@@ -92,6 +92,11 @@ static const char help[] =
     "                          on the device fail with FAILED_PRECONDITION\n"
     "  --repository-poll-ms MS dynamic: scan the repository every MS milliseconds\n"
     "                          (default 1000)\n"
+    "  --max-pending-loads N   model loads (API or repository changes) that may wait\n"
+    "                          for the load thread at once, 1 to 4096; loads run one\n"
+    "                          at a time off the request threads, a second request\n"
+    "                          for a model waiting joins it, more are refused with\n"
+    "                          RESOURCE_EXHAUSTED / 429 (default 64)\n"
     "  --device-weight-budget BYTES  device memory for model weights, in bytes or\n"
     "                          with a suffix K, M, G (powers of 1000) or Ki, Mi, Gi\n"
     "                          (powers of 1024); 0: --weight-fraction of the\n"
@@ -161,6 +166,7 @@ typedef struct serve_args {
     int http_threads;
     pjs_control_mode control_mode;
     uint64_t repository_poll_ms;
+    uint64_t max_pending_loads;
     uint64_t device_weight_budget; /* 0: derived from the device's memory */
     double weight_fraction;
     uint64_t max_request_bytes;
@@ -191,6 +197,7 @@ enum {
     OPT_HTTP_THREADS,
     OPT_CONTROL_MODE,
     OPT_POLL_MS,
+    OPT_MAX_PENDING_LOADS,
     OPT_WEIGHT_BUDGET,
     OPT_WEIGHT_FRACTION,
     OPT_MAX_REQUEST_BYTES,
@@ -321,6 +328,7 @@ static int parse_args(int argc, char **argv, serve_args *a)
         {"http-threads", required_argument, NULL, OPT_HTTP_THREADS},
         {"model-control-mode", required_argument, NULL, OPT_CONTROL_MODE},
         {"repository-poll-ms", required_argument, NULL, OPT_POLL_MS},
+        {"max-pending-loads", required_argument, NULL, OPT_MAX_PENDING_LOADS},
         {"device-weight-budget", required_argument, NULL, OPT_WEIGHT_BUDGET},
         {"weight-fraction", required_argument, NULL, OPT_WEIGHT_FRACTION},
         {"max-request-bytes", required_argument, NULL, OPT_MAX_REQUEST_BYTES},
@@ -408,6 +416,12 @@ static int parse_args(int argc, char **argv, serve_args *a)
             if (!bad && v == 0)
                 bad = pjs_cli_usage_error("serve", "--repository-poll-ms 0: expected at least 1");
             a->repository_poll_ms = (uint64_t)v;
+            break;
+        case OPT_MAX_PENDING_LOADS:
+            bad = parse_int("--max-pending-loads", optarg, 4096, &v);
+            if (!bad && v == 0)
+                bad = pjs_cli_usage_error("serve", "--max-pending-loads 0: expected at least 1");
+            a->max_pending_loads = (uint64_t)v;
             break;
         case OPT_WEIGHT_BUDGET:
             bad = parse_bytes("--device-weight-budget", optarg, &a->device_weight_budget);
@@ -577,6 +591,7 @@ int pjs_cmd_serve(int argc, char **argv)
         .config = &config,
         .control_mode = a.control_mode,
         .repository_poll_ms = a.repository_poll_ms,
+        .max_pending_loads = a.max_pending_loads,
         .device_weight_budget = a.device_weight_budget,
         .weight_fraction = a.weight_fraction,
         .max_request_bytes = a.max_request_bytes,

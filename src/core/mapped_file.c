@@ -1,14 +1,15 @@
 /*
- * mapped_file.c - mmap and bounded reads of regular files (see mapped_file.h).
+ * mapped_file.c - whole-file copies, identities, positioned and bounded
+ * reads, atomic writes (see mapped_file.h).
  */
 #include "core/mapped_file.h"
 
 #include <errno.h>
 #include <fcntl.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -25,34 +26,100 @@ static int open_regular(const char *path, struct stat *st, pjs_error *err)
     return fd;
 }
 
+/* Reads size bytes from the start of fd into buf; messages name path. */
+static int read_all(int fd, char *buf, size_t size, const char *path, pjs_error *err)
+{
+    size_t got = 0;
+    while (got < size) {
+        ssize_t n = read(fd, buf + got, size - got);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0)
+            return pjs_error_set(err, PJS_ERR_IO, "%s: read failed: %s", path,
+                                 n < 0 ? strerror(errno) : "file shrank while reading");
+        got += (size_t)n;
+    }
+    return 0;
+}
+
 int pjs_mapped_file_open(pjs_mapped_file *mf, const char *path, pjs_error *err)
 {
     mf->data = NULL;
     mf->size = 0;
-    struct stat st;
-    int fd = open_regular(path, &st, err);
-    if (fd < 0)
-        return fd;
-    if (st.st_size > 0) {
-        void *p = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
-        if (p == MAP_FAILED) {
-            int e = errno;
-            close(fd);
-            return pjs_error_set(err, PJS_ERR_IO, "%s: cannot map: %s", path, strerror(e));
-        }
-        mf->data = p;
-        mf->size = (size_t)st.st_size;
+    char *data;
+    size_t size;
+    int rc = pjs_read_file(path, SIZE_MAX - 1, &data, &size, err);
+    if (rc != 0)
+        return rc;
+    if (size == 0) {
+        free(data);
+        return 0;
     }
-    close(fd);
+    mf->data = (const unsigned char *)data;
+    mf->size = size;
     return 0;
 }
 
 void pjs_mapped_file_close(pjs_mapped_file *mf)
 {
-    if (mf->data != NULL)
-        munmap((void *)mf->data, mf->size);
+    free((void *)mf->data);
     mf->data = NULL;
     mf->size = 0;
+}
+
+static void identity_from(const struct stat *st, pjs_file_identity *id)
+{
+    memset(id, 0, sizeof *id);
+    id->dev = (unsigned long long)st->st_dev;
+    id->ino = (unsigned long long)st->st_ino;
+    id->size = (long long)st->st_size;
+    id->mtime_s = (long long)st->st_mtim.tv_sec;
+    id->mtime_ns = (long long)st->st_mtim.tv_nsec;
+}
+
+int pjs_file_open_identity(const char *path, pjs_file_identity *id, pjs_error *err)
+{
+    struct stat st;
+    int fd = open_regular(path, &st, err);
+    if (fd >= 0)
+        identity_from(&st, id);
+    return fd;
+}
+
+int pjs_file_identity_of(int fd, const char *path, pjs_file_identity *id, pjs_error *err)
+{
+    struct stat st;
+    if (fstat(fd, &st) != 0)
+        return pjs_error_set(err, PJS_ERR_IO, "%s: cannot stat: %s", path, strerror(errno));
+    identity_from(&st, id);
+    return 0;
+}
+
+bool pjs_file_identity_equal(const pjs_file_identity *a, const pjs_file_identity *b)
+{
+    return a->dev == b->dev && a->ino == b->ino && a->size == b->size &&
+           a->mtime_s == b->mtime_s && a->mtime_ns == b->mtime_ns;
+}
+
+int pjs_pread_exact(int fd, void *dst, size_t n, unsigned long long offset, const char *path,
+                    pjs_error *err)
+{
+    char *p = dst;
+    size_t got = 0;
+    while (got < n) {
+        ssize_t r = pread(fd, p + got, n - got, (off_t)(offset + got));
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r < 0)
+            return pjs_error_set(err, PJS_ERR_IO, "%s: read failed: %s", path, strerror(errno));
+        if (r == 0)
+            return pjs_error_set(err, PJS_ERR_IO,
+                                 "%s: the file ends at byte %llu, before the %zu bytes expected "
+                                 "at offset %llu (it was truncated)",
+                                 path, offset + got, n, offset);
+        got += (size_t)r;
+    }
+    return 0;
 }
 
 int pjs_read_file(const char *path, size_t max_size, char **out_data, size_t *out_size,
@@ -75,18 +142,9 @@ int pjs_read_file(const char *path, size_t max_size, char **out_data, size_t *ou
         rc = pjs_error_set(err, PJS_ERR_NOMEM, "%s: out of memory reading %zu bytes", path, size);
         goto out;
     }
-    size_t got = 0;
-    while (got < size) {
-        ssize_t n = read(fd, buf + got, size - got);
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n <= 0) {
-            rc = pjs_error_set(err, PJS_ERR_IO, "%s: read failed: %s", path,
-                               n < 0 ? strerror(errno) : "file shrank while reading");
-            goto out;
-        }
-        got += (size_t)n;
-    }
+    rc = read_all(fd, buf, size, path, err);
+    if (rc != 0)
+        goto out;
     buf[size] = '\0';
     *out_data = buf;
     *out_size = size;

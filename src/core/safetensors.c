@@ -32,6 +32,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <jansson.h>
 
@@ -382,14 +383,15 @@ static int apply_order(parse_ctx *c)
 
 /* ---- public API ----------------------------------------------------------- */
 
-int pjs_safetensors_parse(pjs_safetensors *st, const unsigned char *bytes, size_t size,
-                          const char *label, pjs_error *err)
+/* Parses a header whose first 8 + header length bytes are in head, of a
+ * file of `size` bytes. */
+static int parse_header(pjs_safetensors *st, const unsigned char *head, size_t size,
+                        const char *label, pjs_error *err)
 {
-    memset(st, 0, sizeof *st);
     parse_ctx c = {.label = label != NULL ? label : "<safetensors>", .err = err};
-    int rc = read_header_length(&c, bytes, size);
+    int rc = read_header_length(&c, head, size);
     if (rc == 0)
-        rc = decode_header(&c, bytes);
+        rc = decode_header(&c, head);
     if (rc == 0)
         rc = read_metadata(&c);
     if (rc == 0)
@@ -399,7 +401,6 @@ int pjs_safetensors_parse(pjs_safetensors *st, const unsigned char *bytes, size_
     if (rc == 0)
         rc = apply_order(&c);
     if (rc == 0) {
-        st->bytes = bytes;
         st->size = size;
         st->n_tensors = c.n_entries;
         st->tensors = c.out; /* NULL when there are no tensors */
@@ -409,20 +410,67 @@ int pjs_safetensors_parse(pjs_safetensors *st, const unsigned char *bytes, size_
     return rc;
 }
 
-int pjs_safetensors_open(pjs_safetensors *st, const char *path, pjs_error *err)
+int pjs_safetensors_parse(pjs_safetensors *st, const unsigned char *bytes, size_t size,
+                          const char *label, pjs_error *err)
 {
-    pjs_mapped_file map;
     memset(st, 0, sizeof *st);
-    int rc = pjs_mapped_file_open(&map, path, err);
+    st->fd = -1;
+    int rc = parse_header(st, bytes, size, label, err);
+    if (rc == 0)
+        st->bytes = bytes;
+    return rc;
+}
+
+/* The first 8 + header length bytes of the file (*len of them; fewer when
+ * the length is out of bounds: parsing then refuses it before reading on). */
+static int read_head(const pjs_safetensors *st, unsigned char **out, size_t *len, pjs_error *err)
+{
+    unsigned char prefix[8];
+    size_t want = st->size < 8 ? (size_t)st->size : 8;
+    int rc = pjs_pread_exact(st->fd, prefix, want, 0, st->path, err);
     if (rc != 0)
         return rc;
-    rc = pjs_safetensors_parse(st, map.data, map.size, path, err);
-    if (rc != 0) {
-        pjs_mapped_file_close(&map);
+    uint64_t n = 0;
+    for (int i = (int)want - 1; i >= 0; i--)
+        n = (n << 8) | prefix[i];
+    if (want == 8 && n <= PJS_SAFETENSORS_MAX_HEADER && n <= st->size - 8)
+        want = 8 + (size_t)n;
+    unsigned char *head = malloc(want + 1);
+    if (head == NULL)
+        return pjs_error_set(err, PJS_ERR_NOMEM, "%s: out of memory for the header", st->path);
+    memcpy(head, prefix, want < 8 ? want : 8);
+    if (want > 8 && (rc = pjs_pread_exact(st->fd, head + 8, want - 8, 8, st->path, err)) != 0) {
+        free(head);
         return rc;
     }
-    st->map = map;
+    *out = head;
+    *len = want;
     return 0;
+}
+
+int pjs_safetensors_open(pjs_safetensors *st, const char *path, pjs_error *err)
+{
+    memset(st, 0, sizeof *st);
+    st->fd = pjs_file_open_identity(path, &st->identity, err);
+    if (st->fd < 0) {
+        int rc = st->fd;
+        st->fd = -1;
+        return rc;
+    }
+    unsigned char *head = NULL;
+    size_t len = 0;
+    int rc = 0;
+    if ((st->path = strdup(path)) == NULL)
+        rc = pjs_error_set(err, PJS_ERR_NOMEM, "%s: out of memory", path);
+    st->size = (size_t)st->identity.size;
+    if (rc == 0)
+        rc = read_head(st, &head, &len, err);
+    if (rc == 0)
+        rc = parse_header(st, head, (size_t)st->identity.size, path, err);
+    free(head);
+    if (rc != 0)
+        pjs_safetensors_close(st);
+    return rc;
 }
 
 void pjs_safetensors_close(pjs_safetensors *st)
@@ -430,8 +478,37 @@ void pjs_safetensors_close(pjs_safetensors *st)
     if (st == NULL)
         return;
     free_tensors(st->tensors, st->n_tensors);
-    pjs_mapped_file_close(&st->map);
+    if (st->path != NULL && st->fd >= 0)
+        close(st->fd);
+    free(st->path);
     memset(st, 0, sizeof *st);
+    st->fd = -1;
+}
+
+int pjs_safetensors_read(const pjs_safetensors *st, const pjs_st_tensor *t, uint64_t begin,
+                         size_t n, void *dst, pjs_error *err)
+{
+    if (begin > t->nbytes || n > t->nbytes - begin)
+        return pjs_error_set(err, PJS_ERR_INTERNAL,
+                             "tensor \"%s\": bytes [%llu, +%zu) read outside its %llu bytes",
+                             t->name, (unsigned long long)begin, n,
+                             (unsigned long long)t->nbytes);
+    if (st->path == NULL) {
+        if (n > 0)
+            memcpy(dst, st->bytes + t->offset + begin, n);
+        return 0;
+    }
+    pjs_file_identity now;
+    int rc = pjs_file_identity_of(st->fd, st->path, &now, err);
+    if (rc == 0 && !pjs_file_identity_equal(&now, &st->identity))
+        rc = pjs_error_set(err, PJS_ERR_FAILED_PRECONDITION,
+                           "%s changed since it was opened (%s); its bytes are not read "
+                           "again",
+                           st->path,
+                           now.size != st->identity.size ? "its size differs" : "it was written");
+    if (rc == 0)
+        rc = pjs_pread_exact(st->fd, dst, n, t->offset + begin, st->path, err);
+    return rc;
 }
 
 const pjs_st_tensor *pjs_safetensors_find(const pjs_safetensors *st, const char *name)
@@ -444,7 +521,7 @@ const pjs_st_tensor *pjs_safetensors_find(const pjs_safetensors *st, const char 
 
 const void *pjs_safetensors_data(const pjs_safetensors *st, const pjs_st_tensor *t)
 {
-    return st->bytes + t->offset;
+    return st->bytes != NULL ? st->bytes + t->offset : NULL;
 }
 
 uint64_t pjs_safetensors_total_bytes(const pjs_safetensors *st)

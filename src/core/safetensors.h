@@ -14,8 +14,12 @@
  * consistent with shapes, argument_order a permutation of the tensor names.
  * Every rejection names the file (the `label`) and the offending field.
  *
- * A pjs_safetensors borrows its bytes (pjs_safetensors_parse) or owns a
- * mapping (pjs_safetensors_open). Read-only after opening; safe to share.
+ * A pjs_safetensors borrows its bytes (pjs_safetensors_parse) or reads a
+ * file (pjs_safetensors_open): then only the header is read at open and the
+ * descriptor stays open; tensors are read with pjs_safetensors_read, which
+ * refuses a file whose identity changed since it was opened (never a
+ * memory map: a truncated mapping raises SIGBUS). Read-only after opening;
+ * safe to share.
  */
 #ifndef PJS_CORE_SAFETENSORS_H
 #define PJS_CORE_SAFETENSORS_H
@@ -40,9 +44,11 @@ typedef struct pjs_st_tensor {
 } pjs_st_tensor;
 
 typedef struct pjs_safetensors {
-    pjs_mapped_file map;           /* the mapping when opened from a path */
-    const unsigned char *bytes;    /* the whole file */
-    size_t size;
+    const unsigned char *bytes;    /* the whole file when parsed from memory; else NULL */
+    size_t size;                   /* bytes of the file */
+    int fd;                        /* opened from a path: the descriptor kept open; else -1 */
+    char *path;                    /* opened from a path: it (owned); else NULL */
+    pjs_file_identity identity;    /* opened from a path: the file when it was opened */
     size_t n_tensors;
     pjs_st_tensor *tensors;        /* in argument order */
 } pjs_safetensors;
@@ -51,14 +57,23 @@ typedef struct pjs_safetensors {
  * errors. Tensors are stored in argument_order order. */
 int pjs_safetensors_parse(pjs_safetensors *st, const unsigned char *bytes, size_t size,
                           const char *label, pjs_error *err);
-/* Maps and validates the file at path. */
+/* Reads and validates the header of the file at path, keeping the file
+ * open for pjs_safetensors_read. */
 int pjs_safetensors_open(pjs_safetensors *st, const char *path, pjs_error *err);
 void pjs_safetensors_close(pjs_safetensors *st);
 
 /* NULL when no tensor has that name. */
 const pjs_st_tensor *pjs_safetensors_find(const pjs_safetensors *st, const char *name);
-/* Pointer to the tensor's bytes inside the mapping (unaligned in general). */
+/* Pointer to the tensor's bytes in memory (unaligned in general); only for
+ * a pjs_safetensors parsed from memory (NULL for an opened file). */
 const void *pjs_safetensors_data(const pjs_safetensors *st, const pjs_st_tensor *t);
+/* Copies bytes [begin, begin + n) of the tensor (within t->nbytes) into
+ * dst, from memory or the file.
+ * For a file: FAILED_PRECONDITION when it is no longer the file opened
+ * (written or truncated since: its size or modification time differ), IO when it cannot be read; both
+ * name the file. */
+int pjs_safetensors_read(const pjs_safetensors *st, const pjs_st_tensor *t, uint64_t begin,
+                         size_t n, void *dst, pjs_error *err);
 /* Sum of all tensors' nbytes: the model's weight footprint. */
 uint64_t pjs_safetensors_total_bytes(const pjs_safetensors *st);
 

@@ -10,6 +10,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "core/checksum.h"
 #include "core/log.h"
 #include "core/mapped_file.h"
 
@@ -140,6 +141,12 @@ int pjs_bundle_open(const char *dir, pjs_bundle **out, pjs_error *err)
     rc = pjs_safetensors_open(&b->weights, path, err);
     if (rc != 0)
         goto fail;
+    b->weight_sums = calloc(b->weights.n_tensors + 1, sizeof *b->weight_sums);
+    b->summed = calloc(b->weights.n_tensors + 1, sizeof *b->summed);
+    if (b->weight_sums == NULL || b->summed == NULL) {
+        rc = pjs_error_set(err, PJS_ERR_NOMEM, "out of memory");
+        goto fail;
+    }
     rc = find_modules(b, err);
     if (rc != 0)
         goto fail;
@@ -158,6 +165,8 @@ void pjs_bundle_close(pjs_bundle *b)
     for (size_t i = 0; i < b->n_modules; i++)
         pjs_rt_executable_destroy(b->modules[i].exec);
     free(b->modules);
+    free(b->weight_sums);
+    free(b->summed);
     pjs_safetensors_close(&b->weights);
     pjs_manifest_free(&b->manifest);
     free(b);
@@ -292,7 +301,46 @@ int pjs_bundle_compile_module(pjs_bundle *b, pjs_bundle_module *mod, pjs_rt_clie
     return rc;
 }
 
-void *pjs_bundle_host_weight(const pjs_bundle *b, size_t i, pjs_error *err)
+/* Bytes read per piece when only a checksum is wanted. */
+#define SUM_PIECE ((size_t)1 << 20)
+
+/* Records weight i's checksum, or checks it once sealed. */
+static int check_sum(pjs_bundle *b, size_t i, uint64_t sum, pjs_error *err)
+{
+    if (!b->sealed) {
+        b->weight_sums[i] = sum;
+        b->summed[i] = true;
+        return 0;
+    }
+    if (b->summed[i] && b->weight_sums[i] == sum)
+        return 0;
+    return pjs_error_set(err, PJS_ERR_FAILED_PRECONDITION,
+                         "%s/weights.safetensors: weight \"%s\" holds other bytes than when the "
+                         "model was loaded (the file was rewritten in place)",
+                         b->dir, b->weights.tensors[i].name);
+}
+
+/* Weight i's bytes into dst (t->nbytes), checked. */
+static int read_weight(pjs_bundle *b, size_t i, void *dst, pjs_error *err)
+{
+    const pjs_st_tensor *t = &b->weights.tensors[i];
+    int rc = pjs_safetensors_read(&b->weights, t, 0, (size_t)t->nbytes, dst, err);
+    if (rc == 0)
+        rc = check_sum(b, i, pjs_checksum_of(dst, (size_t)t->nbytes), err);
+    if (rc == PJS_ERR_FAILED_PRECONDITION || rc == PJS_ERR_IO) {
+        char detail[PJS_ERROR_MSG_MAX];
+        snprintf(detail, sizeof detail, "%s", err->msg);
+        rc = pjs_error_set(err, PJS_ERR_FAILED_PRECONDITION,
+                           "weights refused: %s; reload the model (RepositoryModelLoad, or POST "
+                           "/v2/repository/models/%s/load) to serve the file as it is now",
+                           detail, b->manifest.name);
+    } else if (rc != 0) {
+        pjs_error_prefix(err, "model %s: ", b->manifest.name);
+    }
+    return rc;
+}
+
+void *pjs_bundle_host_weight(pjs_bundle *b, size_t i, pjs_error *err)
 {
     const pjs_st_tensor *t = &b->weights.tensors[i];
     size_t size = (size_t)t->nbytes;
@@ -302,11 +350,45 @@ void *pjs_bundle_host_weight(const pjs_bundle *b, size_t i, pjs_error *err)
                       b->manifest.name, t->name);
         return NULL;
     }
-    memcpy(aligned, pjs_safetensors_data(&b->weights, t), size);
+    if (read_weight(b, i, aligned, err) != 0) {
+        free(aligned);
+        return NULL;
+    }
     return aligned;
 }
 
-int pjs_bundle_upload_weights(const pjs_bundle *b, pjs_rt_client *c, void *const *host,
+int pjs_bundle_seal_weights(pjs_bundle *b, pjs_error *err)
+{
+    unsigned char *piece = NULL;
+    int rc = 0;
+    for (size_t i = 0; rc == 0 && i < b->weights.n_tensors; i++) {
+        const pjs_st_tensor *t = &b->weights.tensors[i];
+        if (b->summed[i])
+            continue;
+        if (piece == NULL && (piece = malloc(SUM_PIECE)) == NULL) {
+            rc = pjs_error_set(err, PJS_ERR_NOMEM, "bundle %s: out of memory", b->manifest.name);
+            break;
+        }
+        pjs_checksum sum;
+        pjs_checksum_init(&sum);
+        for (uint64_t at = 0; rc == 0 && at < t->nbytes; at += SUM_PIECE) {
+            size_t n = t->nbytes - at < SUM_PIECE ? (size_t)(t->nbytes - at) : SUM_PIECE;
+            rc = pjs_safetensors_read(&b->weights, t, at, n, piece, err);
+            if (rc == 0)
+                pjs_checksum_update(&sum, piece, n);
+        }
+        if (rc == 0)
+            rc = check_sum(b, i, pjs_checksum_final(&sum), err);
+        else
+            pjs_error_prefix(err, "bundle %s: ", b->manifest.name);
+    }
+    free(piece);
+    if (rc == 0)
+        b->sealed = true;
+    return rc;
+}
+
+int pjs_bundle_upload_weights(pjs_bundle *b, pjs_rt_client *c, void *const *host,
                               pjrt_buffer **out, pjs_error *err)
 {
     size_t n = b->weights.n_tensors;

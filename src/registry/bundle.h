@@ -12,8 +12,17 @@
  * every batch axis has the module's batch size. Every rejection names the
  * bundle, the file and the field.
  *
- * A pjs_bundle is owned by one thread while opened and compiled, and
- * read-only afterwards.
+ * Weights are read from weights.safetensors with positioned reads, never
+ * through a memory map (a file truncated under a mapping raises SIGBUS).
+ * The first read of each weight records a checksum of its bytes; once the
+ * bundle is sealed (pjs_bundle_seal_weights, at model load, which reads the
+ * weights not read yet) every later read must find the file unchanged
+ * (pjs_safetensors_read) and the bytes matching their checksum, else it
+ * fails with FAILED_PRECONDITION naming the file and asking for a reload:
+ * weights that changed under a loaded model are refused, never served.
+ *
+ * A pjs_bundle is owned by one thread while opened, compiled and sealed,
+ * and read-only afterwards.
  */
 #ifndef PJS_REGISTRY_BUNDLE_H
 #define PJS_REGISTRY_BUNDLE_H
@@ -48,6 +57,11 @@ typedef struct pjs_bundle {
     /* One per (variant, batch size), variant-major: see pjs_bundle_module_at. */
     size_t n_modules;
     pjs_bundle_module *modules;
+    /* Checksums of each weight's bytes (argument order), taken at the first
+     * read; `summed[i]` once taken. After sealing, reads are checked. */
+    uint64_t *weight_sums;
+    bool *summed;
+    bool sealed;
 } pjs_bundle;
 
 /* The module of `variant` at manifest batch_sizes[size_index]. */
@@ -72,15 +86,22 @@ int64_t pjs_bundle_pick_batch_size(const pjs_bundle *b, int64_t n);
 int pjs_bundle_compile_module(pjs_bundle *b, pjs_bundle_module *m, pjs_rt_client *c,
                               pjs_exec_cache *cache, pjs_error *err);
 
-/* Weight i (argument order) copied out of the mapped file into 64-byte
- * aligned host memory (safetensors offsets need not be aligned); free() it. */
-void *pjs_bundle_host_weight(const pjs_bundle *b, size_t i, pjs_error *err);
+/* Weight i (argument order) read from the file into 64-byte aligned host
+ * memory (safetensors offsets need not be aligned); free() it. Checked as
+ * the header comment says once the bundle is sealed. Only the thread that
+ * owns the bundle may call it before sealing; any thread after. */
+void *pjs_bundle_host_weight(pjs_bundle *b, size_t i, pjs_error *err);
+
+/* Records the checksum of every weight not read yet (reading it in pieces
+ * through a small buffer) and seals the bundle. */
+int pjs_bundle_seal_weights(pjs_bundle *b, pjs_error *err);
 
 /* Copies every weight to the device in argument order into out[n_tensors],
  * from host[i] (aligned copies, e.g. a model's host floor) or, when host is
- * NULL, from the mapped file through a temporary aligned copy. On failure
+ * NULL, from the file through a temporary aligned copy (checked as
+ * pjs_bundle_host_weight). On failure
  * nothing is left allocated. */
-int pjs_bundle_upload_weights(const pjs_bundle *b, pjs_rt_client *c, void *const *host,
+int pjs_bundle_upload_weights(pjs_bundle *b, pjs_rt_client *c, void *const *host,
                               pjrt_buffer **out, pjs_error *err);
 
 #endif

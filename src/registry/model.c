@@ -75,6 +75,8 @@ int pjs_model_create(pjs_bundle *b, pjs_rt_client *c, pjs_exec_cache *cache, pjs
     m->wentry.pinned = m->residency == PJS_RESIDENCY_DEVICE;
     atomic_init(&m->load_ns, 0);
     int rc = pjs_model_set_host_floor(m, m->residency != PJS_RESIDENCY_UNPINNED, err);
+    if (rc == 0)
+        rc = pjs_bundle_seal_weights(b, err);
     if (rc != 0) {
         model_free(m);
         return rc;

@@ -7,6 +7,15 @@
  * loads run under `load_lock`, which serializes them, and swap the new model
  * in at the end, so requests in flight keep the model they looked up.
  *
+ * Loads asked for while serving (either front end, the watcher) run on one
+ * load thread (a pjs_work_pool: one, because load_lock lets one load
+ * compile at a time anyway) from a queue of at most max_pending_loads
+ * models; a full queue refuses at once. `load_jobs` lists the models queued
+ * or loading with the callers waiting for each, so a second request for a
+ * model joins the first one's load. Front ends hand a callback and return;
+ * the load thread answers them. A failed load keeps the version that
+ * serves; only an unload (or the bundle's removal) stops serving a model.
+ *
  * A load compiles the bundle, attaches the model to the dispatcher with its
  * policy (weight, queue depth, default timeout: the configuration's entry
  * for the model, else the manifest's weight and the scheduler's defaults)
@@ -30,6 +39,7 @@
 #include <sys/stat.h>
 
 #include "core/log.h"
+#include "core/work_pool.h"
 #include "registry/bundle.h"
 #include "runtime/exec_cache.h"
 #include "sched/dispatch.h"
@@ -63,6 +73,11 @@ struct pjs_server {
     pjs_control_mode control_mode;
 
     pthread_mutex_t load_lock; /* one load at a time */
+    pjs_work_pool *loads;      /* the load thread and its queue */
+    size_t max_pending_loads;
+    pthread_mutex_t jobs_lock; /* guards load_jobs and n_load_waiters */
+    struct load_job *load_jobs;/* models queued or loading */
+    size_t n_load_waiters;     /* callers waiting on them, all jobs */
     pthread_mutex_t repo_lock;
     repo_entry *entries;
     size_t n_entries;
@@ -271,10 +286,12 @@ static int load_locked(pjs_server *s, const char *name, const char *progress, bo
     if (rc == 0)
         rc = pjs_dispatcher_warm_up(s->dispatcher, m, s->policies.sched.warmup_runs, costs, err);
     if (rc != 0) {
-        pjs_warn("%smodel %s not loaded: %s", progress, name, err->msg);
+        bool keep = keep_serving && entry_serving(s, name);
+        pjs_warn("%smodel %s not loaded%s: %s", progress, name,
+                 keep ? " (the version serving keeps serving)" : "", err->msg);
         drop_model(s, m);
         free(costs);
-        if (!(keep_serving && entry_serving(s, name)))
+        if (!keep)
             drop_model(s, set_entry(s, name, PJS_MODEL_UNAVAILABLE, err->msg, NULL, false));
         return rc;
     }
@@ -358,6 +375,170 @@ static int load_repository(pjs_server *s, pjs_error *err)
     return rc;
 }
 
+/* ---- the load queue ------------------------------------------------------ */
+
+/* Callers waiting on a load beyond this many per queued model are refused
+ * (each is a request held open by a front end). */
+#define LOAD_WAITERS_PER_JOB 16
+
+typedef struct load_waiter {
+    pjs_server_load_done done;
+    void *arg;
+    struct load_waiter *next;
+} load_waiter;
+
+/* One model queued or loading, and every caller waiting for its result. */
+typedef struct load_job {
+    pjs_server *server;
+    char name[256];
+    load_waiter *waiters; /* guarded by jobs_lock */
+    size_t n_waiters;
+    struct load_job *next;
+} load_job;
+
+/* Unlinks job from the list (jobs_lock held). */
+static void unlink_job_locked(pjs_server *s, load_job *job)
+{
+    for (load_job **p = &s->load_jobs; *p != NULL; p = &(*p)->next) {
+        if (*p == job) {
+            *p = job->next;
+            break;
+        }
+    }
+    s->n_load_waiters -= job->n_waiters;
+}
+
+/* The load thread's job: loads the model unless cancelled (shutdown), then
+ * answers every waiter. Callers arriving after the job left the list start
+ * a new load. */
+static void run_load_job(void *arg, bool cancelled)
+{
+    load_job *job = arg;
+    pjs_server *s = job->server;
+    pjs_error err;
+    pjs_error_clear(&err);
+    if (cancelled) {
+        pjs_error_set(&err, PJS_ERR_UNAVAILABLE,
+                      "model %s: not loaded, the server is shutting down", job->name);
+    } else {
+        pthread_mutex_lock(&s->load_lock);
+        load_locked(s, job->name, "", true, &err);
+        pthread_mutex_unlock(&s->load_lock);
+    }
+    pthread_mutex_lock(&s->jobs_lock);
+    unlink_job_locked(s, job);
+    load_waiter *w = job->waiters;
+    pthread_mutex_unlock(&s->jobs_lock);
+    while (w != NULL) {
+        load_waiter *next = w->next;
+        w->done(w->arg, &err);
+        free(w);
+        w = next;
+    }
+    free(job);
+}
+
+int pjs_server_load_model_async(pjs_server *s, const char *name, pjs_server_load_done done,
+                                void *arg, pjs_error *err)
+{
+    if (name == NULL || name[0] == '\0')
+        return pjs_error_set(err, PJS_ERR_INVALID_ARGUMENT, "no model name given");
+    if (strchr(name, '/') != NULL || strlen(name) >= 256 || !is_bundle_dir(s->repository, name))
+        return pjs_error_set(err, PJS_ERR_NOT_FOUND,
+                             "model \"%.256s\": no bundle directory of that name in %s", name,
+                             s->repository);
+    if (atomic_load(&s->draining))
+        return pjs_error_set(err, PJS_ERR_UNAVAILABLE,
+                             "model %s: not loaded, the server is shutting down", name);
+    load_waiter *w = calloc(1, sizeof *w);
+    if (w == NULL)
+        return pjs_error_set(err, PJS_ERR_NOMEM, "model %s: out of memory", name);
+    *w = (load_waiter){done, arg, NULL};
+    int rc = 0;
+    pthread_mutex_lock(&s->jobs_lock);
+    load_job *job = s->load_jobs;
+    while (job != NULL && strcmp(job->name, name) != 0)
+        job = job->next;
+    if (s->n_load_waiters >= LOAD_WAITERS_PER_JOB * s->max_pending_loads) {
+        rc = pjs_error_set(err, PJS_ERR_RESOURCE_EXHAUSTED,
+                           "model %s: %zu load requests are already waiting; retry once they "
+                           "completed",
+                           name, s->n_load_waiters);
+    } else if (job == NULL) {
+        job = calloc(1, sizeof *job);
+        if (job == NULL) {
+            rc = pjs_error_set(err, PJS_ERR_NOMEM, "model %s: out of memory", name);
+        } else {
+            job->server = s;
+            snprintf(job->name, sizeof job->name, "%s", name);
+            rc = pjs_work_pool_submit(s->loads, run_load_job, job, err);
+            if (rc == PJS_ERR_RESOURCE_EXHAUSTED)
+                pjs_error_set(err, PJS_ERR_RESOURCE_EXHAUSTED,
+                              "model %s: %zu other model loads are already queued; retry once "
+                              "they completed, or raise --max-pending-loads",
+                              name, s->max_pending_loads);
+            if (rc != 0) {
+                free(job);
+                job = NULL;
+            } else {
+                job->next = s->load_jobs;
+                s->load_jobs = job;
+            }
+        }
+    } else {
+        pjs_info("model %s: a load of it is already queued or running; this request waits for "
+                 "its result",
+                 name);
+    }
+    if (rc == 0) {
+        w->next = job->waiters;
+        job->waiters = w;
+        job->n_waiters++;
+        s->n_load_waiters++;
+        w = NULL;
+    }
+    pthread_mutex_unlock(&s->jobs_lock);
+    free(w);
+    return rc;
+}
+
+/* What pjs_server_load_model waits on. */
+typedef struct load_wait {
+    pthread_mutex_t lock;
+    pthread_cond_t done_cond;
+    bool done;
+    pjs_error err;
+} load_wait;
+
+static void load_wait_done(void *arg, const pjs_error *err)
+{
+    load_wait *w = arg;
+    pthread_mutex_lock(&w->lock);
+    w->err = *err;
+    w->done = true;
+    pthread_cond_signal(&w->done_cond);
+    pthread_mutex_unlock(&w->lock);
+}
+
+int pjs_server_load_model(pjs_server *s, const char *name, pjs_error *err)
+{
+    load_wait w = {.done = false};
+    pthread_mutex_init(&w.lock, NULL);
+    pthread_cond_init(&w.done_cond, NULL);
+    int rc = pjs_server_load_model_async(s, name, load_wait_done, &w, err);
+    if (rc == 0) {
+        pthread_mutex_lock(&w.lock);
+        while (!w.done)
+            pthread_cond_wait(&w.done_cond, &w.lock);
+        pthread_mutex_unlock(&w.lock);
+        *err = w.err;
+        rc = w.err.code;
+    }
+    pthread_cond_destroy(&w.done_cond);
+    pthread_mutex_destroy(&w.lock);
+    return rc;
+}
+
 /* ---- creation and shutdown ----------------------------------------------- */
 
 /* The device weight cache's budget: the operator's, else solved from the
@@ -437,6 +618,9 @@ int pjs_server_create(const pjs_server_options *o, pjs_server **out, pjs_error *
     }
     pthread_mutex_init(&s->load_lock, NULL);
     pthread_mutex_init(&s->repo_lock, NULL);
+    pthread_mutex_init(&s->jobs_lock, NULL);
+    s->max_pending_loads =
+        o->max_pending_loads != 0 ? (size_t)o->max_pending_loads : PJS_DEFAULT_MAX_PENDING_LOADS;
     atomic_init(&s->draining, false);
     s->max_request_bytes =
         o->max_request_bytes != 0 ? o->max_request_bytes : PJS_DEFAULT_MAX_REQUEST_BYTES;
@@ -466,6 +650,8 @@ int pjs_server_create(const pjs_server_options *o, pjs_server **out, pjs_error *
                                    &s->policies.sched, budget,
                                    o->control_mode != PJS_CONTROL_EXPLICIT, &s->dispatcher, err);
     }
+    if (rc == 0)
+        rc = pjs_work_pool_create("model loads", 1, s->max_pending_loads, &s->loads, err);
     if (rc == 0 && o->control_mode == PJS_CONTROL_DYNAMIC)
         rc = pjs_watcher_start(s, s->repository,
                                o->repository_poll_ms > 0 ? o->repository_poll_ms : 1000,
@@ -482,9 +668,11 @@ int pjs_server_create(const pjs_server_options *o, pjs_server **out, pjs_error *
 
 void pjs_server_drain(pjs_server *s)
 {
-    pjs_watcher_stop(s->watcher); /* first: it may be loading a model */
+    pjs_watcher_stop(s->watcher); /* first: it may be waiting for a load */
     s->watcher = NULL;
     atomic_store(&s->draining, true);
+    /* The load in progress finishes; queued ones are answered UNAVAILABLE. */
+    pjs_work_pool_stop(s->loads);
     if (s->dispatcher != NULL)
         pjs_dispatcher_drain(s->dispatcher);
 }
@@ -494,6 +682,7 @@ void pjs_server_destroy(pjs_server *s)
     if (s == NULL)
         return;
     pjs_server_drain(s);
+    pjs_work_pool_destroy(s->loads);
     for (size_t i = 0; s->dispatcher != NULL && i < s->n_entries; i++)
         if (s->entries[i].model != NULL)
             pjs_dispatcher_retire(s->dispatcher, s->entries[i].model);
@@ -507,6 +696,7 @@ void pjs_server_destroy(pjs_server *s)
     pjs_shm_registry_destroy(s->shm);
     free_policies(&s->policies);
     pthread_mutex_destroy(&s->repo_lock);
+    pthread_mutex_destroy(&s->jobs_lock);
     pthread_mutex_destroy(&s->load_lock);
     free(s);
 }
@@ -677,16 +867,6 @@ int pjs_server_repository_list(pjs_server *s, bool ready_only, pjs_repository_en
     return 0;
 }
 
-int pjs_server_load_model(pjs_server *s, const char *name, pjs_error *err)
-{
-    if (name == NULL || name[0] == '\0')
-        return pjs_error_set(err, PJS_ERR_INVALID_ARGUMENT, "no model name given");
-    pthread_mutex_lock(&s->load_lock);
-    int rc = load_locked(s, name, "", false, err);
-    pthread_mutex_unlock(&s->load_lock);
-    return rc;
-}
-
 int pjs_server_unload_model(pjs_server *s, const char *name, pjs_error *err)
 {
     if (name == NULL || name[0] == '\0')
@@ -701,16 +881,6 @@ int pjs_server_unload_model(pjs_server *s, const char *name, pjs_error *err)
                               true));
     pjs_info("model %s unloaded", name);
     return 0;
-}
-
-int pjs_server_reload_model(pjs_server *s, const char *name, pjs_error *err)
-{
-    if (name == NULL || name[0] == '\0')
-        return pjs_error_set(err, PJS_ERR_INVALID_ARGUMENT, "no model name given");
-    pthread_mutex_lock(&s->load_lock);
-    int rc = load_locked(s, name, "", true, err);
-    pthread_mutex_unlock(&s->load_lock);
-    return rc;
 }
 
 int pjs_server_remove_model(pjs_server *s, const char *name, pjs_error *err)

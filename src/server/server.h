@@ -69,7 +69,12 @@ typedef struct pjs_server_options {
      * core/shm.h. */
     uint64_t max_shm_regions;
     uint64_t max_shm_bytes;
+    /* Models whose load may wait for the load thread at once (loads asked
+     * for while one runs; --max-pending-loads); 0: PJS_DEFAULT_MAX_PENDING_LOADS. */
+    uint64_t max_pending_loads;
 } pjs_server_options;
+
+#define PJS_DEFAULT_MAX_PENDING_LOADS 64
 
 #define PJS_DEFAULT_MAX_REQUEST_BYTES (256ULL << 20)
 #define PJS_MAX_REQUEST_BYTES_LIMIT (2ULL << 30)
@@ -206,16 +211,25 @@ size_t pjs_server_repository_index(pjs_server *s, bool ready_only, pjs_repositor
 /* The same into a malloc'd array (*out, free it; NULL when empty). */
 int pjs_server_repository_list(pjs_server *s, bool ready_only, pjs_repository_entry **out,
                                size_t *n_out, pjs_error *err);
-/* (Re)loads bundle `name` from the repository: compiles it and swaps it in
- * (requests in flight finish on the old one). NOT_FOUND when the repository
- * has no such directory; other errors carry the bundle's load error. */
+/* Called once when a queued load finished, on a load thread: err->code 0
+ * when the model was loaded and swapped in, else the load error. */
+typedef void (*pjs_server_load_done)(void *arg, const pjs_error *err);
+/* Queues a (re)load of bundle `name` from the repository on the server's
+ * load thread (loads never compile on a front end's threads); done(arg, ..)
+ * is called once when it finished. A load of a model already queued or
+ * running is joined: one compile, and every caller gets its result. The new
+ * version is compiled and swapped in (requests in flight finish on the old
+ * one); when it fails to load, a version that serves keeps serving. Fails
+ * at once, without calling done: NOT_FOUND when the repository has no such
+ * directory, RESOURCE_EXHAUSTED when max_pending_loads models already wait
+ * (--max-pending-loads), UNAVAILABLE once draining. */
+int pjs_server_load_model_async(pjs_server *s, const char *name, pjs_server_load_done done,
+                                void *arg, pjs_error *err);
+/* The same, waiting for the result; for threads that may block (the
+ * repository watcher), never a front end's. */
 int pjs_server_load_model(pjs_server *s, const char *name, pjs_error *err);
 /* Marks `name` unavailable; queued requests still complete. */
 int pjs_server_unload_model(pjs_server *s, const char *name, pjs_error *err);
-/* As pjs_server_load_model, but when the new version fails to load, a
- * version that is serving keeps serving (the repository watcher's reload of
- * a changed bundle). */
-int pjs_server_reload_model(pjs_server *s, const char *name, pjs_error *err);
 /* Drops `name` from the repository (its bundle directory is gone): the
  * index no longer lists it, lookups get NOT_FOUND, requests already
  * admitted complete on the model they hold. NOT_FOUND when not listed. */

@@ -166,30 +166,37 @@ static bool serving(pjs_server *s, const char *name)
 }
 
 /* Brings the server's repository from state `before` of bundle `name` to
- * state `now` (fingerprints; 0: absent). */
-static void act(pjs_watcher *w, const char *name, uint64_t before, uint64_t now)
+ * state `now` (fingerprints; 0: absent). Loads run on the server's load
+ * threads; this thread waits for them. False when the server's load queue
+ * was full: the change is acted on at a later poll. */
+static bool act(pjs_watcher *w, const char *name, uint64_t before, uint64_t now)
 {
     pjs_error err;
     if (now == 0) {
         pjs_info("repository: model %s removed, dropping it", name);
         if (pjs_server_remove_model(w->server, name, &err) != 0 && err.code != PJS_ERR_NOT_FOUND)
             pjs_warn("repository: model %s not removed: %s", name, err.msg);
-    } else if (before == 0) {
-        pjs_info("repository: model %s added, loading", name);
-        if (pjs_server_load_model(w->server, name, &err) != 0)
-            pjs_warn("repository: new model %s failed to load; not retried until its bundle "
-                     "changes: %s",
-                     name, err.msg);
-    } else {
-        pjs_info("repository: model %s changed, reloading", name);
-        if (pjs_server_reload_model(w->server, name, &err) != 0)
-            pjs_warn("repository: changed model %s failed to load, %s; not retried until its "
-                     "bundle changes again: %s",
-                     name,
-                     serving(w->server, name) ? "the previous version keeps serving"
-                                              : "no version of it is serving",
-                     err.msg);
+        return true;
     }
+    pjs_info("repository: model %s %s", name, before == 0 ? "added, loading" : "changed, reloading");
+    if (pjs_server_load_model(w->server, name, &err) == 0)
+        return true;
+    if (err.code == PJS_ERR_RESOURCE_EXHAUSTED) {
+        pjs_warn("repository: model %s: %s; trying again at the next poll", name, err.msg);
+        return false;
+    }
+    if (before == 0)
+        pjs_warn("repository: new model %s failed to load; not retried until its bundle "
+                 "changes: %s",
+                 name, err.msg);
+    else
+        pjs_warn("repository: changed model %s failed to load, %s; not retried until its "
+                 "bundle changes again: %s",
+                 name,
+                 serving(w->server, name) ? "the previous version keeps serving"
+                                          : "no version of it is serving",
+                 err.msg);
+    return true;
 }
 
 static bool stop_requested(pjs_watcher *w)
@@ -218,10 +225,9 @@ static void poll_once(pjs_watcher *w)
     size_t kept = 0;
     for (size_t i = 0; i < w->n_bundles; i++) {
         watched_bundle *b = &w->bundles[i];
-        if (b->now == b->last && b->now != b->acted && !stop_requested(w)) {
-            act(w, b->name, b->acted, b->now);
+        if (b->now == b->last && b->now != b->acted && !stop_requested(w) &&
+            act(w, b->name, b->acted, b->now))
             b->acted = b->now;
-        }
         b->last = b->now;
         if (b->last != 0 || b->acted != 0)
             w->bundles[kept++] = *b;

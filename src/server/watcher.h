@@ -8,10 +8,12 @@
  * model.so. A bundle that appeared, changed or disappeared is acted on only
  * once it was seen in the same state on two consecutive polls, so a bundle
  * still being written is not loaded half-way: a new bundle is loaded, a
- * changed one reloaded (pjs_server_reload_model: when the new version fails
- * to load, the previous one keeps serving), a removed one dropped from the
- * repository (pjs_server_remove_model). A state acted on, successfully or
- * not, is not acted on again until the bundle changes.
+ * changed one reloaded (pjs_server_load_model, on the server's load threads:
+ * when the new version fails to load, the previous one keeps serving), a
+ * removed one dropped from the repository (pjs_server_remove_model). A state
+ * acted on, successfully or not, is not acted on again until the bundle
+ * changes; one the server's load queue had no room for is tried again at
+ * the next poll.
  *
  * The server starts the watcher before it loads the repository (so a bundle
  * changed during start-up is picked up) and stops it first when it drains.

@@ -20,6 +20,7 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -544,22 +545,83 @@ static void test_open_file(void **state)
     assert_string_equal(st.tensors[0].name, "s");
     const pjs_st_tensor *mask = pjs_safetensors_find(&st, "mask");
     assert_non_null(mask);
-    assert_memory_equal(pjs_safetensors_data(&st, mask), data + 36, 4);
+    assert_null(pjs_safetensors_data(&st, mask)); /* read, not mapped */
+    unsigned char got[4];
+    assert_int_equal(pjs_safetensors_read(&st, mask, 0, 4, got, &err), 0);
+    assert_memory_equal(got, data + 36, 4);
+    assert_int_equal(pjs_safetensors_read(&st, mask, 1, 4, got, &err), PJS_ERR_INTERNAL);
     assert_int_equal(pjs_safetensors_total_bytes(&st), 46);
+
+    /* Replaced by a rename: the descriptor still reads the file opened. */
+    unsigned char *other = build_file(valid_header, data, sizeof data, &size);
+    memset(other + size - sizeof data, 0x5a, sizeof data);
+    assert_int_equal(pjs_write_file_atomic(path, other, size, &err), 0);
+    assert_int_equal(pjs_safetensors_read(&st, mask, 0, 4, got, &err), 0);
+    assert_memory_equal(got, data + 36, 4);
     pjs_safetensors_close(&st);
+    free(other);
     free(buf);
 
-    /* A bad file on disk is named by its path, and nothing stays mapped. */
+    /* A bad file on disk is named by its path, and nothing stays open. */
     buf = build_file("{'w':{'dtype':'F8_E4M3','shape':[1],'data_offsets':[0,1]}}", data, 1,
                      &size);
     assert_int_equal(pjs_write_file_atomic(path, buf, size, &err), 0);
     assert_int_equal(pjs_safetensors_open(&st, path, &err), PJS_ERR_INVALID_ARGUMENT);
     assert_int_equal(strncmp(err.msg, path, strlen(path)), 0);
     assert_non_null(strstr(err.msg, "unknown dtype \"F8_E4M3\" for tensor \"w\""));
-    assert_null(st.map.data);
+    assert_null(st.path);
+    assert_int_equal(st.fd, -1);
     pjs_safetensors_close(&st);
     free(buf);
 
+    assert_int_equal(unlink(path), 0);
+    assert_int_equal(rmdir(dir), 0);
+}
+
+/* A file written or truncated in place after opening is refused (never a
+ * signal: nothing is mapped), with an error naming it. */
+static void test_open_file_changed(void **state)
+{
+    (void)state;
+    char dir[] = "/tmp/pjs_test_st_XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    char path[256];
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    unsigned char data[48];
+    fill_valid_data(data);
+    size_t size;
+    unsigned char *buf = build_file(valid_header, data, sizeof data, &size);
+    pjs_error err;
+    assert_int_equal(pjs_write_file_atomic(path, buf, size, &err), 0);
+
+    pjs_safetensors st;
+    assert_int_equal(pjs_safetensors_open(&st, path, &err), 0);
+    const pjs_st_tensor *w = pjs_safetensors_find(&st, "w");
+    assert_non_null(w);
+    unsigned char got[24];
+    assert_int_equal(pjs_safetensors_read(&st, w, 0, sizeof got, got, &err), 0);
+
+    /* Rewritten in place, same size (a tick later: timestamps are as coarse
+     * as the kernel's clock tick; the bundle layer's checksums cover writes
+     * within one tick). */
+    usleep(30000);
+    int fd = open(path, O_WRONLY);
+    assert_true(fd >= 0);
+    unsigned char junk[8] = {0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff};
+    assert_int_equal(pwrite(fd, junk, sizeof junk, (off_t)w->offset), (ssize_t)sizeof junk);
+    assert_int_equal(pjs_safetensors_read(&st, w, 0, sizeof got, got, &err),
+                     PJS_ERR_FAILED_PRECONDITION);
+    assert_non_null(strstr(err.msg, path));
+    assert_non_null(strstr(err.msg, "changed since it was opened"));
+
+    /* Truncated in place. */
+    assert_int_equal(ftruncate(fd, 16), 0);
+    close(fd);
+    assert_int_equal(pjs_safetensors_read(&st, w, 0, sizeof got, got, &err),
+                     PJS_ERR_FAILED_PRECONDITION);
+    assert_non_null(strstr(err.msg, "its size differs"));
+    pjs_safetensors_close(&st);
+    free(buf);
     assert_int_equal(unlink(path), 0);
     assert_int_equal(rmdir(dir), 0);
 }
@@ -603,6 +665,7 @@ int main(void)
         cmocka_unit_test(test_argument_order_missing_tensor),
         cmocka_unit_test(test_metadata_not_strings),
         cmocka_unit_test(test_open_file),
+        cmocka_unit_test(test_open_file_changed),
         cmocka_unit_test(test_open_missing),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -8,7 +8,9 @@
  * handler builds the response, and one batch sends initial metadata, the
  * response and the status and receives the close. `on_done` fires when that
  * batch completed; it frees the call. Nothing else refers to the object, so
- * no lock is needed.
+ * no lock is needed. A handler whose work runs elsewhere (a model load)
+ * defers the call instead: the thread that finishes the work owns it from
+ * then on and starts that batch (pjs__grpc_unary_answer).
  *
  * Every call state machine asks pjs__grpc_access_check before it serves a
  * call (the generic unary call here, before the request is even unpacked);
@@ -185,11 +187,14 @@ static void unary_free(unary_call *c)
     free(c);
 }
 
+/* What unary_run returns when the handler deferred its answer. */
+#define UNARY_DEFERRED 1
+
 /* Unpacks the request and runs the handler; the response is packed into
- * c->response. */
+ * c->response, unless the handler deferred it (UNARY_DEFERRED). */
 static int unary_run(unary_call *c, const pjs_grpc_method *m, pjs_error *err)
 {
-    pjs_grpc_unary_ctx ctx = {.frontend = c->frontend, .arena = &c->arena};
+    pjs_grpc_unary_ctx ctx = {.frontend = c->frontend, .arena = &c->arena, .call = c};
     int rc = pjs__grpc_access_check(c->frontend, c->method, c->call, &c->metadata, err);
     if (rc != 0)
         return rc;
@@ -204,7 +209,9 @@ static int unary_run(unary_call *c, const pjs_grpc_method *m, pjs_error *err)
             m->request->short_name);
     ProtobufCMessage *response = NULL;
     rc = m->handle(&ctx, request, &response, err);
-    if (rc == 0) {
+    if (ctx.deferred) /* c belongs to whoever answers it now */
+        rc = UNARY_DEFERRED;
+    else if (rc == 0) {
         c->response = pjs__grpc_pack(response, err);
         rc = c->response == NULL ? err->code : 0;
     }
@@ -231,6 +238,8 @@ static void unary_on_new(pjs_grpc_tag *tag, bool ok)
     pjs_error err;
     pjs_error_clear(&err);
     int rc = unary_run(c, m, &err);
+    if (rc == UNARY_DEFERRED)
+        return; /* pjs__grpc_unary_answer replies */
     if (rc != 0)
         pjs_debug("grpc %s: %s", m->path, err.msg);
     if (pjs__grpc_reply(c->call, c->response, rc != 0 ? &err : NULL, &c->details, &c->cancelled,
@@ -238,6 +247,33 @@ static void unary_on_new(pjs_grpc_tag *tag, bool ok)
         pjs_error("grpc %s: cannot start the reply batch", m->path);
         unary_free(c);
     }
+}
+
+pjs_grpc_deferred *pjs__grpc_unary_defer(pjs_grpc_unary_ctx *ctx)
+{
+    unary_call *c = ctx->call;
+    ctx->deferred = true;
+    pjs__grpc_dispatch_begin(c->frontend); /* stop waits for the answer */
+    return (pjs_grpc_deferred *)c;
+}
+
+void pjs__grpc_unary_answer(pjs_grpc_deferred *d, const ProtobufCMessage *response,
+                            const pjs_error *err)
+{
+    unary_call *c = (unary_call *)d;
+    pjs_grpc_frontend *f = c->frontend;
+    const char *path = pjs__grpc_methods[c->method].path;
+    pjs_error pack_err;
+    if (err == NULL && response != NULL && (c->response = pjs__grpc_pack(response, &pack_err)) == NULL)
+        err = &pack_err;
+    if (err != NULL)
+        pjs_debug("grpc %s: %s", path, err->msg);
+    if (pjs__grpc_reply(c->call, c->response, err, &c->details, &c->cancelled, &c->on_done) !=
+        GRPC_CALL_OK) {
+        pjs_error("grpc %s: cannot start the reply batch", path);
+        unary_free(c);
+    }
+    pjs__grpc_dispatch_end(f);
 }
 
 static void request_unary(pjs_grpc_frontend *f, size_t index)

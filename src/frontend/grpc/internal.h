@@ -89,7 +89,23 @@ typedef struct pjs_grpc_unary_ctx {
     pjs_grpc_arena *arena; /* request, response and scratch */
     pjs_model *model;      /* a reference a handler may leave for the response
                               to borrow from; released after packing */
+    void *call;            /* the call (call.c), for pjs__grpc_unary_defer */
+    bool deferred;         /* set by pjs__grpc_unary_defer */
 } pjs_grpc_unary_ctx;
+
+/* A unary call answered later, off the completion-queue threads (a model
+ * load runs on the server's load thread). */
+typedef struct pjs_grpc_deferred pjs_grpc_deferred;
+/* For a handler whose answer comes later: returns the call, which the
+ * handler hands to the work and then returns 0 with no response. Whoever
+ * finishes the work calls pjs__grpc_unary_answer exactly once, from any
+ * thread (it may do so before the handler returned). The request and the
+ * call's arena stay valid until then; the arena belongs to that thread. */
+pjs_grpc_deferred *pjs__grpc_unary_defer(pjs_grpc_unary_ctx *ctx);
+/* Sends `response` (packed here; NULL: none) or, when err is not NULL, the
+ * error's status. */
+void pjs__grpc_unary_answer(pjs_grpc_deferred *d, const ProtobufCMessage *response,
+                            const pjs_error *err);
 
 /* Answers one request with a response allocated in ctx->arena, or fails
  * with err (mapped to a gRPC status by the caller). */

@@ -335,9 +335,21 @@ static int repository_index(pjs_grpc_unary_ctx *ctx, const ProtobufCMessage *req
     return 0;
 }
 
+/* The load thread's answer to a RepositoryModelLoad call. */
+static void repository_load_done(void *arg, const pjs_error *err)
+{
+    static const Inference__RepositoryModelLoadResponse loaded =
+        INFERENCE__REPOSITORY_MODEL_LOAD_RESPONSE__INIT;
+    pjs__grpc_unary_answer(arg, &loaded.base, err->code != 0 ? err : NULL);
+}
+
+/* Queues the load and answers when it finished (the call is deferred: no
+ * completion-queue thread waits for a compile); a refused queue answers at
+ * once. */
 static int repository_load(pjs_grpc_unary_ctx *ctx, const ProtobufCMessage *request,
                            ProtobufCMessage **response, pjs_error *err)
 {
+    (void)response;
     const Inference__RepositoryModelLoadRequest *req =
         (const Inference__RepositoryModelLoadRequest *)request;
     for (size_t i = 0; i < req->n_parameters; i++) {
@@ -348,14 +360,12 @@ static int repository_load(pjs_grpc_unary_ctx *ctx, const ProtobufCMessage *requ
                                  "pjserve loads bundles as they are in the repository",
                                  req->model_name, key);
     }
-    Inference__RepositoryModelLoadResponse *r =
-        NEW(ctx, Inference__RepositoryModelLoadResponse, inference__repository_model_load_response);
-    if (r == NULL)
-        return no_memory(err);
-    int rc = pjs_server_load_model(ctx->frontend->server, req->model_name, err);
-    if (rc == 0)
-        *response = &r->base;
-    return rc;
+    pjs_grpc_deferred *call = pjs__grpc_unary_defer(ctx);
+    pjs_error refused;
+    if (pjs_server_load_model_async(ctx->frontend->server, req->model_name, repository_load_done,
+                                    call, &refused) != 0)
+        pjs__grpc_unary_answer(call, NULL, &refused);
+    return 0;
 }
 
 /* Parameters (unload_dependents) are ignored: pjserve models have none. */
