@@ -12,6 +12,7 @@
 #
 # Generated files live in ${CMAKE_BINARY_DIR}/proto and are never committed.
 pkg_check_modules(GRPC REQUIRED IMPORTED_TARGET grpc)
+find_package(ZLIB REQUIRED) # our own bounded inflate of compressed messages
 pkg_check_modules(PROTOBUF_C REQUIRED IMPORTED_TARGET libprotobuf-c)
 find_program(PJS_PROTOC protoc REQUIRED)
 find_program(PJS_PROTOC_C protoc-c REQUIRED)
@@ -97,6 +98,8 @@ target_link_libraries(pjs_grpc_codec PUBLIC pjs_core PkgConfig::PROTOBUF_C)
 add_library(pjs_frontend_grpc STATIC
   src/frontend/grpc/frontend.c
   src/frontend/grpc/call.c
+  src/frontend/grpc/payload.c
+  src/frontend/grpc/conn_guard.c
   src/frontend/grpc/unary.c
   src/frontend/grpc/infer_call.c
   src/frontend/grpc/stream_call.c
@@ -108,4 +111,4 @@ add_library(pjs_frontend_grpc STATIC
   ${PJS_PB_DESCRIPTOR_INDEX}
   ${PJS_PROTO_GEN}/descriptor_set.c
 )
-target_link_libraries(pjs_frontend_grpc PUBLIC pjs_grpc_codec pjs_server pjs_access PkgConfig::GRPC)
+target_link_libraries(pjs_frontend_grpc PUBLIC pjs_grpc_codec pjs_server pjs_access PkgConfig::GRPC ZLIB::ZLIB)

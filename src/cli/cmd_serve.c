@@ -25,6 +25,7 @@
 #include <unistd.h>
 
 #include "cli/cli.h"
+#include "core/file_limit.h"
 #include "core/log.h"
 #include "frontend/grpc/grpc_frontend.h"
 #include "frontend/http/http_frontend.h"
@@ -63,6 +64,17 @@ static const char help[] =
     "  --grpc-keepalive-timeout-ms N  close a connection whose ping gets no answer\n"
     "  --grpc-keepalive-permit-without-calls  allow client pings with no call open\n"
     "  --grpc-threads N        gRPC completion-queue threads (default 4)\n"
+    "  --grpc-host ADDR        address gRPC listens on (default: --host)\n"
+    "  --grpc-max-concurrent-streams N  calls open at once on one gRPC connection;\n"
+    "                          more are refused (default 128)\n"
+    "  --grpc-max-connection-idle-ms MS  close a gRPC connection with no call open\n"
+    "                          for MS ms (default 300000; 0: never)\n"
+    "  --grpc-handshake-timeout-ms MS  close a gRPC connection that has not finished\n"
+    "                          its TLS handshake and sent its HTTP/2 settings within\n"
+    "                          MS ms (default 10000)\n"
+    "  --grpc-memory-quota BYTES  memory gRPC's own buffers may take; past it gRPC\n"
+    "                          closes idle connections and cancels calls (default:\n"
+    "                          --max-inflight-request-bytes + 64Mi)\n"
     "  --http-threads N        HTTP connection threads (default 4)\n"
     "\n"
     "credentials (docs/serving.md, section Credentials):\n"
@@ -146,6 +158,10 @@ static const char help[] =
     "  make models && pjserve serve --model-repository models\n"
     "  curl localhost:8000/v2/models/mlp\n";
 
+/* gRPC's memory quota over the request budget by default: room for its own
+ * buffers (HTTP/2 frames, metadata, responses being written). */
+#define GRPC_QUOTA_SLACK ((uint64_t)64 << 20)
+
 /* Most scheduler flags one command line may give. */
 #define MAX_SETTINGS 128
 
@@ -164,6 +180,8 @@ typedef struct serve_args {
     const char *admin_token_file, *infer_token_file; /* NULL: not given */
     pjs_grpc_options grpc;
     int http_threads;
+    const char *grpc_host;                 /* NULL: --host */
+    uint64_t grpc_memory_quota;            /* 0: from the request budget */
     pjs_control_mode control_mode;
     uint64_t repository_poll_ms;
     uint64_t max_pending_loads;
@@ -194,6 +212,11 @@ enum {
     OPT_KEEPALIVE_TIMEOUT,
     OPT_KEEPALIVE_PERMIT,
     OPT_GRPC_THREADS,
+    OPT_GRPC_HOST,
+    OPT_GRPC_STREAMS,
+    OPT_GRPC_IDLE,
+    OPT_GRPC_HANDSHAKE,
+    OPT_GRPC_QUOTA,
     OPT_HTTP_THREADS,
     OPT_CONTROL_MODE,
     OPT_POLL_MS,
@@ -325,6 +348,11 @@ static int parse_args(int argc, char **argv, serve_args *a)
         {"grpc-keepalive-timeout-ms", required_argument, NULL, OPT_KEEPALIVE_TIMEOUT},
         {"grpc-keepalive-permit-without-calls", no_argument, NULL, OPT_KEEPALIVE_PERMIT},
         {"grpc-threads", required_argument, NULL, OPT_GRPC_THREADS},
+        {"grpc-host", required_argument, NULL, OPT_GRPC_HOST},
+        {"grpc-max-concurrent-streams", required_argument, NULL, OPT_GRPC_STREAMS},
+        {"grpc-max-connection-idle-ms", required_argument, NULL, OPT_GRPC_IDLE},
+        {"grpc-handshake-timeout-ms", required_argument, NULL, OPT_GRPC_HANDSHAKE},
+        {"grpc-memory-quota", required_argument, NULL, OPT_GRPC_QUOTA},
         {"http-threads", required_argument, NULL, OPT_HTTP_THREADS},
         {"model-control-mode", required_argument, NULL, OPT_CONTROL_MODE},
         {"repository-poll-ms", required_argument, NULL, OPT_POLL_MS},
@@ -350,6 +378,9 @@ static int parse_args(int argc, char **argv, serve_args *a)
         {NULL, 0, NULL, 0}};
     a->host = "0.0.0.0";
     a->grpc_port = 8001;
+    a->grpc.max_concurrent_streams = 128;
+    a->grpc.max_connection_idle_ms = 300000;
+    a->grpc.handshake_timeout_ms = 10000;
     a->http_port = 8000;
     a->metrics_port = 8002;
     a->control_mode = PJS_CONTROL_DYNAMIC;
@@ -396,6 +427,32 @@ static int parse_args(int argc, char **argv, serve_args *a)
         case OPT_GRPC_THREADS:
             bad = parse_int("--grpc-threads", optarg, 256, &v);
             a->grpc.threads = (int)v;
+            break;
+        case OPT_GRPC_HOST: a->grpc_host = optarg; break;
+        case OPT_GRPC_STREAMS:
+            bad = parse_int("--grpc-max-concurrent-streams", optarg, 1L << 20, &v);
+            if (!bad && v == 0)
+                bad = pjs_cli_usage_error("serve", "--grpc-max-concurrent-streams 0: expected "
+                                                   "at least 1");
+            a->grpc.max_concurrent_streams = (int)v;
+            break;
+        case OPT_GRPC_IDLE:
+            bad = parse_int("--grpc-max-connection-idle-ms", optarg, 1L << 30, &v);
+            a->grpc.max_connection_idle_ms = (int)v;
+            break;
+        case OPT_GRPC_HANDSHAKE:
+            bad = parse_int("--grpc-handshake-timeout-ms", optarg, 1L << 30, &v);
+            if (!bad && v == 0)
+                bad = pjs_cli_usage_error("serve", "--grpc-handshake-timeout-ms 0: expected "
+                                                   "at least 1");
+            a->grpc.handshake_timeout_ms = (int)v;
+            break;
+        case OPT_GRPC_QUOTA:
+            bad = parse_bytes("--grpc-memory-quota", optarg, &a->grpc_memory_quota);
+            if (!bad && a->grpc_memory_quota < (1u << 20))
+                bad = pjs_cli_usage_error("serve", "--grpc-memory-quota %s: expected at least "
+                                                   "1Mi",
+                                          optarg);
             break;
         case OPT_HTTP_THREADS:
             bad = parse_int("--http-threads", optarg, 256, &v);
@@ -539,6 +596,19 @@ static void log_access(const pjs_access *access)
     pjs_info("%s", line);
 }
 
+/* Raises the descriptor limit and logs how it is shared, once. */
+static void raise_file_limit(pjs_file_limit *files)
+{
+    pjs_file_limit_raise(files);
+    if (files->set_errno != 0)
+        pjs_warn("file limit: cannot raise the soft limit %ld to the hard limit %ld: %s",
+                 files->before, files->hard, strerror(files->set_errno));
+    pjs_info("file limit %ld descriptors%s: gRPC connections within the lowest %ld, HTTP "
+             "and metrics connections within their caps, %ld kept in reserve",
+             files->soft, files->raised ? " (soft limit raised to the hard limit)" : "",
+             files->grpc_share, files->reserve);
+}
+
 /* Logs the effective scheduler settings and model policies, once. */
 static void log_config(const pjs_server_config *c)
 {
@@ -572,6 +642,8 @@ int pjs_cmd_serve(int argc, char **argv)
     log_config(&config);
     log_control_mode(&a);
     log_access(access);
+    pjs_file_limit files;
+    raise_file_limit(&files);
 
     sigset_t stop_signals;
     sigemptyset(&stop_signals);
@@ -609,7 +681,12 @@ int pjs_cmd_serve(int argc, char **argv)
         return pjs_cli_fail("%s", err.msg);
     }
 
-    a.grpc.host = a.host;
+    a.grpc.host = a.grpc_host != NULL ? a.grpc_host : a.host;
+    a.grpc.max_request_bytes = pjs_server_max_request_bytes(server);
+    a.grpc.memory_quota = a.grpc_memory_quota != 0
+                              ? a.grpc_memory_quota
+                              : pjs_server_request_budget(server)->limit + GRPC_QUOTA_SLACK;
+    a.grpc.fd_share = (int)files.grpc_share;
     a.grpc.port = a.grpc_port;
     a.grpc.access = access;
     pjs_http_options ho = {.host = a.host, .port = a.http_port, .threads = a.http_threads};
@@ -617,7 +694,7 @@ int pjs_cmd_serve(int argc, char **argv)
     ho.access = mo.access = access;
     rc = PJS_EXIT_OK;
     if (a.grpc_port != 0 && pjs_grpc_frontend_start(server, &a.grpc, &grpc, &err) != 0)
-        rc = pjs_cli_fail("gRPC on %s:%d: %s", a.host, a.grpc_port, err.msg);
+        rc = pjs_cli_fail("gRPC on %s:%d: %s", a.grpc.host, a.grpc_port, err.msg);
     if (rc == PJS_EXIT_OK && a.http_port != 0 &&
         pjs_http_frontend_start(server, &ho, &http, &err) != 0)
         rc = pjs_cli_fail("HTTP on %s:%d: %s", a.host, a.http_port, err.msg);
@@ -627,7 +704,7 @@ int pjs_cmd_serve(int argc, char **argv)
 
     if (rc == PJS_EXIT_OK) {
         pjs_info("serving: gRPC %s:%d%s, HTTP %s:%d, metrics %s:%d/metrics (ctrl-c stops)",
-                 a.host, a.grpc_port, a.grpc.tls_cert ? " (TLS)" : "", a.host, a.http_port,
+                 a.grpc.host, a.grpc_port, a.grpc.tls_cert ? " (TLS)" : "", a.host, a.http_port,
                  a.host, a.metrics_port);
         int sig = 0;
         sigwait(&stop_signals, &sig);

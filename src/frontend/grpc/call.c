@@ -22,7 +22,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include <grpc/byte_buffer_reader.h>
 #include <grpc/support/alloc.h>
 #include <grpc/support/time.h>
 
@@ -32,20 +31,6 @@
 #include "frontend/status_map.h"
 
 /* ---- shared helpers --------------------------------------------------------- */
-
-grpc_slice pjs__grpc_take_payload(grpc_byte_buffer **bb)
-{
-    grpc_byte_buffer_reader reader;
-    grpc_slice all = grpc_empty_slice();
-    if (*bb != NULL && grpc_byte_buffer_reader_init(&reader, *bb)) {
-        all = grpc_byte_buffer_reader_readall(&reader);
-        grpc_byte_buffer_reader_destroy(&reader);
-    }
-    if (*bb != NULL)
-        grpc_byte_buffer_destroy(*bb);
-    *bb = NULL;
-    return all;
-}
 
 static void free_packed(void *buf, size_t len)
 {
@@ -198,7 +183,10 @@ static int unary_run(unary_call *c, const pjs_grpc_method *m, pjs_error *err)
     int rc = pjs__grpc_access_check(c->frontend, c->method, c->call, &c->metadata, err);
     if (rc != 0)
         return rc;
-    grpc_slice payload = pjs__grpc_take_payload(&c->payload);
+    grpc_slice payload;
+    rc = pjs__grpc_take_payload(&c->payload, pjs__grpc_small_limit(c->frontend), &payload, err);
+    if (rc != 0)
+        return rc;
     ProtobufCMessage *request = protobuf_c_message_unpack(
         m->request, &c->arena.allocator, GRPC_SLICE_LENGTH(payload), GRPC_SLICE_START_PTR(payload));
     grpc_slice_unref(payload);

@@ -3,13 +3,15 @@
  * threads, calls to methods nobody serves, and stop.
  *
  * Start creates the server on the gRPC C core with pjserve's channel
- * arguments (2 GiB - 1 messages both ways, keepalive, no SO_REUSEPORT so a
- * port in use is an error), registers every method of the table in unary.c,
- * binds (plaintext, TLS or mTLS), requests the first call of every method
- * and starts the threads. Each thread waits on the one completion queue and
- * runs the tag of every event; between events (or after
- * PJS_GRPC_HEALTH_POLL_MS without one) it looks for Health/Watch streams to
- * update.
+ * arguments (received messages up to the request limit, our own bounded
+ * decompression instead of gRPC's, streams per connection, idle and
+ * handshake timeouts, a memory quota, the descriptor guard of conn_guard.c,
+ * keepalive, no SO_REUSEPORT so a port in use is an error), registers every
+ * method of the table in unary.c, binds (plaintext, TLS or mTLS), requests
+ * the first call of every method and starts the threads. Each thread waits
+ * on the one completion queue and runs the tag of every event; between
+ * events (or after PJS_GRPC_HEALTH_POLL_MS without one) it looks for
+ * Health/Watch streams to update.
  *
  * Stop is described in internal.h; it leaves nothing allocated, and ends
  * with grpc_shutdown_blocking so the library's own threads are gone too.
@@ -30,6 +32,7 @@
 
 #include "core/log.h"
 #include "core/mapped_file.h"
+#include "frontend/grpc/codec.h"
 
 /* Completion-queue threads when the options leave it to us. */
 #define PJS_GRPC_DEFAULT_THREADS 4
@@ -186,12 +189,17 @@ static grpc_arg int_arg(const char *key, int value)
     return a;
 }
 
-static grpc_server *create_core(const pjs_grpc_options *o)
+/* The limits of the server's channel: message sizes, streams, idle and
+ * handshake timeouts, the memory quota and the descriptor guard. gRPC's own
+ * decompression is off: it inflates without bound (payload.c inflates under
+ * the request limit instead). */
+static grpc_server *create_core(pjs_grpc_frontend *f, const pjs_grpc_options *o)
 {
-    grpc_arg args[8];
+    grpc_arg args[16];
     size_t n = 0;
-    args[n++] = int_arg(GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH, INT_MAX);
+    args[n++] = int_arg(GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH, (int)f->max_message);
     args[n++] = int_arg(GRPC_ARG_MAX_SEND_MESSAGE_LENGTH, INT_MAX);
+    args[n++] = int_arg(GRPC_ARG_ENABLE_PER_MESSAGE_DECOMPRESSION, 0);
     args[n++] = int_arg(GRPC_ARG_ALLOW_REUSEPORT, 0);
     args[n++] = int_arg(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, o->keepalive_permit_without_calls);
     if (o->keepalive_time_ms > 0) {
@@ -203,8 +211,50 @@ static grpc_server *create_core(const pjs_grpc_options *o)
     }
     if (o->keepalive_timeout_ms > 0)
         args[n++] = int_arg(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, o->keepalive_timeout_ms);
+    if (o->max_concurrent_streams > 0)
+        args[n++] = int_arg(GRPC_ARG_MAX_CONCURRENT_STREAMS, o->max_concurrent_streams);
+    if (o->max_connection_idle_ms > 0)
+        args[n++] = int_arg(GRPC_ARG_MAX_CONNECTION_IDLE_MS, o->max_connection_idle_ms);
+    if (o->handshake_timeout_ms > 0)
+        args[n++] = int_arg(GRPC_ARG_SERVER_HANDSHAKE_TIMEOUT_MS, o->handshake_timeout_ms);
+    if (f->quota != NULL) {
+        grpc_arg q;
+        memset(&q, 0, sizeof q);
+        q.type = GRPC_ARG_POINTER;
+        q.key = (char *)GRPC_ARG_RESOURCE_QUOTA;
+        q.value.pointer.p = f->quota;
+        q.value.pointer.vtable = grpc_resource_quota_arg_vtable();
+        args[n++] = q;
+    }
+    if (f->guard != NULL)
+        args[n++] = pjs__grpc_conn_guard_arg(f->guard);
     grpc_channel_args channel_args = {.num_args = n, .args = args};
     return grpc_server_create(&channel_args, NULL);
+}
+
+/* Sets up what create_core installs: the message limit, the quota and
+ * the guard. */
+static void setup_limits(pjs_grpc_frontend *f, const pjs_grpc_options *o)
+{
+    f->max_message = o->max_request_bytes > 0 && o->max_request_bytes < PJS_GRPC_MAX_MESSAGE
+                         ? (size_t)o->max_request_bytes
+                         : (size_t)PJS_GRPC_MAX_MESSAGE;
+    if (o->memory_quota > 0) {
+        f->quota = grpc_resource_quota_create("pjserve");
+        grpc_resource_quota_resize(f->quota, (size_t)o->memory_quota);
+    }
+    f->guard = pjs__grpc_conn_guard_create(o->fd_share);
+    char quota[32], message[32], guard[64] = "no descriptor guard";
+    if (f->guard != NULL)
+        snprintf(guard, sizeof guard, "connections refused on descriptors >= %d",
+                 pjs__grpc_conn_guard_ceiling(f->guard));
+    pjs_info("gRPC limits: messages up to %s decompressed, %d streams per connection, idle "
+             "connections closed after %d ms, handshake within %d ms, memory quota %s, %s",
+             pjs_format_bytes(f->max_message, message, sizeof message),
+             o->max_concurrent_streams, o->max_connection_idle_ms, o->handshake_timeout_ms,
+             o->memory_quota > 0 ? pjs_format_bytes(o->memory_quota, quota, sizeof quota)
+                                 : "unbounded",
+             guard);
 }
 
 /* Why binding host:port failed, found by trying it with a plain socket
@@ -300,6 +350,8 @@ static int bind_port(pjs_grpc_frontend *f, const pjs_grpc_options *o, pjs_error 
         return pjs_error_set(err, PJS_ERR_UNAVAILABLE, "cannot listen on %s: gRPC refused it",
                              addr);
     }
+    if (f->guard != NULL)
+        pjs__grpc_conn_guard_listening(f->guard);
     pjs_info("gRPC listening on %s%s", addr,
              o->tls_cert == NULL ? ""
              : o->tls_ca != NULL ? " (mTLS)"
@@ -315,13 +367,17 @@ static void frontend_free(pjs_grpc_frontend *f)
         grpc_completion_queue_destroy(f->cq);
     if (f->reflection != NULL)
         pjs__grpc_reflection_destroy(f->reflection);
+    if (f->quota != NULL)
+        grpc_resource_quota_unref(f->quota);
     pthread_mutex_destroy(&f->lock);
     pthread_cond_destroy(&f->changed);
     pthread_mutex_destroy(&f->watch_lock);
     free(f->registered);
     free(f->threads);
+    pjs_grpc_conn_guard *guard = f->guard;
     free(f);
     grpc_shutdown_blocking();
+    pjs__grpc_conn_guard_free(guard); /* gRPC held references until now */
 }
 
 static int register_methods(pjs_grpc_frontend *f, pjs_error *err)
@@ -385,7 +441,8 @@ int pjs_grpc_frontend_start(pjs_server *s, const pjs_grpc_options *o, pjs_grpc_f
     pthread_cond_init(&f->changed, NULL);
     pthread_mutex_init(&f->watch_lock, NULL);
     size_t n_threads = o->threads > 0 ? (size_t)o->threads : PJS_GRPC_DEFAULT_THREADS;
-    f->core = create_core(o);
+    setup_limits(f, o);
+    f->core = create_core(f, o);
     f->cq = grpc_completion_queue_create_for_next(NULL);
     int rc = pjs__grpc_reflection_create(&f->reflection, err);
     if (rc != 0) {

@@ -9,6 +9,7 @@
 #define PJS_FRONTEND_GRPC_FRONTEND_H
 
 #include <stdbool.h>
+#include <stdint.h>
 
 #include "core/status.h"
 #include "frontend/access.h"
@@ -24,6 +25,14 @@ typedef struct pjs_grpc_options {
     int keepalive_timeout_ms;      /* 0: gRPC's default */
     bool keepalive_permit_without_calls;
     int threads;                   /* completion-queue threads; 0: a default */
+    /* Limits against hostile clients (docs/serving.md, section Limits). */
+    uint64_t max_request_bytes;    /* largest inference request, decompressed; 0: 2 GiB - 1 */
+    int max_concurrent_streams;    /* calls open at once on one connection; 0: gRPC's (no limit) */
+    int max_connection_idle_ms;    /* close a connection with no call for this long; 0: never */
+    int handshake_timeout_ms;      /* TLS handshake and first SETTINGS frame; 0: gRPC's 120 s */
+    uint64_t memory_quota;         /* bytes for gRPC's buffers; 0: unbounded */
+    int fd_share;                  /* descriptors gRPC's connections may take (the process's
+                                      lowest ones); 0: no guard */
     const pjs_access *access;      /* who may call what; NULL: no tokens (frontend/access.h) */
 } pjs_grpc_options;
 

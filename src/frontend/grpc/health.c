@@ -193,9 +193,12 @@ static void watch_on_new(pjs_grpc_tag *tag, bool ok)
         return;
     }
     pjs__grpc_request(f, w->method);
-    grpc_slice payload = pjs__grpc_take_payload(&w->payload);
-    Grpc__Health__V1__HealthCheckRequest *req = grpc__health__v1__health_check_request__unpack(
-        NULL, GRPC_SLICE_LENGTH(payload), GRPC_SLICE_START_PTR(payload));
+    grpc_slice payload;
+    pjs_error payload_err;
+    Grpc__Health__V1__HealthCheckRequest *req = NULL;
+    if (pjs__grpc_take_payload(&w->payload, pjs__grpc_small_limit(f), &payload, &payload_err) == 0)
+        req = grpc__health__v1__health_check_request__unpack(NULL, GRPC_SLICE_LENGTH(payload),
+                                                             GRPC_SLICE_START_PTR(payload));
     grpc_slice_unref(payload);
     pthread_mutex_lock(&f->watch_lock);
     w->refs = 1; /* this step's own, dropped when it ends */

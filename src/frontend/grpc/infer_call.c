@@ -16,6 +16,8 @@
  * scheduler answers DEADLINE_EXCEEDED instead of running a request nobody
  * waits for. A cancelled call still runs in the dispatcher (there is no way
  * to withdraw a submitted request); its response is then dropped unencoded.
+ * The request's bytes count against the server's budget for request bytes
+ * in flight from decoding until the request is released.
  */
 #include "frontend/grpc/internal.h"
 
@@ -44,11 +46,13 @@ typedef struct infer_call {
     atomic_int refs;    /* tags still to come */
     pjs_model *model;
     pjs_grpc_infer decoded;
+    uint64_t charged; /* request bytes taken from the server's budget */
 } infer_call;
 
 static void infer_free(infer_call *c)
 {
     pjs_grpc_infer_release(&c->decoded);
+    pjs__grpc_release_request(c->frontend, &c->charged);
     if (c->model != NULL)
         pjs_model_unref(c->model);
     if (c->call != NULL)
@@ -127,6 +131,7 @@ static void infer_on_done(pjs_infer_request *r)
     }
     /* The packed response owns its bytes: the request can go now. */
     pjs_grpc_infer_release(&c->decoded);
+    pjs__grpc_release_request(f, &c->charged);
     pjs_model_unref(c->model);
     c->model = NULL;
     infer_reply(c, rc == 0 ? NULL : &err);
@@ -140,7 +145,10 @@ static int infer_submit(infer_call *c, pjs_error *err)
     int rc = pjs__grpc_access_check(f, c->method, c->call, &c->metadata, err);
     if (rc != 0)
         return rc;
-    grpc_slice payload = pjs__grpc_take_payload(&c->payload);
+    grpc_slice payload;
+    rc = pjs__grpc_take_request(f, &c->payload, &payload, &c->charged, err);
+    if (rc != 0)
+        return rc;
     rc = pjs_grpc_infer_decode(&c->decoded, GRPC_SLICE_START_PTR(payload),
                                    GRPC_SLICE_LENGTH(payload), pjs_server_shm(f->server), err);
     grpc_slice_unref(payload);

@@ -135,10 +135,14 @@ extern const size_t pjs__grpc_n_methods;
 
 typedef struct pjs_grpc_watch pjs_grpc_watch;
 typedef struct pjs_grpc_reflection_index pjs_grpc_reflection_index;
+typedef struct pjs_grpc_conn_guard pjs_grpc_conn_guard;
 
 struct pjs_grpc_frontend {
     pjs_server *server;
     const pjs_access *access; /* consulted by every call before it is served */
+    size_t max_message;       /* largest inference request, decompressed (--max-request-bytes) */
+    grpc_resource_quota *quota;   /* bounds gRPC's own buffers (--grpc-memory-quota) */
+    pjs_grpc_conn_guard *guard;   /* keeps connections within their descriptors; NULL: off */
     grpc_server *core;
     grpc_completion_queue *cq;
     void **registered; /* per pjs__grpc_methods entry */
@@ -185,9 +189,41 @@ int pjs__grpc_access_check(pjs_grpc_frontend *f, size_t index, grpc_call *call,
 
 /* ---- helpers shared by the call state machines (frontend.c) -------------- */
 
-/* The whole payload as one contiguous slice (the caller unrefs it); the
- * byte buffer is destroyed. */
-grpc_slice pjs__grpc_take_payload(grpc_byte_buffer **bb);
+/* The whole payload as one contiguous slice in *out (the caller unrefs
+ * it; empty when there is none), inflated when the client compressed it;
+ * the byte buffer is destroyed. A message larger than limit bytes once
+ * decompressed is RESOURCE_EXHAUSTED, corrupt compressed data
+ * INVALID_ARGUMENT (payload.c). */
+int pjs__grpc_take_payload(grpc_byte_buffer **bb, size_t limit, grpc_slice *out, pjs_error *err);
+
+/* The limit for messages other than inference requests: the smaller of
+ * max_message and PJS_GRPC_UNARY_ARENA_LIMIT. */
+size_t pjs__grpc_small_limit(const pjs_grpc_frontend *f);
+
+/* pjs__grpc_take_payload for an inference request (limit max_message), its
+ * bytes then taken from the server's request budget (RESOURCE_EXHAUSTED
+ * when that is spent) and recorded in *charged. */
+int pjs__grpc_take_request(pjs_grpc_frontend *f, grpc_byte_buffer **bb, grpc_slice *out,
+                           uint64_t *charged, pjs_error *err);
+/* Gives *charged bytes back to the budget (once: *charged becomes 0). */
+void pjs__grpc_release_request(pjs_grpc_frontend *f, uint64_t *charged);
+
+/* ---- the descriptor guard (conn_guard.c) ----------------------------------- */
+
+/* A socket mutator that keeps gRPC's connections within `share`
+ * descriptors: it shuts down accepted connections on descriptors past its
+ * ceiling (the share less the listen queue); NULL when share <= 0 or the
+ * gRPC core is not the one its layout was checked against (logged). */
+pjs_grpc_conn_guard *pjs__grpc_conn_guard_create(int share);
+/* The channel argument that installs it. */
+grpc_arg pjs__grpc_conn_guard_arg(pjs_grpc_conn_guard *g);
+/* Connections are refused on descriptors >= this. */
+int pjs__grpc_conn_guard_ceiling(const pjs_grpc_conn_guard *g);
+/* Shortens the listen queue of the sockets gRPC just bound (call after
+ * grpc_server_add_http2_port). */
+void pjs__grpc_conn_guard_listening(pjs_grpc_conn_guard *g);
+/* Frees it once gRPC has shut down. */
+void pjs__grpc_conn_guard_free(pjs_grpc_conn_guard *g);
 
 /* A byte buffer that owns buf (malloc'd, freed by gRPC). */
 grpc_byte_buffer *pjs__grpc_buffer_from(uint8_t *buf, size_t len);

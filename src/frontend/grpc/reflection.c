@@ -377,10 +377,14 @@ static void finish(reflection_call *c)
  * ServerReflectionRequest); NULL when out of memory. */
 static grpc_byte_buffer *answer_message(reflection_call *c, grpc_byte_buffer **payload)
 {
-    grpc_slice bytes = pjs__grpc_take_payload(payload);
+    grpc_slice bytes;
+    pjs_error payload_err;
     pjs_grpc_arena_reset(&c->arena);
-    reflection_request *req = grpc__reflection__v1alpha__server_reflection_request__unpack(
-        &c->arena.allocator, GRPC_SLICE_LENGTH(bytes), GRPC_SLICE_START_PTR(bytes));
+    reflection_request *req = NULL;
+    if (pjs__grpc_take_payload(payload, pjs__grpc_small_limit(c->frontend), &bytes,
+                               &payload_err) == 0)
+        req = grpc__reflection__v1alpha__server_reflection_request__unpack(
+            &c->arena.allocator, GRPC_SLICE_LENGTH(bytes), GRPC_SLICE_START_PTR(bytes));
     grpc_slice_unref(bytes);
     reflection_response resp = GRPC__REFLECTION__V1ALPHA__SERVER_REFLECTION_RESPONSE__INIT;
     bool ok;

@@ -42,6 +42,7 @@ typedef struct stream_item {
     grpc_byte_buffer *response; /* ModelStreamInferResponse; NULL if it could not be made */
     pjs_model *model;
     pjs_grpc_infer decoded;
+    uint64_t charged; /* request bytes taken from the server's budget */
 } stream_item;
 
 struct stream_call {
@@ -87,6 +88,7 @@ static void stream_free(stream_call *s)
 static void item_free(stream_item *it)
 {
     pjs_grpc_infer_release(&it->decoded);
+    pjs__grpc_release_request(it->stream->frontend, &it->charged);
     if (it->model != NULL)
         pjs_model_unref(it->model);
     if (it->response != NULL)
@@ -211,6 +213,7 @@ static void item_complete(stream_item *it, const pjs_error *err)
     if (!dead)
         item_encode(it, err);
     pjs_grpc_infer_release(&it->decoded);
+    pjs__grpc_release_request(s->frontend, &it->charged);
     if (it->model != NULL)
         pjs_model_unref(it->model);
     it->model = NULL;
@@ -232,8 +235,11 @@ static void item_on_done(pjs_infer_request *r)
 static int item_submit(stream_item *it, grpc_byte_buffer **payload, pjs_error *err)
 {
     pjs_grpc_frontend *f = it->stream->frontend;
-    grpc_slice bytes = pjs__grpc_take_payload(payload);
-    int rc = pjs_grpc_infer_decode(&it->decoded, GRPC_SLICE_START_PTR(bytes),
+    grpc_slice bytes;
+    int rc = pjs__grpc_take_request(f, payload, &bytes, &it->charged, err);
+    if (rc != 0)
+        return rc;
+    rc = pjs_grpc_infer_decode(&it->decoded, GRPC_SLICE_START_PTR(bytes),
                                    GRPC_SLICE_LENGTH(bytes), pjs_server_shm(f->server), err);
     grpc_slice_unref(bytes);
     if (rc != 0)

@@ -14,8 +14,8 @@
  *
  * Shutdown. pjs_http_frontend_stop runs after pjs_server_drain, so every
  * inference has completed and resumed its connection. It stops accepting
- * connections, marks replies "Connection: close", waits for deferred jobs
- * (model loads) to resume their connections and, for a grace period, for
+ * connections, marks replies "Connection: close", waits for suspended calls
+ * (model loads, deferred jobs) to resume their connections and, for a grace period, for
  * open requests to finish sending their replies (so no answered request is
  * cut off), then stops the daemon, which closes the remaining connections
  * and completes their calls.
@@ -39,6 +39,10 @@
 #define CONNECTION_MEMORY (256u * 1024u)
 /* Most connection threads a default start picks. */
 #define DEFAULT_THREADS_MAX 16
+/* Threads and queue of deferred jobs (model control calls that wait for the
+ * dispatch thread); loads do not use them (the server's load thread answers). */
+#define HTTP_JOB_THREADS 2
+#define HTTP_JOB_QUEUE 64
 /* How long stop waits for open requests to finish sending their replies. */
 #define STOP_GRACE_SECONDS 5
 
@@ -163,39 +167,46 @@ static void count_add(pjs_http_frontend *fe, int *count, int delta)
     pthread_mutex_unlock(&fe->lock);
 }
 
-static void *run_deferred(void *arg)
+void pjs__http_suspend(pjs__http_call *c)
+{
+    c->waiting = true;
+    MHD_suspend_connection(c->conn);
+    count_add(c->fe, &c->fe->jobs, 1);
+}
+
+void pjs__http_resume(pjs__http_call *c)
+{
+    pjs_http_frontend *fe = c->fe;
+    MHD_resume_connection(c->conn); /* the last touch of the call */
+    count_add(fe, &fe->jobs, -1);
+}
+
+static void run_deferred(void *arg, bool cancelled)
 {
     deferred_job job = *(deferred_job *)arg;
     free(arg);
-    pjs_http_frontend *fe = job.call->fe;
-    job.fn(job.call);
-    MHD_resume_connection(job.call->conn); /* the last touch of the call */
-    count_add(fe, &fe->jobs, -1);
-    return NULL;
+    if (cancelled)
+        pjs__http_reply_message(job.call, 503, "the server is shutting down");
+    else
+        job.fn(job.call);
+    pjs__http_resume(job.call);
 }
 
 void pjs__http_defer(pjs__http_call *c, void (*fn)(pjs__http_call *c))
 {
     deferred_job *job = malloc(sizeof *job);
-    pthread_attr_t attr;
-    pthread_t thread;
-    if (job == NULL || pthread_attr_init(&attr) != 0) {
-        free(job);
-        fn(c);
+    if (job == NULL) {
+        pjs__http_reply_message(c, 500, "out of memory");
         return;
     }
     *job = (deferred_job){c, fn};
-    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-    c->waiting = true;
-    MHD_suspend_connection(c->conn);
-    count_add(c->fe, &c->fe->jobs, 1);
-    if (pthread_create(&thread, &attr, run_deferred, job) != 0) {
-        count_add(c->fe, &c->fe->jobs, -1);
+    pjs__http_suspend(c);
+    pjs_error err;
+    if (pjs_work_pool_submit(c->fe->jobs_pool, run_deferred, job, &err) != 0) {
         free(job);
-        fn(c);
-        MHD_resume_connection(c->conn);
+        pjs__http_reply_error(c, &err);
+        pjs__http_resume(c);
     }
-    pthread_attr_destroy(&attr);
 }
 
 /* ---- the request lifecycle ------------------------------------------------ */
@@ -417,7 +428,12 @@ static int frontend_start(pjs_server *s, const pjs_http_options *o, bool metrics
     pthread_cond_init(&fe->idle, NULL);
     atomic_init(&fe->stopping, false);
     int fd = -1;
-    int rc = listen_on(host, o->port, &fd, err);
+    int rc = 0;
+    if (!metrics)
+        rc = pjs_work_pool_create("REST control requests", HTTP_JOB_THREADS, HTTP_JOB_QUEUE,
+                                  &fe->jobs_pool, err);
+    if (rc == 0)
+        rc = listen_on(host, o->port, &fd, err);
     if (rc != 0)
         goto fail;
     snprintf(fe->address, sizeof fe->address, "%s:%d", host, bound_port(fd, o->port));
@@ -441,6 +457,7 @@ static int frontend_start(pjs_server *s, const pjs_http_options *o, bool metrics
     *out = fe;
     return 0;
 fail:
+    pjs_work_pool_destroy(fe->jobs_pool);
     pthread_cond_destroy(&fe->idle);
     pthread_mutex_destroy(&fe->lock);
     free(fe);
@@ -486,6 +503,7 @@ void pjs_http_frontend_stop(pjs_http_frontend *f)
         close(listener);
     wait_for_calls(f);
     MHD_stop_daemon(f->daemon);
+    pjs_work_pool_destroy(f->jobs_pool);
     pthread_cond_destroy(&f->idle);
     pthread_mutex_destroy(&f->lock);
     free(f);

@@ -23,6 +23,7 @@
 #include <stddef.h>
 
 #include "core/status.h"
+#include "core/work_pool.h"
 #include "frontend/http/http_buf.h"
 #include "frontend/http/http_codec.h"
 #include "frontend/http/http_frontend.h"
@@ -41,7 +42,8 @@ struct pjs_http_frontend {
      * replies. `idle` is signalled when either count reaches zero. */
     pthread_mutex_t lock;
     pthread_cond_t idle;
-    int jobs;             /* deferred jobs running; guarded by lock */
+    int jobs;             /* suspended calls waiting for work; guarded by lock */
+    pjs_work_pool *jobs_pool; /* runs deferred jobs (REST only; NULL for metrics) */
     int open_calls;       /* requests begun and not yet completed; guarded by lock */
     atomic_bool stopping; /* replies ask clients to close their connections */
 };
@@ -88,9 +90,16 @@ void pjs__http_reply_empty(pjs__http_call *c, unsigned status);
 void pjs__http_reply_buf(pjs__http_call *c, unsigned status, pjs_http_buf *b,
                          const char *content_type);
 
-/* Runs fn(c) on a helper thread with the connection suspended, then resumes
- * it; fn stores the reply. Falls back to running fn inline. */
+/* Runs fn(c) on one of the front end's job threads (a bounded pool: no
+ * thread per request) with the connection suspended, then resumes it; fn
+ * stores the reply. When the pool's queue is full the call is answered 429
+ * at once. */
 void pjs__http_defer(pjs__http_call *c, void (*fn)(pjs__http_call *c));
+/* For work that answers through a callback on another thread (a model
+ * load): suspend marks the call waiting and counts it for shutdown; the
+ * callback stores the reply and calls resume as its last touch of c. */
+void pjs__http_suspend(pjs__http_call *c);
+void pjs__http_resume(pjs__http_call *c);
 
 /* ---- routes ---------------------------------------------------------------- */
 

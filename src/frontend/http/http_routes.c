@@ -5,10 +5,12 @@
  * is accepted) and matched against Triton's routes; each handler stores a
  * reply. A known path with the wrong method gets 405, an unknown path 404,
  * both with an {"error"} body. HEAD is answered like GET (without the body).
- * All handlers run on connection threads except model loads, which compile,
- * and the residency and compact requests of the model control endpoints,
- * which wait for the dispatch thread to move weights: those run on a helper
- * thread (pjs__http_defer).
+ * All handlers run on connection threads except two kinds: model loads,
+ * which compile, are queued on the server's load thread, which answers
+ * them; the residency and compact requests of the model control endpoints,
+ * which wait for the dispatch thread to move weights, run on the front
+ * end's job threads (pjs__http_defer). Both leave the connection suspended
+ * meanwhile.
  *
  * Before any of that, once a request's headers are in, the access rules
  * (frontend/access.h) decide whether its caller may make it at all.
@@ -364,17 +366,28 @@ static void repository_index(pjs__http_call *c)
     pjs__http_reply_json(c, 200, repository_index_json(c->fe->server, ready_only));
 }
 
-/* POST /v2/repository/models/{m}/load on a helper thread (compiling takes a
- * while); the model name is read from the call's path again here. */
-static void load_model_deferred(pjs__http_call *c)
+/* The load thread's answer to POST /v2/repository/models/{m}/load. */
+static void load_model_done(void *arg, const pjs_error *err)
 {
-    route_path p;
-    pjs_error err;
-    split_path(c->url, &p);
-    if (pjs_server_load_model(c->fe->server, p.seg[3], &err) != 0)
-        pjs__http_reply_error(c, &err);
+    pjs__http_call *c = arg;
+    if (err->code != 0)
+        pjs__http_reply_error(c, err);
     else
         pjs__http_reply_empty(c, 200);
+    pjs__http_resume(c);
+}
+
+/* Queues the load with the connection suspended; the server's load thread
+ * answers (no thread waits for a compile). A refused queue answers at
+ * once. */
+static void load_model(pjs__http_call *c, const char *name)
+{
+    pjs_error err;
+    pjs__http_suspend(c);
+    if (pjs_server_load_model_async(c->fe->server, name, load_model_done, c, &err) != 0) {
+        pjs__http_reply_error(c, &err);
+        pjs__http_resume(c);
+    }
 }
 
 /* Refuses load parameters that would change what is loaded. */
@@ -413,7 +426,7 @@ static void repository_model(pjs__http_call *c, const char *name, const char *ac
     if (!ok)
         return;
     if (is(action, "load")) {
-        pjs__http_defer(c, load_model_deferred);
+        load_model(c, name);
         return;
     }
     if (pjs_server_unload_model(c->fe->server, name, &err) != 0)
