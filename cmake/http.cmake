@@ -6,8 +6,11 @@
 #                      and no PJRT, so it is fuzzed and unit-tested on its own (the
 #                      control documents name states and modes with server.h's
 #                      functions: a program that uses them links pjs_server)
-#   pjs_frontend_http  the libmicrohttpd daemons and routes over pjs_server
+#   pjs_frontend_http  the libmicrohttpd daemons and routes over pjs_server, connection
+#                      deadlines, HTTPS (libmicrohttpd with GnuTLS)
 pkg_check_modules(MICROHTTPD REQUIRED IMPORTED_TARGET libmicrohttpd)
+# GnuTLS: mutual TLS makes the handshake require and verify client certificates.
+pkg_check_modules(GNUTLS REQUIRED IMPORTED_TARGET gnutls)
 find_package(ZLIB REQUIRED)
 
 add_library(pjs_http_codec STATIC
@@ -24,6 +27,7 @@ add_library(pjs_frontend_http STATIC
   src/frontend/http/http_frontend.c
   src/frontend/http/http_routes.c
   src/frontend/http/http_infer.c
+  src/frontend/http/http_conn.c
 )
 target_link_libraries(pjs_frontend_http PUBLIC pjs_http_codec pjs_server pjs_access PkgConfig::MICROHTTPD
-                      Threads::Threads)
+                      PkgConfig::GNUTLS Threads::Threads)

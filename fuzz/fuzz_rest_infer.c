@@ -4,8 +4,11 @@
  *
  * Input: a first line "LENGTH[;ENCODING]" then the request body. LENGTH is
  * passed as the Inference-Header-Content-Length value (an empty one means no
- * header; junk exercises its parser) and ENCODING as Content-Encoding. The
- * body is inflated if encoded, decoded, its shared-memory tensors mapped
+ * header; junk exercises its parser) and ENCODING as Content-Encoding. As
+ * the server does, the body is refused past the model's bound
+ * (pjs_http_infer_body_bound), inflated if encoded within that bound and a
+ * small byte budget (whose accounting is checked: what was charged is what
+ * the budget holds), decoded, its shared-memory tensors mapped
  * (against an empty registry), validated with pjs_infer_validate against a
  * fixed manifest that covers most datatypes, batched and not; a valid
  * request gets fabricated outputs (as the dispatcher makes them) and is
@@ -122,11 +125,23 @@ static void run(const uint8_t *body, size_t size, const char *length, const char
     pjs_http_infer *d = malloc(sizeof *d);
     pjs_error err;
     bool inflated = false;
-    pjs_http_buf_init(&plain, 1u << 20);
+    uint64_t bound = pjs_http_infer_body_bound(m, MAX_BATCH);
+    uint64_t charged = 0;
+    pjs_byte_budget budget;
+    pjs_byte_budget_init(&budget, 256u << 10);
+    if (bound == 0)
+        abort(); /* every extent of the fuzz manifest is known */
+    pjs_http_buf_init(&plain, (size_t)bound);
     pjs_http_buf_init(&response, 64u << 20);
     if (d == NULL)
         abort();
-    if (pjs_http_inflate(encoding, body, size, &plain, &inflated, &err) != 0)
+    if (size > bound)
+        goto out_buffers;
+    int inflate_rc =
+        pjs_http_inflate(encoding, body, size, &plain, &budget, &charged, &inflated, &err);
+    if (pjs_byte_budget_used(&budget) != charged || charged > plain.cap)
+        abort();
+    if (inflate_rc != 0)
         goto out_buffers;
     if (inflated) {
         body = (const uint8_t *)plain.data;

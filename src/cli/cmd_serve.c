@@ -77,6 +77,26 @@ static const char help[] =
     "                          --max-inflight-request-bytes + 64Mi)\n"
     "  --http-threads N        HTTP connection threads (default 4)\n"
     "\n"
+    "HTTP/REST and metrics ports (docs/serving.md, section Limits; both ports):\n"
+    "  --http-host ADDR        REST address (default: --host)\n"
+    "  --metrics-host ADDR     metrics address (default: --host)\n"
+    "  --http-max-connections N  connections open at once per port; more wait in\n"
+    "                          the listen queue (default: 1000, or a quarter of the\n"
+    "                          open-file limit when that is lower)\n"
+    "  --http-max-connections-per-ip N  connections from one client address; more\n"
+    "                          are closed at once (default 256)\n"
+    "  --http-idle-timeout-s S close a connection that sends and reads nothing for\n"
+    "                          S seconds, or sends no next request for S seconds\n"
+    "                          after a reply (default 60)\n"
+    "  --http-header-timeout-s S  a request's headers must be in within S seconds\n"
+    "                          of the connection (or its request line); else the\n"
+    "                          connection is closed (default 10)\n"
+    "  --http-body-timeout-s S a request's body must be in within S seconds of its\n"
+    "                          headers (default 60)\n"
+    "  --http-tls-cert FILE    serve HTTPS with this PEM certificate chain\n"
+    "  --http-tls-key FILE     ... and this PEM private key\n"
+    "  --http-tls-ca FILE      require client certificates signed by this CA (mTLS)\n"
+    "\n"
     "credentials (docs/serving.md, section Credentials):\n"
     "  --admin-token-file FILE admin calls (repository load/unload, model control\n"
     "                          changes, shared memory, logging and trace settings,\n"
@@ -180,6 +200,8 @@ typedef struct serve_args {
     const char *admin_token_file, *infer_token_file; /* NULL: not given */
     pjs_grpc_options grpc;
     int http_threads;
+    const char *http_host, *metrics_host; /* NULL: --host */
+    pjs_http_options http; /* limits and HTTPS of both HTTP ports */
     const char *grpc_host;                 /* NULL: --host */
     uint64_t grpc_memory_quota;            /* 0: from the request budget */
     pjs_control_mode control_mode;
@@ -218,6 +240,16 @@ enum {
     OPT_GRPC_HANDSHAKE,
     OPT_GRPC_QUOTA,
     OPT_HTTP_THREADS,
+    OPT_HTTP_HOST,
+    OPT_METRICS_HOST,
+    OPT_HTTP_MAX_CONNECTIONS,
+    OPT_HTTP_MAX_PER_IP,
+    OPT_HTTP_IDLE_TIMEOUT,
+    OPT_HTTP_HEADER_TIMEOUT,
+    OPT_HTTP_BODY_TIMEOUT,
+    OPT_HTTP_TLS_CERT,
+    OPT_HTTP_TLS_KEY,
+    OPT_HTTP_TLS_CA,
     OPT_CONTROL_MODE,
     OPT_POLL_MS,
     OPT_MAX_PENDING_LOADS,
@@ -304,6 +336,25 @@ static int parse_fraction(const char *flag, const char *arg, double *out)
     return 0;
 }
 
+/* Parses one of the HTTP connection limits: a count or seconds, at least 1. */
+static int parse_http_limit(serve_args *a, int opt, const char *flag, const char *arg)
+{
+    long v = 0;
+    long max = opt == OPT_HTTP_MAX_CONNECTIONS || opt == OPT_HTTP_MAX_PER_IP ? 1000000 : 86400;
+    int bad = parse_int(flag, arg, max, &v);
+    if (!bad && v == 0)
+        bad = pjs_cli_usage_error("serve", "%s 0: expected at least 1", flag);
+    unsigned u = (unsigned)v;
+    switch (opt) {
+    case OPT_HTTP_MAX_CONNECTIONS: a->http.max_connections = u; break;
+    case OPT_HTTP_MAX_PER_IP: a->http.max_connections_per_ip = u; break;
+    case OPT_HTTP_IDLE_TIMEOUT: a->http.idle_timeout_s = u; break;
+    case OPT_HTTP_HEADER_TIMEOUT: a->http.header_timeout_s = u; break;
+    default: a->http.body_timeout_s = u; break;
+    }
+    return bad;
+}
+
 /* Records a scheduler flag (opt one of sched_flags, or --model-weight). */
 static int add_setting(serve_args *a, int opt, const char *arg)
 {
@@ -354,6 +405,16 @@ static int parse_args(int argc, char **argv, serve_args *a)
         {"grpc-handshake-timeout-ms", required_argument, NULL, OPT_GRPC_HANDSHAKE},
         {"grpc-memory-quota", required_argument, NULL, OPT_GRPC_QUOTA},
         {"http-threads", required_argument, NULL, OPT_HTTP_THREADS},
+        {"http-host", required_argument, NULL, OPT_HTTP_HOST},
+        {"metrics-host", required_argument, NULL, OPT_METRICS_HOST},
+        {"http-max-connections", required_argument, NULL, OPT_HTTP_MAX_CONNECTIONS},
+        {"http-max-connections-per-ip", required_argument, NULL, OPT_HTTP_MAX_PER_IP},
+        {"http-idle-timeout-s", required_argument, NULL, OPT_HTTP_IDLE_TIMEOUT},
+        {"http-header-timeout-s", required_argument, NULL, OPT_HTTP_HEADER_TIMEOUT},
+        {"http-body-timeout-s", required_argument, NULL, OPT_HTTP_BODY_TIMEOUT},
+        {"http-tls-cert", required_argument, NULL, OPT_HTTP_TLS_CERT},
+        {"http-tls-key", required_argument, NULL, OPT_HTTP_TLS_KEY},
+        {"http-tls-ca", required_argument, NULL, OPT_HTTP_TLS_CA},
         {"model-control-mode", required_argument, NULL, OPT_CONTROL_MODE},
         {"repository-poll-ms", required_argument, NULL, OPT_POLL_MS},
         {"max-pending-loads", required_argument, NULL, OPT_MAX_PENDING_LOADS},
@@ -458,6 +519,16 @@ static int parse_args(int argc, char **argv, serve_args *a)
             bad = parse_int("--http-threads", optarg, 256, &v);
             a->http_threads = (int)v;
             break;
+        case OPT_HTTP_HOST: a->http_host = optarg; break;
+        case OPT_METRICS_HOST: a->metrics_host = optarg; break;
+        case OPT_HTTP_MAX_CONNECTIONS:
+        case OPT_HTTP_MAX_PER_IP:
+        case OPT_HTTP_IDLE_TIMEOUT:
+        case OPT_HTTP_HEADER_TIMEOUT:
+        case OPT_HTTP_BODY_TIMEOUT: bad = parse_http_limit(a, opt, flag, optarg); break;
+        case OPT_HTTP_TLS_CERT: a->http.tls_cert = optarg; break;
+        case OPT_HTTP_TLS_KEY: a->http.tls_key = optarg; break;
+        case OPT_HTTP_TLS_CA: a->http.tls_ca = optarg; break;
         case OPT_CONTROL_MODE: {
             int mode = pjs_control_mode_parse(optarg);
             if (mode < 0)
@@ -540,6 +611,11 @@ static int parse_args(int argc, char **argv, serve_args *a)
                                    "--max-inflight-request-bytes must be at least "
                                    "--max-request-bytes (%llu bytes)",
                                    (unsigned long long)a->max_request_bytes);
+    if ((a->http.tls_cert == NULL) != (a->http.tls_key == NULL))
+        return pjs_cli_usage_error("serve", "--http-tls-cert and --http-tls-key go together");
+    if (a->http.tls_ca != NULL && a->http.tls_cert == NULL)
+        return pjs_cli_usage_error("serve",
+                                   "--http-tls-ca needs --http-tls-cert and --http-tls-key");
     if ((a->grpc.tls_cert == NULL) != (a->grpc.tls_key == NULL))
         return pjs_cli_usage_error("serve", "--grpc-tls-cert and --grpc-tls-key go together");
     if (a->grpc.tls_ca != NULL && a->grpc.tls_cert == NULL)
@@ -689,23 +765,28 @@ int pjs_cmd_serve(int argc, char **argv)
     a.grpc.fd_share = (int)files.grpc_share;
     a.grpc.port = a.grpc_port;
     a.grpc.access = access;
-    pjs_http_options ho = {.host = a.host, .port = a.http_port, .threads = a.http_threads};
-    pjs_http_options mo = {.host = a.host, .port = a.metrics_port, .threads = 1};
+    pjs_http_options ho = a.http, mo = a.http;
+    ho.host = a.http_host ? a.http_host : a.host;
+    ho.port = a.http_port;
+    ho.threads = a.http_threads;
+    mo.host = a.metrics_host ? a.metrics_host : a.host;
+    mo.port = a.metrics_port;
+    mo.threads = 1;
     ho.access = mo.access = access;
     rc = PJS_EXIT_OK;
     if (a.grpc_port != 0 && pjs_grpc_frontend_start(server, &a.grpc, &grpc, &err) != 0)
         rc = pjs_cli_fail("gRPC on %s:%d: %s", a.grpc.host, a.grpc_port, err.msg);
     if (rc == PJS_EXIT_OK && a.http_port != 0 &&
         pjs_http_frontend_start(server, &ho, &http, &err) != 0)
-        rc = pjs_cli_fail("HTTP on %s:%d: %s", a.host, a.http_port, err.msg);
+        rc = pjs_cli_fail("HTTP on %s:%d: %s", ho.host, a.http_port, err.msg);
     if (rc == PJS_EXIT_OK && a.metrics_port != 0 &&
         pjs_metrics_frontend_start(server, &mo, &metrics, &err) != 0)
-        rc = pjs_cli_fail("metrics on %s:%d: %s", a.host, a.metrics_port, err.msg);
+        rc = pjs_cli_fail("metrics on %s:%d: %s", mo.host, a.metrics_port, err.msg);
 
     if (rc == PJS_EXIT_OK) {
-        pjs_info("serving: gRPC %s:%d%s, HTTP %s:%d, metrics %s:%d/metrics (ctrl-c stops)",
-                 a.grpc.host, a.grpc_port, a.grpc.tls_cert ? " (TLS)" : "", a.host, a.http_port,
-                 a.host, a.metrics_port);
+        pjs_info("serving: gRPC %s:%d%s, HTTP %s:%d%s, metrics %s:%d/metrics (ctrl-c stops)",
+                 a.grpc.host, a.grpc_port, a.grpc.tls_cert ? " (TLS)" : "", ho.host, a.http_port,
+                 ho.tls_cert ? " (HTTPS)" : "", mo.host, a.metrics_port);
         int sig = 0;
         sigwait(&stop_signals, &sig);
         pjs_server_counters c;

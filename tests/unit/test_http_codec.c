@@ -455,29 +455,113 @@ static void test_inflate(void **state)
     pjs_http_buf out;
     pjs_error err;
     bool used;
+    uint64_t charged;
     pjs_http_buf_init(&out, 1024);
-    assert_int_equal(pjs_http_inflate("deflate", packed, packed_len, &out, &used, &err), 0);
+    assert_int_equal(
+        pjs_http_inflate("deflate", packed, packed_len, &out, NULL, &charged, &used, &err), 0);
     assert_true(used);
+    assert_int_equal(charged, 0); /* no budget, nothing charged */
     assert_int_equal(out.len, strlen(text));
     assert_memory_equal(out.data, text, out.len);
     pjs_http_buf_free(&out);
 
-    pjs_http_buf_init(&out, 10); /* a body that inflates past the limit */
-    assert_int_equal(pjs_http_inflate("deflate", packed, packed_len, &out, &used, &err),
-                     PJS_ERR_INVALID_ARGUMENT);
+    pjs_http_buf_init(&out, 10); /* a body that inflates past the limit: stops there */
+    assert_int_equal(
+        pjs_http_inflate("deflate", packed, packed_len, &out, NULL, &charged, &used, &err),
+        PJS_ERR_RESOURCE_EXHAUSTED);
     assert_non_null(strstr(err.msg, "inflates to more than the limit of 10 bytes"));
+    assert_int_equal(out.len, 10);
     pjs_http_buf_free(&out);
 
     pjs_http_buf_init(&out, 1024);
-    assert_int_equal(pjs_http_inflate("gzip", packed, packed_len, &out, &used, &err),
-                     PJS_ERR_INVALID_ARGUMENT); /* zlib framing is not gzip */
-    assert_int_equal(pjs_http_inflate("br", text, 3, &out, &used, &err), PJS_ERR_UNSUPPORTED);
+    assert_int_equal(
+        pjs_http_inflate("gzip", packed, packed_len, &out, NULL, &charged, &used, &err),
+        PJS_ERR_INVALID_ARGUMENT); /* zlib framing is not gzip */
+    assert_int_equal(pjs_http_inflate("br", text, 3, &out, NULL, &charged, &used, &err),
+                     PJS_ERR_UNSUPPORTED);
     assert_non_null(strstr(err.msg, "Content-Encoding \"br\" is not supported"));
-    assert_int_equal(pjs_http_inflate("identity", text, 3, &out, &used, &err), 0);
+    assert_int_equal(pjs_http_inflate("identity", text, 3, &out, NULL, &charged, &used, &err), 0);
     assert_false(used);
-    assert_int_equal(pjs_http_inflate(NULL, text, 3, &out, &used, &err), 0);
+    assert_int_equal(pjs_http_inflate(NULL, text, 3, &out, NULL, &charged, &used, &err), 0);
     assert_false(used);
     pjs_http_buf_free(&out);
+}
+
+/* A bomb against a byte budget: the memory the output takes is charged as
+ * it grows, inflating stops when the budget refuses, and what was charged
+ * is reported so the caller can give it back. */
+static void test_inflate_budget(void **state)
+{
+    (void)state;
+    size_t plain_len = 4u << 20;
+    unsigned char *zeros = calloc(1, plain_len);
+    uLongf packed_len = compressBound(plain_len);
+    unsigned char *packed = malloc(packed_len);
+    assert_non_null(zeros);
+    assert_non_null(packed);
+    assert_int_equal(compress(packed, &packed_len, zeros, plain_len), Z_OK);
+    pjs_byte_budget budget;
+    pjs_byte_budget_init(&budget, 1u << 20);
+    pjs_http_buf out;
+    pjs_error err;
+    bool used;
+    uint64_t charged;
+    pjs_http_buf_init(&out, 64u << 20);
+    assert_int_equal(
+        pjs_http_inflate("deflate", packed, packed_len, &out, &budget, &charged, &used, &err),
+        PJS_ERR_RESOURCE_EXHAUSTED);
+    assert_non_null(strstr(err.msg, "--max-inflight-request-bytes"));
+    assert_true(out.len < out.limit); /* the budget, not the limit, stopped it */
+    assert_true(charged > 0 && charged <= (1u << 20));
+    assert_int_equal(pjs_byte_budget_used(&budget), charged);
+    pjs_byte_budget_give(&budget, charged);
+    pjs_http_buf_free(&out);
+
+    pjs_byte_budget_init(&budget, 64u << 20); /* room enough: all of it, all charged */
+    pjs_http_buf_init(&out, 64u << 20);
+    assert_int_equal(
+        pjs_http_inflate("deflate", packed, packed_len, &out, &budget, &charged, &used, &err), 0);
+    assert_int_equal(out.len, plain_len);
+    assert_int_equal(charged, out.cap);
+    pjs_http_buf_free(&out);
+    free(packed);
+    free(zeros);
+}
+
+/* The bound on a valid request's body: every input at the largest batch,
+ * each element as its longest JSON text with slack. */
+static void test_infer_body_bound(void **state)
+{
+    (void)state;
+    static const char yaml[] = "format_version: \"2.0\"\n"
+                               "name: mlp\n"
+                               "batch_sizes: [1, 4, 8]\n"
+                               "inputs:\n"
+                               "  - {name: x, dtype: f32, shape: [batch, 16]}\n"
+                               "  - {name: k, dtype: bool, shape: [3]}\n"
+                               "outputs:\n"
+                               "  - {name: y, dtype: f32, shape: [batch, 4]}\n";
+    pjs_manifest m;
+    pjs_error err;
+    assert_int_equal(pjs_manifest_parse(&m, yaml, sizeof yaml - 1, "mlp", &err), 0);
+    uint64_t at8 = pjs_http_infer_body_bound(&m, 8);
+    uint64_t at1 = pjs_http_infer_body_bound(&m, 1);
+    assert_true(at8 > at1);
+    /* x: 128 elements, k: 3, each under 64 bytes; tens of KiB of slack. */
+    assert_true(at8 > 128 * 32 && at8 < 128 * 64 + 3 * 64 + (256u << 10));
+    /* A request tritonclient writes for batch 8 fits well within it. */
+    char body[16384];
+    size_t n = (size_t)snprintf(body, sizeof body,
+                                "{\"inputs\":[{\"name\":\"x\",\"datatype\":\"FP32\","
+                                "\"shape\":[8,16],\"data\":[");
+    for (int i = 0; i < 128; i++)
+        n += (size_t)snprintf(body + n, sizeof body - n, "%s-1.2345678901234567e-308",
+                              i ? ", " : "");
+    n += (size_t)snprintf(body + n, sizeof body - n,
+                          "]},{\"name\":\"k\",\"datatype\":\"BOOL\",\"shape\":[3],"
+                          "\"data\":[false, false, false]}]}");
+    assert_true(n < at8);
+    pjs_manifest_free(&m);
 }
 
 /* ---- shared memory ----------------------------------------------------------- */
@@ -1129,6 +1213,8 @@ int main(void)
         cmocka_unit_test(test_binary_framing_errors),
         cmocka_unit_test(test_binary_size_disagrees_with_shape),
         cmocka_unit_test(test_inflate),
+        cmocka_unit_test(test_inflate_budget),
+        cmocka_unit_test(test_infer_body_bound),
         cmocka_unit_test(test_shared_memory_tensors),
         cmocka_unit_test(test_encode_json),
         cmocka_unit_test(test_encode_binary_in_request_order),

@@ -627,9 +627,10 @@ int pjs_http_infer_encode(const pjs_infer_request *r, const char *model_name,
 /* ---- content encoding and errors --------------------------------------------- */
 
 int pjs_http_inflate(const char *content_encoding, const void *in, size_t len, pjs_http_buf *out,
-                     bool *out_used, pjs_error *err)
+                     pjs_byte_budget *budget, uint64_t *charged, bool *out_used, pjs_error *err)
 {
     *out_used = false;
+    *charged = 0;
     if (content_encoding == NULL || content_encoding[0] == '\0' ||
         strcasecmp(content_encoding, "identity") == 0)
         return 0;
@@ -658,15 +659,24 @@ int pjs_http_inflate(const char *content_encoding, const void *in, size_t len, p
             left -= z.avail_in;
         }
         if (out->len >= out->limit) {
-            rc = pjs_error_set(err, PJS_ERR_INVALID_ARGUMENT,
+            rc = pjs_error_set(err, PJS_ERR_RESOURCE_EXHAUSTED,
                                "the request body inflates to more than the limit of %zu bytes",
                                out->limit);
             break;
         }
         size_t chunk = out->limit - out->len < 64 * 1024 ? out->limit - out->len : 64 * 1024;
+        size_t cap = out->cap;
         rc = pjs_http_buf_reserve(out, chunk, err);
         if (rc != 0)
             break;
+        /* The memory the inflated bytes take, as it grows. */
+        if (budget != NULL && out->cap > cap) {
+            rc = pjs_byte_budget_take_or_fail(budget, out->cap - cap, "the inflated request body",
+                                              err);
+            if (rc != 0)
+                break;
+            *charged += out->cap - cap;
+        }
         size_t room = out->cap - out->len - 1;
         if (room > out->limit - out->len)
             room = out->limit - out->len;
@@ -689,6 +699,78 @@ int pjs_http_inflate(const char *content_encoding, const void *in, size_t len, p
     if (rc == 0)
         out->data[out->len] = '\0';
     return rc;
+}
+
+/* ---- the size a valid request can have ---------------------------------------- */
+
+/* Longest JSON text of one element: "false", "-128", "-2147483648", ...;
+ * floating point as Python or numpy write it ("-1.2345678901234567e-308"),
+ * with room to spare. */
+static uint64_t element_text_max(pjs_dtype t)
+{
+    switch (t) {
+    case PJS_DTYPE_BOOL: return 5;
+    case PJS_DTYPE_U8: return 3;
+    case PJS_DTYPE_I8: return 4;
+    case PJS_DTYPE_U16: return 5;
+    case PJS_DTYPE_I16: return 6;
+    case PJS_DTYPE_U32: return 10;
+    case PJS_DTYPE_I32: return 11;
+    case PJS_DTYPE_U64:
+    case PJS_DTYPE_I64: return 20;
+    default: return 32;
+    }
+}
+
+/* Per element besides its text: a comma, the brackets of nested lists
+ * (at most two per dimension) and indentation. */
+#define ELEMENT_SLACK_BYTES 24u
+/* Per input: name, datatype, shape and parameters. */
+#define INPUT_SLACK_BYTES 4096u
+/* Per request: id, parameters, the list of requested outputs. */
+#define REQUEST_SLACK_BYTES (64u * 1024u)
+
+static uint64_t add_sat(uint64_t a, uint64_t b)
+{
+    return a > UINT64_MAX - b ? UINT64_MAX : a + b;
+}
+
+static uint64_t mul_sat(uint64_t a, uint64_t b)
+{
+    return b != 0 && a > UINT64_MAX / b ? UINT64_MAX : a * b;
+}
+
+/* Bytes the inputs `in[n]` can take; UINT64_MAX: unbounded. */
+static uint64_t inputs_bound(const pjs_tensor_spec *in, size_t n, int64_t max_batch)
+{
+    uint64_t total = 0;
+    for (size_t i = 0; i < n; i++) {
+        uint64_t elements = 1;
+        for (int d = 0; d < in[i].shape.rank; d++) {
+            int64_t extent = d == 0 && in[i].batched ? max_batch : in[i].shape.dims[d];
+            if (extent < 0)
+                return UINT64_MAX;
+            elements = mul_sat(elements, (uint64_t)extent);
+        }
+        uint64_t per = element_text_max(in[i].dtype) + ELEMENT_SLACK_BYTES +
+                       2u * (uint64_t)in[i].shape.rank;
+        total = add_sat(total, add_sat(mul_sat(elements, per), INPUT_SLACK_BYTES));
+    }
+    return total;
+}
+
+uint64_t pjs_http_infer_body_bound(const pjs_manifest *m, int64_t max_batch)
+{
+    if (max_batch < 1)
+        max_batch = 1;
+    uint64_t most = inputs_bound(m->inputs, m->n_inputs, max_batch);
+    for (size_t v = 0; v < m->n_variants; v++) {
+        uint64_t b = inputs_bound(m->variants[v].inputs, m->n_inputs, max_batch);
+        most = b > most ? b : most;
+    }
+    uint64_t outputs = mul_sat((uint64_t)m->n_outputs, INPUT_SLACK_BYTES);
+    uint64_t bound = add_sat(most, add_sat(outputs, REQUEST_SLACK_BYTES));
+    return bound == UINT64_MAX ? 0 : bound;
 }
 
 int pjs_http_error_json(const char *msg, pjs_http_buf *out, pjs_error *err)

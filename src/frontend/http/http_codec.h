@@ -36,7 +36,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "core/byte_budget.h"
 #include "core/infer.h"
+#include "core/manifest.h"
 #include "core/shm.h"
 #include "core/status.h"
 #include "frontend/http/http_buf.h"
@@ -111,10 +113,26 @@ int pjs_http_infer_encode(const pjs_infer_request *r, const char *model_name,
                           pjs_error *err);
 
 /* Undoes Content-Encoding (NULL, "" or "identity": copies nothing and sets
- * *out_used to false). gzip and deflate are inflated into `out` (whose limit
- * bounds the result); anything else is UNSUPPORTED. */
+ * *out_used to false). gzip and deflate are inflated into `out`, whose limit
+ * bounds the result: inflating stops as soon as it is reached
+ * (RESOURCE_EXHAUSTED, with out->len == out->limit). The memory `out` grows
+ * by is taken from `budget` (NULL: none) as it grows and added to *charged,
+ * success or not; the caller gives it back. A take refused is
+ * RESOURCE_EXHAUSTED with out->len below the limit. Corrupt or truncated
+ * data is INVALID_ARGUMENT, another encoding UNSUPPORTED. */
 int pjs_http_inflate(const char *content_encoding, const void *in, size_t len, pjs_http_buf *out,
-                     bool *out_used, pjs_error *err);
+                     pjs_byte_budget *budget, uint64_t *charged, bool *out_used,
+                     pjs_error *err);
+
+/* An upper bound on the size of the body of any valid REST inference
+ * request for a model whose manifest is m, at batch sizes up to max_batch:
+ * every input of the largest variant at max_batch, each element written as
+ * the longest JSON text of its datatype with room for separators, brackets
+ * and indentation, plus slack for names, shapes and parameters. Binary
+ * tensors are smaller than their JSON text, so the bound holds for them too.
+ * 0 when no bound can be given (an extent that is not known: manifests
+ * have none but the batch axis today). */
+uint64_t pjs_http_infer_body_bound(const pjs_manifest *m, int64_t max_batch);
 
 /* Writes {"error": msg} into out; msg need not be valid UTF-8. */
 int pjs_http_error_json(const char *msg, pjs_http_buf *out, pjs_error *err);

@@ -23,11 +23,14 @@
 #include "frontend/http/http_internal.h"
 
 #include <errno.h>
+#include <malloc.h>
 #include <netdb.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
@@ -92,6 +95,12 @@ static void reply_error_text(pjs__http_call *c, unsigned status, const char *msg
 void pjs__http_reply_error(pjs__http_call *c, const pjs_error *err)
 {
     reply_error_text(c, (unsigned)pjs_status_to_http(err->code), err->msg);
+}
+
+void pjs__http_reply_error_status(pjs__http_call *c, unsigned status, const pjs_error *err)
+{
+    reply_error_text(c, status != 0 ? status : (unsigned)pjs_status_to_http(err->code),
+                     err->msg);
 }
 
 void pjs__http_reply_message(pjs__http_call *c, unsigned status, const char *fmt, ...)
@@ -211,12 +220,78 @@ void pjs__http_defer(pjs__http_call *c, void (*fn)(pjs__http_call *c))
 
 /* ---- the request lifecycle ------------------------------------------------ */
 
-/* Refuses a body (the reply goes out once the handler may queue it). */
-static void refuse_body(pjs__http_call *c, const char *what, size_t size)
+/* Refuses the body with `status` (the reply goes out once the handler may
+ * queue it) and lets go of what was kept of it. */
+static void refuse_body(pjs__http_call *c, unsigned status, pjs_status code, const char *fmt,
+                        ...) __attribute__((format(printf, 4, 5)));
+static void refuse_body(pjs__http_call *c, unsigned status, pjs_status code, const char *fmt,
+                        ...)
 {
-    pjs_error_set(&c->body_error, PJS_ERR_INVALID_ARGUMENT,
-                  "%s of %zu bytes exceeds the limit of %zu bytes", what, size,
-                  (size_t)PJS_HTTP_MAX_BODY);
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(c->body_error.msg, sizeof c->body_error.msg, fmt, ap);
+    va_end(ap);
+    c->body_error.code = code;
+    c->body_status = status;
+    pjs_http_buf_free(&c->body);
+    pjs_byte_budget_give(pjs_server_request_budget(c->fe->server), c->budget_taken);
+    c->budget_taken = 0;
+}
+
+/* 413 for a body (or its inflated bytes) of `size` bytes over the limit. */
+static void refuse_too_large(pjs__http_call *c, const char *what, unsigned long long size)
+{
+    refuse_body(c, 413, PJS_ERR_RESOURCE_EXHAUSTED,
+                "%s of %llu bytes exceeds %s", what, size, c->limit_what);
+}
+
+/* Whether the request declares a Content-Encoding other than identity. */
+static bool declares_encoding(struct MHD_Connection *conn)
+{
+    const char *e =
+        MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_ENCODING);
+    return e != NULL && e[0] != '\0' && strcasecmp(e, "identity") != 0;
+}
+
+/* What the headers say about the body, decided before any of it is read. */
+static void judge_declared_body(pjs__http_call *c)
+{
+    pjs_server *s = c->fe->server;
+    uint64_t cap = pjs_server_max_request_bytes(s);
+    c->body_limit = cap < PJS_HTTP_MAX_BODY ? (size_t)cap : PJS_HTTP_MAX_BODY;
+    snprintf(c->limit_what, sizeof c->limit_what,
+             "the server's limit of %zu bytes (raise it with --max-request-bytes)",
+             c->body_limit);
+    c->encoded = declares_encoding(c->conn);
+    c->takes_body = !c->fe->metrics && strcmp(c->method, "POST") == 0;
+    if (c->encoded && !c->takes_body) {
+        refuse_body(c, 415, PJS_ERR_UNSUPPORTED,
+                    "%s %.256s takes no body: Content-Encoding is accepted only on POST requests "
+                    "to the REST endpoints, and nothing was inflated",
+                    c->method, c->url);
+        return;
+    }
+    char model[256], version[64];
+    if (c->takes_body && pjs__http_infer_path(c->url, model, sizeof model, version,
+                                              sizeof version) &&
+        !pjs__http_infer_limit(c, model, version))
+        return;
+    const char *declared =
+        MHD_lookup_connection_value(c->conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
+    unsigned long long length = declared ? strtoull(declared, NULL, 10) : 0;
+    pjs_byte_budget *budget = pjs_server_request_budget(s);
+    uint64_t used = pjs_byte_budget_used(budget);
+    if (length > cap)
+        refuse_too_large(c, "a request body", length);
+    else if (c->takes_body && length > c->body_limit)
+        refuse_too_large(c, "a request body", length);
+    else if (c->takes_body && length > 0 && budget->limit != 0 &&
+             (used >= budget->limit || length > budget->limit - used))
+        refuse_body(c, 429, PJS_ERR_RESOURCE_EXHAUSTED,
+                    "a request body of %llu bytes does not fit in what is left of the server's "
+                    "budget of %llu bytes for requests in flight "
+                    "(--max-inflight-request-bytes); retry later",
+                    length, (unsigned long long)budget->limit);
 }
 
 static pjs__http_call *call_create(pjs_http_frontend *fe, struct MHD_Connection *conn,
@@ -230,16 +305,17 @@ static pjs__http_call *call_create(pjs_http_frontend *fe, struct MHD_Connection 
     c->conn = conn;
     c->method = method;
     c->url = url;
+    c->track = pjs__http_conn_of(conn);
+    pjs__http_conn_phase(c, PJS_HTTP_PHASE_BODY);
     pjs_http_buf_init(&c->body, PJS_HTTP_MAX_BODY);
-    const char *declared =
-        MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
-    unsigned long long length = declared ? strtoull(declared, NULL, 10) : 0;
-    if (length > PJS_HTTP_MAX_BODY)
-        refuse_body(c, "request body", (size_t)length);
-    else if (length > 0 && pjs_http_buf_reserve(&c->body, (size_t)length, &c->body_error) != 0)
-        c->body_error.code = PJS_ERR_UNAVAILABLE; /* out of memory: try again later */
+    judge_declared_body(c);
+    c->body.limit = c->body_limit;
     return c;
 }
+
+/* Buffers past this size leave the heap trimmed when they are freed, so a
+ * refused bomb does not stay resident. */
+#define TRIM_AFTER_BYTES ((size_t)8 << 20)
 
 static void call_free(pjs__http_call *c)
 {
@@ -247,50 +323,81 @@ static void call_free(pjs__http_call *c)
     pjs__http_infer_discard(c);
     reply_clear(&c->reply);
     pjs_http_buf_free(&c->body);
+    pjs_byte_budget_give(pjs_server_request_budget(fe->server), c->budget_taken);
+    bool trim = c->body_peak >= TRIM_AFTER_BYTES;
     free(c);
+    if (trim)
+        malloc_trim(0);
     count_add(fe, &fe->open_calls, -1);
 }
 
 static void append_body(pjs__http_call *c, const char *data, size_t size)
 {
-    if (c->body_error.code != PJS_OK)
-        return; /* refused: read to the end, keep nothing */
+    if (c->body_error.code != PJS_OK || !c->takes_body)
+        return; /* refused, or a request that takes no body: read to the end, keep nothing */
     if (size > c->body.limit - c->body.len) {
-        refuse_body(c, "request body", c->body.len + size);
-        pjs_http_buf_free(&c->body);
+        refuse_too_large(c, "a request body", (unsigned long long)c->body.len + size);
         return;
     }
-    pjs_http_buf_append(&c->body, data, size, &c->body_error);
+    pjs_error err;
+    if (pjs_byte_budget_take_or_fail(pjs_server_request_budget(c->fe->server), size,
+                                     "a request body", &err) != 0) {
+        refuse_body(c, 429, err.code, "%s", err.msg);
+        return;
+    }
+    c->budget_taken += size;
+    if (pjs_http_buf_append(&c->body, data, size, &err) != 0) {
+        refuse_body(c, 503, PJS_ERR_UNAVAILABLE, "out of memory receiving the body; retry later");
+        return;
+    }
+    if (c->body.cap > c->body_peak)
+        c->body_peak = c->body.cap;
 }
 
-/* Replaces a compressed body with its inflated bytes. */
-static int inflate_body(pjs__http_call *c, pjs_error *err)
+bool pjs__http_body_ready(pjs__http_call *c)
 {
+    if (!c->encoded)
+        return true;
     const char *encoding =
         MHD_lookup_connection_value(c->conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_ENCODING);
+    pjs_byte_budget *budget = pjs_server_request_budget(c->fe->server);
     pjs_http_buf plain;
+    pjs_error err;
     bool used = false;
-    pjs_http_buf_init(&plain, PJS_HTTP_MAX_BODY);
-    int rc = pjs_http_inflate(encoding, c->body.data, c->body.len, &plain, &used, err);
-    if (rc != 0 || !used) {
+    uint64_t charged = 0;
+    pjs_http_buf_init(&plain, c->body_limit);
+    int rc = pjs_http_inflate(encoding, c->body.data, c->body.len, &plain, budget, &charged,
+                              &used, &err);
+    if (plain.cap > c->body_peak)
+        c->body_peak = plain.cap;
+    c->encoded = false;
+    if (rc != 0 && plain.len >= plain.limit) {
         pjs_http_buf_free(&plain);
-        return rc;
+        pjs_byte_budget_give(budget, charged);
+        refuse_too_large(c, "the inflated request body", (unsigned long long)plain.limit + 1);
+        pjs__http_reply_error_status(c, c->body_status, &c->body_error);
+        return false;
     }
+    if (rc != 0) {
+        pjs_http_buf_free(&plain);
+        pjs_byte_budget_give(budget, charged);
+        pjs__http_reply_error(c, &err);
+        return false;
+    }
+    /* The compressed bytes go, and their share of the budget with them. */
+    pjs_byte_budget_give(budget, c->budget_taken);
+    c->budget_taken = charged;
     pjs_http_buf_free(&c->body);
     c->body = plain;
-    return 0;
+    return true;
 }
 
 static void dispatch(pjs__http_call *c)
 {
-    pjs_error err;
     c->dispatched = true;
+    pjs__http_conn_phase(c, PJS_HTTP_PHASE_ANSWERING);
     if (c->body_error.code != PJS_OK) {
-        pjs__http_reply_error(c, &c->body_error);
-        return;
-    }
-    if (inflate_body(c, &err) != 0) {
-        pjs__http_reply_error(c, &err);
+        pjs__http_reply_error_status(c, c->body_status, &c->body_error);
         return;
     }
     if (c->fe->metrics)
@@ -317,9 +424,10 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         }
         if (c->body_error.code == PJS_OK)
             return MHD_YES;
-        /* A declared body over the limit is refused before it is sent. */
+        /* A body refused on what its headers say is refused before it is sent. */
         c->dispatched = true;
-        pjs__http_reply_error(c, &c->body_error);
+        pjs__http_conn_phase(c, PJS_HTTP_PHASE_ANSWERING);
+        pjs__http_reply_error_status(c, c->body_status, &c->body_error);
         return queue_reply(c);
     }
     if (*upload_data_size > 0) {
@@ -345,8 +453,11 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
     (void)cls;
     (void)conn;
     (void)toe;
-    if (*con_cls != NULL)
-        call_free(*con_cls);
+    pjs__http_call *c = *con_cls;
+    if (c != NULL) {
+        pjs__http_conn_phase(c, PJS_HTTP_PHASE_KEEPALIVE);
+        call_free(c);
+    }
     *con_cls = NULL;
 }
 
@@ -358,7 +469,9 @@ static void log_mhd(void *cls, const char *fmt, va_list ap)
     size_t n = strlen(msg);
     while (n > 0 && msg[n - 1] == '\n')
         msg[--n] = '\0';
-    pjs_warn("http %s: %s", fe->address, msg);
+    /* Rate-limited: a resource error (a full connection table, no
+     * descriptors left) repeats as fast as clients connect. */
+    pjs_log_limited(&fe->mhd_log, PJS_LOG_WARN, "http %s: %s", fe->address, msg);
 }
 
 /* ---- start and stop ------------------------------------------------------- */
@@ -413,6 +526,154 @@ static unsigned default_threads(void)
     return cpus > DEFAULT_THREADS_MAX ? DEFAULT_THREADS_MAX : (unsigned)cpus;
 }
 
+/* Connections a default start allows at most, and the share of the soft
+ * descriptor limit it keeps under (gRPC, the other HTTP port, model files and
+ * the PJRT plugin need descriptors too). */
+#define DEFAULT_MAX_CONNECTIONS 1000u
+#define DEFAULT_MAX_CONNECTIONS_PER_IP 256u
+#define DEFAULT_IDLE_TIMEOUT_S 60u
+#define DEFAULT_HEADER_TIMEOUT_S 10u
+#define DEFAULT_BODY_TIMEOUT_S 60u
+/* Largest PEM file read for HTTPS. */
+#define PEM_MAX_BYTES ((size_t)1 << 20)
+
+static uint64_t soft_file_limit(void)
+{
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) != 0 || rl.rlim_cur == RLIM_INFINITY)
+        return UINT64_MAX;
+    return (uint64_t)rl.rlim_cur;
+}
+
+/* Fills fe->opts from o with the defaults of the zero fields. */
+static void resolve_options(pjs_http_frontend *fe, const pjs_http_options *o)
+{
+    pjs_http_options *r = &fe->opts;
+    *r = *o;
+    uint64_t files = soft_file_limit();
+    if (r->max_connections == 0) {
+        uint64_t quarter = files / 4;
+        r->max_connections = quarter < DEFAULT_MAX_CONNECTIONS ? (unsigned)quarter
+                                                              : DEFAULT_MAX_CONNECTIONS;
+        if (r->max_connections < 16)
+            r->max_connections = 16;
+    } else if (files != UINT64_MAX && r->max_connections + 64u > files) {
+        pjs_warn("%s: %u connections (--http-max-connections) come close to the file "
+                 "descriptor limit of %llu: raise `ulimit -n` or lower the cap",
+                 fe->address, r->max_connections, (unsigned long long)files);
+    }
+    if (r->max_connections_per_ip == 0)
+        r->max_connections_per_ip = DEFAULT_MAX_CONNECTIONS_PER_IP;
+    if (r->idle_timeout_s == 0)
+        r->idle_timeout_s = DEFAULT_IDLE_TIMEOUT_S;
+    if (r->header_timeout_s == 0)
+        r->header_timeout_s = DEFAULT_HEADER_TIMEOUT_S;
+    if (r->body_timeout_s == 0)
+        r->body_timeout_s = DEFAULT_BODY_TIMEOUT_S;
+}
+
+/* Reads a PEM file given by `flag` into a NUL-terminated string. */
+static int read_pem(const char *flag, const char *path, char **out, pjs_error *err)
+{
+    *out = NULL;
+    FILE *f = fopen(path, "rb");
+    if (f == NULL)
+        return pjs_error_set(err, PJS_ERR_IO, "%s %s: cannot open: %s", flag, path,
+                             strerror(errno));
+    /* One byte more than the largest file, to tell a file that is too large. */
+    char *text = malloc(PEM_MAX_BYTES + 2);
+    size_t n = text ? fread(text, 1, PEM_MAX_BYTES + 1, f) : 0;
+    int failed = text == NULL || ferror(f);
+    fclose(f);
+    if (failed) {
+        free(text);
+        return pjs_error_set(err, PJS_ERR_IO, "%s %s: cannot read it", flag, path);
+    }
+    text[n] = '\0';
+    if (n > PEM_MAX_BYTES || strstr(text, "-----BEGIN") == NULL) {
+        free(text);
+        return pjs_error_set(err, PJS_ERR_INVALID_ARGUMENT,
+                             "%s %s: not a PEM file (expected \"-----BEGIN ...\", at most %zu "
+                             "bytes)",
+                             flag, path, PEM_MAX_BYTES);
+    }
+    *out = text;
+    return 0;
+}
+
+static void free_pem(pjs_http_frontend *fe)
+{
+    free(fe->tls_key_pem);
+    free(fe->tls_cert_pem);
+    free(fe->tls_ca_pem);
+}
+
+/* Reads the HTTPS files, after checking that libmicrohttpd has TLS. */
+static int load_tls(pjs_http_frontend *fe, pjs_error *err)
+{
+    const pjs_http_options *o = &fe->opts;
+    if (o->tls_cert == NULL)
+        return 0;
+    if (MHD_is_feature_supported(MHD_FEATURE_TLS) != MHD_YES)
+        return pjs_error_set(err, PJS_ERR_UNSUPPORTED,
+                             "this libmicrohttpd was built without TLS: HTTPS "
+                             "(--http-tls-cert) is not available");
+    int rc = read_pem("--http-tls-cert", o->tls_cert, &fe->tls_cert_pem, err);
+    if (rc == 0)
+        rc = read_pem("--http-tls-key", o->tls_key, &fe->tls_key_pem, err);
+    if (rc == 0 && o->tls_ca != NULL)
+        rc = read_pem("--http-tls-ca", o->tls_ca, &fe->tls_ca_pem, err);
+    return rc;
+}
+
+/* Starts the libmicrohttpd daemon on the listening socket fd. */
+static struct MHD_Daemon *start_daemon(pjs_http_frontend *fe, int fd, unsigned threads)
+{
+    const pjs_http_options *o = &fe->opts;
+    struct MHD_OptionItem opts[20];
+    size_t n = 0;
+#define OPT(name, v, p) (opts[n++] = (struct MHD_OptionItem){(name), (intptr_t)(v), (p)})
+    OPT(MHD_OPTION_EXTERNAL_LOGGER, log_mhd, fe);
+    OPT(MHD_OPTION_LISTEN_SOCKET, fd, NULL);
+    OPT(MHD_OPTION_NOTIFY_COMPLETED, on_completed, fe);
+    OPT(MHD_OPTION_NOTIFY_CONNECTION, pjs__http_conn_notify, fe);
+    OPT(MHD_OPTION_URI_LOG_CALLBACK, pjs__http_conn_request_line, fe);
+    OPT(MHD_OPTION_CONNECTION_MEMORY_LIMIT, CONNECTION_MEMORY, NULL);
+    OPT(MHD_OPTION_CONNECTION_LIMIT, o->max_connections, NULL);
+    OPT(MHD_OPTION_PER_IP_CONNECTION_LIMIT, o->max_connections_per_ip, NULL);
+    OPT(MHD_OPTION_CONNECTION_TIMEOUT, o->idle_timeout_s, NULL);
+    /* One thread is libmicrohttpd's internal polling thread; more, a pool of
+     * them (it refuses a pool of one). */
+    if (threads > 1)
+        OPT(MHD_OPTION_THREAD_POOL_SIZE, threads, NULL);
+    if (fe->tls_cert_pem != NULL) {
+        OPT(MHD_OPTION_HTTPS_MEM_CERT, 0, fe->tls_cert_pem);
+        OPT(MHD_OPTION_HTTPS_MEM_KEY, 0, fe->tls_key_pem);
+        if (fe->tls_ca_pem != NULL)
+            OPT(MHD_OPTION_HTTPS_MEM_TRUST, 0, fe->tls_ca_pem);
+    }
+    OPT(MHD_OPTION_END, 0, NULL);
+#undef OPT
+    unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME |
+                     MHD_USE_ERROR_LOG;
+    if (fe->tls_cert_pem != NULL)
+        flags |= MHD_USE_TLS;
+    return MHD_start_daemon(flags, 0, NULL, NULL, on_request, fe, MHD_OPTION_ARRAY, opts,
+                            MHD_OPTION_END);
+}
+
+/* Frees a front end that never started or has stopped. */
+static void frontend_free(pjs_http_frontend *fe)
+{
+    pjs_work_pool_destroy(fe->jobs_pool);
+    pthread_cond_destroy(&fe->conn_wake);
+    pthread_mutex_destroy(&fe->conn_lock);
+    pthread_cond_destroy(&fe->idle);
+    pthread_mutex_destroy(&fe->lock);
+    free_pem(fe);
+    free(fe);
+}
+
 static int frontend_start(pjs_server *s, const pjs_http_options *o, bool metrics,
                           pjs_http_frontend **out, pjs_error *err)
 {
@@ -426,10 +687,18 @@ static int frontend_start(pjs_server *s, const pjs_http_options *o, bool metrics
     fe->access = o->access;
     pthread_mutex_init(&fe->lock, NULL);
     pthread_cond_init(&fe->idle, NULL);
+    pthread_mutex_init(&fe->conn_lock, NULL);
+    pthread_condattr_t monotonic;
+    pthread_condattr_init(&monotonic);
+    pthread_condattr_setclock(&monotonic, CLOCK_MONOTONIC);
+    pthread_cond_init(&fe->conn_wake, &monotonic);
+    pthread_condattr_destroy(&monotonic);
     atomic_init(&fe->stopping, false);
+    snprintf(fe->address, sizeof fe->address, "%s:%d", host, o->port);
+    resolve_options(fe, o);
     int fd = -1;
-    int rc = 0;
-    if (!metrics)
+    int rc = load_tls(fe, err);
+    if (rc == 0 && !metrics)
         rc = pjs_work_pool_create("REST control requests", HTTP_JOB_THREADS, HTTP_JOB_QUEUE,
                                   &fe->jobs_pool, err);
     if (rc == 0)
@@ -438,29 +707,35 @@ static int frontend_start(pjs_server *s, const pjs_http_options *o, bool metrics
         goto fail;
     snprintf(fe->address, sizeof fe->address, "%s:%d", host, bound_port(fd, o->port));
     unsigned threads = o->threads > 0 ? (unsigned)o->threads : metrics ? 1 : default_threads();
-    /* One thread is libmicrohttpd's internal polling thread; more, a pool of
-     * them (it refuses a pool of one). */
-    fe->daemon = MHD_start_daemon(
-        MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME |
-            MHD_USE_ERROR_LOG,
-        0, NULL, NULL, on_request, fe, MHD_OPTION_EXTERNAL_LOGGER, log_mhd, fe,
-        MHD_OPTION_LISTEN_SOCKET, fd, MHD_OPTION_NOTIFY_COMPLETED, on_completed, fe,
-        MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)CONNECTION_MEMORY,
-        threads > 1 ? MHD_OPTION_THREAD_POOL_SIZE : MHD_OPTION_END, threads, MHD_OPTION_END);
-    if (fe->daemon == NULL) {
+    rc = pjs__http_watchdog_start(fe, err);
+    if (rc != 0) {
         close(fd);
-        rc = pjs_error_set(err, PJS_ERR_IO, "cannot start the HTTP server on %s", fe->address);
         goto fail;
     }
-    pjs_info("%s listening on %s (%u thread%s)", metrics ? "metrics" : "HTTP/REST", fe->address,
-             threads, threads == 1 ? "" : "s");
+    fe->daemon = start_daemon(fe, fd, threads);
+    if (fe->daemon == NULL) {
+        close(fd);
+        pjs__http_watchdog_stop(fe);
+        rc = pjs_error_set(err, PJS_ERR_IO, "cannot start the %s server on %s%s",
+                           fe->tls_cert_pem ? "HTTPS" : "HTTP", fe->address,
+                           fe->tls_cert_pem ? " (is --http-tls-key the private key of the "
+                                              "certificate in --http-tls-cert, both PEM?)"
+                                            : "");
+        goto fail;
+    }
+    const pjs_http_options *r = &fe->opts;
+    pjs_info("%s listening on %s%s (%u thread%s; at most %u connections, %u per client "
+             "address; idle timeout %u s, headers within %u s, bodies within %u s)",
+             metrics ? "metrics" : "HTTP/REST", fe->address,
+             fe->tls_ca_pem     ? " with HTTPS and client certificates"
+             : fe->tls_cert_pem ? " with HTTPS"
+                                : "",
+             threads, threads == 1 ? "" : "s", r->max_connections, r->max_connections_per_ip,
+             r->idle_timeout_s, r->header_timeout_s, r->body_timeout_s);
     *out = fe;
     return 0;
 fail:
-    pjs_work_pool_destroy(fe->jobs_pool);
-    pthread_cond_destroy(&fe->idle);
-    pthread_mutex_destroy(&fe->lock);
-    free(fe);
+    frontend_free(fe);
     return rc;
 }
 
@@ -503,8 +778,6 @@ void pjs_http_frontend_stop(pjs_http_frontend *f)
         close(listener);
     wait_for_calls(f);
     MHD_stop_daemon(f->daemon);
-    pjs_work_pool_destroy(f->jobs_pool);
-    pthread_cond_destroy(&f->idle);
-    pthread_mutex_destroy(&f->lock);
-    free(f);
+    pjs__http_watchdog_stop(f);
+    frontend_free(f);
 }

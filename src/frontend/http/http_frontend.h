@@ -16,6 +16,15 @@ typedef struct pjs_http_options {
     const char *host; /* bind address, e.g. "0.0.0.0" */
     int port;         /* e.g. 8000 (REST) or 8002 (metrics) */
     int threads;      /* connection threads; 0: a default */
+    /* Connections (0 picks the default in brackets). */
+    unsigned max_connections;        /* open at once [min(1000, a quarter of the file limit)] */
+    unsigned max_connections_per_ip; /* from one client address [256] */
+    unsigned idle_timeout_s;         /* close a connection silent this long [60] */
+    unsigned header_timeout_s;       /* a request's headers must be in within this [10] */
+    unsigned body_timeout_s;         /* ... and its body within this after them [60] */
+    /* HTTPS: PEM files; NULL: plain HTTP. With tls_ca, clients must present
+     * a certificate that CA signed (mutual TLS). */
+    const char *tls_cert, *tls_key, *tls_ca;
     const pjs_access *access; /* who may call what; NULL: no tokens (frontend/access.h) */
 } pjs_http_options;
 

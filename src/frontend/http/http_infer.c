@@ -15,6 +15,7 @@
  */
 #include "frontend/http/http_internal.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 
 /* Frees the decoded request and releases what the server handed back. */
@@ -74,11 +75,30 @@ static void on_infer_done(pjs_infer_request *r)
     MHD_resume_connection(c->conn); /* the last touch of the call */
 }
 
+bool pjs__http_infer_limit(pjs__http_call *c, const char *model, const char *version)
+{
+    pjs_model *m = NULL;
+    if (pjs_server_get_model(c->fe->server, model, version, &m, &c->body_error) != 0)
+        return false; /* answered at once, before the body is read */
+    uint64_t bound = pjs_http_infer_body_bound(pjs_model_manifest(m), m->max_batch_size);
+    if (bound != 0 && bound < c->body_limit) {
+        c->body_limit = (size_t)bound;
+        snprintf(c->limit_what, sizeof c->limit_what,
+                 "%llu bytes, more than any valid request for model \"%.64s\" can take (its "
+                 "inputs at batch size %lld, written as JSON)",
+                 (unsigned long long)bound, m->name, (long long)m->max_batch_size);
+    }
+    pjs_model_unref(m);
+    return true;
+}
+
 void pjs__http_infer(pjs__http_call *c, const char *model, const char *version)
 {
     pjs_server *s = c->fe->server;
     pjs_error err;
     pjs_model *m = NULL;
+    if (!pjs__http_body_ready(c))
+        return;
     int rc = pjs_server_get_model(s, model, version, &m, &err);
     if (rc != 0) {
         pjs__http_reply_error(c, &err);

@@ -22,6 +22,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 
+#include "core/log.h"
 #include "core/status.h"
 #include "core/work_pool.h"
 #include "frontend/http/http_buf.h"
@@ -29,12 +30,44 @@
 #include "frontend/http/http_frontend.h"
 #include "server/server.h"
 
+/* One TCP connection as the deadline watchdog sees it (http_conn.c).
+ * Created when libmicrohttpd accepts the connection, freed when it closes;
+ * every field is guarded by the front end's conn_lock. */
+typedef struct pjs__http_conn {
+    struct pjs__http_conn *prev, *next; /* the front end's list of connections */
+    int fd;
+    int phase;            /* a pjs__http_phase */
+    uint64_t deadline_ms; /* monotonic; 0: none in this phase */
+    bool cut;             /* the watchdog shut it down */
+} pjs__http_conn;
+
+/* Where a connection is; each phase but ANSWERING has a deadline. */
+typedef enum pjs__http_phase {
+    PJS_HTTP_PHASE_HEADERS,   /* from accept, or the next request line, to the headers' end */
+    PJS_HTTP_PHASE_BODY,      /* from the headers' end to the body's end */
+    PJS_HTTP_PHASE_ANSWERING, /* the request is complete; its reply is being made or sent */
+    PJS_HTTP_PHASE_KEEPALIVE, /* between requests: the next request line must come in time */
+} pjs__http_phase;
+
 struct pjs_http_frontend {
     pjs_server *server;
     struct MHD_Daemon *daemon;
     bool metrics; /* serves GET /metrics only */
     const pjs_access *access; /* consulted once a request's headers are in */
     char address[300]; /* "host:port", for messages */
+    pjs_http_options opts; /* as started, defaults filled in (strings borrowed) */
+    pjs_log_limiter mhd_log;   /* libmicrohttpd's own messages */
+    pjs_log_limiter cut_log;   /* connections cut at a deadline */
+    char *tls_cert_pem, *tls_key_pem, *tls_ca_pem; /* HTTPS: the files' text, or NULL */
+
+    /* Deadlines (http_conn.c): every open connection, and the watchdog
+     * thread that shuts down those past their phase's deadline. */
+    pthread_mutex_t conn_lock;
+    pthread_cond_t conn_wake;
+    pjs__http_conn *conns;      /* guarded by conn_lock */
+    bool watchdog_stop;         /* guarded by conn_lock */
+    bool watchdog_running;
+    pthread_t watchdog;
 
     /* Shutdown bookkeeping. Stop waits for every deferred job (each holds a
      * suspended connection, which must be resumed before the daemon stops)
@@ -68,8 +101,19 @@ typedef struct pjs__http_call {
     struct MHD_Connection *conn;
     const char *method; /* libmicrohttpd's strings, valid for the request */
     const char *url;
-    pjs_http_buf body;  /* the request body, decompressed once complete */
+    pjs__http_conn *track; /* the connection's deadline record, or NULL */
+    /* The body. Only POST requests on the REST port keep one (others' bytes
+     * are read and dropped); its bytes are taken from the server's request
+     * budget as they arrive and given back when the call is freed. */
+    bool takes_body;
+    bool encoded;         /* Content-Encoding other than identity; inflated on first use */
+    pjs_http_buf body;    /* limit: body_limit */
+    size_t body_limit;    /* --max-request-bytes, or less for an inference (model bound) */
+    char limit_what[200]; /* what body_limit is, for messages */
+    uint64_t budget_taken; /* bytes taken from the request budget */
+    size_t body_peak;     /* largest buffer the call held (trim the heap after a big one) */
     pjs_error body_error; /* code set when the body was refused */
+    unsigned body_status; /* the HTTP status of body_error; 0: from its code */
     bool dispatched;      /* the route ran */
     bool waiting;         /* suspended until the reply is stored */
     pjs__http_reply reply;
@@ -89,6 +133,31 @@ void pjs__http_reply_empty(pjs__http_call *c, unsigned status);
 /* Takes the bytes of b as the body. */
 void pjs__http_reply_buf(pjs__http_call *c, unsigned status, pjs_http_buf *b,
                          const char *content_type);
+
+/* Makes the body plain: inflates an encoded one (once) within body_limit
+ * and the request budget. false: an error reply is stored. Every route that
+ * reads the body calls this first. */
+bool pjs__http_body_ready(pjs__http_call *c);
+
+/* Stores an error reply for `err` with HTTP status `status` (0: from its code). */
+void pjs__http_reply_error_status(pjs__http_call *c, unsigned status, const pjs_error *err);
+
+/* ---- connection deadlines (http_conn.c) ------------------------------------ */
+
+/* libmicrohttpd's MHD_OPTION_NOTIFY_CONNECTION callback (cls: the front end):
+ * tracks the connection from accept to close; with mutual TLS, makes the
+ * handshake require and verify a client certificate. */
+void pjs__http_conn_notify(void *cls, struct MHD_Connection *conn, void **socket_context,
+                           enum MHD_ConnectionNotificationCode toe);
+/* libmicrohttpd's MHD_OPTION_URI_LOG_CALLBACK: a request line arrived. */
+void *pjs__http_conn_request_line(void *cls, const char *uri, struct MHD_Connection *conn);
+/* Moves the connection of c to `phase`, starting that phase's deadline. */
+void pjs__http_conn_phase(pjs__http_call *c, pjs__http_phase phase);
+/* The connection's record (its socket context), or NULL. */
+pjs__http_conn *pjs__http_conn_of(struct MHD_Connection *conn);
+/* Starts and stops the watchdog thread (stop after the daemon stopped). */
+int pjs__http_watchdog_start(pjs_http_frontend *fe, pjs_error *err);
+void pjs__http_watchdog_stop(pjs_http_frontend *fe);
 
 /* Runs fn(c) on one of the front end's job threads (a bounded pool: no
  * thread per request) with the connection suspended, then resumes it; fn
@@ -112,6 +181,15 @@ bool pjs__http_access_allowed(pjs__http_call *c);
 void pjs__http_route_rest(pjs__http_call *c);
 /* GET /metrics (http_routes.c). */
 void pjs__http_route_metrics(pjs__http_call *c);
+/* Whether url is /v2/models/{m}[/versions/{v}]/infer (http_routes.c); copies
+ * the model name and version (empty when absent); false also when either
+ * does not fit. */
+bool pjs__http_infer_path(const char *url, char *model, size_t model_size, char *version,
+                          size_t version_size);
+/* Called when the headers of a POST to an inference path arrive: lowers
+ * c->body_limit to what a valid request for the model can hold, or stores
+ * an error reply at once (unknown model). false: replied. */
+bool pjs__http_infer_limit(pjs__http_call *c, const char *model, const char *version);
 /* POST /v2/models/{m}[/versions/{v}]/infer (http_infer.c). */
 void pjs__http_infer(pjs__http_call *c, const char *model, const char *version);
 /* Releases an unfinished inference of c (after a failure or at shutdown). */

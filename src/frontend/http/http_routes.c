@@ -77,6 +77,8 @@ static bool method_ok(pjs__http_call *c, const char *method)
 static bool body_object(pjs__http_call *c, json_t **out)
 {
     *out = NULL;
+    if (!pjs__http_body_ready(c))
+        return false;
     if (c->body.len == 0)
         return true;
     json_error_t jerr;
@@ -287,6 +289,23 @@ static void all_model_stats(pjs__http_call *c)
     if (list != NULL)
         pjs_server_foreach_model(c->fe->server, append_model_stats, list);
     pjs__http_reply_json(c, 200, list ? json_pack("{s:o}", "model_stats", list) : NULL);
+}
+
+bool pjs__http_infer_path(const char *url, char *model, size_t model_size, char *version,
+                          size_t version_size)
+{
+    route_path p;
+    if (!split_path(url, &p) || p.n < 4 || !is(p.seg[0], "v2") || !is(p.seg[1], "models") ||
+        !is(p.seg[p.n - 1], "infer"))
+        return false;
+    const char *v = "";
+    if (p.n == 6 && is(p.seg[3], "versions"))
+        v = p.seg[4];
+    else if (p.n != 4)
+        return false;
+    int a = snprintf(model, model_size, "%s", p.seg[2]);
+    int b = snprintf(version, version_size, "%s", v);
+    return a >= 0 && (size_t)a < model_size && b >= 0 && (size_t)b < version_size;
 }
 
 /* /v2/models/... with p->seg[2] the model name (or "stats"). */
@@ -622,6 +641,8 @@ static void residency_deferred(pjs__http_call *c)
     pjs_error err;
     split_path(c->url, &p);
     const char *name = p.seg[3];
+    if (!pjs__http_body_ready(c))
+        return;
     int rc = pjs_control_parse_residency(c->body.data, c->body.len, &target, &err);
     if (rc != 0)
         pjs_error_prefix(&err, "model %.256s: ", name);
@@ -638,6 +659,8 @@ static void set_policy(pjs__http_call *c, const char *name)
     pjs_control_policy_change change;
     pjs_model_policy policy;
     pjs_error err;
+    if (!pjs__http_body_ready(c))
+        return;
     int rc = pjs_control_parse_policy(c->body.data, c->body.len, &change, &err);
     if (rc != 0)
         pjs_error_prefix(&err, "model %.256s: ", name);
@@ -657,6 +680,8 @@ static void compact_deferred(pjs__http_call *c)
     char **names;
     size_t n, reloaded = 0;
     pjs_error err;
+    if (!pjs__http_body_ready(c))
+        return;
     int rc = pjs_control_parse_compact(c->body.data, c->body.len, &names, &n, &err);
     if (rc == 0) {
         rc = pjs_server_compact(c->fe->server, (const char *const *)names, n, &reloaded, &err);

@@ -1,0 +1,220 @@
+/*
+ * http_conn.c - deadlines for the connections of an HTTP front end, and the
+ * client-certificate requirement of mutual TLS.
+ *
+ * libmicrohttpd (0.9.75) times a connection out only after a period with no
+ * bytes at all (MHD_OPTION_CONNECTION_TIMEOUT, our idle timeout), so a
+ * client sending one byte every few seconds (slowloris) would hold its
+ * connection forever. We keep our own record per connection: a phase and
+ * the deadline by which the phase must end:
+ *
+ *   HEADERS    accept (or, on a kept-alive connection, the next request
+ *              line) + --http-header-timeout-s, until the headers are in;
+ *   BODY       headers + --http-body-timeout-s, until the body is in;
+ *   ANSWERING  no deadline (the reply is made by us, sent under the idle
+ *              timeout);
+ *   KEEPALIVE  the previous reply + --http-idle-timeout-s, until the next
+ *              request line is in.
+ *
+ * A watchdog thread scans the records four times a second and shuts down
+ * (shutdown(2)) the socket of a connection past its deadline; libmicrohttpd
+ * then sees the end of the stream and closes the connection itself, on its
+ * own thread, completing any request on it. The record is unlinked under
+ * conn_lock in the CLOSED notification, which libmicrohttpd gives before it
+ * closes the descriptor, so the watchdog never touches a descriptor that was
+ * closed or reused.
+ *
+ * Threads: the notifications and phase changes run on libmicrohttpd's
+ * connection threads; the watchdog on its own; all share conn_lock.
+ */
+#include "frontend/http/http_internal.h"
+
+#include <gnutls/gnutls.h>
+#include <stdlib.h>
+#include <sys/socket.h>
+#include <time.h>
+
+/* How often the watchdog looks. */
+#define WATCHDOG_PERIOD_MS 250
+
+static uint64_t now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
+/* The deadline of `phase` starting now; 0: none. */
+static uint64_t phase_deadline(const pjs_http_frontend *fe, pjs__http_phase phase)
+{
+    unsigned s = 0;
+    switch (phase) {
+    case PJS_HTTP_PHASE_HEADERS: s = fe->opts.header_timeout_s; break;
+    case PJS_HTTP_PHASE_BODY: s = fe->opts.body_timeout_s; break;
+    case PJS_HTTP_PHASE_KEEPALIVE: s = fe->opts.idle_timeout_s; break;
+    case PJS_HTTP_PHASE_ANSWERING: return 0;
+    }
+    return s > 0 ? now_ms() + (uint64_t)s * 1000u : 0;
+}
+
+static void set_phase(pjs_http_frontend *fe, pjs__http_conn *t, pjs__http_phase phase)
+{
+    t->phase = (int)phase;
+    t->deadline_ms = phase_deadline(fe, phase);
+}
+
+/* Mutual TLS: the handshake asks for a client certificate, fails without
+ * one, and verifies it against the CA given (libmicrohttpd loaded it into
+ * the session's credentials as their trust list, but only requests a
+ * certificate and never checks it). */
+static void require_client_certificate(struct MHD_Connection *conn)
+{
+    const union MHD_ConnectionInfo *info =
+        MHD_get_connection_info(conn, MHD_CONNECTION_INFO_GNUTLS_SESSION);
+    if (info == NULL || info->tls_session == NULL)
+        return;
+    gnutls_session_t session = (gnutls_session_t)info->tls_session;
+    gnutls_certificate_server_set_request(session, GNUTLS_CERT_REQUIRE);
+    gnutls_session_set_verify_cert(session, NULL, 0);
+}
+
+void pjs__http_conn_notify(void *cls, struct MHD_Connection *conn, void **socket_context,
+                           enum MHD_ConnectionNotificationCode toe)
+{
+    pjs_http_frontend *fe = cls;
+    if (toe == MHD_CONNECTION_NOTIFY_STARTED) {
+        if (fe->opts.tls_ca != NULL)
+            require_client_certificate(conn);
+        const union MHD_ConnectionInfo *info =
+            MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+        pjs__http_conn *t = calloc(1, sizeof *t);
+        *socket_context = t;
+        if (t == NULL || info == NULL) /* untracked: the idle timeout still applies */
+            return;
+        t->fd = info->connect_fd;
+        pthread_mutex_lock(&fe->conn_lock);
+        set_phase(fe, t, PJS_HTTP_PHASE_HEADERS);
+        t->next = fe->conns;
+        if (fe->conns != NULL)
+            fe->conns->prev = t;
+        fe->conns = t;
+        pthread_mutex_unlock(&fe->conn_lock);
+        return;
+    }
+    pjs__http_conn *t = *socket_context;
+    *socket_context = NULL;
+    if (t == NULL)
+        return;
+    pthread_mutex_lock(&fe->conn_lock);
+    if (t->prev != NULL)
+        t->prev->next = t->next;
+    else if (fe->conns == t)
+        fe->conns = t->next;
+    if (t->next != NULL)
+        t->next->prev = t->prev;
+    pthread_mutex_unlock(&fe->conn_lock);
+    free(t);
+}
+
+pjs__http_conn *pjs__http_conn_of(struct MHD_Connection *conn)
+{
+    const union MHD_ConnectionInfo *info =
+        MHD_get_connection_info(conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+    return info != NULL ? info->socket_context : NULL;
+}
+
+void *pjs__http_conn_request_line(void *cls, const char *uri, struct MHD_Connection *conn)
+{
+    (void)uri;
+    pjs_http_frontend *fe = cls;
+    pjs__http_conn *t = pjs__http_conn_of(conn);
+    if (t != NULL) {
+        pthread_mutex_lock(&fe->conn_lock);
+        /* A fresh connection's header deadline runs from accept; a kept-alive
+         * one's starts with its next request line. */
+        if (t->phase == PJS_HTTP_PHASE_KEEPALIVE)
+            set_phase(fe, t, PJS_HTTP_PHASE_HEADERS);
+        pthread_mutex_unlock(&fe->conn_lock);
+    }
+    return NULL;
+}
+
+void pjs__http_conn_phase(pjs__http_call *c, pjs__http_phase phase)
+{
+    pjs__http_conn *t = c->track;
+    if (t == NULL)
+        return;
+    pthread_mutex_lock(&c->fe->conn_lock);
+    set_phase(c->fe, t, phase);
+    pthread_mutex_unlock(&c->fe->conn_lock);
+}
+
+static const char *phase_flag(int phase)
+{
+    switch (phase) {
+    case PJS_HTTP_PHASE_HEADERS: return "headers within --http-header-timeout-s";
+    case PJS_HTTP_PHASE_BODY: return "body within --http-body-timeout-s";
+    default: return "next request within --http-idle-timeout-s";
+    }
+}
+
+/* Shuts down every connection past its deadline; returns how many, and
+ * the phase of the last one in *phase. Called with conn_lock held. */
+static unsigned cut_overdue(pjs_http_frontend *fe, uint64_t now, int *phase)
+{
+    unsigned n = 0;
+    for (pjs__http_conn *t = fe->conns; t != NULL; t = t->next) {
+        if (t->cut || t->deadline_ms == 0 || now < t->deadline_ms)
+            continue;
+        shutdown(t->fd, SHUT_RDWR);
+        t->cut = true;
+        *phase = t->phase;
+        n++;
+    }
+    return n;
+}
+
+static void *watchdog_main(void *arg)
+{
+    pjs_http_frontend *fe = arg;
+    pthread_mutex_lock(&fe->conn_lock);
+    while (!fe->watchdog_stop) {
+        int phase = 0;
+        unsigned n = cut_overdue(fe, now_ms(), &phase);
+        if (n > 0)
+            pjs_log_limited(&fe->cut_log, PJS_LOG_WARN,
+                            "%s: closed %u connection%s that did not send %s", fe->address, n,
+                            n == 1 ? "" : "s", phase_flag(phase));
+        struct timespec until;
+        clock_gettime(CLOCK_MONOTONIC, &until);
+        until.tv_nsec += WATCHDOG_PERIOD_MS * 1000000L;
+        if (until.tv_nsec >= 1000000000L) {
+            until.tv_sec++;
+            until.tv_nsec -= 1000000000L;
+        }
+        pthread_cond_timedwait(&fe->conn_wake, &fe->conn_lock, &until);
+    }
+    pthread_mutex_unlock(&fe->conn_lock);
+    return NULL;
+}
+
+int pjs__http_watchdog_start(pjs_http_frontend *fe, pjs_error *err)
+{
+    fe->watchdog_stop = false;
+    if (pthread_create(&fe->watchdog, NULL, watchdog_main, fe) != 0)
+        return pjs_error_set(err, PJS_ERR_NOMEM, "cannot start the connection watchdog thread");
+    fe->watchdog_running = true;
+    return 0;
+}
+
+void pjs__http_watchdog_stop(pjs_http_frontend *fe)
+{
+    if (!fe->watchdog_running)
+        return;
+    pthread_mutex_lock(&fe->conn_lock);
+    fe->watchdog_stop = true;
+    pthread_cond_signal(&fe->conn_wake);
+    pthread_mutex_unlock(&fe->conn_lock);
+    pthread_join(fe->watchdog, NULL);
+    fe->watchdog_running = false;
+}
