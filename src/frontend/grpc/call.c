@@ -10,7 +10,9 @@
  * batch completed; it frees the call. Nothing else refers to the object, so
  * no lock is needed. A handler whose work runs elsewhere (a model load)
  * defers the call instead: the thread that finishes the work owns it from
- * then on and starts that batch (pjs__grpc_unary_answer).
+ * then on, stores the answer and hands the call back to a queue thread with
+ * an empty batch (`on_answer`), which starts that batch
+ * (pjs__grpc_unary_answer).
  *
  * Every call state machine asks pjs__grpc_access_check before it serves a
  * call (the generic unary call here, before the request is even unpacked);
@@ -145,6 +147,9 @@ uint64_t pjs__grpc_deadline_ns(gpr_timespec deadline)
 typedef struct unary_call {
     pjs_grpc_tag on_new;
     pjs_grpc_tag on_done;
+    pjs_grpc_tag on_answer; /* a deferred call's answer is ready (unary_on_answer) */
+    pjs_error answer_err;   /* ... and its error, when answer_failed */
+    bool answer_failed;
     pjs_grpc_frontend *frontend;
     size_t method;
     grpc_call *call;
@@ -245,23 +250,45 @@ pjs_grpc_deferred *pjs__grpc_unary_defer(pjs_grpc_unary_ctx *ctx)
     return (pjs_grpc_deferred *)c;
 }
 
-void pjs__grpc_unary_answer(pjs_grpc_deferred *d, const ProtobufCMessage *response,
-                            const pjs_error *err)
+/* A deferred call's answer, back on a completion-queue thread: the reply
+ * batch starts there, as every other unary reply does, so gRPC's own
+ * completion-queue ordering covers what it reads of the batch until the
+ * call is freed. */
+static void unary_on_answer(pjs_grpc_tag *tag, bool ok)
 {
-    unary_call *c = (unary_call *)d;
+    (void)ok; /* the reply batch reports a cancelled call itself */
+    unary_call *c = PJS_GRPC_CONTAINER(tag, unary_call, on_answer);
     pjs_grpc_frontend *f = c->frontend;
     const char *path = pjs__grpc_methods[c->method].path;
-    pjs_error pack_err;
-    if (err == NULL && response != NULL && (c->response = pjs__grpc_pack(response, &pack_err)) == NULL)
-        err = &pack_err;
-    if (err != NULL)
-        pjs_debug("grpc %s: %s", path, err->msg);
-    if (pjs__grpc_reply(c->call, c->response, err, &c->details, &c->cancelled, &c->on_done) !=
-        GRPC_CALL_OK) {
+    if (c->answer_failed)
+        pjs_debug("grpc %s: %s", path, c->answer_err.msg);
+    if (pjs__grpc_reply(c->call, c->response, c->answer_failed ? &c->answer_err : NULL,
+                        &c->details, &c->cancelled, &c->on_done) != GRPC_CALL_OK) {
         pjs_error("grpc %s: cannot start the reply batch", path);
         unary_free(c);
     }
     pjs__grpc_dispatch_end(f);
+}
+
+void pjs__grpc_unary_answer(pjs_grpc_deferred *d, const ProtobufCMessage *response,
+                            const pjs_error *err)
+{
+    unary_call *c = (unary_call *)d;
+    if (err == NULL && response != NULL &&
+        (c->response = pjs__grpc_pack(response, &c->answer_err)) == NULL)
+        err = &c->answer_err;
+    if (err != NULL) {
+        c->answer_err = *err;
+        c->answer_failed = true;
+    }
+    /* An empty batch completes at once: it hands the call to a queue thread. */
+    if (pjs__grpc_start_batch(c->call, NULL, 0, &c->on_answer) != GRPC_CALL_OK) {
+        pjs_grpc_frontend *f = c->frontend;
+        pjs_error("grpc %s: cannot hand a deferred answer to the queue",
+                  pjs__grpc_methods[c->method].path);
+        unary_free(c);
+        pjs__grpc_dispatch_end(f);
+    }
 }
 
 static void request_unary(pjs_grpc_frontend *f, size_t index)
@@ -274,6 +301,7 @@ static void request_unary(pjs_grpc_frontend *f, size_t index)
     pjs__grpc_call_born(f);
     c->on_new.fn = unary_on_new;
     c->on_done.fn = unary_on_done;
+    c->on_answer.fn = unary_on_answer;
     c->frontend = f;
     c->method = index;
     c->details = grpc_empty_slice();
