@@ -253,6 +253,10 @@ static bool declares_encoding(struct MHD_Connection *conn)
     return e != NULL && e[0] != '\0' && strcasecmp(e, "identity") != 0;
 }
 
+/* Largest body of a POST other than an inference (repository, shared
+ * memory, logging and control requests: small JSON objects). */
+#define CONTROL_BODY_MAX ((size_t)1 << 20)
+
 /* What the headers say about the body, decided before any of it is read. */
 static void judge_declared_body(pjs__http_call *c)
 {
@@ -271,19 +275,27 @@ static void judge_declared_body(pjs__http_call *c)
                     c->method, c->url);
         return;
     }
-    char model[256], version[64];
-    if (c->takes_body && pjs__http_infer_path(c->url, model, sizeof model, version,
-                                              sizeof version) &&
-        !pjs__http_infer_limit(c, model, version))
-        return;
     const char *declared =
         MHD_lookup_connection_value(c->conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
     unsigned long long length = declared ? strtoull(declared, NULL, 10) : 0;
+    if (length > cap) {
+        refuse_too_large(c, "a request body", length);
+        return;
+    }
+    char model[256], version[64];
+    if (c->takes_body && pjs__http_infer_path(c->url, model, sizeof model, version,
+                                              sizeof version)) {
+        if (!pjs__http_infer_limit(c, model, version))
+            return;
+    } else if (c->takes_body && c->body_limit > CONTROL_BODY_MAX) {
+        c->body_limit = CONTROL_BODY_MAX;
+        snprintf(c->limit_what, sizeof c->limit_what,
+                 "%zu bytes, the most a request to an endpoint other than inference takes",
+                 c->body_limit);
+    }
     pjs_byte_budget *budget = pjs_server_request_budget(s);
     uint64_t used = pjs_byte_budget_used(budget);
-    if (length > cap)
-        refuse_too_large(c, "a request body", length);
-    else if (c->takes_body && length > c->body_limit)
+    if (c->takes_body && length > c->body_limit)
         refuse_too_large(c, "a request body", length);
     else if (c->takes_body && length > 0 && budget->limit != 0 &&
              (used >= budget->limit || length > budget->limit - used))

@@ -3,13 +3,13 @@ bodies declared huge, crowds of large bodies, idle and slow connections.
 
 Cases (docs/serving.md, "Limits"):
 
-  - gzip bombs (1 GiB of zeros in 4.5 MB) on inference, on a POST route
-    with no model bound, on an unknown route, on GET and on the metrics
-    port: 413 (inflating stops at the model's bound or at
-    --max-request-bytes), 404 or 415 (nothing inflated), each within a
-    second or two, VmHWM bounded, the memory given back afterwards, and a
-    normal tritonclient request served meanwhile;
-  - a gzipped JSON bomb (a few KB inflating to 100 MB of JSON numbers) on
+  - gzip bombs (1 GiB of zeros in 4.5 MB) on inference, on another POST
+    route, on an unknown route, on GET and on the metrics port: 413
+    (inflating stops at the model's bound, or at 1 MiB for other POST
+    routes), 404 or 415 (nothing inflated), each within a second or two,
+    VmHWM growing by less than 64 MiB, and a normal tritonclient request
+    served meanwhile;
+  - a gzipped JSON bomb (100 KB inflating to 100 MB of JSON numbers) on
     inference: 413 before any JSON is parsed;
   - 50 connections that declare a huge Content-Length and send nothing:
     413 at once above the cap, no memory reserved below it;
@@ -50,10 +50,10 @@ def gzip_bomb(inflated_mib: int) -> bytes:
     return b"".join([c.compress(zeros) for _ in range(inflated_mib)] + [c.flush()])
 
 
-def json_bomb() -> bytes:
-    """A KServe request for mlp whose data list inflates to 100 MB."""
+def json_bomb(mib: int) -> bytes:
+    """A KServe request for mlp whose data list inflates to `mib` MiB."""
     head = b'{"inputs":[{"name":"x","datatype":"FP32","shape":[1,16],"data":['
-    return gzip.compress(head + b"0," * (50 << 20) + b'0]}]}', compresslevel=9)
+    return gzip.compress(head + b"0," * (mib << 19) + b'0]}]}', compresslevel=9)
 
 
 def mlp_infer(url: str):
@@ -148,6 +148,15 @@ def closed_by_peer(s: socket.socket, within: float) -> bool:
         return False
 
 
+def vm_size_mib(server) -> float:
+    """Virtual memory (VmSize) of a running server process, in MiB."""
+    with open(f"/proc/{server.proc.pid}/status") as f:
+        for line in f:
+            if line.startswith("VmSize:"):
+                return int(line.split()[1]) / 1024.0
+    raise AssertionError("VmSize missing from /proc status")
+
+
 def http_warn_lines(server) -> int:
     return sum(1 for ln in server.stderr_text().splitlines() if "http " in ln and "WARN" in ln)
 
@@ -166,7 +175,7 @@ def test_gzip_bombs_refused_without_inflating_past_a_bound(server_factory):
         # (url, method, path, body, expected status, text in the error)
         (s.http_url, "POST", "/v2/models/mlp/infer", bomb, 413, "model \"mlp\""),
         (s.http_url, "POST", "/v2/models/mlp/infer", small_bomb, 413, "inflated request body"),
-        (s.http_url, "POST", "/v2/no/such/route", bomb, 404, "no such endpoint"),
+        (s.http_url, "POST", "/v2/no/such/route", bomb, 413, "other than inference"),
         (s.http_url, "GET", "/v2/health/ready", bomb, 415, "Content-Encoding"),
         (f"127.0.0.1:{s.metrics_port}", "GET", "/metrics", bomb, 415, "Content-Encoding"),
         (f"127.0.0.1:{s.metrics_port}", "POST", "/metrics", bomb, 415, "Content-Encoding"),
@@ -190,28 +199,30 @@ def test_gzip_bombs_refused_without_inflating_past_a_bound(server_factory):
     assert normal < NORMAL_LATENCY_S, f"a normal request took {normal:.2f} s"
     assert vm_hwm_mib(s) - hwm0 < 64, f"VmHWM grew from {hwm0:.0f} to {vm_hwm_mib(s):.0f} MiB"
 
-    # A POST route with no model bound inflates up to --max-request-bytes
-    # (256 MiB by default) and stops there.
+    # Other POST routes take small JSON objects: inflating stops at 1 MiB.
     (status, msg), dt = timed(post, s.http_url, "/v2/repository/index", bomb, gz)
-    assert status == 413 and "--max-request-bytes" in msg, (status, msg)
+    assert status == 413 and "other than inference" in msg, (status, msg)
     assert dt < REFUSE_S, f"refused in {dt:.1f} s"
-    assert vm_hwm_mib(s) - hwm0 < 400, f"VmHWM grew from {hwm0:.0f} to {vm_hwm_mib(s):.0f} MiB"
+    assert vm_hwm_mib(s) - hwm0 < 64, f"VmHWM grew from {hwm0:.0f} to {vm_hwm_mib(s):.0f} MiB"
     time.sleep(0.2)
     assert vm_rss_mib(s) - rss0 < 64, \
-        f"the bomb's memory stayed resident: VmRSS {rss0:.0f} -> {vm_rss_mib(s):.0f} MiB"
+        f"the bombs' memory stayed resident: VmRSS {rss0:.0f} -> {vm_rss_mib(s):.0f} MiB"
     assert mlp_infer(s.http_url) < NORMAL_LATENCY_S
     finish(s)
 
 
 def test_gzipped_json_bomb_refused_before_parsing(server_factory):
     s = server_factory()
-    body = json_bomb()
-    assert len(body) < 200_000
     hwm0 = vm_hwm_mib(s)
-    (status, msg), dt = timed(post, s.http_url, "/v2/models/mlp/infer", body,
-                              {"Content-Encoding": "gzip", "Content-Type": "application/json"})
+    gz = {"Content-Encoding": "gzip", "Content-Type": "application/json"}
+    # 100 KB that inflate to 100 MiB: more than mlp's bound as sent.
+    (status, msg), dt = timed(post, s.http_url, "/v2/models/mlp/infer", json_bomb(100), gz)
     assert status == 413 and "model \"mlp\"" in msg, (status, msg)
     assert dt < REFUSE_S, f"refused in {dt:.1f} s (was 16.8 s)"
+    # 20 KB that inflate to 20 MiB: inflating stops at the bound.
+    (status, msg), dt = timed(post, s.http_url, "/v2/models/mlp/infer", json_bomb(20), gz)
+    assert status == 413 and "inflated request body" in msg and "model \"mlp\"" in msg, msg
+    assert dt < REFUSE_S, f"refused in {dt:.1f} s"
     assert vm_hwm_mib(s) - hwm0 < 32
     # The same JSON uncompressed and declared: refused on its Content-Length.
     c = connect_from("127.0.0.1", s.http_port, "127.0.0.1")
@@ -227,42 +238,40 @@ def test_gzipped_json_bomb_refused_before_parsing(server_factory):
 def test_declared_content_length_reserves_nothing(server_factory):
     s = server_factory()
     port = s.http_port
-    hwm0 = vm_hwm_mib(s)
+    hwm0, size0 = vm_hwm_mib(s), vm_size_mib(s)
 
     def headers(path, length):
         return (f"POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
                 f"Content-Length: {length}\r\n\r\n").encode()
 
-    # Above --max-request-bytes: 413 before a byte of body is sent.
-    over = []
-    for _ in range(25):
+    # 50 connections declare bodies and send none: above --max-request-bytes,
+    # or above what the endpoint takes, each is refused with 413 before a
+    # byte of body is sent, and nothing is reserved for them.
+    cases = [("/v2/repository/index", 2_000_000_000, "--max-request-bytes"),
+             ("/v2/models/mlp/infer", 2_000_000_000, "--max-request-bytes"),
+             ("/v2/repository/index", 200_000_000, "other than inference"),
+             ("/v2/models/mlp/infer", 200_000_000, 'model \\"mlp\\"')] * 13
+    conns = []
+    for path, length, _ in cases[:50]:
         c = connect_from("127.0.0.1", port, "127.0.0.1")
-        c.sendall(headers("/v2/repository/index", 2_000_000_000))
-        over.append(c)
-    for c in over:
-        reply = c.recv(4096).decode(errors="replace")
-        assert reply.startswith("HTTP/1.1 413") and "--max-request-bytes" in reply, reply[:300]
+        c.sendall(headers(path, length))
+        conns.append(c)
+    for c, (path, length, text) in zip(conns, cases):
+        status, _, data = read_reply(c)
+        assert status == 413 and text in data.decode(), (path, length, status, data[:300])
         c.close()
-    # Under it: accepted, waiting for bytes that never come, nothing reserved.
-    waiting = []
-    for _ in range(50):
-        c = connect_from("127.0.0.1", port, "127.0.0.1")
-        c.sendall(headers("/v2/repository/index", 200_000_000))
-        waiting.append(c)
-    time.sleep(0.5)
     assert vm_hwm_mib(s) - hwm0 < 32, f"VmHWM {hwm0:.0f} -> {vm_hwm_mib(s):.0f} MiB"
+    assert vm_size_mib(s) - size0 < 256, f"VmSize {size0:.0f} -> {vm_size_mib(s):.0f} MiB"
     assert mlp_infer(s.http_url) < NORMAL_LATENCY_S
-    for c in waiting:
-        c.close()
     finish(s)
 
 
 def test_inflight_budget_refuses_a_crowd_of_large_bodies(server_factory):
-    s = server_factory(["--max-request-bytes", "4Mi", "--max-inflight-request-bytes", "8Mi"])
-    size = 3 << 20
+    s = server_factory(["--max-inflight-request-bytes", "2Mi", "--max-request-bytes", "1Mi"])
+    size = 700 << 10
     body = b"{" + b" " * (size - 2) + b"}"
     conns = []
-    for _ in range(6):  # six 3 MiB bodies against an 8 MiB budget
+    for _ in range(6):  # six 700 KiB bodies against a 2 MiB budget
         c = connect_from("127.0.0.1", s.http_port, "127.0.0.1", timeout=30)
         c.sendall((f"POST /v2/repository/index HTTP/1.1\r\nHost: x\r\n"
                    f"Content-Length: {size}\r\n\r\n").encode())
