@@ -201,9 +201,9 @@ typedef struct serve_args {
     pjs_grpc_options grpc;
     int http_threads;
     const char *http_host, *metrics_host; /* NULL: --host */
-    pjs_http_options http; /* limits and HTTPS of both HTTP ports */
     const char *grpc_host;                 /* NULL: --host */
     uint64_t grpc_memory_quota;            /* 0: from the request budget */
+    pjs_http_options http; /* limits and HTTPS of both HTTP ports */
     pjs_control_mode control_mode;
     uint64_t repository_poll_ms;
     uint64_t max_pending_loads;
