@@ -30,6 +30,7 @@ What is checked:
 
 import json
 import math
+import threading
 
 import grpc
 import pytest
@@ -491,3 +492,42 @@ def test_unlimited_budget_is_inf(server):
         assert cache[BUDGET] == math.inf and st["budget_bytes"] == 0
     else:
         assert cache[BUDGET] == st["budget_bytes"] > 0
+
+
+def test_concurrent_control_calls_with_one_queue_thread(server_factory):
+    """SetModelResidency and Compact are answered from the control job threads
+    (deferred calls): with one completion-queue thread, 24 of them from four
+    clients at once all succeed while liveness checks on the same server keep
+    being answered, and the server stops cleanly afterwards."""
+    srv = server_factory(["--model-control-mode", "explicit", "--grpc-threads", "1"])
+    clients = [ControlClient(srv.grpc_url) for _ in range(4)]
+    live = grpcclient.InferenceServerClient(srv.grpc_url)
+    errors, done = [], []
+
+    def churn(c: ControlClient, k: int):
+        try:
+            for i in range(6):
+                if (i + k) % 3 == 2:
+                    c.compact(["mlp"])
+                else:
+                    c.set_residency("mlp" if i % 2 else "two_io",
+                                    "DEVICE" if (i + k) % 2 else "HOST")
+        except ControlError as e:
+            errors.append(str(e))
+        done.append(k)
+
+    threads = [threading.Thread(target=churn, args=(c, k)) for k, c in enumerate(clients)]
+    for t in threads:
+        t.start()
+    checks = 0
+    while len(done) < len(threads):
+        assert live.is_server_live(client_timeout=30)
+        checks += 1
+    for t in threads:
+        t.join()
+    for c in clients:
+        c.close()
+    live.close()
+    assert errors == []
+    assert checks >= 1
+    assert srv.stop_and_check() == []

@@ -4,10 +4,11 @@
  * unary.c and listed in its method table.
  *
  * SetModelResidency and Compact wait for the dispatch thread to move
- * weights, and so hold a completion-queue thread meanwhile, as
- * RepositoryModelLoad does while it compiles. Requests are checked by the
- * same functions the REST endpoints use (server/control.h), so both refuse
- * the same values with the same words.
+ * weights, so they run on the front end's control job threads (a bounded
+ * pool: a full queue answers RESOURCE_EXHAUSTED at once) and answer their
+ * deferred call from there; no completion-queue thread waits. Requests are
+ * checked by the same functions the REST endpoints use (server/control.h),
+ * so both refuse the same values with the same words.
  */
 #include "frontend/grpc/internal.h"
 
@@ -19,6 +20,47 @@
 static int no_memory(pjs_error *err)
 {
     return pjs_error_set(err, PJS_ERR_NOMEM, "no memory for the response");
+}
+
+/* A control request handed to a job thread; lives in the call's arena,
+ * which belongs to the job once the call is deferred. */
+typedef struct control_job {
+    pjs_grpc_frontend *frontend;
+    pjs_grpc_arena *arena;
+    const ProtobufCMessage *request;
+    pjs_grpc_unary_fn work; /* the blocking part */
+    pjs_grpc_deferred *call;
+} control_job;
+
+static void control_job_run(void *arg, bool cancelled)
+{
+    control_job *j = arg;
+    pjs_error err;
+    ProtobufCMessage *response = NULL;
+    int rc;
+    if (cancelled) {
+        rc = pjs_error_set(&err, PJS_ERR_UNAVAILABLE, "the server is stopping");
+    } else {
+        pjs_grpc_unary_ctx ctx = {.frontend = j->frontend, .arena = j->arena};
+        rc = j->work(&ctx, j->request, &response, &err);
+    }
+    pjs__grpc_unary_answer(j->call, rc == 0 ? response : NULL, rc == 0 ? NULL : &err);
+}
+
+/* Runs work(request) on a control job thread and answers from there. */
+static int run_as_job(pjs_grpc_unary_ctx *ctx, const ProtobufCMessage *request,
+                      pjs_grpc_unary_fn work, pjs_error *err)
+{
+    control_job *j = pjs_grpc_arena_alloc(ctx->arena, sizeof *j);
+    if (j == NULL)
+        return no_memory(err);
+    *j = (control_job){.frontend = ctx->frontend, .arena = ctx->arena, .request = request,
+                       .work = work};
+    j->call = pjs__grpc_unary_defer(ctx);
+    pjs_error refused;
+    if (pjs_work_pool_submit(ctx->frontend->control_jobs, control_job_run, j, &refused) != 0)
+        pjs__grpc_unary_answer(j->call, NULL, &refused);
+    return 0;
 }
 
 /* The status of model `name` (after a change) as the response. */
@@ -58,8 +100,8 @@ int pjs__grpc_control_status(pjs_grpc_unary_ctx *ctx, const ProtobufCMessage *re
     return rc;
 }
 
-int pjs__grpc_control_set_residency(pjs_grpc_unary_ctx *ctx, const ProtobufCMessage *request,
-                                    ProtobufCMessage **response, pjs_error *err)
+static int set_residency(pjs_grpc_unary_ctx *ctx, const ProtobufCMessage *request,
+                         ProtobufCMessage **response, pjs_error *err)
 {
     const Pjserve__Control__V1__SetModelResidencyRequest *req =
         (const Pjserve__Control__V1__SetModelResidencyRequest *)request;
@@ -88,8 +130,8 @@ int pjs__grpc_control_set_policy(pjs_grpc_unary_ctx *ctx, const ProtobufCMessage
     return rc;
 }
 
-int pjs__grpc_control_compact(pjs_grpc_unary_ctx *ctx, const ProtobufCMessage *request,
-                              ProtobufCMessage **response, pjs_error *err)
+static int compact(pjs_grpc_unary_ctx *ctx, const ProtobufCMessage *request,
+                   ProtobufCMessage **response, pjs_error *err)
 {
     const Pjserve__Control__V1__CompactRequest *req =
         (const Pjserve__Control__V1__CompactRequest *)request;
@@ -105,4 +147,18 @@ int pjs__grpc_control_compact(pjs_grpc_unary_ctx *ctx, const ProtobufCMessage *r
     r->reloaded = reloaded;
     *response = &r->base;
     return 0;
+}
+
+int pjs__grpc_control_set_residency(pjs_grpc_unary_ctx *ctx, const ProtobufCMessage *request,
+                                    ProtobufCMessage **response, pjs_error *err)
+{
+    (void)response;
+    return run_as_job(ctx, request, set_residency, err);
+}
+
+int pjs__grpc_control_compact(pjs_grpc_unary_ctx *ctx, const ProtobufCMessage *request,
+                              ProtobufCMessage **response, pjs_error *err)
+{
+    (void)response;
+    return run_as_job(ctx, request, compact, err);
 }

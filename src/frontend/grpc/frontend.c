@@ -367,6 +367,7 @@ static void frontend_free(pjs_grpc_frontend *f)
         grpc_completion_queue_destroy(f->cq);
     if (f->reflection != NULL)
         pjs__grpc_reflection_destroy(f->reflection);
+    pjs_work_pool_destroy(f->control_jobs); /* idle: every deferred call was answered */
     if (f->quota != NULL)
         grpc_resource_quota_unref(f->quota);
     pthread_mutex_destroy(&f->lock);
@@ -445,6 +446,9 @@ int pjs_grpc_frontend_start(pjs_server *s, const pjs_grpc_options *o, pjs_grpc_f
     f->core = create_core(f, o);
     f->cq = grpc_completion_queue_create_for_next(NULL);
     int rc = pjs__grpc_reflection_create(&f->reflection, err);
+    if (rc == 0)
+        rc = pjs_work_pool_create("gRPC control requests", PJS_GRPC_CONTROL_JOB_THREADS,
+                                  PJS_GRPC_CONTROL_JOB_QUEUE, &f->control_jobs, err);
     if (rc != 0) {
         frontend_free(f);
         return rc;

@@ -37,6 +37,7 @@
 #include <protobuf-c/protobuf-c.h>
 
 #include "core/status.h"
+#include "core/work_pool.h"
 #include "frontend/grpc/arena.h"
 #include "frontend/grpc/grpc_frontend.h"
 #include "registry/model.h"
@@ -49,6 +50,11 @@
 /* Seconds calls in progress may take to finish once stopping began, before
  * the calls still open (streams, watches) are cancelled. */
 #define PJS_GRPC_STOP_GRACE_S 2
+/* Threads and queued requests of the control jobs (SetModelResidency and
+ * Compact wait for the dispatch thread to move weights); a full queue
+ * answers RESOURCE_EXHAUSTED. */
+#define PJS_GRPC_CONTROL_JOB_THREADS 2
+#define PJS_GRPC_CONTROL_JOB_QUEUE 64
 /* How often Health/Watch streams are checked for a change of status. */
 #define PJS_GRPC_HEALTH_POLL_MS 500
 
@@ -149,6 +155,7 @@ struct pjs_grpc_frontend {
     size_t n_threads;
     pthread_t *threads;
     pjs_grpc_reflection_index *reflection;
+    pjs_work_pool *control_jobs; /* SetModelResidency and Compact, off the queue threads */
 
     atomic_bool stopping;   /* set once by stop: request no more calls */
     pthread_mutex_t lock;   /* guards the fields below */
