@@ -8,8 +8,12 @@ The fixtures of tests/protocol/conftest.py (server_factory, exported, ...) are
 inherited.
 """
 
+import resource
 import time
 from pathlib import Path
+
+import numpy as np
+import tritonclient.http as httpclient
 
 
 def vm_hwm_mib(server) -> float:
@@ -38,3 +42,25 @@ def timed(fn, *args, **kw):
     t0 = time.monotonic()
     r = fn(*args, **kw)
     return r, time.monotonic() - t0
+
+
+def http_mlp_infer(url: str) -> float:
+    """One normal tritonclient HTTP inference on mlp; the seconds it took."""
+    client = httpclient.InferenceServerClient(url, connection_timeout=10, network_timeout=10)
+    try:
+        x = httpclient.InferInput("x", [1, 16], "FP32")
+        x.set_data_from_numpy(np.arange(16, dtype=np.float32).reshape(1, 16))
+        r, dt = timed(client.infer, "mlp", [x])
+        assert r.as_numpy("y") is not None
+        return dt
+    finally:
+        client.close()
+
+
+def raise_fd_limit(need: int):
+    """Raises this test process's soft file limit to `need` descriptors."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < need:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, need), hard))
+    assert resource.getrlimit(resource.RLIMIT_NOFILE)[0] >= need, \
+        f"this test needs {need} descriptors (ulimit -n)"

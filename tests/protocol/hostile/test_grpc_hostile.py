@@ -31,12 +31,11 @@ import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.grpc.service_pb2 as pb
-import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
 from protocol_util import ServerProcess, http_request
 
-from .conftest import open_fds, timed, vm_hwm_mib
+from .conftest import http_mlp_infer, open_fds, raise_fd_limit, timed, vm_hwm_mib
 
 # A normal request must be answered within this many seconds while attacked.
 NORMAL_LATENCY_S = 1.5
@@ -92,18 +91,6 @@ def grpc_mlp(url: str, compression=None, timeout: float = 10):
         c.close()
 
 
-def http_mlp(url: str):
-    """One normal tritonclient HTTP inference on mlp; the seconds it took."""
-    c = httpclient.InferenceServerClient(url, connection_timeout=10, network_timeout=10)
-    try:
-        x = httpclient.InferInput("x", [1, 16], "FP32")
-        x.set_data_from_numpy(np.arange(16, dtype=np.float32).reshape(1, 16))
-        r, dt = timed(c.infer, "mlp", [x])
-        assert r.as_numpy("y") is not None
-        return dt
-    finally:
-        c.close()
-
 
 # ---- compression bombs and oversize messages ----------------------------------
 
@@ -151,14 +138,6 @@ IDLE_CONNECTIONS = 1100
 HANDSHAKE_MS = 2000
 
 
-def raise_own_fd_limit(need: int):
-    import resource
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if soft < need:
-        resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, need), hard))
-    assert resource.getrlimit(resource.RLIMIT_NOFILE)[0] >= need, \
-        f"this test needs {need} descriptors (ulimit -n)"
-
 
 def limited_server(pjserve_bin, plugin_path, cache_dir, exported, tmp_path, extra):
     """A server over mlp started with soft/hard file limits 512/HARD_LIMIT."""
@@ -196,7 +175,7 @@ def soft_nofile(pid: int) -> int:
 
 def test_idle_grpc_connections_cannot_take_every_descriptor(pjserve_bin, plugin_path, cache_dir,
                                                             exported, tmp_path):
-    raise_own_fd_limit(IDLE_CONNECTIONS + 256)
+    raise_fd_limit(IDLE_CONNECTIONS + 256)
     s = limited_server(pjserve_bin, plugin_path, cache_dir, exported, tmp_path,
                        ["--grpc-handshake-timeout-ms", str(HANDSHAKE_MS)])
     try:
@@ -208,7 +187,7 @@ def test_idle_grpc_connections_cannot_take_every_descriptor(pjserve_bin, plugin_
         fds = open_fds(s)
         assert fds < HARD_LIMIT - 64, f"{fds} descriptors open under a limit of {HARD_LIMIT}"
         # HTTP keeps its share; gRPC answers or refuses at once, never hangs.
-        assert http_mlp(s.http_url) < NORMAL_LATENCY_S
+        assert http_mlp_infer(s.http_url) < NORMAL_LATENCY_S
         try:
             assert grpc_mlp(s.grpc_url, timeout=REFUSE_S) < NORMAL_LATENCY_S
         except InferenceServerException as e:

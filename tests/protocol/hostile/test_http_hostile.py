@@ -24,17 +24,14 @@ Cases (docs/serving.md, "Limits"):
 import functools
 import gzip
 import json
-import resource
 import socket
 import threading
 import time
 import zlib
 
-import numpy as np
 import pytest
-import tritonclient.http as httpclient
 
-from .conftest import open_fds, timed, vm_hwm_mib, vm_rss_mib
+from .conftest import http_mlp_infer, open_fds, raise_fd_limit, timed, vm_hwm_mib, vm_rss_mib
 
 # A normal request must be answered within this many seconds while attacked.
 NORMAL_LATENCY_S = 1.5
@@ -55,18 +52,6 @@ def json_bomb(mib: int) -> bytes:
     head = b'{"inputs":[{"name":"x","datatype":"FP32","shape":[1,16],"data":['
     return gzip.compress(head + b"0," * (mib << 19) + b'0]}]}', compresslevel=9)
 
-
-def mlp_infer(url: str):
-    """One normal tritonclient inference on mlp; the seconds it took."""
-    client = httpclient.InferenceServerClient(url, connection_timeout=10, network_timeout=10)
-    try:
-        x = httpclient.InferInput("x", [1, 16], "FP32")
-        x.set_data_from_numpy(np.arange(16, dtype=np.float32).reshape(1, 16))
-        r, dt = timed(client.infer, "mlp", [x])
-        assert r.as_numpy("y") is not None
-        return dt
-    finally:
-        client.close()
 
 
 def read_reply(sock: socket.socket):
@@ -119,13 +104,6 @@ def finish(server):
     assert not problems, "\n".join(problems) + "\n" + server.describe()
 
 
-def raise_fd_limit(need: int):
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if soft < need:
-        resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, need), hard))
-    assert resource.getrlimit(resource.RLIMIT_NOFILE)[0] >= need, \
-        f"this test needs {need} descriptors (ulimit -n)"
-
 
 def connect_from(addr: str, port: int, source: str, timeout: float = 5) -> socket.socket:
     s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
@@ -168,7 +146,7 @@ def test_gzip_bombs_refused_without_inflating_past_a_bound(server_factory):
     bomb = gzip_bomb(1024)
     small_bomb = gzip_bomb(8)  # under mlp's bound compressed: inflating must stop there
     gz = {"Content-Encoding": "gzip", "Content-Type": "application/json"}
-    mlp_infer(s.http_url)
+    http_mlp_infer(s.http_url)
     hwm0, rss0 = vm_hwm_mib(s), vm_rss_mib(s)
 
     cases = [
@@ -189,7 +167,7 @@ def test_gzip_bombs_refused_without_inflating_past_a_bound(server_factory):
     threads = [threading.Thread(target=attack, args=(i,)) for i in range(len(cases))]
     for t in threads:
         t.start()
-    normal = mlp_infer(s.http_url)
+    normal = http_mlp_infer(s.http_url)
     for t in threads:
         t.join(60)
     for i, (url, method, path, _, want, text) in enumerate(cases):
@@ -207,7 +185,7 @@ def test_gzip_bombs_refused_without_inflating_past_a_bound(server_factory):
     time.sleep(0.2)
     assert vm_rss_mib(s) - rss0 < 64, \
         f"the bombs' memory stayed resident: VmRSS {rss0:.0f} -> {vm_rss_mib(s):.0f} MiB"
-    assert mlp_infer(s.http_url) < NORMAL_LATENCY_S
+    assert http_mlp_infer(s.http_url) < NORMAL_LATENCY_S
     finish(s)
 
 
@@ -231,7 +209,7 @@ def test_gzipped_json_bomb_refused_before_parsing(server_factory):
     status, _, data = read_reply(c)
     c.close()
     assert status == 413 and 'model "mlp"' in json.loads(data)["error"], (status, data)
-    assert mlp_infer(s.http_url) < NORMAL_LATENCY_S
+    assert http_mlp_infer(s.http_url) < NORMAL_LATENCY_S
     finish(s)
 
 
@@ -262,7 +240,7 @@ def test_declared_content_length_reserves_nothing(server_factory):
         c.close()
     assert vm_hwm_mib(s) - hwm0 < 32, f"VmHWM {hwm0:.0f} -> {vm_hwm_mib(s):.0f} MiB"
     assert vm_size_mib(s) - size0 < 256, f"VmSize {size0:.0f} -> {vm_size_mib(s):.0f} MiB"
-    assert mlp_infer(s.http_url) < NORMAL_LATENCY_S
+    assert http_mlp_infer(s.http_url) < NORMAL_LATENCY_S
     finish(s)
 
 
@@ -278,7 +256,7 @@ def test_inflight_budget_refuses_a_crowd_of_large_bodies(server_factory):
         conns.append(c)
     for c in conns:  # most of each body, so that they are all held at once
         c.sendall(body[: size - 1024])
-    normal = mlp_infer(s.http_url)
+    normal = http_mlp_infer(s.http_url)
     statuses = []
     for c in conns:
         try:
@@ -308,7 +286,7 @@ def test_idle_connections_from_one_address_hit_the_per_ip_cap(server_factory):
         for _ in range(1100):
             socks.append(connect_from("127.0.0.1", s.http_port, "127.0.0.2"))
         time.sleep(0.5)
-        normal = mlp_infer(s.http_url)
+        normal = http_mlp_infer(s.http_url)
         assert normal < NORMAL_LATENCY_S, f"a normal request took {normal:.2f} s"
         # Past 256 per address the server closed them at once.
         assert closed_by_peer(socks[-1], 2)
@@ -331,13 +309,13 @@ def test_idle_connections_from_many_addresses_are_capped_and_timed_out(server_fa
         assert open_fds(s) < 1000 + 200, f"the server holds {open_fds(s)} descriptors"
         # The table is full: a normal request waits for the idle timeout to
         # free a place, then is served.
-        normal = mlp_infer(s.http_url)
+        normal = http_mlp_infer(s.http_url)
         assert normal < 3 + 2, f"a normal request took {normal:.2f} s"
         assert closed_by_peer(socks[0], 2)
     finally:
         for c in socks:
             c.close()
-    assert mlp_infer(s.http_url) < NORMAL_LATENCY_S
+    assert http_mlp_infer(s.http_url) < NORMAL_LATENCY_S
     assert http_warn_lines(s) < 30, "the connection cap flooded the log"
     finish(s)
 
@@ -367,7 +345,7 @@ def test_slowloris_cut_off_at_the_header_and_body_deadlines(server_factory):
     for t in threads:
         t.start()
     time.sleep(0.5)
-    normal = mlp_infer(s.http_url)
+    normal = http_mlp_infer(s.http_url)
     for t in threads:
         t.join(30)
     for name, (closed, dt) in cut.items():
@@ -383,7 +361,7 @@ def test_per_ip_cap(server_factory):
     extra = connect_from("127.0.0.1", s.http_port, "127.0.0.3")
     assert closed_by_peer(extra, 2), "a fifth connection from one address was kept"
     assert not closed_by_peer(held[0], 0.3)
-    assert mlp_infer(s.http_url) < NORMAL_LATENCY_S  # another address
+    assert http_mlp_infer(s.http_url) < NORMAL_LATENCY_S  # another address
     for c in held + [extra]:
         c.close()
     finish(s)
