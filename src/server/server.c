@@ -741,6 +741,24 @@ pjs_byte_budget *pjs_server_request_budget(pjs_server *s)
     return &s->request_budget;
 }
 
+/* NOT_FOUND in Triton's words, which its clients match: "Request for
+ * unknown model: 'NAME' is not found". */
+static int unknown_model(const char *name, pjs_error *err)
+{
+    return pjs_error_set(err, PJS_ERR_NOT_FOUND,
+                         "Request for unknown model: '%.256s' is not found (RepositoryIndex / "
+                         "POST /v2/repository/index lists the models)",
+                         name);
+}
+
+/* A version as clients may name one: digits, not starting with 0, at most
+ * 18 of them (an int64). */
+static bool is_version_number(const char *v)
+{
+    size_t n = strspn(v, "0123456789");
+    return n > 0 && n <= 18 && v[n] == '\0' && v[0] != '0';
+}
+
 int pjs_server_get_model(pjs_server *s, const char *name, const char *version, pjs_model **out,
                          pjs_error *err)
 {
@@ -750,15 +768,18 @@ int pjs_server_get_model(pjs_server *s, const char *name, const char *version, p
     int rc = 0;
     pthread_mutex_lock(&s->repo_lock);
     repo_entry *e = find_entry_locked(s, name);
-    if (e == NULL)
+    bool has_version = version != NULL && version[0] != '\0';
+    if (has_version && !is_version_number(version))
+        rc = pjs_error_set(err, PJS_ERR_INVALID_ARGUMENT,
+                           "model \"%.256s\": version \"%.64s\" is not a version number "
+                           "(a whole number > 0; pjserve serves version %s of each model)",
+                           name, version, PJS_MODEL_VERSION);
+    else if (e == NULL)
+        rc = unknown_model(name, err);
+    else if (has_version && strcmp(version, PJS_MODEL_VERSION) != 0)
         rc = pjs_error_set(err, PJS_ERR_NOT_FOUND,
-                           "unknown model \"%.256s\" (RepositoryIndex / POST "
-                           "/v2/repository/index lists the models)",
-                           name);
-    else if (version != NULL && version[0] != '\0' && strcmp(version, PJS_MODEL_VERSION) != 0)
-        rc = pjs_error_set(err, PJS_ERR_NOT_FOUND,
-                           "model \"%s\" has no version \"%.64s\" (pjserve serves version %s of "
-                           "each model)",
+                           "Request for unknown model: '%.256s' version %.64s is not found "
+                           "(pjserve serves version %s of each model)",
                            name, version, PJS_MODEL_VERSION);
     else if (e->model == NULL)
         rc = pjs_error_set(err, PJS_ERR_UNAVAILABLE, "model \"%s\" is not loaded%s%s", name,
@@ -875,7 +896,7 @@ int pjs_server_unload_model(pjs_server *s, const char *name, pjs_error *err)
     bool known = find_entry_locked(s, name) != NULL;
     pthread_mutex_unlock(&s->repo_lock);
     if (!known)
-        return pjs_error_set(err, PJS_ERR_NOT_FOUND, "unknown model \"%.256s\"", name);
+        return unknown_model(name, err);
     drop_model(s, set_entry(s, name, PJS_MODEL_UNAVAILABLE,
                               "unloaded by a repository request; load it again to serve it", NULL,
                               true));
@@ -891,7 +912,7 @@ int pjs_server_remove_model(pjs_server *s, const char *name, pjs_error *err)
     pthread_mutex_lock(&s->repo_lock);
     repo_entry *e = name != NULL ? find_entry_locked(s, name) : NULL;
     if (e == NULL) {
-        rc = pjs_error_set(err, PJS_ERR_NOT_FOUND, "unknown model \"%.256s\"", name ? name : "");
+        rc = unknown_model(name ? name : "", err);
     } else {
         old = e->model;
         size_t i = (size_t)(e - s->entries);

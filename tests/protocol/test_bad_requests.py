@@ -3,8 +3,10 @@ HTTP (binary extension and JSON, by hand). Each must fail with the expected
 status and a message that names what was wrong; afterwards the server still
 answers good requests correctly.
 
-Expected statuses follow Triton: INVALID_ARGUMENT / 400 for a bad request,
-NOT_FOUND / 404 for an unknown model or version.
+Expected statuses follow Triton: INVALID_ARGUMENT / 400 for a bad request
+(an unparseable version included), NOT_FOUND / 404 for an unknown model or
+version, with Triton's words for those ("Request for unknown model: 'NAME' is
+not found"), which Triton's clients match.
 """
 
 import json
@@ -64,9 +66,10 @@ DUP = ("duplicate", "twice", "once", "again", "repeated", "more than one")
 
 CORPUS = [
     Bad("unknown_model", "no_such_model", [t("x", X1)], words=("no_such_model",), **NOT_FOUND),
-    Bad("unknown_version", "mlp", [t("x", X1)], version="7", words=("7",), **NOT_FOUND),
-    Bad("non_numeric_version", "mlp", [t("x", X1)], version="latest", words=("latest",),
-        grpc=("NOT_FOUND", "INVALID_ARGUMENT"), http=(400, 404)),
+    Bad("unknown_version", "mlp", [t("x", X1)], version="7",
+        words=("Request for unknown model: 'mlp' version 7 is not found",), **NOT_FOUND),
+    Bad("non_numeric_version", "mlp", [t("x", X1)], version="latest",
+        words=('version "latest" is not a version number',)),
     Bad("unknown_input", "mlp", [t("bogus_input", X1)], words=("bogus_input",)),
     Bad("wrong_dtype_int32", "mlp", [t("x", X1.astype(I32))], words=("INT32", "FP32")),
     Bad("wrong_dtype_fp64", "mlp", [t("x", X1.astype(np.float64))], words=("FP64", "FP32")),
@@ -369,3 +372,74 @@ def test_server_still_correct_after_the_corpus(server, gclient, hclient, cases):
         case.check(got, "http json after corpus")
         got, _ = http_infer_case(hclient, case)
         case.check(got, "http binary after corpus")
+
+
+UNKNOWN = "Request for unknown model: 'no_such_model' is not found"
+
+
+def test_unknown_model_in_tritons_words(server, stub):
+    """Every per-model call names an unknown model as Triton does, at the
+    start of the message, with NOT_FOUND / 404."""
+    calls = {
+        "ModelMetadata": lambda: stub.ModelMetadata(
+            service_pb2.ModelMetadataRequest(name="no_such_model"), timeout=30),
+        "ModelConfig": lambda: stub.ModelConfig(
+            service_pb2.ModelConfigRequest(name="no_such_model"), timeout=30),
+        "ModelInfer": lambda: stub.ModelInfer(
+            service_pb2.ModelInferRequest(model_name="no_such_model"), timeout=30),
+        "RepositoryModelUnload": lambda: stub.RepositoryModelUnload(
+            service_pb2.RepositoryModelUnloadRequest(model_name="no_such_model"), timeout=30),
+    }
+    for name, call in calls.items():
+        with pytest.raises(grpc.RpcError) as ei:
+            call()
+        assert ei.value.code() == grpc.StatusCode.NOT_FOUND, f"{name}: {ei.value}"
+        assert ei.value.details().startswith(UNKNOWN), f"{name}: {ei.value.details()!r}"
+    for method, path in (("GET", "/v2/models/no_such_model"),
+                         ("GET", "/v2/models/no_such_model/config"),
+                         ("POST", "/v2/models/no_such_model/infer"),
+                         ("POST", "/v2/repository/models/no_such_model/unload")):
+        status, _, data = http_request(server.http_url, method, path,
+                                       b"{}" if method == "POST" else b"",
+                                       {"Content-Type": "application/json"})
+        assert status == 404, f"{method} {path}: {status} {data!r}"
+        assert json.loads(data)["error"].startswith(UNKNOWN), f"{method} {path}: {data!r}"
+
+
+def test_version_that_is_not_a_number(server, stub):
+    """A version string that is not a whole number is INVALID_ARGUMENT / 400;
+    a number that is not served stays NOT_FOUND / 404."""
+    with pytest.raises(grpc.RpcError) as ei:
+        stub.ModelMetadata(service_pb2.ModelMetadataRequest(name="mlp", version="1.0"),
+                           timeout=30)
+    assert ei.value.code() == grpc.StatusCode.INVALID_ARGUMENT, ei.value
+    assert '"1.0" is not a version number' in ei.value.details()
+    for version, want in (("x1", 400), ("01", 400), ("-1", 400), ("2", 404), ("1", 200)):
+        status, _, data = http_request(server.http_url, "GET",
+                                       f"/v2/models/mlp/versions/{version}")
+        assert status == want, f"version {version!r}: {status} {data!r}"
+
+
+def test_raw_and_typed_contents_mixed(server, stub):
+    """An input with typed contents in a request whose raw_input_contents also
+    carry bytes for it is refused saying so, in both layouts."""
+    a = np.ones((1, 8), F32)
+
+    def request(n_raw: int):
+        r = service_pb2.ModelInferRequest(model_name="two_io")
+        ta = r.inputs.add(name="a", datatype="FP32", shape=[1, 8])
+        ta.contents.fp32_contents.extend(a.ravel().tolist())
+        r.inputs.add(name="b", datatype="INT32", shape=[1, 3])
+        for _ in range(n_raw):
+            r.raw_input_contents.append(np.ones((1, 3), I32).tobytes())
+        return r
+
+    for n_raw in (2, 3):
+        with pytest.raises(grpc.RpcError) as ei:
+            stub.ModelInfer(request(n_raw), timeout=30)
+        assert ei.value.code() == grpc.StatusCode.INVALID_ARGUMENT, ei.value
+        details = ei.value.details()
+        assert 'input "a" has' in details and "contents" in details, details
+        assert "raw_input_contents" in details and "not both" in details, details
+    # one raw entry, for b alone, is the mix pjserve accepts
+    assert stub.ModelInfer(request(1), timeout=30).raw_output_contents

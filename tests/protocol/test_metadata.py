@@ -1,6 +1,8 @@
 """Health, server and model metadata, model config, log settings, the
 grpc.health.v1 service and server reflection."""
 
+import json
+
 import grpc
 import pytest
 from google.protobuf import descriptor_pb2
@@ -24,6 +26,10 @@ def test_http_health(server):
                  "/v2/models/mlp/versions/1/ready"):
         status, _, body = http_request(server.http_url, "GET", path)
         assert status == 200, f"GET {path}: {status} {body!r}"
+    # the kserve SDK reads these bodies (Triton's clients only the status)
+    for kind in ("live", "ready"):
+        status, _, body = http_request(server.http_url, "GET", f"/v2/health/{kind}")
+        assert (status, json.loads(body)) == (200, {kind: True}), body
     status, _, _ = http_request(server.http_url, "GET", "/v2/models/no_such_model/ready")
     assert status in (400, 404), f"ready of an unknown model: HTTP {status}"
 

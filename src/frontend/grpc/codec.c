@@ -389,6 +389,14 @@ static int assign_raw_inputs(pjs_grpc_infer *d, const input_source *src, pjs_err
                                      "input \"%.256s\" has no data: no raw_input_contents, "
                                      "contents or shared memory region",
                                      msg->inputs[i]->name);
+        for (size_t i = 0; i < n_inputs; i++)
+            if (src[i] == SOURCE_CONTENTS)
+                return pjs_error_set(err, PJS_ERR_INVALID_ARGUMENT,
+                                     "input \"%.256s\" has typed contents and the request also "
+                                     "has raw_input_contents that do not match its other "
+                                     "inputs: send every input's bytes in raw_input_contents "
+                                     "or every input in typed contents, not both",
+                                     msg->inputs[i]->name);
         return pjs_error_set(err, PJS_ERR_INVALID_ARGUMENT,
                              "ModelInferRequest has %zu raw_input_contents but %zu of its %zu "
                              "inputs take their data from there",
@@ -401,7 +409,8 @@ static int assign_raw_inputs(pjs_grpc_infer *d, const input_source *src, pjs_err
             if (positional && msg->raw_input_contents[k].len > 0)
                 return pjs_error_set(err, PJS_ERR_INVALID_ARGUMENT,
                                      "input \"%.256s\" has %s and also %zu bytes in "
-                                     "raw_input_contents[%zu]",
+                                     "raw_input_contents[%zu]: give each input its bytes one "
+                                     "way, not both",
                                      msg->inputs[i]->name,
                                      src[i] == SOURCE_SHM ? "a shared memory region" : "contents",
                                      msg->raw_input_contents[k].len, k);

@@ -139,11 +139,13 @@ bool pjs__http_access_allowed(pjs__http_call *c)
 
 /* ---- health and server metadata ---------------------------------------- */
 
+/* {"live": true} or {"ready": true} (false with 400), as the KServe V2
+ * REST health endpoints answer; the kserve SDK reads the body. */
 static void health(pjs__http_call *c, const char *kind)
 {
     pjs_server *s = c->fe->server;
     bool ok = is(kind, "live") ? pjs_server_live(s) : pjs_server_ready(s);
-    pjs__http_reply_empty(c, ok ? 200 : 400);
+    pjs__http_reply_json(c, ok ? 200 : 400, json_pack("{s:b}", kind, ok));
 }
 
 static void server_metadata(pjs__http_call *c)
