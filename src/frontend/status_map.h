@@ -31,7 +31,7 @@ static inline int pjs_status_to_http(int status)
     switch (status) {
     case PJS_OK: return 200;
     case PJS_ERR_INVALID_ARGUMENT: return 400;
-    case PJS_ERR_UNSUPPORTED: return 400;
+    case PJS_ERR_UNSUPPORTED: return 501;        /* Not Implemented, as Triton */
     case PJS_ERR_FAILED_PRECONDITION: return 400;
     case PJS_ERR_UNAUTHENTICATED: return 401;
     case PJS_ERR_PERMISSION_DENIED: return 403;

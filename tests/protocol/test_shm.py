@@ -279,7 +279,7 @@ def test_shm_refused_on_default_server(server, regions, cases):
                           {"UNIMPLEMENTED", "INVALID_ARGUMENT"}, (), "grpc",
                           ["allow-client-shm", "shared memory", "shared-memory"])
         e = _expect_error(lambda: hc.register_system_shared_memory("r", key, 256),
-                          (), {400}, "http", ["allow-client-shm", "shared memory", "shared-memory"])
+                          (), {501}, "http", ["allow-client-shm", "shared memory", "shared-memory"])
         assert e is not None
         # nothing got registered
         assert len(g.get_system_shared_memory_status().regions) == 0

@@ -49,7 +49,7 @@ static int reply_outputs(pjs__http_call *c, pjs_error *err)
         rc = pjs_http_infer_encode(&inf->req, inf->req.model->name, PJS_MODEL_VERSION, &body,
                                    &header_len, err);
     if (rc == PJS_ERR_RESOURCE_EXHAUSTED) /* the client asked for too much, not too often */
-        rc = pjs_error_set(err, PJS_ERR_UNSUPPORTED,
+        rc = pjs_error_set(err, PJS_ERR_INVALID_ARGUMENT,
                            "the response would exceed %zu bytes; request fewer outputs or "
                            "write them to shared memory",
                            (size_t)PJS_HTTP_MAX_BODY);
