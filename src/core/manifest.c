@@ -95,11 +95,45 @@ static int parse_shape(pjs_yaml *y, yaml_node_t *n, const char *path, pjs_tensor
     return 0;
 }
 
-static int parse_tensor(pjs_yaml *y, yaml_node_t *n, const char *path, pjs_tensor_spec *t)
+const char *pjs_tensor_format_name(pjs_tensor_format f)
 {
-    pjs_yaml_field f[] = {{"name", NULL}, {"dtype", NULL}, {"shape", NULL}};
+    switch (f) {
+    case PJS_FORMAT_NHWC: return "FORMAT_NHWC";
+    case PJS_FORMAT_NCHW: return "FORMAT_NCHW";
+    default: return "FORMAT_NONE";
+    }
+}
+
+/* An input's `format`: NHWC or NCHW, on a tensor with three extents besides
+ * the batch axis (the image clients read C, H and W from them). */
+static int parse_format(pjs_yaml *y, yaml_node_t *n, const char *path, pjs_tensor_spec *t)
+{
+    int rc = pjs_yaml_get_string(y, n, path);
+    if (rc != 0)
+        return rc;
+    char q[PJS_YAML_QUOTE_MAX];
+    if (pjs_yaml_scalar_is(n, "NHWC"))
+        t->format = PJS_FORMAT_NHWC;
+    else if (pjs_yaml_scalar_is(n, "NCHW"))
+        t->format = PJS_FORMAT_NCHW;
+    else
+        return pjs_yaml_fail(y, n, path, "unknown format %s (expected NHWC or NCHW)",
+                             pjs_yaml_quote_node(n, q, sizeof q));
+    int image_rank = t->batched ? 4 : 3;
+    if (t->shape.rank != image_rank)
+        return pjs_yaml_fail(y, n, path,
+                             "an image format needs three extents besides the batch axis "
+                             "(H, W, C or C, H, W); this tensor has %d",
+                             t->shape.rank - (t->batched ? 1 : 0));
+    return 0;
+}
+
+static int parse_tensor(pjs_yaml *y, yaml_node_t *n, const char *path, bool input,
+                        pjs_tensor_spec *t)
+{
+    pjs_yaml_field f[] = {{"name", NULL}, {"dtype", NULL}, {"shape", NULL}, {"format", NULL}};
     char sub[PJS_YAML_PATH_MAX];
-    int rc = pjs_yaml_get_fields(y, n, path, f, 3);
+    int rc = pjs_yaml_get_fields(y, n, path, f, input ? 4 : 3);
     for (size_t i = 0; rc == 0 && i < 3; i++)
         rc = pjs_yaml_require(y, &f[i], path, n);
     if (rc != 0)
@@ -111,13 +145,16 @@ static int parse_tensor(pjs_yaml *y, yaml_node_t *n, const char *path, pjs_tenso
     if ((rc = parse_dtype(y, f[1].value, sub, &t->dtype)) != 0)
         return rc;
     pjs_yaml_path_key(sub, path, "shape");
-    return parse_shape(y, f[2].value, sub, t);
+    if ((rc = parse_shape(y, f[2].value, sub, t)) != 0 || f[3].value == NULL)
+        return rc;
+    pjs_yaml_path_key(sub, path, "format");
+    return parse_format(y, f[3].value, sub, t);
 }
 
 /* A non-empty list of tensors with unique names. *out and *out_n are set as
  * soon as the array exists, so the caller frees it on any failure. */
-static int parse_tensors(pjs_yaml *y, yaml_node_t *n, const char *path, pjs_tensor_spec **out,
-                         size_t *out_n)
+static int parse_tensors(pjs_yaml *y, yaml_node_t *n, const char *path, bool inputs,
+                         pjs_tensor_spec **out, size_t *out_n)
 {
     size_t count = 0;
     int rc = pjs_yaml_get_list(y, n, path, true, &count);
@@ -131,7 +168,7 @@ static int parse_tensors(pjs_yaml *y, yaml_node_t *n, const char *path, pjs_tens
     for (size_t i = 0; i < count; i++) {
         char sub[PJS_YAML_PATH_MAX];
         pjs_yaml_path_index(sub, path, i);
-        if ((rc = parse_tensor(y, pjs_yaml_list_item(y, n, i), sub, &v[i])) != 0)
+        if ((rc = parse_tensor(y, pjs_yaml_list_item(y, n, i), sub, inputs, &v[i])) != 0)
             return rc;
     }
     const char **names = malloc(count * sizeof *names);
@@ -563,16 +600,18 @@ static int parse_root(pjs_yaml *y, yaml_node_t *root, pjs_manifest *m)
         return rc;
     if (m->kind == PJS_KIND_MODEL) {
         if ((rc = parse_batch_sizes(y, f[K_BATCH_SIZES].value, m)) != 0 ||
-            (rc = parse_tensors(y, f[K_INPUTS].value, "inputs", &m->inputs, &m->n_inputs)) != 0 ||
-            (rc = parse_tensors(y, f[K_OUTPUTS].value, "outputs", &m->outputs, &m->n_outputs)) != 0)
+            (rc = parse_tensors(y, f[K_INPUTS].value, "inputs", true, &m->inputs,
+                                &m->n_inputs)) != 0 ||
+            (rc = parse_tensors(y, f[K_OUTPUTS].value, "outputs", false, &m->outputs,
+                                &m->n_outputs)) != 0)
             return rc;
         return parse_variants(y, f[K_VARIANTS].value, m);
     }
     if ((rc = parse_meta(y, f[K_META].value, m)) != 0 ||
-        (rc = parse_tensors(y, f[K_CLIENT_INPUTS].value, "client_inputs", &m->inputs,
+        (rc = parse_tensors(y, f[K_CLIENT_INPUTS].value, "client_inputs", true, &m->inputs,
                             &m->n_inputs)) != 0)
         return rc;
-    return parse_tensors(y, f[K_CLIENT_OUTPUTS].value, "client_outputs", &m->outputs,
+    return parse_tensors(y, f[K_CLIENT_OUTPUTS].value, "client_outputs", false, &m->outputs,
                          &m->n_outputs);
 }
 

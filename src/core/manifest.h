@@ -34,12 +34,26 @@ typedef enum pjs_residency {
     PJS_RESIDENCY_UNPINNED = 2, /* no host floor: read from the file when needed */
 } pjs_residency;
 
+/* The layout of an image input, as clients read it from the model
+ * configuration (Triton's ModelInput.format, same values). */
+typedef enum pjs_tensor_format {
+    PJS_FORMAT_NONE = 0,
+    PJS_FORMAT_NHWC = 1,
+    PJS_FORMAT_NCHW = 2,
+} pjs_tensor_format;
+
+/* "FORMAT_NONE", "FORMAT_NHWC", "FORMAT_NCHW". */
+const char *pjs_tensor_format_name(pjs_tensor_format f);
+
 typedef struct pjs_tensor_spec {
     char *name;
     pjs_dtype dtype;
     /* Extents; when `batched`, dims[0] is the batch axis and holds -1. */
     pjs_shape shape;
     bool batched;
+    /* Inputs only (`format: NHWC | NCHW` in the manifest); an image input has
+     * three extents besides the batch axis. */
+    pjs_tensor_format format;
 } pjs_tensor_spec;
 
 /* An input-shape variant: the model's tensors at other shapes, executed by

@@ -5,10 +5,12 @@ import json
 
 import grpc
 import pytest
+import tritonclient.grpc as grpcclient
 from google.protobuf import descriptor_pb2
 from tritonclient.grpc import model_config_pb2, service_pb2
 from tritonclient.utils import InferenceServerException
 
+from .conftest import _finish, _start, small_repository
 from protocol_util import (ALL_MODELS, CONFIG_DTYPE, client_dims, grpc_channel, grpc_code,
                            http_json, http_request, kserve_dtype, pb_decode, pb_field_bytes,
                            pb_get)
@@ -83,7 +85,6 @@ def test_grpc_health_v1_unknown_service(server):
 # ---- server metadata ------------------------------------------------------------
 
 def _server_metadata(srv):
-    import tritonclient.grpc as grpcclient
     c = grpcclient.InferenceServerClient(srv.grpc_url)
     try:
         md = c.get_server_metadata()
@@ -378,3 +379,26 @@ def test_reflection_descriptors_match_triton(server):
         if needed not in ours:
             problems.append(f"message {needed} not described")
     assert not problems, "\n".join(problems)
+
+
+def test_model_config_input_format(pjserve_bin, plugin_path, cache_dir, exported, tmp_path):
+    """An input's `format` in the manifest is what ModelConfig reports, on both
+    protocols (image clients read C, H and W by it); inputs without one
+    report FORMAT_NONE."""
+    repo = small_repository(exported, tmp_path / "repo", ("convnet", "mlp"))
+    manifest = repo / "convnet" / "manifest.yaml"
+    text = manifest.read_text()
+    declared = "shape: [batch, 28, 28, 1]}"
+    assert declared in text, text
+    manifest.write_text(text.replace(declared, "shape: [batch, 28, 28, 1], format: NHWC}"))
+    s = _start(pjserve_bin, plugin_path, repo, cache_dir, tmp_path / "srv", [], "format")
+    g = grpcclient.InferenceServerClient(s.grpc_url)
+    try:
+        for model, want in (("convnet", "FORMAT_NHWC"), ("mlp", "FORMAT_NONE")):
+            cfg = g.get_model_config(model).config
+            assert model_config_pb2.ModelInput.Format.Name(cfg.input[0].format) == want, cfg
+            status, doc, raw = http_json(s.http_url, "GET", f"/v2/models/{model}/config")
+            assert status == 200 and doc["input"][0]["format"] == want, raw
+    finally:
+        g.close()
+        _finish(s)

@@ -268,6 +268,50 @@ static void test_unbatched_and_scalar_tensors(void **state)
     pjs_manifest_free(&m);
 }
 
+/* An input's image layout: NHWC or NCHW on three extents besides the batch
+ * axis (or three in all without one); none by default; never on outputs. */
+static void test_input_formats(void **state)
+{
+    (void)state;
+    const char *yaml = HEAD "batch_sizes: [1]\n"
+                            "inputs:\n"
+                            "  - {name: img, dtype: f32, shape: [batch, 28, 28, 1], format: NHWC}\n"
+                            "  - {name: chw, dtype: u8, shape: [3, 8, 8], format: NCHW}\n"
+                            "  - {name: plain, dtype: f32, shape: [batch, 4]}\n"
+                            "outputs:\n  - {name: out, dtype: f32, shape: [batch, 2]}\n";
+    pjs_manifest m;
+    pjs_error err;
+    assert_int_equal(parse(&m, yaml, &err), 0);
+    assert_int_equal(m.inputs[0].format, PJS_FORMAT_NHWC);
+    assert_int_equal(m.inputs[1].format, PJS_FORMAT_NCHW);
+    assert_int_equal(m.inputs[2].format, PJS_FORMAT_NONE);
+    assert_string_equal(pjs_tensor_format_name(m.inputs[0].format), "FORMAT_NHWC");
+    assert_string_equal(pjs_tensor_format_name(m.inputs[2].format), "FORMAT_NONE");
+    pjs_manifest_free(&m);
+
+    static const struct {
+        const char *tensors, *needle1, *needle2;
+    } bad[] = {
+        {"inputs:\n  - {name: x, dtype: f32, shape: [batch, 4], format: NHWC}\n"
+         "outputs:\n  - {name: y, dtype: f32, shape: [batch, 2]}\n",
+         "inputs[0].format", "has 1"},
+        {"inputs:\n  - {name: x, dtype: f32, shape: [batch, 2, 2, 2], format: HWC}\n"
+         "outputs:\n  - {name: y, dtype: f32, shape: [batch, 2]}\n",
+         "unknown format \"HWC\"", "NHWC or NCHW"},
+        {"inputs:\n  - {name: x, dtype: f32, shape: [batch, 2, 2, 2], format: nchw}\n"
+         "outputs:\n  - {name: y, dtype: f32, shape: [batch, 2]}\n",
+         "unknown format", NULL},
+        {"inputs:\n  - {name: x, dtype: f32, shape: [batch, 2, 2, 2]}\n"
+         "outputs:\n  - {name: y, dtype: f32, shape: [batch, 2, 2, 2], format: NHWC}\n",
+         "outputs[0]", "format"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        char doc[1024];
+        snprintf(doc, sizeof doc, HEAD "batch_sizes: [1]\n%s", bad[i].tensors);
+        expect_reject(doc, strlen(doc), PJS_ERR_INVALID_ARGUMENT, bad[i].needle1, bad[i].needle2);
+    }
+}
+
 static void test_name_limits(void **state)
 {
     (void)state;
@@ -813,6 +857,7 @@ int main(void)
         cmocka_unit_test(test_meta_empty_calls),
         cmocka_unit_test(test_kserve_dtype_names),
         cmocka_unit_test(test_unbatched_and_scalar_tensors),
+        cmocka_unit_test(test_input_formats),
         cmocka_unit_test(test_name_limits),
         cmocka_unit_test(test_batch_size_limits),
         cmocka_unit_test(test_residency_names),

@@ -115,6 +115,10 @@ static int64_t *config_dims(const pjs_grpc_model_desc *m, bool output, size_t i,
     return copy_dims(a, m->manifest, output, i, m->max_batch_size > 0 && s->batched ? 1 : 0, n);
 }
 
+_Static_assert(INFERENCE__MODEL_INPUT__FORMAT__FORMAT_NHWC == (int)PJS_FORMAT_NHWC &&
+                   INFERENCE__MODEL_INPUT__FORMAT__FORMAT_NCHW == (int)PJS_FORMAT_NCHW,
+               "pjs_tensor_format mirrors ModelInput.Format");
+
 static Inference__ModelInput **config_inputs(const pjs_grpc_model_desc *m, pjs_grpc_arena *a)
 {
     const pjs_manifest *mf = m->manifest;
@@ -126,6 +130,7 @@ static Inference__ModelInput **config_inputs(const pjs_grpc_model_desc *m, pjs_g
         *t = (Inference__ModelInput)INFERENCE__MODEL_INPUT__INIT;
         t->name = mf->inputs[i].name;
         t->data_type = pjs_grpc_config_dtype(mf->inputs[i].dtype);
+        t->format = (Inference__ModelInput__Format)mf->inputs[i].format; /* same values */
         t->dims = config_dims(m, false, i, a, &t->n_dims);
         if (t->dims == NULL)
             return NULL;

@@ -68,7 +68,7 @@ static json_t *tensor_config_json(const pjs_manifest *m, int64_t max_batch_size,
         json_t *dims = dims_json(m, !inputs, i, s->batched && max_batch_size > 0 ? 1 : 0);
         json_t *t = inputs ? json_pack("{s:s, s:s, s:s, s:o, s:b, s:b, s:b}", "name", s->name,
                                        "data_type", config_data_type(s->dtype, type, sizeof type),
-                                       "format", "FORMAT_NONE", "dims", dims, "is_shape_tensor",
+                                       "format", pjs_tensor_format_name(s->format), "dims", dims, "is_shape_tensor",
                                        0, "allow_ragged_batch", 0, "optional", 0)
                            : json_pack("{s:s, s:s, s:o, s:s, s:b}", "name", s->name,
                                        "data_type", config_data_type(s->dtype, type, sizeof type),
