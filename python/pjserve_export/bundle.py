@@ -18,7 +18,7 @@ import shutil
 import tempfile
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -54,6 +54,7 @@ class TensorSpec:
     dtype: str                      # manifest dtype name, e.g. "f32"
     shape: Tuple[int, ...]
     batched: bool = True
+    format: Optional[str] = None    # inputs only: "NHWC" | "NCHW" (an image layout)
 
     def full_shape(self, n: int) -> Tuple[int, ...]:
         return ((n,) if self.batched else ()) + tuple(self.shape)
@@ -122,6 +123,32 @@ def check_name(what: str, name) -> str:
     return name
 
 
+IMAGE_FORMATS = ("NHWC", "NCHW")
+
+
+def check_input_formats(formats: Optional[Mapping[str, str]], input_names: Sequence[str],
+                        shapes: Mapping[str, Tuple[int, ...]]) -> Dict[str, str]:
+    """{input name: "NHWC" | "NCHW"}, checked: known inputs with three extents
+    per example (the server refuses any other layout declaration)."""
+    if formats is None:
+        return {}
+    if not isinstance(formats, Mapping):
+        raise ValueError(f"input_formats must be a mapping of input names to NHWC or NCHW, "
+                         f"got {formats!r}")
+    out = {}
+    for name, fmt in formats.items():
+        if name not in input_names:
+            raise ValueError(f"input_formats names {name!r}, which is not an input "
+                             f"(inputs: {list(input_names)})")
+        if fmt not in IMAGE_FORMATS:
+            raise ValueError(f"input_formats[{name!r}] must be NHWC or NCHW, got {fmt!r}")
+        if len(shapes[name]) != 3:
+            raise ValueError(f"input_formats[{name!r}]: an image layout needs three extents "
+                             f"per example, the input has shape {tuple(shapes[name])}")
+        out[name] = fmt
+    return out
+
+
 def check_names(what: str, names: Sequence[str], expected_count: Optional[int] = None,
                 counted: str = "") -> List[str]:
     if isinstance(names, str):
@@ -183,8 +210,9 @@ def _yaml_shape(shape, batched: bool) -> str:
 
 
 def _yaml_tensor(t: TensorSpec) -> str:
+    fmt = f", format: {t.format}" if t.format else ""
     return (f"  - {{name: {_yaml_str(t.name)}, dtype: {t.dtype}, "
-            f"shape: {_yaml_shape(t.shape, t.batched)}}}\n")
+            f"shape: {_yaml_shape(t.shape, t.batched)}{fmt}}}\n")
 
 
 def _yaml_shapes(shapes: Dict[str, Tuple[int, ...]], specs: List[TensorSpec]) -> str:
@@ -274,8 +302,9 @@ def _parse_tensor(entry, where: str) -> TensorSpec:
     for d in dims:
         if isinstance(d, bool) or not isinstance(d, int):
             raise ValueError(f"{where}.shape: dimension {d!r} is not an int")
+    fmt = entry.get("format")
     return TensorSpec(name=str(entry["name"]), dtype=str(entry["dtype"]), shape=tuple(dims),
-                      batched=batched)
+                      batched=batched, format=None if fmt is None else str(fmt))
 
 
 def _variant_shapes(mapping, where: str) -> Dict[str, Tuple[int, ...]]:

@@ -349,6 +349,7 @@ def export_jax(fn: Callable, params: Any, example_inputs: Sequence[Any], out_dir
                output_names: Sequence[str], description: Optional[str] = None,
                residency: str = "host", weight: float = 1.0,
                variants: Optional[Mapping[str, Sequence[Any]]] = None,
+               input_formats: Optional[Mapping[str, str]] = None,
                target_stablehlo_version: Optional[str] = None,
                strip_debug_info: bool = True) -> Path:
     """Exports ``fn(params, *inputs)`` as the bundle ``out_dir/name/``; returns its path.
@@ -368,6 +369,9 @@ def export_jax(fn: Callable, params: Any, example_inputs: Sequence[Any], out_dir
         per-example shapes). Each variant gets one module per batch size,
         ``model.<variant>.b{N}.mlir``, over the same weights; the server runs a
         request on the variant whose input shapes it has.
+    input_formats: optional {input name: "NHWC" | "NCHW"} for image inputs
+        (three extents per example); the model configuration reports it to
+        clients that read the layout. Nothing about execution changes.
     target_stablehlo_version: StableHLO version of the portable artifacts;
         default `default_target_version()`.
     strip_debug_info: drop source locations so exports are reproducible.
@@ -399,6 +403,8 @@ def export_jax(fn: Callable, params: Any, example_inputs: Sequence[Any], out_dir
         treedef, [jax.ShapeDtypeStruct(a.shape, a.dtype) for a in weight_arrays])
     input_specs = _input_specs(example_inputs, input_names)
     variant_specs = _check_variants(variants, input_names, input_specs)
+    formats = B.check_input_formats(
+        input_formats, input_names, {nm: shape for nm, (shape, _) in zip(input_names, input_specs)})
 
     def export_variant(specs, what):
         return _export_modules(fn, name, param_structs, weight_arrays, weight_names,
@@ -416,7 +422,7 @@ def export_jax(fn: Callable, params: Any, example_inputs: Sequence[Any], out_dir
 
     manifest = B.Manifest(
         name=name, description=description, batch_sizes=sizes,
-        inputs=[B.TensorSpec(nm, dtypes.manifest_name(dt), shape)
+        inputs=[B.TensorSpec(nm, dtypes.manifest_name(dt), shape, format=formats.get(nm))
                 for nm, (shape, dt) in zip(input_names, input_specs)],
         outputs=[B.TensorSpec(nm, dt, shape) for nm, (shape, dt) in zip(output_names, out_specs)],
         variants=manifest_variants, residency=residency, weight=weight)

@@ -327,3 +327,41 @@ def test_variant_output_rank_must_not_change(tmp_path):
     with pytest.raises(ValueError, match="variant 'long': output 'z'.*extents only"):
         export_pool(tmp_path, {"long": [np.zeros((1, 8, 16), np.float32)]}, fn=_rank_changing)
     assert not (tmp_path / "pool").exists()
+
+
+def _pool_image(p, x):
+    return jnp.mean(x, axis=(1, 2)) * p["scale"]
+
+
+def test_input_formats_reach_the_manifest_and_the_server(tmp_path, pjserve):
+    """input_formats writes `format:` on image inputs; the server's check
+    accepts the bundle; read_manifest gives the layout back."""
+    path = pe.export_jax(_pool_image, {"scale": np.ones(3, np.float32)},
+                         [np.zeros((1, 8, 8, 3), np.float32)], tmp_path, name="pool",
+                         batch_sizes=[1, 2], input_names=["image"], output_names=["mean"],
+                         input_formats={"image": "NHWC"})
+    doc = yaml.safe_load((path / "manifest.yaml").read_text())
+    assert doc["inputs"] == [{"name": "image", "dtype": "f32", "shape": ["batch", 8, 8, 3],
+                              "format": "NHWC"}]
+    assert "format" not in doc["outputs"][0]
+    assert pe.read_manifest(path).inputs[0].format == "NHWC"
+    result = pjserve("check", str(path))
+    assert result.returncode == 0, result.stderr
+
+
+@pytest.mark.parametrize("formats, message", [
+    ({"nope": "NHWC"}, "not an input"),
+    ({"image": "HWC"}, "must be NHWC or NCHW"),
+    ("NHWC", "must be a mapping"),
+])
+def test_input_formats_validation(tmp_path, formats, message):
+    with pytest.raises(ValueError, match=message):
+        pe.export_jax(_pool_image, {"scale": np.ones(3, np.float32)},
+                      [np.zeros((1, 8, 8, 3), np.float32)], tmp_path, name="pool",
+                      batch_sizes=[1], input_names=["image"], output_names=["mean"],
+                      input_formats=formats)
+
+
+def test_input_format_needs_three_extents(tmp_path):
+    with pytest.raises(ValueError, match="three extents"):
+        export_linear(tmp_path, input_formats={"x": "NCHW"})
