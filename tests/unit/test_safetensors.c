@@ -521,20 +521,31 @@ static void test_metadata_not_strings(void **state)
 
 /* ---- through the file system ---------------------------------------------- */
 
+/* Makes dir (a mkdtemp template) and writes the valid test file as
+ * dir/model.safetensors (its path into path, its tensor bytes into
+ * data[48]); returns the file's bytes (*size of them), for the caller to
+ * free. */
+static unsigned char *write_valid_file(char *dir, char *path, size_t path_size,
+                                       unsigned char *data, size_t *size)
+{
+    assert_non_null(mkdtemp(dir));
+    snprintf(path, path_size, "%s/model.safetensors", dir);
+    fill_valid_data(data);
+    unsigned char *buf = build_file(valid_header, data, 48, size);
+    pjs_error err;
+    assert_int_equal(pjs_write_file_atomic(path, buf, *size, &err), 0);
+    return buf;
+}
+
 static void test_open_file(void **state)
 {
     (void)state;
     char dir[] = "/tmp/pjs_test_st_XXXXXX";
-    assert_non_null(mkdtemp(dir));
     char path[256];
-    snprintf(path, sizeof path, "%s/model.safetensors", dir);
-
     unsigned char data[48];
-    fill_valid_data(data);
     size_t size;
-    unsigned char *buf = build_file(valid_header, data, sizeof data, &size);
     pjs_error err;
-    assert_int_equal(pjs_write_file_atomic(path, buf, size, &err), 0);
+    unsigned char *buf = write_valid_file(dir, path, sizeof path, data, &size);
 
     pjs_safetensors st;
     int rc = pjs_safetensors_open(&st, path, &err);
@@ -584,15 +595,11 @@ static void test_open_file_changed(void **state)
 {
     (void)state;
     char dir[] = "/tmp/pjs_test_st_XXXXXX";
-    assert_non_null(mkdtemp(dir));
     char path[256];
-    snprintf(path, sizeof path, "%s/model.safetensors", dir);
     unsigned char data[48];
-    fill_valid_data(data);
     size_t size;
-    unsigned char *buf = build_file(valid_header, data, sizeof data, &size);
     pjs_error err;
-    assert_int_equal(pjs_write_file_atomic(path, buf, size, &err), 0);
+    unsigned char *buf = write_valid_file(dir, path, sizeof path, data, &size);
 
     pjs_safetensors st;
     assert_int_equal(pjs_safetensors_open(&st, path, &err), 0);
