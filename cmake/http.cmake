@@ -3,9 +3,7 @@
 #   pjs_http_codec     the REST inference codec (JSON + binary framing, shared
 #                      memory, gzip/deflate), model and model-control JSON documents
 #                      and the Prometheus text: core + jansson + zlib only, no server
-#                      and no PJRT, so it is fuzzed and unit-tested on its own (the
-#                      control documents name states and modes with server.h's
-#                      functions: a program that uses them links pjs_server)
+#                      and no PJRT, so it is fuzzed and unit-tested on its own
 #   pjs_frontend_http  the libmicrohttpd daemons and routes over pjs_server, connection
 #                      deadlines, HTTPS (libmicrohttpd with GnuTLS)
 pkg_check_modules(MICROHTTPD REQUIRED IMPORTED_TARGET libmicrohttpd)

@@ -26,7 +26,7 @@
 #include "core/manifest.h"
 #include "core/shape.h"
 #include "core/status.h"
-#include "sched/job.h"
+#include "core/job.h"
 
 /* Most inputs or outputs a served model may have. */
 #define PJS_INFER_MAX_TENSORS 64

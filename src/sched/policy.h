@@ -54,7 +54,7 @@
 #include <stdint.h>
 
 #include "core/status.h"
-#include "sched/job.h"
+#include "core/job.h"
 
 /* Most compiled batch sizes a queue may have. */
 #define PJS_SCHED_MAX_SIZES 32

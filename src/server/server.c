@@ -42,7 +42,7 @@
 #include "core/work_pool.h"
 #include "registry/bundle.h"
 #include "runtime/exec_cache.h"
-#include "sched/dispatch.h"
+#include "server/dispatch.h"
 #include "server/watcher.h"
 
 typedef struct repo_entry {
@@ -87,34 +87,6 @@ struct pjs_server {
 const char *pjs_server_version(void)
 {
     return PJSERVE_VERSION;
-}
-
-const char *pjs_control_mode_name(pjs_control_mode m)
-{
-    switch (m) {
-    case PJS_CONTROL_STATIC: return "static";
-    case PJS_CONTROL_EXPLICIT: return "explicit";
-    default: return "dynamic";
-    }
-}
-
-int pjs_control_mode_parse(const char *s)
-{
-    static const pjs_control_mode all[] = {PJS_CONTROL_DYNAMIC, PJS_CONTROL_STATIC,
-                                           PJS_CONTROL_EXPLICIT};
-    for (size_t i = 0; s != NULL && i < sizeof all / sizeof all[0]; i++)
-        if (strcmp(s, pjs_control_mode_name(all[i])) == 0)
-            return (int)all[i];
-    return -1;
-}
-
-const char *pjs_model_state_name(pjs_model_state st)
-{
-    switch (st) {
-    case PJS_MODEL_READY: return "READY";
-    case PJS_MODEL_LOADING: return "LOADING";
-    default: return "UNAVAILABLE";
-    }
 }
 
 /* ---- repository entries (repo_lock held) ----------------------------------- */

@@ -23,6 +23,7 @@
 
 #include "core/byte_budget.h"
 #include "core/infer.h"
+#include "core/lifecycle.h"
 #include "core/shm.h"
 #include "core/status.h"
 #include "registry/model.h"
@@ -31,15 +32,6 @@
 
 typedef struct pjs_server pjs_server;
 
-/* Who decides which models are loaded and resident (--model-control-mode). */
-typedef enum pjs_control_mode {
-    PJS_CONTROL_DYNAMIC = 0,  /* load at start, then follow the repository (watcher) */
-    PJS_CONTROL_STATIC = 1,   /* load at start, never again on its own */
-    PJS_CONTROL_EXPLICIT = 2, /* load at start with no device weights; a control plane pins */
-} pjs_control_mode;
-
-const char *pjs_control_mode_name(pjs_control_mode m); /* "dynamic", "static", "explicit" */
-int pjs_control_mode_parse(const char *s);             /* -1 when unknown */
 
 typedef struct pjs_server_options {
     const char *repository;       /* directory of bundles (required) */
@@ -188,12 +180,6 @@ int pjs_server_compact(pjs_server *s, const char *const *reload, size_t n, size_
 int pjs_server_set_model_policy(pjs_server *s, const char *name, const pjs_model_policy *p,
                                 pjs_error *err);
 
-/* One bundle directory of the repository and its state. */
-typedef enum pjs_model_state {
-    PJS_MODEL_READY = 0,
-    PJS_MODEL_UNAVAILABLE = 1, /* unloaded, or failed to load (reason says) */
-    PJS_MODEL_LOADING = 2,
-} pjs_model_state;
 
 typedef struct pjs_repository_entry {
     char name[256];
@@ -201,7 +187,6 @@ typedef struct pjs_repository_entry {
     char reason[512];
 } pjs_repository_entry;
 
-const char *pjs_model_state_name(pjs_model_state st); /* "READY", "UNAVAILABLE", "LOADING" */
 
 /* Every bundle directory of the repository (loaded or not) and every loaded
  * model, sorted by name, into out[cap]; returns the count (may exceed cap;

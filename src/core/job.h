@@ -5,8 +5,8 @@
  * (policy.h) link jobs, never requests, so its decisions can be tested
  * without models or a device.
  */
-#ifndef PJS_SCHED_JOB_H
-#define PJS_SCHED_JOB_H
+#ifndef PJS_CORE_JOB_H
+#define PJS_CORE_JOB_H
 
 #include <stdbool.h>
 #include <stdint.h>

@@ -11,7 +11,7 @@
  * (its own lock), where completion threads call on_done. A request counts
  * in `in_flight` from submit until its on_done returned; drain waits for 0.
  */
-#include "sched/dispatch.h"
+#include "server/dispatch.h"
 
 #include <pthread.h>
 #include <stdlib.h>

@@ -14,8 +14,8 @@
  * The same thread runs device tasks (a model's warm-up at load) between
  * executions, so nothing else ever touches the device concurrently.
  */
-#ifndef PJS_SCHED_DISPATCH_H
-#define PJS_SCHED_DISPATCH_H
+#ifndef PJS_SERVER_DISPATCH_H
+#define PJS_SERVER_DISPATCH_H
 
 #include <stdbool.h>
 #include <stddef.h>
