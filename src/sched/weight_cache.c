@@ -64,6 +64,7 @@ static void evict(pjs_wcache *c, pjs_wcache_entry *e)
     }
     e->resident = false;
     e->evictions++;
+    c->changes++;
     pthread_mutex_unlock(&c->lock);
     c->ops.evict(e, c->ops.ctx);
 }
@@ -77,6 +78,7 @@ static int load(pjs_wcache *c, pjs_wcache_entry *e, pjs_error *err)
     pthread_mutex_lock(&c->lock);
     e->resident = true;
     e->loads++;
+    c->changes++;
     if (e->pinned) {
         c->pinned += e->bytes;
     } else {
@@ -181,12 +183,15 @@ size_t pjs_wcache_compact(pjs_wcache *c, pjs_wcache_entry *const *reload, size_t
     return loaded;
 }
 
-void pjs_wcache_totals(pjs_wcache *c, uint64_t *budget, uint64_t *used, uint64_t *pinned)
+void pjs_wcache_totals(pjs_wcache *c, uint64_t *budget, uint64_t *used, uint64_t *pinned,
+                       uint64_t *changes)
 {
     pthread_mutex_lock(&c->lock);
     *budget = c->budget;
     *used = c->used;
     *pinned = c->pinned;
+    if (changes != NULL)
+        *changes = c->changes;
     pthread_mutex_unlock(&c->lock);
 }
 

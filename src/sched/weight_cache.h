@@ -51,6 +51,8 @@ typedef struct pjs_wcache {
     uint64_t budget;          /* for unpinned entries; PJS_WCACHE_UNLIMITED */
     uint64_t used;            /* resident unpinned bytes */
     uint64_t pinned;          /* resident pinned bytes */
+    uint64_t changes;         /* loads + evictions so far (readers compare it
+                                 before and after reading several entries) */
     bool autonomous;          /* false: never load or evict on its own */
     pjs_wcache_entry *newest, *oldest;
     pjs_wcache_ops ops;
@@ -82,8 +84,11 @@ void pjs_wcache_release(pjs_wcache *c, pjs_wcache_entry *e);
 size_t pjs_wcache_compact(pjs_wcache *c, pjs_wcache_entry *const *reload, size_t n,
                           pjs_error *err);
 
-/* A consistent reading of the totals. */
-void pjs_wcache_totals(pjs_wcache *c, uint64_t *budget, uint64_t *used, uint64_t *pinned);
+/* A consistent reading of the totals; *changes (when not NULL) counts every
+ * load and eviction so far, so a reader of several entries' residency can
+ * tell whether the set changed while it read. */
+void pjs_wcache_totals(pjs_wcache *c, uint64_t *budget, uint64_t *used, uint64_t *pinned,
+                       uint64_t *changes);
 
 /* The budget for on-demand weights from the device's memory (seed: the
  * arena holds pinned weights + on-demand weights + one execution's scratch

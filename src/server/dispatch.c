@@ -1,15 +1,36 @@
 /*
- * dispatch.c - queues, the dispatch thread, coalesced execution, completion.
+ * dispatch.c - queues, the device token, coalesced execution, completion.
  *
  * `lock` guards the scheduler (every attached model's queues and share), the
- * device-task list and the counters; the dispatch thread holds it only to
- * pick a plan or a task and to record a measured cost. A plan executes with
- * no lock held: the chosen requests' batched inputs are gathered into one
- * buffer per input (rows in plan order, zero padding up to the compiled
- * size), uploaded next to the model's weights, executed, read back whole and
- * sliced per request. Finished and dropped requests move to `completed`
- * (its own lock), where completion threads call on_done. A request counts
- * in `in_flight` from submit until its on_done returned; drain waits for 0.
+ * device token, the device-task list, the finished requests and the
+ * counters. Whoever holds the token (`device_held`) is the device owner: it
+ * alone executes, and alone touches the weight cache and `scratch`. A
+ * thread takes the token under the lock, picks a plan or a task, releases
+ * the lock, runs it, and gives the token back under the lock; the lock is
+ * never held while executing.
+ *
+ * Who takes it. A submitting thread takes it when the device is free and
+ * no device task waits (the common case at low load: the request thread
+ * executes its own request, no hand-off at all). Otherwise one of the
+ * dispatcher's workers, woken by submit, takes it as soon as it is free.
+ * An owner runs exactly one plan or task, then gives the token back and, if
+ * work is left, wakes a worker to take it next.
+ *
+ * After the token is given back, the owner finishes what it ran: the
+ * plan's requests (and any the scheduler dropped) go to `finished`, one
+ * idle worker is woken to help when there is more than one, and the owner
+ * itself calls on_done on finished requests until none are left. So
+ * encoding and responding run on request or worker threads in parallel
+ * and never delay the next execution. A thread already inside an on_done
+ * never takes the token (a hook or stream submitting from there), so owners
+ * do not nest.
+ *
+ * A plan's inputs are gathered into one buffer per input (rows in plan
+ * order, zero padding up to the compiled size) unless a single request fills
+ * the batch, uploaded next to the model's weights, executed, and read back:
+ * straight into the request's own output buffers when it is alone at its
+ * compiled size, else whole and sliced per request. A request counts in
+ * `in_flight` from submit until its on_done returned; drain waits for 0.
  */
 #include "server/dispatch.h"
 
@@ -26,35 +47,50 @@ typedef struct request_fifo {
     size_t length;
 } request_fifo;
 
-/* A function the dispatch thread runs between executions (warm-up). */
+/* A function the device owner runs between executions (warm-up, residency). */
 typedef struct device_task {
     void (*run)(struct device_task *t);
     bool done;
     struct device_task *next;
 } device_task;
 
+/* Arrays the device owner reuses from one execution to the next. */
+typedef struct owner_scratch {
+    pjrt_buffer **args;    /* weights, then inputs */
+    size_t args_cap;
+    pjrt_buffer **results;
+    size_t results_cap;
+    pjs_infer_request **reqs; /* a plan's requests in row order */
+    size_t reqs_cap;
+    int64_t *first_row;       /* where each one's rows start */
+    size_t rows_cap;
+} owner_scratch;
+
 struct pjs_dispatcher {
-    pthread_mutex_t lock;  /* sched, tasks, queued, accepting, in_flight, stopping */
-    pthread_cond_t work;   /* a request or task arrived, or stopping */
+    pthread_mutex_t lock;  /* everything below but the token's own fields */
+    pthread_cond_t work;   /* a request, task or finished request arrived,
+                              the token came back, or stopping */
     pthread_cond_t idle;   /* in_flight reached zero */
     pthread_cond_t task_done;
     pjs_sched sched;
-    pjs_wcache cache;      /* mutated by the dispatch thread only */
+    bool device_held;      /* the device token */
+    pjs_wcache cache;      /* changed by the token holder only */
+    owner_scratch scratch; /* used by the token holder only */
     device_task *tasks;
+    request_fifo finished; /* executed or dropped, on_done not yet called */
     uint64_t queued;
     bool accepting;
     bool stopping;
     uint64_t in_flight;
+    uint64_t inline_plans;  /* plans run by the submitting thread */
+    uint64_t worker_plans;  /* plans run by a worker */
 
-    pthread_mutex_t done_lock; /* completed, done_stopping */
-    pthread_cond_t done_work;
-    request_fifo completed;
-    bool done_stopping;
-
-    pthread_t dispatch_thread;
-    int n_completion_threads;
-    pthread_t *completion_threads;
+    int n_workers;
+    pthread_t *workers;
 };
+
+/* Set while a thread runs on_done: it must not take the token (see top). */
+static _Thread_local int completing;
 
 static void fifo_push(request_fifo *q, pjs_infer_request *r)
 {
@@ -85,15 +121,27 @@ static pjs_infer_request *request_of(pjs_sched_job *j)
     return (pjs_infer_request *)((char *)j - offsetof(pjs_infer_request, job));
 }
 
-static void complete(pjs_dispatcher *d, pjs_infer_request *r)
+/* Lock held: r waits for its on_done. */
+static void finish_locked(pjs_dispatcher *d, pjs_infer_request *r)
 {
-    pthread_mutex_lock(&d->done_lock);
-    fifo_push(&d->completed, r);
-    pthread_cond_signal(&d->done_work);
-    pthread_mutex_unlock(&d->done_lock);
+    fifo_push(&d->finished, r);
 }
 
-/* ---- one execution on the device ------------------------------------------ */
+/* Scratch arrays of at least n entries each (token holder only). */
+static int grow(void **array, size_t *cap, size_t n, size_t elem)
+{
+    if (n <= *cap)
+        return 0;
+    size_t want = n < 16 ? 16 : n;
+    void *p = realloc(*array, want * elem);
+    if (p == NULL)
+        return -1;
+    *array = p;
+    *cap = want;
+    return 0;
+}
+
+/* ---- one execution on the device (token holder) ---------------------------- */
 
 typedef struct exec_times {
     uint64_t input_done, infer_done, output_done;
@@ -101,7 +149,7 @@ typedef struct exec_times {
 
 /* Executes module (variant, size_index) of m on host inputs at the module's
  * full shapes; reads output o into outputs[o] when it is not NULL. */
-static int device_execute(pjs_model *m, size_t variant, size_t size_index,
+static int device_execute(owner_scratch *sc, pjs_model *m, size_t variant, size_t size_index,
                           const void *const *inputs, void *const *outputs, exec_times *t,
                           pjs_error *err)
 {
@@ -110,14 +158,15 @@ static int device_execute(pjs_model *m, size_t variant, size_t size_index,
     const pjs_variant *var = &man->variants[variant];
     pjs_bundle_module *mod = pjs_bundle_module_at(b, variant, size_index);
     size_t n_w = b->weights.n_tensors;
-    pjrt_buffer **args = calloc(n_w + man->n_inputs + 1, sizeof *args);
-    pjrt_buffer **results = calloc(man->n_outputs + 1, sizeof *results);
+    if (grow((void **)&sc->args, &sc->args_cap, n_w + man->n_inputs + 1, sizeof *sc->args) != 0 ||
+        grow((void **)&sc->results, &sc->results_cap, man->n_outputs + 1,
+             sizeof *sc->results) != 0)
+        return pjs_error_set(err, PJS_ERR_NOMEM, "out of memory");
+    pjrt_buffer **args = sc->args;
+    pjrt_buffer **results = sc->results;
+    memset(results, 0, man->n_outputs * sizeof *results);
     size_t uploaded = 0;
     int rc = 0;
-    if (args == NULL || results == NULL) {
-        rc = pjs_error_set(err, PJS_ERR_NOMEM, "out of memory");
-        goto out;
-    }
     memcpy(args, m->weights, n_w * sizeof *args);
     for (; uploaded < man->n_inputs; uploaded++) {
         const pjs_tensor_spec *s = &var->inputs[uploaded];
@@ -149,10 +198,8 @@ static int device_execute(pjs_model *m, size_t variant, size_t size_index,
         pjs_rt_buffer_destroy(m->client, results[o]);
     t->output_done = pjs_now_ns();
 out:
-    for (size_t i = 0; args != NULL && i < uploaded; i++)
+    for (size_t i = 0; i < uploaded; i++)
         pjs_rt_buffer_destroy(m->client, args[n_w + i]);
-    free(args);
-    free(results);
     return rc;
 }
 
@@ -182,6 +229,13 @@ typedef struct batch {
     int64_t *first_row;
 } batch;
 
+/* Whether the batch is one request at the compiled size: its own buffers
+ * are the execution's inputs and outputs, with no gathering or slicing. */
+static bool batch_is_one_request(const batch *bt)
+{
+    return bt->n == 1 && bt->reqs[0]->batch == bt->batch_size;
+}
+
 /* Host inputs at the compiled size: a request's own buffer when it fills the
  * batch alone, else rows gathered into a zero-padded buffer (owned[i]). */
 static int gather_inputs(const batch *bt, const void **inputs, void **owned, pjs_error *err)
@@ -190,7 +244,7 @@ static int gather_inputs(const batch *bt, const void **inputs, void **owned, pjs
     const pjs_variant *var = &man->variants[bt->variant];
     for (size_t i = 0; i < man->n_inputs; i++) {
         const pjs_tensor_spec *s = &var->inputs[i];
-        if (!s->batched || (bt->n == 1 && bt->reqs[0]->batch == bt->batch_size)) {
+        if (!s->batched || batch_is_one_request(bt)) {
             inputs[i] = bt->reqs[0]->inputs[i].data;
             continue;
         }
@@ -207,8 +261,9 @@ static int gather_inputs(const batch *bt, const void **inputs, void **owned, pjs
     return 0;
 }
 
-/* Gives each request its rows of every output it wants. */
-static int slice_outputs(const batch *bt, void **whole, pjs_error *err)
+/* Sets every request's output descriptions and allocates the buffers of
+ * the outputs it wants. */
+static int prepare_outputs(const batch *bt, pjs_error *err)
 {
     const pjs_manifest *man = pjs_model_manifest(bt->model);
     const pjs_variant *var = &man->variants[bt->variant];
@@ -230,46 +285,78 @@ static int slice_outputs(const batch *bt, void **whole, pjs_error *err)
             if (out->data == NULL)
                 return pjs_error_set(err, PJS_ERR_NOMEM, "out of memory for output \"%s\"",
                                      s->name);
-            size_t from = s->batched ? (size_t)bt->first_row[j] * rb : 0;
-            memcpy(out->data, (char *)whole[o] + from, out->nbytes);
         }
     }
     return 0;
 }
 
+/* Where output o is read back: the request's own buffer when it is alone
+ * at the compiled size, else a whole-batch buffer (owned, sliced after);
+ * NULL when no request wants it. */
+static int output_targets(const batch *bt, void **targets, void **whole, pjs_error *err)
+{
+    const pjs_manifest *man = pjs_model_manifest(bt->model);
+    const pjs_variant *var = &man->variants[bt->variant];
+    for (size_t o = 0; o < man->n_outputs; o++) {
+        const pjs_tensor_spec *s = &var->outputs[o];
+        bool wanted = false;
+        for (size_t j = 0; j < bt->n && !wanted; j++)
+            wanted = bt->reqs[j]->outputs[o].data != NULL;
+        if (!wanted)
+            continue;
+        if (batch_is_one_request(bt)) {
+            targets[o] = bt->reqs[0]->outputs[o].data;
+            continue;
+        }
+        size_t rb = pjs_tensor_spec_row_bytes(s);
+        size_t bytes = s->batched ? rb * (size_t)bt->batch_size : rb;
+        if ((whole[o] = malloc(bytes ? bytes : 1)) == NULL)
+            return pjs_error_set(err, PJS_ERR_NOMEM, "out of memory for output \"%s\"",
+                                 s->name);
+        targets[o] = whole[o];
+    }
+    return 0;
+}
+
+/* Gives each request its rows of every whole-batch output it wants. */
+static void slice_outputs(const batch *bt, void *const *whole)
+{
+    const pjs_manifest *man = pjs_model_manifest(bt->model);
+    for (size_t j = 0; j < bt->n; j++) {
+        pjs_infer_request *r = bt->reqs[j];
+        for (size_t o = 0; o < man->n_outputs; o++) {
+            pjs_infer_output *out = &r->outputs[o];
+            if (whole[o] == NULL || out->data == NULL)
+                continue;
+            size_t rb = pjs_tensor_spec_row_bytes(out->spec);
+            size_t from = out->spec->batched ? (size_t)bt->first_row[j] * rb : 0;
+            memcpy(out->data, (char *)whole[o] + from, out->nbytes);
+        }
+    }
+}
+
 /* Runs the batch; on return every request has outputs or an error and its
  * phase timestamps, and t holds the phases of the execution. */
-static void run_batch(const batch *bt, uint64_t start, exec_times *t)
+static void run_batch(owner_scratch *sc, const batch *bt, uint64_t start, exec_times *t)
 {
     pjs_model *m = bt->model;
-    const pjs_manifest *man = pjs_model_manifest(m);
-    const pjs_variant *var = &man->variants[bt->variant];
     const void *inputs[PJS_INFER_MAX_TENSORS] = {0};
     void *owned[PJS_INFER_MAX_TENSORS] = {0};
+    void *targets[PJS_INFER_MAX_TENSORS] = {0};
     void *whole[PJS_INFER_MAX_TENSORS] = {0};
     pjs_error err;
     pjs_error_clear(&err);
     memset(t, 0, sizeof *t);
     int rc = gather_inputs(bt, inputs, owned, &err);
-    for (size_t o = 0; rc == 0 && o < man->n_outputs; o++) {
-        const pjs_tensor_spec *s = &var->outputs[o];
-        bool wanted = false;
-        for (size_t j = 0; j < bt->n && !wanted; j++) {
-            int ignored;
-            wanted = output_wanted(bt->reqs[j], s, &ignored);
-        }
-        if (!wanted)
-            continue;
-        size_t rb = pjs_tensor_spec_row_bytes(s);
-        size_t bytes = s->batched ? rb * (size_t)bt->batch_size : rb;
-        if ((whole[o] = malloc(bytes ? bytes : 1)) == NULL)
-            rc = pjs_error_set(&err, PJS_ERR_NOMEM, "out of memory for output \"%s\"", s->name);
-    }
     if (rc == 0)
-        rc = device_execute(m, bt->variant, bt->size_index, inputs, (void *const *)whole, t,
-                            &err);
+        rc = prepare_outputs(bt, &err);
     if (rc == 0)
-        rc = slice_outputs(bt, whole, &err);
+        rc = output_targets(bt, targets, whole, &err);
+    if (rc == 0)
+        rc = device_execute(sc, m, bt->variant, bt->size_index, inputs, (void *const *)targets,
+                            t, &err);
+    if (rc == 0)
+        slice_outputs(bt, whole);
     t->output_done = pjs_now_ns();
     if (t->input_done == 0)
         t->input_done = t->output_done;
@@ -294,7 +381,7 @@ static void run_batch(const batch *bt, uint64_t start, exec_times *t)
     }
 }
 
-/* ---- weight residency (dispatch thread) ---------------------------------------- */
+/* ---- weight residency (token holder) ------------------------------------------ */
 
 /* The cache's callbacks: a resident model holds a reference, so it outlives
  * its device weights whatever thread drops the repository's reference. */
@@ -403,8 +490,8 @@ static void drop_stats(pjs_infer_request *r, uint64_t now)
     pthread_mutex_unlock(&m->stats_lock);
 }
 
-/* Answers a request the scheduler dropped: DEADLINE_EXCEEDED. */
-static void drop(pjs_dispatcher *d, pjs_sched_job *j, uint64_t now, bool shed)
+/* Answers a request the scheduler dropped: DEADLINE_EXCEEDED (to done). */
+static void drop(pjs_dispatcher *d, pjs_sched_job *j, uint64_t now, bool shed, request_fifo *done)
 {
     pjs_infer_request *r = request_of(j);
     pjs_model *m = r->model;
@@ -427,10 +514,10 @@ static void drop(pjs_dispatcher *d, pjs_sched_job *j, uint64_t now, bool shed)
     pthread_mutex_unlock(&m->stats_lock);
     drop_stats(r, now);
     release_if_retired(d, m); /* the last queued request of a retired model */
-    complete(d, r);
+    fifo_push(done, r);
 }
 
-/* ---- the dispatch thread ----------------------------------------------------- */
+/* ---- the device owner ---------------------------------------------------------- */
 
 static size_t list_length(const pjs_sched_job *j)
 {
@@ -440,22 +527,38 @@ static size_t list_length(const pjs_sched_job *j)
     return n;
 }
 
-static void run_plan(pjs_dispatcher *d, pjs_sched_plan *plan)
+/* Runs a plan (token held, lock not held); every request of it, executed
+ * or dropped, ends up in done. */
+static void run_plan(pjs_dispatcher *d, pjs_sched_plan *plan, request_fifo *done)
 {
     uint64_t now = pjs_now_ns();
     for (pjs_sched_job *j = plan->expired, *next; j != NULL; j = next) {
         next = j->next;
-        drop(d, j, now, false);
+        drop(d, j, now, false, done);
     }
     for (pjs_sched_job *j = plan->shed, *next; j != NULL; j = next) {
         next = j->next;
-        drop(d, j, now, true);
+        drop(d, j, now, true, done);
     }
     if (plan->queue == NULL)
         return;
     /* Our own reference: the requests' go with their completion, and the
      * model is looked at after that. */
     pjs_model *model = pjs_model_ref(plan->queue->owner);
+    owner_scratch *sc = &d->scratch;
+    if (grow((void **)&sc->reqs, &sc->reqs_cap, plan->n_jobs, sizeof *sc->reqs) != 0 ||
+        grow((void **)&sc->first_row, &sc->rows_cap, plan->n_jobs, sizeof *sc->first_row) != 0) {
+        for (pjs_sched_job *j = plan->jobs, *next; j != NULL; j = next) {
+            next = j->next;
+            pjs_infer_request *r = request_of(j);
+            pjs_error_set(&r->error, PJS_ERR_NOMEM, "model %s: out of memory", model->name);
+            drop_stats(r, pjs_now_ns());
+            fifo_push(done, r);
+        }
+        release_if_retired(d, model);
+        pjs_model_unref(model);
+        return;
+    }
     batch bt = {
         .model = model,
         .variant = plan->queue->variant,
@@ -463,34 +566,26 @@ static void run_plan(pjs_dispatcher *d, pjs_sched_plan *plan)
         .batch_size = plan->batch_size,
         .rows = plan->rows,
         .n = plan->n_jobs,
-        .reqs = malloc(plan->n_jobs * sizeof *bt.reqs),
-        .first_row = malloc(plan->n_jobs * sizeof *bt.first_row),
+        .reqs = sc->reqs,
+        .first_row = sc->first_row,
     };
     int64_t row = 0;
     size_t i = 0;
-    for (pjs_sched_job *j = plan->jobs, *next; j != NULL; j = next, i++) {
-        next = j->next;
-        if (bt.reqs == NULL || bt.first_row == NULL) {
-            pjs_infer_request *r = request_of(j);
-            pjs_error_set(&r->error, PJS_ERR_NOMEM, "model %s: out of memory", bt.model->name);
-            complete(d, r);
-            continue;
-        }
+    for (pjs_sched_job *j = plan->jobs; j != NULL; j = j->next, i++) {
         bt.reqs[i] = request_of(j);
         bt.first_row[i] = row;
         row += j->rows;
     }
     pjs_error acquire_err;
-    if (bt.reqs != NULL && bt.first_row != NULL && acquire(d, bt.model, &acquire_err) != 0) {
+    if (acquire(d, bt.model, &acquire_err) != 0) {
         for (size_t k = 0; k < bt.n; k++) {
             bt.reqs[k]->error = acquire_err;
             drop_stats(bt.reqs[k], pjs_now_ns());
-            complete(d, bt.reqs[k]);
         }
-    } else if (bt.reqs != NULL && bt.first_row != NULL) {
+    } else {
         uint64_t start = pjs_now_ns();
         exec_times t;
-        run_batch(&bt, start, &t);
+        run_batch(sc, &bt, start, &t);
         if (bt.reqs[0]->error.code == PJS_OK) {
             pthread_mutex_lock(&d->lock);
             pjs_sched_record(&d->sched, plan->queue, plan->size_index, t.output_done,
@@ -498,45 +593,98 @@ static void run_plan(pjs_dispatcher *d, pjs_sched_plan *plan)
             pthread_mutex_unlock(&d->lock);
         }
         record_batch_stats(&bt, start, &t);
-        for (size_t k = 0; k < bt.n; k++)
-            complete(d, bt.reqs[k]);
     }
-    free(bt.reqs);
-    free(bt.first_row);
+    for (size_t k = 0; k < bt.n; k++)
+        fifo_push(done, bt.reqs[k]);
     release_if_retired(d, model);
     pjs_model_unref(model);
 }
 
-static void *dispatch_main(void *arg)
+/* Lock held: whether the device has work and is free to take. */
+static bool device_work_locked(const pjs_dispatcher *d)
 {
-    pjs_dispatcher *d = arg;
-    for (;;) {
-        pthread_mutex_lock(&d->lock);
-        while (d->tasks == NULL && d->sched.active == NULL && !d->stopping)
-            pthread_cond_wait(&d->work, &d->lock);
-        device_task *task = d->tasks;
-        if (task != NULL) {
-            d->tasks = task->next;
-            pthread_mutex_unlock(&d->lock);
-            task->run(task);
-            pthread_mutex_lock(&d->lock);
-            task->done = true;
-            pthread_cond_broadcast(&d->task_done);
-            pthread_mutex_unlock(&d->lock);
-            continue;
-        }
-        pjs_sched_plan plan;
-        if (!pjs_sched_next(&d->sched, pjs_now_ns(), &plan)) {
-            pthread_mutex_unlock(&d->lock);
-            return NULL; /* stopping with nothing queued */
-        }
-        d->queued -= plan.n_jobs + list_length(plan.expired) + list_length(plan.shed);
+    return !d->device_held && (d->tasks != NULL || d->sched.active != NULL);
+}
+
+/* Lock held, token free and work waiting: takes the token, runs one task or
+ * plan with the lock released, gives the token back and hands what it ran
+ * to `finished`. Returns with the lock held. */
+static void own_device_locked(pjs_dispatcher *d, bool on_submit)
+{
+    d->device_held = true;
+    device_task *task = d->tasks;
+    request_fifo done = {0};
+    if (task != NULL) {
+        d->tasks = task->next;
         pthread_mutex_unlock(&d->lock);
-        run_plan(d, &plan);
+        task->run(task);
+        pthread_mutex_lock(&d->lock);
+        task->done = true;
+        pthread_cond_broadcast(&d->task_done);
+    } else {
+        pjs_sched_plan plan;
+        pjs_sched_next(&d->sched, pjs_now_ns(), &plan);
+        d->queued -= plan.n_jobs + list_length(plan.expired) + list_length(plan.shed);
+        if (on_submit)
+            d->inline_plans++;
+        else
+            d->worker_plans++;
+        pthread_mutex_unlock(&d->lock);
+        run_plan(d, &plan, &done);
+        pthread_mutex_lock(&d->lock);
+    }
+    d->device_held = false;
+    bool more_work = d->tasks != NULL || d->sched.active != NULL;
+    while (done.head != NULL)
+        finish_locked(d, fifo_pop(&done));
+    /* One worker takes the device next, or helps finishing. */
+    if (more_work || d->finished.length > 1)
+        pthread_cond_signal(&d->work);
+}
+
+/* Lock held: calls on_done for finished requests until none is left;
+ * returns with the lock held. */
+static void finish_all_locked(pjs_dispatcher *d)
+{
+    pjs_infer_request *r;
+    while ((r = fifo_pop(&d->finished)) != NULL) {
+        pthread_mutex_unlock(&d->lock);
+        if (r->committed_slot != NULL)
+            atomic_store(r->committed_slot, false);
+        completing++;
+        r->on_done(r); /* r may be freed from here on */
+        completing--;
+        pthread_mutex_lock(&d->lock);
+        if (--d->in_flight == 0)
+            pthread_cond_broadcast(&d->idle);
     }
 }
 
-/* Runs task on the dispatch thread and waits for it. */
+/* A worker: takes the device whenever it is free and has work, and helps
+ * finishing requests. */
+static void *worker_main(void *arg)
+{
+    pjs_dispatcher *d = arg;
+    pthread_mutex_lock(&d->lock);
+    for (;;) {
+        if (device_work_locked(d)) {
+            own_device_locked(d, false);
+            finish_all_locked(d);
+        } else if (d->finished.length > 0) {
+            finish_all_locked(d);
+        } else if (d->stopping && d->sched.active == NULL && d->tasks == NULL &&
+                   !d->device_held) {
+            break;
+        } else {
+            pthread_cond_wait(&d->work, &d->lock);
+        }
+    }
+    pthread_cond_broadcast(&d->work); /* the next worker sees stopping too */
+    pthread_mutex_unlock(&d->lock);
+    return NULL;
+}
+
+/* Runs task as the device owner and waits for it. */
 static void run_device_task(pjs_dispatcher *d, device_task *task)
 {
     task->done = false;
@@ -550,29 +698,6 @@ static void run_device_task(pjs_dispatcher *d, device_task *task)
     while (!task->done)
         pthread_cond_wait(&d->task_done, &d->lock);
     pthread_mutex_unlock(&d->lock);
-}
-
-/* ---- completion threads --------------------------------------------------------- */
-
-static void *completion_main(void *arg)
-{
-    pjs_dispatcher *d = arg;
-    for (;;) {
-        pthread_mutex_lock(&d->done_lock);
-        while (d->completed.length == 0 && !d->done_stopping)
-            pthread_cond_wait(&d->done_work, &d->done_lock);
-        pjs_infer_request *r = fifo_pop(&d->completed);
-        pthread_mutex_unlock(&d->done_lock);
-        if (r == NULL)
-            return NULL;
-        if (r->committed_slot != NULL)
-            atomic_store(r->committed_slot, false);
-        r->on_done(r); /* r may be freed from here on */
-        pthread_mutex_lock(&d->lock);
-        if (--d->in_flight == 0)
-            pthread_cond_broadcast(&d->idle);
-        pthread_mutex_unlock(&d->lock);
-    }
 }
 
 /* ---- models ------------------------------------------------------------------------ */
@@ -648,7 +773,7 @@ static void warm_up_run(device_task *task)
             for (int run = 0; run < w->runs && w->rc == 0; run++) {
                 exec_times t;
                 uint64_t start = pjs_now_ns();
-                w->rc = device_execute(m, v, k, inputs, outputs, &t, &w->err);
+                w->rc = device_execute(&w->dispatcher->scratch, m, v, k, inputs, outputs, &t, &w->err);
                 if (t.output_done - start < cost)
                     cost = t.output_done - start;
             }
@@ -779,16 +904,15 @@ void pjs_dispatcher_residency(pjs_dispatcher *d, pjs_model *m, pjs_residency *re
 }
 
 void pjs_dispatcher_cache_totals(pjs_dispatcher *d, uint64_t *budget, uint64_t *used,
-                                 uint64_t *pinned)
+                                 uint64_t *pinned, uint64_t *changes)
 {
-    pjs_wcache_totals(&d->cache, budget, used, pinned);
+    pjs_wcache_totals(&d->cache, budget, used, pinned, changes);
 }
 
 /* ---- the public API ------------------------------------------------------------------ */
 
-int pjs_dispatcher_create(int completion_threads, const pjs_sched_config *cfg,
-                          uint64_t weight_budget, bool autonomous, pjs_dispatcher **out,
-                          pjs_error *err)
+int pjs_dispatcher_create(int workers, const pjs_sched_config *cfg, uint64_t weight_budget,
+                          bool autonomous, pjs_dispatcher **out, pjs_error *err)
 {
     pjs_dispatcher *d = calloc(1, sizeof *d);
     if (d == NULL)
@@ -797,31 +921,23 @@ int pjs_dispatcher_create(int completion_threads, const pjs_sched_config *cfg,
     pthread_cond_init(&d->work, NULL);
     pthread_cond_init(&d->idle, NULL);
     pthread_cond_init(&d->task_done, NULL);
-    pthread_mutex_init(&d->done_lock, NULL);
-    pthread_cond_init(&d->done_work, NULL);
     pjs_sched_init(&d->sched, cfg);
     pjs_wcache_init(&d->cache, weight_budget, autonomous,
                     &(pjs_wcache_ops){.load = cache_load, .evict = cache_evict});
     d->accepting = true;
-    d->completion_threads = calloc((size_t)completion_threads, sizeof *d->completion_threads);
-    if (d->completion_threads == NULL) {
+    d->workers = calloc((size_t)(workers > 0 ? workers : 1), sizeof *d->workers);
+    if (d->workers == NULL) {
         pjs_dispatcher_destroy(d);
         return pjs_error_set(err, PJS_ERR_NOMEM, "out of memory");
     }
-    if (pthread_create(&d->dispatch_thread, NULL, dispatch_main, d) != 0) {
-        free(d->completion_threads);
-        d->completion_threads = NULL;
-        pjs_dispatcher_destroy(d);
-        return pjs_error_set(err, PJS_ERR_INTERNAL, "cannot start the dispatch thread");
-    }
-    for (int i = 0; i < completion_threads; i++) {
-        if (pthread_create(&d->completion_threads[i], NULL, completion_main, d) != 0)
+    for (int i = 0; i < workers; i++) {
+        if (pthread_create(&d->workers[i], NULL, worker_main, d) != 0)
             break;
-        d->n_completion_threads++;
+        d->n_workers++;
     }
-    if (d->n_completion_threads == 0) {
+    if (d->n_workers == 0) {
         pjs_dispatcher_destroy(d);
-        return pjs_error_set(err, PJS_ERR_INTERNAL, "cannot start completion threads");
+        return pjs_error_set(err, PJS_ERR_INTERNAL, "cannot start the dispatcher's workers");
     }
     *out = d;
     return 0;
@@ -848,7 +964,13 @@ int pjs_dispatcher_submit(pjs_dispatcher *d, pjs_infer_request *r, bool committe
     if (rc == 0) {
         d->queued++;
         d->in_flight++;
-        pthread_cond_signal(&d->work);
+        if (completing == 0 && device_work_locked(d) && d->tasks == NULL) {
+            /* The device is free: this thread runs the next plan itself. */
+            own_device_locked(d, true);
+            finish_all_locked(d);
+        } else if (!d->device_held) {
+            pthread_cond_signal(&d->work);
+        } /* else the owner wakes a worker when it gives the token back */
     }
     pthread_mutex_unlock(&d->lock);
     if (rc == PJS_ERR_RESOURCE_EXHAUSTED || rc == PJS_ERR_DEADLINE_EXCEEDED) {
@@ -906,27 +1028,24 @@ void pjs_dispatcher_destroy(pjs_dispatcher *d)
 {
     if (d == NULL)
         return;
-    if (d->completion_threads != NULL) {
+    if (d->workers != NULL) {
         pjs_dispatcher_drain(d);
         pthread_mutex_lock(&d->lock);
         d->stopping = true;
         pthread_cond_broadcast(&d->work);
         pthread_mutex_unlock(&d->lock);
-        pthread_join(d->dispatch_thread, NULL);
-        pthread_mutex_lock(&d->done_lock);
-        d->done_stopping = true;
-        pthread_cond_broadcast(&d->done_work);
-        pthread_mutex_unlock(&d->done_lock);
-        for (int i = 0; i < d->n_completion_threads; i++)
-            pthread_join(d->completion_threads[i], NULL);
-        free(d->completion_threads);
+        for (int i = 0; i < d->n_workers; i++)
+            pthread_join(d->workers[i], NULL);
+        free(d->workers);
     }
     /* Whatever is still resident and evictable goes with the device. */
     while (d->cache.oldest != NULL)
         pjs_wcache_release(&d->cache, d->cache.oldest);
     pjs_wcache_destroy(&d->cache);
-    pthread_cond_destroy(&d->done_work);
-    pthread_mutex_destroy(&d->done_lock);
+    free(d->scratch.args);
+    free(d->scratch.results);
+    free(d->scratch.reqs);
+    free(d->scratch.first_row);
     pthread_cond_destroy(&d->task_done);
     pthread_cond_destroy(&d->idle);
     pthread_cond_destroy(&d->work);

@@ -1,18 +1,20 @@
 /*
- * dispatch.h - the device's one dispatch thread and the completion threads.
+ * dispatch.h - device execution: the queues, the device token, coalesced
+ * execution and completion.
  *
  * Accepted requests wait in their model's queues (one per input-shape
- * variant, see policy.h). Each time the device frees up, the dispatch
- * thread asks the scheduler for the next plan under the queue lock, releases
- * the lock, and runs the plan: the chosen requests' inputs are concatenated
- * along the batch axis and padded to a compiled batch size, executed once,
- * and the outputs sliced back per request. Executed and dropped requests go
- * to a pool of completion threads, which call each request's on_done so
- * encoding and responding never delay the next execution. Exactly one
- * execution runs at a time; the lock is never held while executing.
+ * variant, see policy.h). Whoever holds the device token executes: it asks
+ * the scheduler for the next plan under the queue lock, releases the lock,
+ * and runs the plan: the chosen requests' inputs are concatenated along the
+ * batch axis and padded to a compiled batch size, executed once, and the
+ * outputs sliced back per request. The submitting thread takes the token
+ * itself when the device is free; otherwise a worker of the dispatcher
+ * does when it frees up. Exactly one execution runs at a time; the lock is
+ * never held while executing; on_done runs after the token was given back.
  *
- * The same thread runs device tasks (a model's warm-up at load) between
- * executions, so nothing else ever touches the device concurrently.
+ * Device tasks (a model's warm-up at load, residency changes) run under the
+ * token too, between executions, so nothing else ever touches the device
+ * concurrently.
  */
 #ifndef PJS_SERVER_DISPATCH_H
 #define PJS_SERVER_DISPATCH_H
@@ -29,10 +31,10 @@
 
 typedef struct pjs_dispatcher pjs_dispatcher;
 
-/* completion_threads >= 1; cfg checked by pjs_sched_config_check. The
- * device weight cache gets weight_budget bytes (PJS_WCACHE_UNLIMITED) and
- * loads and evicts on its own when autonomous (not in explicit control). */
-int pjs_dispatcher_create(int completion_threads, const pjs_sched_config *cfg,
+/* workers >= 1; cfg checked by pjs_sched_config_check. The device weight
+ * cache gets weight_budget bytes (PJS_WCACHE_UNLIMITED) and loads and
+ * evicts on its own when autonomous (not in explicit control). */
+int pjs_dispatcher_create(int workers, const pjs_sched_config *cfg,
                           uint64_t weight_budget, bool autonomous, pjs_dispatcher **out,
                           pjs_error *err);
 /* Drains, then stops and joins every thread. */
@@ -43,7 +45,7 @@ void pjs_dispatcher_destroy(pjs_dispatcher *d);
 int pjs_dispatcher_attach(pjs_dispatcher *d, pjs_model *m, double weight, size_t max_queue_depth,
                           pjs_error *err);
 
-/* Runs the warm-up pass of an attached model on the dispatch thread: its
+/* Runs the warm-up pass of an attached model under the device token: its
  * weights are acquired (a device-pinned model's are loaded for good), then
  * every (variant, batch size) executes `runs` times on zero inputs and the
  * fastest run's device time seeds the cost estimate. Without autonomous
@@ -56,12 +58,14 @@ int pjs_dispatcher_warm_up(pjs_dispatcher *d, pjs_model *m, int runs, uint64_t *
  * r->variant and r->deadline_ns set). Errors: UNAVAILABLE once draining,
  * RESOURCE_EXHAUSTED when the model's queue is full, DEADLINE_EXCEEDED when
  * the deadline already passed. On success r->on_done is called exactly once,
- * on a completion thread. A committed request is dispatched ahead of the
+ * on a worker or on the calling thread, possibly before this returns (the
+ * caller must not touch r after a successful submit, nor hold a lock its
+ * on_done takes). A committed request is dispatched ahead of the
  * discipline and exempt from the queue depth and from predictive shedding. */
 int pjs_dispatcher_submit(pjs_dispatcher *d, pjs_infer_request *r, bool committed,
                           pjs_error *err);
 
-/* Moves m to a residency floor on the dispatch thread (see
+/* Moves m to a residency floor under the device token (see
  * pjs_server_set_residency); blocks until done. */
 int pjs_dispatcher_set_residency(pjs_dispatcher *d, pjs_model *m, pjs_residency target,
                                  pjs_error *err);
@@ -75,7 +79,7 @@ int pjs_dispatcher_compact(pjs_dispatcher *d, pjs_model *const *reload, size_t n
 void pjs_dispatcher_residency(pjs_dispatcher *d, pjs_model *m, pjs_residency *residency,
                               bool *resident, uint64_t *loads, uint64_t *evictions);
 void pjs_dispatcher_cache_totals(pjs_dispatcher *d, uint64_t *budget, uint64_t *used,
-                                 uint64_t *pinned);
+                                 uint64_t *pinned, uint64_t *changes);
 
 /* Refuses new requests from now on and waits until every accepted one has
  * completed (its on_done returned). */

@@ -618,7 +618,7 @@ int pjs_server_create(const pjs_server_options *o, pjs_server **out, pjs_error *
                  devices);
         s->control_mode = o->control_mode;
         uint64_t budget = weight_budget(s, o);
-        rc = pjs_dispatcher_create(o->completion_threads > 0 ? o->completion_threads : 4,
+        rc = pjs_dispatcher_create(o->dispatch_workers > 0 ? o->dispatch_workers : 4,
                                    &s->policies.sched, budget,
                                    o->control_mode != PJS_CONTROL_EXPLICIT, &s->dispatcher, err);
     }
@@ -939,7 +939,7 @@ void pjs_server_model_residency(pjs_server *s, pjs_model *m, pjs_model_residency
 void pjs_server_weight_cache_info(pjs_server *s, pjs_weight_cache_info *out)
 {
     pjs_dispatcher_cache_totals(s->dispatcher, &out->budget_bytes, &out->used_bytes,
-                                &out->pinned_bytes);
+                                &out->pinned_bytes, &out->changes);
 }
 
 int pjs_server_set_residency(pjs_server *s, const char *name, pjs_residency target,

@@ -41,7 +41,8 @@ typedef struct pjs_server_options {
     const pjs_rt_option *pjrt_options;
     size_t n_pjrt_options;
     bool allow_client_shm;
-    int completion_threads;       /* threads running on_done; 0: a default */
+    int dispatch_workers;         /* threads that take the device and finish requests
+                                     when submitting threads do not; 0: a default */
     const pjs_server_config *config; /* scheduler and model policies; NULL: defaults */
     pjs_control_mode control_mode;
     uint64_t repository_poll_ms;  /* dynamic: how often the repository is scanned; 0: 1000 */
@@ -157,6 +158,8 @@ typedef struct pjs_weight_cache_info {
     uint64_t budget_bytes;      /* UINT64_MAX: unlimited */
     uint64_t used_bytes;        /* resident weights of on-demand (non-pinned) models */
     uint64_t pinned_bytes;      /* resident weights of device-pinned models */
+    uint64_t changes;           /* loads + evictions so far: equal before and after
+                                   reading models' residency = a consistent set */
 } pjs_weight_cache_info;
 void pjs_server_weight_cache_info(pjs_server *s, pjs_weight_cache_info *out);
 

@@ -592,7 +592,7 @@ int main(int argc, char **argv)
         .repository = argv[1],
         .plugin_path = argc > 2 && argv[2][0] ? argv[2] : NULL,
         .cache_dir = argc > 3 ? argv[3] : NULL,
-        .completion_threads = 4,
+        .dispatch_workers = 4,
         .config = &config,
     };
     pjs_server *s = NULL;

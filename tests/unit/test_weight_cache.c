@@ -198,10 +198,14 @@ static const char *books_problem(fake *f)
                  (unsigned long long)f->c.used, (unsigned long long)f->c.budget, count);
         return why;
     }
-    uint64_t b, u, p;
-    pjs_wcache_totals(&f->c, &b, &u, &p);
+    uint64_t b, u, p, changes, flips = 0;
+    pjs_wcache_totals(&f->c, &b, &u, &p, &changes);
     if (b != f->c.budget || u != used || p != pinned)
         return "pjs_wcache_totals disagrees with the books";
+    for (size_t i = 0; i < f->n; i++)
+        flips += f->t[i].e.loads + f->t[i].e.evictions;
+    if (changes != flips)
+        return "the change count is not every entry's loads plus evictions";
     return NULL;
 }
 
@@ -350,7 +354,7 @@ static void test_unlimited_budget_never_evicts(void **state)
     assert_string_equal(f.log, "L0 L1 L2");
     assert_string_equal(lru(&f), "2 1 0");
     uint64_t b, u, p;
-    pjs_wcache_totals(&f.c, &b, &u, &p);
+    pjs_wcache_totals(&f.c, &b, &u, &p, NULL);
     assert_true(b == PJS_WCACHE_UNLIMITED);
     assert_true(u == UINT64_MAX / 4 * 2 + 1);
     assert_int_equal(p, 0);
@@ -611,7 +615,7 @@ static void test_load_failure_leaves_books(void **state)
     acquire_ok(&f, 0);
     acquire_ok(&f, 1);
     uint64_t b0, u0, p0;
-    pjs_wcache_totals(&f.c, &b0, &u0, &p0);
+    pjs_wcache_totals(&f.c, &b0, &u0, &p0, NULL);
 
     /* with room: nothing changes at all */
     fake g;

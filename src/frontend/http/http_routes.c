@@ -33,6 +33,8 @@
 #define PATH_MAX_SEGMENTS 8
 /* Size of the metrics text buffer. */
 #define METRICS_MAX_BYTES ((size_t)64 << 20)
+/* Reads of the model set until no load or eviction happened during one. */
+#define METRICS_CONSISTENT_TRIES 4
 
 typedef struct route_path {
     char text[PATH_MAX_BYTES]; /* the path with '/' replaced by NULs */
@@ -794,6 +796,16 @@ static void collect_model(pjs_model *m, void *ctx)
     s->n++;
 }
 
+/* Forgets the models read so far (the array is kept for the next read). */
+static void metrics_scrape_clear(metrics_scrape *s)
+{
+    for (size_t i = 0; i < s->n; i++) {
+        free((char *)s->models[i].name);
+        pjs_model_stats_release(&s->models[i].stats);
+    }
+    s->n = 0;
+}
+
 void pjs__http_route_metrics(pjs__http_call *c)
 {
     route_path p;
@@ -805,22 +817,32 @@ void pjs__http_route_metrics(pjs__http_call *c)
     if (!method_ok(c, "GET"))
         return;
     metrics_scrape scrape = {.server = c->fe->server};
-    pjs_server_foreach_model(c->fe->server, collect_model, &scrape);
+    pjs_metrics_gauges gauges = {0};
+    /* One consistent set of resident models: read again when a load or
+     * eviction happened while the models were read (a few tries; loads take
+     * far longer than a scrape). */
+    for (int attempt = 0;; attempt++) {
+        pjs_weight_cache_info before;
+        pjs_server_weight_cache_info(c->fe->server, &before);
+        pjs_server_foreach_model(c->fe->server, collect_model, &scrape);
+        pjs_server_weight_cache_info(c->fe->server, &gauges.cache);
+        if (before.changes == gauges.cache.changes || attempt == METRICS_CONSISTENT_TRIES - 1 ||
+            scrape.out_of_memory)
+            break;
+        metrics_scrape_clear(&scrape);
+    }
     pjs_server_counters counters;
     pjs_server_get_counters(c->fe->server, &counters);
-    pjs_metrics_gauges gauges = {counters.queue_depth, counters.in_flight,
-                                 pjs_server_discipline(c->fe->server), {0}};
-    pjs_server_weight_cache_info(c->fe->server, &gauges.cache);
+    gauges.queue_depth = counters.queue_depth;
+    gauges.in_flight = counters.in_flight;
+    gauges.discipline = pjs_server_discipline(c->fe->server);
     pjs_http_buf text;
     pjs_error err;
     pjs_http_buf_init(&text, METRICS_MAX_BYTES);
     int rc = scrape.out_of_memory ? pjs_error_set(&err, PJS_ERR_NOMEM, "out of memory")
                                   : pjs_metrics_render(scrape.models, scrape.n, &gauges, &text,
                                                        &err);
-    for (size_t i = 0; i < scrape.n; i++) {
-        free((char *)scrape.models[i].name);
-        pjs_model_stats_release(&scrape.models[i].stats);
-    }
+    metrics_scrape_clear(&scrape);
     free(scrape.models);
     if (rc != 0) {
         pjs_http_buf_free(&text);
