@@ -7,9 +7,10 @@
  * shared-memory region) until the request completes. pjs_infer_validate then
  * checks the request against the model's manifest in one place, so both
  * protocols reject the same mistakes with the same words, and puts the inputs
- * in manifest order. The dispatch thread fills `outputs` (owned by the
- * request, freed by pjs_infer_request_release) and calls `on_done` on a
- * completion thread, where the front end encodes and responds.
+ * in manifest order. The device owner fills `outputs` (owned by the
+ * request, freed by pjs_infer_request_release); `on_done` is called once the
+ * device was given back, on the submitting thread or a dispatcher worker,
+ * where the front end encodes and responds.
  *
  * A request belongs to one thread at a time: the front end until submit, the
  * dispatcher until completion, then the front end again.
@@ -99,7 +100,7 @@ struct pjs_infer_request {
     pjs_infer_times times;
     pjs_error error; /* code PJS_OK on success */
 
-    /* Called once on a completion thread when outputs or error are set. */
+    /* Called once when outputs or error are set (see the top of this file). */
     pjs_infer_done_fn on_done;
     void *frontend_ctx;
 

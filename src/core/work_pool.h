@@ -2,7 +2,7 @@
  * work_pool.h - a fixed set of threads running jobs from a bounded queue.
  *
  * For work that blocks for a while (compiling a model, waiting for the
- * dispatch thread) and must not run on a front end's threads, nor get a
+ * device owner) and must not run on a front end's threads, nor get a
  * thread of its own per request. Submitting never blocks: when `max_queued`
  * jobs are already waiting, it fails at once with RESOURCE_EXHAUSTED and the
  * caller answers the request with that. Jobs run in submission order.

@@ -85,18 +85,18 @@ typedef struct pjs_model {
     char name[256];
     pjs_bundle *bundle;           /* compiled: every module has an executable */
     /* Device copies of the weights, argument order; NULL entries while the
-     * model is not resident. Loaded and freed by the dispatch thread only,
+     * model is not resident. Loaded and freed by the device owner only,
      * through the device weight cache (sched/weight_cache.h). */
     pjrt_buffer **weights;
     /* The host floor: every weight in aligned host memory, argument order,
      * or NULL (residency unpinned: read from the mapped file when loaded). */
     void **host_weights;
     pjs_residency residency;      /* the floor now (manifest's at load); the
-                                     dispatch thread changes it under the
+                                     device owner changes it under the
                                      weight cache's lock */
     pjs_wcache_entry wentry;      /* the cache's books for this model */
     atomic_uint_fast64_t load_ns; /* total time of weight loads */
-    bool retired;                 /* left the repository (dispatch thread) */
+    bool retired;                 /* left the repository (device owner) */
     pjs_rt_client *client;
     int64_t max_batch_size;       /* largest compiled size; 0 when no input is batched */
     atomic_int refs;

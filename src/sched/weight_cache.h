@@ -14,7 +14,7 @@
  *
  * The cache does bookkeeping only; loading and freeing device buffers are
  * callbacks, so the policy is unit-tested without a device. Only one thread
- * (the dispatch thread) mutates residency, and it calls the callbacks with no
+ * (the device owner) mutates residency, and it calls the callbacks with no
  * lock held; `lock` guards the bookkeeping against readers (metrics), taken
  * briefly to commit each change.
  */

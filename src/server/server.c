@@ -19,7 +19,7 @@
  * A load compiles the bundle, attaches the model to the dispatcher with its
  * policy (weight, queue depth, default timeout: the configuration's entry
  * for the model, else the manifest's weight and the scheduler's defaults)
- * and runs the warm-up pass on the dispatch thread, which seeds the
+ * and runs the warm-up pass under the device token, which seeds the
  * scheduler's cost estimates; only then is the model swapped in and ready.
  *
  * In dynamic mode the repository watcher (watcher.c) loads, reloads and

@@ -2,11 +2,12 @@
  * server.h - what the front ends see of a running pjserve.
  *
  * A pjs_server owns the PJRT client, the model repository (every bundle in
- * one directory, compiled at start-up), the dispatcher (one thread that runs
- * one execution at a time on the device; requests wait in its queue) and the
- * client shared-memory registry. Front ends decode a request, look the model
- * up, validate and submit; the dispatcher completes the request on a
- * completion thread through its on_done callback.
+ * one directory, compiled at start-up), the dispatcher (one execution at a
+ * time on the device, by whoever holds its device token; requests wait in its
+ * queues) and the client shared-memory registry. Front ends decode a request,
+ * look the model up, validate and submit; the dispatcher completes the
+ * request through its on_done callback, on the submitting thread (possibly
+ * before submit returns) or on one of its workers.
  *
  * Every function here may be called from any thread once the server is
  * created. Shutdown is two-phase: pjs_server_drain stops admitting new
@@ -163,7 +164,7 @@ typedef struct pjs_weight_cache_info {
 } pjs_weight_cache_info;
 void pjs_server_weight_cache_info(pjs_server *s, pjs_weight_cache_info *out);
 
-/* Moves model `name` to `target` (runs on the dispatch thread, between
+/* Moves model `name` to `target` (runs under the device token, between
  * executions; returns when done): DEVICE uploads and pins its weights
  * (outside the budget); HOST makes them evictable (explicit mode: frees
  * them from the device); UNPINNED also drops the host floor. NOT_FOUND /

@@ -43,7 +43,7 @@
 /* Most connection threads a default start picks. */
 #define DEFAULT_THREADS_MAX 16
 /* Threads and queue of deferred jobs (model control calls that wait for the
- * dispatch thread); loads do not use them (the server's load thread answers). */
+ * device owner); loads do not use them (the server's load thread answers). */
 #define HTTP_JOB_THREADS 2
 #define HTTP_JOB_QUEUE 64
 /* How long stop waits for open requests to finish sending their replies. */

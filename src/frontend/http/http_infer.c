@@ -8,10 +8,11 @@
  * returns, and its resume must find the connection suspended. A refused
  * submit stores the error and resumes at once.
  *
- * On a completion thread (on_done): write shared-memory outputs, encode the
- * response, release the request's outputs and model reference, free the
- * decoded request, store the reply and resume the connection, in that order;
- * after the resume the call belongs to the connection thread again.
+ * In on_done (on the submitting thread or a dispatcher worker): write
+ * shared-memory outputs, encode the response, release the request's outputs
+ * and model reference, free the decoded request, store the reply and resume
+ * the connection, in that order; after the resume the call belongs to the
+ * connection thread again.
  */
 #include "frontend/http/http_internal.h"
 

@@ -8,7 +8,7 @@
  * All handlers run on connection threads except two kinds: model loads,
  * which compile, are queued on the server's load thread, which answers
  * them; the residency and compact requests of the model control endpoints,
- * which wait for the dispatch thread to move weights, run on the front
+ * which wait for the device owner to move weights, run on the front
  * end's job threads (pjs__http_defer). Both leave the connection suspended
  * meanwhile.
  *
@@ -636,7 +636,7 @@ static void reply_model_status(pjs__http_call *c, const char *name)
 }
 
 /* POST /v2/pjserve/models/{m}/residency on a helper thread (it waits for
- * the dispatch thread to move the weights); the name is read from the path
+ * the device owner to move the weights); the name is read from the path
  * again here. */
 static void residency_deferred(pjs__http_call *c)
 {
