@@ -994,11 +994,14 @@ void pjs_dispatcher_drain(pjs_dispatcher *d)
     pthread_mutex_unlock(&d->lock);
 }
 
-void pjs_dispatcher_counters(pjs_dispatcher *d, uint64_t *queue_depth, uint64_t *in_flight)
+void pjs_dispatcher_counters(pjs_dispatcher *d, uint64_t *queue_depth, uint64_t *in_flight,
+                             uint64_t *plans_inline, uint64_t *plans_worker)
 {
     pthread_mutex_lock(&d->lock);
     *queue_depth = d->queued;
     *in_flight = d->in_flight;
+    *plans_inline = d->inline_plans;
+    *plans_worker = d->worker_plans;
     pthread_mutex_unlock(&d->lock);
 }
 

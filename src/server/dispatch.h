@@ -85,7 +85,10 @@ void pjs_dispatcher_cache_totals(pjs_dispatcher *d, uint64_t *budget, uint64_t *
  * completed (its on_done returned). */
 void pjs_dispatcher_drain(pjs_dispatcher *d);
 
-void pjs_dispatcher_counters(pjs_dispatcher *d, uint64_t *queue_depth, uint64_t *in_flight);
+/* Requests queued and in flight now; plans run so far by the thread that
+ * submitted a request (the device was free) and by workers. */
+void pjs_dispatcher_counters(pjs_dispatcher *d, uint64_t *queue_depth, uint64_t *in_flight,
+                             uint64_t *plans_inline, uint64_t *plans_worker);
 /* A model's share and queues now. */
 typedef struct pjs_sched_model_view {
     double weight;

@@ -901,7 +901,8 @@ int pjs_server_remove_model(pjs_server *s, const char *name, pjs_error *err)
 
 void pjs_server_get_counters(pjs_server *s, pjs_server_counters *out)
 {
-    pjs_dispatcher_counters(s->dispatcher, &out->queue_depth, &out->in_flight);
+    pjs_dispatcher_counters(s->dispatcher, &out->queue_depth, &out->in_flight,
+                            &out->plans_inline, &out->plans_worker);
 }
 
 void pjs_server_foreach_model(pjs_server *s, void (*fn)(pjs_model *m, void *ctx), void *ctx)

@@ -228,6 +228,8 @@ int pjs_server_remove_model(pjs_server *s, const char *name, pjs_error *err);
 typedef struct pjs_server_counters {
     uint64_t queue_depth;      /* requests waiting now */
     uint64_t in_flight;        /* accepted and not yet completed */
+    uint64_t plans_inline;     /* executions (and drops) run by the submitting thread */
+    uint64_t plans_worker;     /* ... run by a dispatcher worker */
 } pjs_server_counters;
 void pjs_server_get_counters(pjs_server *s, pjs_server_counters *out);
 

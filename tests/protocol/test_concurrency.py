@@ -8,7 +8,7 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 
 from protocol_util import (BF16_MODEL, DEMO_MODELS, grpc_infer_case, grpc_inputs,
-                           http_infer_case, run_threads)
+                           http_infer_case, metric, parse_metrics, run_threads, scrape)
 
 THREADS = 32
 PER_THREAD = 6
@@ -67,6 +67,56 @@ def test_32_threads_mixed(server, cases):
     assert not errors, (f"{len(errors)} of {THREADS} threads failed; first: thread "
                         f"{errors[0][0]}: {errors[0][1]!r}")
     assert sum(results) == THREADS * PER_THREAD
+
+
+PLANS = "pjserve_device_plans_total"
+
+
+def device_plans(server):
+    """(plans run by request threads, by workers, executions of every model)."""
+    samples, _ = parse_metrics(scrape(server.metrics_url))
+    executions = sum(v for (name, _), v in samples.items() if name == "nv_inference_exec_count")
+    return (metric(samples, PLANS, owner="request_thread"), metric(samples, PLANS, owner="worker"),
+            executions)
+
+
+def test_idle_device_runs_on_the_request_thread(server, gclient, hclient, cases):
+    """One client at a time: the device is always free when a request arrives,
+    so the thread that received it executes it (no hand-off to a worker)."""
+    case = cases.get("mlp", 2, seed=71)
+    inline0, worker0, exec0 = device_plans(server)
+    for i in range(15):
+        got, _ = grpc_infer_case(gclient, case)
+        case.check(got, f"gRPC request {i}")
+        got, _ = http_infer_case(hclient, case)
+        case.check(got, f"HTTP request {i}")
+    inline1, worker1, exec1 = device_plans(server)
+    assert exec1 - exec0 == 30
+    assert inline1 - inline0 == 30, (inline0, inline1, worker0, worker1)
+    assert worker1 == worker0
+
+
+def test_busy_device_plans_add_up(server, cases):
+    """Many clients at once: every execution was run by exactly one owner,
+    a request thread or a worker, and the replies are right."""
+    case = cases.get("convnet", 3, seed=72)
+    inline0, worker0, exec0 = device_plans(server)
+
+    def worker(tid):
+        client = grpcclient.InferenceServerClient(server.grpc_url)
+        try:
+            for i in range(10):
+                got, _ = grpc_infer_case(client, case)
+                case.check(got, f"thread {tid} request {i}")
+        finally:
+            client.close()
+        return 10
+
+    results, errors = run_threads(worker, 8, timeout=300)
+    assert not errors, f"first failure: {errors[0][1]!r}"
+    inline1, worker1, exec1 = device_plans(server)
+    assert 1 <= exec1 - exec0 <= 80  # coalescing may merge requests
+    assert (inline1 - inline0) + (worker1 - worker0) == exec1 - exec0
 
 
 def test_statistics_consistent_after_concurrency(gclient):

@@ -924,7 +924,8 @@ static void test_metrics_render(void **state)
     memcpy(models[0].batch_sizes, (int64_t[]){1, 4, 8}, 3 * sizeof(int64_t));
     models[1].name = "we\"ird\\na\nme";
     models[1].version = "1";
-    pjs_metrics_gauges gauges = {.queue_depth = 4, .in_flight = 9, .discipline = "fair",
+    pjs_metrics_gauges gauges = {.queue_depth = 4, .in_flight = 9, .plans_inline = 11,
+                                 .plans_worker = 5, .discipline = "fair",
                                  .cache = {.budget_bytes = 1000000, .used_bytes = 4096,
                                            .pinned_bytes = 512}};
     pjs_http_buf out;
@@ -946,6 +947,9 @@ static void test_metrics_render(void **state)
         "nv_inference_count{model=\"we\\\"ird\\\\na\\nme\",version=\"1\"} 0\n",
         "# TYPE pjserve_queue_depth gauge\npjserve_queue_depth 4\n",
         "# TYPE pjserve_requests_in_flight gauge\npjserve_requests_in_flight 9\n",
+        "# TYPE pjserve_device_plans_total counter\n"
+        "pjserve_device_plans_total{owner=\"request_thread\"} 11\n"
+        "pjserve_device_plans_total{owner=\"worker\"} 5\n",
         "# TYPE pjserve_model_dispatches_total counter\n"
         "pjserve_model_dispatches_total{model=\"mlp\",version=\"1\"} 3\n",
         "# TYPE pjserve_model_device_seconds_total counter\n"
@@ -1028,7 +1032,7 @@ static void test_metrics_render(void **state)
         else if (line[0] != '#' && strchr(line, ' ') == NULL)
             fail_msg("a sample without a value: %s", line);
     }
-    assert_int_equal(types, 9 + 12 + 2 + 6);
+    assert_int_equal(types, 9 + 12 + 3 + 6);
     pjs_http_buf_free(&out);
 }
 

@@ -835,6 +835,8 @@ void pjs__http_route_metrics(pjs__http_call *c)
     pjs_server_get_counters(c->fe->server, &counters);
     gauges.queue_depth = counters.queue_depth;
     gauges.in_flight = counters.in_flight;
+    gauges.plans_inline = counters.plans_inline;
+    gauges.plans_worker = counters.plans_worker;
     gauges.discipline = pjs_server_discipline(c->fe->server);
     pjs_http_buf text;
     pjs_error err;

@@ -361,6 +361,17 @@ static int render_server(const pjs_metrics_gauges *g, pjs_http_buf *b, pjs_error
         rc = pjs_http_buf_printf(b, err, "pjserve_requests_in_flight %" PRIu64 "\n",
                                  g->in_flight);
     if (rc == 0)
+        rc = family_header(b, "pjserve_device_plans_total",
+                           "Plans (one execution, or requests dropped at their deadline) by "
+                           "who held the device: the thread that submitted a request when the "
+                           "device was free (request_thread), else a dispatcher worker",
+                           "counter", err);
+    if (rc == 0)
+        rc = pjs_http_buf_printf(b, err,
+                                 "pjserve_device_plans_total{owner=\"request_thread\"} %" PRIu64
+                                 "\npjserve_device_plans_total{owner=\"worker\"} %" PRIu64 "\n",
+                                 g->plans_inline, g->plans_worker);
+    if (rc == 0)
         rc = family_header(b, "pjserve_scheduler_info",
                            "The scheduler's discipline (the value is always 1)", "gauge", err);
     if (rc == 0 && g->discipline != NULL) {

@@ -48,6 +48,8 @@ typedef struct pjs_metrics_model {
 typedef struct pjs_metrics_gauges {
     uint64_t queue_depth;   /* requests waiting in the dispatcher */
     uint64_t in_flight;     /* requests accepted and not yet completed */
+    uint64_t plans_inline;  /* plans run by the thread that submitted a request */
+    uint64_t plans_worker;  /* plans run by a dispatcher worker */
     const char *discipline; /* the scheduler's discipline ("fair") */
     pjs_weight_cache_info cache; /* the device weight cache (budget UINT64_MAX: +Inf) */
 } pjs_metrics_gauges;
