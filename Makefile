@@ -97,8 +97,10 @@ fuzz-smoke:
 clean:
 	rm -rf build build-asan build-tsan build-fuzz
 
-# Server overhead vs the raw PJRT limit, Triton and MLServer (docs/benchmarks.md);
-# the peers live in their own venvs (scripts/bootstrap-bench). About 10 minutes.
+# Server overhead vs the raw PJRT limit, a bare gRPC echo server
+# (build/pjs_bench_grpc_floor, bench/grpc_floor.c), Triton and MLServer
+# (docs/benchmarks.md); the peers live in their own venvs
+# (scripts/bootstrap-bench). About 10 minutes.
 bench: build
 	scripts/bootstrap-bench
 	$(PYTHON) bench/server_overhead.py

@@ -1,7 +1,8 @@
 """What the benchmark drivers (bench/server_overhead.py, scheduler.py, residency.py)
 share: the repository's paths, logging, free ports, HTTP GETs, a server run as
 its own process with its output in a log file (pjserve serve: its command
-line, /metrics scraped, stopped), Prometheus text parsed, the fingerprint of
+line, /metrics scraped, stopped), the CPU time of a server's process tree,
+Prometheus text parsed, the fingerprint of
 the exported bench models, perf_analyzer (command line, one measurement
 retried when unstable, its CSV), the check for the built tools, machine and
 revision info, --parts, and saving the results (JSON, markdown, the Python
@@ -29,6 +30,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 PJSERVE = ROOT / "build" / "pjserve"
 RAW = ROOT / "build" / "pjs_bench_raw_execute"
+FLOOR = ROOT / "build" / "pjs_bench_grpc_floor"
 PERF_ANALYZER = ROOT / "scripts" / "perf_analyzer"
 # Pythons that may have matplotlib, first found wins.
 PLOTTERS = (ROOT / ".venv-bench-plot" / "bin" / "python",
@@ -143,6 +145,57 @@ class PjserveProcess(ServerProcess):
         self.proc = None
 
 
+# ---- CPU time of a process tree ---------------------------------------------------
+
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def _proc_stat(pid):
+    """(ppid, session, CPU seconds) of a process from /proc/PID/stat, None if
+    it is gone. The CPU time is utime + stime (every thread of the process,
+    exited ones included) + cutime + cstime (its children that exited and
+    were waited for), in clock ticks."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            text = f.read()
+    except OSError:
+        return None
+    # The command name (field 2) may hold spaces and parentheses: split after it.
+    fields = text[text.rindex(")") + 2:].split()
+    ppid, session = int(fields[1]), int(fields[3])
+    ticks = sum(int(v) for v in fields[11:15])
+    return ppid, session, ticks / CLOCK_TICKS
+
+
+def process_tree(root):
+    """{pid: CPU seconds} of `root` and every process below it: its
+    descendants by parent pid, and whatever runs in the session it leads
+    (a server started with start_new_session=True; catches daemonised
+    helpers that were re-parented)."""
+    procs = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            st = _proc_stat(int(entry))
+            if st is not None:
+                procs[int(entry)] = st
+    children = {}
+    for pid, (ppid, _, _) in procs.items():
+        children.setdefault(ppid, []).append(pid)
+    tree = {pid for pid, (_, session, _) in procs.items() if session == root}
+    todo = [root] if root in procs else []
+    while todo:
+        pid = todo.pop()
+        tree.add(pid)
+        todo.extend(c for c in children.get(pid, ()) if c not in tree)
+    return {pid: procs[pid][2] for pid in tree}
+
+
+def tree_cpu_seconds(root):
+    """User + system CPU seconds used so far by the process tree of `root`
+    (see process_tree); clock-tick resolution (usually 10 ms per process)."""
+    return sum(process_tree(root).values())
+
+
 # ---- metrics --------------------------------------------------------------------
 
 METRIC_LINE = re.compile(r"^([A-Za-z_:][A-Za-z0-9_:]*)(?:\{(.*)\})?\s+(\S+)$")
@@ -237,14 +290,24 @@ def read_pa_csv(csv_path):
 
 # ---- environment ----------------------------------------------------------------
 
-def missing_tools():
-    """What the drivers need built, as "... is missing (hint)" for each absent."""
+def missing_tools(build=None, extra=()):
+    """What the drivers need built, as "... is missing (hint)" for each absent:
+    pjserve and pjs_bench_raw_execute in `build` (default build/), the
+    executables named in `extra` there too, and perf_analyzer."""
+    build = Path(build) if build is not None else PJSERVE.parent
     problems = []
-    for path, hint in ((PJSERVE, "cmake --build build"), (RAW, "cmake --build build"),
-                       (ROOT / ".venv-perf" / "bin" / "perf_analyzer", "scripts/bootstrap")):
+    built = [build / PJSERVE.name, build / RAW.name, *(build / name for name in extra)]
+    for path, hint in ([(p, f"cmake --build {_shown(build)}") for p in built] +
+                       [(ROOT / ".venv-perf" / "bin" / "perf_analyzer", "scripts/bootstrap")]):
         if not path.exists():
-            problems.append(f"{path.relative_to(ROOT)} is missing ({hint})")
+            problems.append(f"{_shown(path)} is missing ({hint})")
     return problems
+
+
+def _shown(path):
+    """`path` relative to ROOT when it is inside it."""
+    path = Path(path).absolute()
+    return path.relative_to(ROOT) if path.is_relative_to(ROOT) else path
 
 
 def machine_info(glibc=False):
