@@ -1,13 +1,15 @@
 /*
- * call.c - the pieces every call state machine uses, and the generic unary
- * call that serves every method of kind PJS_GRPC_UNARY.
+ * call.c - the pieces every call state machine uses (the pjs_grpc_call
+ * each call object starts with: its set-up, request from the server, final
+ * batch and release), and the generic unary call that serves every method
+ * of kind PJS_GRPC_UNARY.
  *
- * A unary call is one object with two tags. `on_new` fires when the server
+ * A unary call is one object. Its base's `on_new` fires when the server
  * hands us a call with its request payload: the next call of the method is
  * requested, the payload is unpacked into the call's arena, the method's
  * handler builds the response, and one batch sends initial metadata, the
- * response and the status and receives the close. `on_done` fires when that
- * batch completed; it frees the call. Nothing else refers to the object, so
+ * response and the status and receives the close (pjs__grpc_reply).
+ * `on_done` fires when that batch completed; it frees the call. Nothing else refers to the object, so
  * no lock is needed. A handler whose work runs elsewhere (a model load)
  * defers the call instead: the thread that finishes the work owns it from
  * then on, stores the answer and hands the call back to a queue thread with
@@ -31,6 +33,67 @@
 #include "frontend/deadline.h"
 #include "frontend/grpc/codec.h"
 #include "frontend/status_map.h"
+
+/* ---- the base of every call -------------------------------------------------- */
+
+void pjs__grpc_call_init(pjs_grpc_call *c, pjs_grpc_frontend *f, size_t index,
+                         void (*on_new)(pjs_grpc_tag *tag, bool ok))
+{
+    pjs__grpc_call_born(f);
+    c->on_new.fn = on_new;
+    c->frontend = f;
+    c->method = index;
+    c->details = grpc_empty_slice();
+    grpc_metadata_array_init(&c->metadata);
+}
+
+grpc_call_error pjs__grpc_call_request(pjs_grpc_call *c, grpc_byte_buffer **payload)
+{
+    pjs_grpc_frontend *f = c->frontend;
+    return grpc_server_request_registered_call(f->core, f->registered[c->method], &c->call,
+                                               &c->deadline, &c->metadata, payload, f->cq, f->cq,
+                                               pjs__grpc_tag_arm(&c->on_new));
+}
+
+void pjs__grpc_call_destroy(pjs_grpc_call *c)
+{
+    if (c->call != NULL)
+        grpc_call_unref(c->call);
+    grpc_metadata_array_destroy(&c->metadata);
+    grpc_slice_unref(c->details);
+    pjs__grpc_call_gone(c->frontend);
+}
+
+grpc_call_error pjs__grpc_reply(pjs_grpc_call *c, grpc_byte_buffer *response, const pjs_error *err,
+                                pjs_grpc_tag *tag)
+{
+    grpc_op ops[4];
+    size_t n = 0;
+    memset(ops, 0, sizeof ops);
+    ops[n++].op = GRPC_OP_SEND_INITIAL_METADATA;
+    if (response != NULL) {
+        ops[n].op = GRPC_OP_SEND_MESSAGE;
+        ops[n++].data.send_message.send_message = response;
+    }
+    grpc_slice_unref(c->details);
+    c->details = grpc_slice_from_copied_string(err != NULL ? err->msg : "");
+    ops[n].op = GRPC_OP_SEND_STATUS_FROM_SERVER;
+    ops[n].data.send_status_from_server.status =
+        (grpc_status_code)(err != NULL ? pjs_status_to_grpc(err->code) : 0);
+    ops[n++].data.send_status_from_server.status_details = &c->details;
+    ops[n].op = GRPC_OP_RECV_CLOSE_ON_SERVER;
+    ops[n++].data.recv_close_on_server.cancelled = &c->cancelled;
+    return pjs__grpc_start_batch(c->call, ops, n, tag);
+}
+
+grpc_call_error pjs__grpc_recv_close(pjs_grpc_call *c, pjs_grpc_tag *tag)
+{
+    grpc_op op;
+    memset(&op, 0, sizeof op);
+    op.op = GRPC_OP_RECV_CLOSE_ON_SERVER;
+    op.data.recv_close_on_server.cancelled = &c->cancelled;
+    return pjs__grpc_start_batch(c->call, &op, 1, tag);
+}
 
 /* ---- shared helpers --------------------------------------------------------- */
 
@@ -57,38 +120,6 @@ grpc_byte_buffer *pjs__grpc_pack(const ProtobufCMessage *m, pjs_error *err)
     return pjs__grpc_buffer_from(buf, len);
 }
 
-grpc_call_error pjs__grpc_reply(grpc_call *call, grpc_byte_buffer *response, const pjs_error *err,
-                                grpc_slice *details, int *cancelled, pjs_grpc_tag *tag)
-{
-    grpc_op ops[4];
-    size_t n = 0;
-    memset(ops, 0, sizeof ops);
-    ops[n++].op = GRPC_OP_SEND_INITIAL_METADATA;
-    if (response != NULL) {
-        ops[n].op = GRPC_OP_SEND_MESSAGE;
-        ops[n++].data.send_message.send_message = response;
-    }
-    *details = grpc_slice_from_copied_string(err != NULL ? err->msg : "");
-    ops[n].op = GRPC_OP_SEND_STATUS_FROM_SERVER;
-    ops[n].data.send_status_from_server.status =
-        (grpc_status_code)(err != NULL ? pjs_status_to_grpc(err->code) : 0);
-    ops[n++].data.send_status_from_server.status_details = details;
-    if (cancelled != NULL) {
-        ops[n].op = GRPC_OP_RECV_CLOSE_ON_SERVER;
-        ops[n++].data.recv_close_on_server.cancelled = cancelled;
-    }
-    return pjs__grpc_start_batch(call, ops, n, tag);
-}
-
-grpc_call_error pjs__grpc_recv_close(grpc_call *call, int *cancelled, pjs_grpc_tag *tag)
-{
-    grpc_op op;
-    memset(&op, 0, sizeof op);
-    op.op = GRPC_OP_RECV_CLOSE_ON_SERVER;
-    op.data.recv_close_on_server.cancelled = cancelled;
-    return pjs__grpc_start_batch(call, &op, 1, tag);
-}
-
 /* The value of the "authorization" metadata in `who` (the first one; all
  * of them counted). gRPC hands keys lowercased. */
 static void find_authorization(const grpc_metadata_array *md, pjs_access_caller *who)
@@ -106,22 +137,22 @@ static void find_authorization(const grpc_metadata_array *md, pjs_access_caller 
     }
 }
 
-int pjs__grpc_access_check(pjs_grpc_frontend *f, size_t index, grpc_call *call,
-                           const grpc_metadata_array *md, pjs_error *err)
+int pjs__grpc_access_check(const pjs_grpc_call *c, pjs_error *err)
 {
-    const char *path = pjs__grpc_methods[index].path;
+    const char *path = pjs__grpc_methods[c->method].path;
     pjs_access_class cls = pjs_access_grpc_class(path);
     if (cls == PJS_ACCESS_OPEN)
         return 0;
     pjs_access_caller who = {0};
-    find_authorization(md, &who);
+    find_authorization(&c->metadata, &who);
     if (cls == PJS_ACCESS_ADMIN) {
-        char *peer = grpc_call_get_peer(call);
+        char *peer = grpc_call_get_peer(c->call);
         who.loopback = pjs_access_peer_is_loopback(peer);
         gpr_free(peer);
     }
     const char *method = strrchr(path, '/');
-    int rc = pjs_access_check(f->access, cls, &who, method != NULL ? method + 1 : path, err);
+    int rc = pjs_access_check(c->frontend->access, cls, &who,
+                              method != NULL ? method + 1 : path, err);
     if (rc != 0)
         pjs_debug("grpc %s: refused: %s", path, err->msg);
     return rc;
@@ -145,35 +176,24 @@ uint64_t pjs__grpc_deadline_ns(gpr_timespec deadline)
 /* ---- the generic unary call ------------------------------------------------- */
 
 typedef struct unary_call {
-    pjs_grpc_tag on_new;
+    pjs_grpc_call base;
     pjs_grpc_tag on_done;
     pjs_grpc_tag on_answer; /* a deferred call's answer is ready (unary_on_answer) */
     pjs_error answer_err;   /* ... and its error, when answer_failed */
     bool answer_failed;
-    pjs_grpc_frontend *frontend;
-    size_t method;
-    grpc_call *call;
-    gpr_timespec deadline;
-    grpc_metadata_array metadata;
     grpc_byte_buffer *payload;
     grpc_byte_buffer *response;
-    grpc_slice details;
-    int cancelled;
     pjs_grpc_arena arena;
 } unary_call;
 
 static void unary_free(unary_call *c)
 {
-    if (c->call != NULL)
-        grpc_call_unref(c->call);
     if (c->payload != NULL)
         grpc_byte_buffer_destroy(c->payload);
     if (c->response != NULL)
         grpc_byte_buffer_destroy(c->response);
-    grpc_slice_unref(c->details);
-    grpc_metadata_array_destroy(&c->metadata);
     pjs_grpc_arena_reset(&c->arena);
-    pjs__grpc_call_gone(c->frontend);
+    pjs__grpc_call_destroy(&c->base);
     free(c);
 }
 
@@ -184,12 +204,13 @@ static void unary_free(unary_call *c)
  * c->response, unless the handler deferred it (UNARY_DEFERRED). */
 static int unary_run(unary_call *c, const pjs_grpc_method *m, pjs_error *err)
 {
-    pjs_grpc_unary_ctx ctx = {.frontend = c->frontend, .arena = &c->arena, .call = c};
-    int rc = pjs__grpc_access_check(c->frontend, c->method, c->call, &c->metadata, err);
+    pjs_grpc_unary_ctx ctx = {.frontend = c->base.frontend, .arena = &c->arena, .call = c};
+    int rc = pjs__grpc_access_check(&c->base, err);
     if (rc != 0)
         return rc;
     grpc_slice payload;
-    rc = pjs__grpc_take_payload(&c->payload, pjs__grpc_small_limit(c->frontend), &payload, err);
+    rc = pjs__grpc_take_payload(&c->payload, pjs__grpc_small_limit(c->base.frontend), &payload,
+                                err);
     if (rc != 0)
         return rc;
     ProtobufCMessage *request = protobuf_c_message_unpack(
@@ -219,34 +240,39 @@ static void unary_on_done(pjs_grpc_tag *tag, bool ok)
     unary_free(PJS_GRPC_CONTAINER(tag, unary_call, on_done));
 }
 
+/* Starts the reply batch (err NULL: c->response and OK); the call is freed
+ * when it completes. */
+static void unary_reply(unary_call *c, const pjs_error *err)
+{
+    const char *path = pjs__grpc_methods[c->base.method].path;
+    if (err != NULL)
+        pjs_debug("grpc %s: %s", path, err->msg);
+    if (pjs__grpc_reply(&c->base, c->response, err, &c->on_done) != GRPC_CALL_OK) {
+        pjs_error("grpc %s: cannot start the reply batch", path);
+        unary_free(c);
+    }
+}
+
 static void unary_on_new(pjs_grpc_tag *tag, bool ok)
 {
-    unary_call *c = PJS_GRPC_CONTAINER(tag, unary_call, on_new);
+    unary_call *c = PJS_GRPC_CONTAINER(tag, unary_call, base.on_new);
     if (!ok) { /* the server is shutting down */
         unary_free(c);
         return;
     }
-    pjs__grpc_request(c->frontend, c->method);
-    const pjs_grpc_method *m = &pjs__grpc_methods[c->method];
+    pjs__grpc_request(c->base.frontend, c->base.method);
     pjs_error err;
     pjs_error_clear(&err);
-    int rc = unary_run(c, m, &err);
-    if (rc == UNARY_DEFERRED)
-        return; /* pjs__grpc_unary_answer replies */
-    if (rc != 0)
-        pjs_debug("grpc %s: %s", m->path, err.msg);
-    if (pjs__grpc_reply(c->call, c->response, rc != 0 ? &err : NULL, &c->details, &c->cancelled,
-                        &c->on_done) != GRPC_CALL_OK) {
-        pjs_error("grpc %s: cannot start the reply batch", m->path);
-        unary_free(c);
-    }
+    int rc = unary_run(c, &pjs__grpc_methods[c->base.method], &err);
+    if (rc != UNARY_DEFERRED) /* else pjs__grpc_unary_answer replies */
+        unary_reply(c, rc != 0 ? &err : NULL);
 }
 
 pjs_grpc_deferred *pjs__grpc_unary_defer(pjs_grpc_unary_ctx *ctx)
 {
     unary_call *c = ctx->call;
     ctx->deferred = true;
-    pjs__grpc_dispatch_begin(c->frontend); /* stop waits for the answer */
+    pjs__grpc_dispatch_begin(c->base.frontend); /* stop waits for the answer */
     return (pjs_grpc_deferred *)c;
 }
 
@@ -258,15 +284,8 @@ static void unary_on_answer(pjs_grpc_tag *tag, bool ok)
 {
     (void)ok; /* the reply batch reports a cancelled call itself */
     unary_call *c = PJS_GRPC_CONTAINER(tag, unary_call, on_answer);
-    pjs_grpc_frontend *f = c->frontend;
-    const char *path = pjs__grpc_methods[c->method].path;
-    if (c->answer_failed)
-        pjs_debug("grpc %s: %s", path, c->answer_err.msg);
-    if (pjs__grpc_reply(c->call, c->response, c->answer_failed ? &c->answer_err : NULL,
-                        &c->details, &c->cancelled, &c->on_done) != GRPC_CALL_OK) {
-        pjs_error("grpc %s: cannot start the reply batch", path);
-        unary_free(c);
-    }
+    pjs_grpc_frontend *f = c->base.frontend;
+    unary_reply(c, c->answer_failed ? &c->answer_err : NULL);
     pjs__grpc_dispatch_end(f);
 }
 
@@ -282,10 +301,10 @@ void pjs__grpc_unary_answer(pjs_grpc_deferred *d, const ProtobufCMessage *respon
         c->answer_failed = true;
     }
     /* An empty batch completes at once: it hands the call to a queue thread. */
-    if (pjs__grpc_start_batch(c->call, NULL, 0, &c->on_answer) != GRPC_CALL_OK) {
-        pjs_grpc_frontend *f = c->frontend;
+    if (pjs__grpc_start_batch(c->base.call, NULL, 0, &c->on_answer) != GRPC_CALL_OK) {
+        pjs_grpc_frontend *f = c->base.frontend;
         pjs_error("grpc %s: cannot hand a deferred answer to the queue",
-                  pjs__grpc_methods[c->method].path);
+                  pjs__grpc_methods[c->base.method].path);
         unary_free(c);
         pjs__grpc_dispatch_end(f);
     }
@@ -298,18 +317,11 @@ static void request_unary(pjs_grpc_frontend *f, size_t index)
         pjs_error("grpc: no memory to accept a call of %s", pjs__grpc_methods[index].path);
         return;
     }
-    pjs__grpc_call_born(f);
-    c->on_new.fn = unary_on_new;
+    pjs__grpc_call_init(&c->base, f, index, unary_on_new);
     c->on_done.fn = unary_on_done;
     c->on_answer.fn = unary_on_answer;
-    c->frontend = f;
-    c->method = index;
-    c->details = grpc_empty_slice();
-    grpc_metadata_array_init(&c->metadata);
     pjs_grpc_arena_init(&c->arena, PJS_GRPC_UNARY_ARENA_LIMIT);
-    if (grpc_server_request_registered_call(f->core, f->registered[index], &c->call, &c->deadline,
-                                            &c->metadata, &c->payload, f->cq, f->cq,
-                                            pjs__grpc_tag_arm(&c->on_new)) != GRPC_CALL_OK)
+    if (pjs__grpc_call_request(&c->base, &c->payload) != GRPC_CALL_OK)
         unary_free(c);
 }
 

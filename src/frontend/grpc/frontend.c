@@ -73,27 +73,22 @@ void pjs__grpc_dispatch_end(pjs_grpc_frontend *f)
 
 /* ---- calls to methods we do not serve ------------------------------------- */
 
+/* A call to a method nobody serves. grpc_server_request_call hands over
+ * the method's name and the deadline in `call_details`, so it is requested
+ * here rather than by pjs__grpc_call_request, and base.method (SIZE_MAX) and
+ * base.deadline stay unused. */
 typedef struct unknown_call {
-    pjs_grpc_tag on_new;
+    pjs_grpc_call base;
     pjs_grpc_tag on_done;
-    pjs_grpc_frontend *frontend;
-    grpc_call *call;
-    grpc_call_details details;
-    grpc_metadata_array metadata;
-    grpc_slice status_details;
-    int cancelled;
+    grpc_call_details call_details;
 } unknown_call;
 
 static void request_unknown(pjs_grpc_frontend *f);
 
 static void unknown_free(unknown_call *c)
 {
-    if (c->call != NULL)
-        grpc_call_unref(c->call);
-    grpc_call_details_destroy(&c->details);
-    grpc_metadata_array_destroy(&c->metadata);
-    grpc_slice_unref(c->status_details);
-    pjs__grpc_call_gone(c->frontend);
+    grpc_call_details_destroy(&c->call_details);
+    pjs__grpc_call_destroy(&c->base);
     free(c);
 }
 
@@ -105,19 +100,18 @@ static void unknown_on_done(pjs_grpc_tag *tag, bool ok)
 
 static void unknown_on_new(pjs_grpc_tag *tag, bool ok)
 {
-    unknown_call *c = PJS_GRPC_CONTAINER(tag, unknown_call, on_new);
+    unknown_call *c = PJS_GRPC_CONTAINER(tag, unknown_call, base.on_new);
     if (!ok) {
         unknown_free(c);
         return;
     }
-    request_unknown(c->frontend);
+    request_unknown(c->base.frontend);
     pjs_error err;
-    size_t len = GRPC_SLICE_LENGTH(c->details.method);
+    grpc_slice method = c->call_details.method;
+    size_t len = GRPC_SLICE_LENGTH(method);
     pjs_error_set(&err, PJS_ERR_UNSUPPORTED, "pjserve does not serve the method %.*s",
-                  (int)(len > 256 ? 256 : len),
-                  (const char *)GRPC_SLICE_START_PTR(c->details.method));
-    if (pjs__grpc_reply(c->call, NULL, &err, &c->status_details, &c->cancelled, &c->on_done) !=
-        GRPC_CALL_OK)
+                  (int)(len > 256 ? 256 : len), (const char *)GRPC_SLICE_START_PTR(method));
+    if (pjs__grpc_reply(&c->base, NULL, &err, &c->on_done) != GRPC_CALL_OK)
         unknown_free(c);
 }
 
@@ -128,15 +122,11 @@ static void request_unknown(pjs_grpc_frontend *f)
     unknown_call *c = calloc(1, sizeof *c);
     if (c == NULL)
         return;
-    pjs__grpc_call_born(f);
-    c->on_new.fn = unknown_on_new;
+    pjs__grpc_call_init(&c->base, f, SIZE_MAX, unknown_on_new);
     c->on_done.fn = unknown_on_done;
-    c->frontend = f;
-    c->status_details = grpc_empty_slice();
-    grpc_call_details_init(&c->details);
-    grpc_metadata_array_init(&c->metadata);
-    if (grpc_server_request_call(f->core, &c->call, &c->details, &c->metadata, f->cq, f->cq,
-                                 pjs__grpc_tag_arm(&c->on_new)) != GRPC_CALL_OK)
+    grpc_call_details_init(&c->call_details);
+    if (grpc_server_request_call(f->core, &c->base.call, &c->call_details, &c->base.metadata, f->cq,
+                                 f->cq, pjs__grpc_tag_arm(&c->base.on_new)) != GRPC_CALL_OK)
         unknown_free(c);
 }
 

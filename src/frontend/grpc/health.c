@@ -27,17 +27,10 @@
 typedef Grpc__Health__V1__HealthCheckResponse__ServingStatus serving_status;
 
 struct pjs_grpc_watch {
-    pjs_grpc_tag on_new;
+    pjs_grpc_call base;
     pjs_grpc_tag on_write;
     pjs_grpc_tag on_close;
-    pjs_grpc_frontend *frontend;
-    size_t method;
-    grpc_call *call;
-    gpr_timespec deadline;
-    grpc_metadata_array metadata;
     grpc_byte_buffer *payload;
-    grpc_slice details;
-    int cancelled;
 
     /* Under frontend->watch_lock: */
     pjs_grpc_watch *next;
@@ -86,15 +79,11 @@ int pjs__grpc_health_check(pjs_grpc_unary_ctx *ctx, const ProtobufCMessage *requ
 
 static void watch_free(pjs_grpc_watch *w)
 {
-    if (w->call != NULL)
-        grpc_call_unref(w->call);
     if (w->payload != NULL)
         grpc_byte_buffer_destroy(w->payload);
     if (w->out != NULL)
         grpc_byte_buffer_destroy(w->out);
-    grpc_slice_unref(w->details);
-    grpc_metadata_array_destroy(&w->metadata);
-    pjs__grpc_call_gone(w->frontend);
+    pjs__grpc_call_destroy(&w->base);
     free(w);
 }
 
@@ -129,7 +118,7 @@ static void send_locked(pjs_grpc_watch *w, serving_status status)
         ops[n++].op = GRPC_OP_SEND_INITIAL_METADATA;
     ops[n].op = GRPC_OP_SEND_MESSAGE;
     ops[n++].data.send_message.send_message = w->out;
-    if (pjs__grpc_start_batch(w->call, ops, n, &w->on_write) != GRPC_CALL_OK) {
+    if (pjs__grpc_start_batch(w->base.call, ops, n, &w->on_write) != GRPC_CALL_OK) {
         grpc_byte_buffer_destroy(w->out);
         w->out = NULL;
         w->dead = true;
@@ -143,14 +132,14 @@ static void send_locked(pjs_grpc_watch *w, serving_status status)
 
 static serving_status watch_status(pjs_grpc_watch *w)
 {
-    return w->known ? server_status(w->frontend)
+    return w->known ? server_status(w->base.frontend)
                     : GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__SERVICE_UNKNOWN;
 }
 
 /* Ends a step under watch_lock: frees the watch after its last tag. */
 static void watch_step_done_locked(pjs_grpc_watch *w)
 {
-    pjs_grpc_frontend *f = w->frontend;
+    pjs_grpc_frontend *f = w->base.frontend;
     bool last = --w->refs == 0;
     if (last && w->listed)
         unlist_locked(f, w);
@@ -162,7 +151,7 @@ static void watch_step_done_locked(pjs_grpc_watch *w)
 static void watch_on_write(pjs_grpc_tag *tag, bool ok)
 {
     pjs_grpc_watch *w = PJS_GRPC_CONTAINER(tag, pjs_grpc_watch, on_write);
-    pthread_mutex_lock(&w->frontend->watch_lock);
+    pthread_mutex_lock(&w->base.frontend->watch_lock);
     grpc_byte_buffer_destroy(w->out);
     w->out = NULL;
     w->writing = false;
@@ -177,22 +166,22 @@ static void watch_on_close(pjs_grpc_tag *tag, bool ok)
 {
     (void)ok;
     pjs_grpc_watch *w = PJS_GRPC_CONTAINER(tag, pjs_grpc_watch, on_close);
-    pthread_mutex_lock(&w->frontend->watch_lock);
+    pthread_mutex_lock(&w->base.frontend->watch_lock);
     w->dead = true;
     if (w->listed)
-        unlist_locked(w->frontend, w);
+        unlist_locked(w->base.frontend, w);
     watch_step_done_locked(w);
 }
 
 static void watch_on_new(pjs_grpc_tag *tag, bool ok)
 {
-    pjs_grpc_watch *w = PJS_GRPC_CONTAINER(tag, pjs_grpc_watch, on_new);
-    pjs_grpc_frontend *f = w->frontend;
+    pjs_grpc_watch *w = PJS_GRPC_CONTAINER(tag, pjs_grpc_watch, base.on_new);
+    pjs_grpc_frontend *f = w->base.frontend;
     if (!ok) {
         watch_free(w);
         return;
     }
-    pjs__grpc_request(f, w->method);
+    pjs__grpc_request(f, w->base.method);
     grpc_slice payload;
     pjs_error payload_err;
     Grpc__Health__V1__HealthCheckRequest *req = NULL;
@@ -207,15 +196,14 @@ static void watch_on_new(pjs_grpc_tag *tag, bool ok)
         pjs_error_set(&err, PJS_ERR_INVALID_ARGUMENT,
                       "malformed HealthCheckRequest: the bytes received are not a valid "
                       "protobuf HealthCheckRequest");
-        if (pjs__grpc_reply(w->call, NULL, &err, &w->details, &w->cancelled, &w->on_close) ==
-            GRPC_CALL_OK)
+        if (pjs__grpc_reply(&w->base, NULL, &err, &w->on_close) == GRPC_CALL_OK)
             w->refs++;
         watch_step_done_locked(w);
         return;
     }
     w->known = pjs__grpc_health_known(req->service);
     grpc__health__v1__health_check_request__free_unpacked(req, NULL);
-    if (pjs__grpc_recv_close(w->call, &w->cancelled, &w->on_close) == GRPC_CALL_OK) {
+    if (pjs__grpc_recv_close(&w->base, &w->on_close) == GRPC_CALL_OK) {
         w->refs++;
         w->next = f->watches;
         f->watches = w;
@@ -232,17 +220,10 @@ void pjs__grpc_request_watch(pjs_grpc_frontend *f, size_t index)
         pjs_error("grpc: no memory to accept a Health/Watch call");
         return;
     }
-    pjs__grpc_call_born(f);
-    w->on_new.fn = watch_on_new;
+    pjs__grpc_call_init(&w->base, f, index, watch_on_new);
     w->on_write.fn = watch_on_write;
     w->on_close.fn = watch_on_close;
-    w->frontend = f;
-    w->method = index;
-    w->details = grpc_empty_slice();
-    grpc_metadata_array_init(&w->metadata);
-    if (grpc_server_request_registered_call(f->core, f->registered[index], &w->call, &w->deadline,
-                                            &w->metadata, &w->payload, f->cq, f->cq,
-                                            pjs__grpc_tag_arm(&w->on_new)) != GRPC_CALL_OK)
+    if (pjs__grpc_call_request(&w->base, &w->payload) != GRPC_CALL_OK)
         watch_free(w);
 }
 

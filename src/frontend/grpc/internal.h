@@ -3,18 +3,25 @@
  *
  * Threads. One completion queue serves everything; `threads` threads wait on
  * it (frontend.c). Every event carries a pjs_grpc_tag whose function runs the
- * next step of one call's state machine. Inference requests leave these
- * threads at pjs_server_submit and come back on the server's completion
- * threads (on_done), which encode the response and start the send batch
- * (grpc_call_start_batch may be called from any thread).
+ * next step of one call's state machine. An inference request leaves these
+ * threads at pjs_server_submit (pjs__grpc_infer_job_submit): when the device
+ * is free the submitting queue thread executes it itself, inside that call,
+ * else a dispatcher worker does; either way the thread that ran it calls
+ * on_done, which encodes the response and starts the send batch
+ * (grpc_call_start_batch may be called from any thread). So a submitting
+ * thread touches nothing of the call after a successful submit and holds no
+ * lock that on_done takes across it.
  *
- * Calls. Each registered method keeps at least one call requested from the
+ * Calls. Every call object embeds a pjs_grpc_call as its first member
+ * (`base`): the call as the server handed it and what its final batch needs.
+ * Each registered method keeps at least one call requested from the
  * server; when it arrives the handler first requests the next one, then
  * serves the call. Unary RPCs other than ModelInfer are a table of handlers
  * (unary.c, and control_rpc.c for the model control service) run by one
  * generic call; ModelInfer (infer_call.c), ModelStreamInfer (stream_call.c),
  * Health/Watch (health.c) and reflection (reflection.c) have their own state
- * machines.
+ * machines. ModelInfer and each message of ModelStreamInfer take the same
+ * path to the server, a pjs_grpc_infer_job (infer_call.c).
  *
  * Stop. pjs_grpc_frontend_stop sets `stopping` (no call is requested any
  * more) and shuts the server down: new calls are refused while calls in
@@ -39,6 +46,7 @@
 #include "core/status.h"
 #include "core/work_pool.h"
 #include "frontend/grpc/arena.h"
+#include "frontend/grpc/codec.h"
 #include "frontend/grpc/grpc_frontend.h"
 #include "registry/model.h"
 #include "server/server.h"
@@ -179,7 +187,8 @@ void pjs__grpc_request_watch(pjs_grpc_frontend *f, size_t index);
 void pjs__grpc_request_reflection(pjs_grpc_frontend *f, size_t index);
 
 /* Accounting of call objects, so stop shuts the queue down only once no
- * handler can start another batch on it. */
+ * handler can start another batch on it (pjs__grpc_call_init and
+ * pjs__grpc_call_destroy count them). */
 void pjs__grpc_call_born(pjs_grpc_frontend *f);
 void pjs__grpc_call_gone(pjs_grpc_frontend *f);
 
@@ -188,13 +197,84 @@ void pjs__grpc_call_gone(pjs_grpc_frontend *f);
 void pjs__grpc_dispatch_begin(pjs_grpc_frontend *f);
 void pjs__grpc_dispatch_end(pjs_grpc_frontend *f);
 
-/* Whether the caller of `call` (method `index`, its client metadata `md`)
- * may make it: 0, or UNAUTHENTICATED / PERMISSION_DENIED with err set
- * (call.c; the decision is frontend/access.c's). */
-int pjs__grpc_access_check(pjs_grpc_frontend *f, size_t index, grpc_call *call,
-                           const grpc_metadata_array *md, pjs_error *err);
+/* ---- what every served call has (call.c) ------------------------------------ */
 
-/* ---- helpers shared by the call state machines (frontend.c) -------------- */
+/* The first member (`base`) of every call object: the call as the server
+ * handed it and what its final batch needs. Set up by init and by the
+ * server before on_new, read-only afterwards but for `details` and
+ * `cancelled`, which belong to the batch that was given them. */
+typedef struct pjs_grpc_call {
+    pjs_grpc_tag on_new; /* the server handed the call over (ok false: shutting down) */
+    pjs_grpc_frontend *frontend;
+    size_t method;                /* in pjs__grpc_methods (SIZE_MAX: not a served method) */
+    grpc_call *call;              /* set when on_new fires; our reference */
+    gpr_timespec deadline;        /* the client's deadline, on a gRPC clock */
+    grpc_metadata_array metadata; /* the client's initial metadata */
+    grpc_slice details;           /* the status message; alive until the status batch completed */
+    int cancelled;                /* written by RECV_CLOSE_ON_SERVER, final once its tag returned */
+} pjs_grpc_call;
+
+/* Sets c up for method `index` of f, on_new to run when the call arrives,
+ * and counts the call born (pjs__grpc_call_born). */
+void pjs__grpc_call_init(pjs_grpc_call *c, pjs_grpc_frontend *f, size_t index,
+                         void (*on_new)(pjs_grpc_tag *tag, bool ok));
+/* Requests c's call from the server on f's queue; *payload receives the
+ * first message for a method registered to read it first, NULL for the
+ * others. On failure the caller destroys c. */
+grpc_call_error pjs__grpc_call_request(pjs_grpc_call *c, grpc_byte_buffer **payload);
+/* Drops the call, its metadata and status message, and counts it gone:
+ * the object's last use of the front end (stop may free it next), so the
+ * caller releases what its object adds first and only frees it after. */
+void pjs__grpc_call_destroy(pjs_grpc_call *c);
+
+/* Whether the caller of c may make it: 0, or UNAUTHENTICATED /
+ * PERMISSION_DENIED with err set (the decision is frontend/access.c's). */
+int pjs__grpc_access_check(const pjs_grpc_call *c, pjs_error *err);
+
+/* The final batch of a call: initial metadata, the response (if not NULL),
+ * the status (OK when err is NULL, else err mapped, its message kept in
+ * c->details) and RECV_CLOSE_ON_SERVER into c->cancelled; the call must
+ * have no RECV_CLOSE_ON_SERVER of its own outstanding. */
+grpc_call_error pjs__grpc_reply(pjs_grpc_call *c, grpc_byte_buffer *response, const pjs_error *err,
+                                pjs_grpc_tag *tag);
+
+/* Starts a batch of one RECV_CLOSE_ON_SERVER op into c->cancelled. */
+grpc_call_error pjs__grpc_recv_close(pjs_grpc_call *c, pjs_grpc_tag *tag);
+
+/* ---- one inference request (infer_call.c) ------------------------------------ */
+
+typedef struct pjs_grpc_infer_job pjs_grpc_infer_job;
+
+/* Runs once when a submitted job's request completed: err says why it
+ * failed, NULL when its outputs are set. */
+typedef void (*pjs_grpc_infer_job_done_fn)(pjs_grpc_infer_job *j, const pjs_error *err);
+
+/* An inference request from its bytes to its response: ModelInfer's call
+ * embeds one, ModelStreamInfer one per message. */
+struct pjs_grpc_infer_job {
+    pjs_grpc_frontend *frontend;     /* set by init */
+    pjs_grpc_infer decoded;          /* the request; its arena also holds the response */
+    pjs_model *model;                /* a reference, from the lookup until release; or NULL */
+    uint64_t charged;                /* request bytes taken from the server's budget */
+    pjs_grpc_infer_job_done_fn done; /* set by submit */
+};
+
+void pjs__grpc_infer_job_init(pjs_grpc_infer_job *j, pjs_grpc_frontend *f);
+/* Takes the request out of *payload (destroyed, NULL afterwards), charges
+ * its bytes to the server's request budget, decodes it, looks its model up
+ * and submits it, due by the earlier of its `timeout` and `deadline` (the
+ * call's). On success `done` runs exactly once, on the thread that ran the
+ * request: perhaps this one, before this returns. The caller then touches
+ * nothing `done` may free, and holds no lock `done` takes. On failure `done`
+ * never runs and err says why; release j. */
+int pjs__grpc_infer_job_submit(pjs_grpc_infer_job *j, grpc_byte_buffer **payload,
+                               gpr_timespec deadline, pjs_grpc_infer_job_done_fn done,
+                               pjs_error *err);
+/* Releases the decoded request, its budget charge and the model
+ * reference; j is as after init (releasing twice is harmless). */
+void pjs__grpc_infer_job_release(pjs_grpc_infer_job *j);
+
+/* ---- helpers shared by the call state machines (payload.c) --------------- */
 
 /* The whole payload as one contiguous slice in *out (the caller unrefs
  * it; empty when there is none), inflated when the client compressed it;
@@ -237,16 +317,6 @@ grpc_byte_buffer *pjs__grpc_buffer_from(uint8_t *buf, size_t len);
 
 /* Packs m into a byte buffer (NULL with err set on failure). */
 grpc_byte_buffer *pjs__grpc_pack(const ProtobufCMessage *m, pjs_error *err);
-
-/* The final batch of a unary call: initial metadata, the response (if not
- * NULL), the status (OK when err is NULL, else err mapped) and, when
- * cancelled is not NULL, RECV_CLOSE_ON_SERVER. *details keeps the status
- * message alive until the batch completes; unref it afterwards. */
-grpc_call_error pjs__grpc_reply(grpc_call *call, grpc_byte_buffer *response, const pjs_error *err,
-                                grpc_slice *details, int *cancelled, pjs_grpc_tag *tag);
-
-/* Starts a batch of one RECV_CLOSE_ON_SERVER op. */
-grpc_call_error pjs__grpc_recv_close(grpc_call *call, int *cancelled, pjs_grpc_tag *tag);
 
 /* A call's deadline (from grpc_server_request_registered_call) as
  * pjs_infer_request.deadline_ns: pjs_now_ns() plus the time left, 1 when it

@@ -302,18 +302,11 @@ static bool answer(const pjs_grpc_reflection_index *r, reflection_request *req, 
 /* ---- the stream --------------------------------------------------------------- */
 
 typedef struct reflection_call {
-    pjs_grpc_tag on_new;
+    pjs_grpc_call base;
     pjs_grpc_tag on_read;
     pjs_grpc_tag on_write;
     pjs_grpc_tag on_close;
     pjs_grpc_tag on_status;
-    pjs_grpc_frontend *frontend;
-    size_t method;
-    grpc_call *call;
-    gpr_timespec deadline;
-    grpc_metadata_array metadata;
-    grpc_slice details;
-    int cancelled;
     atomic_int refs; /* outstanding tags */
     /* Touched only by the read -> write -> read chain, one step at a time: */
     grpc_byte_buffer *incoming;
@@ -324,16 +317,12 @@ typedef struct reflection_call {
 
 static void reflection_free(reflection_call *c)
 {
-    if (c->call != NULL)
-        grpc_call_unref(c->call);
     if (c->incoming != NULL)
         grpc_byte_buffer_destroy(c->incoming);
     if (c->outgoing != NULL)
         grpc_byte_buffer_destroy(c->outgoing);
-    grpc_slice_unref(c->details);
-    grpc_metadata_array_destroy(&c->metadata);
     pjs_grpc_arena_reset(&c->arena);
-    pjs__grpc_call_gone(c->frontend);
+    pjs__grpc_call_destroy(&c->base);
     free(c);
 }
 
@@ -347,7 +336,7 @@ static void reflection_unref(reflection_call *c)
 static void start_ops(reflection_call *c, grpc_op *ops, size_t n, pjs_grpc_tag *tag)
 {
     atomic_fetch_add(&c->refs, 1);
-    if (pjs__grpc_start_batch(c->call, ops, n, tag) != GRPC_CALL_OK)
+    if (pjs__grpc_start_batch(c->base.call, ops, n, tag) != GRPC_CALL_OK)
         reflection_unref(c);
 }
 
@@ -369,7 +358,7 @@ static void finish(reflection_call *c)
         ops[n++].op = GRPC_OP_SEND_INITIAL_METADATA;
     ops[n].op = GRPC_OP_SEND_STATUS_FROM_SERVER;
     ops[n].data.send_status_from_server.status = GRPC_STATUS_OK;
-    ops[n++].data.send_status_from_server.status_details = &c->details;
+    ops[n++].data.send_status_from_server.status_details = &c->base.details;
     start_ops(c, ops, n, &c->on_status);
 }
 
@@ -381,7 +370,7 @@ static grpc_byte_buffer *answer_message(reflection_call *c, grpc_byte_buffer **p
     pjs_error payload_err;
     pjs_grpc_arena_reset(&c->arena);
     reflection_request *req = NULL;
-    if (pjs__grpc_take_payload(payload, pjs__grpc_small_limit(c->frontend), &bytes,
+    if (pjs__grpc_take_payload(payload, pjs__grpc_small_limit(c->base.frontend), &bytes,
                                &payload_err) == 0)
         req = grpc__reflection__v1alpha__server_reflection_request__unpack(
             &c->arena.allocator, GRPC_SLICE_LENGTH(bytes), GRPC_SLICE_START_PTR(bytes));
@@ -389,7 +378,7 @@ static grpc_byte_buffer *answer_message(reflection_call *c, grpc_byte_buffer **p
     reflection_response resp = GRPC__REFLECTION__V1ALPHA__SERVER_REFLECTION_RESPONSE__INIT;
     bool ok;
     if (req != NULL)
-        ok = answer(c->frontend->reflection, req, &c->arena, &resp);
+        ok = answer(c->base.frontend->reflection, req, &c->arena, &resp);
     else
         ok = answer_error(GRPC_STATUS_INVALID_ARGUMENT, "malformed ServerReflectionRequest",
                           &c->arena, &resp);
@@ -418,7 +407,7 @@ static void reflection_on_read(pjs_grpc_tag *tag, bool ok)
             ops[n++].data.send_message.send_message = c->outgoing;
             start_ops(c, ops, n, &c->on_write);
         } else {
-            grpc_call_cancel(c->call, NULL);
+            grpc_call_cancel(c->base.call, NULL);
         }
     }
     reflection_unref(c);
@@ -448,15 +437,15 @@ static void reflection_on_status(pjs_grpc_tag *tag, bool ok)
 
 static void reflection_on_new(pjs_grpc_tag *tag, bool ok)
 {
-    reflection_call *c = PJS_GRPC_CONTAINER(tag, reflection_call, on_new);
+    reflection_call *c = PJS_GRPC_CONTAINER(tag, reflection_call, base.on_new);
     if (!ok) {
         reflection_free(c);
         return;
     }
-    pjs__grpc_request(c->frontend, c->method);
+    pjs__grpc_request(c->base.frontend, c->base.method);
     atomic_store(&c->refs, 1); /* this step's own */
     atomic_fetch_add(&c->refs, 1);
-    if (pjs__grpc_recv_close(c->call, &c->cancelled, &c->on_close) != GRPC_CALL_OK)
+    if (pjs__grpc_recv_close(&c->base, &c->on_close) != GRPC_CALL_OK)
         reflection_unref(c);
     start_read(c);
     reflection_unref(c);
@@ -469,19 +458,12 @@ void pjs__grpc_request_reflection(pjs_grpc_frontend *f, size_t index)
         pjs_error("grpc: no memory to accept a reflection call");
         return;
     }
-    pjs__grpc_call_born(f);
-    c->on_new.fn = reflection_on_new;
+    pjs__grpc_call_init(&c->base, f, index, reflection_on_new);
     c->on_read.fn = reflection_on_read;
     c->on_write.fn = reflection_on_write;
     c->on_close.fn = reflection_on_close;
     c->on_status.fn = reflection_on_status;
-    c->frontend = f;
-    c->method = index;
-    c->details = grpc_empty_slice();
-    grpc_metadata_array_init(&c->metadata);
     pjs_grpc_arena_init(&c->arena, REFLECTION_ARENA_LIMIT);
-    if (grpc_server_request_registered_call(f->core, f->registered[index], &c->call, &c->deadline,
-                                            &c->metadata, NULL, f->cq, f->cq,
-                                            pjs__grpc_tag_arm(&c->on_new)) != GRPC_CALL_OK)
+    if (pjs__grpc_call_request(&c->base, NULL) != GRPC_CALL_OK)
         reflection_free(c);
 }

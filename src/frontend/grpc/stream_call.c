@@ -8,10 +8,12 @@
  * with error_message (the stream goes on). Each request's deadline is the
  * earlier of the stream's deadline and its own `timeout` parameter; one that
  * passes is answered with error_message too (DEADLINE_EXCEEDED's message).
- * Items become ready when their response (or error) is encoded, on a
- * completion thread for submitted requests. The head of the FIFO is written
- * as soon as it is ready, one write at a time as gRPC requires, so responses
- * leave in request order.
+ * Items become ready when their response (or error) is encoded: for a
+ * submitted request on the thread that ran it, which is the reading thread
+ * itself, inside pjs_server_submit, when the device was free. So the reader
+ * holds no lock across the submit and touches the item no more after it.
+ * The head of the FIFO is written as soon as it is ready, one write at a
+ * time as gRPC requires, so responses leave in request order.
  * With PJS_GRPC_STREAM_MAX_IN_FLIGHT items queued, reading pauses until a
  * response is written: a client cannot queue unbounded work on one stream.
  *
@@ -40,26 +42,17 @@ typedef struct stream_item {
     stream_call *stream;
     bool ready;                 /* response is set */
     grpc_byte_buffer *response; /* ModelStreamInferResponse; NULL if it could not be made */
-    pjs_model *model;
-    pjs_grpc_infer decoded;
-    uint64_t charged; /* request bytes taken from the server's budget */
+    pjs_grpc_infer_job job;
 } stream_item;
 
 struct stream_call {
-    pjs_grpc_tag on_new;
+    pjs_grpc_call base; /* base.cancelled is read under `lock` once on_close ran */
     pjs_grpc_tag on_read;
     pjs_grpc_tag on_write;
     pjs_grpc_tag on_close;
     pjs_grpc_tag on_status;
-    pjs_grpc_frontend *frontend;
-    size_t method;
-    grpc_call *call;
-    gpr_timespec deadline; /* the stream's deadline, on a gRPC clock */
-    grpc_metadata_array metadata;
     grpc_byte_buffer *incoming; /* target of the outstanding read */
     grpc_byte_buffer *writing;  /* the response being written, or NULL */
-    grpc_slice details;
-    int cancelled; /* set by RECV_CLOSE_ON_SERVER */
 
     pthread_mutex_t lock; /* guards everything below */
     int refs;             /* outstanding tags + items in the FIFO; 0: free the stream */
@@ -74,23 +67,16 @@ struct stream_call {
 
 static void stream_free(stream_call *s)
 {
-    if (s->call != NULL)
-        grpc_call_unref(s->call);
     if (s->incoming != NULL)
         grpc_byte_buffer_destroy(s->incoming);
-    grpc_slice_unref(s->details);
-    grpc_metadata_array_destroy(&s->metadata);
     pthread_mutex_destroy(&s->lock);
-    pjs__grpc_call_gone(s->frontend);
+    pjs__grpc_call_destroy(&s->base);
     free(s);
 }
 
 static void item_free(stream_item *it)
 {
-    pjs_grpc_infer_release(&it->decoded);
-    pjs__grpc_release_request(it->stream->frontend, &it->charged);
-    if (it->model != NULL)
-        pjs_model_unref(it->model);
+    pjs__grpc_infer_job_release(&it->job);
     if (it->response != NULL)
         grpc_byte_buffer_destroy(it->response);
     free(it);
@@ -102,7 +88,7 @@ static void start_read_locked(stream_call *s)
     memset(&op, 0, sizeof op);
     op.op = GRPC_OP_RECV_MESSAGE;
     op.data.recv_message.recv_message = &s->incoming;
-    if (pjs__grpc_start_batch(s->call, &op, 1, &s->on_read) == GRPC_CALL_OK) {
+    if (pjs__grpc_start_batch(s->base.call, &op, 1, &s->on_read) == GRPC_CALL_OK) {
         s->reading = true;
         s->refs++;
     } else {
@@ -135,7 +121,7 @@ static void write_next_locked(stream_call *s)
             ops[n++].op = GRPC_OP_SEND_INITIAL_METADATA;
         ops[n].op = GRPC_OP_SEND_MESSAGE;
         ops[n++].data.send_message.send_message = bb;
-        if (pjs__grpc_start_batch(s->call, ops, n, &s->on_write) != GRPC_CALL_OK) {
+        if (pjs__grpc_start_batch(s->base.call, ops, n, &s->on_write) != GRPC_CALL_OK) {
             grpc_byte_buffer_destroy(bb);
             s->dead = true;
             continue;
@@ -162,8 +148,8 @@ static void advance_locked(stream_call *s)
         ops[n++].op = GRPC_OP_SEND_INITIAL_METADATA;
     ops[n].op = GRPC_OP_SEND_STATUS_FROM_SERVER;
     ops[n].data.send_status_from_server.status = GRPC_STATUS_OK;
-    ops[n++].data.send_status_from_server.status_details = &s->details;
-    if (pjs__grpc_start_batch(s->call, ops, n, &s->on_status) == GRPC_CALL_OK)
+    ops[n++].data.send_status_from_server.status_details = &s->base.details;
+    if (pjs__grpc_start_batch(s->base.call, ops, n, &s->on_status) == GRPC_CALL_OK)
         s->refs++;
 }
 
@@ -183,10 +169,10 @@ static void item_encode(stream_item *it, const pjs_error *err)
     Inference__ModelStreamInferResponse out = INFERENCE__MODEL_STREAM_INFER_RESPONSE__INIT;
     Inference__ModelInferResponse failed = INFERENCE__MODEL_INFER_RESPONSE__INIT;
     pjs_error pack_err;
-    const Inference__ModelInferRequest *msg = it->decoded.msg;
+    pjs_grpc_infer *d = &it->job.decoded;
+    const Inference__ModelInferRequest *msg = d->msg;
     if (err == NULL &&
-        pjs_grpc_infer_response(&it->decoded, PJS_MODEL_VERSION, &out.infer_response, &pack_err) ==
-            0 &&
+        pjs_grpc_infer_response(d, PJS_MODEL_VERSION, &out.infer_response, &pack_err) == 0 &&
         (it->response = pjs__grpc_pack(&out.base, &pack_err)) != NULL)
         return;
     if (err == NULL)
@@ -202,8 +188,8 @@ static void item_encode(stream_item *it, const pjs_error *err)
     it->response = pjs__grpc_pack(&out.base, &pack_err);
 }
 
-/* Completion thread (or the reading thread after a failed submit): the
- * item's answer is ready. */
+/* The thread that ran the item's request, or the reading thread after a
+ * failed submit: the item's answer is ready. */
 static void item_complete(stream_item *it, const pjs_error *err)
 {
     stream_call *s = it->stream;
@@ -212,53 +198,16 @@ static void item_complete(stream_item *it, const pjs_error *err)
     pthread_mutex_unlock(&s->lock);
     if (!dead)
         item_encode(it, err);
-    pjs_grpc_infer_release(&it->decoded);
-    pjs__grpc_release_request(s->frontend, &it->charged);
-    if (it->model != NULL)
-        pjs_model_unref(it->model);
-    it->model = NULL;
+    pjs__grpc_infer_job_release(&it->job);
     pthread_mutex_lock(&s->lock);
     it->ready = true;
     write_next_locked(s);
     stream_step_done_locked(s);
 }
 
-static void item_on_done(pjs_infer_request *r)
+static void item_on_done(pjs_grpc_infer_job *j, const pjs_error *err)
 {
-    stream_item *it = r->frontend_ctx;
-    pjs_grpc_frontend *f = it->stream->frontend;
-    item_complete(it, r->error.code != 0 ? &r->error : NULL);
-    pjs__grpc_dispatch_end(f);
-}
-
-/* Decodes and submits the item's request; on failure err says why. */
-static int item_submit(stream_item *it, grpc_byte_buffer **payload, pjs_error *err)
-{
-    pjs_grpc_frontend *f = it->stream->frontend;
-    grpc_slice bytes;
-    int rc = pjs__grpc_take_request(f, payload, &bytes, &it->charged, err);
-    if (rc != 0)
-        return rc;
-    rc = pjs_grpc_infer_decode(&it->decoded, GRPC_SLICE_START_PTR(bytes),
-                                   GRPC_SLICE_LENGTH(bytes), pjs_server_shm(f->server), err);
-    grpc_slice_unref(bytes);
-    if (rc != 0)
-        return rc;
-    const Inference__ModelInferRequest *msg = it->decoded.msg;
-    rc = pjs_server_get_model(f->server, msg->model_name, msg->model_version, &it->model, err);
-    if (rc != 0)
-        return rc;
-    pjs_infer_request *r = &it->decoded.req;
-    r->model = it->model;
-    r->deadline_ns =
-        pjs_deadline_earlier(r->deadline_ns, pjs__grpc_deadline_ns(it->stream->deadline));
-    r->on_done = item_on_done;
-    r->frontend_ctx = it;
-    pjs__grpc_dispatch_begin(f);
-    rc = pjs_server_submit(f->server, r, err);
-    if (rc != 0)
-        pjs__grpc_dispatch_end(f);
-    return rc;
+    item_complete(PJS_GRPC_CONTAINER(j, stream_item, job), err);
 }
 
 static void stream_on_read(pjs_grpc_tag *tag, bool ok)
@@ -273,7 +222,7 @@ static void stream_on_read(pjs_grpc_tag *tag, bool ok)
         s->read_done = true;
     } else if ((it = calloc(1, sizeof *it)) != NULL) {
         it->stream = s;
-        pjs_grpc_infer_init(&it->decoded);
+        pjs__grpc_infer_job_init(&it->job, s->base.frontend);
         if (s->tail != NULL)
             s->tail->next = it;
         else
@@ -284,13 +233,14 @@ static void stream_on_read(pjs_grpc_tag *tag, bool ok)
     } else {
         pjs_error("grpc ModelStreamInfer: no memory for a request; ending the stream");
         s->read_done = true;
-        grpc_call_cancel(s->call, NULL);
+        grpc_call_cancel(s->base.call, NULL);
     }
     pthread_mutex_unlock(&s->lock);
     if (it != NULL) {
         pjs_error err;
         pjs_error_clear(&err);
-        if (item_submit(it, &payload, &err) != 0) {
+        if (pjs__grpc_infer_job_submit(&it->job, &payload, s->base.deadline, item_on_done, &err) !=
+            0) {
             pjs_debug("grpc ModelStreamInfer: %s", err.msg);
             item_complete(it, &err);
         }
@@ -321,7 +271,7 @@ static void stream_on_close(pjs_grpc_tag *tag, bool ok)
     stream_call *s = PJS_GRPC_CONTAINER(tag, stream_call, on_close);
     pthread_mutex_lock(&s->lock);
     s->refs--;
-    if (s->cancelled)
+    if (s->base.cancelled)
         s->dead = true;
     write_next_locked(s);
     stream_step_done_locked(s);
@@ -338,28 +288,26 @@ static void stream_on_status(pjs_grpc_tag *tag, bool ok)
 
 static void stream_on_new(pjs_grpc_tag *tag, bool ok)
 {
-    stream_call *s = PJS_GRPC_CONTAINER(tag, stream_call, on_new);
+    stream_call *s = PJS_GRPC_CONTAINER(tag, stream_call, base.on_new);
     if (!ok) {
         stream_free(s);
         return;
     }
-    pjs__grpc_request(s->frontend, s->method);
+    pjs__grpc_request(s->base.frontend, s->base.method);
     pjs_error err;
     pjs_error_clear(&err);
-    bool allowed =
-        pjs__grpc_access_check(s->frontend, s->method, s->call, &s->metadata, &err) == 0;
+    bool allowed = pjs__grpc_access_check(&s->base, &err) == 0;
     pthread_mutex_lock(&s->lock);
     if (!allowed) {
         /* Refused before the first read: the status alone, nothing read. */
         s->read_done = true;
         s->status_started = true;
-        if (pjs__grpc_reply(s->call, NULL, &err, &s->details, &s->cancelled, &s->on_status) ==
-            GRPC_CALL_OK)
+        if (pjs__grpc_reply(&s->base, NULL, &err, &s->on_status) == GRPC_CALL_OK)
             s->refs++;
         stream_step_done_locked(s);
         return;
     }
-    if (pjs__grpc_recv_close(s->call, &s->cancelled, &s->on_close) == GRPC_CALL_OK)
+    if (pjs__grpc_recv_close(&s->base, &s->on_close) == GRPC_CALL_OK)
         s->refs++;
     start_read_locked(s);
     stream_step_done_locked(s);
@@ -372,19 +320,12 @@ void pjs__grpc_request_stream(pjs_grpc_frontend *f, size_t index)
         pjs_error("grpc: no memory to accept a ModelStreamInfer call");
         return;
     }
-    pjs__grpc_call_born(f);
-    s->on_new.fn = stream_on_new;
+    pjs__grpc_call_init(&s->base, f, index, stream_on_new);
     s->on_read.fn = stream_on_read;
     s->on_write.fn = stream_on_write;
     s->on_close.fn = stream_on_close;
     s->on_status.fn = stream_on_status;
-    s->frontend = f;
-    s->method = index;
-    s->details = grpc_empty_slice();
-    grpc_metadata_array_init(&s->metadata);
     pthread_mutex_init(&s->lock, NULL);
-    if (grpc_server_request_registered_call(f->core, f->registered[index], &s->call, &s->deadline,
-                                            &s->metadata, NULL, f->cq, f->cq,
-                                            pjs__grpc_tag_arm(&s->on_new)) != GRPC_CALL_OK)
+    if (pjs__grpc_call_request(&s->base, NULL) != GRPC_CALL_OK)
         stream_free(s);
 }
