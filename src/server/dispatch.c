@@ -9,10 +9,11 @@
  * the lock, runs it, and gives the token back under the lock; the lock is
  * never held while executing.
  *
- * Who takes it. A submitting thread takes it when the device is free and
- * no device task waits (the common case at low load: the request thread
- * executes its own request, no hand-off at all). Otherwise one of the
- * dispatcher's workers, woken by submit, takes it as soon as it is free.
+ * Who takes it. A submitting thread takes it when the device is free, no
+ * device task waits and the request's model is resident and quick (the
+ * common case at low load: the request thread executes its own request, no
+ * hand-off at all). Otherwise one of the dispatcher's workers, woken by
+ * submit, takes it as soon as it is free.
  * An owner runs exactly one plan or task, then gives the token back and, if
  * work is left, wakes a worker to take it next.
  *
@@ -88,6 +89,9 @@ struct pjs_dispatcher {
     int n_workers;
     pthread_t *workers;
 };
+
+/* Longest estimated execution a request thread runs itself. */
+#define PJS_DISPATCH_INLINE_MAX_NS 2e6
 
 /* Set while a thread runs on_done: it must not take the token (see top). */
 static _Thread_local int completing;
@@ -943,6 +947,18 @@ int pjs_dispatcher_create(int workers, const pjs_sched_config *cfg, uint64_t wei
     return 0;
 }
 
+/* Lock held, token free: whether a request thread may run m's next
+ * execution itself: m is resident and its smallest compiled size is known
+ * to take at most PJS_DISPATCH_INLINE_MAX_NS. A load or a long execution
+ * goes to a worker instead, so the thread's other connections (an HTTP
+ * thread serves several) are not held up. Nobody changes residency while
+ * the token is free, so reading it here is safe. */
+static bool quick_on_request_thread(const pjs_model *m, size_t variant)
+{
+    const pjs_sched_cost *c = &m->queues[variant].cost[0];
+    return m->wentry.resident && c->samples > 0 && c->ns <= PJS_DISPATCH_INLINE_MAX_NS;
+}
+
 int pjs_dispatcher_submit(pjs_dispatcher *d, pjs_infer_request *r, bool committed,
                           pjs_error *err)
 {
@@ -964,7 +980,8 @@ int pjs_dispatcher_submit(pjs_dispatcher *d, pjs_infer_request *r, bool committe
     if (rc == 0) {
         d->queued++;
         d->in_flight++;
-        if (completing == 0 && device_work_locked(d) && d->tasks == NULL) {
+        if (completing == 0 && device_work_locked(d) && d->tasks == NULL &&
+            quick_on_request_thread(m, r->variant)) {
             /* The device is free: this thread runs the next plan itself. */
             own_device_locked(d, true);
             finish_all_locked(d);

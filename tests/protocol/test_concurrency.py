@@ -84,6 +84,10 @@ def test_idle_device_runs_on_the_request_thread(server, gclient, hclient, cases)
     """One client at a time: the device is always free when a request arrives,
     so the thread that received it executes it (no hand-off to a worker)."""
     case = cases.get("mlp", 2, seed=71)
+    # The request thread runs only executions known to be quick; a cost
+    # estimate inflated by the busy tests before settles within a few runs.
+    for _ in range(20):
+        grpc_infer_case(gclient, case)
     inline0, worker0, exec0 = device_plans(server)
     for i in range(15):
         got, _ = grpc_infer_case(gclient, case)
