@@ -28,6 +28,13 @@ typedef struct pjs_cli_common {
     bool no_cache;            /* --no-cache */
     pjs_rt_option pjrt_options[PJS_CLI_MAX_PJRT_OPTIONS]; /* --pjrt-option KEY=VALUE */
     size_t n_pjrt_options;
+    int cpu_threads;          /* --cpu-intra-op-threads; 0: auto */
+    /* What `auto` sizes the CPU plugin's threads by: bundle directories or
+     * repositories (directories of bundles) the command will compile; the
+     * positional arguments for commands parsed by pjs_cli_parse_common_only.
+     * None: one thread. */
+    char *const *model_dirs;
+    size_t n_model_dirs;
 } pjs_cli_common;
 
 /* What a command gets from pjs_cli_start: a client and an optional cache. */
@@ -43,13 +50,17 @@ typedef struct pjs_cli_runtime {
         {"cache-dir", required_argument, NULL, 0x101},                                             \
         {"no-cache", no_argument, NULL, 0x102},                                                    \
         {"pjrt-option", required_argument, NULL, 0x103},                                           \
-        {"log-level", required_argument, NULL, 0x104}
+        {"log-level", required_argument, NULL, 0x104},                                             \
+        {"cpu-intra-op-threads", required_argument, NULL, 0x105}
 
 #define PJS_CLI_COMMON_HELP                                                                        \
     "  --pjrt-plugin PATH     PJRT plugin .so (default: $PJSERVE_PJRT_PLUGIN, else the\n"          \
     "                         xla-cpu-pjrt plugin in the project's .venv)\n"                       \
     "  --pjrt-option K=V      client create option, e.g. preallocate=false or\n"                   \
     "                         memory_fraction=0.5 (GPU plugins); repeatable\n"                     \
+    "  --cpu-intra-op-threads N|auto  threads of each XLA CPU plugin pool (intra-op\n"             \
+    "                         and execution); auto (default): 1 when every model is\n"             \
+    "                         small, else one per CPU (docs/runtime.md)\n"                         \
     "  --cache-dir DIR        executable cache (default: $PJSERVE_CACHE_DIR, else\n"              \
     "                         $XDG_CACHE_HOME/pjserve or ~/.cache/pjserve)\n"                      \
     "  --no-cache             compile every module, read and write no cache\n"                     \
@@ -66,7 +77,17 @@ int pjs_cli_common_option(pjs_cli_common *o, int opt, const char *arg);
 int pjs_cli_parse_common_only(const char *cmd, const char *help, int argc, char **argv,
                               pjs_cli_common *o);
 
-/* Loads the plugin, creates the client and opens the cache. */
+/* The client options a command passes: --pjrt-option's, then the CPU thread
+ * count (runtime/cpu_threads.h) from --cpu-intra-op-threads or, for auto,
+ * from the model in `dirs` (bundles or repositories of bundles) with the
+ * most work in its smallest execution (no model: one thread), logged
+ * with its reason. `out` has room for PJS_CLI_MAX_PJRT_OPTIONS + 1. Returns
+ * the count of options. */
+size_t pjs_cli_client_options(const pjs_cli_common *o, char *const *dirs, size_t n_dirs,
+                              pjs_rt_option *out);
+
+/* Loads the plugin, creates the client (pjs_cli_client_options over
+ * o->model_dirs) and opens the cache. */
 int pjs_cli_start(const pjs_cli_common *o, pjs_cli_runtime *rt);
 void pjs_cli_stop(pjs_cli_runtime *rt);
 

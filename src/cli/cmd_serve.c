@@ -728,13 +728,18 @@ int pjs_cmd_serve(int argc, char **argv)
     pthread_sigmask(SIG_BLOCK, &stop_signals, NULL);
     signal(SIGPIPE, SIG_IGN);
 
+    /* The CPU plugin's threads are sized by the models the repository
+     * holds at start-up; models added later do not change them. */
+    pjs_rt_option client_options[PJS_CLI_MAX_PJRT_OPTIONS + 1];
+    char *repository[1] = {(char *)a.repository};
+    size_t n_client_options = pjs_cli_client_options(&a.common, repository, 1, client_options);
     pjs_server_options so = {
         .repository = a.repository,
         .plugin_path = a.common.plugin_path,
         .cache_dir = a.common.cache_dir,
         .no_cache = a.common.no_cache,
-        .pjrt_options = a.common.pjrt_options,
-        .n_pjrt_options = a.common.n_pjrt_options,
+        .pjrt_options = client_options,
+        .n_pjrt_options = n_client_options,
         .allow_client_shm = a.allow_client_shm,
         .config = &config,
         .control_mode = a.control_mode,

@@ -4,8 +4,9 @@
  * Compiling a module with XLA takes seconds; loading a serialized executable
  * takes milliseconds. An entry is keyed by SHA-256 over everything that
  * decides the compiled code: the module bytes, the compile options, the
- * platform name and version, and the plugin's identity (API version, XLA
- * version, file size and modification time). Entries live one per file
+ * platform name and version, the plugin's identity (API version, XLA
+ * version, file size and modification time) and, on the CPU plugin, its
+ * thread count (the compiler partitions loops by it). Entries live one per file
  * (<key hex>.pjx) and carry a magic, the key and a SHA-256 of the payload; an
  * entry that fails any check is reported, deleted and treated as a miss, never
  * trusted. Writes are atomic (temporary file + rename), so concurrent

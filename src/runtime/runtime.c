@@ -23,6 +23,7 @@
 #include <unistd.h>
 
 #include "core/log.h"
+#include "runtime/cpu_threads.h"
 #include "runtime/exec_cache.h"
 #include "runtime/hlo_signature.h"
 
@@ -44,6 +45,9 @@ struct pjs_rt_client {
     size_t n_devices;
     char platform[64];
     char platform_version[256];
+    /* Threads of each XLA CPU pool (cpu_threads.h); 0 on other platforms.
+     * Part of every executable cache key: it shapes the compiled code. */
+    int cpu_threads;
 };
 
 static pthread_mutex_t plugins_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -394,28 +398,113 @@ static int describe_client(pjs_rt_client *c, pjs_error *err)
     return 0;
 }
 
+/* Creates the plugin's client from `values`; with cpu_threads > 0 the XLA
+ * CPU pools are sized to it through PJRT_NPROC, set only for the call (the
+ * plugin reads it there; pjserve creates its client before starting threads
+ * of its own). */
+static int create_plugin_client(pjs_rt_client *c, const struct pjrt_named_value *values,
+                                size_t n_values, int cpu_threads, pjs_error *err)
+{
+    char *saved = NULL, count[16];
+    if (cpu_threads > 0) {
+        const char *old = getenv("PJRT_NPROC");
+        if (old != NULL && (saved = strdup(old)) == NULL)
+            return pjs_error_set(err, PJS_ERR_NOMEM, "out of memory");
+        snprintf(count, sizeof count, "%d", cpu_threads);
+        setenv("PJRT_NPROC", count, 1);
+    }
+    struct pjrt_client_create_args a = {
+        .struct_size = sizeof a, .create_options = values, .num_options = n_values};
+    int rc = CALL(c->plugin->api, client_create, &a, "creating the PJRT client", err);
+    if (cpu_threads > 0) {
+        if (saved != NULL)
+            setenv("PJRT_NPROC", saved, 1);
+        else
+            unsetenv("PJRT_NPROC");
+        free(saved);
+    }
+    if (rc == 0)
+        c->client = a.client;
+    return rc;
+}
+
+static void destroy_plugin_client(pjs_rt_client *c)
+{
+    struct pjrt_client_destroy_args a = {.struct_size = sizeof a, .client = c->client};
+    pjs_error err;
+    if (CALL(c->plugin->api, client_destroy, &a, "destroying the PJRT client", &err) != 0)
+        pjs_warn("%s", err.msg);
+    c->client = NULL;
+}
+
+/* Copies the options meant for the plugin into values (leaving out the
+ * runtime's own) and finds the thread count and whether cpu_device_count is
+ * given. */
+static int split_options(const pjs_rt_option *options, size_t n_options,
+                         struct pjrt_named_value *values, size_t *n_values, int *cpu_threads,
+                         bool *has_device_count, pjs_error *err)
+{
+    *n_values = 0;
+    *cpu_threads = 0;
+    *has_device_count = false;
+    for (size_t i = 0; i < n_options; i++) {
+        const pjs_rt_option *o = &options[i];
+        if (strcmp(o->key, PJS_RT_OPTION_CPU_THREADS) == 0) {
+            if (o->type != PJRT_NAMED_INT64 || o->int_value < 1 ||
+                o->int_value > PJS_RT_CPU_THREADS_MAX)
+                return pjs_error_set(err, PJS_ERR_INVALID_ARGUMENT,
+                                     "client option %s: expected a thread count from 1 to %d",
+                                     o->key, PJS_RT_CPU_THREADS_MAX);
+            *cpu_threads = (int)o->int_value;
+            continue;
+        }
+        if (strcmp(o->key, "cpu_device_count") == 0)
+            *has_device_count = true;
+        to_named_value(o, &values[(*n_values)++]);
+    }
+    return 0;
+}
+
 int pjs_rt_client_create(pjs_rt_plugin *p, const pjs_rt_option *options, size_t n_options,
                          pjs_rt_client **out, pjs_error *err)
 {
+    static const pjs_rt_option one_device = {
+        .key = "cpu_device_count", .type = PJRT_NAMED_INT64, .int_value = 1};
     struct pjrt_named_value *values = NULL;
+    size_t n_values = 0;
+    int cpu_threads = 0;
+    bool has_device_count = false;
     pjs_rt_client *c = calloc(1, sizeof *c);
     int rc = 0;
-    if (c == NULL || (n_options > 0 && (values = calloc(n_options, sizeof *values)) == NULL)) {
+    if (c == NULL || (values = calloc(n_options + 1, sizeof *values)) == NULL) {
         rc = pjs_error_set(err, PJS_ERR_NOMEM, "out of memory");
         goto fail;
     }
-    for (size_t i = 0; i < n_options; i++)
-        to_named_value(&options[i], &values[i]);
     c->plugin = p;
-    struct pjrt_client_create_args a = {
-        .struct_size = sizeof a, .create_options = values, .num_options = n_options};
-    rc = CALL(p->api, client_create, &a, "creating the PJRT client", err);
+    rc = split_options(options, n_options, values, &n_values, &cpu_threads, &has_device_count,
+                       err);
+    if (rc == 0)
+        rc = create_plugin_client(c, values, n_values, 0, err);
+    if (rc == 0)
+        rc = describe_client(c, err);
+    if (rc == 0 && strcmp(c->platform, "cpu") == 0 && cpu_threads > 0) {
+        /* Only now is it known to be the CPU plugin, whose pools are sized
+         * at creation: create it again with the count, on one device (pjserve
+         * uses the first; the plugin's default of four would raise the pools
+         * to four threads). */
+        destroy_plugin_client(c);
+        if (!has_device_count)
+            to_named_value(&one_device, &values[n_values++]);
+        rc = create_plugin_client(c, values, n_values, cpu_threads, err);
+        if (rc == 0)
+            rc = describe_client(c, err);
+    }
     if (rc != 0)
         goto fail;
-    c->client = a.client;
-    rc = describe_client(c, err);
-    if (rc != 0)
-        goto fail;
+    if (strcmp(c->platform, "cpu") == 0) {
+        int requested = cpu_threads > 0 ? cpu_threads : pjs_rt_cpu_threads_xla_default();
+        c->cpu_threads = requested > (int)c->n_devices ? requested : (int)c->n_devices;
+    }
     free(values);
     *out = c;
     return 0;
@@ -445,10 +534,7 @@ void pjs_rt_client_destroy(pjs_rt_client *c)
 {
     if (c == NULL)
         return;
-    struct pjrt_client_destroy_args a = {.struct_size = sizeof a, .client = c->client};
-    pjs_error err;
-    if (CALL(c->plugin->api, client_destroy, &a, "destroying the PJRT client", &err) != 0)
-        pjs_warn("%s", err.msg);
+    destroy_plugin_client(c);
     free(c);
 }
 
@@ -456,6 +542,7 @@ const char *pjs_rt_client_platform(const pjs_rt_client *c) { return c->platform;
 const char *pjs_rt_client_platform_version(const pjs_rt_client *c) { return c->platform_version; }
 pjs_rt_plugin *pjs_rt_client_plugin(const pjs_rt_client *c) { return c->plugin; }
 size_t pjs_rt_client_device_count(const pjs_rt_client *c) { return c->n_devices; }
+int pjs_rt_client_cpu_threads(const pjs_rt_client *c) { return c->cpu_threads; }
 
 void pjs_rt_client_describe_device(const pjs_rt_client *c, size_t i, char *buf, size_t bufsize)
 {
@@ -663,6 +750,13 @@ static void cache_key(pjs_rt_client *c, const void *module, size_t module_size,
     pjs_exec_cache_key_add(b, c->platform, strlen(c->platform));
     pjs_exec_cache_key_add(b, c->platform_version, strlen(c->platform_version));
     pjs_exec_cache_key_add(b, c->plugin->identity, strlen(c->plugin->identity));
+    if (c->cpu_threads > 0) {
+        /* The CPU compiler partitions loops into as many tasks as the pools
+         * have threads. */
+        char threads[32];
+        int n = snprintf(threads, sizeof threads, "cpu_threads=%d", c->cpu_threads);
+        pjs_exec_cache_key_add(b, threads, (size_t)n);
+    }
     pjs_exec_cache_key_finish(b, key);
 }
 

@@ -64,6 +64,11 @@ typedef struct pjs_rt_option {
 
 int pjs_rt_option_parse(const char *key_eq_value, pjs_rt_option *out, pjs_error *err);
 
+/* Creates a client with the options (none: NULL, 0). The option
+ * PJS_RT_OPTION_CPU_THREADS (runtime/cpu_threads.h) is the runtime's own: on
+ * the CPU plugin it sizes the plugin's thread pools, and creates the client
+ * on one device unless cpu_device_count is given; it never reaches the
+ * plugin. */
 int pjs_rt_client_create(pjs_rt_plugin *p, const pjs_rt_option *options, size_t n_options,
                          pjs_rt_client **out, pjs_error *err);
 /* Resolves the plugin (as pjs_rt_plugin_resolve), loads it and creates a
@@ -77,6 +82,9 @@ const char *pjs_rt_client_platform(const pjs_rt_client *c);         /* "cpu", "c
 const char *pjs_rt_client_platform_version(const pjs_rt_client *c);
 pjs_rt_plugin *pjs_rt_client_plugin(const pjs_rt_client *c);
 size_t pjs_rt_client_device_count(const pjs_rt_client *c);
+/* Threads in each of the CPU plugin's pools (intra-op and client), as the
+ * plugin sized them at creation; 0 on other platforms. */
+int pjs_rt_client_cpu_threads(const pjs_rt_client *c);
 /* "0: cpu (TFRT_CPU_0)"-style description of device i into buf. */
 void pjs_rt_client_describe_device(const pjs_rt_client *c, size_t i, char *buf, size_t bufsize);
 /* The memory device i can allocate from (PJRT memory stats' bytes_limit).
