@@ -152,7 +152,7 @@ static int await_event(const struct pjrt_api *api, pjrt_event *ev, const char *w
 
 static int find_venv_plugin(const char *venv, char *out, size_t outsize)
 {
-    char pattern[PATH_MAX];
+    char pattern[PATH_MAX + 128]; /* the venv path may be up to PATH_MAX + 16 */
     snprintf(pattern, sizeof pattern,
              "%s/lib/python3*/site-packages/xla_plugins/xla_cpu_pjrt/xla_cpu_pjrt.so", venv);
     glob_t g;
