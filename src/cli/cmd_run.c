@@ -108,6 +108,8 @@ static int parse_args(int argc, char **argv, run_args *a)
         return pjs_cli_usage_error("run", "one bundle at a time (got '%s' and '%s')", argv[optind],
                                    argv[optind + 1]);
     a->bundle_dir = argv[optind];
+    a->common.model_dirs = argv + optind; /* auto CPU threads look at this bundle */
+    a->common.n_model_dirs = 1;
     if (a->output_dir == NULL)
         return pjs_cli_usage_error("run", "--output-dir is required");
     if (a->n_inputs == 0)
