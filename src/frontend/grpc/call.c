@@ -50,9 +50,11 @@ void pjs__grpc_call_init(pjs_grpc_call *c, pjs_grpc_frontend *f, size_t index,
 grpc_call_error pjs__grpc_call_request(pjs_grpc_call *c, grpc_byte_buffer **payload)
 {
     pjs_grpc_frontend *f = c->frontend;
-    return grpc_server_request_registered_call(f->core, f->registered[c->method], &c->call,
-                                               &c->deadline, &c->metadata, payload, f->cq, f->cq,
-                                               pjs__grpc_tag_arm(&c->on_new));
+    void *method = f->registered[c->method];
+    /* Armed last: once armed, another thread may run (and free) the call. */
+    void *tag = pjs__grpc_tag_arm(&c->on_new);
+    return grpc_server_request_registered_call(f->core, method, &c->call, &c->deadline,
+                                               &c->metadata, payload, f->cq, f->cq, tag);
 }
 
 void pjs__grpc_call_destroy(pjs_grpc_call *c)
