@@ -10,10 +10,10 @@
  * never held while executing.
  *
  * Who takes it. A submitting thread takes it when the device is free, no
- * device task waits and the request's model is resident and quick (the
- * common case at low load: the request thread executes its own request, no
- * hand-off at all). Otherwise one of the dispatcher's workers, woken by
- * submit, takes it as soon as it is free.
+ * device task waits and the request's model is resident and quick at the
+ * request's size (the common case at low load: the request thread executes
+ * its own request, no hand-off at all). Otherwise one of the dispatcher's
+ * workers, woken by submit, takes it as soon as it is free.
  * An owner runs exactly one plan or task, then gives the token back and, if
  * work is left, wakes a worker to take it next.
  *
@@ -947,15 +947,20 @@ int pjs_dispatcher_create(int workers, const pjs_sched_config *cfg, uint64_t wei
     return 0;
 }
 
-/* Lock held, token free: whether a request thread may run m's next
- * execution itself: m is resident and its smallest compiled size is known
- * to take at most PJS_DISPATCH_INLINE_MAX_NS. A load or a long execution
- * goes to a worker instead, so the thread's other connections (an HTTP
- * thread serves several) are not held up. Nobody changes residency while
- * the token is free, so reading it here is safe. */
-static bool quick_on_request_thread(const pjs_model *m, size_t variant)
+/* Lock held, token free: whether a request thread may run r's execution
+ * itself: its model is resident and the smallest compiled size that holds
+ * r's rows is known to take at most PJS_DISPATCH_INLINE_MAX_NS. A load or a
+ * long execution goes to a worker instead, so the thread's other
+ * connections (an HTTP thread serves several) are not held up. Nobody
+ * changes residency while the token is free, so reading it here is safe. */
+static bool quick_on_request_thread(const pjs_infer_request *r)
 {
-    const pjs_sched_cost *c = &m->queues[variant].cost[0];
+    const pjs_model *m = r->model;
+    const pjs_sched_queue *q = &m->queues[r->variant];
+    size_t k = 0;
+    while (k + 1 < q->n_sizes && q->sizes[k] < r->batch)
+        k++;
+    const pjs_sched_cost *c = &q->cost[k];
     return m->wentry.resident && c->samples > 0 && c->ns <= PJS_DISPATCH_INLINE_MAX_NS;
 }
 
@@ -981,7 +986,7 @@ int pjs_dispatcher_submit(pjs_dispatcher *d, pjs_infer_request *r, bool committe
         d->queued++;
         d->in_flight++;
         if (completing == 0 && device_work_locked(d) && d->tasks == NULL &&
-            quick_on_request_thread(m, r->variant)) {
+            quick_on_request_thread(r)) {
             /* The device is free: this thread runs the next plan itself. */
             own_device_locked(d, true);
             finish_all_locked(d);
