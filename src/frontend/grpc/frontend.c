@@ -389,12 +389,14 @@ static int register_methods(pjs_grpc_frontend *f, pjs_error *err)
     return 0;
 }
 
-/* Requests the first calls: one per method, one per thread for ModelInfer
- * so concurrent unary inferences do not wait for each other's accept. */
+/* Requests the first calls: one per method, four per thread for ModelInfer
+ * so concurrent unary inferences do not wait for each other's accept (a
+ * thread may be busy executing a request when the device was free, and a
+ * call that is not matched yet is cancelled, not refused, at shutdown). */
 static void request_first_calls(pjs_grpc_frontend *f, size_t n_threads)
 {
     for (size_t i = 0; i < pjs__grpc_n_methods; i++) {
-        size_t n = pjs__grpc_methods[i].kind == PJS_GRPC_INFER ? n_threads : 1;
+        size_t n = pjs__grpc_methods[i].kind == PJS_GRPC_INFER ? 4 * n_threads : 1;
         for (size_t k = 0; k < n; k++)
             pjs__grpc_request(f, i);
     }
