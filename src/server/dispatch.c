@@ -125,12 +125,6 @@ static pjs_infer_request *request_of(pjs_sched_job *j)
     return (pjs_infer_request *)((char *)j - offsetof(pjs_infer_request, job));
 }
 
-/* Lock held: r waits for its on_done. */
-static void finish_locked(pjs_dispatcher *d, pjs_infer_request *r)
-{
-    fifo_push(&d->finished, r);
-}
-
 /* Scratch arrays of at least n entries each (token holder only). */
 static int grow(void **array, size_t *cap, size_t n, size_t elem)
 {
@@ -531,6 +525,18 @@ static size_t list_length(const pjs_sched_job *j)
     return n;
 }
 
+/* Gives every request of a job list err and counts it failed (to done). */
+static void fail_jobs(pjs_sched_job *jobs, const pjs_error *err, request_fifo *done)
+{
+    for (pjs_sched_job *j = jobs, *next; j != NULL; j = next) {
+        next = j->next;
+        pjs_infer_request *r = request_of(j);
+        r->error = *err;
+        drop_stats(r, pjs_now_ns());
+        fifo_push(done, r);
+    }
+}
+
 /* Runs a plan (token held, lock not held); every request of it, executed
  * or dropped, ends up in done. */
 static void run_plan(pjs_dispatcher *d, pjs_sched_plan *plan, request_fifo *done)
@@ -552,13 +558,9 @@ static void run_plan(pjs_dispatcher *d, pjs_sched_plan *plan, request_fifo *done
     owner_scratch *sc = &d->scratch;
     if (grow((void **)&sc->reqs, &sc->reqs_cap, plan->n_jobs, sizeof *sc->reqs) != 0 ||
         grow((void **)&sc->first_row, &sc->rows_cap, plan->n_jobs, sizeof *sc->first_row) != 0) {
-        for (pjs_sched_job *j = plan->jobs, *next; j != NULL; j = next) {
-            next = j->next;
-            pjs_infer_request *r = request_of(j);
-            pjs_error_set(&r->error, PJS_ERR_NOMEM, "model %s: out of memory", model->name);
-            drop_stats(r, pjs_now_ns());
-            fifo_push(done, r);
-        }
+        pjs_error nomem;
+        pjs_error_set(&nomem, PJS_ERR_NOMEM, "model %s: out of memory", model->name);
+        fail_jobs(plan->jobs, &nomem, done);
         release_if_retired(d, model);
         pjs_model_unref(model);
         return;
@@ -582,10 +584,7 @@ static void run_plan(pjs_dispatcher *d, pjs_sched_plan *plan, request_fifo *done
     }
     pjs_error acquire_err;
     if (acquire(d, bt.model, &acquire_err) != 0) {
-        for (size_t k = 0; k < bt.n; k++) {
-            bt.reqs[k]->error = acquire_err;
-            drop_stats(bt.reqs[k], pjs_now_ns());
-        }
+        fail_jobs(plan->jobs, &acquire_err, done);
     } else {
         uint64_t start = pjs_now_ns();
         exec_times t;
@@ -597,9 +596,9 @@ static void run_plan(pjs_dispatcher *d, pjs_sched_plan *plan, request_fifo *done
             pthread_mutex_unlock(&d->lock);
         }
         record_batch_stats(&bt, start, &t);
+        for (size_t k = 0; k < bt.n; k++)
+            fifo_push(done, bt.reqs[k]);
     }
-    for (size_t k = 0; k < bt.n; k++)
-        fifo_push(done, bt.reqs[k]);
     release_if_retired(d, model);
     pjs_model_unref(model);
 }
@@ -639,8 +638,8 @@ static void own_device_locked(pjs_dispatcher *d, bool on_submit)
     }
     d->device_held = false;
     bool more_work = d->tasks != NULL || d->sched.active != NULL;
-    while (done.head != NULL)
-        finish_locked(d, fifo_pop(&done));
+    while (done.head != NULL) /* they wait for their on_done */
+        fifo_push(&d->finished, fifo_pop(&done));
     /* One worker takes the device next, or helps finishing. */
     if (more_work || d->finished.length > 1)
         pthread_cond_signal(&d->work);
