@@ -329,6 +329,7 @@ static void request_unary(pjs_grpc_frontend *f, size_t index)
 
 void pjs__grpc_request(pjs_grpc_frontend *f, size_t index)
 {
+    atomic_fetch_add_explicit(&f->calls_handed_over, 1, memory_order_relaxed);
     if (atomic_load(&f->stopping))
         return;
     switch (pjs__grpc_methods[index].kind) {

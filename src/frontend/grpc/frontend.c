@@ -463,10 +463,40 @@ int pjs_grpc_frontend_start(pjs_server *s, const pjs_grpc_options *o, pjs_grpc_f
 
 /* ---- stop ------------------------------------------------------------------- */
 
+/* gRPC cancels every call it has not handed to pjserve when the core shuts
+ * down, and a client sees CANCELLED, which it cannot tell from a call that
+ * may have run. A call already on the wire when stopping began may still be
+ * unread: under load the queue threads, which also poll the sockets, were
+ * busy executing. So before shutting the core down, wait until no call has
+ * been handed over for a quiet spell (the server is draining by then and
+ * refuses them UNAVAILABLE, which clients retry elsewhere), within a bound
+ * so that clients that keep retrying cannot hold the stop up. */
+static void settle(pjs_grpc_frontend *f)
+{
+    const uint64_t ms = 1000000;
+    uint64_t start = pjs_now_ns(), quiet_since = start;
+    uint64_t seen = atomic_load_explicit(&f->calls_handed_over, memory_order_relaxed);
+    for (;;) {
+        nanosleep(&(struct timespec){.tv_nsec = 10 * (long)ms}, NULL);
+        uint64_t now = pjs_now_ns();
+        uint64_t n = atomic_load_explicit(&f->calls_handed_over, memory_order_relaxed);
+        if (n != seen) {
+            seen = n;
+            quiet_since = now;
+        } else if (now - quiet_since >= PJS_GRPC_SETTLE_QUIET_MS * ms) {
+            return;
+        }
+        if (now - start >= PJS_GRPC_SETTLE_MAX_MS * ms)
+            return;
+    }
+}
+
 void pjs_grpc_frontend_stop(pjs_grpc_frontend *f)
 {
     if (f == NULL)
         return;
+    if (f->n_threads > 0)
+        settle(f);
     atomic_store(&f->stopping, true);
     grpc_server_shutdown_and_notify(f->core, f->cq, pjs__grpc_tag_arm(&f->shutdown_tag));
     if (f->n_threads == 0) {

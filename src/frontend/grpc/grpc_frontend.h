@@ -42,7 +42,10 @@ typedef struct pjs_grpc_frontend pjs_grpc_frontend;
  * use, unreadable certificate). */
 int pjs_grpc_frontend_start(pjs_server *s, const pjs_grpc_options *o, pjs_grpc_frontend **out,
                             pjs_error *err);
-/* Ends open streams, shuts the server down and joins its threads. */
+/* Ends open streams, shuts the server down and joins its threads. Call it
+ * after pjs_server_drain: calls still arriving are then refused UNAVAILABLE,
+ * and stop first lets those already on the wire be read and refused (up to
+ * about a second while clients keep calling) rather than cancelled. */
 void pjs_grpc_frontend_stop(pjs_grpc_frontend *f);
 
 #endif

@@ -58,6 +58,11 @@
 /* Seconds calls in progress may take to finish once stopping began, before
  * the calls still open (streams, watches) are cancelled. */
 #define PJS_GRPC_STOP_GRACE_S 2
+/* Before the core shuts down, stop waits until no call has been handed over
+ * for PJS_GRPC_SETTLE_QUIET_MS, at most PJS_GRPC_SETTLE_MAX_MS (see settle in
+ * frontend.c). */
+#define PJS_GRPC_SETTLE_QUIET_MS 50
+#define PJS_GRPC_SETTLE_MAX_MS 1000
 /* Threads and queued requests of the control jobs (SetModelResidency and
  * Compact wait for the dispatch thread to move weights); a full queue
  * answers RESOURCE_EXHAUSTED. */
@@ -166,6 +171,7 @@ struct pjs_grpc_frontend {
     pjs_work_pool *control_jobs; /* SetModelResidency and Compact, off the queue threads */
 
     atomic_bool stopping;   /* set once by stop: request no more calls */
+    atomic_uint_least64_t calls_handed_over; /* calls gRPC has matched to a request */
     pthread_mutex_t lock;   /* guards the fields below */
     pthread_cond_t changed; /* signalled when they change */
     size_t in_dispatcher;   /* submitted requests whose on_done has not finished */
