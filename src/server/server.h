@@ -66,7 +66,16 @@ typedef struct pjs_server_options {
     /* Models whose load may wait for the load thread at once (loads asked
      * for while one runs; --max-pending-loads); 0: PJS_DEFAULT_MAX_PENDING_LOADS. */
     uint64_t max_pending_loads;
+    /* Meta models whose run may be inside its stages at once (the gate;
+     * --meta-concurrency, PJSERVE_META_CONCURRENCY); 0: PJS_DEFAULT_META_CONCURRENCY.
+     * Compute-only metas (empty meta.calls) do not take a permit. */
+    int meta_concurrency;
+    /* Bytes of the scratch pool meta runs take reuse buffers from
+     * (--meta-scratch-bytes); 0: no pool, scratch buffers are plain memory. */
+    uint64_t meta_scratch_bytes;
 } pjs_server_options;
+
+#define PJS_DEFAULT_META_CONCURRENCY 2
 
 #define PJS_DEFAULT_MAX_PENDING_LOADS 64
 
