@@ -5,30 +5,40 @@
  * result, so crashes, sanitizer reports and leaks on any accept or reject
  * path surface. An accepted manifest is also checked against the invariants
  * manifest.h promises (batched tensors hold -1 in dims[0], batch sizes are
- * strictly ascending, ranks in range; variant 0 is the top level, every
+ * strictly ascending, ranks in range; bytes and extents of -1 only in client
+ * tensors, which a meta always has; variant 0 is the top level, every
  * variant has its names, dtypes, ranks and batch axes, and no two have the
  * same input shapes); a broken one aborts. The seed corpus is
  * fuzz/corpus/fuzz_manifest/, replayed by fuzz_manifest_replay in `make test`.
  */
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "core/manifest.h"
 
-static void check_tensors(const pjs_tensor_spec *v, size_t n)
+/* `client`: client_inputs / client_outputs, which may hold bytes and -1. */
+static void check_tensor_list(const pjs_tensor_spec *v, size_t n, bool client)
 {
     for (size_t i = 0; i < n; i++) {
         const pjs_tensor_spec *t = &v[i];
         if (t->name == NULL || t->name[0] == '\0' || t->dtype == PJS_DTYPE_INVALID ||
             t->shape.rank < 0 || t->shape.rank > PJS_MAX_RANK)
             abort();
-        if (t->batched != (t->shape.rank > 0 && t->shape.dims[0] == -1))
+        if (t->dtype == PJS_DTYPE_BYTES && !client)
+            abort();
+        if (t->batched && t->shape.dims[0] != -1)
             abort();
         for (int d = t->batched ? 1 : 0; d < t->shape.rank; d++)
-            if (t->shape.dims[d] < 0)
+            if (t->shape.dims[d] < (client ? -1 : 0))
                 abort();
     }
+}
+
+static void check_tensors(const pjs_tensor_spec *v, size_t n)
+{
+    check_tensor_list(v, n, false);
 }
 
 /* Variant tensors keep everything of the top-level ones but extents. */
@@ -69,10 +79,16 @@ static void check_variants(const pjs_manifest *m)
 
 static void check_manifest(const pjs_manifest *m)
 {
-    if (m->name == NULL || m->n_inputs == 0 || m->n_outputs == 0 || !(m->weight > 0))
+    if (m->name == NULL || !(m->weight > 0))
+        abort();
+    if (m->kind == PJS_KIND_MODEL ? m->n_inputs == 0 || m->n_outputs == 0
+                                  : m->n_inputs != 0 || m->n_outputs != 0 ||
+                                        m->n_client_inputs == 0 || m->n_client_outputs == 0)
         abort();
     check_tensors(m->inputs, m->n_inputs);
     check_tensors(m->outputs, m->n_outputs);
+    check_tensor_list(m->client_inputs, m->n_client_inputs, true);
+    check_tensor_list(m->client_outputs, m->n_client_outputs, true);
     if (m->kind == PJS_KIND_MODEL && (m->n_batch_sizes == 0 || m->n_calls != 0))
         abort();
     if (m->kind == PJS_KIND_META && m->n_batch_sizes != 0)

@@ -41,7 +41,9 @@ static void dtype_choices(char *buf, size_t size)
     }
 }
 
-static int parse_dtype(pjs_yaml *y, yaml_node_t *n, const char *path, pjs_dtype *out)
+/* `client`: a client_inputs / client_outputs tensor, which may be bytes. */
+static int parse_dtype(pjs_yaml *y, yaml_node_t *n, const char *path, bool client,
+                       pjs_dtype *out)
 {
     int rc = pjs_yaml_get_string(y, n, path);
     if (rc != 0)
@@ -54,11 +56,18 @@ static int parse_dtype(pjs_yaml *y, yaml_node_t *n, const char *path, pjs_dtype 
                              "unknown dtype %s (expected one of %s, or a KServe name such as FP32)",
                              pjs_yaml_quote_node(n, q, sizeof q), choices);
     }
+    if (t == PJS_DTYPE_BYTES && !client)
+        return pjs_yaml_fail(y, n, path,
+                             "bytes (strings) only in client_inputs and client_outputs: no "
+                             "executable takes or returns strings; declare the string tensors "
+                             "there and convert them in the bundle's hooks");
     *out = t;
     return 0;
 }
 
-static int parse_shape(pjs_yaml *y, yaml_node_t *n, const char *path, pjs_tensor_spec *t)
+/* `client`: extents may be -1 (any extent is accepted there). */
+static int parse_shape(pjs_yaml *y, yaml_node_t *n, const char *path, bool client,
+                       pjs_tensor_spec *t)
 {
     size_t rank = 0;
     int rc = pjs_yaml_get_list(y, n, path, false, &rank);
@@ -81,14 +90,17 @@ static int parse_shape(pjs_yaml *y, yaml_node_t *n, const char *path, pjs_tensor
         int64_t v = 0;
         if ((rc = pjs_yaml_get_int(y, d, sub, &v)) != 0)
             return rc;
-        if (v < 0)
-            return pjs_yaml_fail(y, d, sub, "must be non-negative, got %lld", (long long)v);
+        if (v < 0 && !(client && v == -1))
+            return pjs_yaml_fail(y, d, sub, "must be non-negative%s, got %lld",
+                                 client ? " or -1 (any extent)" : "", (long long)v);
         t->shape.dims[i] = v;
     }
-    /* The fixed extents must not overflow on their own (batch counted as 1). */
+    /* The fixed extents must not overflow on their own (batch and varying
+     * extents counted as 1). */
     pjs_shape fixed = t->shape;
-    if (t->batched)
-        fixed.dims[0] = 1;
+    for (int d = 0; d < fixed.rank; d++)
+        if (fixed.dims[d] < 0)
+            fixed.dims[d] = 1;
     int64_t numel = 0;
     if (!pjs_shape_numel(&fixed, &numel))
         return pjs_yaml_fail(y, n, path, "element count overflows");
@@ -128,7 +140,7 @@ static int parse_format(pjs_yaml *y, yaml_node_t *n, const char *path, pjs_tenso
     return 0;
 }
 
-static int parse_tensor(pjs_yaml *y, yaml_node_t *n, const char *path, bool input,
+static int parse_tensor(pjs_yaml *y, yaml_node_t *n, const char *path, bool input, bool client,
                         pjs_tensor_spec *t)
 {
     pjs_yaml_field f[] = {{"name", NULL}, {"dtype", NULL}, {"shape", NULL}, {"format", NULL}};
@@ -142,17 +154,18 @@ static int parse_tensor(pjs_yaml *y, yaml_node_t *n, const char *path, bool inpu
     if ((rc = pjs_yaml_get_name(y, f[0].value, sub, &t->name)) != 0)
         return rc;
     pjs_yaml_path_key(sub, path, "dtype");
-    if ((rc = parse_dtype(y, f[1].value, sub, &t->dtype)) != 0)
+    if ((rc = parse_dtype(y, f[1].value, sub, client, &t->dtype)) != 0)
         return rc;
     pjs_yaml_path_key(sub, path, "shape");
-    if ((rc = parse_shape(y, f[2].value, sub, t)) != 0 || f[3].value == NULL)
+    if ((rc = parse_shape(y, f[2].value, sub, client, t)) != 0 || f[3].value == NULL)
         return rc;
     pjs_yaml_path_key(sub, path, "format");
     return parse_format(y, f[3].value, sub, t);
 }
 
-/* A non-empty list of tensors with unique names. *out and *out_n are set as
- * soon as the array exists, so the caller frees it on any failure. */
+/* A non-empty list of tensors with unique names; `path` says which list
+ * ("client_..." lists may hold bytes and -1 extents). *out and *out_n are
+ * set as soon as the array exists, so the caller frees it on any failure. */
 static int parse_tensors(pjs_yaml *y, yaml_node_t *n, const char *path, bool inputs,
                          pjs_tensor_spec **out, size_t *out_n)
 {
@@ -168,7 +181,8 @@ static int parse_tensors(pjs_yaml *y, yaml_node_t *n, const char *path, bool inp
     for (size_t i = 0; i < count; i++) {
         char sub[PJS_YAML_PATH_MAX];
         pjs_yaml_path_index(sub, path, i);
-        if ((rc = parse_tensor(y, pjs_yaml_list_item(y, n, i), sub, inputs, &v[i])) != 0)
+        if ((rc = parse_tensor(y, pjs_yaml_list_item(y, n, i), sub, inputs,
+                               strncmp(path, "client_", 7) == 0, &v[i])) != 0)
             return rc;
     }
     const char **names = malloc(count * sizeof *names);
@@ -369,7 +383,7 @@ static int parse_shape_override(pjs_yaml *y, yaml_node_t *key, yaml_node_t *valu
         return pjs_yaml_fail(y, key, sub, "duplicate key");
     seen[i] = true;
     pjs_tensor_spec parsed = {0};
-    if ((rc = parse_shape(y, value, sub, &parsed)) != 0)
+    if ((rc = parse_shape(y, value, sub, false, &parsed)) != 0)
         return rc;
     if (top->batched && !parsed.batched)
         return pjs_yaml_fail(y, value, sub,
@@ -530,14 +544,16 @@ enum top_key {
 };
 
 /* Keys that only one kind may carry, and what to say to the other. The first
- * three of each list are required for their kind. */
+ * three of each list are required for their kind. A model may declare
+ * client_inputs / client_outputs too (a hooked bundle); a meta may not carry
+ * what describes an executable. */
 static int check_kind_keys(pjs_yaml *y, const pjs_yaml_field *f, pjs_model_kind kind)
 {
     static const enum top_key model_only[] = {K_BATCH_SIZES, K_INPUTS, K_OUTPUTS, K_VARIANTS};
     static const enum top_key meta_only[] = {K_META, K_CLIENT_INPUTS, K_CLIENT_OUTPUTS};
     const enum top_key *forbidden = kind == PJS_KIND_MODEL ? meta_only : model_only;
     const enum top_key *required = kind == PJS_KIND_MODEL ? model_only : meta_only;
-    size_t n_forbidden = kind == PJS_KIND_MODEL ? 3 : 4;
+    size_t n_forbidden = kind == PJS_KIND_MODEL ? 1 : 4;
     for (size_t i = 0; i < n_forbidden; i++) {
         const pjs_yaml_field *x = &f[forbidden[i]];
         if (x->value != NULL)
@@ -605,14 +621,20 @@ static int parse_root(pjs_yaml *y, yaml_node_t *root, pjs_manifest *m)
             (rc = parse_tensors(y, f[K_OUTPUTS].value, "outputs", false, &m->outputs,
                                 &m->n_outputs)) != 0)
             return rc;
-        return parse_variants(y, f[K_VARIANTS].value, m);
-    }
-    if ((rc = parse_meta(y, f[K_META].value, m)) != 0 ||
-        (rc = parse_tensors(y, f[K_CLIENT_INPUTS].value, "client_inputs", true, &m->inputs,
-                            &m->n_inputs)) != 0)
+        if ((rc = parse_variants(y, f[K_VARIANTS].value, m)) != 0)
+            return rc;
+    } else if ((rc = parse_meta(y, f[K_META].value, m)) != 0) {
         return rc;
-    return parse_tensors(y, f[K_CLIENT_OUTPUTS].value, "client_outputs", false, &m->outputs,
-                         &m->n_outputs);
+    }
+    if (f[K_CLIENT_INPUTS].value != NULL &&
+        (rc = parse_tensors(y, f[K_CLIENT_INPUTS].value, "client_inputs", true,
+                            &m->client_inputs, &m->n_client_inputs)) != 0)
+        return rc;
+    if (f[K_CLIENT_OUTPUTS].value != NULL &&
+        (rc = parse_tensors(y, f[K_CLIENT_OUTPUTS].value, "client_outputs", false,
+                            &m->client_outputs, &m->n_client_outputs)) != 0)
+        return rc;
+    return 0;
 }
 
 /* ---- public API ------------------------------------------------------------ */
@@ -682,6 +704,8 @@ void pjs_manifest_free(pjs_manifest *m)
     free(m->description);
     free_tensors(m->inputs, m->n_inputs);
     free_tensors(m->outputs, m->n_outputs);
+    free_tensors(m->client_inputs, m->n_client_inputs);
+    free_tensors(m->client_outputs, m->n_client_outputs);
     free(m->batch_sizes);
     for (size_t v = 0; m->variants != NULL && v < m->n_variants; v++) {
         free(m->variants[v].name);
@@ -715,8 +739,20 @@ size_t pjs_tensor_spec_row_bytes(const pjs_tensor_spec *s)
     return bytes;
 }
 
+const pjs_tensor_spec *pjs_manifest_client_tensors(const pjs_manifest *m, bool output, size_t *n)
+{
+    if (output ? m->client_outputs != NULL : m->client_inputs != NULL) {
+        *n = output ? m->n_client_outputs : m->n_client_inputs;
+        return output ? m->client_outputs : m->client_inputs;
+    }
+    *n = output ? m->n_outputs : m->n_inputs;
+    return output ? m->outputs : m->inputs;
+}
+
 pjs_shape pjs_manifest_client_shape(const pjs_manifest *m, bool output, size_t i)
 {
+    if (output ? m->client_outputs != NULL : m->client_inputs != NULL)
+        return (output ? m->client_outputs : m->client_inputs)[i].shape;
     pjs_shape s = (output ? m->outputs : m->inputs)[i].shape;
     for (size_t v = 1; v < m->n_variants; v++) {
         const pjs_variant *var = &m->variants[v];

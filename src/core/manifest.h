@@ -47,8 +47,9 @@ const char *pjs_tensor_format_name(pjs_tensor_format f);
 
 typedef struct pjs_tensor_spec {
     char *name;
-    pjs_dtype dtype;
-    /* Extents; when `batched`, dims[0] is the batch axis and holds -1. */
+    pjs_dtype dtype; /* PJS_DTYPE_BYTES only in client tensors */
+    /* Extents; when `batched`, dims[0] is the batch axis and holds -1. In
+     * client tensors other extents may be -1 too: any extent is accepted. */
     pjs_shape shape;
     bool batched;
     /* Inputs only (`format: NHWC | NCHW` in the manifest); an image input has
@@ -73,9 +74,16 @@ typedef struct pjs_manifest {
     pjs_model_kind kind;
     char *description;             /* optional, may be NULL */
     size_t n_inputs;
-    pjs_tensor_spec *inputs;       /* client_inputs for kind meta */
+    pjs_tensor_spec *inputs;       /* the executable's; none for kind meta */
     size_t n_outputs;
-    pjs_tensor_spec *outputs;      /* client_outputs for kind meta */
+    pjs_tensor_spec *outputs;
+    /* What clients send and get when it differs from the executable's
+     * (a hooked model: its hooks convert; kind meta: always); NULL and 0
+     * when not declared. pjs_manifest_client_tensors picks. */
+    size_t n_client_inputs;
+    pjs_tensor_spec *client_inputs;
+    size_t n_client_outputs;
+    pjs_tensor_spec *client_outputs;
     size_t n_batch_sizes;
     int64_t *batch_sizes;          /* strictly ascending, each >= 1 */
     size_t n_variants;             /* kind model: 1..1 + PJS_MANIFEST_MAX_VARIANTS; meta: 0 */
@@ -101,9 +109,14 @@ bool pjs_manifest_find_variant(const pjs_manifest *m, const pjs_shape *const *sh
  * b [-1, 3]), wide (...)" for several; truncated to fit. Returns buf. */
 const char *pjs_manifest_format_variants(const pjs_manifest *m, char *buf, size_t size);
 
-/* The shape clients are shown for input (or, with `output`, output) i: the
- * top-level shape with every extent that differs between variants as -1 (the
- * batch axis is -1 already). */
+/* The tensors clients see: the declared client_inputs (client_outputs with
+ * `output`), else the executable's inputs (outputs). *n is their count. */
+const pjs_tensor_spec *pjs_manifest_client_tensors(const pjs_manifest *m, bool output, size_t *n);
+
+/* The shape clients are shown for client input (or, with `output`, output)
+ * i: a declared client tensor's shape as declared; otherwise the top-level
+ * shape with every extent that differs between variants as -1 (the batch
+ * axis is -1 already). */
 pjs_shape pjs_manifest_client_shape(const pjs_manifest *m, bool output, size_t i);
 
 int pjs_manifest_parse(pjs_manifest *m, const char *yaml, size_t len, const char *label,

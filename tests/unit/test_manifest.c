@@ -198,13 +198,60 @@ static void test_valid_meta(void **state)
     assert_int_equal(m.n_calls, 2);
     assert_string_equal(m.calls[0], "stage1");
     assert_string_equal(m.calls[1], "stage2");
-    assert_int_equal(m.n_inputs, 1);
-    check_tensor(&m.inputs[0], "text", PJS_DTYPE_U8, true, 2, (const int64_t[]){-1, 64});
-    assert_int_equal(m.n_outputs, 1);
-    check_tensor(&m.outputs[0], "label", PJS_DTYPE_I64, true, 1, (const int64_t[]){-1});
+    assert_int_equal(m.n_inputs, 0);
+    assert_int_equal(m.n_outputs, 0);
+    assert_int_equal(m.n_client_inputs, 1);
+    check_tensor(&m.client_inputs[0], "text", PJS_DTYPE_U8, true, 2, (const int64_t[]){-1, 64});
+    assert_int_equal(m.n_client_outputs, 1);
+    check_tensor(&m.client_outputs[0], "label", PJS_DTYPE_I64, true, 1, (const int64_t[]){-1});
+    size_t n = 0;
+    assert_ptr_equal(pjs_manifest_client_tensors(&m, false, &n), m.client_inputs);
+    assert_int_equal(n, 1);
     assert_int_equal(m.residency, PJS_RESIDENCY_UNPINNED);
     assert_int_equal(m.n_variants, 0);
     assert_null(m.variants);
+    pjs_manifest_free(&m);
+}
+
+/* A hooked model: the executable's tensors plus what clients send and get,
+ * with strings and extents that vary. */
+static void test_valid_hooked_model(void **state)
+{
+    (void)state;
+    pjs_manifest m;
+    pjs_error err;
+    assert_int_equal(parse(&m, MODEL
+                           "client_inputs:\n"
+                           "  - {name: IMAGE, dtype: u8, shape: [-1, -1, 3], format: NHWC}\n"
+                           "client_outputs:\n"
+                           "  - {name: LABELS, dtype: BYTES, shape: [-1]}\n"
+                           "  - {name: SCORES, dtype: f32, shape: [batch, 5]}\n",
+                           &err),
+                     0);
+    assert_int_equal(m.kind, PJS_KIND_MODEL);
+    assert_int_equal(m.n_inputs, 1);
+    assert_int_equal(m.n_client_inputs, 1);
+    check_tensor(&m.client_inputs[0], "IMAGE", PJS_DTYPE_U8, false, 3,
+                 (const int64_t[]){-1, -1, 3});
+    assert_int_equal(m.client_inputs[0].format, PJS_FORMAT_NHWC);
+    assert_int_equal(m.n_client_outputs, 2);
+    check_tensor(&m.client_outputs[0], "LABELS", PJS_DTYPE_BYTES, false, 1, (const int64_t[]){-1});
+    check_tensor(&m.client_outputs[1], "SCORES", PJS_DTYPE_F32, true, 2, (const int64_t[]){-1, 5});
+    size_t n = 0;
+    assert_ptr_equal(pjs_manifest_client_tensors(&m, true, &n), m.client_outputs);
+    assert_int_equal(n, 2);
+    pjs_shape s = pjs_manifest_client_shape(&m, false, 0);
+    assert_int_equal(s.rank, 3);
+    assert_int_equal(s.dims[0], -1);
+    pjs_manifest_free(&m);
+
+    /* Only one side declared: the other is the executable's. */
+    assert_int_equal(parse(&m, MODEL "client_outputs: [{name: b, dtype: bytes, shape: []}]\n",
+                           &err),
+                     0);
+    assert_ptr_equal(pjs_manifest_client_tensors(&m, false, &n), m.inputs);
+    assert_int_equal(n, 1);
+    assert_ptr_equal(pjs_manifest_client_tensors(&m, true, &n), m.client_outputs);
     pjs_manifest_free(&m);
 }
 
@@ -564,9 +611,18 @@ REJECT(test_reject_meta_with_batch_sizes, HEAD META_BODY BATCH,
        "batch_sizes: not allowed in a manifest of kind meta", NULL)
 REJECT(test_reject_model_with_meta, MODEL "meta: {calls: []}\n",
        "meta: not allowed in a manifest of kind model", NULL)
-REJECT(test_reject_model_with_client_outputs,
-       MODEL "client_outputs: [{name: b, dtype: f32, shape: []}]\n",
-       "client_outputs: not allowed in a manifest of kind model", NULL)
+REJECT(test_reject_bytes_in_executable_inputs,
+       HEAD BATCH "inputs:\n  - {name: x, dtype: BYTES, shape: [batch]}\n" OUT,
+       "inputs[0].dtype: bytes (strings) only in client_inputs and client_outputs", NULL)
+REJECT(test_reject_bytes_in_executable_outputs,
+       HEAD BATCH IN "outputs:\n  - {name: y, dtype: bytes, shape: [batch]}\n",
+       "outputs[0].dtype: bytes (strings) only in client_inputs", NULL)
+REJECT(test_reject_varying_extent_in_executable_inputs,
+       HEAD BATCH "inputs:\n  - {name: x, dtype: f32, shape: [batch, -1]}\n" OUT,
+       "inputs[0].shape[1]: must be non-negative, got -1", NULL)
+REJECT(test_reject_client_extent_below_minus_one,
+       MODEL "client_inputs: [{name: a, dtype: u8, shape: [-2]}]\n",
+       "client_inputs[0].shape[0]: must be non-negative or -1 (any extent), got -2", NULL)
 REJECT(test_reject_meta_calls_itself,
        HEAD "kind: meta\nmeta: {calls: [a, mlp]}\n"
             "client_inputs: [{name: a, dtype: f32, shape: []}]\n"
@@ -949,7 +1005,11 @@ int main(void)
         cmocka_unit_test(test_reject_meta_with_inputs),
         cmocka_unit_test(test_reject_meta_with_batch_sizes),
         cmocka_unit_test(test_reject_model_with_meta),
-        cmocka_unit_test(test_reject_model_with_client_outputs),
+        cmocka_unit_test(test_reject_bytes_in_executable_inputs),
+        cmocka_unit_test(test_reject_bytes_in_executable_outputs),
+        cmocka_unit_test(test_reject_varying_extent_in_executable_inputs),
+        cmocka_unit_test(test_reject_client_extent_below_minus_one),
+        cmocka_unit_test(test_valid_hooked_model),
         cmocka_unit_test(test_reject_meta_calls_itself),
         cmocka_unit_test(test_reject_meta_duplicate_calls),
         cmocka_unit_test(test_reject_meta_bad_call_name),
