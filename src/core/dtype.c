@@ -33,6 +33,7 @@ static const struct dtype_info table[PJS_DTYPE_COUNT] = {
     [PJS_DTYPE_F32] = {4, "f32", "F32", "FP32", "f32", "<f4", 11, 11},
     [PJS_DTYPE_F64] = {8, "f64", "F64", "FP64", "f64", "<f8", 12, 12},
     [PJS_DTYPE_BF16] = {2, "bf16", "BF16", "BF16", "bf16", NULL, 13, 16},
+    [PJS_DTYPE_BYTES] = {0, "bytes", "", "BYTES", "", NULL, 0, 0},
 };
 
 static const struct dtype_info *info(pjs_dtype t)
@@ -118,7 +119,7 @@ pjs_dtype pjs_dtype_from_numpy_descr(const char *descr, size_t len)
 pjs_dtype pjs_dtype_from_pjrt(int pjrt_type)
 {
     for (int t = PJS_DTYPE_INVALID + 1; t < PJS_DTYPE_COUNT; t++)
-        if (table[t].pjrt == pjrt_type)
+        if (table[t].pjrt != 0 && table[t].pjrt == pjrt_type)
             return (pjs_dtype)t;
     return PJS_DTYPE_INVALID;
 }
@@ -126,7 +127,7 @@ pjs_dtype pjs_dtype_from_pjrt(int pjrt_type)
 pjs_dtype pjs_dtype_from_xla(int xla_type)
 {
     for (int t = PJS_DTYPE_INVALID + 1; t < PJS_DTYPE_COUNT; t++)
-        if (table[t].xla == xla_type)
+        if (table[t].xla != 0 && table[t].xla == xla_type)
             return (pjs_dtype)t;
     return PJS_DTYPE_INVALID;
 }

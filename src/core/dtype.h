@@ -5,7 +5,8 @@
  * ("f32"), the safetensors name ("F32"), the KServe V2 datatype ("FP32"), the
  * numpy type string ("<f4"), the MLIR element type ("f32") and the PJRT buffer
  * type. Only the types that KServe V2 (as Triton speaks it) and safetensors
- * share are here. The table is constant; any thread may read it.
+ * share are here, and KServe's BYTES (strings), which only clients, hooks and
+ * meta models see. The table is constant; any thread may read it.
  */
 #ifndef PJS_CORE_DTYPE_H
 #define PJS_CORE_DTYPE_H
@@ -28,10 +29,15 @@ typedef enum pjs_dtype {
     PJS_DTYPE_BF16,
     PJS_DTYPE_F32,
     PJS_DTYPE_F64,
+    /* Variable-length strings (KServe BYTES): each element a 4-byte
+     * little-endian length and that many bytes, one after another. Clients,
+     * hooks and meta models exchange them; no executable takes or returns
+     * them, and they have no fixed element size (pjs_dtype_size is 0). */
+    PJS_DTYPE_BYTES,
     PJS_DTYPE_COUNT
 } pjs_dtype;
 
-/* Bytes per element; 0 for PJS_DTYPE_INVALID. */
+/* Bytes per element; 0 for PJS_DTYPE_INVALID and PJS_DTYPE_BYTES. */
 size_t pjs_dtype_size(pjs_dtype t);
 
 /* Canonical (manifest) name, e.g. "f32", "bf16", "bool"; "invalid" otherwise. */

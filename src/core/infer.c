@@ -11,6 +11,12 @@
  * the variant whose shapes its inputs have (datatypes, the same in every
  * variant, are checked before that); the per-input checks then run against
  * that variant's specs, which the inputs keep for the dispatcher.
+ *
+ * A hooked or meta model is first checked against its client tensors
+ * (pjs_infer_validate_client), which have no variants but may have extents
+ * that vary (-1: any extent) and BYTES tensors. A BYTES input has no fixed
+ * byte size: its serialized data must be well formed and hold exactly one
+ * element per position of its shape.
  */
 #include "core/infer.h"
 
@@ -18,6 +24,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+
+#include "core/bytes.h"
 
 void pjs_infer_request_init(pjs_infer_request *r)
 {
@@ -82,23 +90,54 @@ static int check_datatype(const pjs_infer_input *in, const pjs_manifest *m, pjs_
     const pjs_tensor_spec *s = in->spec;
     size_t dt_len = in->datatype ? strlen(in->datatype) : 0;
     pjs_dtype dt = pjs_dtype_from_kserve(in->datatype ? in->datatype : "", dt_len);
-    if (dt == PJS_DTYPE_INVALID) {
-        if (in->datatype != NULL && strcmp(in->datatype, "BYTES") == 0)
-            return pjs_error_set(err, PJS_ERR_INVALID_ARGUMENT,
-                                 "model %s: input \"%s\": datatype BYTES is not supported by "
-                                 "pjserve (the model takes %s)",
-                                 m->name, in->name, pjs_dtype_kserve_name(s->dtype));
+    if (dt == PJS_DTYPE_INVALID)
         return pjs_error_set(err, PJS_ERR_INVALID_ARGUMENT,
                              "model %s: input \"%s\": unknown datatype \"%.32s\" (the model "
                              "takes %s)",
                              m->name, in->name, in->datatype ? in->datatype : "",
                              pjs_dtype_kserve_name(s->dtype));
-    }
     if (dt != s->dtype)
         return pjs_error_set(err, PJS_ERR_INVALID_ARGUMENT,
                              "model %s: input \"%s\": datatype %s does not match the model's %s",
                              m->name, in->name, pjs_dtype_kserve_name(dt),
                              pjs_dtype_kserve_name(s->dtype));
+    return 0;
+}
+
+/* What the -1 extents of a tensor's shape mean, for messages. */
+static const char *shape_legend(const pjs_tensor_spec *s)
+{
+    bool varies = false;
+    for (int d = s->batched ? 1 : 0; d < s->shape.rank; d++)
+        varies = varies || s->shape.dims[d] < 0;
+    if (s->batched && varies)
+        return " (-1: the batch size first, any extent elsewhere)";
+    if (s->batched)
+        return " (-1: the batch size)";
+    return varies ? " (-1: any extent)" : "";
+}
+
+/* A BYTES input: well formed, one element per position of its shape. */
+static int check_bytes(const pjs_infer_input *in, const pjs_manifest *m, pjs_error *err)
+{
+    char got[160];
+    int64_t numel = 0;
+    uint64_t count = 0;
+    if (!pjs_shape_numel(&in->shape, &numel))
+        return pjs_error_set(err, PJS_ERR_INVALID_ARGUMENT,
+                             "model %s: input \"%s\": shape %s is too large", m->name, in->name,
+                             pjs_shape_format(&in->shape, got, sizeof got));
+    if (in->data == NULL && in->nbytes > 0)
+        return pjs_error_set(err, PJS_ERR_INVALID_ARGUMENT,
+                             "model %s: input \"%s\": no data", m->name, in->name);
+    if (pjs_bytes_count(in->data, in->nbytes, &count, err) != 0)
+        return pjs_error_prefix(err, "model %s: input \"%s\": ", m->name, in->name);
+    if (count != (uint64_t)numel)
+        return pjs_error_set(err, PJS_ERR_INVALID_ARGUMENT,
+                             "model %s: input \"%s\": the BYTES data holds %llu elements but "
+                             "shape %s has %lld",
+                             m->name, in->name, (unsigned long long)count,
+                             pjs_shape_format(&in->shape, got, sizeof got), (long long)numel);
     return 0;
 }
 
@@ -113,18 +152,19 @@ static int check_input(const pjs_infer_input *in, const pjs_manifest *m, int64_t
     const pjs_shape *sh = &in->shape;
     bool ok = sh->rank == s->shape.rank;
     for (int d = s->batched ? 1 : 0; ok && d < sh->rank; d++)
-        ok = sh->dims[d] == s->shape.dims[d];
+        ok = s->shape.dims[d] < 0 ? sh->dims[d] >= 0 : sh->dims[d] == s->shape.dims[d];
     if (!ok)
         return pjs_error_set(err, PJS_ERR_INVALID_ARGUMENT,
                              "model %s: input \"%s\": shape %s does not match the model's %s%s",
                              m->name, in->name, pjs_shape_format(sh, got, sizeof got),
-                             expected_shape(s, want, sizeof want),
-                             s->batched ? " (-1: the batch size)" : "");
+                             expected_shape(s, want, sizeof want), shape_legend(s));
     if (s->batched && (sh->dims[0] < 1 || sh->dims[0] > max_batch))
         return pjs_error_set(err, PJS_ERR_INVALID_ARGUMENT,
                              "model %s: input \"%s\": batch size %lld is outside 1..%lld (the "
                              "model's max_batch_size)",
                              m->name, in->name, (long long)sh->dims[0], (long long)max_batch);
+    if (s->dtype == PJS_DTYPE_BYTES)
+        return check_bytes(in, m, err);
     uint64_t want_bytes = 0;
     if (!pjs_shape_nbytes(sh, pjs_dtype_size(s->dtype), &want_bytes) || want_bytes > SIZE_MAX)
         return pjs_error_set(err, PJS_ERR_INVALID_ARGUMENT,
@@ -198,53 +238,55 @@ static int resolve_variant(pjs_infer_request *r, const pjs_manifest *m, pjs_erro
                          batched ? "; -1: the batch size" : "");
 }
 
-int pjs_infer_validate(pjs_infer_request *r, const pjs_manifest *m, int64_t max_batch,
-                       pjs_error *err)
+/* Every given input known among specs[n] and given once; then the inputs
+ * are put in the specs' order, naming the first missing one. */
+static int match_inputs(pjs_infer_request *r, const pjs_manifest *m,
+                        const pjs_tensor_spec *specs, size_t n, pjs_error *err)
 {
     char names[1024];
-    if (r->n_inputs > PJS_INFER_MAX_TENSORS || r->n_requested > PJS_INFER_MAX_TENSORS)
-        return pjs_error_set(err, PJS_ERR_INVALID_ARGUMENT, "model %s: too many tensors",
-                             m->name);
     for (size_t i = 0; i < r->n_inputs; i++) {
         pjs_infer_input *in = &r->inputs[i];
         if (in->name == NULL)
             return pjs_error_set(err, PJS_ERR_INVALID_ARGUMENT,
                                  "model %s: input %zu has no name", m->name, i);
-        in->spec = find_spec(m->inputs, m->n_inputs, in->name);
+        in->spec = find_spec(specs, n, in->name);
         if (in->spec == NULL)
             return pjs_error_set(err, PJS_ERR_INVALID_ARGUMENT,
                                  "model %s: unexpected input \"%.256s\" (the model's inputs: %s)",
-                                 m->name, in->name,
-                                 tensor_names(m->inputs, m->n_inputs, names, sizeof names));
+                                 m->name, in->name, tensor_names(specs, n, names, sizeof names));
         for (size_t j = 0; j < i; j++)
             if (r->inputs[j].spec == in->spec)
                 return pjs_error_set(err, PJS_ERR_INVALID_ARGUMENT,
                                      "model %s: input \"%s\" given more than once", m->name,
                                      in->name);
     }
-    /* Each given input is known and given once: put them in manifest order,
-     * naming the first missing one. */
-    for (size_t j = 0; j < m->n_inputs; j++) {
+    for (size_t j = 0; j < n; j++) {
         size_t i = j;
-        while (i < r->n_inputs && r->inputs[i].spec != &m->inputs[j])
+        while (i < r->n_inputs && r->inputs[i].spec != &specs[j])
             i++;
         if (i >= r->n_inputs)
             return pjs_error_set(err, PJS_ERR_INVALID_ARGUMENT,
                                  "model %s: missing input \"%s\" (the model's inputs: %s)",
-                                 m->name, m->inputs[j].name,
-                                 tensor_names(m->inputs, m->n_inputs, names, sizeof names));
+                                 m->name, specs[j].name,
+                                 tensor_names(specs, n, names, sizeof names));
         pjs_infer_input given = r->inputs[i];
         r->inputs[i] = r->inputs[j];
         r->inputs[j] = given;
     }
-    int rc = resolve_variant(r, m, err);
-    if (rc != 0)
-        return rc;
+    return 0;
+}
+
+/* Each input against its spec, then agreement on the batch: sets r->batch
+ * (1 when no input is batched). */
+static int check_inputs(pjs_infer_request *r, const pjs_manifest *m, int64_t max_batch,
+                        pjs_error *err)
+{
     r->batch = 1;
     bool have_batch = false;
     for (size_t i = 0; i < r->n_inputs; i++) {
         pjs_infer_input *in = &r->inputs[i];
-        if ((rc = check_input(in, m, max_batch, err)) != 0)
+        int rc = check_input(in, m, max_batch, err);
+        if (rc != 0)
             return rc;
         if (!in->spec->batched)
             continue;
@@ -257,14 +299,22 @@ int pjs_infer_validate(pjs_infer_request *r, const pjs_manifest *m, int64_t max_
         r->batch = in->shape.dims[0];
         have_batch = true;
     }
+    return 0;
+}
+
+/* Requested outputs known among outputs[n] and named once. */
+static int check_requested(const pjs_infer_request *r, const pjs_manifest *m,
+                           const pjs_tensor_spec *outputs, size_t n, pjs_error *err)
+{
+    char names[1024];
     for (size_t k = 0; k < r->n_requested; k++) {
         const char *name = r->requested[k].name;
-        if (name == NULL || find_spec(m->outputs, m->n_outputs, name) == NULL)
+        if (name == NULL || find_spec(outputs, n, name) == NULL)
             return pjs_error_set(err, PJS_ERR_INVALID_ARGUMENT,
                                  "model %s: unknown output \"%.256s\" requested (the model's "
                                  "outputs: %s)",
                                  m->name, name ? name : "",
-                                 tensor_names(m->outputs, m->n_outputs, names, sizeof names));
+                                 tensor_names(outputs, n, names, sizeof names));
         for (size_t j = 0; j < k; j++)
             if (strcmp(r->requested[j].name, name) == 0)
                 return pjs_error_set(err, PJS_ERR_INVALID_ARGUMENT,
@@ -272,4 +322,44 @@ int pjs_infer_validate(pjs_infer_request *r, const pjs_manifest *m, int64_t max_
                                      name);
     }
     return 0;
+}
+
+static int check_counts(const pjs_infer_request *r, const pjs_manifest *m, pjs_error *err)
+{
+    if (r->n_inputs > PJS_INFER_MAX_TENSORS || r->n_requested > PJS_INFER_MAX_TENSORS)
+        return pjs_error_set(err, PJS_ERR_INVALID_ARGUMENT, "model %s: too many tensors",
+                             m->name);
+    return 0;
+}
+
+int pjs_infer_validate(pjs_infer_request *r, const pjs_manifest *m, int64_t max_batch,
+                       pjs_error *err)
+{
+    int rc = check_counts(r, m, err);
+    if (rc == 0)
+        rc = match_inputs(r, m, m->inputs, m->n_inputs, err);
+    if (rc == 0)
+        rc = resolve_variant(r, m, err);
+    if (rc == 0)
+        rc = check_inputs(r, m, max_batch, err);
+    if (rc == 0)
+        rc = check_requested(r, m, m->outputs, m->n_outputs, err);
+    return rc;
+}
+
+int pjs_infer_validate_client(pjs_infer_request *r, const pjs_manifest *m, int64_t max_batch,
+                              pjs_error *err)
+{
+    size_t n_inputs = 0, n_outputs = 0;
+    const pjs_tensor_spec *inputs = pjs_manifest_client_tensors(m, false, &n_inputs);
+    const pjs_tensor_spec *outputs = pjs_manifest_client_tensors(m, true, &n_outputs);
+    r->variant = 0;
+    int rc = check_counts(r, m, err);
+    if (rc == 0)
+        rc = match_inputs(r, m, inputs, n_inputs, err);
+    if (rc == 0)
+        rc = check_inputs(r, m, max_batch, err);
+    if (rc == 0)
+        rc = check_requested(r, m, outputs, n_outputs, err);
+    return rc;
 }

@@ -38,7 +38,7 @@ typedef struct pjs_infer_input {
     const char *name;     /* borrowed, NUL-terminated */
     const char *datatype; /* KServe datatype as sent ("FP32"), borrowed */
     pjs_shape shape;
-    const void *data;     /* borrowed; nbytes long */
+    const void *data;     /* borrowed; nbytes long (BYTES: serialized, core/bytes.h) */
     size_t nbytes;
     const pjs_tensor_spec *spec; /* set by pjs_infer_validate */
 } pjs_infer_input;
@@ -56,7 +56,7 @@ typedef struct pjs_infer_requested_output {
 typedef struct pjs_infer_output {
     const pjs_tensor_spec *spec;
     pjs_shape shape;       /* batch axis set to the request's batch */
-    void *data;            /* owned; NULL when not wanted */
+    void *data;            /* owned; NULL when not wanted (BYTES: serialized) */
     size_t nbytes;
     int requested;         /* index into requested[] or -1 (all outputs sent) */
 } pjs_infer_output;
@@ -116,18 +116,28 @@ void pjs_infer_request_init(pjs_infer_request *r);
 /* Frees the outputs; does not touch the model reference. */
 void pjs_infer_request_release(pjs_infer_request *r);
 
-/* Checks a decoded request against a model: every input named once and known,
- * datatype, shape (batch axis in 1..max_batch for batched inputs, every other
- * dimension exact), byte size, batched inputs agreeing on the batch, requested
- * outputs known and named once. Reorders inputs to manifest order and sets
- * r->batch. With several input-shape variants, the shapes must fit one
- * variant: r->variant is set to it and every input's spec is that variant's
- * (r->variant is 0 for a model with one). Errors are PJS_ERR_INVALID_ARGUMENT
- * (PJS_ERR_UNSUPPORTED for a datatype pjserve does not serve, e.g. BYTES)
- * with a message naming the model, the tensor and what was expected; a
- * request matching no variant is told every variant's shapes. */
+/* Checks a decoded request against a model's executable: every input named
+ * once and known, datatype, shape (batch axis in 1..max_batch for batched
+ * inputs, every other extent exact), byte size, batched inputs agreeing on
+ * the batch, requested outputs known and named once. Reorders inputs to
+ * manifest order and sets r->batch. With several input-shape variants, the
+ * shapes must fit one variant: r->variant is set to it and every input's
+ * spec is that variant's (r->variant is 0 for a model with one). Errors are
+ * PJS_ERR_INVALID_ARGUMENT with a message naming the model, the tensor and
+ * what was expected; a request matching no variant is told every variant's
+ * shapes. */
 int pjs_infer_validate(pjs_infer_request *r, const pjs_manifest *m, int64_t max_batch,
                        pjs_error *err);
+
+/* The same checks against the tensors clients see
+ * (pjs_manifest_client_tensors: a hooked or meta model's client_inputs and
+ * client_outputs, else the executable's), without variants: an extent
+ * declared -1 takes any extent >= 0, and a BYTES input must be well formed
+ * (see core/bytes.h) with as many elements as its shape has. Reorders the
+ * inputs to client_inputs order, points their specs at the client tensors
+ * and sets r->batch (1 when no client input is batched) and r->variant (0). */
+int pjs_infer_validate_client(pjs_infer_request *r, const pjs_manifest *m, int64_t max_batch,
+                              pjs_error *err);
 
 /* Monotonic clock in nanoseconds. */
 uint64_t pjs_now_ns(void);

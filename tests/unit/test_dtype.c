@@ -40,6 +40,9 @@ static const struct expect expected[] = {
     {PJS_DTYPE_BF16, 2, "bf16", "BF16", "BF16", "bf16", NULL, 13, 16},
     {PJS_DTYPE_F32, 4, "f32", "F32", "FP32", "f32", "<f4", 11, 11},
     {PJS_DTYPE_F64, 8, "f64", "F64", "FP64", "f64", "<f8", 12, 12},
+    /* Strings: no fixed size, and no spelling outside the manifest and
+     * KServe (no safetensors, numpy, MLIR or PJRT type holds them). */
+    {PJS_DTYPE_BYTES, 0, "bytes", "", "BYTES", "", NULL, 0, 0},
 };
 #define N_EXPECTED (sizeof expected / sizeof expected[0])
 
@@ -82,19 +85,36 @@ static void test_every_spelling_round_trips(void **state)
         const char *s;
         s = pjs_dtype_name(t);
         assert_int_equal(pjs_dtype_parse(s, strlen(s)), t);
-        s = pjs_dtype_safetensors_name(t);
-        assert_int_equal(pjs_dtype_from_safetensors(s, strlen(s)), t);
         s = pjs_dtype_kserve_name(t);
         assert_int_equal(pjs_dtype_from_kserve(s, strlen(s)), t);
         assert_int_equal(pjs_dtype_parse(s, strlen(s)), t);
+        /* A type without a spelling in a column never parses from it. */
+        s = pjs_dtype_safetensors_name(t);
+        assert_int_equal(pjs_dtype_from_safetensors(s, strlen(s)), s[0] ? t : PJS_DTYPE_INVALID);
         s = pjs_dtype_mlir_name(t);
-        assert_int_equal(pjs_dtype_from_mlir(s, strlen(s)), t);
+        assert_int_equal(pjs_dtype_from_mlir(s, strlen(s)), s[0] ? t : PJS_DTYPE_INVALID);
         s = pjs_dtype_numpy_descr(t);
         if (s != NULL)
             assert_int_equal(pjs_dtype_from_numpy_descr(s, strlen(s)), t);
-        assert_int_equal(pjs_dtype_from_pjrt(pjs_dtype_to_pjrt(t)), t);
-        assert_int_equal(pjs_dtype_from_xla(pjs_dtype_to_xla(t)), t);
+        int pjrt = pjs_dtype_to_pjrt(t), xla = pjs_dtype_to_xla(t);
+        assert_int_equal(pjs_dtype_from_pjrt(pjrt), pjrt ? t : PJS_DTYPE_INVALID);
+        assert_int_equal(pjs_dtype_from_xla(xla), xla ? t : PJS_DTYPE_INVALID);
     }
+}
+
+/* BYTES is named "bytes" in manifests and "BYTES" by KServe; it is no
+ * safetensors, numpy or PJRT type, and has no fixed element size. */
+static void test_bytes_spellings(void **state)
+{
+    (void)state;
+    assert_int_equal(pjs_dtype_parse("bytes", 5), PJS_DTYPE_BYTES);
+    assert_int_equal(pjs_dtype_parse("BYTES", 5), PJS_DTYPE_BYTES);
+    assert_int_equal(pjs_dtype_from_kserve("BYTES", 5), PJS_DTYPE_BYTES);
+    assert_int_equal(pjs_dtype_from_kserve("bytes", 5), PJS_DTYPE_INVALID);
+    assert_int_equal(pjs_dtype_from_safetensors("BYTES", 5), PJS_DTYPE_INVALID);
+    assert_int_equal(pjs_dtype_from_numpy_descr("|S1", 3), PJS_DTYPE_INVALID);
+    assert_int_equal(pjs_dtype_size(PJS_DTYPE_BYTES), 0);
+    assert_int_equal(pjs_dtype_to_pjrt(PJS_DTYPE_BYTES), 0);
 }
 
 /* Names need not be NUL-terminated: only `len` bytes are read. */
@@ -140,7 +160,7 @@ static void test_wire_parsers_are_case_sensitive(void **state)
 static void test_unknown_names(void **state)
 {
     (void)state;
-    static const char *const bad[] = {"", "f", "f8", "float32", "FP8", "STRING", "BYTES",
+    static const char *const bad[] = {"", "f", "f8", "float32", "FP8", "STRING", "STR",
                                       "invalid", "int", "u128", " f32", "f32 ", "i1"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         size_t n = strlen(bad[i]);
@@ -229,6 +249,7 @@ int main(void)
         cmocka_unit_test(test_table_covers_every_type),
         cmocka_unit_test(test_sizes_and_names),
         cmocka_unit_test(test_every_spelling_round_trips),
+        cmocka_unit_test(test_bytes_spellings),
         cmocka_unit_test(test_parse_respects_len),
         cmocka_unit_test(test_parse_is_case_insensitive),
         cmocka_unit_test(test_wire_parsers_are_case_sensitive),

@@ -2,8 +2,9 @@
  * test_infer.c - unit tests of request validation (src/core/infer.c).
  *
  * One manifest with two batched inputs of different types and two outputs,
- * an unbatched one, and two with input-shape variants (one input; two
- * inputs); each test builds a request as a front end would and checks the
+ * an unbatched one, two with input-shape variants (one input; two inputs),
+ * and a hooked one whose client tensors have strings (BYTES) and extents
+ * that vary; each test builds a request as a front end would and checks the
  * verdict, the status and the words of the message.
  */
 #include <stdarg.h>
@@ -16,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/bytes.h"
 #include "core/infer.h"
 
 static const char two_io_yaml[] =
@@ -64,6 +66,24 @@ static const char pair_yaml[] =
     "variants:\n"
     "  - {name: long, inputs: {a: [batch, 16]}, outputs: {sum: [batch, 16]}}\n";
 
+/* A hooked model: clients send strings and a matrix of any height, and get
+ * a label and a score per row; the executable takes tokens. */
+static const char hooked_yaml[] =
+    "format_version: \"2.0\"\n"
+    "name: hooked\n"
+    "batch_sizes: [1, 4]\n"
+    "inputs:\n"
+    "  - {name: tokens, dtype: i32, shape: [batch, 8]}\n"
+    "outputs:\n"
+    "  - {name: logits, dtype: f32, shape: [batch, 2]}\n"
+    "client_inputs:\n"
+    "  - {name: TEXT, dtype: bytes, shape: [batch, -1]}\n"
+    "  - {name: LANG, dtype: bytes, shape: [1]}\n"
+    "  - {name: SCALE, dtype: f32, shape: [-1, 2]}\n"
+    "client_outputs:\n"
+    "  - {name: LABEL, dtype: bytes, shape: [batch]}\n"
+    "  - {name: SCORE, dtype: f32, shape: [batch]}\n";
+
 static float a_data[8 * 16];
 static int32_t b_data[8 * 3];
 static float image_data[4 * 3 * 64 * 32];
@@ -73,6 +93,7 @@ typedef struct fixture {
     pjs_manifest fixed;
     pjs_manifest shapes;
     pjs_manifest pair;
+    pjs_manifest hooked;
     pjs_infer_request r;
     pjs_error err;
 } fixture;
@@ -85,7 +106,8 @@ static int setup(void **state)
     if (pjs_manifest_parse(&f.two_io, two_io_yaml, strlen(two_io_yaml), "two_io", &err) != 0 ||
         pjs_manifest_parse(&f.fixed, fixed_yaml, strlen(fixed_yaml), "fixed", &err) != 0 ||
         pjs_manifest_parse(&f.shapes, shapes_yaml, strlen(shapes_yaml), "shapes", &err) != 0 ||
-        pjs_manifest_parse(&f.pair, pair_yaml, strlen(pair_yaml), "pair", &err) != 0) {
+        pjs_manifest_parse(&f.pair, pair_yaml, strlen(pair_yaml), "pair", &err) != 0 ||
+        pjs_manifest_parse(&f.hooked, hooked_yaml, strlen(hooked_yaml), "hooked", &err) != 0) {
         fprintf(stderr, "%s\n", err.msg);
         return -1;
     }
@@ -100,6 +122,7 @@ static int teardown(void **state)
     pjs_manifest_free(&f->fixed);
     pjs_manifest_free(&f->shapes);
     pjs_manifest_free(&f->pair);
+    pjs_manifest_free(&f->hooked);
     return 0;
 }
 
@@ -192,7 +215,7 @@ static void test_bytes_datatype(void **state)
 {
     fixture *f = *state;
     good_request(f)->inputs[1].datatype = "BYTES";
-    expect_invalid(f, "BYTES is not supported");
+    expect_invalid(f, "input \"a\": datatype BYTES does not match the model's FP32");
 }
 
 static void test_wrong_shape(void **state)
@@ -364,7 +387,7 @@ static void test_variant_datatype_checked_first(void **state)
     image_request(f, 1, 32, 48)->inputs[0].datatype = "FP16";
     expect_invalid_in(f, &f->shapes, 4, "datatype FP16 does not match the model's FP32");
     image_request(f, 1, 32, 48)->inputs[0].datatype = "BYTES";
-    expect_invalid_in(f, &f->shapes, 4, "BYTES is not supported");
+    expect_invalid_in(f, &f->shapes, 4, "datatype BYTES does not match the model's FP32");
 }
 
 static void test_variant_checks_use_its_shapes(void **state)
@@ -404,6 +427,223 @@ static void test_variant_with_two_inputs(void **state)
     expect_invalid_in(f, &f->pair, 8, "missing input \"b\"");
 }
 
+/* ---- client tensors: strings and extents that vary ------------------------ */
+
+/* Serialized strings, as a front end hands them over. */
+typedef struct strings {
+    unsigned char buf[512];
+    size_t len;
+} strings;
+
+static void put_strings(strings *s, size_t n, const char *const *elems)
+{
+    size_t total = 0;
+    for (size_t i = 0; i < n; i++)
+        assert_true(pjs_bytes_add_size(&total, strlen(elems[i])));
+    assert_true(total <= sizeof s->buf);
+    pjs_bytes_writer w = pjs_bytes_writer_init(s->buf, sizeof s->buf);
+    for (size_t i = 0; i < n; i++)
+        assert_true(pjs_bytes_put(&w, elems[i], strlen(elems[i])));
+    s->len = total;
+}
+
+static const char *const six[] = {"a", "", "tr\xc3\xa8s", "long string here", "x", "yz"};
+static strings text_data, lang_data;
+static float scale_data[5 * 2];
+
+static void set_rank(pjs_infer_request *r, size_t i, const char *name, const char *dt, int rank,
+                     const int64_t *dims, const void *data, size_t nbytes)
+{
+    set_input(r, i, name, dt, 0, 0, data, nbytes);
+    r->inputs[i].shape.rank = rank;
+    for (int d = 0; d < rank; d++)
+        r->inputs[i].shape.dims[d] = dims[d];
+}
+
+/* A valid request for `hooked`: two rows of three strings, a language, a
+ * 5 x 2 scale, in an order of the client's own. */
+static pjs_infer_request *hooked_request(fixture *f)
+{
+    put_strings(&text_data, 6, six);
+    put_strings(&lang_data, 1, (const char *const[]){"en"});
+    pjs_infer_request_init(&f->r);
+    set_rank(&f->r, 0, "SCALE", "FP32", 2, (const int64_t[]){5, 2}, scale_data, 5 * 2 * 4);
+    set_rank(&f->r, 1, "TEXT", "BYTES", 2, (const int64_t[]){2, 3}, text_data.buf, text_data.len);
+    set_rank(&f->r, 2, "LANG", "BYTES", 1, (const int64_t[]){1}, lang_data.buf, lang_data.len);
+    pjs_error_clear(&f->err);
+    return &f->r;
+}
+
+static void expect_client_invalid(fixture *f, const char *needle)
+{
+    int rc = pjs_infer_validate_client(&f->r, &f->hooked, 4, &f->err);
+    if (getenv("PJS_TEST_VERBOSE"))
+        printf("  %s\n", f->err.msg);
+    assert_int_equal(rc, PJS_ERR_INVALID_ARGUMENT);
+    assert_int_equal(f->err.code, PJS_ERR_INVALID_ARGUMENT);
+    if (strstr(f->err.msg, needle) == NULL)
+        fail_msg("message \"%s\" lacks \"%s\"", f->err.msg, needle);
+}
+
+static void test_client_valid_request(void **state)
+{
+    fixture *f = *state;
+    pjs_infer_request *r = hooked_request(f);
+    r->variant = 7;
+    r->n_requested = 1;
+    r->requested[0].name = "LABEL";
+    assert_int_equal(pjs_infer_validate_client(r, &f->hooked, 4, &f->err), 0);
+    assert_int_equal(r->batch, 2);
+    assert_int_equal(r->variant, 0);
+    assert_string_equal(r->inputs[0].name, "TEXT");
+    assert_string_equal(r->inputs[1].name, "LANG");
+    assert_string_equal(r->inputs[2].name, "SCALE");
+    for (size_t i = 0; i < 3; i++)
+        assert_ptr_equal(r->inputs[i].spec, &f->hooked.client_inputs[i]);
+
+    /* -1 takes any extent, 0 included: no strings at all, an empty scale. */
+    r = hooked_request(f);
+    r->inputs[0].shape.dims[0] = 0;
+    r->inputs[0].nbytes = 0;
+    r->inputs[1].shape.dims[1] = 0;
+    r->inputs[1].data = NULL;
+    r->inputs[1].nbytes = 0;
+    assert_int_equal(pjs_infer_validate_client(r, &f->hooked, 4, &f->err), 0);
+    assert_int_equal(r->batch, 2);
+}
+
+/* A model without client tensors is checked against its executable's. */
+static void test_client_falls_back_to_executable(void **state)
+{
+    fixture *f = *state;
+    pjs_infer_request *r = good_request(f);
+    assert_int_equal(pjs_infer_validate_client(r, &f->two_io, 8, &f->err), 0);
+    assert_int_equal(r->batch, 3);
+    assert_ptr_equal(r->inputs[0].spec, &f->two_io.inputs[0]);
+}
+
+/* Clients name client tensors; the executable's are not theirs to send. */
+static void test_client_names(void **state)
+{
+    fixture *f = *state;
+    hooked_request(f)->inputs[0].name = "tokens";
+    expect_client_invalid(f, "model hooked: unexpected input \"tokens\" (the model's inputs: "
+                             "TEXT, LANG, SCALE)");
+    hooked_request(f)->n_inputs = 2;
+    expect_client_invalid(f, "model hooked: missing input \"LANG\"");
+    pjs_infer_request *r = hooked_request(f);
+    r->n_requested = 1;
+    r->requested[0].name = "logits";
+    expect_client_invalid(f, "unknown output \"logits\" requested (the model's outputs: LABEL, "
+                             "SCORE)");
+}
+
+static void test_client_shapes(void **state)
+{
+    fixture *f = *state;
+    /* A fixed extent stays fixed; a varying one still refuses negatives. */
+    hooked_request(f)->inputs[0].shape.dims[1] = 3;
+    expect_client_invalid(f, "input \"SCALE\": shape [5, 3] does not match the model's [-1, 2] "
+                             "(-1: any extent)");
+    hooked_request(f)->inputs[0].shape.dims[0] = -5;
+    expect_client_invalid(f, "input \"SCALE\": shape [-5, 2] does not match");
+    hooked_request(f)->inputs[1].shape.dims[1] = -1;
+    expect_client_invalid(f, "input \"TEXT\": shape [2, -1] does not match the model's [-1, -1] "
+                             "(-1: the batch size first, any extent elsewhere)");
+    pjs_infer_request *r = hooked_request(f);
+    r->inputs[1].shape.dims[0] = 6;
+    r->inputs[1].shape.dims[1] = 1;
+    expect_client_invalid(f, "input \"TEXT\": batch size 6 is outside 1..4");
+    /* The fixed-size tensor's bytes are still counted. */
+    hooked_request(f)->inputs[0].nbytes -= 4;
+    expect_client_invalid(f, "input \"SCALE\": got 36 bytes of data but shape [5, 2] of FP32 "
+                             "needs 40");
+}
+
+/* BYTES goes to BYTES tensors only, and nothing else goes to them. */
+static void test_client_bytes_datatype(void **state)
+{
+    fixture *f = *state;
+    hooked_request(f)->inputs[0].datatype = "BYTES";
+    expect_client_invalid(f, "input \"SCALE\": datatype BYTES does not match the model's FP32");
+    hooked_request(f)->inputs[2].datatype = "UINT8";
+    expect_client_invalid(f, "input \"LANG\": datatype UINT8 does not match the model's BYTES");
+}
+
+static void test_client_bytes_count(void **state)
+{
+    fixture *f = *state;
+    pjs_infer_request *r = hooked_request(f);
+    r->inputs[1].shape.dims[1] = 4;
+    expect_client_invalid(f, "model hooked: input \"TEXT\": the BYTES data holds 6 elements but "
+                             "shape [2, 4] has 8");
+    /* One string fewer: the buffer is well formed but short of the shape. */
+    r = hooked_request(f);
+    put_strings(&text_data, 5, six);
+    r->inputs[1].nbytes = text_data.len;
+    expect_client_invalid(f, "the BYTES data holds 5 elements but shape [2, 3] has 6");
+    r = hooked_request(f);
+    r->inputs[2].data = NULL;
+    r->inputs[2].nbytes = 0;
+    expect_client_invalid(f, "input \"LANG\": the BYTES data holds 0 elements but shape [1] "
+                             "has 1");
+}
+
+static void test_client_bytes_malformed(void **state)
+{
+    fixture *f = *state;
+    /* The last string ("yz", 6 bytes serialized) cut short by one byte. */
+    hooked_request(f)->inputs[1].nbytes -= 1;
+    expect_client_invalid(f, "model hooked: input \"TEXT\": malformed BYTES data: element 5 at "
+                             "offset 43 has length 2 but only 1 bytes are left after its 4-byte "
+                             "length");
+    /* A length prefix cut short. */
+    hooked_request(f)->inputs[1].nbytes = 2;
+    expect_client_invalid(f, "element 0 starts at offset 0 but only 2 bytes are left, too few "
+                             "for its 4-byte length");
+    /* Trailing bytes after the last element are refused too. */
+    pjs_infer_request *r = hooked_request(f);
+    put_strings(&lang_data, 1, (const char *const[]){"en"});
+    memcpy(lang_data.buf + lang_data.len, "\0\0\0", 3);
+    r->inputs[2].nbytes = lang_data.len + 3;
+    expect_client_invalid(f, "input \"LANG\": malformed BYTES data: element 1 starts at offset 6 "
+                             "but only 3 bytes are left");
+    /* A length near 2^32 does not wrap. */
+    r = hooked_request(f);
+    memcpy(lang_data.buf, "\xff\xff\xff\xff", 4);
+    expect_client_invalid(f, "element 0 at offset 0 has length 4294967295 but only 2 bytes are "
+                             "left");
+}
+
+/* Without a batched client input the request's batch is 1. */
+static void test_client_unbatched(void **state)
+{
+    (void)state;
+    static const char yaml[] = "format_version: \"2.0\"\n"
+                               "name: greet\n"
+                               "kind: meta\n"
+                               "meta: {calls: []}\n"
+                               "client_inputs: [{name: NAME, dtype: bytes, shape: [-1]}]\n"
+                               "client_outputs: [{name: GREETING, dtype: bytes, shape: [-1]}]\n";
+    pjs_manifest m;
+    pjs_error err;
+    assert_int_equal(pjs_manifest_parse(&m, yaml, sizeof yaml - 1, "greet", &err), 0);
+    strings names;
+    put_strings(&names, 3, (const char *const[]){"ada", "", "grace"});
+    pjs_infer_request r;
+    pjs_infer_request_init(&r);
+    set_rank(&r, 0, "NAME", "BYTES", 1, (const int64_t[]){3}, names.buf, names.len);
+    r.batch = 9;
+    assert_int_equal(pjs_infer_validate_client(&r, &m, 1, &err), 0);
+    assert_int_equal(r.batch, 1);
+    assert_ptr_equal(r.inputs[0].spec, &m.client_inputs[0]);
+    r.inputs[0].shape.dims[0] = 2;
+    assert_int_equal(pjs_infer_validate_client(&r, &m, 1, &err), PJS_ERR_INVALID_ARGUMENT);
+    assert_non_null(strstr(err.msg, "model greet: input \"NAME\": the BYTES data holds 3 elements "
+                                    "but shape [2] has 2"));
+    pjs_manifest_free(&m);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -429,6 +669,14 @@ int main(void)
         cmocka_unit_test(test_variant_datatype_checked_first),
         cmocka_unit_test(test_variant_checks_use_its_shapes),
         cmocka_unit_test(test_variant_with_two_inputs),
+        cmocka_unit_test(test_client_valid_request),
+        cmocka_unit_test(test_client_falls_back_to_executable),
+        cmocka_unit_test(test_client_names),
+        cmocka_unit_test(test_client_shapes),
+        cmocka_unit_test(test_client_bytes_datatype),
+        cmocka_unit_test(test_client_bytes_count),
+        cmocka_unit_test(test_client_bytes_malformed),
+        cmocka_unit_test(test_client_unbatched),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
