@@ -9,7 +9,8 @@
  * client reads. Shared-memory tests use a real POSIX shared-memory object
  * registered with the core registry. The model control messages are
  * encoded from plain snapshots and unpacked again, and decoded from packed
- * requests.
+ * requests. String (BYTES) tensors go through a hooked model's client
+ * tensors: raw, typed bytes_contents and shared memory in, raw out.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -24,6 +25,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include "core/bytes.h"
 #include "frontend/deadline.h"
 #include "frontend/grpc/codec.h"
 #include "frontend/grpc/control_codec.h"
@@ -773,6 +775,312 @@ static void test_shm_output_too_small(void **state)
     pjs_grpc_infer_release(&d);
 }
 
+/* ---- strings (BYTES) ------------------------------------------------------------------ */
+
+/* A hooked model: clients send rows of strings of any length and get a
+ * label and a score per row. */
+static const char TEXTS[] = "format_version: \"2.0\"\n"
+                            "name: texts\n"
+                            "batch_sizes: [1, 4]\n"
+                            "inputs:\n"
+                            "  - {name: tokens, dtype: i32, shape: [batch, 4]}\n"
+                            "outputs:\n"
+                            "  - {name: logits, dtype: f32, shape: [batch, 2]}\n"
+                            "client_inputs:\n"
+                            "  - {name: TEXT, dtype: bytes, shape: [batch, -1]}\n"
+                            "client_outputs:\n"
+                            "  - {name: LABEL, dtype: bytes, shape: [batch]}\n"
+                            "  - {name: SCORE, dtype: f32, shape: [batch]}\n";
+
+/* Four strings: empty, with a NUL, not UTF-8, plain. */
+static ProtobufCBinaryData four_strings[4] = {
+    {0, (uint8_t *)""},
+    {3, (uint8_t *)"a\0b"},
+    {2, (uint8_t *)"\xff\xfe"},
+    {5, (uint8_t *)"hello"},
+};
+/* The same, serialized. */
+static const unsigned char four_serialized[] = "\0\0\0\0"
+                                               "\3\0\0\0a\0b"
+                                               "\2\0\0\0\xff\xfe"
+                                               "\5\0\0\0hello";
+#define FOUR_SERIALIZED_LEN (sizeof four_serialized - 1)
+
+static pjs_manifest *texts_manifest(void)
+{
+    static pjs_manifest m;
+    static bool parsed;
+    pjs_error err;
+    if (!parsed)
+        assert_int_equal(pjs_manifest_parse(&m, TEXTS, sizeof TEXTS - 1, "texts", &err), 0);
+    parsed = true;
+    return &m;
+}
+
+/* Decodes b and validates it against `texts`'s client tensors. */
+static int decode_texts(builder *b, pjs_grpc_infer *d, pjs_shm_registry *shm, pjs_error *err)
+{
+    int rc = decode(b, d, shm, err);
+    if (rc == 0)
+        rc = pjs_infer_validate_client(&d->req, texts_manifest(), 4, err);
+    if (getenv("PJS_TEST_VERBOSE") != NULL && rc != 0)
+        print_message("%s\n", err->msg);
+    return rc;
+}
+
+static void test_bytes_raw(void **state)
+{
+    (void)state;
+    builder b;
+    pjs_grpc_infer d;
+    pjs_error err;
+    builder_init(&b, "texts");
+    add_input(&b, "TEXT", "BYTES", 2, 2);
+    add_raw(&b, four_serialized, FOUR_SERIALIZED_LEN);
+    assert_int_equal(decode_texts(&b, &d, NULL, &err), 0);
+    assert_int_equal(d.req.batch, 2);
+    assert_ptr_equal(d.req.inputs[0].spec, &texts_manifest()->client_inputs[0]);
+    assert_int_equal(d.req.inputs[0].nbytes, FOUR_SERIALIZED_LEN);
+    assert_memory_equal(d.req.inputs[0].data, four_serialized, FOUR_SERIALIZED_LEN);
+    pjs_grpc_infer_release(&d);
+
+    /* The shape says 4 x 1: still four strings. */
+    builder_init(&b, "texts");
+    add_input(&b, "TEXT", "BYTES", 4, 1);
+    add_raw(&b, four_serialized, FOUR_SERIALIZED_LEN);
+    assert_int_equal(decode_texts(&b, &d, NULL, &err), 0);
+    assert_int_equal(d.req.batch, 4);
+    pjs_grpc_infer_release(&d);
+}
+
+static void test_bytes_raw_refused(void **state)
+{
+    (void)state;
+    builder b;
+    pjs_grpc_infer d;
+    pjs_error err;
+    /* The last length runs one byte past the end. */
+    builder_init(&b, "texts");
+    add_input(&b, "TEXT", "BYTES", 2, 2);
+    add_raw(&b, four_serialized, FOUR_SERIALIZED_LEN - 1);
+    assert_int_equal(decode_texts(&b, &d, NULL, &err), PJS_ERR_INVALID_ARGUMENT);
+    assert_non_null(strstr(err.msg, "model texts: input \"TEXT\": malformed BYTES data: element 3 "
+                                    "at offset 17 has length 5 but only 4 bytes are left"));
+    pjs_grpc_infer_release(&d);
+    /* Well formed, but one string short of the shape. */
+    builder_init(&b, "texts");
+    add_input(&b, "TEXT", "BYTES", 2, 2);
+    add_raw(&b, four_serialized, 17);
+    assert_int_equal(decode_texts(&b, &d, NULL, &err), PJS_ERR_INVALID_ARGUMENT);
+    assert_non_null(strstr(err.msg, "model texts: input \"TEXT\": the BYTES data holds 3 "
+                                    "elements but shape [2, 2] has 4"));
+    pjs_grpc_infer_release(&d);
+    /* Strings for a number tensor, and numbers for a string tensor. */
+    pjs_manifest *demo = *(pjs_manifest **)state;
+    demo_request(&b);
+    b.inputs[0].datatype = "BYTES";
+    assert_int_equal(decode(&b, &d, NULL, &err), 0);
+    assert_int_equal(pjs_infer_validate(&d.req, demo, 4, &err), PJS_ERR_INVALID_ARGUMENT);
+    assert_non_null(strstr(err.msg, "datatype BYTES does not match the model's FP32"));
+    pjs_grpc_infer_release(&d);
+    builder_init(&b, "texts");
+    add_input(&b, "TEXT", "FP32", 2, 1);
+    add_raw(&b, x_data, 8);
+    assert_int_equal(decode_texts(&b, &d, NULL, &err), PJS_ERR_INVALID_ARGUMENT);
+    assert_non_null(strstr(err.msg, "datatype FP32 does not match the model's BYTES"));
+    pjs_grpc_infer_release(&d);
+}
+
+static void test_bytes_contents(void **state)
+{
+    (void)state;
+    builder b;
+    pjs_grpc_infer d;
+    pjs_error err;
+    builder_init(&b, "texts");
+    add_input(&b, "TEXT", "BYTES", 2, 2)->contents = &b.contents[0];
+    b.contents[0] = (Inference__InferTensorContents)INFERENCE__INFER_TENSOR_CONTENTS__INIT;
+    b.contents[0].bytes_contents = four_strings;
+    b.contents[0].n_bytes_contents = 4;
+    assert_int_equal(decode_texts(&b, &d, NULL, &err), 0);
+    assert_int_equal(d.req.inputs[0].nbytes, FOUR_SERIALIZED_LEN);
+    assert_memory_equal(d.req.inputs[0].data, four_serialized, FOUR_SERIALIZED_LEN);
+    pjs_grpc_infer_release(&d);
+
+    /* Every string empty: four length prefixes. */
+    ProtobufCBinaryData empty[4] = {{0, NULL}, {0, NULL}, {0, NULL}, {0, NULL}};
+    b.contents[0].bytes_contents = empty;
+    assert_int_equal(decode_texts(&b, &d, NULL, &err), 0);
+    assert_int_equal(d.req.inputs[0].nbytes, 16);
+    uint64_t count = 0;
+    assert_int_equal(pjs_bytes_count(d.req.inputs[0].data, 16, &count, &err), 0);
+    assert_int_equal(count, 4);
+    pjs_grpc_infer_release(&d);
+
+    b.contents[0].bytes_contents = four_strings;
+    b.contents[0].n_bytes_contents = 3;
+    expect_decode_error(&b, NULL, PJS_ERR_INVALID_ARGUMENT,
+                        "input \"TEXT\": bytes_contents holds 3 elements but the shape has 4");
+    b.contents[0].n_bytes_contents = 4;
+    b.contents[0].fp32_contents = x_data;
+    b.contents[0].n_fp32_contents = 1;
+    expect_decode_error(&b, NULL, PJS_ERR_INVALID_ARGUMENT,
+                        "BYTES elements belong in bytes_contents, not fp32_contents");
+    /* bytes_contents for a number tensor. */
+    builder_init(&b, "demo");
+    add_input(&b, "x", "FP32", 1, 4)->contents = &b.contents[0];
+    b.contents[0] = (Inference__InferTensorContents)INFERENCE__INFER_TENSOR_CONTENTS__INIT;
+    b.contents[0].bytes_contents = four_strings;
+    b.contents[0].n_bytes_contents = 4;
+    expect_decode_error(&b, NULL, PJS_ERR_INVALID_ARGUMENT,
+                        "FP32 elements belong in fp32_contents, not bytes_contents");
+}
+
+/* String outputs go out raw, in their serialized form. */
+static void test_bytes_output_raw(void **state)
+{
+    (void)state;
+    builder b;
+    pjs_grpc_infer d;
+    pjs_error err;
+    builder_init(&b, "texts");
+    add_input(&b, "TEXT", "BYTES", 2, 2);
+    add_raw(&b, four_serialized, FOUR_SERIALIZED_LEN);
+    add_output(&b, "LABEL");
+    assert_int_equal(decode_texts(&b, &d, NULL, &err), 0);
+    const pjs_manifest *m = texts_manifest();
+    pjs_infer_output *o = &d.req.outputs[0];
+    d.req.n_outputs = 2;
+    o->spec = &m->client_outputs[0];
+    o->shape.rank = 1;
+    o->shape.dims[0] = 2;
+    o->data = malloc(11);
+    assert_non_null(o->data);
+    memcpy(o->data, "\2\0\0\0hi\1\0\0\0\xff", 11);
+    o->nbytes = 11;
+    o->requested = 0;
+    o = &d.req.outputs[1];
+    o->spec = &m->client_outputs[1];
+    o->shape.rank = 1;
+    o->shape.dims[0] = 2;
+    o->data = calloc(2, sizeof(float));
+    o->nbytes = 2 * sizeof(float);
+    o->requested = -1;
+    Inference__ModelInferResponse *r = round_trip(&d);
+    assert_int_equal(r->n_outputs, 1);
+    assert_string_equal(r->outputs[0]->name, "LABEL");
+    assert_string_equal(r->outputs[0]->datatype, "BYTES");
+    assert_int_equal(r->outputs[0]->n_shape, 1);
+    assert_int_equal(r->outputs[0]->shape[0], 2);
+    assert_int_equal(r->raw_output_contents[0].len, 11);
+    assert_memory_equal(r->raw_output_contents[0].data, "\2\0\0\0hi\1\0\0\0\xff", 11);
+    inference__model_infer_response__free_unpacked(r, NULL);
+    pjs_grpc_infer_release(&d);
+}
+
+/* Shared memory carries strings serialized, both ways; an output's region
+ * must hold its serialized size. */
+static void test_bytes_shm(void **state)
+{
+    shm_fixture *fx = *state;
+    builder b;
+    pjs_grpc_infer d;
+    pjs_error err;
+    memcpy(fx->map + 32, four_serialized, FOUR_SERIALIZED_LEN);
+    memset(fx->map + 128, 0, 64);
+    builder_init(&b, "texts");
+    add_input(&b, "TEXT", "BYTES", 2, 2);
+    set_string(add_input_param(&b, 0, "shared_memory_region"), "region");
+    set_int(add_input_param(&b, 0, "shared_memory_offset"), 32);
+    set_int(add_input_param(&b, 0, "shared_memory_byte_size"), FOUR_SERIALIZED_LEN);
+    add_output(&b, "LABEL");
+    set_string(add_output_param(&b, 0, "shared_memory_region"), "region");
+    set_uint(add_output_param(&b, 0, "shared_memory_offset"), 128);
+    set_uint(add_output_param(&b, 0, "shared_memory_byte_size"), 11);
+    assert_int_equal(decode_texts(&b, &d, fx->registry, &err), 0);
+    assert_memory_equal(d.req.inputs[0].data, four_serialized, FOUR_SERIALIZED_LEN);
+    pjs_infer_output *o = &d.req.outputs[0];
+    d.req.n_outputs = 1;
+    o->spec = &texts_manifest()->client_outputs[0];
+    o->shape.rank = 1;
+    o->shape.dims[0] = 2;
+    o->data = malloc(11);
+    assert_non_null(o->data);
+    memcpy(o->data, "\2\0\0\0hi\1\0\0\0\xff", 11);
+    o->nbytes = 11;
+    o->requested = 0;
+    Inference__ModelInferResponse *r = round_trip(&d);
+    assert_int_equal(r->raw_output_contents[0].len, 0);
+    assert_memory_equal(fx->map + 128, "\2\0\0\0hi\1\0\0\0\xff", 11);
+    inference__model_infer_response__free_unpacked(r, NULL);
+    pjs_grpc_infer_release(&d);
+
+    /* A region one byte short of the strings is refused. */
+    set_uint(&b.out_param_values[0][2], 10);
+    assert_int_equal(decode_texts(&b, &d, fx->registry, &err), 0);
+    o = &d.req.outputs[0];
+    d.req.n_outputs = 1;
+    o->spec = &texts_manifest()->client_outputs[0];
+    o->shape.rank = 1;
+    o->shape.dims[0] = 2;
+    o->data = malloc(11);
+    assert_non_null(o->data);
+    memcpy(o->data, "\2\0\0\0hi\1\0\0\0\xff", 11);
+    o->nbytes = 11;
+    o->requested = 0;
+    Inference__ModelInferResponse *resp;
+    assert_int_equal(pjs_grpc_infer_response(&d, "1", &resp, &err), PJS_ERR_INVALID_ARGUMENT);
+    assert_non_null(strstr(err.msg, "output \"LABEL\" is 11 bytes but shared memory region "
+                                    "\"region\" was given 10"));
+    pjs_grpc_infer_release(&d);
+
+    /* A malformed serialization in the region is refused like a raw one. */
+    memcpy(fx->map + 32, "\x09\0\0\0abc", 7);
+    builder_init(&b, "texts");
+    add_input(&b, "TEXT", "BYTES", 1, 1);
+    set_string(add_input_param(&b, 0, "shared_memory_region"), "region");
+    set_int(add_input_param(&b, 0, "shared_memory_offset"), 32);
+    set_int(add_input_param(&b, 0, "shared_memory_byte_size"), 7);
+    assert_int_equal(decode_texts(&b, &d, fx->registry, &err), PJS_ERR_INVALID_ARGUMENT);
+    assert_non_null(strstr(err.msg, "malformed BYTES data: element 0 at offset 0 has length 9"));
+    pjs_grpc_infer_release(&d);
+}
+
+/* Metadata and config show the client tensors: strings as BYTES and
+ * TYPE_STRING, extents that vary as -1. */
+static void test_bytes_model_info(void **state)
+{
+    (void)state;
+    pjs_grpc_arena a;
+    pjs_error err;
+    Inference__ModelMetadataResponse *md;
+    Inference__ModelConfig *c;
+    pjs_grpc_model_desc desc = {"texts", "1", "cpu", 4, texts_manifest()};
+    pjs_grpc_arena_init(&a, 1 << 20);
+    assert_int_equal(pjs_grpc_model_metadata(&desc, &a, &md, &err), 0);
+    assert_int_equal(md->n_inputs, 1);
+    assert_string_equal(md->inputs[0]->name, "TEXT");
+    assert_string_equal(md->inputs[0]->datatype, "BYTES");
+    assert_int_equal(md->inputs[0]->n_shape, 2);
+    assert_int_equal(md->inputs[0]->shape[0], -1);
+    assert_int_equal(md->inputs[0]->shape[1], -1);
+    assert_int_equal(md->n_outputs, 2);
+    assert_string_equal(md->outputs[0]->name, "LABEL");
+    assert_string_equal(md->outputs[0]->datatype, "BYTES");
+    assert_string_equal(md->outputs[1]->datatype, "FP32");
+    assert_int_equal(pjs_grpc_model_config(&desc, &a, &c, &err), 0);
+    assert_int_equal(c->n_input, 1);
+    assert_string_equal(c->input[0]->name, "TEXT");
+    assert_int_equal(c->input[0]->data_type, INFERENCE__DATA_TYPE__TYPE_STRING);
+    assert_int_equal(c->input[0]->n_dims, 1); /* the batch axis left out */
+    assert_int_equal(c->input[0]->dims[0], -1);
+    assert_int_equal(c->n_output, 2);
+    assert_int_equal(c->output[0]->data_type, INFERENCE__DATA_TYPE__TYPE_STRING);
+    assert_int_equal(c->output[0]->n_dims, 0);
+    assert_int_equal(c->output[1]->data_type, INFERENCE__DATA_TYPE__TYPE_FP32);
+    pjs_grpc_arena_reset(&a);
+}
+
 /* ---- model metadata and config ----------------------------------------------------- */
 
 static void test_model_metadata(void **state)
@@ -874,6 +1182,7 @@ static void test_config_dtypes(void **state)
     assert_int_equal(pjs_grpc_config_dtype(PJS_DTYPE_BOOL), INFERENCE__DATA_TYPE__TYPE_BOOL);
     assert_int_equal(pjs_grpc_config_dtype(PJS_DTYPE_U64), INFERENCE__DATA_TYPE__TYPE_UINT64);
     assert_int_equal(pjs_grpc_config_dtype(PJS_DTYPE_F16), INFERENCE__DATA_TYPE__TYPE_FP16);
+    assert_int_equal(pjs_grpc_config_dtype(PJS_DTYPE_BYTES), INFERENCE__DATA_TYPE__TYPE_STRING);
     assert_int_equal(pjs_grpc_config_dtype(PJS_DTYPE_INVALID), INFERENCE__DATA_TYPE__TYPE_INVALID);
 }
 
@@ -1070,6 +1379,12 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_shm_input_and_output, setup_shm, teardown_shm),
         cmocka_unit_test_setup_teardown(test_shm_errors, setup_shm, teardown_shm),
         cmocka_unit_test_setup_teardown(test_shm_output_too_small, setup_shm, teardown_shm),
+        cmocka_unit_test(test_bytes_raw),
+        cmocka_unit_test(test_bytes_raw_refused),
+        cmocka_unit_test(test_bytes_contents),
+        cmocka_unit_test(test_bytes_output_raw),
+        cmocka_unit_test_setup_teardown(test_bytes_shm, setup_shm, teardown_shm),
+        cmocka_unit_test(test_bytes_model_info),
         cmocka_unit_test(test_model_metadata),
         cmocka_unit_test(test_model_config),
         cmocka_unit_test(test_model_config_not_coalesced),

@@ -10,7 +10,9 @@
  * statistics, and the Prometheus text (the weight cache's families
  * included). Each request is decoded and then validated against a manifest,
  * as the front end does. Model control: the status document and the strict
- * reading of the residency, policy and compact bodies.
+ * reading of the residency, policy and compact bodies. Strings (BYTES) of a
+ * hooked model's client tensors: JSON strings and binary data in, JSON
+ * strings (bytes kept as they are) and binary data out, and the documents.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -27,6 +29,7 @@
 #include <unistd.h>
 #include <zlib.h>
 
+#include "core/bytes.h"
 #include "frontend/http/control_json.h"
 #include "frontend/http/http_codec.h"
 #include "frontend/http/metrics_render.h"
@@ -287,7 +290,7 @@ static void test_refuse_values_a_dtype_cannot_hold(void **state)
                    "datatype FP64 does not match the model's FP32");
     expect_refused("f32", "{\"name\":\"f32\",\"datatype\":\"BYTES\",\"shape\":[1,2],"
                           "\"data\":[\"a\",\"b\"]}",
-                   "datatype BYTES is not supported");
+                   "datatype BYTES does not match the model's FP32");
     expect_refused("f32", "{\"name\":\"f32\",\"datatype\":\"FP32\",\"shape\":[1,2]}",
                    "give exactly one of \"data\"");
     expect_refused("f32", "{\"name\":\"f32\",\"datatype\":\"FP32\",\"shape\":[1,2],"
@@ -1203,6 +1206,255 @@ static void test_control_parse_compact(void **state)
     EXPECT_REFUSED("unknown field \"models\"", parse_compact, "{\"models\":[]}", &names, &n);
 }
 
+/* ---- strings (BYTES) ------------------------------------------------------------- */
+
+/* A hooked model whose clients send rows of strings and get a label each. */
+static const char texts_yaml[] = "format_version: \"2.0\"\n"
+                                 "name: texts\n"
+                                 "batch_sizes: [1, 4]\n"
+                                 "inputs:\n"
+                                 "  - {name: tokens, dtype: i32, shape: [batch, 4]}\n"
+                                 "outputs:\n"
+                                 "  - {name: logits, dtype: f32, shape: [batch, 2]}\n"
+                                 "client_inputs:\n"
+                                 "  - {name: TEXT, dtype: bytes, shape: [batch, -1]}\n"
+                                 "client_outputs:\n"
+                                 "  - {name: LABEL, dtype: bytes, shape: [batch]}\n"
+                                 "  - {name: SCORE, dtype: f32, shape: [batch]}\n";
+
+/* "", "a\0b", "très", "\"q\\\n" serialized. */
+static const char four_serialized[] = "\0\0\0\0"
+                                      "\3\0\0\0a\0b"
+                                      "\5\0\0\0tr\xc3\xa8s"
+                                      "\4\0\0\0\"q\\\n";
+#define FOUR_LEN (sizeof four_serialized - 1)
+
+static int decode_texts(pjs_manifest *m, pjs_http_infer *d, const char *body, size_t len,
+                        const char *header_length, pjs_error *err)
+{
+    int rc = pjs_http_infer_decode(d, body, len, header_length, err);
+    if (rc == 0)
+        rc = pjs_infer_validate_client(&d->req, m, 4, err);
+    if (getenv("PJS_TEST_VERBOSE") != NULL && rc != 0)
+        print_message("%s\n", err->msg);
+    return rc;
+}
+
+static void expect_texts_refused(pjs_manifest *m, const char *body, const char *piece)
+{
+    pjs_http_infer d;
+    pjs_error err;
+    int rc = decode_texts(m, &d, body, strlen(body), NULL, &err);
+    if (rc == 0 || strstr(err.msg, piece) == NULL)
+        fail_msg("expected an error with \"%s\", got %d \"%s\"", piece, rc, rc ? err.msg : "");
+    assert_int_equal(rc, PJS_ERR_INVALID_ARGUMENT);
+    pjs_http_infer_free(&d);
+}
+
+static void test_bytes_json_input(void **state)
+{
+    (void)state;
+    pjs_manifest m;
+    pjs_error err;
+    pjs_http_infer d;
+    assert_int_equal(pjs_manifest_parse(&m, texts_yaml, sizeof texts_yaml - 1, "texts", &err), 0);
+    /* Nested as the shape, or flat: the same strings in row-major order. */
+    static const char *const bodies[] = {
+        "{\"inputs\":[{\"name\":\"TEXT\",\"datatype\":\"BYTES\",\"shape\":[2,2],"
+        "\"data\":[[\"\",\"a\\u0000b\"],[\"tr\\u00e8s\",\"\\\"q\\\\\\n\"]]}]}",
+        "{\"inputs\":[{\"name\":\"TEXT\",\"datatype\":\"BYTES\",\"shape\":[2,2],"
+        "\"data\":[\"\",\"a\\u0000b\",\"tr\xc3\xa8s\",\"\\\"q\\\\\\n\"]}]}",
+    };
+    for (size_t i = 0; i < 2; i++) {
+        assert_int_equal(decode_texts(&m, &d, bodies[i], strlen(bodies[i]), NULL, &err), 0);
+        assert_int_equal(d.req.batch, 2);
+        assert_int_equal(d.req.inputs[0].nbytes, FOUR_LEN);
+        assert_memory_equal(d.req.inputs[0].data, four_serialized, FOUR_LEN);
+        pjs_http_infer_free(&d);
+    }
+    /* No strings at all for a shape with no elements. */
+    const char *none = "{\"inputs\":[{\"name\":\"TEXT\",\"datatype\":\"BYTES\",\"shape\":[1,0],"
+                       "\"data\":[]}]}";
+    assert_int_equal(decode_texts(&m, &d, none, strlen(none), NULL, &err), 0);
+    assert_int_equal(d.req.inputs[0].nbytes, 0);
+    pjs_http_infer_free(&d);
+
+    expect_texts_refused(&m,
+                         "{\"inputs\":[{\"name\":\"TEXT\",\"datatype\":\"BYTES\",\"shape\":[2,2],"
+                         "\"data\":[\"a\",\"b\",\"c\"]}]}",
+                         "input \"TEXT\": \"data\" holds 3 strings but the shape needs 4");
+    expect_texts_refused(&m,
+                         "{\"inputs\":[{\"name\":\"TEXT\",\"datatype\":\"BYTES\",\"shape\":[1,2],"
+                         "\"data\":[\"a\",7]}]}",
+                         "input \"TEXT\": \"data\" element 1 is not a string; BYTES elements are "
+                         "JSON strings");
+    expect_texts_refused(&m,
+                         "{\"inputs\":[{\"name\":\"TEXT\",\"datatype\":\"BYTES\",\"shape\":[1,1],"
+                         "\"data\":\"a\"}]}",
+                         "input \"TEXT\": \"data\" must be a list of strings");
+    expect_texts_refused(&m,
+                         "{\"inputs\":[{\"name\":\"TEXT\",\"datatype\":\"FP32\",\"shape\":[1,1],"
+                         "\"data\":[1]}]}",
+                         "datatype FP32 does not match the model's BYTES");
+    /* NUL characters are for string data only. */
+    expect_texts_refused(&m,
+                         "{\"inputs\":[{\"name\":\"TEXT\\u0000x\",\"datatype\":\"BYTES\","
+                         "\"shape\":[1,1],\"data\":[\"a\"]}]}",
+                         "\"name\" must not contain NUL characters");
+    expect_texts_refused(&m,
+                         "{\"id\":\"a\\u0000\",\"inputs\":[{\"name\":\"TEXT\",\"datatype\":"
+                         "\"BYTES\",\"shape\":[1,1],\"data\":[\"a\"]}]}",
+                         "\"id\" must be a string without NUL characters");
+    pjs_manifest_free(&m);
+}
+
+static void test_bytes_binary_input(void **state)
+{
+    (void)state;
+    pjs_manifest m;
+    pjs_error err;
+    pjs_http_infer d;
+    assert_int_equal(pjs_manifest_parse(&m, texts_yaml, sizeof texts_yaml - 1, "texts", &err), 0);
+    char body[512];
+    char length[32];
+    for (size_t cut = 0; cut < 3; cut++) {
+        size_t size = FOUR_LEN - (cut == 1 ? 1 : 0) - (cut == 2 ? 17 : 0);
+        int n = snprintf(body, sizeof body,
+                         "{\"inputs\":[{\"name\":\"TEXT\",\"datatype\":\"BYTES\",\"shape\":[2,2],"
+                         "\"parameters\":{\"binary_data_size\":%zu}}]}",
+                         size);
+        snprintf(length, sizeof length, "%d", n);
+        memcpy(body + n, four_serialized, size);
+        int rc = decode_texts(&m, &d, body, (size_t)n + size, length, &err);
+        if (cut == 0) {
+            assert_int_equal(rc, 0);
+            assert_ptr_equal(d.req.inputs[0].data, body + n); /* not copied */
+            assert_int_equal(d.req.inputs[0].nbytes, FOUR_LEN);
+        } else {
+            assert_int_equal(rc, PJS_ERR_INVALID_ARGUMENT);
+            assert_non_null(strstr(err.msg, cut == 1 ? "model texts: input \"TEXT\": malformed "
+                                                       "BYTES data: element 3 at offset 20 has "
+                                                       "length 4 but only 3 bytes are left"
+                                                     : "the BYTES data holds 2 elements but "
+                                                       "shape [2, 2] has 4"));
+        }
+        pjs_http_infer_free(&d);
+    }
+    pjs_manifest_free(&m);
+}
+
+/* A completed `texts` request: LABEL (two strings) and SCORE. */
+static void texts_completed(pjs_infer_request *r, const pjs_manifest *m, void *labels,
+                            size_t labels_len, float *scores)
+{
+    memset(r, 0, sizeof *r);
+    r->batch = 2;
+    r->n_outputs = 2;
+    void *data[2] = {labels, scores};
+    size_t sizes[2] = {labels_len, 2 * sizeof *scores};
+    for (size_t o = 0; o < 2; o++) {
+        pjs_infer_output *out = &r->outputs[o];
+        out->spec = &m->client_outputs[o];
+        out->shape.rank = 1;
+        out->shape.dims[0] = 2;
+        out->data = data[o];
+        out->nbytes = sizes[o];
+        out->requested = -1;
+    }
+}
+
+static void test_bytes_encode(void **state)
+{
+    (void)state;
+    pjs_manifest m;
+    pjs_error err;
+    assert_int_equal(pjs_manifest_parse(&m, texts_yaml, sizeof texts_yaml - 1, "texts", &err), 0);
+    /* "cat\t\"1\"" and bytes that are not UTF-8, with a control character. */
+    char labels[] = "\x08\0\0\0cat\t\"1\"\\"
+                    "\x04\0\0\0\xff\x01\xc3\xa8";
+    size_t labels_len = sizeof labels - 1;
+    float scores[2] = {0.5f, 0.25f};
+    pjs_infer_request r;
+    texts_completed(&r, &m, labels, labels_len, scores);
+    pjs_http_buf out;
+    size_t header_len;
+    pjs_http_buf_init(&out, 4096);
+    assert_int_equal(pjs_http_infer_encode(&r, "texts", "1", &out, &header_len, &err), 0);
+    assert_int_equal(header_len, 0);
+    const char *want = "{\"model_name\":\"texts\",\"model_version\":\"1\",\"outputs\":["
+                       "{\"name\":\"LABEL\",\"datatype\":\"BYTES\",\"shape\":[2],"
+                       "\"data\":[\"cat\\t\\\"1\\\"\\\\\",\"\xff\\u0001\xc3\xa8\"]},"
+                       "{\"name\":\"SCORE\",\"datatype\":\"FP32\",\"shape\":[2],"
+                       "\"data\":[0.5,0.25]}]}";
+    assert_int_equal(out.len, strlen(want));
+    assert_memory_equal(out.data, want, out.len);
+    pjs_http_buf_free(&out);
+
+    /* Valid UTF-8 strings read back as the same bytes through a JSON parser. */
+    texts_completed(&r, &m, (char *)"\x02\0\0\0hi\x03\0\0\0a\0b", 13, scores);
+    pjs_http_buf_init(&out, 4096);
+    assert_int_equal(pjs_http_infer_encode(&r, "texts", "1", &out, &header_len, &err), 0);
+    json_t *doc = json_loadb(out.data, out.len, JSON_ALLOW_NUL, NULL);
+    assert_non_null(doc);
+    json_t *data = json_object_get(json_array_get(json_object_get(doc, "outputs"), 0), "data");
+    assert_string_equal(json_string_value(json_array_get(data, 0)), "hi");
+    assert_int_equal(json_string_length(json_array_get(data, 1)), 3);
+    assert_memory_equal(json_string_value(json_array_get(data, 1)), "a\0b", 3);
+    json_decref(doc);
+    pjs_http_buf_free(&out);
+
+    /* Binary: the serialized form as it is. */
+    texts_completed(&r, &m, labels, labels_len, scores);
+    r.binary_data_output = true;
+    pjs_http_buf_init(&out, 4096);
+    assert_int_equal(pjs_http_infer_encode(&r, "texts", "1", &out, &header_len, &err), 0);
+    assert_non_null(strstr(out.data, "{\"name\":\"LABEL\",\"datatype\":\"BYTES\",\"shape\":[2],"
+                                     "\"parameters\":{\"binary_data_size\":20}}"));
+    assert_int_equal(out.len, header_len + labels_len + 8);
+    assert_memory_equal(out.data + header_len, labels, labels_len);
+    pjs_http_buf_free(&out);
+
+    /* A malformed output is the server's fault. */
+    texts_completed(&r, &m, labels, labels_len - 1, scores);
+    pjs_http_buf_init(&out, 4096);
+    assert_int_equal(pjs_http_infer_encode(&r, "texts", "1", &out, &header_len, &err),
+                     PJS_ERR_INTERNAL);
+    assert_non_null(strstr(err.msg, "output \"LABEL\": malformed BYTES data at offset 12 of 19"));
+    pjs_http_buf_free(&out);
+    pjs_manifest_free(&m);
+}
+
+/* Metadata and config describe the client tensors; no body bound holds
+ * for strings. */
+static void test_bytes_documents(void **state)
+{
+    (void)state;
+    pjs_manifest m;
+    pjs_error err;
+    assert_int_equal(pjs_manifest_parse(&m, texts_yaml, sizeof texts_yaml - 1, "texts", &err), 0);
+    json_t *meta = pjs_model_metadata_json("texts", "pjrt_cpu", &m);
+    char *text = json_dumps(meta, JSON_COMPACT);
+    assert_non_null(strstr(text, "\"inputs\":[{\"name\":\"TEXT\",\"datatype\":\"BYTES\","
+                                 "\"shape\":[-1,-1]}],\"outputs\":[{\"name\":\"LABEL\","
+                                 "\"datatype\":\"BYTES\",\"shape\":[-1]},{\"name\":\"SCORE\","
+                                 "\"datatype\":\"FP32\",\"shape\":[-1]}]"));
+    free(text);
+    json_decref(meta);
+    json_t *config = pjs_model_config_json("texts", "pjrt_cpu", &m, 4);
+    json_t *input = json_array_get(json_object_get(config, "input"), 0);
+    assert_string_equal(json_string_value(json_object_get(input, "name")), "TEXT");
+    assert_string_equal(json_string_value(json_object_get(input, "data_type")), "TYPE_STRING");
+    text = json_dumps(json_object_get(input, "dims"), JSON_COMPACT);
+    assert_string_equal(text, "[-1]");
+    free(text);
+    assert_int_equal(json_array_size(json_object_get(config, "output")), 2);
+    json_t *label = json_array_get(json_object_get(config, "output"), 0);
+    assert_string_equal(json_string_value(json_object_get(label, "data_type")), "TYPE_STRING");
+    json_decref(config);
+    assert_int_equal(pjs_http_infer_body_bound(&m, 4), 0);
+    pjs_manifest_free(&m);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1231,6 +1483,10 @@ int main(void)
         cmocka_unit_test(test_control_parse_residency),
         cmocka_unit_test(test_control_parse_policy),
         cmocka_unit_test(test_control_parse_compact),
+        cmocka_unit_test(test_bytes_json_input),
+        cmocka_unit_test(test_bytes_binary_input),
+        cmocka_unit_test(test_bytes_encode),
+        cmocka_unit_test(test_bytes_documents),
     };
     return cmocka_run_group_tests(tests, setup_manifest, teardown_manifest);
 }

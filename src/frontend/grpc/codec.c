@@ -10,10 +10,13 @@
  * or one entry per input with the entries of the other inputs empty. Typed
  * contents of 4- and 8-byte types are used in place (protobuf-c unpacks them
  * into native arrays); narrower types and BOOL are converted into the arena
- * with a range check.
+ * with a range check; BYTES strings in bytes_contents are serialized into
+ * the arena (core/bytes.h). Raw and shared-memory BYTES inputs carry the
+ * serialized form already, checked by validation.
  *
  * Encoding never copies output bytes: raw_output_contents entries point at
- * the request's outputs and the message is packed once.
+ * the request's outputs (a BYTES output in its serialized form, as Triton
+ * sends it) and the message is packed once.
  */
 #include "frontend/grpc/codec.h"
 
@@ -22,6 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/bytes.h"
 #include "frontend/deadline.h"
 
 /* The value of `name` in a protobuf map<string, InferParameter> (entries
@@ -216,6 +220,7 @@ static const char *contents_field_for(pjs_dtype dt)
     case PJS_DTYPE_U64: return "uint64_contents";
     case PJS_DTYPE_F32: return "fp32_contents";
     case PJS_DTYPE_F64: return "fp64_contents";
+    case PJS_DTYPE_BYTES: return "bytes_contents";
     default: return NULL;
     }
 }
@@ -275,6 +280,34 @@ static int contents_narrow(pjs_grpc_infer *d, const input_tensor *t, pjs_dtype d
     return 0;
 }
 
+/* bytes_contents, one element per string, serialized into the arena
+ * (core/bytes.h), which lives as long as the decoded message. */
+static int contents_serialize_bytes(pjs_grpc_infer *d, const input_tensor *t,
+                                    pjs_infer_input *in, pjs_error *err)
+{
+    const Inference__InferTensorContents *c = t->contents;
+    size_t size = 0;
+    for (size_t i = 0; i < c->n_bytes_contents; i++)
+        if (!pjs_bytes_add_size(&size, c->bytes_contents[i].len))
+            return pjs_error_set(err, PJS_ERR_INVALID_ARGUMENT,
+                                 "input \"%.256s\": bytes_contents[%zu] is %zu bytes, more than "
+                                 "a BYTES element holds",
+                                 t->name, i, c->bytes_contents[i].len);
+    unsigned char *buf = pjs_grpc_arena_alloc(&d->arena, size);
+    if (buf == NULL && size > 0)
+        return pjs_error_set(err, PJS_ERR_RESOURCE_EXHAUSTED,
+                             "input \"%.256s\": no memory to serialize %zu strings (%zu bytes)",
+                             t->name, c->n_bytes_contents, size);
+    pjs_bytes_writer w = pjs_bytes_writer_init(buf, size);
+    for (size_t i = 0; i < c->n_bytes_contents; i++)
+        if (!pjs_bytes_put(&w, c->bytes_contents[i].data, c->bytes_contents[i].len))
+            return pjs_error_set(err, PJS_ERR_INTERNAL,
+                                 "input \"%.256s\": bytes_contents[%zu] did not fit", t->name, i);
+    in->data = buf;
+    in->nbytes = size;
+    return 0;
+}
+
 /* Sets in->data / nbytes from the input's typed contents. A datatype or
  * shape that cannot be sized is left for pjs_infer_validate to report
  * (no data), as it words those errors against the model. */
@@ -302,6 +335,8 @@ static int decode_contents(pjs_grpc_infer *d, const input_tensor *t, pjs_infer_i
         return pjs_error_set(err, PJS_ERR_INVALID_ARGUMENT,
                              "input \"%.256s\": %s holds %zu elements but the shape has %" PRId64,
                              t->name, field, total, numel);
+    if (dt == PJS_DTYPE_BYTES)
+        return contents_serialize_bytes(d, t, in, err);
     void *data = NULL;
     switch (dt) {
     case PJS_DTYPE_I32: data = c->int_contents; break;

@@ -2,8 +2,11 @@
  * model_info.c - ModelMetadataResponse and ModelConfig from a manifest.
  *
  * Everything is allocated in the caller's arena; an allocation failure is
- * reported as NOMEM with the model's name. Shapes are the manifest's, with
- * -1 for every extent that differs between the model's variants.
+ * reported as NOMEM with the model's name. Inputs and outputs are the
+ * tensors clients see (pjs_manifest_client_tensors: a hooked or meta model's
+ * client_inputs and client_outputs, with -1 where they vary); an
+ * executable's shapes have -1 for every extent that differs between the
+ * model's variants.
  */
 #include "frontend/grpc/model_info.h"
 
@@ -30,6 +33,7 @@ Inference__DataType pjs_grpc_config_dtype(pjs_dtype t)
     case PJS_DTYPE_BF16: return INFERENCE__DATA_TYPE__TYPE_BF16;
     case PJS_DTYPE_F32: return INFERENCE__DATA_TYPE__TYPE_FP32;
     case PJS_DTYPE_F64: return INFERENCE__DATA_TYPE__TYPE_FP64;
+    case PJS_DTYPE_BYTES: return INFERENCE__DATA_TYPE__TYPE_STRING;
     default: return INFERENCE__DATA_TYPE__TYPE_INVALID;
     }
 }
@@ -63,10 +67,12 @@ static int64_t *copy_dims(pjs_grpc_arena *a, const pjs_manifest *mf, bool output
     return dims;
 }
 
-static tensor_metadata **metadata_tensors(const pjs_manifest *mf, bool output, pjs_grpc_arena *a)
+static tensor_metadata **metadata_tensors(const pjs_manifest *mf, bool output, pjs_grpc_arena *a,
+                                         size_t *n_out)
 {
-    const pjs_tensor_spec *specs = output ? mf->outputs : mf->inputs;
-    size_t n = output ? mf->n_outputs : mf->n_inputs;
+    size_t n = 0;
+    const pjs_tensor_spec *specs = pjs_manifest_client_tensors(mf, output, &n);
+    *n_out = n;
     tensor_metadata **list = pjs_grpc_arena_alloc(a, sizeof *list * n);
     for (size_t i = 0; list != NULL && i < n; i++) {
         tensor_metadata *t = pjs_grpc_arena_alloc(a, sizeof *t);
@@ -97,10 +103,8 @@ int pjs_grpc_model_metadata(const pjs_grpc_model_desc *m, pjs_grpc_arena *a,
     r->versions = versions;
     r->n_versions = 1;
     r->platform = platform_name(m, a);
-    r->inputs = metadata_tensors(mf, false, a);
-    r->n_inputs = mf->n_inputs;
-    r->outputs = metadata_tensors(mf, true, a);
-    r->n_outputs = mf->n_outputs;
+    r->inputs = metadata_tensors(mf, false, a, &r->n_inputs);
+    r->outputs = metadata_tensors(mf, true, a, &r->n_outputs);
     if (r->platform == NULL || r->inputs == NULL || r->outputs == NULL)
         return no_memory(m, err);
     *out = r;
@@ -111,7 +115,8 @@ int pjs_grpc_model_metadata(const pjs_grpc_model_desc *m, pjs_grpc_arena *a,
 static int64_t *config_dims(const pjs_grpc_model_desc *m, bool output, size_t i,
                             pjs_grpc_arena *a, size_t *n)
 {
-    const pjs_tensor_spec *s = output ? &m->manifest->outputs[i] : &m->manifest->inputs[i];
+    size_t n_specs = 0;
+    const pjs_tensor_spec *s = &pjs_manifest_client_tensors(m->manifest, output, &n_specs)[i];
     return copy_dims(a, m->manifest, output, i, m->max_batch_size > 0 && s->batched ? 1 : 0, n);
 }
 
@@ -119,18 +124,21 @@ _Static_assert(INFERENCE__MODEL_INPUT__FORMAT__FORMAT_NHWC == (int)PJS_FORMAT_NH
                    INFERENCE__MODEL_INPUT__FORMAT__FORMAT_NCHW == (int)PJS_FORMAT_NCHW,
                "pjs_tensor_format mirrors ModelInput.Format");
 
-static Inference__ModelInput **config_inputs(const pjs_grpc_model_desc *m, pjs_grpc_arena *a)
+static Inference__ModelInput **config_inputs(const pjs_grpc_model_desc *m, pjs_grpc_arena *a,
+                                             size_t *n_out)
 {
-    const pjs_manifest *mf = m->manifest;
-    Inference__ModelInput **list = pjs_grpc_arena_alloc(a, sizeof *list * mf->n_inputs);
-    for (size_t i = 0; list != NULL && i < mf->n_inputs; i++) {
+    size_t n = 0;
+    const pjs_tensor_spec *specs = pjs_manifest_client_tensors(m->manifest, false, &n);
+    Inference__ModelInput **list = pjs_grpc_arena_alloc(a, sizeof *list * n);
+    *n_out = n;
+    for (size_t i = 0; list != NULL && i < n; i++) {
         Inference__ModelInput *t = pjs_grpc_arena_alloc(a, sizeof *t);
         if (t == NULL)
             return NULL;
         *t = (Inference__ModelInput)INFERENCE__MODEL_INPUT__INIT;
-        t->name = mf->inputs[i].name;
-        t->data_type = pjs_grpc_config_dtype(mf->inputs[i].dtype);
-        t->format = (Inference__ModelInput__Format)mf->inputs[i].format; /* same values */
+        t->name = specs[i].name;
+        t->data_type = pjs_grpc_config_dtype(specs[i].dtype);
+        t->format = (Inference__ModelInput__Format)specs[i].format; /* same values */
         t->dims = config_dims(m, false, i, a, &t->n_dims);
         if (t->dims == NULL)
             return NULL;
@@ -139,17 +147,20 @@ static Inference__ModelInput **config_inputs(const pjs_grpc_model_desc *m, pjs_g
     return list;
 }
 
-static Inference__ModelOutput **config_outputs(const pjs_grpc_model_desc *m, pjs_grpc_arena *a)
+static Inference__ModelOutput **config_outputs(const pjs_grpc_model_desc *m, pjs_grpc_arena *a,
+                                               size_t *n_out)
 {
-    const pjs_manifest *mf = m->manifest;
-    Inference__ModelOutput **list = pjs_grpc_arena_alloc(a, sizeof *list * mf->n_outputs);
-    for (size_t i = 0; list != NULL && i < mf->n_outputs; i++) {
+    size_t n = 0;
+    const pjs_tensor_spec *specs = pjs_manifest_client_tensors(m->manifest, true, &n);
+    Inference__ModelOutput **list = pjs_grpc_arena_alloc(a, sizeof *list * n);
+    *n_out = n;
+    for (size_t i = 0; list != NULL && i < n; i++) {
         Inference__ModelOutput *t = pjs_grpc_arena_alloc(a, sizeof *t);
         if (t == NULL)
             return NULL;
         *t = (Inference__ModelOutput)INFERENCE__MODEL_OUTPUT__INIT;
-        t->name = mf->outputs[i].name;
-        t->data_type = pjs_grpc_config_dtype(mf->outputs[i].dtype);
+        t->name = specs[i].name;
+        t->data_type = pjs_grpc_config_dtype(specs[i].dtype);
         t->dims = config_dims(m, true, i, a, &t->n_dims);
         if (t->dims == NULL)
             return NULL;
@@ -187,10 +198,8 @@ int pjs_grpc_model_config(const pjs_grpc_model_desc *m, pjs_grpc_arena *a,
     c->platform = platform_name(m, a);
     c->backend = "pjserve";
     c->max_batch_size = (int32_t)m->max_batch_size;
-    c->input = config_inputs(m, a);
-    c->n_input = m->manifest->n_inputs;
-    c->output = config_outputs(m, a);
-    c->n_output = m->manifest->n_outputs;
+    c->input = config_inputs(m, a, &c->n_input);
+    c->output = config_outputs(m, a, &c->n_output);
     if (pjs_model_coalesces(m->manifest, m->max_batch_size)) {
         c->dynamic_batching = dynamic_batching(m->manifest, a);
         if (c->dynamic_batching == NULL)

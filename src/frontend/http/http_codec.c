@@ -8,6 +8,14 @@
  * shapes, byte sizes) are left to pjs_infer_validate so that gRPC and REST
  * word them the same; an input with an unknown datatype is passed on without
  * data for the same reason.
+ *
+ * BYTES tensors travel in their serialized form (core/bytes.h) in the binary
+ * section and in shared memory, and as JSON strings otherwise: the strings
+ * of an input's "data" are serialized here (JSON strings may hold NUL
+ * characters, so the parser keeps them, and names, ids and region names
+ * are refused when they do), and a BYTES output not sent as binary is
+ * written as JSON strings whose bytes are copied as they are, escaped where
+ * JSON requires it, valid UTF-8 or not (see pjs_http_bytes_to_json).
  */
 #include "frontend/http/http_codec.h"
 
@@ -18,6 +26,7 @@
 #include <strings.h>
 #include <zlib.h>
 
+#include "core/bytes.h"
 #include "frontend/deadline.h"
 #include "frontend/http/tensor_json.h"
 
@@ -118,6 +127,13 @@ static int get_flag(const json_t *params, const char *key, const char *what, boo
     return 0;
 }
 
+/* True when a JSON string holds a NUL character (allowed in BYTES data,
+ * nowhere else). */
+static bool has_nul(const json_t *s)
+{
+    return strlen(json_string_value(s)) != json_string_length(s);
+}
+
 /* Required string member. */
 static int get_string(const json_t *obj, const char *key, const char *what, const char **out,
                       pjs_error *err)
@@ -126,6 +142,9 @@ static int get_string(const json_t *obj, const char *key, const char *what, cons
     if (!json_is_string(v))
         return pjs_error_set(err, PJS_ERR_INVALID_ARGUMENT, "%s: \"%s\" must be a string", what,
                              key);
+    if (has_nul(v))
+        return pjs_error_set(err, PJS_ERR_INVALID_ARGUMENT,
+                             "%s: \"%s\" must not contain NUL characters", what, key);
     *out = json_string_value(v);
     return 0;
 }
@@ -138,9 +157,11 @@ static int get_shm_ref(const json_t *params, const char *what, pjs_http_shm_ref 
     const json_t *region = params ? json_object_get(params, "shared_memory_region") : NULL;
     if (region == NULL)
         return 0;
-    if (!json_is_string(region))
+    if (!json_is_string(region) || has_nul(region))
         return pjs_error_set(err, PJS_ERR_INVALID_ARGUMENT,
-                             "%s: parameter \"shared_memory_region\" must be a string", what);
+                             "%s: parameter \"shared_memory_region\" must be a string without "
+                             "NUL characters",
+                             what);
     bool has_size = false, has_offset = false;
     int rc = get_count(params, "shared_memory_byte_size", what, &has_size, &out->byte_size, err);
     if (rc == 0)
@@ -179,8 +200,9 @@ static int decode_id(pjs_http_infer *d, const json_t *root, pjs_error *err)
     const json_t *id = json_object_get(root, "id");
     if (id == NULL)
         return 0;
-    if (!json_is_string(id))
-        return pjs_error_set(err, PJS_ERR_INVALID_ARGUMENT, "request: \"id\" must be a string");
+    if (!json_is_string(id) || has_nul(id))
+        return pjs_error_set(err, PJS_ERR_INVALID_ARGUMENT,
+                             "request: \"id\" must be a string without NUL characters");
     d->req.id = json_string_value(id); /* owned by the decoded document */
     return 0;
 }
@@ -202,6 +224,147 @@ static int decode_shape(const json_t *v, const char *what, pjs_shape *out, pjs_e
     return 0;
 }
 
+/* ---- BYTES as JSON strings --------------------------------------------------- */
+
+/* Walks the strings of a (nested) JSON list in row-major order: counts them
+ * and their serialized size into *count and *size, and writes them to w
+ * when it is not NULL. */
+static int walk_strings(const json_t *v, const char *what, pjs_bytes_writer *w, size_t *count,
+                        size_t *size, pjs_error *err)
+{
+    if (json_is_array(v)) {
+        for (size_t i = 0; i < json_array_size(v); i++) {
+            int rc = walk_strings(json_array_get(v, i), what, w, count, size, err);
+            if (rc != 0)
+                return rc;
+        }
+        return 0;
+    }
+    if (!json_is_string(v))
+        return pjs_error_set(err, PJS_ERR_INVALID_ARGUMENT,
+                             "%s: \"data\" element %zu is not a string; BYTES elements are JSON "
+                             "strings (or send the serialized form as binary data)",
+                             what, *count);
+    size_t len = json_string_length(v);
+    if (!pjs_bytes_add_size(size, len))
+        return pjs_error_set(err, PJS_ERR_INVALID_ARGUMENT,
+                             "%s: \"data\" element %zu is %zu bytes, more than a BYTES element "
+                             "holds (%lu)",
+                             what, *count, len, (unsigned long)PJS_BYTES_MAX_ELEMENT);
+    if (w != NULL && !pjs_bytes_put(w, json_string_value(v), len))
+        return pjs_error_set(err, PJS_ERR_INTERNAL, "%s: \"data\" changed while serialized", what);
+    (*count)++;
+    return 0;
+}
+
+int pjs_http_bytes_from_json(const json_t *data, const char *what, void **out,
+                             size_t *out_nbytes, size_t *out_count, pjs_error *err)
+{
+    size_t count = 0, size = 0;
+    *out = NULL;
+    *out_nbytes = 0;
+    *out_count = 0;
+    if (!json_is_array(data))
+        return pjs_error_set(err, PJS_ERR_INVALID_ARGUMENT,
+                             "%s: \"data\" must be a list of strings", what);
+    int rc = walk_strings(data, what, NULL, &count, &size, err);
+    if (rc != 0 || count == 0)
+        return rc;
+    unsigned char *buf = malloc(size);
+    if (buf == NULL)
+        return pjs_error_set(err, PJS_ERR_NOMEM, "%s: out of memory for %zu bytes of strings",
+                             what, size);
+    pjs_bytes_writer w = pjs_bytes_writer_init(buf, size);
+    size_t written = 0, again = 0;
+    rc = walk_strings(data, what, &w, &written, &again, err);
+    if (rc != 0) {
+        free(buf);
+        return rc;
+    }
+    *out = buf;
+    *out_nbytes = size;
+    *out_count = count;
+    return 0;
+}
+
+/* Appends one element as a JSON string: '"', '\\' and control characters
+ * escaped, every other byte as it is. */
+static int append_json_bytes(pjs_http_buf *b, const unsigned char *s, size_t len,
+                             pjs_error *err)
+{
+    int rc = pjs_http_buf_append_str(b, "\"", err);
+    size_t run = 0; /* start of the bytes not yet appended */
+    for (size_t i = 0; rc == 0 && i < len; i++) {
+        unsigned char c = s[i];
+        if (c >= 0x20 && c != '"' && c != '\\')
+            continue;
+        rc = pjs_http_buf_append(b, s + run, i - run, err);
+        run = i + 1;
+        if (rc != 0)
+            break;
+        switch (c) {
+        case '"': rc = pjs_http_buf_append_str(b, "\\\"", err); break;
+        case '\\': rc = pjs_http_buf_append_str(b, "\\\\", err); break;
+        case '\b': rc = pjs_http_buf_append_str(b, "\\b", err); break;
+        case '\f': rc = pjs_http_buf_append_str(b, "\\f", err); break;
+        case '\n': rc = pjs_http_buf_append_str(b, "\\n", err); break;
+        case '\r': rc = pjs_http_buf_append_str(b, "\\r", err); break;
+        case '\t': rc = pjs_http_buf_append_str(b, "\\t", err); break;
+        default: rc = pjs_http_buf_printf(b, err, "\\u%04x", c); break;
+        }
+    }
+    if (rc == 0)
+        rc = pjs_http_buf_append(b, s + run, len - run, err);
+    if (rc == 0)
+        rc = pjs_http_buf_append_str(b, "\"", err);
+    return rc;
+}
+
+int pjs_http_bytes_to_json(pjs_http_buf *b, const void *data, size_t nbytes, pjs_error *err)
+{
+    pjs_bytes_reader r = pjs_bytes_reader_init(data, nbytes);
+    const unsigned char *s;
+    uint32_t len;
+    bool first = true;
+    int rc = pjs_http_buf_append_str(b, "[", err);
+    while (rc == 0 && pjs_bytes_next(&r, &s, &len)) {
+        if (!first)
+            rc = pjs_http_buf_append_str(b, ",", err);
+        if (rc == 0)
+            rc = append_json_bytes(b, s, len, err);
+        first = false;
+    }
+    if (rc == 0 && r.at != r.end)
+        return pjs_error_set(err, PJS_ERR_INTERNAL,
+                             "malformed BYTES data at offset %zu of %zu",
+                             (size_t)(r.at - (const unsigned char *)data), nbytes);
+    if (rc == 0)
+        rc = pjs_http_buf_append_str(b, "]", err);
+    return rc;
+}
+
+/* ---- inputs ------------------------------------------------------------------ */
+
+/* An input's JSON "data" as strings, serialized into memory owned by d. */
+static int convert_json_strings(pjs_http_infer *d, pjs_infer_input *in, const json_t *data,
+                                int64_t numel, const char *what, pjs_error *err)
+{
+    void *bytes = NULL;
+    size_t nbytes = 0, count = 0;
+    int rc = pjs_http_bytes_from_json(data, what, &bytes, &nbytes, &count, err);
+    if (rc != 0)
+        return rc;
+    if (bytes != NULL)
+        d->converted[d->n_converted++] = bytes;
+    if ((uint64_t)numel != count)
+        return pjs_error_set(err, PJS_ERR_INVALID_ARGUMENT,
+                             "%s: \"data\" holds %zu strings but the shape needs %lld", what,
+                             count, (long long)numel);
+    in->data = bytes;
+    in->nbytes = nbytes;
+    return 0;
+}
+
 /* Converts an input's JSON "data" to packed elements owned by d. */
 static int convert_json_data(pjs_http_infer *d, pjs_infer_input *in, const json_t *data,
                              const char *what, pjs_error *err)
@@ -209,13 +372,15 @@ static int convert_json_data(pjs_http_infer *d, pjs_infer_input *in, const json_
     pjs_dtype dt = pjs_dtype_from_kserve(in->datatype, strlen(in->datatype));
     if (dt == PJS_DTYPE_INVALID)
         return 0; /* validation names the datatype problem */
+    int64_t numel = 0;
+    if (!pjs_shape_numel(&in->shape, &numel))
+        return pjs_error_set(err, PJS_ERR_INVALID_ARGUMENT, "%s: \"shape\" is too large", what);
+    if (dt == PJS_DTYPE_BYTES)
+        return convert_json_strings(d, in, data, numel, what, err);
     size_t count = 0;
     int rc = pjs_tensor_json_count(data, what, &count, err);
     if (rc != 0)
         return rc;
-    int64_t numel = 0;
-    if (!pjs_shape_numel(&in->shape, &numel))
-        return pjs_error_set(err, PJS_ERR_INVALID_ARGUMENT, "%s: \"shape\" is too large", what);
     if ((uint64_t)numel != count)
         return pjs_error_set(err, PJS_ERR_INVALID_ARGUMENT,
                              "%s: \"data\" holds %zu values but the shape needs %lld", what,
@@ -390,7 +555,7 @@ int pjs_http_infer_decode(pjs_http_infer *d, const void *body, size_t body_len,
                              "as binary data)",
                              json_len, PJS_HTTP_MAX_JSON);
     json_error_t jerr;
-    d->header = json_loadb(body, json_len, JSON_REJECT_DUPLICATES, &jerr);
+    d->header = json_loadb(body, json_len, JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL, &jerr);
     if (d->header == NULL)
         return pjs_error_set(err, PJS_ERR_INVALID_ARGUMENT,
                              "malformed JSON request at line %d, column %d: %s", jerr.line,
@@ -574,7 +739,10 @@ static int encode_output(pjs_http_buf *b, const sent_output *s, pjs_error *err)
                                  out->nbytes);
     } else {
         rc = pjs_http_buf_append_str(b, ",\"data\":", err);
-        if (rc == 0)
+        if (rc == 0 && dt == PJS_DTYPE_BYTES &&
+            pjs_http_bytes_to_json(b, out->data, out->nbytes, err) != 0)
+            return pjs_error_prefix(err, "output \"%s\": ", out->spec->name);
+        if (rc == 0 && dt != PJS_DTYPE_BYTES)
             rc = pjs_tensor_json_encode(b, dt, out->data, out->nbytes / elem, err);
     }
     if (rc == 0)
@@ -740,11 +908,14 @@ static uint64_t mul_sat(uint64_t a, uint64_t b)
     return b != 0 && a > UINT64_MAX / b ? UINT64_MAX : a * b;
 }
 
-/* Bytes the inputs `in[n]` can take; UINT64_MAX: unbounded. */
+/* Bytes the inputs `in[n]` can take; UINT64_MAX: unbounded (an extent that
+ * varies, strings of any length). */
 static uint64_t inputs_bound(const pjs_tensor_spec *in, size_t n, int64_t max_batch)
 {
     uint64_t total = 0;
     for (size_t i = 0; i < n; i++) {
+        if (in[i].dtype == PJS_DTYPE_BYTES)
+            return UINT64_MAX;
         uint64_t elements = 1;
         for (int d = 0; d < in[i].shape.rank; d++) {
             int64_t extent = d == 0 && in[i].batched ? max_batch : in[i].shape.dims[d];
@@ -763,12 +934,15 @@ uint64_t pjs_http_infer_body_bound(const pjs_manifest *m, int64_t max_batch)
 {
     if (max_batch < 1)
         max_batch = 1;
-    uint64_t most = inputs_bound(m->inputs, m->n_inputs, max_batch);
-    for (size_t v = 0; v < m->n_variants; v++) {
+    size_t n_inputs = 0, n_outputs = 0;
+    const pjs_tensor_spec *inputs = pjs_manifest_client_tensors(m, false, &n_inputs);
+    pjs_manifest_client_tensors(m, true, &n_outputs);
+    uint64_t most = inputs_bound(inputs, n_inputs, max_batch);
+    for (size_t v = 0; inputs == m->inputs && v < m->n_variants; v++) {
         uint64_t b = inputs_bound(m->variants[v].inputs, m->n_inputs, max_batch);
         most = b > most ? b : most;
     }
-    uint64_t outputs = mul_sat((uint64_t)m->n_outputs, INPUT_SLACK_BYTES);
+    uint64_t outputs = mul_sat((uint64_t)n_outputs, INPUT_SLACK_BYTES);
     uint64_t bound = add_sat(most, add_sat(outputs, REQUEST_SLACK_BYTES));
     return bound == UINT64_MAX ? 0 : bound;
 }

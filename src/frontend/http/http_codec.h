@@ -8,8 +8,10 @@
  * parameters.binary_data_size takes the next that-many bytes, in the order
  * the inputs are listed, and the sizes must add up to the section exactly.
  * Every input has exactly one source of bytes: "data" (a JSON list, nested or
- * flat), parameters.binary_data_size, or parameters.shared_memory_region
- * (with shared_memory_byte_size and an optional shared_memory_offset).
+ * flat; of strings for BYTES), parameters.binary_data_size, or
+ * parameters.shared_memory_region (with shared_memory_byte_size and an
+ * optional shared_memory_offset); binary data and shared memory carry a
+ * BYTES tensor serialized (core/bytes.h).
  * Unknown request, input and output parameters are ignored; "timeout" and
  * "priority" must be non-negative integers. A "timeout" other than 0 sets
  * the request's deadline, that many microseconds after it was received;
@@ -126,13 +128,30 @@ int pjs_http_inflate(const char *content_encoding, const void *in, size_t len, p
 
 /* An upper bound on the size of the body of any valid REST inference
  * request for a model whose manifest is m, at batch sizes up to max_batch:
- * every input of the largest variant at max_batch, each element written as
+ * every client input (pjs_manifest_client_tensors; of the largest variant
+ * when they are the executable's) at max_batch, each element written as
  * the longest JSON text of its datatype with room for separators, brackets
  * and indentation, plus slack for names, shapes and parameters. Binary
  * tensors are smaller than their JSON text, so the bound holds for them too.
- * 0 when no bound can be given (an extent that is not known: manifests
- * have none but the batch axis today). */
+ * 0 when no bound can be given: an extent that varies (-1 in a client
+ * tensor), or a BYTES input, whose strings have no length limit. */
 uint64_t pjs_http_infer_body_bound(const pjs_manifest *m, int64_t max_batch);
+
+/* The strings of a BYTES input's JSON "data" (a list, nested lists
+ * flattened in row-major order) in the serialized form of core/bytes.h:
+ * *out (malloc'd, the caller frees it; NULL when there are no strings),
+ * *out_nbytes and *out_count. INVALID_ARGUMENT when data is not a list or
+ * holds anything but strings; `what` names the tensor ("input \"x\""). */
+int pjs_http_bytes_from_json(const json_t *data, const char *what, void **out,
+                             size_t *out_nbytes, size_t *out_count, pjs_error *err);
+
+/* Appends a serialized BYTES tensor as a flat JSON list of strings. Each
+ * element's bytes are copied as they are, with '"', '\\' and control
+ * characters escaped: bytes that are not UTF-8 stay as they are (as
+ * Triton's server writes them), so a client reading such an output as JSON
+ * fails loudly instead of getting other bytes; such outputs belong in the
+ * binary section. INTERNAL when data is not well formed. */
+int pjs_http_bytes_to_json(pjs_http_buf *b, const void *data, size_t nbytes, pjs_error *err);
 
 /* Writes {"error": msg} into out; msg need not be valid UTF-8. */
 int pjs_http_error_json(const char *msg, pjs_http_buf *out, pjs_error *err);

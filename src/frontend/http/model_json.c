@@ -4,6 +4,8 @@
  *
  * Built with jansson's json_pack; a NULL anywhere (out of memory) makes the
  * whole pack fail, so every function returns a complete document or NULL.
+ * Inputs and outputs are the tensors clients see (pjs_manifest_client_tensors:
+ * a hooked or meta model's client_inputs and client_outputs).
  */
 #include "frontend/http/model_json.h"
 
@@ -27,8 +29,8 @@ static json_t *dims_json(const pjs_manifest *m, bool output, size_t i, int first
 
 static json_t *tensor_metadata_json(const pjs_manifest *m, bool output)
 {
-    const pjs_tensor_spec *specs = output ? m->outputs : m->inputs;
-    size_t n = output ? m->n_outputs : m->n_inputs;
+    size_t n = 0;
+    const pjs_tensor_spec *specs = pjs_manifest_client_tensors(m, output, &n);
     json_t *list = json_array();
     for (size_t i = 0; list != NULL && i < n; i++) {
         json_t *t = json_pack("{s:s, s:s, s:o}", "name", specs[i].name, "datatype",
@@ -49,17 +51,18 @@ json_t *pjs_model_metadata_json(const char *name, const char *platform, const pj
                      tensor_metadata_json(m, false), "outputs", tensor_metadata_json(m, true));
 }
 
-/* Triton's data_type spelling: "TYPE_" and the KServe name ("TYPE_FP32"). */
+/* Triton's data_type spelling: "TYPE_" and the KServe name ("TYPE_FP32"),
+ * except for strings, which the configuration calls TYPE_STRING. */
 static const char *config_data_type(pjs_dtype dt, char *buf, size_t size)
 {
-    snprintf(buf, size, "TYPE_%s", pjs_dtype_kserve_name(dt));
+    snprintf(buf, size, "TYPE_%s", dt == PJS_DTYPE_BYTES ? "STRING" : pjs_dtype_kserve_name(dt));
     return buf;
 }
 
 static json_t *tensor_config_json(const pjs_manifest *m, int64_t max_batch_size, bool inputs)
 {
-    const pjs_tensor_spec *specs = inputs ? m->inputs : m->outputs;
-    size_t n = inputs ? m->n_inputs : m->n_outputs;
+    size_t n = 0;
+    const pjs_tensor_spec *specs = pjs_manifest_client_tensors(m, !inputs, &n);
     json_t *list = json_array();
     for (size_t i = 0; list != NULL && i < n; i++) {
         const pjs_tensor_spec *s = &specs[i];
