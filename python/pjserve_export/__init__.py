@@ -35,6 +35,12 @@ Example::
                name="linear", batch_sizes=[1, 4, 8],
                input_names=["x"], output_names=["y"])
 
+Hooked and meta bundles (C code in model.c, docs/hooks.md,
+docs/meta-models.md): `export_jax(..., client_inputs=, client_outputs=,
+hooks_source=, extra_files=, build_hooks=)` and `export_meta(out_dir, name=,
+calls=, client_inputs=, client_outputs=, source=)`; `hooks_builder` builds
+model.so (``pjserve build-hooks``).
+
 Also here: the safetensors reader/writer (`read_safetensors`,
 `write_safetensors`), manifest helpers (`read_manifest`, `random_inputs`) and
 StableHLO helpers (`default_target_version`, `main_signature`,
@@ -42,7 +48,8 @@ StableHLO helpers (`default_target_version`, `main_signature`,
 """
 
 from .bundle import (DEFAULT_VARIANT, FORMAT_VERSION, MANIFEST_FILE, WEIGHTS_FILE, Manifest,
-                     TensorSpec, Variant, module_file, random_inputs, read_manifest)
+                     TensorSpec, Variant, module_file, random_inputs, read_manifest, tensor_spec)
+from .hooks import HOOKS_LIBRARY, HOOKS_SOURCE, export_meta, hooks_builder
 from .jax_export import (PLUGIN_STABLEHLO_VERSION, artifact_version, custom_call_targets,
                          default_target_version, deserialize_portable_artifact, export_jax,
                          main_signature, serialize_portable_artifact, stablehlo_versions,
@@ -50,7 +57,7 @@ from .jax_export import (PLUGIN_STABLEHLO_VERSION, artifact_version, custom_call
 from .safetensors_io import read_safetensors, rewrite_metadata, write_safetensors
 
 __all__ = [
-    "export_jax",
+    "export_jax", "export_meta", "hooks_builder", "tensor_spec", "HOOKS_SOURCE", "HOOKS_LIBRARY",
     "DEFAULT_VARIANT", "FORMAT_VERSION", "MANIFEST_FILE", "WEIGHTS_FILE", "Manifest",
     "TensorSpec", "Variant", "module_file", "random_inputs", "read_manifest",
     "PLUGIN_STABLEHLO_VERSION", "artifact_version", "custom_call_targets",

@@ -4,7 +4,11 @@ A bundle is a directory ``<out_dir>/<name>/`` holding ``manifest.yaml``,
 ``model.b{N}.mlir`` for each compiled batch size N (and
 ``model.<variant>.b{N}.mlir`` for each input-shape variant), and
 ``weights.safetensors`` (see docs/bundle-format.md for the schema and
-docs/exporter.md for how the exporter fills it in).
+docs/exporter.md for how the exporter fills it in). A hooked bundle adds
+``model.c`` (and the ``model.so`` built from it) and declares the tensors
+clients see (``client_inputs`` / ``client_outputs``); a bundle of kind meta has
+only the manifest, ``model.c`` and ``model.so`` (docs/hooks.md,
+docs/meta-models.md).
 
 Nothing here depends on jax: examples/run_demo.py and the tests use
 `read_manifest` and `random_inputs` to drive a server from a bundle alone.
@@ -49,7 +53,8 @@ class TensorSpec:
     """One input or output as the manifest declares it.
 
     `shape` is the per-example shape (without the batch axis) when `batched`,
-    the full shape otherwise."""
+    the full shape otherwise. Client tensors (client_inputs / client_outputs)
+    may have extents of -1 (any size) and the dtype "bytes"."""
     name: str
     dtype: str                      # manifest dtype name, e.g. "f32"
     shape: Tuple[int, ...]
@@ -86,6 +91,11 @@ class Manifest:
     kind: str = "model"
     format_version: str = FORMAT_VERSION
     variants: List[Variant] = field(default_factory=list)  # besides the default
+    # What clients see of a hooked model (empty: the executable's own inputs
+    # and outputs) or of a meta (always declared).
+    client_inputs: List[TensorSpec] = field(default_factory=list)
+    client_outputs: List[TensorSpec] = field(default_factory=list)
+    calls: Optional[List[str]] = None  # kind meta: the sub-models its run may call
     extra: dict = field(default_factory=dict)  # keys this reader does not know
 
     def variant_names(self) -> List[str]:
@@ -146,6 +156,53 @@ def check_input_formats(formats: Optional[Mapping[str, str]], input_names: Seque
             raise ValueError(f"input_formats[{name!r}]: an image layout needs three extents "
                              f"per example, the input has shape {tuple(shapes[name])}")
         out[name] = fmt
+    return out
+
+
+def tensor_spec(name: str, dtype, shape: Sequence) -> TensorSpec:
+    """A client tensor: `shape` as the manifest writes it, its first element
+    may be "batch"; -1 marks an extent that varies. `dtype` is a manifest name
+    (bytes included) or a numpy dtype."""
+    shape = list(shape)
+    batched = bool(shape) and shape[0] == BATCH_AXIS
+    dt = dtype if isinstance(dtype, str) else dtypes.manifest_name(dtype)
+    return TensorSpec(name=name, dtype=dt, shape=tuple(shape[1:] if batched else shape),
+                      batched=batched)
+
+
+MAX_RANK = 8  # the server's limit (pjserve/model.h PJSERVE_MAX_RANK)
+
+
+def check_client_tensors(what: str, specs) -> List[TensorSpec]:
+    """client_inputs or client_outputs: TensorSpecs (or (name, dtype, shape)
+    tuples as `tensor_spec` takes them) with unique names, known dtypes
+    (bytes allowed) and extents >= -1."""
+    if specs is None or isinstance(specs, (str, bytes)):
+        raise ValueError(f"{what} must be a list of tensors, got {specs!r}")
+    out = []
+    for s in specs:
+        if not isinstance(s, TensorSpec):
+            try:
+                name, dt, shape = s
+            except (TypeError, ValueError):
+                raise ValueError(f"each of {what} must be a TensorSpec or a (name, dtype, "
+                                 f"shape) tuple, got {s!r}") from None
+            s = tensor_spec(name, dt, shape)
+        check_name(f"each name of {what}", s.name)
+        if s.dtype not in dtypes.CLIENT_MANIFEST_NAMES:
+            raise ValueError(f"{what} {s.name!r}: dtype must be one of "
+                             f"{', '.join(dtypes.CLIENT_MANIFEST_NAMES)}, got {s.dtype!r}")
+        rank = len(s.shape) + (1 if s.batched else 0)
+        if rank > MAX_RANK:
+            raise ValueError(f"{what} {s.name!r}: at most {MAX_RANK} extents, got {rank}")
+        for d in s.shape:
+            if isinstance(d, bool) or not isinstance(d, (int, np.integer)) or d < -1:
+                raise ValueError(f"{what} {s.name!r}: extents are ints >= 0, or -1 for one "
+                                 f"that varies; got shape {list(s.shape)}")
+        if s.format is not None:
+            raise ValueError(f"{what} {s.name!r}: client tensors carry no image format")
+        out.append(TensorSpec(s.name, s.dtype, tuple(int(d) for d in s.shape), s.batched))
+    check_names(what, [s.name for s in out])
     return out
 
 
@@ -228,21 +285,31 @@ def _yaml_variant(v: Variant, m: "Manifest") -> str:
     return out
 
 
+def _yaml_tensors(key: str, specs: List[TensorSpec]) -> List[str]:
+    return [f"{key}:\n"] + [_yaml_tensor(t) for t in specs]
+
+
 def manifest_yaml(m: Manifest) -> str:
-    """The manifest.yaml text for `m`."""
+    """The manifest.yaml text for `m` (kind model, hooked or not, or meta)."""
     out = [f'format_version: "{m.format_version}"\n',
            f"name: {_yaml_str(m.name)}\n",
            f"kind: {m.kind}\n"]
     if m.description is not None:
         out.append(f"description: {_yaml_str(m.description)}\n")
-    out.append(f"batch_sizes: [{', '.join(str(b) for b in m.batch_sizes)}]\n")
-    out.append("inputs:\n")
-    out += [_yaml_tensor(t) for t in m.inputs]
-    out.append("outputs:\n")
-    out += [_yaml_tensor(t) for t in m.outputs]
-    if m.variants:
-        out.append("variants:\n")
-        out += [_yaml_variant(v, m) for v in m.variants]
+    if m.kind == "meta":
+        calls = ", ".join(_yaml_str(c) for c in (m.calls or []))
+        out.append(f"meta:\n  calls: [{calls}]\n")
+    else:
+        out.append(f"batch_sizes: [{', '.join(str(b) for b in m.batch_sizes)}]\n")
+        out += _yaml_tensors("inputs", m.inputs)
+        out += _yaml_tensors("outputs", m.outputs)
+        if m.variants:
+            out.append("variants:\n")
+            out += [_yaml_variant(v, m) for v in m.variants]
+    if m.client_inputs or m.kind == "meta":
+        out += _yaml_tensors("client_inputs", m.client_inputs)
+    if m.client_outputs or m.kind == "meta":
+        out += _yaml_tensors("client_outputs", m.client_outputs)
     out.append(f"residency: {m.residency}\n")
     out.append(f"weight: {m.weight!r}\n")
     return "".join(out)
@@ -332,19 +399,28 @@ def read_manifest(bundle_dir) -> Manifest:
     path = Path(bundle_dir) / MANIFEST_FILE
     doc = yaml.safe_load(path.read_text())
     known = {"format_version", "name", "kind", "description", "batch_sizes", "inputs",
-             "outputs", "variants", "residency", "weight"}
+             "outputs", "variants", "residency", "weight", "client_inputs", "client_outputs",
+             "meta"}
+
+    def tensors(key):
+        return [_parse_tensor(e, f"{key}[{i}]") for i, e in enumerate(doc.get(key) or [])]
+
+    meta = doc.get("meta")
     return Manifest(
         name=str(doc["name"]),
         kind=str(doc.get("kind", "model")),
         format_version=str(doc.get("format_version")),
         description=doc.get("description"),
-        batch_sizes=[int(b) for b in doc["batch_sizes"]],
-        inputs=[_parse_tensor(e, f"inputs[{i}]") for i, e in enumerate(doc["inputs"])],
-        outputs=[_parse_tensor(e, f"outputs[{i}]") for i, e in enumerate(doc["outputs"])],
+        batch_sizes=[int(b) for b in doc.get("batch_sizes") or []],
+        inputs=tensors("inputs"),
+        outputs=tensors("outputs"),
         variants=[_parse_variant(e, f"variants[{i}]")
                   for i, e in enumerate(doc.get("variants") or [])],
         residency=str(doc.get("residency", "host")),
         weight=float(doc.get("weight", 1.0)),
+        client_inputs=tensors("client_inputs"),
+        client_outputs=tensors("client_outputs"),
+        calls=None if meta is None else [str(c) for c in meta.get("calls") or []],
         extra={k: v for k, v in doc.items() if k not in known},
     )
 

@@ -1,7 +1,10 @@
 """Element types: numpy dtypes <-> manifest names <-> safetensors names.
 
-The twelve dtypes a pjserve bundle may use. bfloat16 comes from ml_dtypes (the
-same type jax uses), so numpy arrays of it round-trip through the writer.
+The thirteen dtypes an executable (and its weights) may use. bfloat16 comes
+from ml_dtypes (the same type jax uses), so numpy arrays of it round-trip
+through the writer. The manifest name "bytes" (KServe BYTES, variable-length
+strings) is for the client-facing tensors of hooked and meta bundles only;
+numpy holds such tensors as object arrays of `bytes`.
 """
 
 import ml_dtypes
@@ -25,6 +28,9 @@ _TABLE = [
 ]
 
 MANIFEST_NAMES = tuple(row[0] for row in _TABLE)
+# Client tensors (client_inputs / client_outputs) may also be strings.
+BYTES = "bytes"
+CLIENT_MANIFEST_NAMES = MANIFEST_NAMES + (BYTES,)
 
 _BY_NUMPY = {row[2]: row for row in _TABLE}
 _BY_MANIFEST = {row[0]: row for row in _TABLE}
@@ -54,12 +60,14 @@ def safetensors_name(dtype) -> str:
 
 
 def from_manifest(name: str) -> np.dtype:
-    """manifest dtype name -> numpy dtype."""
+    """manifest dtype name -> numpy dtype (object for "bytes")."""
+    if name == BYTES:
+        return np.dtype(object)
     try:
         return _BY_MANIFEST[name][2]
     except KeyError:
         raise ValueError(f"unknown manifest dtype {name!r} "
-                         f"(known: {', '.join(MANIFEST_NAMES)})") from None
+                         f"(known: {', '.join(CLIENT_MANIFEST_NAMES)})") from None
 
 
 def from_safetensors(name: str) -> np.dtype:

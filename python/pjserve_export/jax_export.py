@@ -33,6 +33,7 @@ import numpy as np
 
 from . import bundle as B
 from . import dtypes
+from . import hooks as H
 from .safetensors_io import write_safetensors
 
 # The newest StableHLO version the plugins pjserve is tested with accept:
@@ -350,6 +351,11 @@ def export_jax(fn: Callable, params: Any, example_inputs: Sequence[Any], out_dir
                residency: str = "host", weight: float = 1.0,
                variants: Optional[Mapping[str, Sequence[Any]]] = None,
                input_formats: Optional[Mapping[str, str]] = None,
+               client_inputs: Optional[Sequence[Any]] = None,
+               client_outputs: Optional[Sequence[Any]] = None,
+               hooks_source: Optional[H.FileSource] = None,
+               extra_files: Optional[Mapping[str, H.FileSource]] = None,
+               build_hooks: Optional[H.Builder] = None,
                target_stablehlo_version: Optional[str] = None,
                strip_debug_info: bool = True) -> Path:
     """Exports ``fn(params, *inputs)`` as the bundle ``out_dir/name/``; returns its path.
@@ -372,6 +378,17 @@ def export_jax(fn: Callable, params: Any, example_inputs: Sequence[Any], out_dir
     input_formats: optional {input name: "NHWC" | "NCHW"} for image inputs
         (three extents per example); the model configuration reports it to
         clients that read the layout. Nothing about execution changes.
+    client_inputs, client_outputs: a hooked model's client side, what
+        metadata reports and requests are checked against: TensorSpecs or
+        (name, dtype, shape) tuples (`bundle.tensor_spec`), dtype "bytes" and
+        extents of -1 allowed. Either defaults to the executable's own.
+    hooks_source: the hooks' model.c (a path, or its bytes), copied into the
+        bundle; needed when client_inputs or client_outputs are given.
+    extra_files: {file name in the bundle: path or bytes}, files the hooks
+        read (e.g. labels.txt).
+    build_hooks: run on the staged bundle before it is published, e.g.
+        ``hooks.hooks_builder("build/pjserve")``; None leaves model.so to
+        ``pjserve build-hooks``.
     target_stablehlo_version: StableHLO version of the portable artifacts;
         default `default_target_version()`.
     strip_debug_info: drop source locations so exports are reproducible.
@@ -396,6 +413,16 @@ def export_jax(fn: Callable, params: Any, example_inputs: Sequence[Any], out_dir
     target = resolve_target_version(target_stablehlo_version)
     if not callable(fn):
         raise ValueError("fn must be callable")
+    client_ins = [] if client_inputs is None else B.check_client_tensors("client_inputs",
+                                                                         client_inputs)
+    client_outs = [] if client_outputs is None else B.check_client_tensors("client_outputs",
+                                                                           client_outputs)
+    if (client_ins or client_outs) and hooks_source is None:
+        raise ValueError("client_inputs / client_outputs need the hooks that produce them "
+                         "(hooks_source=, a model.c)")
+    if build_hooks is not None and hooks_source is None:
+        raise ValueError("build_hooks needs hooks_source (a model.c)")
+    H.check_bundle_files(hooks_source, extra_files)
 
     weight_names, weight_arrays = weight_names_and_arrays(params)
     treedef = jax.tree_util.tree_structure(params)
@@ -425,7 +452,8 @@ def export_jax(fn: Callable, params: Any, example_inputs: Sequence[Any], out_dir
         inputs=[B.TensorSpec(nm, dtypes.manifest_name(dt), shape, format=formats.get(nm))
                 for nm, (shape, dt) in zip(input_names, input_specs)],
         outputs=[B.TensorSpec(nm, dt, shape) for nm, (shape, dt) in zip(output_names, out_specs)],
-        variants=manifest_variants, residency=residency, weight=weight)
+        variants=manifest_variants, residency=residency, weight=weight,
+        client_inputs=client_ins, client_outputs=client_outs)
 
     with B.StagedBundle(out_dir, name) as staging:
         write_safetensors(staging / B.WEIGHTS_FILE, dict(zip(weight_names, weight_arrays)),
@@ -433,6 +461,7 @@ def export_jax(fn: Callable, params: Any, example_inputs: Sequence[Any], out_dir
         for file, artifact in files.items():
             (staging / file).write_bytes(artifact)
         (staging / B.MANIFEST_FILE).write_text(B.manifest_yaml(manifest))
+        H.add_bundle_files(staging, hooks_source, extra_files, build_hooks)
     return Path(out_dir) / name
 
 
