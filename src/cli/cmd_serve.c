@@ -8,13 +8,11 @@
  * Shutdown: the server stops admitting requests and waits for every accepted
  * one to be answered, then the front ends close, then the models go.
  *
- * The scheduler's configuration is built after the command line is read:
- * defaults, then --config FILE, then PJSERVE_SCHEDULER_* variables, then the
- * scheduler flags in the order given (server/config.h), so a flag wins
- * wherever it stands on the command line.
+ * The scheduler's and meta models' configuration is built after the command
+ * line is read: defaults, then --config FILE, then PJSERVE_SCHEDULER_* and
+ * PJSERVE_META_* variables, then their flags in the order given
+ * (server/config.h), so a flag wins wherever it stands on the command line.
  */
-#include <ctype.h>
-#include <errno.h>
 #include <getopt.h>
 #include <math.h>
 #include <pthread.h>
@@ -131,9 +129,10 @@ static const char help[] =
     "                          RESOURCE_EXHAUSTED / 429 (default 64)\n"
     "  --device-weight-budget BYTES  device memory for model weights, in bytes or\n"
     "                          with a suffix K, M, G (powers of 1000) or Ki, Mi, Gi\n"
-    "                          (powers of 1024); 0: --weight-fraction of the\n"
-    "                          device's memory, unlimited when the device reports\n"
-    "                          none (the CPU plugin) (default 0)\n"
+    "                          (powers of 1024), optionally then B (64MiB); 0:\n"
+    "                          --weight-fraction of the device's memory, unlimited\n"
+    "                          when the device reports none (the CPU plugin)\n"
+    "                          (default 0)\n"
     "  --weight-fraction X     share of the device's memory for weights when no\n"
     "                          budget is given, 0 < X <= 1 (default 0.8)\n"
     "\n"
@@ -172,6 +171,22 @@ static const char help[] =
     "  --model-weight NAME=W   fair-share weight of model NAME (default: its\n"
     "                          manifest's weight); repeatable; no environment form\n"
     "\n"
+    "meta models (docs/serving.md, section Meta models); set like the scheduler's\n"
+    "settings (file section meta, [variable], flag):\n"
+    "  --meta-concurrency N    meta models (kind meta) that may run their stages at\n"
+    "                          once, 1 to 1024. Each holds one of N permits for its\n"
+    "                          whole run; the others wait, in arrival order, and one\n"
+    "                          still waiting at its deadline is answered\n"
+    "                          DEADLINE_EXCEEDED. Metas that call no sub-model take\n"
+    "                          no permit (default 2) [PJSERVE_META_CONCURRENCY]\n"
+    "  --meta-scratch-bytes BYTES  memory for the reuse buffers meta models take\n"
+    "                          with pjserve_scratch, shared by every meta running, so\n"
+    "                          size it for --meta-concurrency of them; suffixes as\n"
+    "                          --device-weight-budget (256Mi). A meta waits for room\n"
+    "                          until its deadline; one asking more than the whole\n"
+    "                          pool is refused. 0: no pool, scratch buffers are plain\n"
+    "                          heap memory (default 0) [PJSERVE_META_SCRATCH_BYTES]\n"
+    "\n"
     "common:\n" PJS_CLI_COMMON_HELP
     "\n"
     "example:\n"
@@ -182,10 +197,11 @@ static const char help[] =
  * buffers (HTTP/2 frames, metadata, responses being written). */
 #define GRPC_QUOTA_SLACK ((uint64_t)64 << 20)
 
-/* Most scheduler flags one command line may give. */
+/* Most configuration flags one command line may give. */
 #define MAX_SETTINGS 128
 
-/* A scheduler flag, applied after the file and the environment. */
+/* A configuration flag (scheduler, model policy, meta), applied after the
+ * file and the environment. */
 typedef struct serve_setting {
     const char *flag;
     char key[192];            /* "scheduler.discipline", "models.mlp.weight" */
@@ -270,9 +286,11 @@ enum {
     OPT_MAX_QUEUE_DEPTH,
     OPT_DEFAULT_TIMEOUT,
     OPT_WARMUP_RUNS,
+    OPT_META_CONCURRENCY,
+    OPT_META_SCRATCH_BYTES,
 };
 
-/* The flags that set one scheduler key each. */
+/* The flags that set one configuration key each. */
 static const struct {
     int opt;
     const char *flag;
@@ -287,6 +305,8 @@ static const struct {
     {OPT_MAX_QUEUE_DEPTH, "--max-queue-depth", "scheduler.max_queue_depth"},
     {OPT_DEFAULT_TIMEOUT, "--default-timeout-us", "scheduler.default_timeout_us"},
     {OPT_WARMUP_RUNS, "--warmup-runs", "scheduler.warmup_runs"},
+    {OPT_META_CONCURRENCY, "--meta-concurrency", "meta.concurrency"},
+    {OPT_META_SCRATCH_BYTES, "--meta-scratch-bytes", "meta.scratch_bytes"},
 };
 #define N_SCHED_FLAGS (sizeof sched_flags / sizeof sched_flags[0])
 
@@ -302,26 +322,16 @@ static int parse_int(const char *flag, const char *arg, long max, long *out)
     return 0;
 }
 
-/* Parses a byte count: an integer, optionally followed by K, M, G (powers
- * of 1000) or Ki, Mi, Gi (powers of 1024). */
+/* Parses a byte count (pjs_server_config_parse_bytes: an integer,
+ * optionally followed by K, M, G or Ki, Mi, Gi, and B), as the
+ * configuration file reads meta.scratch_bytes. */
 static int parse_bytes(const char *flag, const char *arg, uint64_t *out)
 {
-    static const struct {
-        const char *suffix;
-        uint64_t scale;
-    } units[] = {{"", 1},           {"K", 1000},       {"M", 1000000},   {"G", 1000000000},
-                 {"Ki", 1ULL << 10}, {"Mi", 1ULL << 20}, {"Gi", 1ULL << 30}};
-    char *end = NULL;
-    errno = 0;
-    unsigned long long v = isdigit((unsigned char)arg[0]) ? strtoull(arg, &end, 10) : 0;
-    for (size_t i = 0; end != NULL && errno == 0 && i < sizeof units / sizeof units[0]; i++)
-        if (strcmp(end, units[i].suffix) == 0 && v <= UINT64_MAX / units[i].scale) {
-            *out = (uint64_t)v * units[i].scale;
-            return 0;
-        }
+    if (pjs_server_config_parse_bytes(arg, out))
+        return 0;
     return pjs_cli_usage_error("serve",
                                "%s %s: expected a number of bytes, optionally followed by K, M, "
-                               "G (powers of 1000) or Ki, Mi, Gi (powers of 1024)",
+                               "G (powers of 1000) or Ki, Mi, Gi (powers of 1024) and B",
                                flag, arg);
 }
 
@@ -355,11 +365,11 @@ static int parse_http_limit(serve_args *a, int opt, const char *flag, const char
     return bad;
 }
 
-/* Records a scheduler flag (opt one of sched_flags, or --model-weight). */
+/* Records a configuration flag (opt one of sched_flags, or --model-weight). */
 static int add_setting(serve_args *a, int opt, const char *arg)
 {
     if (a->n_settings == MAX_SETTINGS)
-        return pjs_cli_usage_error("serve", "at most %d scheduler flags", MAX_SETTINGS);
+        return pjs_cli_usage_error("serve", "at most %d configuration flags", MAX_SETTINGS);
     serve_setting *st = &a->settings[a->n_settings];
     if (opt == OPT_MODEL_WEIGHT) {
         const char *eq = strchr(arg, '=');
@@ -435,6 +445,8 @@ static int parse_args(int argc, char **argv, serve_args *a)
         {"max-queue-depth", required_argument, NULL, OPT_MAX_QUEUE_DEPTH},
         {"default-timeout-us", required_argument, NULL, OPT_DEFAULT_TIMEOUT},
         {"warmup-runs", required_argument, NULL, OPT_WARMUP_RUNS},
+        {"meta-concurrency", required_argument, NULL, OPT_META_CONCURRENCY},
+        {"meta-scratch-bytes", required_argument, NULL, OPT_META_SCRATCH_BYTES},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0}};
     a->host = "0.0.0.0";
@@ -590,7 +602,9 @@ static int parse_args(int argc, char **argv, serve_args *a)
         case OPT_LAXITY_MARGIN:
         case OPT_MAX_QUEUE_DEPTH:
         case OPT_DEFAULT_TIMEOUT:
-        case OPT_WARMUP_RUNS: bad = add_setting(a, opt, optarg); break;
+        case OPT_WARMUP_RUNS:
+        case OPT_META_CONCURRENCY:
+        case OPT_META_SCRATCH_BYTES: bad = add_setting(a, opt, optarg); break;
         default: {
             int r = pjs_cli_common_option(&a->common, opt, optarg);
             if (r < 0)
@@ -685,11 +699,14 @@ static void raise_file_limit(pjs_file_limit *files)
              files->grpc_share, files->reserve);
 }
 
-/* Logs the effective scheduler settings and model policies, once. */
+/* Logs the effective scheduler settings, model policies and meta settings,
+ * once. */
 static void log_config(const pjs_server_config *c)
 {
     char line[512];
     pjs_server_config_describe(c, line, sizeof line);
+    pjs_info("%s", line);
+    pjs_meta_config_describe(&c->meta, line, sizeof line);
     pjs_info("%s", line);
     for (size_t i = 0; i < c->n_models; i++) {
         pjs_model_policy_describe(&c->models[i], line, sizeof line);
@@ -751,6 +768,8 @@ int pjs_cmd_serve(int argc, char **argv)
         .max_inflight_request_bytes = a.max_inflight_request_bytes,
         .max_shm_regions = a.max_shm_regions,
         .max_shm_bytes = a.max_shm_bytes,
+        .meta_concurrency = config.meta.concurrency,
+        .meta_scratch_bytes = config.meta.scratch_bytes,
     };
     pjs_error err;
     pjs_server *server = NULL;

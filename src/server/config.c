@@ -3,7 +3,7 @@
  * section of docs/serving.md).
  *
  * Every setting is read by one function per table (set_sched_key,
- * set_model_key) from a YAML node: a node of the file, or, for environment
+ * set_model_key, set_meta_key) from a YAML node: a node of the file, or, for environment
  * variables and flags, a plain scalar made from their text
  * (pjs_yaml_text_scalar), so all three origins follow the same rules and say
  * the same words. Integer settings are range-checked here; after each
@@ -23,9 +23,9 @@
 
 #include "core/mapped_file.h"
 #include "core/yaml_strict.h"
+#include "server/server.h" /* PJS_DEFAULT_META_CONCURRENCY */
 
 #define WARMUP_RUNS_MAX 100
-#define ENV_PREFIX "PJSERVE_SCHEDULER_"
 
 enum sched_key {
     S_DISCIPLINE, S_HALF_LIFE_MS, S_COALESCE_DISCOUNT, S_FAIR_CLAMP, S_COST_SMOOTHING,
@@ -52,12 +52,20 @@ static const char *const model_keys[M_COUNT] = {
     [M_DEFAULT_TIMEOUT_US] = "default_timeout_us",
 };
 
+enum meta_key { MT_CONCURRENCY, MT_SCRATCH_BYTES, MT_COUNT };
+
+static const char *const meta_keys[MT_COUNT] = {
+    [MT_CONCURRENCY] = "concurrency",
+    [MT_SCRATCH_BYTES] = "scratch_bytes",
+};
+
 /* ---- the configuration as a value ------------------------------------------ */
 
 void pjs_server_config_init(pjs_server_config *c)
 {
     memset(c, 0, sizeof *c);
     pjs_sched_config_defaults(&c->sched);
+    c->meta.concurrency = PJS_DEFAULT_META_CONCURRENCY;
 }
 
 void pjs_server_config_free(pjs_server_config *c)
@@ -72,7 +80,7 @@ void pjs_server_config_free(pjs_server_config *c)
 /* dst = a deep copy of src; dst holds nothing on failure. */
 static int config_copy(pjs_server_config *dst, const pjs_server_config *src, pjs_error *err)
 {
-    *dst = (pjs_server_config){.sched = src->sched};
+    *dst = (pjs_server_config){.sched = src->sched, .meta = src->meta};
     if (src->n_models == 0)
         return 0;
     dst->models = calloc(src->n_models, sizeof *dst->models);
@@ -229,6 +237,83 @@ static int set_model_key(pjs_yaml *y, pjs_model_policy *p, const char *name, enu
     return rc;
 }
 
+bool pjs_server_config_parse_bytes(const char *text, uint64_t *out)
+{
+    static const struct {
+        const char *suffix;
+        uint64_t scale;
+    } units[] = {{"", 1},           {"K", 1000},        {"M", 1000000},     {"G", 1000000000},
+                 {"Ki", 1ULL << 10}, {"Mi", 1ULL << 20}, {"Gi", 1ULL << 30}};
+    uint64_t v = 0;
+    const char *s = text;
+    if (*s < '0' || *s > '9')
+        return false;
+    for (; *s >= '0' && *s <= '9'; s++) {
+        if (v > (UINT64_MAX - (uint64_t)(*s - '0')) / 10)
+            return false;
+        v = v * 10 + (uint64_t)(*s - '0');
+    }
+    size_t len = strlen(s);
+    if (len > 0 && s[len - 1] == 'B')
+        len--; /* "64MiB" as "64Mi", "4096B" as "4096" */
+    for (size_t i = 0; i < sizeof units / sizeof units[0]; i++)
+        if (strlen(units[i].suffix) == len && memcmp(s, units[i].suffix, len) == 0) {
+            if (v > UINT64_MAX / units[i].scale)
+                return false;
+            *out = v * units[i].scale;
+            return true;
+        }
+    return false;
+}
+
+/* A byte count (pjs_server_config_parse_bytes) in 0..max, from any scalar:
+ * "64Mi" may be quoted or not. */
+static int get_bytes_in(pjs_yaml *y, const yaml_node_t *n, const char *path, uint64_t max,
+                        uint64_t *out)
+{
+    int rc = pjs_yaml_get_string(y, n, path);
+    if (rc != 0)
+        return rc;
+    char text[32], q[PJS_YAML_QUOTE_MAX];
+    uint64_t v = 0;
+    bool ok = n->data.scalar.length < sizeof text;
+    if (ok) {
+        memcpy(text, n->data.scalar.value, n->data.scalar.length);
+        text[n->data.scalar.length] = '\0';
+        ok = pjs_server_config_parse_bytes(text, &v);
+    }
+    if (!ok)
+        return pjs_yaml_fail(y, n, path,
+                             "must be a number of bytes, optionally followed by K, M, G "
+                             "(powers of 1000) or Ki, Mi, Gi (powers of 1024) and B, got %s",
+                             pjs_yaml_quote_node(n, q, sizeof q));
+    if (v > max)
+        return pjs_yaml_fail(y, n, path, "must be at most %llu bytes, got %s",
+                             (unsigned long long)max, pjs_yaml_quote_node(n, q, sizeof q));
+    *out = v;
+    return 0;
+}
+
+/* Reads meta setting k from n into *m (unchanged on error). */
+static int set_meta_key(pjs_yaml *y, pjs_meta_config *m, enum meta_key k, const yaml_node_t *n)
+{
+    char path[PJS_YAML_PATH_MAX];
+    pjs_yaml_path_key(path, "meta", meta_keys[k]);
+    int64_t i = 0;
+    int rc = 0;
+    switch (k) {
+    case MT_CONCURRENCY:
+        if ((rc = get_int_in(y, n, path, 1, PJS_CONFIG_MAX_META_CONCURRENCY, &i)) == 0)
+            m->concurrency = (int)i;
+        break;
+    case MT_SCRATCH_BYTES:
+        rc = get_bytes_in(y, n, path, PJS_CONFIG_MAX_SCRATCH_BYTES, &m->scratch_bytes);
+        break;
+    case MT_COUNT: break;
+    }
+    return rc;
+}
+
 /* ---- the file ---------------------------------------------------------------- */
 
 static int apply_scheduler(pjs_yaml *y, const yaml_node_t *n, pjs_sched_config *s)
@@ -268,6 +353,18 @@ static int apply_model(pjs_yaml *y, const yaml_node_t *key, const yaml_node_t *v
     return rc;
 }
 
+static int apply_meta(pjs_yaml *y, const yaml_node_t *n, pjs_meta_config *m)
+{
+    pjs_yaml_field f[MT_COUNT];
+    for (size_t k = 0; k < MT_COUNT; k++)
+        f[k] = (pjs_yaml_field){meta_keys[k], NULL};
+    int rc = pjs_yaml_get_fields(y, n, "meta", f, MT_COUNT);
+    for (size_t k = 0; rc == 0 && k < MT_COUNT; k++)
+        if (f[k].value != NULL)
+            rc = set_meta_key(y, m, (enum meta_key)k, f[k].value);
+    return rc;
+}
+
 static int apply_models(pjs_yaml *y, const yaml_node_t *n, pjs_server_config *c)
 {
     size_t count = 0;
@@ -280,8 +377,8 @@ static int apply_models(pjs_yaml *y, const yaml_node_t *n, pjs_server_config *c)
     return rc;
 }
 
-/* The top level: `scheduler` and `models`, each optional and each may be
- * empty (null), so a file of commented-out settings is valid. */
+/* The top level: `scheduler`, `models` and `meta`, each optional and each
+ * may be empty (null), so a file of commented-out settings is valid. */
 static int apply_root(pjs_yaml *y, const yaml_node_t *root, pjs_server_config *c)
 {
     if (pjs_yaml_is_null(root))
@@ -289,12 +386,14 @@ static int apply_root(pjs_yaml *y, const yaml_node_t *root, pjs_server_config *c
     if (root->type != YAML_MAPPING_NODE)
         return pjs_yaml_fail(y, root, "", "the top level must be a mapping, got %s",
                              pjs_yaml_kind_name(root));
-    pjs_yaml_field f[] = {{"scheduler", NULL}, {"models", NULL}};
-    int rc = pjs_yaml_get_fields(y, root, "", f, 2);
+    pjs_yaml_field f[] = {{"scheduler", NULL}, {"models", NULL}, {"meta", NULL}};
+    int rc = pjs_yaml_get_fields(y, root, "", f, 3);
     if (rc == 0 && f[0].value != NULL && !pjs_yaml_is_null(f[0].value))
         rc = apply_scheduler(y, f[0].value, &c->sched);
     if (rc == 0 && f[1].value != NULL && !pjs_yaml_is_null(f[1].value))
         rc = apply_models(y, f[1].value, c);
+    if (rc == 0 && f[2].value != NULL && !pjs_yaml_is_null(f[2].value))
+        rc = apply_meta(y, f[2].value, &c->meta);
     return rc;
 }
 
@@ -387,12 +486,17 @@ int pjs_server_config_set(pjs_server_config *c, const char *key, const char *val
     pjs_yaml_init_text(&y, origin, err);
     yaml_node_t n;
     pjs_yaml_text_scalar(&n, value);
-    static const char scheduler[] = "scheduler.", models[] = "models.";
+    static const char scheduler[] = "scheduler.", models[] = "models.", meta[] = "meta.";
     if (strncmp(key, scheduler, sizeof scheduler - 1) == 0) {
         const char *k = key + sizeof scheduler - 1;
         int i = find_key(sched_keys, S_COUNT, k, strlen(k));
         if (i >= 0)
             return set_sched_key(&y, &c->sched, (enum sched_key)i, &n);
+    } else if (strncmp(key, meta, sizeof meta - 1) == 0) {
+        const char *k = key + sizeof meta - 1;
+        int i = find_key(meta_keys, MT_COUNT, k, strlen(k));
+        if (i >= 0)
+            return set_meta_key(&y, &c->meta, (enum meta_key)i, &n);
     } else if (strncmp(key, models, sizeof models - 1) == 0) {
         return set_model_text(&y, c, key + sizeof models - 1, &n, key);
     }
@@ -401,26 +505,42 @@ int pjs_server_config_set(pjs_server_config *c, const char *key, const char *val
                          pjs_yaml_quote(key, strlen(key), q, sizeof q));
 }
 
-/* "DISCIPLINE, HALF_LIFE_MS, ..." for the message about an unknown variable. */
-static void env_names(char *buf, size_t size)
+/* The settings an environment variable prefix reaches. */
+typedef struct env_section {
+    const char *prefix;      /* "PJSERVE_SCHEDULER_" */
+    const char *what;        /* "a scheduler setting" */
+    const char *const *keys;
+    size_t n_keys;
+} env_section;
+
+static const env_section env_sections[] = {
+    {"PJSERVE_SCHEDULER_", "a scheduler setting", sched_keys, S_COUNT},
+    {"PJSERVE_META_", "a meta model setting", meta_keys, MT_COUNT},
+};
+
+/* The section's keys in upper case, "DISCIPLINE, HALF_LIFE_MS, ...", for the
+ * message about an unknown variable. */
+static void env_names(const env_section *sec, char *buf, size_t size)
 {
     size_t o = 0;
-    for (size_t k = 0; k < S_COUNT && o + 1 < size; k++) {
+    buf[0] = '\0';
+    for (size_t k = 0; k < sec->n_keys && o + 1 < size; k++) {
         if (k > 0)
             o += (size_t)snprintf(buf + o, size - o, ", ");
-        for (const char *s = sched_keys[k]; *s != '\0' && o + 1 < size; s++)
+        for (const char *s = sec->keys[k]; *s != '\0' && o + 1 < size; s++)
             buf[o++] = (char)(*s >= 'a' && *s <= 'z' ? *s - 'a' + 'A' : *s);
         buf[o] = '\0';
     }
 }
 
-/* Applies one "PJSERVE_SCHEDULER_<KEY>=value" entry to s. */
-static int apply_env_entry(pjs_sched_config *s, const char *entry, pjs_error *err)
+/* Applies one "<prefix><KEY>=value" entry of section sec to c. */
+static int apply_env_entry(pjs_server_config *c, const env_section *sec, const char *entry,
+                           pjs_error *err)
 {
     const char *eq = strchr(entry, '=');
     size_t name_len = eq != NULL ? (size_t)(eq - entry) : strlen(entry);
-    const char *suffix = entry + strlen(ENV_PREFIX);
-    size_t suffix_len = name_len - strlen(ENV_PREFIX);
+    const char *suffix = entry + strlen(sec->prefix);
+    size_t suffix_len = name_len - strlen(sec->prefix);
     char lower[64];
     int k = -1;
     if (suffix_len < sizeof lower) {
@@ -429,36 +549,44 @@ static int apply_env_entry(pjs_sched_config *s, const char *entry, pjs_error *er
             lower[i] = (char)(suffix[i] >= 'A' && suffix[i] <= 'Z' ? suffix[i] - 'A' + 'a'
                               : suffix[i] >= 'a' && suffix[i] <= 'z' ? '?'
                                                                      : suffix[i]);
-        k = find_key(sched_keys, S_COUNT, lower, suffix_len);
+        k = find_key(sec->keys, sec->n_keys, lower, suffix_len);
     }
     char name[96], q[PJS_YAML_QUOTE_MAX];
     if (k < 0) {
         char names[256];
-        env_names(names, sizeof names);
+        env_names(sec, names, sizeof names);
         return pjs_error_set(err, PJS_ERR_INVALID_ARGUMENT,
-                             "environment variable %s is not a scheduler setting (expected "
-                             ENV_PREFIX "<KEY>, KEY one of %s)",
-                             pjs_yaml_quote(entry, name_len, q, sizeof q), names);
+                             "environment variable %s is not %s (expected %s<KEY>, KEY one of "
+                             "%s)",
+                             pjs_yaml_quote(entry, name_len, q, sizeof q), sec->what,
+                             sec->prefix, names);
     }
-    snprintf(name, sizeof name, ENV_PREFIX "%.*s", (int)suffix_len, suffix);
+    snprintf(name, sizeof name, "%s%.*s", sec->prefix, (int)suffix_len, suffix);
     pjs_yaml y;
     pjs_yaml_init_text(&y, name, err);
     yaml_node_t n;
     pjs_yaml_text_scalar(&n, eq != NULL ? eq + 1 : "");
-    return set_sched_key(&y, s, (enum sched_key)k, &n);
+    if (sec->keys == meta_keys)
+        return set_meta_key(&y, &c->meta, (enum meta_key)k, &n);
+    return set_sched_key(&y, &c->sched, (enum sched_key)k, &n);
 }
 
 int pjs_server_config_apply_env(pjs_server_config *c, char *const *envp, pjs_error *err)
 {
-    pjs_sched_config s = c->sched;
+    /* Settings only: the model policies (which own memory) are not touched. */
+    pjs_server_config tmp = {.sched = c->sched, .meta = c->meta};
     for (size_t i = 0; envp != NULL && envp[i] != NULL; i++) {
-        if (strncmp(envp[i], ENV_PREFIX, strlen(ENV_PREFIX)) != 0)
-            continue;
-        int rc = apply_env_entry(&s, envp[i], err);
-        if (rc != 0)
-            return rc;
+        for (size_t s = 0; s < sizeof env_sections / sizeof env_sections[0]; s++) {
+            const env_section *sec = &env_sections[s];
+            if (strncmp(envp[i], sec->prefix, strlen(sec->prefix)) != 0)
+                continue;
+            int rc = apply_env_entry(&tmp, sec, envp[i], err);
+            if (rc != 0)
+                return rc;
+        }
     }
-    c->sched = s;
+    c->sched = tmp.sched;
+    c->meta = tmp.meta;
     return 0;
 }
 
@@ -483,6 +611,15 @@ int pjs_server_config_check(const pjs_server_config *c, pjs_error *err)
                              "scheduler.edf_laxity_margin_us: must be in 0..%lld, got %llu",
                              PJS_CONFIG_MAX_DURATION_US,
                              (unsigned long long)c->sched.edf_laxity_margin_us);
+    if (c->meta.concurrency < 1 || c->meta.concurrency > PJS_CONFIG_MAX_META_CONCURRENCY)
+        return pjs_error_set(err, PJS_ERR_INVALID_ARGUMENT,
+                             "meta.concurrency: must be in 1..%d, got %d",
+                             PJS_CONFIG_MAX_META_CONCURRENCY, c->meta.concurrency);
+    if (c->meta.scratch_bytes > PJS_CONFIG_MAX_SCRATCH_BYTES)
+        return pjs_error_set(err, PJS_ERR_INVALID_ARGUMENT,
+                             "meta.scratch_bytes: must be at most %llu bytes, got %llu",
+                             PJS_CONFIG_MAX_SCRATCH_BYTES,
+                             (unsigned long long)c->meta.scratch_bytes);
     for (size_t i = 0; i < c->n_models; i++) {
         const pjs_model_policy *p = &c->models[i];
         if (p->name == NULL || p->name[0] == '\0')
@@ -546,4 +683,16 @@ void pjs_model_policy_describe(const pjs_model_policy *p, char *buf, size_t size
         snprintf(buf, size, "model policy %s: %s%s%s%s%s", p->name, parts[0],
                  n > 1 ? ", " : "", n > 1 ? parts[1] : "", n > 2 ? ", " : "",
                  n > 2 ? parts[2] : "");
+}
+
+void pjs_meta_config_describe(const pjs_meta_config *m, char *buf, size_t size)
+{
+    char pool[64];
+    if (m->scratch_bytes == 0)
+        snprintf(pool, sizeof pool, "no scratch pool (plain memory)");
+    else
+        snprintf(pool, sizeof pool, "scratch pool %llu bytes",
+                 (unsigned long long)m->scratch_bytes);
+    snprintf(buf, size, "meta models: %d %s (compute-only metas take none), %s",
+             m->concurrency, m->concurrency == 1 ? "permit" : "permits", pool);
 }

@@ -1,9 +1,9 @@
 /*
  * test_config.c - unit tests of the server configuration
- * (src/server/config.c): defaults, the YAML file, PJSERVE_SCHEDULER_*
- * variables (from crafted envp arrays), pjs_server_config_set (what the
- * command line uses), their precedence, model policies and the start-up
- * log line.
+ * (src/server/config.c): defaults, the YAML file, PJSERVE_SCHEDULER_* and
+ * PJSERVE_META_* variables (from crafted envp arrays), pjs_server_config_set
+ * (what the command line uses), their precedence, model policies, the meta
+ * model settings and byte counts, and the start-up log lines.
  *
  * Every rejection is checked for its whole message (origin, key, problem,
  * line) and for leaving the configuration as it was. Run under ASan, so the
@@ -48,6 +48,8 @@ static void assert_same_sched(const pjs_sched_config *a, const pjs_sched_config 
 static void assert_same_config(const pjs_server_config *a, const pjs_server_config *b)
 {
     assert_same_sched(&a->sched, &b->sched);
+    assert_int_equal(a->meta.concurrency, b->meta.concurrency);
+    assert_int_equal(a->meta.scratch_bytes, b->meta.scratch_bytes);
     assert_int_equal(a->n_models, b->n_models);
     for (size_t i = 0; i < a->n_models; i++) {
         assert_string_equal(a->models[i].name, b->models[i].name);
@@ -58,7 +60,9 @@ static void assert_same_config(const pjs_server_config *a, const pjs_server_conf
 }
 
 /* A configuration that is not the defaults, to show a failure changes nothing. */
-#define BASE "scheduler: {discipline: edf, warmup_runs: 5}\nmodels: {mlp: {weight: 3}}\n"
+#define BASE                                                                                  \
+    "scheduler: {discipline: edf, warmup_runs: 5}\nmodels: {mlp: {weight: 3}}\n"              \
+    "meta: {concurrency: 3, scratch_bytes: 1Mi}\n"
 
 static void base_config(pjs_server_config *c)
 {
@@ -101,6 +105,8 @@ static void test_defaults(void **state)
     assert_true(c.sched.half_life_s == 1.0);
     assert_int_equal(c.n_models, 0);
     assert_null(pjs_server_config_model(&c, "mlp"));
+    assert_int_equal(c.meta.concurrency, 2);
+    assert_int_equal(c.meta.scratch_bytes, 0);
     pjs_error err;
     assert_int_equal(pjs_server_config_check(&c, &err), 0);
     pjs_server_config_free(&c);
@@ -123,7 +129,10 @@ static const char full_file[] =
     "  convnet:\n"
     "    weight: 0.5\n"
     "  two_io.v2: {default_timeout_us: 0}\n"
-    "  idle:\n";
+    "  idle:\n"
+    "meta:\n"
+    "  concurrency: 4\n"
+    "  scratch_bytes: 64Mi\n";
 
 static void test_full_file(void **state)
 {
@@ -142,6 +151,8 @@ static void test_full_file(void **state)
     assert_int_equal(c.sched.default_timeout_us, 20000);
     assert_int_equal(c.sched.warmup_runs, 0);
     assert_int_equal(c.n_models, 4);
+    assert_int_equal(c.meta.concurrency, 4);
+    assert_int_equal(c.meta.scratch_bytes, 64u << 20);
 
     const pjs_model_policy *p = pjs_server_config_model(&c, "mlp");
     assert_non_null(p);
@@ -167,7 +178,7 @@ static void test_empty_files_set_nothing(void **state)
 {
     (void)state;
     const char *files[] = {"", "# scheduler:\n#   discipline: fifo\n", "scheduler:\nmodels:\n",
-                           "---\n", "scheduler: {}\nmodels: {}\n"};
+                           "---\n", "scheduler: {}\nmodels: {}\n", "meta:\n", "meta: {}\n"};
     for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
         pjs_server_config c, before;
         base_config(&c);
@@ -221,6 +232,85 @@ static void test_each_key(void **state)
         assert_memory_equal((const char *)&c.sched + cases[i].offset, &cases[i].want,
                             cases[i].size);
         pjs_server_config_free(&c);
+    }
+}
+
+/* Each meta key alone, over the defaults; byte counts in every spelling. */
+static void test_meta_keys(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *yaml;
+        int concurrency;
+        uint64_t scratch_bytes;
+    } cases[] = {
+        {"concurrency: 1", 1, 0},
+        {"concurrency: 1024", 1024, 0},
+        {"scratch_bytes: 0", 2, 0},
+        {"scratch_bytes: 67108864", 2, 67108864},
+        {"scratch_bytes: 64Mi", 2, 64ULL << 20},
+        {"scratch_bytes: 64MiB", 2, 64ULL << 20},
+        {"scratch_bytes: \"64MiB\"", 2, 64ULL << 20},
+        {"scratch_bytes: 2G", 2, 2000000000},
+        {"scratch_bytes: 512K", 2, 512000},
+        {"scratch_bytes: 4096B", 2, 4096},
+        {"scratch_bytes: 1024Gi", 2, 1ULL << 40},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char yaml[128];
+        snprintf(yaml, sizeof yaml, "meta:\n  %s\n", cases[i].yaml);
+        pjs_server_config c;
+        pjs_server_config_init(&c);
+        pjs_error err;
+        if (parse(&c, yaml, &err) != 0)
+            print_error("%s: %s\n", cases[i].yaml, err.msg);
+        assert_int_equal(err.code, PJS_OK);
+        assert_int_equal(c.meta.concurrency, cases[i].concurrency);
+        assert_int_equal(c.meta.scratch_bytes, cases[i].scratch_bytes);
+        pjs_server_config_free(&c);
+    }
+}
+
+static void test_parse_bytes(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *text;
+        bool ok;
+        uint64_t want;
+    } cases[] = {
+        {"0", true, 0},
+        {"1", true, 1},
+        {"1K", true, 1000},
+        {"1KB", true, 1000},
+        {"1Ki", true, 1024},
+        {"1KiB", true, 1024},
+        {"3M", true, 3000000},
+        {"3Mi", true, 3ULL << 20},
+        {"5G", true, 5000000000ULL},
+        {"5GiB", true, 5ULL << 30},
+        {"18446744073709551615", true, UINT64_MAX},
+        {"18446744073709551616", false, 0},
+        {"17179869184Gi", false, 0},
+        {"", false, 0},
+        {"B", false, 0},
+        {"Mi", false, 0},
+        {"-1", false, 0},
+        {"+1", false, 0},
+        {" 1", false, 0},
+        {"1 Mi", false, 0},
+        {"1mi", false, 0},
+        {"1MiBB", false, 0},
+        {"1T", false, 0},
+        {"1.5Gi", false, 0},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        uint64_t v = 12345;
+        bool ok = pjs_server_config_parse_bytes(cases[i].text, &v);
+        if (ok != cases[i].ok)
+            print_error("\"%s\": %s\n", cases[i].text, ok ? "accepted" : "refused");
+        assert_int_equal(ok, cases[i].ok);
+        assert_int_equal(v, cases[i].ok ? cases[i].want : 12345);
     }
 }
 
@@ -317,6 +407,27 @@ REJECT(test_reject_model_queue_depth_zero, "models:\n  mlp: {max_queue_depth: 0}
        LABEL ": models.mlp.max_queue_depth: must be in 1..16777216, got 0 (line 2)")
 REJECT(test_reject_model_timeout_negative, "models:\n  mlp: {default_timeout_us: -1}\n",
        LABEL ": models.mlp.default_timeout_us: must be in 0..86400000000, got -1 (line 2)")
+REJECT(test_reject_meta_concurrency_zero, "meta:\n  concurrency: 0\n",
+       LABEL ": meta.concurrency: must be in 1..1024, got 0 (line 2)")
+REJECT(test_reject_meta_concurrency_huge, "meta:\n  concurrency: 1025\n",
+       LABEL ": meta.concurrency: must be in 1..1024, got 1025 (line 2)")
+REJECT(test_reject_meta_concurrency_quoted, "meta: {concurrency: \"2\"}\n",
+       LABEL ": meta.concurrency: must be an integer, got the quoted string \"2\" (line 1)")
+REJECT(test_reject_meta_unknown_key, "meta:\n  concurrency: 2\n  scratch: 1Mi\n",
+       LABEL ": meta: unknown key \"scratch\" (line 3)")
+REJECT(test_reject_meta_not_mapping, "meta: 2\n",
+       LABEL ": meta: must be a mapping, got a scalar (line 1)")
+REJECT(test_reject_scratch_bytes_spaced, "meta:\n  scratch_bytes: 64 MiB\n",
+       LABEL ": meta.scratch_bytes: must be a number of bytes, optionally followed by K, M, G "
+             "(powers of 1000) or Ki, Mi, Gi (powers of 1024) and B, got \"64 MiB\" (line 2)")
+REJECT(test_reject_scratch_bytes_negative, "meta:\n  scratch_bytes: -1\n",
+       LABEL ": meta.scratch_bytes: must be a number of bytes, optionally followed by K, M, G "
+             "(powers of 1000) or Ki, Mi, Gi (powers of 1024) and B, got \"-1\" (line 2)")
+REJECT(test_reject_scratch_bytes_null, "meta:\n  scratch_bytes:\n",
+       LABEL ": meta.scratch_bytes: must be a string, got null (line 2)")
+REJECT(test_reject_scratch_bytes_huge, "meta:\n  scratch_bytes: 1025Gi\n",
+       LABEL ": meta.scratch_bytes: must be at most 1099511627776 bytes, got \"1025Gi\" "
+             "(line 2)")
 /* A later error undoes the settings before it. */
 REJECT(test_reject_late_error_changes_nothing,
        "scheduler:\n  discipline: fifo\n  warmup_runs: 1\nmodels:\n  mlp: {weight: 9}\n"
@@ -391,6 +502,8 @@ static void test_env_overrides(void **state)
                     "PJSERVE_SCHEDULER_MAX_QUEUE_DEPTH=8",
                     "PJSERVE_SCHEDULER_DEFAULT_TIMEOUT_US=1000",
                     "PJSERVE_SCHEDULER_WARMUP_RUNS=1",
+                    "PJSERVE_META_CONCURRENCY=6",
+                    "PJSERVE_META_SCRATCH_BYTES=1GiB",
                     NULL};
     pjs_server_config c;
     base_config(&c);
@@ -405,6 +518,8 @@ static void test_env_overrides(void **state)
     assert_int_equal(c.sched.max_queue_depth, 8);
     assert_int_equal(c.sched.default_timeout_us, 1000);
     assert_int_equal(c.sched.warmup_runs, 1);
+    assert_int_equal(c.meta.concurrency, 6);
+    assert_int_equal(c.meta.scratch_bytes, 1ULL << 30);
     assert_true(pjs_server_config_model(&c, "mlp")->weight == 3); /* models untouched */
 
     char *none[] = {NULL};
@@ -462,6 +577,19 @@ static void test_env_rejects(void **state)
                       "setting (expected PJSERVE_SCHEDULER_<KEY>, KEY one of DISCIPLINE, "
                       "HALF_LIFE_MS, COALESCE_DISCOUNT, FAIR_CLAMP, COST_SMOOTHING, "
                       "EDF_LAXITY_MARGIN_US, MAX_QUEUE_DEPTH, DEFAULT_TIMEOUT_US, WARMUP_RUNS)");
+    expect_env_reject("PJSERVE_META_CONCURRENCY=0",
+                      "PJSERVE_META_CONCURRENCY: meta.concurrency: must be in 1..1024, got 0");
+    expect_env_reject("PJSERVE_META_CONCURRENCY=two",
+                      "PJSERVE_META_CONCURRENCY: meta.concurrency: must be a decimal integer, "
+                      "got \"two\"");
+    expect_env_reject("PJSERVE_META_SCRATCH_BYTES=lots",
+                      "PJSERVE_META_SCRATCH_BYTES: meta.scratch_bytes: must be a number of "
+                      "bytes, optionally followed by K, M, G (powers of 1000) or Ki, Mi, Gi "
+                      "(powers of 1024) and B, got \"lots\"");
+    expect_env_reject("PJSERVE_META_CONCURENCY=4",
+                      "environment variable \"PJSERVE_META_CONCURENCY\" is not a meta model "
+                      "setting (expected PJSERVE_META_<KEY>, KEY one of CONCURRENCY, "
+                      "SCRATCH_BYTES)");
 }
 
 /* ---- pjs_server_config_set (the command line) --------------------------------- */
@@ -490,6 +618,14 @@ static void test_set(void **state)
     assert_non_null(p);
     assert_int_equal(p->default_timeout_us, 0);
     assert_true(p->weight == 0);
+    assert_int_equal(pjs_server_config_set(&c, "meta.concurrency", "8", "--meta-concurrency",
+                                           &err),
+                     0);
+    assert_int_equal(pjs_server_config_set(&c, "meta.scratch_bytes", "256MiB",
+                                           "--meta-scratch-bytes", &err),
+                     0);
+    assert_int_equal(c.meta.concurrency, 8);
+    assert_int_equal(c.meta.scratch_bytes, 256ULL << 20);
     pjs_server_config_free(&c);
 }
 
@@ -535,6 +671,13 @@ static void test_set_rejects(void **state)
                       "max_queue_depth and default_timeout_us)");
     expect_set_reject("scheduler.bogus", "1", "--x", "--x: unknown setting \"scheduler.bogus\"");
     expect_set_reject("bogus", "1", "--x", "--x: unknown setting \"bogus\"");
+    expect_set_reject("meta.concurrency", "0", "--meta-concurrency",
+                      "--meta-concurrency: meta.concurrency: must be in 1..1024, got 0");
+    expect_set_reject("meta.scratch_bytes", "64 Mi", "--meta-scratch-bytes",
+                      "--meta-scratch-bytes: meta.scratch_bytes: must be a number of bytes, "
+                      "optionally followed by K, M, G (powers of 1000) or Ki, Mi, Gi (powers of "
+                      "1024) and B, got \"64 Mi\"");
+    expect_set_reject("meta.permits", "2", "--x", "--x: unknown setting \"meta.permits\"");
 }
 
 /* ---- precedence: defaults < file < environment < flags ------------------------- */
@@ -550,13 +693,20 @@ static void test_precedence(void **state)
                            "models: {mlp: {weight: 2, max_queue_depth: 8}}\n",
                            &err),
                      0);
-    char *envp[] = {"PJSERVE_SCHEDULER_FAIR_CLAMP=3", "PJSERVE_SCHEDULER_WARMUP_RUNS=4", NULL};
+    assert_int_equal(parse(&c, "meta: {concurrency: 3, scratch_bytes: 1Mi}\n", &err), 0);
+    char *envp[] = {"PJSERVE_SCHEDULER_FAIR_CLAMP=3", "PJSERVE_SCHEDULER_WARMUP_RUNS=4",
+                    "PJSERVE_META_CONCURRENCY=4", "PJSERVE_META_SCRATCH_BYTES=2Mi", NULL};
     assert_int_equal(pjs_server_config_apply_env(&c, envp, &err), 0);
     assert_int_equal(pjs_server_config_set(&c, "scheduler.warmup_runs", "5", "--warmup-runs",
                                            &err),
                      0);
     assert_int_equal(pjs_server_config_set(&c, "models.mlp.weight", "7", "--model-weight", &err),
                      0);
+    assert_int_equal(pjs_server_config_set(&c, "meta.concurrency", "5", "--meta-concurrency",
+                                           &err),
+                     0);
+    assert_int_equal(c.meta.concurrency, 5);                  /* flag over env over file */
+    assert_int_equal(c.meta.scratch_bytes, 2u << 20);         /* env over file */
     assert_int_equal(c.sched.discipline, PJS_DISCIPLINE_EDF); /* file */
     assert_true(c.sched.fair_clamp == 3);                     /* environment over file */
     assert_int_equal(c.sched.warmup_runs, 5);                 /* flag over both */
@@ -611,6 +761,18 @@ static void test_check(void **state)
     c.sched.cost_smoothing = 2;
     assert_int_equal(pjs_server_config_check(&c, &err), PJS_ERR_INVALID_ARGUMENT);
     assert_string_equal(err.msg, "scheduler.cost_smoothing: must be in (0, 1]");
+    c.sched.cost_smoothing = 0.2;
+    c.meta.concurrency = 0;
+    assert_int_equal(pjs_server_config_check(&c, &err), PJS_ERR_INVALID_ARGUMENT);
+    assert_string_equal(err.msg, "meta.concurrency: must be in 1..1024, got 0");
+    c.meta.concurrency = 2;
+    c.meta.scratch_bytes = (1ULL << 40) + 1;
+    assert_int_equal(pjs_server_config_check(&c, &err), PJS_ERR_INVALID_ARGUMENT);
+    assert_string_equal(err.msg,
+                        "meta.scratch_bytes: must be at most 1099511627776 bytes, got "
+                        "1099511627777");
+    c.meta.scratch_bytes = 1ULL << 40;
+    assert_int_equal(pjs_server_config_check(&c, &err), 0);
     pjs_server_config_free(&c);
 }
 
@@ -639,6 +801,13 @@ static void test_describe(void **state)
     assert_string_equal(line, "model policy two_io.v2: default timeout none");
     pjs_model_policy_describe(pjs_server_config_model(&c, "idle"), line, sizeof line);
     assert_string_equal(line, "model policy idle: the scheduler's defaults");
+    pjs_meta_config_describe(&c.meta, line, sizeof line);
+    assert_string_equal(line, "meta models: 4 permits (compute-only metas take none), scratch "
+                              "pool 67108864 bytes");
+    pjs_meta_config one = {.concurrency = 1};
+    pjs_meta_config_describe(&one, line, sizeof line);
+    assert_string_equal(line, "meta models: 1 permit (compute-only metas take none), no scratch "
+                              "pool (plain memory)");
     pjs_server_config_free(&c);
 }
 
@@ -649,6 +818,8 @@ int main(void)
         cmocka_unit_test(test_full_file),
         cmocka_unit_test(test_empty_files_set_nothing),
         cmocka_unit_test(test_each_key),
+        cmocka_unit_test(test_meta_keys),
+        cmocka_unit_test(test_parse_bytes),
         cmocka_unit_test(test_reject_unknown_top_key),
         cmocka_unit_test(test_reject_unknown_scheduler_key),
         cmocka_unit_test(test_reject_unknown_model_key),
@@ -689,6 +860,15 @@ int main(void)
         cmocka_unit_test(test_reject_weight_negative),
         cmocka_unit_test(test_reject_model_queue_depth_zero),
         cmocka_unit_test(test_reject_model_timeout_negative),
+        cmocka_unit_test(test_reject_meta_concurrency_zero),
+        cmocka_unit_test(test_reject_meta_concurrency_huge),
+        cmocka_unit_test(test_reject_meta_concurrency_quoted),
+        cmocka_unit_test(test_reject_meta_unknown_key),
+        cmocka_unit_test(test_reject_meta_not_mapping),
+        cmocka_unit_test(test_reject_scratch_bytes_spaced),
+        cmocka_unit_test(test_reject_scratch_bytes_negative),
+        cmocka_unit_test(test_reject_scratch_bytes_null),
+        cmocka_unit_test(test_reject_scratch_bytes_huge),
         cmocka_unit_test(test_reject_late_error_changes_nothing),
         cmocka_unit_test(test_reject_too_large),
         cmocka_unit_test(test_load_file),
