@@ -11,6 +11,8 @@ values, and checks that both protocols returned the same bytes. Exits 1 when
 a call fails or the protocols disagree. A model with input-shape variants
 shows -1 for the extents that vary besides the batch axis; metadata does not
 say which values they take, so such a model is skipped (its manifest says).
+The composition examples (image_classifier, detector, greedy_decoder) get
+inputs made for them: an image, a threshold, a prompt.
 """
 
 import argparse
@@ -34,14 +36,30 @@ def random_input(datatype, shape, rng):
     return rng.standard_normal(shape).astype(dtype)
 
 
+EXAMPLES = ("image_classifier", "detector", "greedy_decoder")
+
+
+def example_inputs(name, rng):
+    """{input: (datatype, array)} for the composition examples, else None."""
+    if name == "image_classifier":  # any height and width
+        return {"IMAGE": ("UINT8", rng.integers(0, 256, (48, 64, 3), dtype=np.uint8))}
+    if name == "detector":
+        return {"IMAGE": ("FP32", rng.standard_normal((3, 64, 64)).astype(np.float32)),
+                "SCORE_THRESHOLD": ("FP32", np.array([0.95], np.float32))}
+    if name == "greedy_decoder":
+        return {"PROMPT": ("INT32", np.array([0, 2], np.int32)),
+                "MAX_TOKENS": ("INT32", np.array([10], np.int32))}
+    return None
+
+
 def infer_both(name, grpc_c, http_c, batch, rng):
     meta = grpc_c.get_model_metadata(name, as_json=True)
-    arrays = {}
-    for t in meta["inputs"]:
+    arrays = example_inputs(name, rng) or {}
+    for t in meta["inputs"] if not arrays else []:
         dims = [int(d) for d in t["shape"]]
         if -1 in dims[1:]:
-            print(f"  skipped: input {t['name']} {dims} varies between the model's "
-                  "input-shape variants; see its manifest for the shapes it takes")
+            print(f"  skipped: input {t['name']} {dims} has extents that vary (input-shape "
+                  "variants, or a model with hooks); see its manifest for the shapes it takes")
             return True
         shape = [batch if d == -1 else d for d in dims]
         arrays[t["name"]] = (t["datatype"], random_input(t["datatype"], shape, rng))
@@ -62,7 +80,9 @@ def infer_both(name, grpc_c, http_c, batch, rng):
         h_out = h_result.as_numpy(t["name"])
         flat = g_out.reshape(-1)[:4]
         print(f"  {t['name']}: {t['datatype']} {list(g_out.shape)} first values {flat.tolist()}")
-        if g_out.tobytes() != h_out.tobytes():
+        if g_out.shape != h_out.shape or (g_out.dtype == object and g_out.tolist() !=
+                                          h_out.tolist()) or \
+                (g_out.dtype != object and g_out.tobytes() != h_out.tobytes()):
             print(f"  {t['name']}: gRPC and HTTP outputs differ", file=sys.stderr)
             same = False
     return same
@@ -87,7 +107,8 @@ def main():
         if entry.get("state") != "READY":
             print(f"{entry['name']}: {entry.get('state')} {entry.get('reason', '')}")
             continue
-        print(f"{entry['name']} (batch {args.batch}):")
+        print(f"{entry['name']}:" if entry["name"] in EXAMPLES else
+              f"{entry['name']} (batch {args.batch}):")
         ok = infer_both(entry["name"], grpc_c, http_c, args.batch, rng) and ok
     return 0 if ok else 1
 

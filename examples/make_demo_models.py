@@ -2,13 +2,19 @@
 """Export the demo models as pjserve bundles.
 
     examples/make_demo_models.py OUT_DIR [--only NAME ...] [--batch-sizes 1,4,8]
+                                 [--pjserve build/pjserve]
                                  [--target-stablehlo-version X.Y.Z]
 
 Writes OUT_DIR/<name>/ for mlp, convnet, two_io, mlp_bf16, mlp_f16 and gapnet
 (see python/pjserve_export/demo.py for what each one computes; gapnet has two
-input-shape variants). Weights come from
-fixed PRNG keys, so the bundles are byte-for-byte reproducible. Run a bundle
-with `build/pjserve run`, or all of them with examples/run_demo.py.
+input-shape variants), and the composition examples (python/pjserve_export/
+pipelines.py; their C code is in examples/bundles/): image_classifier (a
+model with C hooks), detector (a meta over detector_stage1 and
+detector_stage2) and greedy_decoder (a meta over decoder_step). Each model.so
+is built with `pjserve build-hooks` when --pjserve is given, else with cc
+directly. Weights come from fixed PRNG keys, so the bundles are byte-for-byte
+reproducible (model.so aside). Run a plain bundle with `build/pjserve run`, or
+all of them with examples/run_demo.py; serve them all with `make serve`.
 """
 
 import argparse
@@ -18,27 +24,40 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "python"))
 
-from pjserve_export import default_target_version, read_manifest  # noqa: E402
+from pjserve_export import default_target_version, hooks_builder, read_manifest  # noqa: E402
 from pjserve_export.demo import BATCH_SIZES, DEMO_MODEL_NAMES, demo_models  # noqa: E402
+from pjserve_export.pipelines import PIPELINE_NAMES, export_pipeline  # noqa: E402
 
 
 def _shape(spec):
-    return "[" + ", ".join(["batch"] + [str(d) for d in spec.shape]) + "]"
+    return "[" + ", ".join((["batch"] if spec.batched else []) + [str(d) for d in spec.shape]) \
+        + "]"
+
+
+def _tensors(specs):
+    return ", ".join(f"{s.name}:{s.dtype}{_shape(s)}" for s in specs)
 
 
 def _signature(m, variant):
-    ins = ", ".join(f"{s.name}:{s.dtype}{_shape(s)}" for s in m.variant_inputs(variant))
-    outs = ", ".join(f"{s.name}:{s.dtype}{_shape(s)}" for s in m.variant_outputs(variant))
-    return f"{ins} -> {outs}"
+    return f"{_tensors(m.variant_inputs(variant))} -> {_tensors(m.variant_outputs(variant))}"
+
+
+def _client_signature(m):
+    what = f"meta calling {', '.join(m.calls)}" if m.kind == "meta" else "hooks"
+    return f"{_tensors(m.client_inputs)} -> {_tensors(m.client_outputs)}  ({what})"
 
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("out_dir", type=Path, help="directory to write the bundles into")
-    ap.add_argument("--only", nargs="+", choices=DEMO_MODEL_NAMES, metavar="NAME",
-                    help=f"export only these ({', '.join(DEMO_MODEL_NAMES)})")
+    ap.add_argument("--only", nargs="+", choices=DEMO_MODEL_NAMES + PIPELINE_NAMES,
+                    metavar="NAME",
+                    help=f"export only these ({', '.join(DEMO_MODEL_NAMES + PIPELINE_NAMES)})")
+    ap.add_argument("--pjserve", type=Path, default=None,
+                    help="build each model.so with PJSERVE build-hooks (default: cc directly)")
     ap.add_argument("--batch-sizes", default=",".join(map(str, BATCH_SIZES)),
-                    help="comma-separated compiled batch sizes (default %(default)s)")
+                    help="comma-separated compiled batch sizes of the plain demo models "
+                         "(default %(default)s; the composition examples have their own)")
     ap.add_argument("--target-stablehlo-version", default=None,
                     help=f"StableHLO version of the artifacts (default {default_target_version()})")
     a = ap.parse_args(argv)
@@ -49,7 +68,8 @@ def main(argv=None):
 
     version = a.target_stablehlo_version or default_target_version()
     print(f"exporting to {a.out_dir} (batch sizes {batch_sizes}, StableHLO {version})", flush=True)
-    for model in demo_models(a.only):
+    only = a.only or DEMO_MODEL_NAMES + PIPELINE_NAMES
+    for model in demo_models([n for n in only if n in DEMO_MODEL_NAMES]):
         t0 = time.perf_counter()
         try:
             path = model.export(a.out_dir, batch_sizes=batch_sizes,
@@ -58,10 +78,26 @@ def main(argv=None):
             print(f"make_demo_models: {model.name}: {e}", file=sys.stderr)
             return 1
         m = read_manifest(path)
-        print(f"  {model.name:<9} {_signature(m, 'default')}  "
+        print(f"  {model.name:<16} {_signature(m, 'default')}  "
               f"({time.perf_counter() - t0:.1f} s)", flush=True)
         for v in m.variants:
-            print(f"  {'':<9} variant {v.name}: {_signature(m, v.name)}", flush=True)
+            print(f"  {'':<16} variant {v.name}: {_signature(m, v.name)}", flush=True)
+    build = hooks_builder(a.pjserve)
+    for name in [n for n in only if n in PIPELINE_NAMES]:
+        t0 = time.perf_counter()
+        try:
+            paths = export_pipeline(name, a.out_dir, build=build,
+                                    target_stablehlo_version=a.target_stablehlo_version)
+        except ValueError as e:
+            print(f"make_demo_models: {name}: {e}", file=sys.stderr)
+            return 1
+        for bundle, path in paths.items():
+            m = read_manifest(path)
+            line = _client_signature(m) if m.kind == "meta" else _signature(m, "default")
+            print(f"  {bundle:<16} {line}", flush=True)
+            if m.kind == "model" and m.client_inputs:
+                print(f"  {'':<16} clients: {_client_signature(m)}", flush=True)
+        print(f"  {'':<16} ({time.perf_counter() - t0:.1f} s)", flush=True)
     return 0
 
 
