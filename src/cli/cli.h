@@ -101,6 +101,7 @@ int pjs_cli_usage_error(const char *cmd, const char *fmt, ...)
  * top-level tensors and every other variant's. */
 void pjs_cli_print_manifest(const pjs_manifest *m);
 
+int pjs_cmd_build_hooks(int argc, char **argv);
 int pjs_cmd_run(int argc, char **argv);
 int pjs_cmd_check(int argc, char **argv);
 int pjs_cmd_info(int argc, char **argv);

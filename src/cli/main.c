@@ -20,6 +20,9 @@ static const char usage[] =
     "  run BUNDLE --input NAME=FILE.npy ... --output-dir DIR\n"
     "                  load, compile and execute a bundle once; write outputs as .npy\n"
     "  check BUNDLE... validate and compile bundles; report what was found\n"
+    "  build-hooks BUNDLE...\n"
+    "                  compile each bundle's model.c (hooks, a meta's run) into\n"
+    "                  model.so against pjserve/model.h\n"
     "  info [BUNDLE...]\n"
     "                  show the PJRT plugin: platform, API version, devices, and the\n"
     "                  StableHLO versions it accepts; and each BUNDLE's shapes and\n"
@@ -59,6 +62,8 @@ int main(int argc, char **argv)
         return pjs_cmd_run(argc - 1, argv + 1);
     if (strcmp(cmd, "check") == 0)
         return pjs_cmd_check(argc - 1, argv + 1);
+    if (strcmp(cmd, "build-hooks") == 0)
+        return pjs_cmd_build_hooks(argc - 1, argv + 1);
     if (strcmp(cmd, "info") == 0)
         return pjs_cmd_info(argc - 1, argv + 1);
     fprintf(stderr, "pjserve: unknown command '%s'\n\n%s", cmd, usage);

@@ -14,9 +14,6 @@
 #include "core/log.h"
 #include "core/mapped_file.h"
 
-/* File names reserved for pre/post hooks and meta orchestration. */
-static const char *hook_files[] = {"model.c", "model.so"};
-
 static bool file_exists(const char *path)
 {
     struct stat st;
@@ -54,19 +51,6 @@ static int check_layout(pjs_bundle *b, pjs_error *err)
                              "manifest.yaml: name: \"%s\" does not match the bundle directory "
                              "name \"%.*s\"",
                              m->name, (int)dirlen, dirname);
-    for (size_t i = 0; i < sizeof hook_files / sizeof hook_files[0]; i++) {
-        char path[PJS_BUNDLE_PATH_MAX];
-        snprintf(path, sizeof path, "%s/%s", b->dir, hook_files[i]);
-        if (file_exists(path))
-            return pjs_error_set(err, PJS_ERR_UNSUPPORTED,
-                                 "%s: hooks are not supported by this version of pjserve; remove "
-                                 "the file to serve the model without them",
-                                 hook_files[i]);
-    }
-    if (m->kind == PJS_KIND_META)
-        return pjs_error_set(err, PJS_ERR_UNSUPPORTED,
-                             "manifest.yaml: kind: meta models are not supported by this version "
-                             "of pjserve");
     return 0;
 }
 
@@ -135,8 +119,15 @@ int pjs_bundle_open(const char *dir, pjs_bundle **out, pjs_error *err)
     if (rc != 0)
         goto fail;
     rc = check_layout(b, err);
+    if (rc == 0)
+        rc = pjs_hooks_open(dir, &b->manifest, &b->hooks, err);
     if (rc != 0)
         goto fail;
+    if (b->manifest.kind == PJS_KIND_META) {
+        /* No executable: no weights, no modules. */
+        *out = b;
+        return 0;
+    }
     snprintf(path, sizeof path, "%s/weights.safetensors", dir);
     rc = pjs_safetensors_open(&b->weights, path, err);
     if (rc != 0)
@@ -168,6 +159,7 @@ void pjs_bundle_close(pjs_bundle *b)
     free(b->weight_sums);
     free(b->summed);
     pjs_safetensors_close(&b->weights);
+    pjs_hooks_close(b->hooks);
     pjs_manifest_free(&b->manifest);
     free(b);
 }

@@ -12,6 +12,10 @@
  * every batch axis has the module's batch size. Every rejection names the
  * bundle, the file and the field.
  *
+ * A bundle with model.so (hooks, or a meta's run) has it loaded at open
+ * (registry/hooks.h). A kind: meta bundle has no executable: opening it
+ * reads the manifest and model.so only, and it has no weights or modules.
+ *
  * Weights are read from weights.safetensors with positioned reads, never
  * through a memory map (a file truncated under a mapping raises SIGBUS).
  * The first read of each weight records a checksum of its bytes; once the
@@ -34,6 +38,7 @@
 #include "core/manifest.h"
 #include "core/safetensors.h"
 #include "core/status.h"
+#include "registry/hooks.h"
 #include "runtime/exec_cache.h"
 #include "runtime/runtime.h"
 
@@ -62,6 +67,8 @@ typedef struct pjs_bundle {
     uint64_t *weight_sums;
     bool *summed;
     bool sealed;
+    /* model.so's entry points, or NULL when the bundle has none. */
+    pjs_hooks *hooks;
 } pjs_bundle;
 
 /* The module of `variant` at manifest batch_sizes[size_index]. */

@@ -28,7 +28,9 @@ int pjs_model_create(pjs_bundle *b, pjs_rt_client *c, pjs_exec_cache *cache, pjs
                      pjs_error *err)
 {
     const pjs_manifest *man = &b->manifest;
-    if (man->n_inputs > PJS_INFER_MAX_TENSORS || man->n_outputs > PJS_INFER_MAX_TENSORS) {
+    if (man->n_inputs > PJS_INFER_MAX_TENSORS || man->n_outputs > PJS_INFER_MAX_TENSORS ||
+        man->n_client_inputs > PJS_INFER_MAX_TENSORS ||
+        man->n_client_outputs > PJS_INFER_MAX_TENSORS) {
         pjs_bundle_close(b);
         return pjs_error_set(err, PJS_ERR_UNSUPPORTED,
                              "bundle %s: pjserve serves models with at most %d inputs and %d "

@@ -43,12 +43,16 @@
 #include "registry/bundle.h"
 #include "runtime/exec_cache.h"
 #include "server/dispatch.h"
+#include "server/hooked.h"
+#include "server/meta.h"
+#include "server/server_internal.h"
 #include "server/watcher.h"
 
 typedef struct repo_entry {
     pjs_repository_entry info;
     pjs_model *model;  /* the repository's reference; NULL unless READY */
     bool unloaded;     /* unavailable on request, not by failure */
+    bool internal;     /* named in a loaded meta's calls: not addressable by clients */
 } repo_entry;
 
 /* What the server keeps of its configuration: the scheduler's settings
@@ -78,6 +82,8 @@ struct pjs_server {
     pthread_mutex_t jobs_lock; /* guards load_jobs and n_load_waiters */
     struct load_job *load_jobs;/* models queued or loading */
     size_t n_load_waiters;     /* callers waiting on them, all jobs */
+    pjs_meta_gate *meta_gate;  /* where meta runs run (server/meta.h) */
+    pjs_scratch_pool *scratch; /* their reuse buffers */
     pthread_mutex_t repo_lock;
     repo_entry *entries;
     size_t n_entries;
@@ -124,6 +130,63 @@ static int compare_entries(const void *a, const void *b)
     return strcmp(((const repo_entry *)a)->info.name, ((const repo_entry *)b)->info.name);
 }
 
+static bool is_meta(const pjs_model *m)
+{
+    return m != NULL && m->bundle->manifest.kind == PJS_KIND_META;
+}
+
+/* Marks the models a loaded meta calls as internal, and only those. */
+static void mark_internal_locked(pjs_server *s)
+{
+    for (size_t i = 0; i < s->n_entries; i++)
+        s->entries[i].internal = false;
+    for (size_t i = 0; i < s->n_entries; i++) {
+        const pjs_model *m = s->entries[i].model;
+        if (!is_meta(m))
+            continue;
+        for (size_t k = 0; k < m->bundle->manifest.n_calls; k++) {
+            repo_entry *e = find_entry_locked(s, m->bundle->manifest.calls[k]);
+            if (e != NULL)
+                e->internal = true;
+        }
+    }
+}
+
+/* A meta's calls name loaded models with no hooks that are not metas. */
+static int check_meta_calls(pjs_server *s, const pjs_bundle *b, pjs_error *err)
+{
+    const pjs_manifest *man = &b->manifest;
+    int rc = 0;
+    pthread_mutex_lock(&s->repo_lock);
+    for (size_t i = 0; rc == 0 && i < man->n_calls; i++) {
+        const char *name = man->calls[i];
+        repo_entry *e = find_entry_locked(s, name);
+        if (e == NULL)
+            rc = pjs_error_set(err, PJS_ERR_NOT_FOUND,
+                               "manifest.yaml: meta.calls[%zu]: no model \"%s\" in the "
+                               "repository",
+                               i, name);
+        else if (is_meta(e->model))
+            rc = pjs_error_set(err, PJS_ERR_INVALID_ARGUMENT,
+                               "manifest.yaml: meta.calls[%zu]: \"%s\" is a meta model, and a "
+                               "meta may not call a meta (call its sub-models directly)",
+                               i, name);
+        else if (e->model == NULL)
+            rc = pjs_error_set(err, PJS_ERR_UNAVAILABLE,
+                               "manifest.yaml: meta.calls[%zu]: model \"%s\" is not loaded%s%s",
+                               i, name, e->info.reason[0] ? ": " : "", e->info.reason);
+        else if (e->model->bundle->hooks != NULL)
+            rc = pjs_error_set(err, PJS_ERR_INVALID_ARGUMENT,
+                               "manifest.yaml: meta.calls[%zu]: model \"%s\" has hooks; a meta "
+                               "calls executables directly (do the conversion in pjserve_run)",
+                               i, name);
+    }
+    pthread_mutex_unlock(&s->repo_lock);
+    if (rc != 0)
+        pjs_error_prefix(err, "bundle %s: ", b->dir);
+    return rc;
+}
+
 /* Sets an entry's state, swapping in `model` (which may be NULL); returns the
  * model it replaced for the caller to unref outside the lock. */
 static pjs_model *set_entry(pjs_server *s, const char *name, pjs_model_state st,
@@ -143,6 +206,7 @@ static pjs_model *set_entry(pjs_server *s, const char *name, pjs_model_state st,
     e->info.state = st;
     snprintf(e->info.reason, sizeof e->info.reason, "%s", reason ? reason : "");
     qsort(s->entries, s->n_entries, sizeof *s->entries, compare_entries);
+    mark_internal_locked(s);
     pthread_mutex_unlock(&s->repo_lock);
     return old;
 }
@@ -249,6 +313,8 @@ static int load_locked(pjs_server *s, const char *name, const char *progress, bo
     pjs_model *m = NULL;
     uint64_t *costs = NULL;
     int rc = pjs_bundle_open(dir, &b, err);
+    if (rc == 0 && b->manifest.kind == PJS_KIND_META && (rc = check_meta_calls(s, b, err)) != 0)
+        pjs_bundle_close(b);
     if (rc == 0)
         rc = pjs_model_create(b, s->client, s->cache, &m, err);
     if (rc == 0)
@@ -293,6 +359,19 @@ static int compare_names(const void *a, const void *b)
     return strcmp(*(char *const *)a, *(char *const *)b);
 }
 
+/* Whether bundle `name` declares kind: meta (a manifest that does not
+ * parse is not: its load will say what is wrong). */
+static bool names_meta_bundle(pjs_server *s, const char *name)
+{
+    char path[PJS_BUNDLE_DIR_MAX + 300];
+    snprintf(path, sizeof path, "%s/%s/manifest.yaml", s->repository, name);
+    pjs_manifest m;
+    pjs_error err;
+    bool meta = pjs_manifest_load(&m, path, &err) == 0 && m.kind == PJS_KIND_META;
+    pjs_manifest_free(&m);
+    return meta;
+}
+
 static int load_repository(pjs_server *s, pjs_error *err)
 {
     DIR *d = opendir(s->repository);
@@ -329,14 +408,19 @@ static int load_repository(pjs_server *s, pjs_error *err)
         else
             pjs_warn("model repository %s has no bundle directories; serving no models",
                      s->repository);
-        size_t loaded = 0;
-        for (size_t i = 0; i < n; i++) {
-            char progress[64];
-            snprintf(progress, sizeof progress, "[%zu/%zu] ", i + 1, n);
-            pjs_error load_err;
-            pthread_mutex_lock(&s->load_lock);
-            loaded += load_locked(s, names[i], progress, false, &load_err) == 0;
-            pthread_mutex_unlock(&s->load_lock);
+        size_t loaded = 0, done = 0;
+        /* Metas last: they need the models they call loaded. */
+        for (int metas = 0; metas < 2; metas++) {
+            for (size_t i = 0; i < n; i++) {
+                if (names_meta_bundle(s, names[i]) != (metas == 1))
+                    continue;
+                char progress[64];
+                snprintf(progress, sizeof progress, "[%zu/%zu] ", ++done, n);
+                pjs_error load_err;
+                pthread_mutex_lock(&s->load_lock);
+                loaded += load_locked(s, names[i], progress, false, &load_err) == 0;
+                pthread_mutex_unlock(&s->load_lock);
+            }
         }
         pjs_info("%zu of %zu models loaded from %s", loaded, n, s->repository);
         warn_unused_policies(s);
@@ -570,6 +654,27 @@ static int copy_policies(server_policies *p, const pjs_server_config *c, pjs_err
     return 0;
 }
 
+/* Compute-only metas run on this many threads besides the gate's. */
+#define META_COMPUTE_THREADS 2
+
+static int start_meta(pjs_server *s, const pjs_server_options *o, pjs_error *err)
+{
+    int permits = o->meta_concurrency > 0 ? o->meta_concurrency : PJS_DEFAULT_META_CONCURRENCY;
+    int rc = pjs_meta_gate_create("meta gate", permits, META_COMPUTE_THREADS, 0, &s->meta_gate,
+                                  err);
+    if (rc == 0)
+        rc = pjs_scratch_pool_create(o->meta_scratch_bytes, &s->scratch, err);
+    if (rc == 0 && o->meta_scratch_bytes > 0)
+        pjs_info("meta models: %d at once inside their stages (--meta-concurrency), scratch pool "
+                 "of %.1f MiB (--meta-scratch-bytes)",
+                 permits, (double)o->meta_scratch_bytes / (1 << 20));
+    else if (rc == 0)
+        pjs_info("meta models: %d at once inside their stages (--meta-concurrency), scratch "
+                 "buffers from plain memory (no --meta-scratch-bytes)",
+                 permits);
+    return rc;
+}
+
 int pjs_server_create(const pjs_server_options *o, pjs_server **out, pjs_error *err)
 {
     if (o->repository == NULL || strlen(o->repository) >= PJS_BUNDLE_DIR_MAX)
@@ -624,6 +729,8 @@ int pjs_server_create(const pjs_server_options *o, pjs_server **out, pjs_error *
     }
     if (rc == 0)
         rc = pjs_work_pool_create("model loads", 1, s->max_pending_loads, &s->loads, err);
+    if (rc == 0)
+        rc = start_meta(s, o, err);
     if (rc == 0 && o->control_mode == PJS_CONTROL_DYNAMIC)
         rc = pjs_watcher_start(s, s->repository,
                                o->repository_poll_ms > 0 ? o->repository_poll_ms : 1000,
@@ -645,6 +752,9 @@ void pjs_server_drain(pjs_server *s)
     atomic_store(&s->draining, true);
     /* The load in progress finishes; queued ones are answered UNAVAILABLE. */
     pjs_work_pool_stop(s->loads);
+    /* Metas first: their runs still queue sub-calls. */
+    if (s->meta_gate != NULL)
+        pjs_meta_gate_drain(s->meta_gate);
     if (s->dispatcher != NULL)
         pjs_dispatcher_drain(s->dispatcher);
 }
@@ -654,6 +764,8 @@ void pjs_server_destroy(pjs_server *s)
     if (s == NULL)
         return;
     pjs_server_drain(s);
+    pjs_meta_gate_destroy(s->meta_gate);
+    pjs_scratch_pool_destroy(s->scratch);
     pjs_work_pool_destroy(s->loads);
     for (size_t i = 0; s->dispatcher != NULL && i < s->n_entries; i++)
         if (s->entries[i].model != NULL)
@@ -731,8 +843,24 @@ static bool is_version_number(const char *v)
     return n > 0 && n <= 18 && v[n] == '\0' && v[0] != '0';
 }
 
-int pjs_server_get_model(pjs_server *s, const char *name, const char *version, pjs_model **out,
-                         pjs_error *err)
+/* A meta serves when every model it calls does. */
+static int meta_calls_serving_locked(pjs_server *s, const pjs_model *m, pjs_error *err)
+{
+    for (size_t k = 0; is_meta(m) && k < m->bundle->manifest.n_calls; k++) {
+        repo_entry *e = find_entry_locked(s, m->bundle->manifest.calls[k]);
+        if (e == NULL || e->model == NULL)
+            return pjs_error_set(err, PJS_ERR_UNAVAILABLE,
+                                 "model \"%s\" is not ready: the model it calls, \"%s\", is not "
+                                 "loaded%s%s",
+                                 m->name, m->bundle->manifest.calls[k],
+                                 e != NULL && e->info.reason[0] ? ": " : "",
+                                 e != NULL ? e->info.reason : "");
+    }
+    return 0;
+}
+
+static int get_model(pjs_server *s, const char *name, const char *version, bool internal_ok,
+                     pjs_model **out, pjs_error *err)
 {
     *out = NULL;
     if (name == NULL || name[0] == '\0')
@@ -746,7 +874,7 @@ int pjs_server_get_model(pjs_server *s, const char *name, const char *version, p
                            "model \"%.256s\": version \"%.64s\" is not a version number "
                            "(a whole number > 0; pjserve serves version %s of each model)",
                            name, version, PJS_MODEL_VERSION);
-    else if (e == NULL)
+    else if (e == NULL || (e->internal && !internal_ok))
         rc = unknown_model(name, err);
     else if (has_version && strcmp(version, PJS_MODEL_VERSION) != 0)
         rc = pjs_error_set(err, PJS_ERR_NOT_FOUND,
@@ -756,13 +884,36 @@ int pjs_server_get_model(pjs_server *s, const char *name, const char *version, p
     else if (e->model == NULL)
         rc = pjs_error_set(err, PJS_ERR_UNAVAILABLE, "model \"%s\" is not loaded%s%s", name,
                            e->info.reason[0] ? ": " : " (unloaded)", e->info.reason);
-    else
+    else if ((rc = meta_calls_serving_locked(s, e->model, err)) == 0)
         *out = pjs_model_ref(e->model);
     pthread_mutex_unlock(&s->repo_lock);
     return rc;
 }
 
-static int submit(pjs_server *s, pjs_infer_request *r, bool committed, pjs_error *err)
+int pjs_server_get_model(pjs_server *s, const char *name, const char *version, pjs_model **out,
+                         pjs_error *err)
+{
+    return get_model(s, name, version, false, out, err);
+}
+
+int pjs__server_get_internal_model(pjs_server *s, const char *name, pjs_model **out,
+                                   pjs_error *err)
+{
+    return get_model(s, name, NULL, true, out, err);
+}
+
+pjs_meta_gate *pjs__server_meta_gate(pjs_server *s)
+{
+    return s->meta_gate;
+}
+
+pjs_scratch_pool *pjs__server_scratch_pool(pjs_server *s)
+{
+    return s->scratch;
+}
+
+int pjs__server_submit_executable(pjs_server *s, pjs_infer_request *r, bool committed,
+                                  pjs_error *err)
 {
     pjs_model *m = r->model;
     int rc = pjs_infer_validate(r, pjs_model_manifest(m), m->max_batch_size > 0 ? m->max_batch_size : 1,
@@ -784,7 +935,12 @@ static int submit(pjs_server *s, pjs_infer_request *r, bool committed, pjs_error
 
 int pjs_server_submit(pjs_server *s, pjs_infer_request *r, pjs_error *err)
 {
-    return submit(s, r, false, err);
+    const pjs_bundle *b = r->model->bundle;
+    if (b->manifest.kind == PJS_KIND_META)
+        return pjs_meta_submit(s, r, err);
+    if (b->hooks != NULL)
+        return pjs_hooked_submit(s, r, err);
+    return pjs__server_submit_executable(s, r, false, err);
 }
 
 int pjs_server_submit_committed(pjs_server *s, pjs_infer_request *r,
@@ -797,7 +953,7 @@ int pjs_server_submit_committed(pjs_server *s, pjs_infer_request *r,
                              "wait for its completion before submitting the next",
                              r->model->name);
     r->committed_slot = &caller->in_flight;
-    int rc = submit(s, r, true, err);
+    int rc = pjs__server_submit_executable(s, r, true, err);
     if (rc != 0) {
         r->committed_slot = NULL;
         atomic_store(&caller->in_flight, false);
@@ -827,7 +983,8 @@ size_t pjs_server_repository_index(pjs_server *s, bool ready_only, pjs_repositor
     size_t n = 0;
     pthread_mutex_lock(&s->repo_lock);
     for (size_t i = 0; i < s->n_entries; i++) {
-        if (ready_only && s->entries[i].info.state != PJS_MODEL_READY)
+        if (s->entries[i].internal ||
+            (ready_only && s->entries[i].info.state != PJS_MODEL_READY))
             continue;
         if (n < cap)
             out[n] = s->entries[i].info;
