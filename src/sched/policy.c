@@ -149,6 +149,21 @@ int pjs_sched_enqueue(pjs_sched *s, pjs_sched_queue *q, pjs_sched_job *j, uint64
     return 0;
 }
 
+bool pjs_sched_promote(pjs_sched *s, pjs_sched_queue *q, pjs_sched_job *j)
+{
+    if (j->committed)
+        return false;
+    for (const pjs_sched_job *at = q->head; at != NULL; at = at->next) {
+        if (at == j) {
+            j->committed = true;
+            q->committed++;
+            s->committed++;
+            return true;
+        }
+    }
+    return false;
+}
+
 /* Unlinks j, whose predecessor in q is prev (NULL for the head). */
 static void remove_job(pjs_sched *s, pjs_sched_queue *q, pjs_sched_job *prev, pjs_sched_job *j)
 {

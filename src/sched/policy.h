@@ -154,6 +154,11 @@ void pjs_sched_queue_init(pjs_sched_queue *q, pjs_sched_share *sh, void *owner, 
 int pjs_sched_enqueue(pjs_sched *s, pjs_sched_queue *q, pjs_sched_job *j, uint64_t now,
                       pjs_error *err);
 
+/* Makes j committed if it is still queued in q (a meta's sub-call whose turn
+ * to jump the line came while it waited as an ordinary request). False
+ * when j is not in q (already dequeued) or committed already. */
+bool pjs_sched_promote(pjs_sched *s, pjs_sched_queue *q, pjs_sched_job *j);
+
 /* Decides the next execution. Returns false when every queue is empty.
  * It may return true with plan->queue NULL when every job it looked at was
  * dropped. */

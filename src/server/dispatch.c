@@ -963,6 +963,18 @@ static bool quick_on_request_thread(const pjs_infer_request *r)
     return m->wentry.resident && c->samples > 0 && c->ns <= PJS_DISPATCH_INLINE_MAX_NS;
 }
 
+bool pjs_dispatcher_promote(pjs_dispatcher *d, pjs_infer_request *r, atomic_bool *slot)
+{
+    pjs_model *m = r->model;
+    pthread_mutex_lock(&d->lock);
+    bool promoted = r->variant < m->n_queues &&
+                    pjs_sched_promote(&d->sched, &m->queues[r->variant], &r->job);
+    if (promoted)
+        r->committed_slot = slot;
+    pthread_mutex_unlock(&d->lock);
+    return promoted;
+}
+
 int pjs_dispatcher_submit(pjs_dispatcher *d, pjs_infer_request *r, bool committed,
                           pjs_error *err)
 {

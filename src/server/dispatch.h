@@ -65,6 +65,12 @@ int pjs_dispatcher_warm_up(pjs_dispatcher *d, pjs_model *m, int runs, uint64_t *
 int pjs_dispatcher_submit(pjs_dispatcher *d, pjs_infer_request *r, bool committed,
                           pjs_error *err);
 
+/* Makes r, submitted as an ordinary request and still queued, committed,
+ * with `slot` as its committed caller's in-flight flag (cleared before its
+ * on_done, as for a committed submit). False when r is no longer queued or
+ * is committed already. r must not have completed (the caller knows). */
+bool pjs_dispatcher_promote(pjs_dispatcher *d, pjs_infer_request *r, atomic_bool *slot);
+
 /* Moves m to a residency floor under the device token (see
  * pjs_server_set_residency); blocks until done. */
 int pjs_dispatcher_set_residency(pjs_dispatcher *d, pjs_model *m, pjs_residency target,

@@ -6,8 +6,11 @@
  * sub-call is one or more pjs_infer_requests ("parts": a batch larger than
  * the sub-model's largest compiled size is split) completed by the
  * dispatcher on its own threads; the run's lock and condition variable
- * count completed parts, which is all those threads touch. Everything else
- * belongs to the thread running pjserve_run.
+ * count completed parts and hand the run's committed turn on: when a
+ * committed part completes, the oldest part still waiting as an ordinary
+ * request is promoted (server.h, pjs_committed_caller), so the run's parts
+ * jump the line one after another. That is all those threads touch;
+ * everything else belongs to the thread running pjserve_run.
  */
 #include "server/meta.h"
 
@@ -27,6 +30,7 @@ struct pjserve_subcall {
     pjs_model *model;           /* a reference */
     size_t n_parts;
     pjs_infer_request *parts;
+    unsigned char *state;       /* per part: PART_* (run->lock) */
     size_t n_submitted;         /* parts queued (the rest failed to queue) */
     size_t n_done;              /* parts completed (run->lock) */
     pjs_error error;            /* the first failure (run->lock) */
@@ -44,6 +48,33 @@ typedef struct pjs_meta_run {
 
 /* ---- sub-calls -------------------------------------------------------------- */
 
+enum { PART_UNSUBMITTED = 0, PART_QUEUED = 1, PART_DONE = 2 };
+
+/* run->lock held: the run's committed turn goes to its oldest part still
+ * queued as an ordinary request, if any. */
+static void pass_turn_locked(pjs_meta_run *run)
+{
+    pjserve_subcall *oldest = NULL;
+    for (bool promoted = false; !promoted;) {
+        /* The list is newest first: find the oldest call with a queued part. */
+        oldest = NULL;
+        for (pjserve_subcall *c = run->calls; c != NULL; c = c->next)
+            for (size_t k = 0; k < c->n_parts; k++)
+                if (c->state[k] == PART_QUEUED && !c->parts[k].job.committed) {
+                    oldest = c;
+                    break;
+                }
+        if (oldest == NULL)
+            return;
+        size_t k = 0;
+        while (oldest->state[k] != PART_QUEUED || oldest->parts[k].job.committed)
+            k++;
+        if (!pjs__server_promote(run->ctx.server, &oldest->parts[k], &run->committed))
+            return; /* dequeued meanwhile, or another part took the turn */
+        promoted = true;
+    }
+}
+
 static void part_done(pjs_infer_request *part)
 {
     pjserve_subcall *c = part->frontend_ctx;
@@ -51,7 +82,10 @@ static void part_done(pjs_infer_request *part)
     pthread_mutex_lock(&run->lock);
     if (part->error.code != 0 && c->error.code == 0)
         c->error = part->error;
+    c->state[part - c->parts] = PART_DONE;
     c->n_done++;
+    if (part->committed_slot != NULL)
+        pass_turn_locked(run);
     pthread_cond_broadcast(&run->done);
     pthread_mutex_unlock(&run->lock);
 }
@@ -183,7 +217,11 @@ int pjs_meta_call_start(pjs_hook_ctx *ctx, const char *model, const pjserve_tens
     }
     int64_t rows = call_rows(c->model, in, n), max = c->model->max_batch_size;
     size_t n_parts = max > 0 && rows > max ? (size_t)((rows + max - 1) / max) : 1;
-    if ((c->parts = calloc(n_parts, sizeof *c->parts)) == NULL) {
+    c->parts = calloc(n_parts, sizeof *c->parts);
+    c->state = calloc(n_parts, sizeof *c->state);
+    if (c->parts == NULL || c->state == NULL) {
+        free(c->parts);
+        free(c->state);
         pjs_model_unref(c->model);
         free(c);
         snprintf(ctx->message, sizeof ctx->message, "out of memory");
@@ -198,8 +236,13 @@ int pjs_meta_call_start(pjs_hook_ctx *ctx, const char *model, const pjserve_tens
         int64_t part_rows = n_parts == 1 ? rows : (rows - first < max ? rows - first : max);
         pjs_infer_request *p = &c->parts[k];
         fill_part(p, run, c, in, n, rows, first, part_rows);
-        if ((rc = submit_part(run, p, &err)) == 0)
-            c->n_submitted++;
+        if ((rc = submit_part(run, p, &err)) != 0)
+            break;
+        pthread_mutex_lock(&run->lock);
+        c->n_submitted++;
+        if (c->state[k] == PART_UNSUBMITTED) /* else it completed already */
+            c->state[k] = PART_QUEUED;
+        pthread_mutex_unlock(&run->lock);
     }
     if (rc != 0) {
         pthread_mutex_lock(&run->lock);
@@ -297,6 +340,7 @@ static void release_calls(pjs_meta_run *run)
             pjs_model_unref(c->parts[k].model);
         }
         free(c->parts);
+        free(c->state);
         pjs_model_unref(c->model);
         free(c);
     }

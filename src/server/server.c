@@ -664,14 +664,6 @@ static int start_meta(pjs_server *s, const pjs_server_options *o, pjs_error *err
                                   err);
     if (rc == 0)
         rc = pjs_scratch_pool_create(o->meta_scratch_bytes, &s->scratch, err);
-    if (rc == 0 && o->meta_scratch_bytes > 0)
-        pjs_info("meta models: %d at once inside their stages (--meta-concurrency), scratch pool "
-                 "of %.1f MiB (--meta-scratch-bytes)",
-                 permits, (double)o->meta_scratch_bytes / (1 << 20));
-    else if (rc == 0)
-        pjs_info("meta models: %d at once inside their stages (--meta-concurrency), scratch "
-                 "buffers from plain memory (no --meta-scratch-bytes)",
-                 permits);
     return rc;
 }
 
@@ -900,6 +892,17 @@ int pjs__server_get_internal_model(pjs_server *s, const char *name, pjs_model **
                                    pjs_error *err)
 {
     return get_model(s, name, NULL, true, out, err);
+}
+
+bool pjs__server_promote(pjs_server *s, pjs_infer_request *r, pjs_committed_caller *caller)
+{
+    bool idle = false;
+    if (!atomic_compare_exchange_strong(&caller->in_flight, &idle, true))
+        return false;
+    if (pjs_dispatcher_promote(s->dispatcher, r, &caller->in_flight))
+        return true;
+    atomic_store(&caller->in_flight, false);
+    return false;
 }
 
 pjs_meta_gate *pjs__server_meta_gate(pjs_server *s)

@@ -13,6 +13,7 @@
 #include "registry/model.h"
 #include "server/meta_gate.h"
 #include "server/scratch_pool.h"
+#include "server/server.h"
 
 struct pjs_server;
 
@@ -23,6 +24,10 @@ int pjs__server_submit_executable(struct pjs_server *s, pjs_infer_request *r, bo
 /* The model `name` as a meta's sub-call sees it: internal models too. */
 int pjs__server_get_internal_model(struct pjs_server *s, const char *name, pjs_model **out,
                                    pjs_error *err);
+/* Makes r (an ordinary sub-call still queued) committed for `caller` when
+ * the caller has no committed request in flight; false otherwise. */
+bool pjs__server_promote(struct pjs_server *s, pjs_infer_request *r,
+                         pjs_committed_caller *caller);
 pjs_meta_gate *pjs__server_meta_gate(struct pjs_server *s);
 pjs_scratch_pool *pjs__server_scratch_pool(struct pjs_server *s);
 
