@@ -87,7 +87,7 @@ def hooks_builder(pjserve: Optional[Union[str, Path]] = None, *, cc: str = "cc",
                   include_dir: Optional[Union[str, Path]] = None) -> Builder:
     """A `build` for the exporters: ``pjserve build-hooks BUNDLE`` when the
     pjserve binary is given, else the same compilation by `cc` directly
-    (``cc -std=c11 -O2 -fPIC -shared -I<include_dir>``; include_dir defaults to
+    (``cc -std=c11 -O2 -fPIC -shared -Wall -I<include_dir> ... -lm``; include_dir defaults to
     this repository's include/, where pjserve/model.h lives)."""
     if pjserve is not None:
         binary = str(pjserve)
@@ -102,8 +102,9 @@ def hooks_builder(pjserve: Optional[Union[str, Path]] = None, *, cc: str = "cc",
                          "holding pjserve/model.h) or the pjserve binary")
 
     def build_cc(bundle_dir: Path) -> None:
-        _run([cc, "-std=c11", "-O2", "-fPIC", "-shared", f"-I{inc}", "-o",
-              str(bundle_dir / HOOKS_LIBRARY), str(bundle_dir / HOOKS_SOURCE)], bundle_dir)
+        _run([cc, "-std=c11", "-O2", "-fPIC", "-shared", "-Wall", f"-I{inc}", "-o",
+              str(bundle_dir / HOOKS_LIBRARY), str(bundle_dir / HOOKS_SOURCE), "-lm"],
+             bundle_dir)
     return build_cc
 
 
