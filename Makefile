@@ -49,7 +49,7 @@ e2e: build
 test: unit e2e fuzz-smoke
 
 models: build
-	$(PYTHON) examples/make_demo_models.py models
+	$(PYTHON) examples/make_demo_models.py models --pjserve build/pjserve
 
 demo: models
 	$(PYTHON) examples/run_demo.py --pjserve build/pjserve models
