@@ -4,19 +4,24 @@
  *
  * Feeds arbitrary bytes to pjs_grpc_infer_decode as a serialized
  * ModelInferRequest (no shared-memory registry), validates what decodes
- * against a fixed two-input manifest with pjs_infer_validate, and for a
- * valid request fills the outputs as the dispatcher would and encodes and
+ * against a fixed two-input manifest with pjs_infer_validate (or, for
+ * model_name "texts", against a hooked manifest's string client tensors
+ * with pjs_infer_validate_client), and for a valid request fills the
+ * outputs as the dispatcher (or a postprocess hook) would and encodes and
  * packs the response. Invariants worth a crash: a failure always has a
- * message; a validated input's bytes match its shape; the packed response
- * unpacks again with one raw entry per output.
+ * message; a validated input's bytes match its shape (for strings: well
+ * formed, one element per position); the packed response unpacks again
+ * with one raw entry per output.
  *
  * Seeds in fuzz/corpus/fuzz_grpc_infer/ are written by
  * fuzz/make_grpc_infer_corpus.py with tritonclient's own protobuf classes.
  */
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/bytes.h"
 #include "core/manifest.h"
 #include "frontend/grpc/codec.h"
 
@@ -30,38 +35,97 @@ static const char MANIFEST[] = "format_version: \"2.0\"\n"
                                "  - {name: y, dtype: f32, shape: [batch, 3]}\n"
                                "  - {name: n, dtype: i64, shape: [batch]}\n";
 
+/* A hooked model whose clients send and get strings. */
+static const char TEXTS[] = "format_version: \"2.0\"\n"
+                            "name: texts\n"
+                            "batch_sizes: [1, 4]\n"
+                            "inputs:\n"
+                            "  - {name: tokens, dtype: i32, shape: [batch, 4]}\n"
+                            "outputs:\n"
+                            "  - {name: logits, dtype: f32, shape: [batch, 2]}\n"
+                            "client_inputs:\n"
+                            "  - {name: TEXT, dtype: bytes, shape: [batch, -1]}\n"
+                            "  - {name: LANG, dtype: bytes, shape: [1]}\n"
+                            "client_outputs:\n"
+                            "  - {name: LABEL, dtype: bytes, shape: [batch]}\n"
+                            "  - {name: SCORE, dtype: f32, shape: [batch]}\n";
+
+static const pjs_manifest *parsed_manifest(pjs_manifest *m, int *parsed, const char *yaml)
+{
+    pjs_error err;
+    if (!*parsed) {
+        if (pjs_manifest_parse(m, yaml, strlen(yaml), "fuzz", &err) != 0)
+            abort();
+        *parsed = 1;
+    }
+    return m;
+}
+
 static const pjs_manifest *fuzz_manifest(void)
 {
     static pjs_manifest m;
     static int parsed;
-    pjs_error err;
-    if (!parsed) {
-        if (pjs_manifest_parse(&m, MANIFEST, strlen(MANIFEST), "fuzz", &err) != 0)
-            abort();
-        parsed = 1;
-    }
-    return &m;
+    return parsed_manifest(&m, &parsed, MANIFEST);
 }
 
-/* Outputs of a batch as the dispatcher fills them: every output, marked
- * with its requested index (or -1). */
-static void fill_outputs(pjs_infer_request *r, const pjs_manifest *m)
+static const pjs_manifest *texts_manifest(void)
 {
-    r->n_outputs = m->n_outputs;
-    for (size_t i = 0; i < m->n_outputs; i++) {
+    static pjs_manifest m;
+    static int parsed;
+    return parsed_manifest(&m, &parsed, TEXTS);
+}
+
+/* Outputs as the dispatcher (or, for client tensors, a postprocess hook)
+ * fills them: every output, marked with its requested index (or -1); a
+ * string output holds one string of i bytes at position i. */
+static void fill_outputs(pjs_infer_request *r, const pjs_tensor_spec *specs, size_t n)
+{
+    r->n_outputs = n;
+    for (size_t i = 0; i < n; i++) {
         pjs_infer_output *o = &r->outputs[i];
         int64_t numel;
-        o->spec = &m->outputs[i];
-        o->shape = m->outputs[i].shape;
+        o->spec = &specs[i];
+        o->shape = specs[i].shape;
         o->shape.dims[0] = r->batch;
         if (!pjs_shape_numel(&o->shape, &numel))
             abort();
-        o->nbytes = (size_t)numel * pjs_dtype_size(o->spec->dtype);
-        o->data = calloc(1, o->nbytes);
+        if (o->spec->dtype == PJS_DTYPE_BYTES) {
+            size_t size = 0;
+            for (int64_t e = 0; e < numel; e++)
+                if (!pjs_bytes_add_size(&size, (size_t)e))
+                    abort();
+            o->nbytes = size;
+            o->data = calloc(1, size);
+            pjs_bytes_writer w = pjs_bytes_writer_init(o->data, size);
+            static const char text[8] = "abcdefg";
+            for (int64_t e = 0; e < numel; e++)
+                if (o->data == NULL || !pjs_bytes_put(&w, text, (size_t)e % 8))
+                    abort();
+        } else {
+            o->nbytes = (size_t)numel * pjs_dtype_size(o->spec->dtype);
+            o->data = calloc(1, o->nbytes);
+        }
         o->requested = -1;
         for (size_t k = 0; k < r->n_requested; k++)
             if (strcmp(r->requested[k].name, o->spec->name) == 0)
                 o->requested = (int)k;
+    }
+}
+
+/* A validated input's bytes fit its shape. */
+static void check_input(const pjs_infer_input *in)
+{
+    int64_t numel;
+    uint64_t nbytes, count;
+    pjs_error err;
+    if (!pjs_shape_numel(&in->shape, &numel))
+        abort();
+    if (in->spec->dtype == PJS_DTYPE_BYTES) {
+        if (pjs_bytes_count(in->data, in->nbytes, &count, &err) != 0 || count != (uint64_t)numel)
+            abort();
+    } else if (!pjs_shape_nbytes(&in->shape, pjs_dtype_size(in->spec->dtype), &nbytes) ||
+               nbytes != in->nbytes) {
+        abort();
     }
 }
 
@@ -83,7 +147,6 @@ static void check_response(pjs_grpc_infer *d)
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-    const pjs_manifest *m = fuzz_manifest();
     pjs_grpc_infer d;
     pjs_error err;
     pjs_grpc_infer_init(&d);
@@ -91,18 +154,22 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (pjs_grpc_infer_decode(&d, data, size, NULL, &err) != 0) {
         if (err.msg[0] == '\0')
             abort();
-    } else if (pjs_infer_validate(&d.req, m, 4, &err) != 0) {
+        pjs_grpc_infer_release(&d);
+        return 0;
+    }
+    bool texts = strcmp(d.msg->model_name, "texts") == 0;
+    const pjs_manifest *m = texts ? texts_manifest() : fuzz_manifest();
+    int rc = texts ? pjs_infer_validate_client(&d.req, m, 4, &err)
+                   : pjs_infer_validate(&d.req, m, 4, &err);
+    if (rc != 0) {
         if (err.msg[0] == '\0')
             abort();
     } else {
-        for (size_t i = 0; i < d.req.n_inputs; i++) {
-            uint64_t nbytes;
-            const pjs_infer_input *in = &d.req.inputs[i];
-            if (!pjs_shape_nbytes(&in->shape, pjs_dtype_size(in->spec->dtype), &nbytes) ||
-                nbytes != in->nbytes)
-                abort();
-        }
-        fill_outputs(&d.req, m);
+        for (size_t i = 0; i < d.req.n_inputs; i++)
+            check_input(&d.req.inputs[i]);
+        size_t n_outputs;
+        const pjs_tensor_spec *outputs = pjs_manifest_client_tensors(m, true, &n_outputs);
+        fill_outputs(&d.req, outputs, n_outputs);
         check_response(&d);
     }
     pjs_grpc_infer_release(&d);

@@ -10,18 +10,21 @@
  * small byte budget (whose accounting is checked: what was charged is what
  * the budget holds), decoded, its shared-memory tensors mapped
  * (against an empty registry), validated with pjs_infer_validate against a
- * fixed manifest that covers most datatypes, batched and not; a valid
- * request gets fabricated outputs (as the dispatcher makes them) and is
- * encoded. The response is then checked: its JSON part must parse and the
- * binary part must be exactly the binary outputs; a broken one aborts.
- * Seeds: fuzz/corpus/fuzz_rest_infer/ (JSON, binary, shared memory,
- * compressed, and broken requests).
+ * fixed manifest that covers most datatypes, batched and not (or, when an
+ * input is named TEXT, with pjs_infer_validate_client against a hooked
+ * manifest whose client tensors are strings); a valid request gets
+ * fabricated outputs (as the dispatcher or a postprocess hook makes them)
+ * and is encoded. The response is then checked: its JSON part must parse
+ * and the binary part must be exactly the binary outputs; a broken one
+ * aborts. Seeds: fuzz/corpus/fuzz_rest_infer/ (JSON, binary, shared memory,
+ * compressed, strings, and broken requests).
  */
 #include <jansson.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/bytes.h"
 #include "frontend/http/http_codec.h"
 
 static const char manifest_yaml[] =
@@ -40,6 +43,21 @@ static const char manifest_yaml[] =
     "  - {name: k, dtype: i8, shape: [batch]}\n"
     "  - {name: z, dtype: f64, shape: [2]}\n";
 
+/* The strings model: its executable's tensors never reach the codec. */
+static const char texts_yaml[] = "format_version: \"2.0\"\n"
+                                 "name: texts\n"
+                                 "batch_sizes: [1, 4]\n"
+                                 "inputs:\n"
+                                 "  - {name: tokens, dtype: i32, shape: [batch, 4]}\n"
+                                 "outputs:\n"
+                                 "  - {name: logits, dtype: f32, shape: [batch, 2]}\n"
+                                 "client_inputs:\n"
+                                 "  - {name: TEXT, dtype: bytes, shape: [batch, -1]}\n"
+                                 "  - {name: LANG, dtype: bytes, shape: [1]}\n"
+                                 "client_outputs:\n"
+                                 "  - {name: LABEL, dtype: bytes, shape: [batch]}\n"
+                                 "  - {name: SCORE, dtype: f32, shape: [batch]}\n";
+
 #define MAX_BATCH 4
 
 static const pjs_manifest *fuzz_manifest(void)
@@ -55,6 +73,27 @@ static const pjs_manifest *fuzz_manifest(void)
     return &m;
 }
 
+static const pjs_manifest *texts_manifest(void)
+{
+    static pjs_manifest m;
+    static int parsed;
+    pjs_error err;
+    if (!parsed) {
+        if (pjs_manifest_parse(&m, texts_yaml, sizeof texts_yaml - 1, "texts", &err) != 0)
+            abort();
+        parsed = 1;
+    }
+    return &m;
+}
+
+static bool names_text(const pjs_infer_request *r)
+{
+    for (size_t i = 0; i < r->n_inputs; i++)
+        if (r->inputs[i].name != NULL && strcmp(r->inputs[i].name, "TEXT") == 0)
+            return true;
+    return false;
+}
+
 static pjs_shm_registry *empty_registry(void)
 {
     static pjs_shm_registry *r;
@@ -65,13 +104,39 @@ static pjs_shm_registry *empty_registry(void)
     return r;
 }
 
-/* Outputs as the dispatcher makes them: every wanted output, finite values. */
-static void fabricate_outputs(pjs_infer_request *r, const pjs_manifest *m)
+/* String output i of n: quotes, backslashes, control characters, NUL and
+ * UTF-8 beyond ASCII, all of which the JSON encoding must escape or keep. */
+static void fabricate_strings(pjs_infer_output *out, int64_t n)
 {
-    r->n_outputs = m->n_outputs;
-    for (size_t o = 0; o < m->n_outputs; o++) {
+    static const char pool[] = "a\"\\\n\x01\0\xc3\xa8z";
+    size_t size = 0;
+    for (int64_t e = 0; e < n; e++)
+        if (!pjs_bytes_add_size(&size, (size_t)e % sizeof pool))
+            abort();
+    out->nbytes = size;
+    out->data = malloc(size + 1);
+    if (out->data == NULL)
+        abort();
+    pjs_bytes_writer w = pjs_bytes_writer_init(out->data, size);
+    for (int64_t e = 0; e < n; e++) {
+        size_t len = (size_t)e % sizeof pool;
+        /* never cut the two-byte character in half */
+        if (len > 0 && (unsigned char)pool[len - 1] == 0xc3)
+            len--;
+        if (!pjs_bytes_put(&w, pool, len))
+            abort();
+    }
+    out->nbytes = size - (size_t)(w.end - w.at);
+}
+
+/* Outputs as the dispatcher (or a postprocess hook) makes them: every
+ * wanted output, finite values. */
+static void fabricate_outputs(pjs_infer_request *r, const pjs_tensor_spec *specs, size_t n)
+{
+    r->n_outputs = n;
+    for (size_t o = 0; o < n; o++) {
         pjs_infer_output *out = &r->outputs[o];
-        out->spec = &m->outputs[o];
+        out->spec = &specs[o];
         out->shape = out->spec->shape;
         if (out->spec->batched)
             out->shape.dims[0] = r->batch;
@@ -84,6 +149,13 @@ static void fabricate_outputs(pjs_infer_request *r, const pjs_manifest *m)
             }
         if (!wanted)
             continue;
+        int64_t numel;
+        if (!pjs_shape_numel(&out->shape, &numel))
+            abort();
+        if (out->spec->dtype == PJS_DTYPE_BYTES) {
+            fabricate_strings(out, numel);
+            continue;
+        }
         uint64_t nbytes;
         if (!pjs_shape_nbytes(&out->shape, pjs_dtype_size(out->spec->dtype), &nbytes))
             abort();
@@ -101,7 +173,7 @@ static void check_response(const pjs_http_buf *b, size_t header_len)
 {
     size_t json_len = header_len > 0 ? header_len : b->len;
     json_error_t jerr;
-    json_t *doc = json_loadb(b->data, json_len, 0, &jerr);
+    json_t *doc = json_loadb(b->data, json_len, JSON_ALLOW_NUL, &jerr);
     if (doc == NULL)
         abort();
     size_t binary = 0;
@@ -150,11 +222,14 @@ static void run(const uint8_t *body, size_t size, const char *length, const char
     int rc = pjs_http_infer_decode(d, body, size, length, &err);
     if (rc == 0)
         rc = pjs_http_infer_map_shm(d, empty_registry(), &err);
+    const pjs_manifest *target = rc == 0 && names_text(&d->req) ? texts_manifest() : m;
     if (rc == 0)
-        rc = pjs_infer_validate(&d->req, m, MAX_BATCH, &err);
+        rc = target == m ? pjs_infer_validate(&d->req, m, MAX_BATCH, &err)
+                         : pjs_infer_validate_client(&d->req, target, MAX_BATCH, &err);
     if (rc == 0) {
-        size_t header_len = 0;
-        fabricate_outputs(&d->req, m);
+        size_t header_len = 0, n_outputs = 0;
+        const pjs_tensor_spec *outputs = pjs_manifest_client_tensors(target, true, &n_outputs);
+        fabricate_outputs(&d->req, outputs, n_outputs);
         if (pjs_http_infer_write_shm_outputs(d, &err) != 0 ||
             pjs_http_infer_encode(&d->req, "fuzz", "1", &response, &header_len, &err) != 0)
             abort();

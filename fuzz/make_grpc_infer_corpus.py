@@ -3,8 +3,9 @@
 
 Built with tritonclient's own protobuf classes, so the seeds are exactly what
 a Triton client puts on the wire. Valid requests match the driver's manifest
-(x: FP32 [batch, 4], mask: INT8 [batch, 2]; outputs y, n); the invalid ones
-each break one rule the codec or validation enforces.
+(x: FP32 [batch, 4], mask: INT8 [batch, 2]; outputs y, n), or, for model
+"texts", its string client tensors (TEXT: BYTES [batch, -1], LANG: BYTES
+[1]); the invalid ones each break one rule the codec or validation enforces.
 
     .venv/bin/python fuzz/make_grpc_infer_corpus.py fuzz/corpus/fuzz_grpc_infer
 """
@@ -30,7 +31,50 @@ def request(batch=1, raw=True, model="fuzz"):
     return r
 
 
+def serialize(strings):
+    return b"".join(struct.pack("<I", len(s)) + s for s in strings)
+
+
+TEXT = [b"", b"a\0b", b"\xff\xfe", b"hello", b"x" * 300, b"\n"]
+
+
+def texts(raw=True):
+    r = pb.ModelInferRequest(model_name="texts")
+    t = r.inputs.add(name="TEXT", datatype="BYTES", shape=[2, 3])
+    lang = r.inputs.add(name="LANG", datatype="BYTES", shape=[1])
+    if raw:
+        r.raw_input_contents.extend([serialize(TEXT), serialize([b"en"])])
+    else:
+        t.contents.bytes_contents.extend(TEXT)
+        lang.contents.bytes_contents.append(b"en")
+    return r
+
+
+def bytes_seeds():
+    yield "texts_raw", texts()
+    r = texts(raw=False)
+    r.outputs.add(name="LABEL")
+    yield "texts_contents", r
+    r = texts()
+    r.raw_input_contents[0] = serialize(TEXT)[:-1]
+    yield "texts_bad_length", r
+    r = texts()
+    r.raw_input_contents[0] = serialize(TEXT) + b"\0\0"
+    yield "texts_bad_trailing", r
+    r = texts()
+    r.inputs[0].shape[1] = 4
+    yield "texts_bad_count", r
+    r = texts(raw=False)
+    r.inputs[1].contents.fp32_contents.append(1.0)
+    yield "texts_bad_contents_field", r
+    r = request()
+    r.inputs[0].datatype = "BYTES"
+    r.raw_input_contents[0] = serialize([b"a"] * 4)
+    yield "bytes_to_number_tensor", r
+
+
 def seeds():
+    yield from bytes_seeds()
     yield "valid_raw_batch1", request()
     r = request(batch=2)
     r.id = "req-42"
