@@ -1063,6 +1063,22 @@ void pjs_server_get_counters(pjs_server *s, pjs_server_counters *out)
 {
     pjs_dispatcher_counters(s->dispatcher, &out->queue_depth, &out->in_flight,
                             &out->plans_inline, &out->plans_worker);
+    pjs_meta_gate_counters g;
+    pjs_meta_gate_get_counters(s->meta_gate, &g);
+    out->meta_permits = g.permits;
+    out->meta_running_gated = g.running_gated;
+    out->meta_running_compute = g.running_compute;
+    out->meta_waiting = g.waiting_gated + g.waiting_compute;
+    out->meta_peak_gated = g.peak_gated;
+    out->meta_completed = g.completed;
+    out->meta_expired = g.expired;
+    pjs_scratch_counters sc;
+    pjs_scratch_pool_get_counters(s->scratch, &sc);
+    out->scratch_budget_bytes = sc.budget_bytes;
+    out->scratch_used_bytes = sc.used_bytes;
+    out->scratch_peak_bytes = sc.peak_bytes;
+    out->scratch_waited = sc.waited;
+    out->scratch_timed_out = sc.timed_out;
 }
 
 void pjs_server_foreach_model(pjs_server *s, void (*fn)(pjs_model *m, void *ctx), void *ctx)

@@ -239,6 +239,19 @@ typedef struct pjs_server_counters {
     uint64_t in_flight;        /* accepted and not yet completed */
     uint64_t plans_inline;     /* executions (and drops) run by the submitting thread */
     uint64_t plans_worker;     /* ... run by a dispatcher worker */
+    /* Meta runs (server/meta_gate.h) and their scratch pool. */
+    uint64_t meta_permits;          /* --meta-concurrency */
+    uint64_t meta_running_gated;    /* runs holding a permit now */
+    uint64_t meta_running_compute;  /* compute-only runs now */
+    uint64_t meta_waiting;          /* runs waiting for a thread now */
+    uint64_t meta_peak_gated;       /* most runs ever holding a permit at once */
+    uint64_t meta_completed;        /* runs returned */
+    uint64_t meta_expired;          /* dropped at their deadline while waiting */
+    uint64_t scratch_budget_bytes;  /* 0: no pool (plain memory) */
+    uint64_t scratch_used_bytes;
+    uint64_t scratch_peak_bytes;
+    uint64_t scratch_waited;        /* acquisitions that waited for room */
+    uint64_t scratch_timed_out;     /* ... whose deadline passed first */
 } pjs_server_counters;
 void pjs_server_get_counters(pjs_server *s, pjs_server_counters *out);
 

@@ -838,6 +838,7 @@ void pjs__http_route_metrics(pjs__http_call *c)
     gauges.plans_inline = counters.plans_inline;
     gauges.plans_worker = counters.plans_worker;
     gauges.discipline = pjs_server_discipline(c->fe->server);
+    gauges.server = &counters;
     pjs_http_buf text;
     pjs_error err;
     pjs_http_buf_init(&text, METRICS_MAX_BYTES);

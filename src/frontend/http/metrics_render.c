@@ -348,9 +348,75 @@ static int render_batch_rows(const pjs_metrics_model *models, size_t n, pjs_http
 
 /* ---- server-wide ------------------------------------------------------------------ */
 
+/* One family with one unlabelled sample. */
+static int single(pjs_http_buf *b, const char *name, const char *help, const char *type,
+                  uint64_t v, pjs_error *err)
+{
+    int rc = family_header(b, name, help, type, err);
+    return rc != 0 ? rc : pjs_http_buf_printf(b, err, "%s %" PRIu64 "\n", name, v);
+}
+
+/* Meta runs (the gate of --meta-concurrency) and their scratch pool. */
+static int render_meta(const pjs_server_counters *c, pjs_http_buf *b, pjs_error *err)
+{
+    int rc = single(b, "pjserve_meta_permits",
+                    "Meta runs that may be inside their stages at once (--meta-concurrency)",
+                    "gauge", c->meta_permits, err);
+    if (rc == 0)
+        rc = family_header(b, "pjserve_meta_runs_running",
+                           "Meta runs executing now: holding a permit (gated) or compute-only",
+                           "gauge", err);
+    if (rc == 0)
+        rc = pjs_http_buf_printf(b, err,
+                                 "pjserve_meta_runs_running{kind=\"gated\"} %" PRIu64
+                                 "\npjserve_meta_runs_running{kind=\"compute_only\"} %" PRIu64
+                                 "\n",
+                                 c->meta_running_gated, c->meta_running_compute);
+    if (rc == 0)
+        rc = single(b, "pjserve_meta_runs_waiting", "Meta runs waiting for a permit or thread",
+                    "gauge", c->meta_waiting, err);
+    if (rc == 0)
+        rc = single(b, "pjserve_meta_runs_gated_peak",
+                    "Most meta runs ever holding a permit at once", "gauge", c->meta_peak_gated,
+                    err);
+    if (rc == 0)
+        rc = single(b, "pjserve_meta_runs_total", "Meta runs that returned", "counter",
+                    c->meta_completed, err);
+    if (rc == 0)
+        rc = single(b, "pjserve_meta_runs_expired_total",
+                    "Meta runs dropped at their deadline while waiting for a permit", "counter",
+                    c->meta_expired, err);
+    if (rc == 0)
+        rc = family_header(b, "pjserve_meta_scratch_bytes",
+                           "The meta scratch pool: its budget (--meta-scratch-bytes; 0: plain "
+                           "memory), bytes held now and the most ever held",
+                           "gauge", err);
+    if (rc == 0)
+        rc = pjs_http_buf_printf(b, err,
+                                 "pjserve_meta_scratch_bytes{state=\"budget\"} %" PRIu64
+                                 "\npjserve_meta_scratch_bytes{state=\"used\"} %" PRIu64
+                                 "\npjserve_meta_scratch_bytes{state=\"peak\"} %" PRIu64 "\n",
+                                 c->scratch_budget_bytes, c->scratch_used_bytes,
+                                 c->scratch_peak_bytes);
+    if (rc == 0)
+        rc = family_header(b, "pjserve_meta_scratch_waits_total",
+                           "Scratch acquisitions that waited for room, and those whose deadline "
+                           "passed first",
+                           "counter", err);
+    if (rc == 0)
+        rc = pjs_http_buf_printf(b, err,
+                                 "pjserve_meta_scratch_waits_total{outcome=\"served\"} %" PRIu64
+                                 "\npjserve_meta_scratch_waits_total{outcome=\"timed_out\"} "
+                                 "%" PRIu64 "\n",
+                                 c->scratch_waited, c->scratch_timed_out);
+    return rc;
+}
+
 static int render_server(const pjs_metrics_gauges *g, pjs_http_buf *b, pjs_error *err)
 {
-    int rc = family_header(b, "pjserve_queue_depth", "Requests waiting in the dispatcher queue",
+    int rc = g->server != NULL ? render_meta(g->server, b, err) : 0;
+    if (rc == 0)
+        rc = family_header(b, "pjserve_queue_depth", "Requests waiting in the dispatcher queue",
                            "gauge", err);
     if (rc == 0)
         rc = pjs_http_buf_printf(b, err, "pjserve_queue_depth %" PRIu64 "\n", g->queue_depth);

@@ -51,6 +51,7 @@ typedef struct pjs_metrics_gauges {
     uint64_t plans_inline;  /* plans run by the thread that submitted a request */
     uint64_t plans_worker;  /* plans run by a dispatcher worker */
     const char *discipline; /* the scheduler's discipline ("fair") */
+    const pjs_server_counters *server; /* meta runs and scratch (server.h) */
     pjs_weight_cache_info cache; /* the device weight cache (budget UINT64_MAX: +Inf) */
 } pjs_metrics_gauges;
 
