@@ -39,8 +39,19 @@ static void print_specs(const char *indent, const char *label, const pjs_tensor_
 
 void pjs_cli_print_manifest(const pjs_manifest *m)
 {
+    if (m->kind == PJS_KIND_META) {
+        printf("  kind: meta, calls: [");
+        for (size_t i = 0; i < m->n_calls; i++)
+            printf("%s%s", i ? ", " : "", m->calls[i]);
+        printf("]%s\n", m->n_calls == 0 ? " (compute-only)" : "");
+        print_specs("  ", "client inputs:", m->client_inputs, m->n_client_inputs);
+        print_specs("  ", "client outputs:", m->client_outputs, m->n_client_outputs);
+        return;
+    }
     printf("  kind: model, residency: %s, weight: %g\n", pjs_residency_name(m->residency),
            m->weight);
+    print_specs("  ", "client inputs:", m->client_inputs, m->n_client_inputs);
+    print_specs("  ", "client outputs:", m->client_outputs, m->n_client_outputs);
     printf("  batch sizes: [");
     for (size_t i = 0; i < m->n_batch_sizes; i++)
         printf("%s%lld", i ? ", " : "", (long long)m->batch_sizes[i]);
@@ -97,6 +108,11 @@ static void check_one(const char *dir, pjs_cli_runtime *rt, tally *t)
     const pjs_manifest *m = &b->manifest;
     printf("bundle %s (%s)\n", m->name, dir);
     pjs_cli_print_manifest(m);
+    if (b->hooks != NULL)
+        printf("  model.so: ABI version %u;%s%s%s\n", PJSERVE_MODEL_ABI_VERSION,
+               b->hooks->preprocess != NULL ? " pjserve_preprocess" : "",
+               b->hooks->postprocess != NULL ? " pjserve_postprocess" : "",
+               b->hooks->run != NULL ? " pjserve_run" : "");
     printf("  weights: %zu tensors, %llu bytes\n", b->weights.n_tensors,
            (unsigned long long)pjs_safetensors_total_bytes(&b->weights));
     for (size_t v = 0; v < m->n_variants; v++) {

@@ -389,6 +389,16 @@ int pjs_cmd_run(int argc, char **argv)
         rc = pjs_cli_fail("%s", err.msg);
         goto out;
     }
+    if (b->manifest.kind == PJS_KIND_META) {
+        rc = pjs_cli_fail("%s is a meta model: its run calls other models, which only a server "
+                          "has; serve the repository (pjserve serve) and call it",
+                          a.bundle_dir);
+        goto out;
+    }
+    if (b->hooks != NULL)
+        fprintf(stderr, "pjserve: note: %s has hooks; run executes its executable alone, with "
+                        "the executable's inputs (manifest `inputs`), without them\n",
+                a.bundle_dir);
     rc = load_inputs(&a, b, &n);
     if (rc != PJS_EXIT_OK)
         goto out;

@@ -288,10 +288,23 @@ static void log_ready(pjs_server *s, pjs_model *m, const char *progress, const u
             break;
         used += (size_t)n;
     }
+    if (man->kind == PJS_KIND_META) {
+        char calls[512] = "";
+        size_t at = 0;
+        for (size_t i = 0; i < man->n_calls && at < sizeof calls; i++)
+            at += (size_t)snprintf(calls + at, sizeof calls - at, "%s%s", i ? ", " : "",
+                                   man->calls[i]);
+        pjs_info("%smodel %s ready: a meta model calling [%s]%s; %.2f s", progress, m->name,
+                 calls, man->n_calls == 0 ? " (compute-only: takes no permit)" : "", seconds);
+        return;
+    }
+    const pjs_hooks *h = b->hooks;
     pjs_info("%smodel %s ready: %zu batch sizes x %zu variants (%zu modules from the executable "
-             "cache), %zu weights%s; %.2f s",
+             "cache), %zu weights%s%s%s%s; %.2f s",
              progress, m->name, man->n_batch_sizes, man->n_variants, from_cache,
-             b->weights.n_tensors, warm, seconds);
+             b->weights.n_tensors, warm, h != NULL ? "; hooks:" : "",
+             h != NULL && h->preprocess != NULL ? " preprocess" : "",
+             h != NULL && h->postprocess != NULL ? " postprocess" : "", seconds);
 }
 
 /* Compiles bundle `name` and swaps it in. On failure the entry turns
