@@ -570,6 +570,38 @@ static void test_committed_dispatched_first(void **state)
     drain(&s);
 }
 
+/* A job queued as an ordinary one and promoted later is dispatched like a
+ * committed one; promoting a job no longer queued (or twice) does nothing. */
+static void test_promoted_job_dispatched_first(void **state)
+{
+    (void)state;
+    pjs_sched_config c = config(PJS_DISCIPLINE_FIFO);
+    pjs_sched s;
+    pjs_sched_init(&s, &c);
+    tmodel a, b;
+    model_init(&a, 1, 100, sizes_148, 3, true, 1 * MS, 0);
+    model_init(&b, 1, 100, sizes_148, 3, true, 1 * MS, 0);
+    uint64_t now = 0;
+    for (int i = 0; i < 20; i++)
+        enqueue_ok(&s, &a.q[0], job(i, ++now, 0, 1), now);
+    tjob *late = job(99, ++now, 0, 1); /* fifo would run it after all of a's */
+    enqueue_ok(&s, &b.q[0], late, now);
+    assert_true(pjs_sched_promote(&s, &b.q[0], &late->job));
+    assert_false(pjs_sched_promote(&s, &b.q[0], &late->job)); /* committed already */
+    assert_int_equal(s.committed, 1);
+    pjs_sched_plan p;
+    assert_true(pjs_sched_next(&s, now, &p));
+    assert_ptr_equal(p.queue, &b.q[0]);
+    assert_int_equal(id_of(p.jobs), 99);
+    free_plan(&p);
+    assert_int_equal(s.committed, 0);
+    tjob *gone = job(100, ++now, 0, 1); /* never queued in b */
+    assert_false(pjs_sched_promote(&s, &b.q[0], &gone->job));
+    free(gone);
+    assert_int_equal(s.committed, 0);
+    drain(&s);
+}
+
 /* ---- fair ----------------------------------------------------------------------- */
 
 /* Runs `n_models` always-backlogged models for `seconds` of virtual time and
@@ -751,6 +783,7 @@ int main(void)
         cmocka_unit_test(test_coalescing_sizes),
         cmocka_unit_test(test_variants_never_mix),
         cmocka_unit_test(test_committed_dispatched_first),
+        cmocka_unit_test(test_promoted_job_dispatched_first),
         cmocka_unit_test(test_fair_converges_to_weights),
         cmocka_unit_test(test_fair_never_starves),
         cmocka_unit_test(test_fair_newcomer),
