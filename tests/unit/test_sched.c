@@ -582,8 +582,10 @@ static void test_promoted_job_dispatched_first(void **state)
     model_init(&a, 1, 100, sizes_148, 3, true, 1 * MS, 0);
     model_init(&b, 1, 100, sizes_148, 3, true, 1 * MS, 0);
     uint64_t now = 0;
-    for (int i = 0; i < 20; i++)
-        enqueue_ok(&s, &a.q[0], job(i, ++now, 0, 1), now);
+    for (int i = 0; i < 20; i++) {
+        now++;
+        enqueue_ok(&s, &a.q[0], job(i, now, 0, 1), now);
+    }
     tjob *late = job(99, ++now, 0, 1); /* fifo would run it after all of a's */
     enqueue_ok(&s, &b.q[0], late, now);
     assert_true(pjs_sched_promote(&s, &b.q[0], &late->job));
