@@ -15,6 +15,7 @@ filled, MAX_TOKENS 0), and the hooks' own errors reach the client.
 
 import sys
 import time
+import urllib.request
 from pathlib import Path
 
 import numpy as np
@@ -224,6 +225,37 @@ def test_detector_matches_reference(clients, detector_ref, detector_cases, proto
         assert err < ATOL, edge
         worst = max(worst, err)
     print(f"detector over {protocol}: max abs error {worst:.2e}")
+
+
+def stage2_counts(server):
+    """(rows, executions) of detector_stage2 so far, from /metrics."""
+    with urllib.request.urlopen(server.metrics_url, timeout=10) as r:
+        text = r.read().decode()
+    found = {}
+    for line in text.splitlines():
+        for metric in ("nv_inference_count", "nv_inference_exec_count"):
+            if line.startswith(metric + '{model="detector_stage2",'):
+                found[metric] = int(float(line.rsplit(" ", 1)[1]))
+    return found["nv_inference_count"], found["nv_inference_exec_count"]
+
+
+def test_detector_stage2_calls(server, clients, detector_ref, detector_cases):
+    """Stage 2 runs once per kept box: not at all for zero boxes, in several
+    executions for a chunk past its largest compiled batch size."""
+    largest = P.DET_STAGE2_BATCH_SIZES[-1]
+    for image, threshold, edge in detector_cases:
+        n = len(detector_ref(image, threshold).boxes)
+        rows0, execs0 = stage2_counts(server)
+        infer(clients, "grpc", "detector",
+              {"IMAGE": ("FP32", image),
+               "SCORE_THRESHOLD": ("FP32", np.array([threshold], np.float32))}, ["SCORES"])
+        rows1, execs1 = stage2_counts(server)
+        chunks = [min(P.DET_CHUNK, n - i) for i in range(0, n, P.DET_CHUNK)]
+        least = sum(-(-c // largest) for c in chunks)
+        print(f"detector {edge}: {n} boxes, stage-2 chunks {chunks}, "
+              f"{execs1 - execs0} executions")
+        assert rows1 - rows0 == n, edge
+        assert (execs1 - execs0 == 0) if n == 0 else (execs1 - execs0 >= least), edge
 
 
 @pytest.mark.parametrize("protocol", ["grpc", "http-binary"])  # JSON has no NaN
