@@ -89,6 +89,16 @@ static int load(pjs_wcache *c, pjs_wcache_entry *e, pjs_error *err)
     return 0;
 }
 
+/* The least recently used resident entry that is not held, other than
+ * `except`; NULL when none. */
+static pjs_wcache_entry *victim(const pjs_wcache *c, const pjs_wcache_entry *except)
+{
+    for (pjs_wcache_entry *e = c->oldest; e != NULL; e = e->newer)
+        if (e != except && atomic_load(&e->holds) == 0)
+            return e;
+    return NULL;
+}
+
 static bool fits(const pjs_wcache *c, uint64_t bytes)
 {
     return c->budget == PJS_WCACHE_UNLIMITED ||
@@ -112,8 +122,9 @@ int pjs_wcache_acquire(pjs_wcache *c, pjs_wcache_entry *e, bool *over_budget, pj
                              "its weights are not on the device (explicit model control: pin it "
                              "with SetModelResidency or POST /v2/pjserve/models/NAME/residency)");
     if (!e->pinned) {
-        while (!fits(c, e->bytes) && c->oldest != NULL)
-            evict(c, c->oldest);
+        pjs_wcache_entry *v;
+        while (!fits(c, e->bytes) && (v = victim(c, NULL)) != NULL)
+            evict(c, v);
         *over_budget = !fits(c, e->bytes);
     }
     return load(c, e, err);
@@ -142,9 +153,10 @@ int pjs_wcache_set_pinned(pjs_wcache *c, pjs_wcache_entry *e, bool pinned, pjs_e
     if (!pinned && e->resident && !c->autonomous)
         evict(c, e);
     /* e joined the budget as its newest entry: older ones make room. */
+    pjs_wcache_entry *v;
     while (!pinned && c->budget != PJS_WCACHE_UNLIMITED && c->used > c->budget &&
-           c->oldest != NULL && c->oldest != e)
-        evict(c, c->oldest);
+           (v = victim(c, e)) != NULL)
+        evict(c, v);
     return 0;
 }
 

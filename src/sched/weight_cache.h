@@ -7,7 +7,9 @@
  * acquiring a model that is not resident evicts the least recently used
  * resident models until it fits the budget, then loads it. Device-pinned
  * models are loaded once and never evicted; their bytes are counted apart
- * and do not use the budget. A model larger than the whole budget loads
+ * and do not use the budget. A held entry (pjs_wcache_entry.holds) is
+ * skipped when making room, so a model loads over the budget rather than
+ * evict one a running meta still calls. A model larger than the whole budget loads
  * after everything else was evicted (the caller logs a warning). When the
  * cache is not autonomous (explicit control mode), acquiring a model that
  * is not resident fails instead: a control plane decides residency.
@@ -22,6 +24,7 @@
 #define PJS_SCHED_WEIGHT_CACHE_H
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 
@@ -33,6 +36,9 @@ typedef struct pjs_wcache_entry {
     uint64_t bytes;
     bool pinned;     /* device-pinned: outside the budget, never evicted */
     bool resident;
+    /* > 0: not evicted to make room for others (a meta whose run calls the
+     * model is running); any thread changes it, atomically. */
+    atomic_int holds;
     uint64_t loads;
     uint64_t evictions;
     struct pjs_wcache_entry *newer, *older; /* LRU list of resident unpinned entries */

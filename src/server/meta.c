@@ -44,6 +44,10 @@ typedef struct pjs_meta_run {
     pthread_mutex_t lock;
     pthread_cond_t done;
     pjserve_subcall *calls;
+    /* The models meta.calls names, held (weights not evicted to make room
+     * for others) for the run's length; NULL where one was not loaded. */
+    pjs_model *held[PJS_INFER_MAX_TENSORS];
+    size_t n_held;
 } pjs_meta_run;
 
 /* ---- sub-calls -------------------------------------------------------------- */
@@ -361,10 +365,36 @@ static void record(pjs_infer_request *r)
     pthread_mutex_unlock(&m->stats_lock);
 }
 
+/* Holds every model the meta calls for the run's length, so that its weights,
+ * once loaded, stay on the device between the run's stages. */
+static void hold_calls(pjs_meta_run *run)
+{
+    const pjs_manifest *man = &run->ctx.model->bundle->manifest;
+    pjs_error err;
+    for (size_t k = 0; k < man->n_calls && k < PJS_INFER_MAX_TENSORS; k++) {
+        pjs_model *m = NULL;
+        if (pjs__server_get_internal_model(run->ctx.server, man->calls[k], &m, &err) == 0)
+            atomic_fetch_add(&m->wentry.holds, 1);
+        run->held[run->n_held++] = m;
+    }
+}
+
+static void release_holds(pjs_meta_run *run)
+{
+    for (size_t k = 0; k < run->n_held; k++) {
+        if (run->held[k] != NULL) {
+            atomic_fetch_sub(&run->held[k]->wentry.holds, 1);
+            pjs_model_unref(run->held[k]);
+        }
+    }
+    run->n_held = 0;
+}
+
 static void finish(pjs_meta_run *run)
 {
     pjs_infer_request *r = run->ctx.request;
     release_calls(run);
+    release_holds(run);
     pjs_hook_ctx_release(&run->ctx);
     pthread_mutex_destroy(&run->lock);
     pthread_cond_destroy(&run->done);
@@ -386,6 +416,7 @@ static void run_meta(pjs_meta_job *job)
     for (size_t i = 0; i < man->n_client_outputs; i++)
         out[i] = slots[i] = pjs_hook_slot(&man->client_outputs[i], NULL);
     run->ctx.stage = "run";
+    hold_calls(run);
     int status = r->model->bundle->hooks->run(&run->ctx.base, in, r->n_inputs, out,
                                                man->n_client_outputs);
     /* Sub-calls the run started and never waited for end before their
