@@ -159,35 +159,34 @@ def check_input_formats(formats: Optional[Mapping[str, str]], input_names: Seque
     return out
 
 
-def tensor_spec(name: str, dtype, shape: Sequence) -> TensorSpec:
+def tensor_spec(name: str, dtype, shape: Sequence, format: Optional[str] = None) -> TensorSpec:
     """A client tensor: `shape` as the manifest writes it, its first element
     may be "batch"; -1 marks an extent that varies. `dtype` is a manifest name
-    (bytes included) or a numpy dtype."""
+    (bytes included) or a numpy dtype. `format` (NHWC | NCHW): the layout of
+    an image input."""
     shape = list(shape)
     batched = bool(shape) and shape[0] == BATCH_AXIS
     dt = dtype if isinstance(dtype, str) else dtypes.manifest_name(dtype)
     return TensorSpec(name=name, dtype=dt, shape=tuple(shape[1:] if batched else shape),
-                      batched=batched)
+                      batched=batched, format=format)
 
 
 MAX_RANK = 8  # the server's limit (pjserve/model.h PJSERVE_MAX_RANK)
 
 
 def check_client_tensors(what: str, specs) -> List[TensorSpec]:
-    """client_inputs or client_outputs: TensorSpecs (or (name, dtype, shape)
-    tuples as `tensor_spec` takes them) with unique names, known dtypes
-    (bytes allowed) and extents >= -1."""
+    """client_inputs or client_outputs: TensorSpecs (or (name, dtype, shape
+    [, format]) tuples as `tensor_spec` takes them) with unique names, known
+    dtypes (bytes allowed) and extents >= -1; only inputs may have a format."""
     if specs is None or isinstance(specs, (str, bytes)):
         raise ValueError(f"{what} must be a list of tensors, got {specs!r}")
     out = []
     for s in specs:
         if not isinstance(s, TensorSpec):
-            try:
-                name, dt, shape = s
-            except (TypeError, ValueError):
+            if not isinstance(s, (tuple, list)) or len(s) not in (3, 4):
                 raise ValueError(f"each of {what} must be a TensorSpec or a (name, dtype, "
-                                 f"shape) tuple, got {s!r}") from None
-            s = tensor_spec(name, dt, shape)
+                                 f"shape[, format]) tuple, got {s!r}")
+            s = tensor_spec(*s)
         check_name(f"each name of {what}", s.name)
         if s.dtype not in dtypes.CLIENT_MANIFEST_NAMES:
             raise ValueError(f"{what} {s.name!r}: dtype must be one of "
@@ -200,8 +199,11 @@ def check_client_tensors(what: str, specs) -> List[TensorSpec]:
                 raise ValueError(f"{what} {s.name!r}: extents are ints >= 0, or -1 for one "
                                  f"that varies; got shape {list(s.shape)}")
         if s.format is not None:
-            raise ValueError(f"{what} {s.name!r}: client tensors carry no image format")
-        out.append(TensorSpec(s.name, s.dtype, tuple(int(d) for d in s.shape), s.batched))
+            if what != "client_inputs":
+                raise ValueError(f"{what} {s.name!r}: only inputs have an image format")
+            check_input_formats({s.name: s.format}, [s.name], {s.name: s.shape})
+        out.append(TensorSpec(s.name, s.dtype, tuple(int(d) for d in s.shape), s.batched,
+                              s.format))
     check_names(what, [s.name for s in out])
     return out
 

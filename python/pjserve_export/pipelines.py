@@ -227,7 +227,7 @@ def export_pipeline(name: str, out_dir, build: Optional[H.Builder] = None,
             output_names=["logits"], input_formats={"x": "NCHW"},
             description="a convnet behind C hooks: any HWC u8 image -> top-3 labels and "
                         "their probabilities",
-            client_inputs=[("IMAGE", "u8", [-1, -1, 3])],
+            client_inputs=[("IMAGE", "u8", [-1, -1, 3], "NHWC")],
             client_outputs=[("CLASSES", "bytes", [CLS_TOP_K]),
                             ("SCORES", "f32", [CLS_TOP_K])],
             hooks_source=_source(name), extra_files={"labels.txt": _source(name).parent /

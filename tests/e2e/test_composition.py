@@ -135,6 +135,14 @@ def test_metadata_is_the_client_side(clients, model, inputs, outputs):
         assert (got_in, got_out) == (inputs, outputs), protocol
 
 
+def test_classifier_config_reports_the_image_layout(clients):
+    config = clients["grpc"].get_model_config("image_classifier", as_json=True)["config"]
+    image = config["input"][0]
+    assert (image["name"], image["data_type"], image.get("format")) == (
+        "IMAGE", "TYPE_UINT8", "FORMAT_NHWC")
+    assert [o["data_type"] for o in config["output"]] == ["TYPE_STRING", "TYPE_FP32"]
+
+
 # ---- image_classifier ----------------------------------------------------------
 
 @pytest.fixture(scope="module")

@@ -26,7 +26,8 @@ def _linear(p, x):
 
 def export_hooked(tmp_path, **kw):
     args = dict(name="hooked", batch_sizes=[1, 2], input_names=["x"], output_names=["y"],
-                client_inputs=[("TEXT", "bytes", [-1]), ("SCALE", np.float32, ["batch", 1])],
+                client_inputs=[("TEXT", "bytes", [-1]), ("SCALE", np.float32, ["batch", 1]),
+                               ("IMAGE", "u8", [-1, -1, 3], "NHWC")],
                 client_outputs=[pe.tensor_spec("LABELS", "bytes", [-1, 2])],
                 hooks_source=HOOKS, extra_files={"vocab.txt": b"a\nb\n"})
     args.update(kw)
@@ -43,13 +44,16 @@ def test_hooked_bundle_layout_and_manifest(tmp_path):
     assert (path / "model.c").read_bytes() == HOOKS
     doc = yaml.safe_load((path / "manifest.yaml").read_text())
     assert doc["client_inputs"] == [{"name": "TEXT", "dtype": "bytes", "shape": [-1]},
-                                    {"name": "SCALE", "dtype": "f32", "shape": ["batch", 1]}]
+                                    {"name": "SCALE", "dtype": "f32", "shape": ["batch", 1]},
+                                    {"name": "IMAGE", "dtype": "u8", "shape": [-1, -1, 3],
+                                     "format": "NHWC"}]
     assert doc["client_outputs"] == [{"name": "LABELS", "dtype": "bytes", "shape": [-1, 2]}]
     assert doc["inputs"] == [{"name": "x", "dtype": "f32", "shape": ["batch", 4]}]
     m = pe.read_manifest(path)
     assert m.kind == "model" and m.calls is None and m.extra == {}
     assert m.client_inputs == [pe.TensorSpec("TEXT", "bytes", (-1,), batched=False),
-                               pe.TensorSpec("SCALE", "f32", (1,), batched=True)]
+                               pe.TensorSpec("SCALE", "f32", (1,), batched=True),
+                               pe.TensorSpec("IMAGE", "u8", (-1, -1, 3), False, "NHWC")]
     assert m.client_outputs[0].numpy_dtype == np.dtype(object)
 
 
@@ -105,6 +109,10 @@ META = dict(name="m", calls=["s"], client_inputs=[("A", "f32", [1])],
     (dict(client_inputs=[("A", "f32", [-2])]), "extents are ints >= 0, or -1"),
     (dict(client_inputs=[("A", "string", [1])]), "dtype must be one of"),
     (dict(client_inputs=[("A", "f32", [1] * 9)]), "at most 8 extents"),
+    (dict(client_inputs=[("A", "f32", [1, 2], "NHWC")]), "three extents per example"),
+    (dict(client_inputs=[("A", "f32", [1, 2, 3], "HWC")]), "must be NHWC or NCHW"),
+    (dict(client_outputs=[("B", "f32", [1, 2, 3], "NHWC")]), "only inputs have an image"),
+    (dict(client_inputs=[("A", "f32")]), "tuple"),
     (dict(client_outputs=[("A", "f32", [1])]), "both a client input and a client output"),
     (dict(client_inputs=[("A", "f32", [1]), ("A", "i32", [1])]), "must be unique"),
     (dict(source=None), "needs its model.c"),
