@@ -12,9 +12,10 @@ saves them as .npy, runs
     pjserve run BUNDLE --input NAME=FILE.npy ... --output-dir DIR
 
 and prints each output's shape, dtype and first values. Exits 1 if any run
-fails. Needs only numpy and PyYAML (no jax). Bundles with C code (model.c:
-hooks, or a meta model) are skipped: they run inside the server, so
-`make serve` and examples/client.py show them; their stages run here.
+fails. Needs only numpy and PyYAML (no jax). A model with C hooks runs its
+executable alone here (`pjserve run` says so); meta models are skipped: their
+runs call other models, which only a server has (`make serve`, then
+examples/client.py).
 """
 
 import argparse
@@ -36,8 +37,8 @@ def run_bundle(pjserve, bundle, n, seed, work, extra):
     except Exception as e:  # the server reports the details; here just do not crash
         print(f"== {bundle.name}: FAILED: cannot read {MANIFEST_FILE}: {e}", flush=True)
         return False
-    if manifest.kind == "meta" or (bundle / "model.c").is_file():
-        print(f"== {bundle.name}: skipped: its C code runs inside the server (make serve, "
+    if manifest.kind == "meta":
+        print(f"== {bundle.name}: skipped: a meta model runs inside the server (make serve, "
               "then examples/client.py)", flush=True)
         return True
     results = [run_variant(pjserve, bundle, manifest, variant, n, seed, work / variant, extra)
