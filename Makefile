@@ -71,7 +71,8 @@ tsan: bootstrap
 	$(TSAN_ENV) PJSERVE_BIN=$(CURDIR)/build-tsan/pjserve $(PYTEST) $(SANITIZER_PYTESTS)
 
 FUZZERS := fuzz_safetensors fuzz_manifest fuzz_npy fuzz_config fuzz_rest_infer fuzz_grpc_infer \
-            fuzz_control_json fuzz_auth_header fuzz_bytes
+            fuzz_control_json fuzz_auth_header fuzz_bytes \
+            fuzz_hook_abi
 
 fuzz-build: bootstrap
 	@test -f build-fuzz/CMakeCache.txt || \

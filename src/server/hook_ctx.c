@@ -237,7 +237,7 @@ int pjs_hook_check_produced(const pjs_hook_ctx *ctx, const pjserve_tensor *slot,
         return pjs_error_set(err, PJS_ERR_INTERNAL,
                              "model %s: %s set tensor \"%s\" to dtype %s; it is declared %s", model,
                              stage, name, dtype_label(got->dtype), dtype_label(slot->dtype));
-    if (got->rank != slot->rank)
+    if (got->rank < 0 || got->rank > PJSERVE_MAX_RANK || got->rank != slot->rank)
         return pjs_error_set(err, PJS_ERR_INTERNAL,
                              "model %s: %s gave tensor \"%s\" rank %d; it is declared with rank %d",
                              model, stage, name, got->rank, slot->rank);

@@ -952,6 +952,11 @@ int pjs__server_submit_executable(pjs_server *s, pjs_infer_request *r, bool comm
 int pjs_server_submit(pjs_server *s, pjs_infer_request *r, pjs_error *err)
 {
     const pjs_bundle *b = r->model->bundle;
+    /* Draining: metas accepted before still queue sub-calls (which do not
+     * come through here); clients get no more. */
+    if (atomic_load(&s->draining))
+        return pjs_error_set(err, PJS_ERR_UNAVAILABLE,
+                             "pjserve is shutting down and accepts no new requests");
     if (b->manifest.kind == PJS_KIND_META)
         return pjs_meta_submit(s, r, err);
     if (b->hooks != NULL)
