@@ -16,9 +16,12 @@
 #include "core/manifest.h"
 #include "registry/model.h"
 
-/* {"name", "versions": ["1"], "platform", "inputs", "outputs"}; each tensor
- * {"name", "datatype", "shape"} with -1 for the batch axis and for every
- * extent that differs between the model's variants (also in config dims). */
+/* {"name", "versions": ["1"], "platform", "inputs", "outputs"} of the
+ * tensors clients see (pjs_manifest_client_tensors: a hooked or meta
+ * model's client_inputs / client_outputs, else the executable's); each
+ * tensor {"name", "datatype", "shape"} with -1 for the batch axis, for every
+ * extent declared -1 and for every extent that differs between the model's
+ * variants (also in config dims). */
 json_t *pjs_model_metadata_json(const char *name, const char *platform,
                                 const pjs_manifest *m);
 
