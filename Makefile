@@ -11,6 +11,7 @@
 #   make bench      server overhead vs the raw limit and the peers (docs/benchmarks.md)
 #   make bench-scheduler  coalescing and fair shares on a compute-bound convnet (same doc)
 #   make bench-residency  weight loads vs size and many models under a weight budget (same doc)
+#   make bench-meta  the detector as a meta vs client-orchestrated vs Triton BLS (same doc)
 #   make clean
 
 JOBS ?= $(shell nproc)
@@ -18,7 +19,7 @@ FUZZ_SECONDS ?= 20
 PYTHON := .venv/bin/python
 PYTEST := $(PYTHON) -m pytest -q -p no:cacheprovider
 
-.PHONY: all bootstrap build test unit e2e models demo serve asan tsan fuzz fuzz-build fuzz-smoke clean bench bench-scheduler bench-residency
+.PHONY: all bootstrap build test unit e2e models demo serve asan tsan fuzz fuzz-build fuzz-smoke clean bench bench-scheduler bench-residency bench-meta
 
 all: build
 
@@ -121,3 +122,11 @@ bench-scheduler: build
 bench-residency: build
 	scripts/bootstrap-bench plot
 	$(PYTHON) bench/residency.py
+
+# Composition: the two-stage detector as a pjserve meta, against the same
+# stages orchestrated by the client over gRPC and against Triton's BLS in
+# .venv-bench-pytriton; and the added cost of one sub-call
+# (docs/benchmarks.md). About 5 minutes.
+bench-meta: build
+	scripts/bootstrap-bench pytriton plot
+	$(PYTHON) bench/meta_pipeline.py
