@@ -73,8 +73,8 @@ def main(src, dst):
             ax_sub.bar(j + (k - 0.5) * 0.4, s["p50_us"], 0.4, color=color, hatch=hatch,
                        edgecolor="white", yerr=[[0], [s["p99_us"] - s["p50_us"]]], capsize=3,
                        ecolor="#555555")
-        ticks.append((j, f"{server}\ndirect | one sub-call\n"
-                         f"p50 {v['p50_us'] - d['p50_us']:+.0f} us"))
+        added = next(a["added_p50_us"] for a in r["subcalls"] if a["server"] == server)
+        ticks.append((j, f"{server}\ndirect | one sub-call\nadded p50 {added:+.0f} us"))
     ax_sub.set_xticks([t[0] for t in ticks])
     ax_sub.set_xticklabels([t[1] for t in ticks], fontsize=8)
     ax_sub.set_ylabel("mlp latency at concurrency 1, us (p50, whisker p99)")
