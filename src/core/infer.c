@@ -26,6 +26,7 @@
 #include <time.h>
 
 #include "core/bytes.h"
+#include "core/classify.h"
 
 void pjs_infer_request_init(pjs_infer_request *r)
 {
@@ -302,14 +303,21 @@ static int check_inputs(pjs_infer_request *r, const pjs_manifest *m, int64_t max
     return 0;
 }
 
-/* Requested outputs known among outputs[n] and named once. */
+/* Requested outputs known among outputs[n], named once, and numeric when
+ * they are to be classified. */
 static int check_requested(const pjs_infer_request *r, const pjs_manifest *m,
                            const pjs_tensor_spec *outputs, size_t n, pjs_error *err)
 {
     char names[1024];
     for (size_t k = 0; k < r->n_requested; k++) {
         const char *name = r->requested[k].name;
-        if (name == NULL || find_spec(outputs, n, name) == NULL)
+        const pjs_tensor_spec *spec = name != NULL ? find_spec(outputs, n, name) : NULL;
+        int rc = spec != NULL && r->requested[k].class_count > 0
+                     ? pjs_classify_check(spec, m->name, err)
+                     : 0;
+        if (rc != 0)
+            return rc;
+        if (spec == NULL)
             return pjs_error_set(err, PJS_ERR_INVALID_ARGUMENT,
                                  "model %s: unknown output \"%.256s\" requested (the model's "
                                  "outputs: %s)",

@@ -50,6 +50,10 @@ typedef struct pjs_infer_requested_output {
     const char *shm_region;  /* system shared memory region name, or NULL */
     uint64_t shm_offset;
     uint64_t shm_byte_size;
+    /* Classification extension: the best class_count classes of each row
+     * instead of the tensor; 0: the tensor itself (core/classify.h). */
+    uint64_t class_count;
+    pjs_tensor_spec class_spec; /* what the output is once classified (BYTES) */
 } pjs_infer_requested_output;
 
 /* One produced output, in manifest order. */
@@ -119,7 +123,8 @@ void pjs_infer_request_release(pjs_infer_request *r);
 /* Checks a decoded request against a model's executable: every input named
  * once and known, datatype, shape (batch axis in 1..max_batch for batched
  * inputs, every other extent exact), byte size, batched inputs agreeing on
- * the batch, requested outputs known and named once. Reorders inputs to
+ * the batch, requested outputs known and named once (and numeric when
+ * they are to be classified). Reorders inputs to
  * manifest order and sets r->batch. With several input-shape variants, the
  * shapes must fit one variant: r->variant is set to it and every input's
  * spec is that variant's (r->variant is 0 for a model with one). Errors are

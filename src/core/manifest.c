@@ -7,8 +7,9 @@
  * errors with their line, and gives the typed getters and key tables that
  * this file's schema walk is made of. What is the manifest's own lives here:
  * the top-level keys and the two kinds, format_version, dtypes, shapes with
- * their `batch` axis, batch_sizes, meta calls, residency, and the variants
- * section. Every mapping is read through a table of the keys allowed there,
+ * their `batch` axis, batch_sizes, meta calls, residency, the variants
+ * section, and the labels files of classification outputs (named by the
+ * parse, read by pjs_manifest_load from beside the manifest). Every mapping is read through a table of the keys allowed there,
  * so the walk never descends further than the schema goes.
  *
  * Results are built into a local pjs_manifest and moved to the caller's only
@@ -24,6 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/classify.h"
 #include "core/mapped_file.h"
 #include "core/yaml_strict.h"
 
@@ -140,12 +142,23 @@ static int parse_format(pjs_yaml *y, yaml_node_t *n, const char *path, pjs_tenso
     return 0;
 }
 
+/* An output's `labels`: the name of a file in the bundle directory (the
+ * rule of names, so it cannot leave the directory); read at load. */
+static int parse_labels(pjs_yaml *y, yaml_node_t *n, const char *path, pjs_tensor_spec *t)
+{
+    if ((t->labels = calloc(1, sizeof *t->labels)) == NULL)
+        return pjs_yaml_fail_nomem(y, path);
+    return pjs_yaml_get_name(y, n, path, &t->labels->file);
+}
+
+/* Inputs may have a `format`, outputs `labels`; the fourth field is that. */
 static int parse_tensor(pjs_yaml *y, yaml_node_t *n, const char *path, bool input, bool client,
                         pjs_tensor_spec *t)
 {
-    pjs_yaml_field f[] = {{"name", NULL}, {"dtype", NULL}, {"shape", NULL}, {"format", NULL}};
+    pjs_yaml_field f[] = {{"name", NULL}, {"dtype", NULL}, {"shape", NULL},
+                          {input ? "format" : "labels", NULL}};
     char sub[PJS_YAML_PATH_MAX];
-    int rc = pjs_yaml_get_fields(y, n, path, f, input ? 4 : 3);
+    int rc = pjs_yaml_get_fields(y, n, path, f, 4);
     for (size_t i = 0; rc == 0 && i < 3; i++)
         rc = pjs_yaml_require(y, &f[i], path, n);
     if (rc != 0)
@@ -159,8 +172,14 @@ static int parse_tensor(pjs_yaml *y, yaml_node_t *n, const char *path, bool inpu
     pjs_yaml_path_key(sub, path, "shape");
     if ((rc = parse_shape(y, f[2].value, sub, client, t)) != 0 || f[3].value == NULL)
         return rc;
-    pjs_yaml_path_key(sub, path, "format");
-    return parse_format(y, f[3].value, sub, t);
+    pjs_yaml_path_key(sub, path, f[3].key);
+    if (input)
+        return parse_format(y, f[3].value, sub, t);
+    if (!pjs_classify_supported(t->dtype))
+        return pjs_yaml_fail(y, f[3].value, sub,
+                             "only a numeric output has classes to label; this one is %s",
+                             pjs_dtype_name(t->dtype));
+    return parse_labels(y, f[3].value, sub, t);
 }
 
 /* A non-empty list of tensors with unique names; `path` says which list
@@ -677,6 +696,91 @@ out:
     return rc;
 }
 
+/* ---- labels files ---------------------------------------------------------- */
+
+/* Splits text (size bytes, NUL-terminated by pjs_read_file) into lines in
+ * place: a "\n" or "\r\n" ends a line, a last line may lack it. */
+static int split_labels(pjs_labels *l, char *text, size_t size, const char *file, pjs_error *err)
+{
+    size_t lines = 0;
+    for (size_t i = 0; i < size; i++) {
+        if (text[i] == '\0')
+            return pjs_error_set(err, PJS_ERR_INVALID_ARGUMENT,
+                                 "%s: line %zu holds a NUL byte (a labels file is text, one "
+                                 "class name per line)",
+                                 file, lines + 1);
+        lines += text[i] == '\n';
+    }
+    lines += size > 0 && text[size - 1] != '\n';
+    l->names = calloc(lines > 0 ? lines : 1, sizeof *l->names);
+    if (l->names == NULL)
+        return pjs_error_set(err, PJS_ERR_NOMEM, "%s: out of memory for %zu labels", file, lines);
+    l->text = text;
+    for (char *at = text, *end = text + size; at < end; l->count++) {
+        char *nl = memchr(at, '\n', (size_t)(end - at));
+        char *stop = nl != NULL ? nl : end;
+        if (stop > at && stop[-1] == '\r')
+            stop[-1] = '\0';
+        *stop = '\0';
+        l->names[l->count] = at;
+        at = stop + 1;
+    }
+    return 0;
+}
+
+/* Reads the labels file of outputs[i] (listed as `what`) from dir and checks
+ * that it names every class of the output at each variant's shape. */
+static int load_labels(const pjs_manifest *m, const pjs_tensor_spec *outputs, size_t i,
+                       const char *what, const char *dir, const char *manifest_path,
+                       pjs_error *err)
+{
+    pjs_labels *l = outputs[i].labels;
+    char path[4096];
+    int w = snprintf(path, sizeof path, "%s/%s", dir, l->file);
+    if (w < 0 || (size_t)w >= sizeof path)
+        return pjs_error_set(err, PJS_ERR_INVALID_ARGUMENT, "%s: %s[%zu].labels: path too long",
+                             manifest_path, what, i);
+    char *text = NULL;
+    size_t size = 0;
+    int rc = pjs_read_file(path, PJS_LABELS_MAX_BYTES, &text, &size, err);
+    if (rc == 0 && (rc = split_labels(l, text, size, path, err)) != 0)
+        free(text);
+    if (rc != 0)
+        return pjs_error_prefix(err, "%s: %s[%zu].labels: ", manifest_path, what, i);
+    bool executable = outputs == m->outputs;
+    for (size_t v = 0; v < (executable ? m->n_variants : 1); v++) {
+        const pjs_tensor_spec *s = executable ? &m->variants[v].outputs[i] : &outputs[i];
+        int64_t classes = pjs_tensor_spec_row_elements(s);
+        if (classes >= 0 && l->count < (uint64_t)classes)
+            return pjs_error_set(err, PJS_ERR_INVALID_ARGUMENT,
+                                 "%s: %s[%zu].labels: %s has %zu lines but output \"%s\" has "
+                                 "%lld classes per row%s%s%s (one label per line, line i names "
+                                 "class i)",
+                                 manifest_path, what, i, l->file, l->count, s->name,
+                                 (long long)classes, v > 0 ? " in variant \"" : "",
+                                 v > 0 ? m->variants[v].name : "", v > 0 ? "\"" : "");
+    }
+    return 0;
+}
+
+static int load_labels_files(const pjs_manifest *m, const char *manifest_path, pjs_error *err)
+{
+    char dir[4096];
+    const char *slash = strrchr(manifest_path, '/');
+    if (slash == NULL)
+        snprintf(dir, sizeof dir, ".");
+    else
+        snprintf(dir, sizeof dir, "%.*s", (int)(slash - manifest_path), manifest_path);
+    int rc = 0;
+    for (size_t i = 0; rc == 0 && i < m->n_outputs; i++)
+        if (m->outputs[i].labels != NULL)
+            rc = load_labels(m, m->outputs, i, "outputs", dir, manifest_path, err);
+    for (size_t i = 0; rc == 0 && i < m->n_client_outputs; i++)
+        if (m->client_outputs[i].labels != NULL)
+            rc = load_labels(m, m->client_outputs, i, "client_outputs", dir, manifest_path, err);
+    return rc;
+}
+
 int pjs_manifest_load(pjs_manifest *m, const char *path, pjs_error *err)
 {
     char *data = NULL;
@@ -686,13 +790,24 @@ int pjs_manifest_load(pjs_manifest *m, const char *path, pjs_error *err)
     if (rc == 0)
         rc = pjs_manifest_parse(m, data, size, path, err);
     free(data);
+    if (rc == 0 && (rc = load_labels_files(m, path, err)) != 0)
+        pjs_manifest_free(m);
     return rc;
 }
 
-static void free_tensors(pjs_tensor_spec *v, size_t n)
+/* The tensors of a list; `owner`: the top-level list, whose labels its
+ * variants' copies share. */
+static void free_tensors(pjs_tensor_spec *v, size_t n, bool owner)
 {
-    for (size_t i = 0; v != NULL && i < n; i++)
+    for (size_t i = 0; v != NULL && i < n; i++) {
         free(v[i].name);
+        if (owner && v[i].labels != NULL) {
+            free(v[i].labels->file);
+            free(v[i].labels->names);
+            free(v[i].labels->text);
+            free(v[i].labels);
+        }
+    }
     free(v);
 }
 
@@ -702,16 +817,16 @@ void pjs_manifest_free(pjs_manifest *m)
         return;
     free(m->name);
     free(m->description);
-    free_tensors(m->inputs, m->n_inputs);
-    free_tensors(m->outputs, m->n_outputs);
-    free_tensors(m->client_inputs, m->n_client_inputs);
-    free_tensors(m->client_outputs, m->n_client_outputs);
+    free_tensors(m->inputs, m->n_inputs, true);
+    free_tensors(m->outputs, m->n_outputs, true);
+    free_tensors(m->client_inputs, m->n_client_inputs, true);
+    free_tensors(m->client_outputs, m->n_client_outputs, true);
     free(m->batch_sizes);
     for (size_t v = 0; m->variants != NULL && v < m->n_variants; v++) {
         free(m->variants[v].name);
         if (v > 0) {
-            free_tensors(m->variants[v].inputs, m->n_inputs);
-            free_tensors(m->variants[v].outputs, m->n_outputs);
+            free_tensors(m->variants[v].inputs, m->n_inputs, false);
+            free_tensors(m->variants[v].outputs, m->n_outputs, false);
         }
     }
     free(m->variants);
@@ -737,6 +852,17 @@ size_t pjs_tensor_spec_row_bytes(const pjs_tensor_spec *s)
     for (int d = s->batched ? 1 : 0; d < s->shape.rank; d++)
         bytes *= (size_t)s->shape.dims[d];
     return bytes;
+}
+
+int64_t pjs_tensor_spec_row_elements(const pjs_tensor_spec *s)
+{
+    int64_t n = 1;
+    for (int d = s->batched ? 1 : 0; d < s->shape.rank; d++) {
+        if (s->shape.dims[d] < 0)
+            return -1;
+        n *= s->shape.dims[d];
+    }
+    return n;
 }
 
 const pjs_tensor_spec *pjs_manifest_client_tensors(const pjs_manifest *m, bool output, size_t *n)

@@ -45,6 +45,21 @@ typedef enum pjs_tensor_format {
 /* "FORMAT_NONE", "FORMAT_NHWC", "FORMAT_NCHW". */
 const char *pjs_tensor_format_name(pjs_tensor_format f);
 
+/* Largest labels file accepted. */
+#define PJS_LABELS_MAX_BYTES (16u << 20)
+
+/* The class names of an output that clients may ask to classify (the
+ * classification extension, core/classify.h): the manifest entry's
+ * `labels: FILE` names a file in the bundle directory whose line i names
+ * class i. pjs_manifest_load reads it; a manifest only parsed has the file
+ * name and no names (count 0). */
+typedef struct pjs_labels {
+    char *file;   /* as declared */
+    size_t count; /* lines read */
+    char **names; /* count of them, NUL-terminated, pointing into text; "" for an empty line */
+    char *text;
+} pjs_labels;
+
 typedef struct pjs_tensor_spec {
     char *name;
     pjs_dtype dtype; /* PJS_DTYPE_BYTES only in client tensors */
@@ -55,6 +70,9 @@ typedef struct pjs_tensor_spec {
     /* Inputs only (`format: NHWC | NCHW` in the manifest); an image input has
      * three extents besides the batch axis. */
     pjs_tensor_format format;
+    /* Outputs and client outputs only (`labels: FILE`), else NULL. Owned by
+     * the top-level tensor; a variant's copy of the tensor shares it. */
+    pjs_labels *labels;
 } pjs_tensor_spec;
 
 /* An input-shape variant: the model's tensors at other shapes, executed by
@@ -119,6 +137,16 @@ const pjs_tensor_spec *pjs_manifest_client_tensors(const pjs_manifest *m, bool o
  * axis is -1 already). */
 pjs_shape pjs_manifest_client_shape(const pjs_manifest *m, bool output, size_t i);
 
+/* Elements of one row of an output (the batch axis left out; the whole
+ * tensor when it has none): the classes a classification ranks. -1 when an
+ * extent other than the batch axis is -1 (a client tensor's, known only per
+ * request). */
+int64_t pjs_tensor_spec_row_elements(const pjs_tensor_spec *s);
+
+/* pjs_manifest_parse leaves labels files unread; pjs_manifest_load reads
+ * every one (beside the manifest file) and refuses a missing or unreadable
+ * file, a NUL byte in it, or fewer lines than the output's row has
+ * elements at any variant's shape. */
 int pjs_manifest_parse(pjs_manifest *m, const char *yaml, size_t len, const char *label,
                        pjs_error *err);
 int pjs_manifest_load(pjs_manifest *m, const char *path, pjs_error *err);

@@ -20,6 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/classify.h"
 #include "registry/model.h"
 #include "server/hook_ctx.h"
 #include "server/server_internal.h"
@@ -36,7 +37,8 @@ typedef struct hooked_request {
     pjs_infer_requested_output requested[PJS_INFER_MAX_TENSORS];
 } hooked_request;
 
-/* The requested output names must be client outputs, each named once. */
+/* The requested output names must be client outputs, each named once, and
+ * numeric when the client asks to classify them. */
 static int check_requested(const pjs_model *m, const pjs_infer_request *r, pjs_error *err)
 {
     size_t n = 0;
@@ -49,6 +51,8 @@ static int check_requested(const pjs_model *m, const pjs_infer_request *r, pjs_e
             return pjs_error_set(err, PJS_ERR_INVALID_ARGUMENT,
                                  "model %s: unknown output \"%s\" requested", m->name,
                                  r->requested[k].name);
+        if (r->requested[k].class_count > 0 && pjs_classify_check(&outs[i], m->name, err) != 0)
+            return err->code;
         for (size_t j = 0; j < k; j++)
             if (strcmp(r->requested[j].name, r->requested[k].name) == 0)
                 return pjs_error_set(err, PJS_ERR_INVALID_ARGUMENT,

@@ -539,14 +539,33 @@ static void test_validate_errors(void **state)
     pjs_grpc_infer_release(&d);
 }
 
-static void test_classification_refused(void **state)
+static void test_classification_bad_counts(void **state)
 {
     (void)state;
     builder b;
     demo_request(&b);
     add_output(&b, "y");
+    set_int(add_output_param(&b, 0, "classification"), 0);
+    expect_decode_error(&b, NULL, PJS_ERR_INVALID_ARGUMENT,
+                        "output \"y\": parameter \"classification\" must be at least 1");
+    demo_request(&b);
+    add_output(&b, "y");
+    set_int(add_output_param(&b, 0, "classification"), -3);
+    expect_decode_error(&b, NULL, PJS_ERR_INVALID_ARGUMENT,
+                        "parameter \"classification\" must not be negative (got -3)");
+    demo_request(&b);
+    add_output(&b, "y");
+    set_string(add_output_param(&b, 0, "classification"), "2");
+    expect_decode_error(&b, NULL, PJS_ERR_INVALID_ARGUMENT,
+                        "parameter \"classification\" must be an int64_param or uint64_param");
+    /* The classes are strings in the response; they never go to a region. */
+    demo_request(&b);
+    add_output(&b, "y");
     set_int(add_output_param(&b, 0, "classification"), 2);
-    expect_decode_error(&b, NULL, PJS_ERR_UNSUPPORTED, "classification is not supported");
+    set_string(add_output_param(&b, 0, "shared_memory_region"), "region");
+    set_int(add_output_param(&b, 0, "shared_memory_byte_size"), 64);
+    expect_decode_error(&b, NULL, PJS_ERR_INVALID_ARGUMENT,
+                        "classification and a shared memory region cannot be combined");
 }
 
 /* ---- encoding ------------------------------------------------------------------- */
@@ -635,6 +654,43 @@ static void test_encode_requested_output(void **state)
     assert_string_equal(r->outputs[0]->name, "n");
     assert_int_equal(r->n_raw_output_contents, 1);
     assert_int_equal(r->raw_output_contents[0].data[0], 0x11);
+    inference__model_infer_response__free_unpacked(r, NULL);
+    pjs_grpc_infer_release(&d);
+}
+
+/* tritonclient's InferRequestedOutput("y", class_count=K): the output comes
+ * back as BYTES [batch, min(K, 3)] of "score:index", best first. */
+static void test_encode_classification(void **state)
+{
+    builder b;
+    pjs_grpc_infer d;
+    pjs_error err;
+    demo_request(&b);
+    add_output(&b, "n");
+    add_output(&b, "y");
+    set_uint(add_output_param(&b, 1, "classification"), 2);
+    assert_int_equal(decode(&b, &d, NULL, &err), 0);
+    assert_int_equal(d.req.requested[1].class_count, 2);
+    assert_int_equal(pjs_infer_validate(&d.req, *state, 4, &err), 0);
+    fake_outputs(&d, *state);
+    static const float y[2][3] = {{0.5f, 2.25f, -1.0f}, {7.0f, 7.0f, 8.0f}};
+    memcpy(d.req.outputs[0].data, y, sizeof y);
+    Inference__ModelInferResponse *r = round_trip(&d);
+    assert_int_equal(r->n_outputs, 2);
+    assert_string_equal(r->outputs[0]->name, "y");
+    assert_string_equal(r->outputs[0]->datatype, "BYTES");
+    assert_int_equal(r->outputs[0]->n_shape, 2);
+    assert_int_equal(r->outputs[0]->shape[0], 2);
+    assert_int_equal(r->outputs[0]->shape[1], 2);
+    static const char want[] = "\x0a\0\0\0" "2.250000:1" "\x0a\0\0\0" "0.500000:0"
+                               "\x0a\0\0\0" "8.000000:2" "\x0a\0\0\0" "7.000000:0";
+    assert_int_equal(r->raw_output_contents[0].len, sizeof want - 1);
+    assert_memory_equal(r->raw_output_contents[0].data, want, sizeof want - 1);
+    assert_string_equal(r->outputs[1]->datatype, "INT64"); /* not classified: as it was */
+    inference__model_infer_response__free_unpacked(r, NULL);
+    /* Encoding again (a retried send) finds the output classified already. */
+    r = round_trip(&d);
+    assert_int_equal(r->raw_output_contents[0].len, sizeof want - 1);
     inference__model_infer_response__free_unpacked(r, NULL);
     pjs_grpc_infer_release(&d);
 }
@@ -826,6 +882,28 @@ static int decode_texts(builder *b, pjs_grpc_infer *d, pjs_shm_registry *shm, pj
     if (getenv("PJS_TEST_VERBOSE") != NULL && rc != 0)
         print_message("%s\n", err->msg);
     return rc;
+}
+
+/* A string output has no classes: asking to classify it is refused when the
+ * request is validated, before anything runs; a number output of the same
+ * model may be classified. */
+static void test_bytes_classification_refused(void **state)
+{
+    (void)state;
+    builder b;
+    pjs_grpc_infer d;
+    pjs_error err;
+    builder_init(&b, "texts");
+    add_input(&b, "TEXT", "BYTES", 2, 2);
+    add_raw(&b, four_serialized, FOUR_SERIALIZED_LEN);
+    add_output(&b, "LABEL");
+    set_int(add_output_param(&b, 0, "classification"), 1);
+    assert_int_equal(decode_texts(&b, &d, NULL, &err), PJS_ERR_INVALID_ARGUMENT);
+    assert_non_null(strstr(err.msg, "model texts: output \"LABEL\" is BYTES: classification"));
+    pjs_grpc_infer_release(&d);
+    b.outputs[0].name = "SCORE";
+    assert_int_equal(decode_texts(&b, &d, NULL, &err), 0);
+    pjs_grpc_infer_release(&d);
 }
 
 static void test_bytes_raw(void **state)
@@ -1373,13 +1451,15 @@ int main(void)
         cmocka_unit_test(test_contents_errors),
         cmocka_unit_test(test_positional_raw),
         cmocka_unit_test(test_validate_errors),
-        cmocka_unit_test(test_classification_refused),
+        cmocka_unit_test(test_classification_bad_counts),
         cmocka_unit_test(test_encode_all_outputs),
         cmocka_unit_test(test_encode_requested_output),
+        cmocka_unit_test(test_encode_classification),
         cmocka_unit_test_setup_teardown(test_shm_input_and_output, setup_shm, teardown_shm),
         cmocka_unit_test_setup_teardown(test_shm_errors, setup_shm, teardown_shm),
         cmocka_unit_test_setup_teardown(test_shm_output_too_small, setup_shm, teardown_shm),
         cmocka_unit_test(test_bytes_raw),
+        cmocka_unit_test(test_bytes_classification_refused),
         cmocka_unit_test(test_bytes_raw_refused),
         cmocka_unit_test(test_bytes_contents),
         cmocka_unit_test(test_bytes_output_raw),

@@ -321,8 +321,15 @@ static void test_refuse_malformed_requests(void **state)
         {"{\"inputs\":[7]}", "inputs[0] must be an object"},
         {"{\"inputs\":[{\"datatype\":\"FP32\"}]}", "inputs[0]: \"name\" must be a string"},
         {"{\"inputs\":[],\"outputs\":{}}", "\"outputs\" must be a list"},
-        {"{\"inputs\":[],\"outputs\":[{\"name\":\"y\",\"parameters\":{\"classification\":2}}]}",
-         "classification extension is not supported"},
+        {"{\"inputs\":[],\"outputs\":[{\"name\":\"y\",\"parameters\":{\"classification\":0}}]}",
+         "output \"y\": parameter \"classification\" must be at least 1"},
+        {"{\"inputs\":[],\"outputs\":[{\"name\":\"y\",\"parameters\":{\"classification\":-2}}]}",
+         "parameter \"classification\" must be a non-negative integer"},
+        {"{\"inputs\":[],\"outputs\":[{\"name\":\"y\",\"parameters\":{\"classification\":\"2\"}}]}",
+         "parameter \"classification\" must be a non-negative integer"},
+        {"{\"inputs\":[],\"outputs\":[{\"name\":\"y\",\"parameters\":{\"classification\":2,"
+         "\"shared_memory_region\":\"r\",\"shared_memory_byte_size\":8}}]}",
+         "classification and a shared memory region cannot be combined"},
         {"{\"inputs\":[],\"outputs\":[{\"name\":\"y\",\"parameters\":"
          "{\"shared_memory_region\":\"r\"}}]}",
          "needs \"shared_memory_byte_size\""},
@@ -744,6 +751,54 @@ static void test_encode_binary_in_request_order(void **state)
     assert_int_equal(pjs_http_infer_encode(&c.r, "dtypes", "1", &out, &header_len, &err),
                      PJS_ERR_RESOURCE_EXHAUSTED);
     pjs_http_buf_free(&out);
+}
+
+/* Classification: y (FP32 [2, 2]) as JSON strings, best first with
+ * infinity above and NaN below every number; half (FP16 [2], no batch axis)
+ * as binary data: BYTES [1]. */
+static void test_encode_classification(void **state)
+{
+    (void)state;
+    completed c;
+    make_completed(&c);
+    pjs_http_infer d;
+    pjs_error err;
+    static const char body[] =
+        "{\"inputs\":[],\"outputs\":[{\"name\":\"y\",\"parameters\":{\"classification\":2}},"
+        "{\"name\":\"half\",\"parameters\":{\"classification\":1,\"binary_data\":true}}]}";
+    assert_int_equal(pjs_http_infer_decode(&d, body, sizeof body - 1, NULL, &err), 0);
+    assert_int_equal(d.req.requested[0].class_count, 2);
+    assert_int_equal(d.req.requested[1].class_count, 1);
+    c.r.n_requested = 2;
+    memcpy(c.r.requested, d.req.requested, 2 * sizeof c.r.requested[0]);
+    c.r.outputs[0].requested = 0;
+    c.r.outputs[2].requested = 1;
+    c.r.outputs[1].data = NULL;
+    c.r.outputs[1].nbytes = 0;
+    /* Classified outputs are replaced, so they must be the request's own. */
+    c.r.outputs[0].data = malloc(sizeof c.y);
+    c.r.outputs[2].data = malloc(sizeof c.half);
+    assert_non_null(c.r.outputs[0].data);
+    assert_non_null(c.r.outputs[2].data);
+    memcpy(c.r.outputs[0].data, c.y, sizeof c.y);
+    memcpy(c.r.outputs[2].data, c.half, sizeof c.half);
+    pjs_http_buf out;
+    size_t header_len;
+    pjs_http_buf_init(&out, 4096);
+    assert_int_equal(pjs_http_infer_encode(&c.r, "dtypes", "1", &out, &header_len, &err), 0);
+    const char *header =
+        "{\"model_name\":\"dtypes\",\"model_version\":\"1\",\"outputs\":["
+        "{\"name\":\"y\",\"datatype\":\"BYTES\",\"shape\":[2,2],"
+        "\"data\":[\"0.500000:0\",\"-1.250000:1\",\"inf:1\",\"nan:0\"]},"
+        "{\"name\":\"half\",\"datatype\":\"BYTES\",\"shape\":[1],"
+        "\"parameters\":{\"binary_data_size\":14}}]}";
+    assert_int_equal(header_len, strlen(header));
+    assert_memory_equal(out.data, header, header_len);
+    assert_int_equal(out.len, header_len + 14);
+    assert_memory_equal(out.data + header_len, "\x0a\0\0\0" "1.500000:0", 14);
+    pjs_http_buf_free(&out);
+    pjs_infer_request_release(&c.r);
+    pjs_http_infer_free(&d);
 }
 
 static void test_round_trip_every_dtype(void **state)
@@ -1474,6 +1529,7 @@ int main(void)
         cmocka_unit_test(test_shared_memory_tensors),
         cmocka_unit_test(test_encode_json),
         cmocka_unit_test(test_encode_binary_in_request_order),
+        cmocka_unit_test(test_encode_classification),
         cmocka_unit_test(test_round_trip_every_dtype),
         cmocka_unit_test(test_error_json_is_always_valid),
         cmocka_unit_test(test_model_metadata_and_config),

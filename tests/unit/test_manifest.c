@@ -359,6 +359,60 @@ static void test_input_formats(void **state)
     }
 }
 
+static void test_output_labels(void **state)
+{
+    (void)state;
+    const char *yaml = HEAD "batch_sizes: [1]\n"
+                            "inputs:\n  - {name: x, dtype: f32, shape: [batch, 4]}\n"
+                            "outputs:\n"
+                            "  - {name: logits, dtype: f32, shape: [batch, 3], labels: classes.txt}\n"
+                            "  - {name: raw, dtype: i8, shape: [batch, 3]}\n"
+                            "variants:\n  - {name: wide, inputs: {x: [batch, 8]}}\n"
+                            "client_outputs:\n"
+                            "  - {name: TOP, dtype: u16, shape: [-1], labels: top.txt}\n";
+    pjs_manifest m;
+    pjs_error err;
+    assert_int_equal(parse(&m, yaml, &err), 0);
+    assert_non_null(m.outputs[0].labels);
+    assert_string_equal(m.outputs[0].labels->file, "classes.txt");
+    assert_int_equal(m.outputs[0].labels->count, 0); /* read by pjs_manifest_load only */
+    assert_null(m.outputs[1].labels);
+    assert_ptr_equal(m.variants[1].outputs[0].labels, m.outputs[0].labels); /* shared */
+    assert_string_equal(m.client_outputs[0].labels->file, "top.txt");
+    assert_int_equal(pjs_tensor_spec_row_elements(&m.outputs[0]), 3);
+    assert_int_equal(pjs_tensor_spec_row_elements(&m.client_outputs[0]), -1);
+    pjs_manifest_free(&m);
+
+    static const struct {
+        const char *tensors, *needle1, *needle2;
+    } bad[] = {
+        {"inputs:\n  - {name: x, dtype: f32, shape: [batch, 4], labels: l.txt}\n"
+         "outputs:\n  - {name: y, dtype: f32, shape: [batch, 2]}\n",
+         "inputs[0]: unknown key \"labels\"", NULL},
+        {"inputs:\n  - {name: x, dtype: f32, shape: [batch, 4]}\n"
+         "outputs:\n  - {name: y, dtype: bool, shape: [batch, 2], labels: l.txt}\n",
+         "outputs[0].labels", "only a numeric output has classes to label; this one is bool"},
+        {"inputs:\n  - {name: x, dtype: f32, shape: [batch, 4]}\n"
+         "outputs:\n  - {name: y, dtype: f32, shape: [batch, 2], labels: sub/l.txt}\n",
+         "outputs[0].labels", "may only contain"},
+        {"inputs:\n  - {name: x, dtype: f32, shape: [batch, 4]}\n"
+         "outputs:\n  - {name: y, dtype: f32, shape: [batch, 2], labels: .hidden}\n",
+         "outputs[0].labels", "must not start with '.'"},
+        {"inputs:\n  - {name: x, dtype: f32, shape: [batch, 4]}\n"
+         "outputs:\n  - {name: y, dtype: f32, shape: [batch, 2], labels: [a, b]}\n",
+         "outputs[0].labels", NULL},
+        {"inputs:\n  - {name: x, dtype: f32, shape: [batch, 4]}\n"
+         "outputs:\n  - {name: y, dtype: f32, shape: [batch, 2]}\n"
+         "client_outputs:\n  - {name: S, dtype: bytes, shape: [2], labels: l.txt}\n",
+         "client_outputs[0].labels", "this one is bytes"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        char doc[1024];
+        snprintf(doc, sizeof doc, HEAD "batch_sizes: [1]\n%s", bad[i].tensors);
+        expect_reject(doc, strlen(doc), PJS_ERR_INVALID_ARGUMENT, bad[i].needle1, bad[i].needle2);
+    }
+}
+
 static void test_name_limits(void **state)
 {
     (void)state;
@@ -890,6 +944,122 @@ static void test_load_from_file(void **state)
     unlink(path);
 }
 
+/* A bundle directory with manifest.yaml and the given labels file. */
+static void write_bundle(const char *dir, const char *yaml, const char *labels, size_t labels_len)
+{
+    char path[512];
+    snprintf(path, sizeof path, "%s/manifest.yaml", dir);
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    assert_int_equal(fwrite(yaml, 1, strlen(yaml), f), strlen(yaml));
+    fclose(f);
+    snprintf(path, sizeof path, "%s/labels.txt", dir);
+    unlink(path);
+    if (labels == NULL)
+        return;
+    f = fopen(path, "w");
+    assert_non_null(f);
+    assert_int_equal(fwrite(labels, 1, labels_len, f), labels_len);
+    fclose(f);
+}
+
+static void expect_load_error(const char *dir, int code, const char *needle1, const char *needle2)
+{
+    char path[512];
+    pjs_manifest m;
+    pjs_error err;
+    snprintf(path, sizeof path, "%s/manifest.yaml", dir);
+    int rc = pjs_manifest_load(&m, path, &err);
+    if (getenv("PJS_TEST_VERBOSE") != NULL)
+        print_message("%s\n", err.msg);
+    if (rc != code || !strstr(err.msg, needle1) || (needle2 && !strstr(err.msg, needle2)))
+        print_error("rc=%d msg: %s\n", rc, err.msg);
+    assert_int_equal(rc, code);
+    assert_true(strncmp(err.msg, path, strlen(path)) == 0);
+    assert_non_null(strstr(err.msg, needle1));
+    if (needle2)
+        assert_non_null(strstr(err.msg, needle2));
+    assert_zeroed(&m);
+}
+
+#define LABELLED(out_shape)                                                                   \
+    HEAD "batch_sizes: [1]\n"                                                                 \
+         "inputs:\n  - {name: x, dtype: f32, shape: [batch, 4]}\n"                            \
+         "outputs:\n  - {name: y, dtype: f32, shape: " out_shape ", labels: labels.txt}\n"
+
+static void test_load_labels(void **state)
+{
+    (void)state;
+    char dir[] = "/tmp/test_manifest_labels_XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    char path[512];
+    snprintf(path, sizeof path, "%s/manifest.yaml", dir);
+    pjs_manifest m;
+    pjs_error err;
+
+    /* CRLF and LF line ends, an empty line, no newline at the end; more
+     * lines than classes are fine. */
+    static const char text[] = "cat\r\ndog\n\nb\xc3\xa9" "e\nextra";
+    write_bundle(dir, LABELLED("[batch, 4]"), text, sizeof text - 1);
+    assert_int_equal(pjs_manifest_load(&m, path, &err), 0);
+    const pjs_labels *l = m.outputs[0].labels;
+    assert_int_equal(l->count, 5);
+    assert_string_equal(l->names[0], "cat");
+    assert_string_equal(l->names[1], "dog");
+    assert_string_equal(l->names[2], "");
+    assert_string_equal(l->names[3], "b\xc3\xa9" "e");
+    assert_string_equal(l->names[4], "extra");
+    pjs_manifest_free(&m);
+
+    /* A trailing newline ends the last line; it starts none. */
+    write_bundle(dir, LABELLED("[batch, 2, 2]"), "a\nb\nc\nd\n", 8);
+    assert_int_equal(pjs_manifest_load(&m, path, &err), 0);
+    assert_int_equal(m.outputs[0].labels->count, 4);
+    pjs_manifest_free(&m);
+
+    /* A client output with a varying extent is checked per request only. */
+    write_bundle(dir,
+                 HEAD "kind: meta\nmeta: {calls: []}\n"
+                      "client_inputs: [{name: a, dtype: f32, shape: [-1]}]\n"
+                      "client_outputs: [{name: b, dtype: f32, shape: [batch, -1], "
+                      "labels: labels.txt}]\n",
+                 "", 0);
+    assert_int_equal(pjs_manifest_load(&m, path, &err), 0);
+    assert_int_equal(m.client_outputs[0].labels->count, 0);
+    pjs_manifest_free(&m);
+
+    write_bundle(dir, LABELLED("[batch, 4]"), NULL, 0);
+    expect_load_error(dir, PJS_ERR_NOT_FOUND, "outputs[0].labels: ", "labels.txt");
+    write_bundle(dir, LABELLED("[batch, 4]"), "a\nb\nc\n", 6);
+    expect_load_error(dir, PJS_ERR_INVALID_ARGUMENT, "outputs[0].labels: ",
+                      "labels.txt has 3 lines but output \"y\" has 4 classes per row");
+    write_bundle(dir, LABELLED("[3, 2]"), "a\nb\nc\nd\ne\n", 10);
+    expect_load_error(dir, PJS_ERR_INVALID_ARGUMENT, "has 5 lines but output \"y\" has 6",
+                      NULL);
+    write_bundle(dir, LABELLED("[batch, 2]"), "a\nb\0c\n", 6);
+    expect_load_error(dir, PJS_ERR_INVALID_ARGUMENT, "line 2 holds a NUL byte", NULL);
+    /* Every variant's classes are named. */
+    write_bundle(dir,
+                 LABELLED("[batch, 2]") "variants:\n  - {name: wide, inputs: {x: [batch, 8]}, "
+                                        "outputs: {y: [batch, 3]}}\n",
+                 "a\nb\n", 4);
+    expect_load_error(dir, PJS_ERR_INVALID_ARGUMENT,
+                      "has 2 lines but output \"y\" has 3 classes per row in variant \"wide\"",
+                      NULL);
+    write_bundle(dir,
+                 HEAD "kind: meta\nmeta: {calls: []}\n"
+                      "client_inputs: [{name: a, dtype: f32, shape: [-1]}]\n"
+                      "client_outputs: [{name: b, dtype: f32, shape: [2]}, "
+                      "{name: c, dtype: i32, shape: [3], labels: labels.txt}]\n",
+                 "a\n", 2);
+    expect_load_error(dir, PJS_ERR_INVALID_ARGUMENT, "client_outputs[1].labels: ",
+                      "has 1 lines but output \"c\" has 3");
+
+    write_bundle(dir, "", NULL, 0);
+    unlink(path);
+    rmdir(dir);
+}
+
 static void test_load_missing_file(void **state)
 {
     (void)state;
@@ -914,6 +1084,7 @@ int main(void)
         cmocka_unit_test(test_kserve_dtype_names),
         cmocka_unit_test(test_unbatched_and_scalar_tensors),
         cmocka_unit_test(test_input_formats),
+        cmocka_unit_test(test_output_labels),
         cmocka_unit_test(test_name_limits),
         cmocka_unit_test(test_batch_size_limits),
         cmocka_unit_test(test_residency_names),
@@ -1049,6 +1220,7 @@ int main(void)
         cmocka_unit_test(test_error_leaves_previous_struct_zeroed),
         cmocka_unit_test(test_load_from_file),
         cmocka_unit_test(test_load_missing_file),
+        cmocka_unit_test(test_load_labels),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -16,7 +16,9 @@
  *
  * Encoding never copies output bytes: raw_output_contents entries point at
  * the request's outputs (a BYTES output in its serialized form, as Triton
- * sends it) and the message is packed once.
+ * sends it) and the message is packed once. An output the client asked to
+ * classify ("classification" parameter) is first replaced by its classes
+ * (core/classify.h).
  */
 #include "frontend/grpc/codec.h"
 
@@ -26,6 +28,7 @@
 #include <string.h>
 
 #include "core/bytes.h"
+#include "core/classify.h"
 #include "frontend/deadline.h"
 
 /* The value of `name` in a protobuf map<string, InferParameter> (entries
@@ -475,6 +478,21 @@ static int decode_inputs(pjs_grpc_infer *d, pjs_shm_registry *shm, pjs_error *er
     return assign_raw_inputs(d, src, err);
 }
 
+/* The "classification" parameter of a requested output: how many classes
+ * to return instead of the tensor (core/classify.h), at least 1. */
+static int decode_class_count(const infer_param *p, const char *name, uint64_t *out,
+                              pjs_error *err)
+{
+    char what[320];
+    snprintf(what, sizeof what, "output \"%.256s\": parameter \"classification\"", name);
+    int rc = param_uint(p, what, out, err);
+    if (rc == 0 && *out == 0)
+        rc = pjs_error_set(err, PJS_ERR_INVALID_ARGUMENT,
+                           "%s must be at least 1 (the number of classes to return), got 0",
+                           what);
+    return rc;
+}
+
 static int decode_outputs(pjs_grpc_infer *d, pjs_shm_registry *shm, pjs_error *err)
 {
     const Inference__ModelInferRequest *msg = d->msg;
@@ -491,15 +509,20 @@ static int decode_outputs(pjs_grpc_infer *d, pjs_shm_registry *shm, pjs_error *e
         d->req.n_requested = k + 1;
         ro->name = t->name;
         FIND_PARAM(classification, t->parameters, t->n_parameters, "classification");
-        if (classification != NULL)
-            return pjs_error_set(err, PJS_ERR_UNSUPPORTED,
-                                 "output \"%.256s\": classification is not supported by pjserve",
-                                 t->name);
+        if (classification != NULL &&
+            (rc = decode_class_count(classification, t->name, &ro->class_count, err)) != 0)
+            return rc;
         DECODE_SHM_PARAMS(rc, sp, t->parameters, t->n_parameters, "output", t->name, err);
         if (rc != 0)
             return rc;
         if (sp.region == NULL)
             continue;
+        if (classification != NULL)
+            return pjs_error_set(err, PJS_ERR_INVALID_ARGUMENT,
+                                 "output \"%.256s\": classification and a shared memory region "
+                                 "cannot be combined (the classes are strings sent in the "
+                                 "response); ask for one or the other",
+                                 t->name);
         if ((rc = get_shm_view(shm, &sp, "output", t->name, &d->output_views[k], err)) != 0)
             return rc;
         ro->shm_region = sp.region;
@@ -613,6 +636,9 @@ int pjs_grpc_infer_response(pjs_grpc_infer *d, const char *model_version,
                             Inference__ModelInferResponse **out, pjs_error *err)
 {
     const pjs_infer_request *r = &d->req;
+    int classified = pjs_classify_outputs(&d->req, err);
+    if (classified != 0)
+        return classified;
     Inference__ModelInferResponse *resp = pjs_grpc_arena_alloc(&d->arena, sizeof *resp);
     size_t n = r->n_outputs;
     output_out **outputs = pjs_grpc_arena_alloc(&d->arena, sizeof *outputs * n);

@@ -16,6 +16,9 @@
  * are refused when they do), and a BYTES output not sent as binary is
  * written as JSON strings whose bytes are copied as they are, escaped where
  * JSON requires it, valid UTF-8 or not (see pjs_http_bytes_to_json).
+ * An output the client asked to classify ("classification" in its
+ * parameters) is replaced by its classes before encoding (core/classify.h)
+ * and then sent like any BYTES output, as JSON strings or binary data.
  */
 #include "frontend/http/http_codec.h"
 
@@ -27,6 +30,7 @@
 #include <zlib.h>
 
 #include "core/bytes.h"
+#include "core/classify.h"
 #include "frontend/deadline.h"
 #include "frontend/http/tensor_json.h"
 
@@ -496,19 +500,26 @@ static int decode_output(pjs_http_infer *d, size_t k, const json_t *obj, pjs_err
     const json_t *params = NULL;
     pjs_http_shm_ref shm;
     bool has_classification = false;
-    uint64_t classification = 0;
     o->binary_data = d->req.binary_data_output;
     rc = get_parameters(obj, what, &params, err);
     if (rc == 0)
         rc = get_flag(params, "binary_data", what, &o->binary_data, err);
     if (rc == 0)
-        rc = get_count(params, "classification", what, &has_classification, &classification,
+        rc = get_count(params, "classification", what, &has_classification, &o->class_count,
                        err);
-    if (rc == 0 && classification > 0)
-        rc = pjs_error_set(err, PJS_ERR_UNSUPPORTED,
-                           "%s: the classification extension is not supported by pjserve", what);
+    if (rc == 0 && has_classification && o->class_count == 0)
+        rc = pjs_error_set(err, PJS_ERR_INVALID_ARGUMENT,
+                           "%s: parameter \"classification\" must be at least 1 (the number of "
+                           "classes to return), got 0",
+                           what);
     if (rc == 0)
         rc = get_shm_ref(params, what, &shm, err);
+    if (rc == 0 && has_classification && shm.region != NULL)
+        rc = pjs_error_set(err, PJS_ERR_INVALID_ARGUMENT,
+                           "%s: classification and a shared memory region cannot be combined "
+                           "(the classes are strings sent in the response); ask for one or the "
+                           "other",
+                           what);
     if (rc != 0)
         return rc;
     o->shm_region = shm.region;
@@ -750,14 +761,16 @@ static int encode_output(pjs_http_buf *b, const sent_output *s, pjs_error *err)
     return rc;
 }
 
-int pjs_http_infer_encode(const pjs_infer_request *r, const char *model_name,
+int pjs_http_infer_encode(pjs_infer_request *r, const char *model_name,
                           const char *model_version, pjs_http_buf *out, size_t *out_header_len,
                           pjs_error *err)
 {
     sent_output sent[PJS_INFER_MAX_TENSORS];
     size_t n = 0;
     *out_header_len = 0;
-    int rc = list_outputs(r, sent, &n, err);
+    int rc = pjs_classify_outputs(r, err);
+    if (rc == 0)
+        rc = list_outputs(r, sent, &n, err);
     if (rc == 0)
         rc = pjs_http_buf_append_str(out, "{\"model_name\":", err);
     if (rc == 0)

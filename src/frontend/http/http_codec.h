@@ -109,8 +109,10 @@ void pjs_http_infer_free(pjs_http_infer *d);
 
 /* Encodes a completed request's outputs as the response body into `out`
  * (created by the caller with its limit), and the JSON header's length into
- * *out_header_len, or 0 when no output is binary (the body is pure JSON). */
-int pjs_http_infer_encode(const pjs_infer_request *r, const char *model_name,
+ * *out_header_len, or 0 when no output is binary (the body is pure JSON).
+ * Outputs the client asked to classify are first replaced in r by their
+ * classes (pjs_classify_outputs). */
+int pjs_http_infer_encode(pjs_infer_request *r, const char *model_name,
                           const char *model_version, pjs_http_buf *out, size_t *out_header_len,
                           pjs_error *err);
 
