@@ -1,12 +1,48 @@
 """Bundles with C code for the composition tests: a hooked copy of a demo
 model or a meta bundle, written into a repository and built with
-`pjserve build-hooks` (the real compiler, the real header)."""
+`pjserve build-hooks` (the real compiler, the real header); and a server
+over such a repository, stopped with its log checked.
 
+C sources are dedented, so tests may write them indented. TIMING_C is a
+prelude for sources that read the clock or spin: CLOCK_MONOTONIC nanoseconds
+(the clock Python's time.monotonic reads on Linux) and a busy wait.
+"""
+
+import os
+import re
 import shutil
 import subprocess
 import textwrap
+import time
+import urllib.error
+import urllib.request
 from pathlib import Path
-from typing import Iterable, Optional
+from typing import Iterable, Optional, Sequence
+
+import pytest
+
+from protocol_util import BAD_STDERR, EXIT_TIMEOUT_S, ServerFailure, ServerProcess
+
+TIMING_C = """\
+#define _POSIX_C_SOURCE 200809L
+#include <time.h>
+#include <pjserve/model.h>
+
+static int64_t now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+/* Spins (a request thread kept busy, as real glue code would) for ms. */
+static void busy_wait_ms(int64_t ms)
+{
+    int64_t end = now_ns() + ms * 1000000;
+    while (now_ns() < end)
+        ;
+}
+"""
 
 
 def tensor_yaml(name: str, dtype: str, shape) -> str:
@@ -23,6 +59,31 @@ def build_hooks(pjserve_bin: Path, bundle: Path, check: bool = True) -> subproce
     return r
 
 
+def write_source(bundle: Path, source: str, pjserve_bin: Optional[Path] = None) -> Path:
+    """Writes bundle/model.c; builds model.so when pjserve_bin is given."""
+    (bundle / "model.c").write_text(textwrap.dedent(source))
+    if pjserve_bin is not None:
+        build_hooks(pjserve_bin, bundle)
+    return bundle
+
+
+def mark_source_newer(bundle: Path):
+    """Makes model.c newer than model.so, as an edit after the last build does."""
+    so = (bundle / "model.so").stat()
+    os.utime(bundle / "model.c", ns=(so.st_atime_ns, so.st_mtime_ns + 2_000_000_000))
+
+
+def copy_bundle(repo: Path, base: Path, name: str) -> Path:
+    """A copy of the exported bundle `base` as repo/name, renamed in its manifest."""
+    d = repo / name
+    shutil.copytree(base, d)
+    man = d / "manifest.yaml"
+    text = man.read_text()
+    assert f'name: "{base.name}"\n' in text, f"{man}: no name line to rename"
+    man.write_text(text.replace(f'name: "{base.name}"\n', f"name: {name}\n"))
+    return d
+
+
 def write_meta(repo: Path, name: str, calls: Iterable[str], client_inputs: str,
                client_outputs: str, source: str, pjserve_bin: Optional[Path] = None) -> Path:
     """A kind: meta bundle; client_* are YAML list bodies (tensor_yaml lines)."""
@@ -32,25 +93,88 @@ def write_meta(repo: Path, name: str, calls: Iterable[str], client_inputs: str,
     (d / "manifest.yaml").write_text(
         f'format_version: "2.0"\nname: {name}\nkind: meta\nmeta: {{calls: [{call_list}]}}\n'
         f"client_inputs:\n{client_inputs}client_outputs:\n{client_outputs}")
-    (d / "model.c").write_text(textwrap.dedent(source))
-    if pjserve_bin is not None:
-        build_hooks(pjserve_bin, d)
-    return d
+    return write_source(d, source, pjserve_bin)
 
 
 def write_hooked(repo: Path, base: Path, name: str, client_inputs: Optional[str],
                  client_outputs: Optional[str], source: str,
                  pjserve_bin: Optional[Path] = None) -> Path:
     """A copy of the exported bundle `base` under `name` with hooks."""
-    d = repo / name
-    shutil.copytree(base, d)
-    manifest = (d / "manifest.yaml").read_text().replace(f'name: "{base.name}"', f"name: {name}")
+    d = copy_bundle(repo, base, name)
+    manifest = (d / "manifest.yaml").read_text()
     if client_inputs is not None:
         manifest += f"client_inputs:\n{client_inputs}"
     if client_outputs is not None:
         manifest += f"client_outputs:\n{client_outputs}"
     (d / "manifest.yaml").write_text(manifest)
-    (d / "model.c").write_text(textwrap.dedent(source))
-    if pjserve_bin is not None:
-        build_hooks(pjserve_bin, d)
-    return d
+    return write_source(d, source, pjserve_bin)
+
+
+# ---- a server over such a repository -----------------------------------------
+
+class LiveServerProcess(ServerProcess):
+    """A server whose repository holds bundles it refuses: /v2/health/ready
+    stays 400 while a model is UNAVAILABLE, so start() waits for
+    /v2/health/live (static mode answers it once every bundle was tried)."""
+
+    def wait_ready(self, timeout: float):
+        deadline = time.monotonic() + timeout
+        url = f"http://{self.http_url}/v2/health/live"
+        last = None
+        while time.monotonic() < deadline:
+            rc = self.proc.poll()
+            if rc is not None:
+                raise ServerFailure(f"pjserve serve exited with code {rc} before it was "
+                                    f"live\n{self.describe()}")
+            try:
+                with urllib.request.urlopen(url, timeout=2) as r:
+                    if r.status == 200:
+                        return
+                    last = f"HTTP {r.status}"
+            except urllib.error.HTTPError as e:
+                last = f"HTTP {e.code}"
+            except (urllib.error.URLError, OSError) as e:
+                last = repr(e)
+            time.sleep(0.1)
+        self.kill()
+        raise ServerFailure(f"pjserve serve was not live within {timeout:.0f} s "
+                            f"(GET {url}: {last})\n{self.describe()}")
+
+
+def start_server(pjserve_bin, plugin_path, repo: Path, cache_dir: Path, workdir: Path,
+                 extra_args: Sequence[str], name: str, refuses_some: bool = False
+                 ) -> ServerProcess:
+    """A started server; refuses_some: the repository holds bundles it
+    refuses (start in static mode: then live means every bundle was tried)."""
+    cls = LiveServerProcess if refuses_some else ServerProcess
+    s = cls(pjserve_bin, plugin_path, repo, cache_dir, workdir, list(extra_args), name)
+    try:
+        s.start()
+    except ServerFailure as e:
+        s.kill()
+        pytest.fail(str(e), pytrace=False)
+    return s
+
+
+def stop_server(s: ServerProcess, expected_errors: Sequence[str] = ()):
+    """SIGTERM; fails unless the server exits 0 and its log has no error or
+    sanitizer line besides those matching an `expected_errors` pattern (the
+    ERROR lines a test provoked on purpose)."""
+    if not s.alive():
+        pytest.fail(f"the server had exited before SIGTERM\n{s.describe()}", pytrace=False)
+    s.terminate()
+    rc = s.wait_exit(EXIT_TIMEOUT_S)
+    problems = []
+    if rc is None:
+        s.kill()
+        problems.append(f"did not exit within {EXIT_TIMEOUT_S} s of SIGTERM (killed)")
+    elif rc != 0:
+        problems.append(f"exit code {rc} after SIGTERM (expected 0)")
+    allowed = [re.compile(p) for p in expected_errors]
+    bad = [ln for ln in s.stderr_text().splitlines()
+           if BAD_STDERR.search(ln) and not any(a.search(ln) for a in allowed)]
+    if bad:
+        problems.append("stderr has error/sanitizer lines:\n  " + "\n  ".join(bad[:40]))
+    if problems:
+        pytest.fail(f"server {s.name!r} did not shut down cleanly:\n- " + "\n- ".join(problems)
+                    + "\n" + s.describe(), pytrace=False)
