@@ -12,7 +12,10 @@ a call fails or the protocols disagree. A model with input-shape variants
 shows -1 for the extents that vary besides the batch axis; metadata does not
 say which values they take, so such a model is skipped (its manifest says).
 The composition examples (image_classifier, detector, greedy_decoder) get
-inputs made for them: an image, a threshold, a prompt.
+inputs made for them: an image, a threshold, a prompt; Triton's string
+examples (simple_string, simple_identity) get numerals and strings. The
+convnet is also asked for its top 3 classes (the classification extension:
+"score:index:label" strings, the labels from its labels.txt).
 """
 
 import argparse
@@ -36,7 +39,9 @@ def random_input(datatype, shape, rng):
     return rng.standard_normal(shape).astype(dtype)
 
 
-EXAMPLES = ("image_classifier", "detector", "greedy_decoder")
+EXAMPLES = ("image_classifier", "detector", "greedy_decoder", "simple_string",
+            "simple_identity")
+CLASSIFIED = {"convnet": "probs"}  # model: an output with labels, shown classified too
 
 
 def example_inputs(name, rng):
@@ -49,7 +54,32 @@ def example_inputs(name, rng):
     if name == "greedy_decoder":
         return {"PROMPT": ("INT32", np.array([0, 2], np.int32)),
                 "MAX_TOKENS": ("INT32", np.array([10], np.int32))}
+    if name == "simple_string":  # numerals in, their sums and differences out
+        numerals = [[str(v).encode() for v in rng.integers(-1000, 1000, 16)] for _ in range(2)]
+        return {"INPUT0": ("BYTES", np.array(numerals[:1], np.object_)),
+                "INPUT1": ("BYTES", np.array(numerals[1:], np.object_))}
+    if name == "simple_identity":  # any bytes, back unchanged
+        return {"INPUT0": ("BYTES", np.array([[b"he\x00llo", b"\x00\x01\x02\x03"]], np.object_))}
     return None
+
+
+def show_classified(name, output, grpc_c, http_c, batch, rng):
+    """The top 3 classes of each row of `output`, over both protocols."""
+    meta = grpc_c.get_model_metadata(name, as_json=True)
+    t = meta["inputs"][0]
+    arr = random_input(t["datatype"], [batch] + [int(d) for d in t["shape"][1:]], rng)
+    g_in = grpcclient.InferInput(t["name"], list(arr.shape), t["datatype"])
+    h_in = httpclient.InferInput(t["name"], list(arr.shape), t["datatype"])
+    g_in.set_data_from_numpy(arr)
+    h_in.set_data_from_numpy(arr)
+    g = grpc_c.infer(name, [g_in], outputs=[grpcclient.InferRequestedOutput(output, class_count=3)])
+    h = http_c.infer(name, [h_in], outputs=[httpclient.InferRequestedOutput(output, class_count=3)])
+    top = g.as_numpy(output)
+    print(f"  {output} classified (class_count=3): {[s.decode() for s in top[0]]}")
+    if top.tolist() != h.as_numpy(output).tolist():
+        print(f"  {output} classified: gRPC and HTTP differ", file=sys.stderr)
+        return False
+    return True
 
 
 def infer_both(name, grpc_c, http_c, batch, rng):
@@ -110,6 +140,9 @@ def main():
         print(f"{entry['name']}:" if entry["name"] in EXAMPLES else
               f"{entry['name']} (batch {args.batch}):")
         ok = infer_both(entry["name"], grpc_c, http_c, args.batch, rng) and ok
+        if entry["name"] in CLASSIFIED:
+            ok = show_classified(entry["name"], CLASSIFIED[entry["name"]], grpc_c, http_c,
+                                 args.batch, rng) and ok
     return 0 if ok else 1
 
 

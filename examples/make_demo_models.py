@@ -8,13 +8,16 @@
 Writes OUT_DIR/<name>/ for mlp, convnet, two_io, mlp_bf16, mlp_f16 and gapnet
 (see python/pjserve_export/demo.py for what each one computes; gapnet has two
 input-shape variants), and the composition examples (python/pjserve_export/
-pipelines.py; their C code is in examples/bundles/): image_classifier (a
-model with C hooks), detector (a meta over detector_stage1 and
-detector_stage2) and greedy_decoder (a meta over decoder_step). Each model.so
-is built with `pjserve build-hooks` when --pjserve is given, else with cc
-directly. Weights come from fixed PRNG keys, so the bundles are byte-for-byte
-reproducible (model.so aside). Run a plain bundle with `build/pjserve run`, or
-all of them with examples/run_demo.py; serve them all with `make serve`.
+pipelines.py; their C code is in examples/bundles/): image_classifier (a model
+with C hooks), detector (a meta over detector_stage1 and detector_stage2) and
+greedy_decoder (a meta over decoder_step), and the string models Triton's
+example clients call (python/pjserve_export/triton_examples.py):
+simple_string (hooks around an adder) and simple_identity (a compute-only
+meta). Each model.so is built with `pjserve build-hooks` when --pjserve is
+given, else with cc directly. Weights come from fixed PRNG keys, so the
+bundles are byte-for-byte reproducible (model.so aside). Run a plain bundle
+with `build/pjserve run`, or all of them with examples/run_demo.py; serve them
+all with `make serve`.
 """
 
 import argparse
@@ -27,6 +30,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "python"))
 from pjserve_export import default_target_version, hooks_builder, read_manifest  # noqa: E402
 from pjserve_export.demo import BATCH_SIZES, DEMO_MODEL_NAMES, demo_models  # noqa: E402
 from pjserve_export.pipelines import PIPELINE_NAMES, export_pipeline  # noqa: E402
+from pjserve_export.triton_examples import (  # noqa: E402
+    TRITON_EXAMPLE_NAMES, export_triton_example)
+
+ALL_NAMES = DEMO_MODEL_NAMES + PIPELINE_NAMES + TRITON_EXAMPLE_NAMES
 
 
 def _shape(spec):
@@ -43,16 +50,16 @@ def _signature(m, variant):
 
 
 def _client_signature(m):
-    what = f"meta calling {', '.join(m.calls)}" if m.kind == "meta" else "hooks"
+    what = ("hooks" if m.kind != "meta" else
+            f"meta calling {', '.join(m.calls)}" if m.calls else "compute-only meta")
     return f"{_tensors(m.client_inputs)} -> {_tensors(m.client_outputs)}  ({what})"
 
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("out_dir", type=Path, help="directory to write the bundles into")
-    ap.add_argument("--only", nargs="+", choices=DEMO_MODEL_NAMES + PIPELINE_NAMES,
-                    metavar="NAME",
-                    help=f"export only these ({', '.join(DEMO_MODEL_NAMES + PIPELINE_NAMES)})")
+    ap.add_argument("--only", nargs="+", choices=ALL_NAMES, metavar="NAME",
+                    help=f"export only these ({', '.join(ALL_NAMES)})")
     ap.add_argument("--pjserve", type=Path, default=None,
                     help="build each model.so with PJSERVE build-hooks (default: cc directly)")
     ap.add_argument("--batch-sizes", default=",".join(map(str, BATCH_SIZES)),
@@ -68,7 +75,7 @@ def main(argv=None):
 
     version = a.target_stablehlo_version or default_target_version()
     print(f"exporting to {a.out_dir} (batch sizes {batch_sizes}, StableHLO {version})", flush=True)
-    only = a.only or DEMO_MODEL_NAMES + PIPELINE_NAMES
+    only = a.only or ALL_NAMES
     for model in demo_models([n for n in only if n in DEMO_MODEL_NAMES]):
         t0 = time.perf_counter()
         try:
@@ -83,11 +90,12 @@ def main(argv=None):
         for v in m.variants:
             print(f"  {'':<16} variant {v.name}: {_signature(m, v.name)}", flush=True)
     build = hooks_builder(a.pjserve)
-    for name in [n for n in only if n in PIPELINE_NAMES]:
+    for name in [n for n in only if n in PIPELINE_NAMES + TRITON_EXAMPLE_NAMES]:
         t0 = time.perf_counter()
+        export = export_pipeline if name in PIPELINE_NAMES else export_triton_example
         try:
-            paths = export_pipeline(name, a.out_dir, build=build,
-                                    target_stablehlo_version=a.target_stablehlo_version)
+            paths = export(name, a.out_dir, build=build,
+                           target_stablehlo_version=a.target_stablehlo_version)
         except ValueError as e:
             print(f"make_demo_models: {name}: {e}", file=sys.stderr)
             return 1

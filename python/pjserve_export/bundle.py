@@ -60,6 +60,9 @@ class TensorSpec:
     shape: Tuple[int, ...]
     batched: bool = True
     format: Optional[str] = None    # inputs only: "NHWC" | "NCHW" (an image layout)
+    # outputs only: a file in the bundle naming the classes, one per line
+    # (clients asking for classification get "score:index:label")
+    labels: Optional[str] = None
 
     def full_shape(self, n: int) -> Tuple[int, ...]:
         return ((n,) if self.batched else ()) + tuple(self.shape)
@@ -202,10 +205,26 @@ def check_client_tensors(what: str, specs) -> List[TensorSpec]:
             if what != "client_inputs":
                 raise ValueError(f"{what} {s.name!r}: only inputs have an image format")
             check_input_formats({s.name: s.format}, [s.name], {s.name: s.shape})
+        if s.labels is not None:
+            if what != "client_outputs":
+                raise ValueError(f"{what} {s.name!r}: only outputs have labels")
+            check_labels(s)
         out.append(TensorSpec(s.name, s.dtype, tuple(int(d) for d in s.shape), s.batched,
-                              s.format))
+                              s.format, s.labels))
     check_names(what, [s.name for s in out])
     return out
+
+
+def check_labels(spec: TensorSpec) -> None:
+    """An output's labels file: a plain file name in the bundle, on an output
+    with numbers to rank (the server refuses labels on bool and bytes)."""
+    check_name(f"output {spec.name!r}: labels file", spec.labels)
+    if spec.labels.startswith("."):
+        raise ValueError(f"output {spec.name!r}: labels file {spec.labels!r} must not start "
+                         "with '.'")
+    if spec.dtype in ("bool", "bytes"):
+        raise ValueError(f"output {spec.name!r} is {spec.dtype}: only numeric outputs have "
+                         "classes to label")
 
 
 def check_names(what: str, names: Sequence[str], expected_count: Optional[int] = None,
@@ -270,8 +289,9 @@ def _yaml_shape(shape, batched: bool) -> str:
 
 def _yaml_tensor(t: TensorSpec) -> str:
     fmt = f", format: {t.format}" if t.format else ""
+    labels = f", labels: {_yaml_str(t.labels)}" if t.labels else ""
     return (f"  - {{name: {_yaml_str(t.name)}, dtype: {t.dtype}, "
-            f"shape: {_yaml_shape(t.shape, t.batched)}{fmt}}}\n")
+            f"shape: {_yaml_shape(t.shape, t.batched)}{fmt}{labels}}}\n")
 
 
 def _yaml_shapes(shapes: Dict[str, Tuple[int, ...]], specs: List[TensorSpec]) -> str:
@@ -371,9 +391,10 @@ def _parse_tensor(entry, where: str) -> TensorSpec:
     for d in dims:
         if isinstance(d, bool) or not isinstance(d, int):
             raise ValueError(f"{where}.shape: dimension {d!r} is not an int")
-    fmt = entry.get("format")
+    fmt, labels = entry.get("format"), entry.get("labels")
     return TensorSpec(name=str(entry["name"]), dtype=str(entry["dtype"]), shape=tuple(dims),
-                      batched=batched, format=None if fmt is None else str(fmt))
+                      batched=batched, format=None if fmt is None else str(fmt),
+                      labels=None if labels is None else str(labels))
 
 
 def _variant_shapes(mapping, where: str) -> Dict[str, Tuple[int, ...]]:

@@ -2,7 +2,9 @@
 
     mlp       two dense layers + relu           x:[batch,16] f32 -> y:[batch,4] f32
     convnet   conv 3x3 + relu + 2x2 max-pool + batch-norm (inference) + dense
-              x:[batch,28,28,1] f32 (NHWC) -> logits:[batch,10] f32, probs:[batch,10] f32
+              x:[batch,28,28,1] f32 (NHWC) -> logits:[batch,10] f32, probs:[batch,10] f32;
+              both outputs name their classes ("zero" .. "nine") in labels.txt, so
+              clients may ask for them classified (class_count)
     two_io    a:[batch,8] f32, b:[batch,3] i32 -> sum:[batch,8] f32, argmax:[batch] i32
     mlp_bf16  the mlp with bf16 weights, computing in bf16; f32 in and out
     mlp_f16   the mlp with f16 weights, f16 in and out
@@ -28,6 +30,8 @@ from .jax_export import export_jax
 
 BATCH_SIZES = (1, 4, 8)
 SEED = 0
+LABELS_FILE = "labels.txt"
+DIGITS = ("zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine")
 
 
 @dataclass
@@ -41,8 +45,16 @@ class DemoModel:
     description: str
     # Input-shape variants: {name: example inputs}, as export_jax takes them.
     variants: Optional[Dict[str, List[np.ndarray]]] = None
+    # The names of the classes of `labelled_outputs`, shipped as labels.txt:
+    # clients asking for classification get "score:index:name".
+    class_names: Sequence[str] = ()
+    labelled_outputs: Sequence[str] = ()
 
     def export(self, out_dir, batch_sizes: Sequence[int] = BATCH_SIZES, **kwargs):
+        if self.class_names:
+            text = "".join(f"{c}\n" for c in self.class_names).encode()
+            kwargs["extra_files"] = {**kwargs.get("extra_files", {}), LABELS_FILE: text}
+            kwargs["output_labels"] = {o: LABELS_FILE for o in self.labelled_outputs}
         return export_jax(self.fn, self.params, self.example_inputs, out_dir, name=self.name,
                           batch_sizes=batch_sizes, input_names=self.input_names,
                           output_names=self.output_names, description=self.description,
@@ -165,7 +177,8 @@ def demo_models(names: Optional[Sequence[str]] = None) -> List[DemoModel]:
             "convnet", convnet_fn, _convnet_params(), [np.zeros((1, 28, 28, 1), f32)], ["x"],
             ["logits", "probs"],
             "conv3x3(8) + relu + maxpool2x2 + batchnorm (inference) + dense: "
-            "x[28,28,1] NHWC -> logits[10], probs[10]"),
+            "x[28,28,1] NHWC -> logits[10], probs[10] (classes: the digits, labels.txt)",
+            class_names=DIGITS, labelled_outputs=("logits", "probs")),
         "two_io": lambda: DemoModel(
             "two_io", two_io_fn, _two_io_params(),
             [np.zeros((1, 8), f32), np.zeros((1, 3), i32)], ["a", "b"], ["sum", "argmax"],

@@ -351,6 +351,7 @@ def export_jax(fn: Callable, params: Any, example_inputs: Sequence[Any], out_dir
                residency: str = "host", weight: float = 1.0,
                variants: Optional[Mapping[str, Sequence[Any]]] = None,
                input_formats: Optional[Mapping[str, str]] = None,
+               output_labels: Optional[Mapping[str, str]] = None,
                client_inputs: Optional[Sequence[Any]] = None,
                client_outputs: Optional[Sequence[Any]] = None,
                hooks_source: Optional[H.FileSource] = None,
@@ -378,6 +379,9 @@ def export_jax(fn: Callable, params: Any, example_inputs: Sequence[Any], out_dir
     input_formats: optional {input name: "NHWC" | "NCHW"} for image inputs
         (three extents per example); the model configuration reports it to
         clients that read the layout. Nothing about execution changes.
+    output_labels: optional {output name: labels file name}: the classes of
+        the output, one per line, for clients asking for classification
+        (docs/serving.md); each file must be among extra_files.
     client_inputs, client_outputs: a hooked model's client side, what
         metadata reports and requests are checked against: TensorSpecs or
         (name, dtype, shape) tuples (`bundle.tensor_spec`), dtype "bytes" and
@@ -432,6 +436,13 @@ def export_jax(fn: Callable, params: Any, example_inputs: Sequence[Any], out_dir
     variant_specs = _check_variants(variants, input_names, input_specs)
     formats = B.check_input_formats(
         input_formats, input_names, {nm: shape for nm, (shape, _) in zip(input_names, input_specs)})
+    labels = dict(output_labels or {})
+    unknown = sorted(set(labels) - set(output_names))
+    if unknown:
+        raise ValueError(f"output_labels names outputs the model does not have: {unknown}")
+    missing = sorted(set(labels.values()) - set(extra_files or {}))
+    if missing:
+        raise ValueError(f"labels files not among extra_files: {missing}")
 
     def export_variant(specs, what):
         return _export_modules(fn, name, param_structs, weight_arrays, weight_names,
@@ -447,11 +458,16 @@ def export_jax(fn: Callable, params: Any, example_inputs: Sequence[Any], out_dir
         manifest_variants.append(_manifest_variant(vname, input_names, input_specs, specs,
                                                    output_names, out_specs, v_out))
 
+    outputs = [B.TensorSpec(nm, dt, shape, labels=labels.get(nm))
+               for nm, (shape, dt) in zip(output_names, out_specs)]
+    for spec in outputs:
+        if spec.labels is not None:
+            B.check_labels(spec)
     manifest = B.Manifest(
         name=name, description=description, batch_sizes=sizes,
         inputs=[B.TensorSpec(nm, dtypes.manifest_name(dt), shape, format=formats.get(nm))
                 for nm, (shape, dt) in zip(input_names, input_specs)],
-        outputs=[B.TensorSpec(nm, dt, shape) for nm, (shape, dt) in zip(output_names, out_specs)],
+        outputs=outputs,
         variants=manifest_variants, residency=residency, weight=weight,
         client_inputs=client_ins, client_outputs=client_outs)
 

@@ -9,8 +9,9 @@
  * the top-level keys and the two kinds, format_version, dtypes, shapes with
  * their `batch` axis, batch_sizes, meta calls, residency, the variants
  * section, and the labels files of classification outputs (named by the
- * parse, read by pjs_manifest_load from beside the manifest). Every mapping is read through a table of the keys allowed there,
- * so the walk never descends further than the schema goes.
+ * parse, read by pjs_manifest_load from beside the manifest). Every mapping
+ * is read through a table of the keys allowed there, so the walk never
+ * descends further than the schema goes.
  *
  * Results are built into a local pjs_manifest and moved to the caller's only
  * on success; every failure frees what was built (pjs_manifest_free handles a

@@ -224,7 +224,8 @@ static void test_heap_matches_sort(void **state)
             size_t at = 0;
             for (size_t j = 0; j < keep; j++)
                 at += (size_t)sprintf(want + at, "%s%d:%zu", j ? "|" : "", v[order[j]], order[j]);
-            expect_classes(v, PJS_DTYPE_I32, shape1(N), false, k, NULL, want, shape1((int64_t)keep));
+            expect_classes(v, PJS_DTYPE_I32, shape1(N), false, k, NULL, want,
+                           shape1((int64_t)keep));
             free(want);
         }
     }

@@ -95,8 +95,10 @@ static int server_metadata(pjs_grpc_unary_ctx *ctx, const ProtobufCMessage *requ
                            ProtobufCMessage **response, pjs_error *err)
 {
     (void)request;
-    static char *extensions[] = {"binary_tensor_data",   "model_repository", "model_configuration",
-                                 "system_shared_memory", "statistics",       "logging"};
+    static char *extensions[] = {"classification",      "binary_tensor_data",
+                                 "model_repository",    "model_configuration",
+                                 "system_shared_memory", "statistics",
+                                 "logging"};
     Inference__ServerMetadataResponse *r =
         NEW(ctx, Inference__ServerMetadataResponse, inference__server_metadata_response);
     if (r == NULL)

@@ -152,8 +152,9 @@ static void health(pjs__http_call *c, const char *kind)
 
 static void server_metadata(pjs__http_call *c)
 {
-    json_t *doc = json_pack("{s:s, s:s, s:[s,s,s,s,s,s]}", "name", "pjserve", "version",
-                            pjs_server_version(), "extensions", "binary_tensor_data",
+    json_t *doc = json_pack("{s:s, s:s, s:[s,s,s,s,s,s,s]}", "name", "pjserve", "version",
+                            pjs_server_version(), "extensions", "classification",
+                            "binary_tensor_data",
                             "model_repository", "model_configuration", "system_shared_memory",
                             "statistics", "logging");
     pjs__http_reply_json(c, 200, doc);

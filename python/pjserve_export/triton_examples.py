@@ -1,0 +1,70 @@
+"""Triton's string example models, as pjserve bundles.
+
+Triton's example clients (simple_*_string_infer_client.py,
+simple_*_shm_string_client.py) call two models by name; these are they,
+with the names, tensors, datatypes and shapes those clients use:
+
+    simple_string    hooked model. Client: INPUT0, INPUT1 bytes [batch, 16]
+                     (decimal numerals) -> OUTPUT0 = INPUT0 + INPUT1,
+                     OUTPUT1 = INPUT0 - INPUT1, bytes [batch, 16] (numerals);
+                     batch sizes up to 8, as Triton's max_batch_size. The
+                     executable adds and subtracts i32 [batch, 16]; its hooks
+                     (C) parse the numerals, refuse what is not one or leaves
+                     the 32-bit range, and write the results back as text.
+    simple_identity  compute-only meta (no executable, no calls): INPUT0
+                     bytes [batch, -1] -> OUTPUT0, the same strings, byte for
+                     byte.
+
+simple_string is a hooked model rather than a meta because its arithmetic
+is a tensor program: the scheduler batches concurrent requests into one
+execution, and the model configuration reports max_batch_size 8 as Triton's
+does. simple_identity has nothing to execute, so its C run is all of it.
+The C code is examples/bundles/<name>/model.c.
+"""
+
+from pathlib import Path
+from typing import Dict, Optional
+
+import jax.numpy as jnp
+import numpy as np
+
+from . import hooks as H
+from .jax_export import export_jax
+
+EXAMPLES_DIR = Path(__file__).resolve().parents[2] / "examples" / "bundles"
+TRITON_EXAMPLE_NAMES = ("simple_string", "simple_identity")
+STRING_WIDTH = 16                # numerals per row
+STRING_BATCH_SIZES = (1, 2, 4, 8)  # the largest is MAX_ROWS in its model.c: change both
+
+
+def add_and_subtract(params, a, b):
+    """simple_string's executable: the element-wise sum and difference."""
+    del params  # no weights
+    return jnp.add(a, b), jnp.subtract(a, b)
+
+
+def export_triton_example(name: str, out_dir, build: Optional[H.Builder] = None,
+                          target_stablehlo_version: Optional[str] = None) -> Dict[str, Path]:
+    """Exports example `name` (TRITON_EXAMPLE_NAMES) into out_dir; returns
+    {bundle name: path}. `build` builds model.so (`hooks.hooks_builder`);
+    None leaves it to `pjserve build-hooks`."""
+    source = EXAMPLES_DIR / name / H.HOOKS_SOURCE
+    if name == "simple_string":
+        row = np.zeros((1, STRING_WIDTH), np.int32)
+        strings = [(f"INPUT{i}", "bytes", ["batch", STRING_WIDTH]) for i in range(2)]
+        results = [(f"OUTPUT{i}", "bytes", ["batch", STRING_WIDTH]) for i in range(2)]
+        return {name: export_jax(
+            add_and_subtract, {}, [row, row], out_dir, name=name,
+            batch_sizes=STRING_BATCH_SIZES, input_names=["a", "b"],
+            output_names=["sum", "difference"],
+            description="integers as text: OUTPUT0 = INPUT0 + INPUT1, OUTPUT1 = INPUT0 - INPUT1 "
+                        "(Triton's simple_string)",
+            client_inputs=strings, client_outputs=results, hooks_source=source,
+            build_hooks=build, target_stablehlo_version=target_stablehlo_version)}
+    if name == "simple_identity":
+        return {name: H.export_meta(
+            out_dir, name=name, calls=[],
+            client_inputs=[("INPUT0", "bytes", ["batch", -1])],
+            client_outputs=[("OUTPUT0", "bytes", ["batch", -1])], source=source, build=build,
+            description="returns its strings unchanged (Triton's simple_identity)")}
+    raise ValueError(f"unknown example {name!r}; known: {list(TRITON_EXAMPLE_NAMES)}")
