@@ -153,6 +153,17 @@ def test_extension_listed(gclient, hclient):
     assert "classification" in hclient.get_server_metadata()["extensions"]
 
 
+def test_config_names_the_labels_file(gclient, hclient):
+    for outputs in (hclient.get_model_config("convnet")["output"],
+                    gclient.get_model_config("convnet", as_json=True)["config"]["output"]):
+        assert [(o["name"], o.get("label_filename", "")) for o in outputs] == \
+            [("logits", "labels.txt"), ("probs", "labels.txt")]
+    assert [o.get("label_filename", "")
+            for o in hclient.get_model_config("mlp")["output"]] == [""]
+    assert [o.get("label_filename", "") for o in hclient.get_model_config(META)["output"]] == \
+        ["directions.txt", ""]
+
+
 def test_grpc_labels(gclient):
     x = images(3)
     plain = infer(gclient, grpcclient, "convnet", x, [("probs", 0, {})]).as_numpy("probs")

@@ -161,6 +161,8 @@ static Inference__ModelOutput **config_outputs(const pjs_grpc_model_desc *m, pjs
         *t = (Inference__ModelOutput)INFERENCE__MODEL_OUTPUT__INIT;
         t->name = specs[i].name;
         t->data_type = pjs_grpc_config_dtype(specs[i].dtype);
+        if (specs[i].labels != NULL) /* the classes' names, for classification */
+            t->label_filename = specs[i].labels->file;
         t->dims = config_dims(m, true, i, a, &t->n_dims);
         if (t->dims == NULL)
             return NULL;

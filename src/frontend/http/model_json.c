@@ -75,7 +75,9 @@ static json_t *tensor_config_json(const pjs_manifest *m, int64_t max_batch_size,
                                        0, "allow_ragged_batch", 0, "optional", 0)
                            : json_pack("{s:s, s:s, s:o, s:s, s:b}", "name", s->name,
                                        "data_type", config_data_type(s->dtype, type, sizeof type),
-                                       "dims", dims, "label_filename", "", "is_shape_tensor", 0);
+                                       "dims", dims, "label_filename",
+                                       s->labels != NULL ? s->labels->file : "",
+                                       "is_shape_tensor", 0);
         if (t == NULL || json_array_append_new(list, t) != 0) {
             json_decref(list);
             return NULL;
