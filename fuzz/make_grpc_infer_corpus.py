@@ -6,6 +6,7 @@ a Triton client puts on the wire. Valid requests match the driver's manifest
 (x: FP32 [batch, 4], mask: INT8 [batch, 2]; outputs y, n), or, for model
 "texts", its string client tensors (TEXT: BYTES [batch, -1], LANG: BYTES
 [1]); the invalid ones each break one rule the codec or validation enforces.
+Some ask for outputs classified (the classification extension).
 
     .venv/bin/python fuzz/make_grpc_infer_corpus.py fuzz/corpus/fuzz_grpc_infer
 """
@@ -73,6 +74,33 @@ def bytes_seeds():
     yield "bytes_to_number_tensor", r
 
 
+def classification_seeds():
+    """Outputs asked for classified (class_count): numbers (K within, past and
+    at the class count, int64 or uint64), strings (refused), K of 0 or below,
+    and classification with a shared-memory output (both refused)."""
+    r = request()
+    r.outputs.add(name="y").parameters["classification"].int64_param = 2
+    yield "classification", r
+    r = request(batch=3)
+    r.outputs.add(name="n").parameters["classification"].uint64_param = 9
+    r.outputs.add(name="y").parameters["classification"].int64_param = 3
+    yield "classification_every_output", r
+    for k in (0, -4):
+        r = request()
+        r.outputs.add(name="y").parameters["classification"].int64_param = k
+        yield f"classification_count_{'zero' if k == 0 else 'negative'}", r
+    r = request()
+    o = r.outputs.add(name="y")
+    o.parameters["classification"].int64_param = 1
+    o.parameters["shared_memory_region"].string_param = "region"
+    o.parameters["shared_memory_byte_size"].int64_param = 64
+    yield "classification_with_shm", r
+    for name in ("LABEL", "SCORE"):
+        r = texts()
+        r.outputs.add(name=name).parameters["classification"].int64_param = 1
+        yield f"texts_classification_{name.lower()}", r
+
+
 def seeds():
     yield from bytes_seeds()
     yield "valid_raw_batch1", request()
@@ -111,9 +139,7 @@ def seeds():
     r.inputs[0].parameters["shared_memory_region"].string_param = "region"
     r.inputs[0].parameters["shared_memory_byte_size"].int64_param = 16
     yield "shm_without_registry", r
-    r = request()
-    r.outputs.add(name="y").parameters["classification"].int64_param = 2
-    yield "classification", r
+    yield from classification_seeds()
     r = request()
     r.parameters["priority"].string_param = "high"
     yield "priority_wrong_type", r
