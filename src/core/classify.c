@@ -308,7 +308,7 @@ int pjs_classify_outputs(pjs_infer_request *r, pjs_error *err)
 {
     for (size_t i = 0; i < r->n_outputs; i++) {
         pjs_infer_output *o = &r->outputs[i];
-        if (o->requested < 0 || o->data == NULL)
+        if (o->requested < 0 || (o->data == NULL && o->nbytes > 0)) /* not produced */
             continue;
         pjs_infer_requested_output *want = &r->requested[o->requested];
         if (want->class_count == 0 || o->spec == &want->class_spec)

@@ -446,20 +446,16 @@ def test_raw_and_typed_contents_mixed(server, stub):
 
 
 def test_unsupported_feature_is_not_implemented(server, stub):
-    """A feature pjserve does not implement (here the classification
-    extension) is UNIMPLEMENTED / 501, as Triton answers."""
-    x = np.ones((1, 16), F32)
-    doc = {"inputs": [{"name": "x", "datatype": "FP32", "shape": [1, 16],
-                       "data": x.ravel().tolist()}],
-           "outputs": [{"name": "y", "parameters": {"classification": 2}}]}
-    status, _, data = http_request(server.http_url, "POST", "/v2/models/mlp/infer",
+    """A feature pjserve does not implement (here client shared memory, off on
+    this server) is UNIMPLEMENTED / 501, as Triton answers."""
+    doc = {"key": "/pjs_test_not_implemented", "offset": 0, "byte_size": 64}
+    status, _, data = http_request(server.http_url, "POST",
+                                   "/v2/systemsharedmemory/region/r/register",
                                    json.dumps(doc).encode(), {"Content-Type": "application/json"})
     assert status == 501, f"{status} {data!r}"
-    assert "classification" in json.loads(data)["error"]
-    r = service_pb2.ModelInferRequest(model_name="mlp")
-    r.inputs.add(name="x", datatype="FP32", shape=[1, 16])
-    r.raw_input_contents.append(x.tobytes())
-    r.outputs.add(name="y").parameters["classification"].int64_param = 2
+    assert "shared memory" in json.loads(data)["error"]
+    r = service_pb2.SystemSharedMemoryRegisterRequest(name="r", key="/pjs_test_not_implemented",
+                                                      offset=0, byte_size=64)
     with pytest.raises(grpc.RpcError) as ei:
-        stub.ModelInfer(r, timeout=30)
+        stub.SystemSharedMemoryRegister(r, timeout=30)
     assert ei.value.code() == grpc.StatusCode.UNIMPLEMENTED, ei.value

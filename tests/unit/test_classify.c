@@ -271,7 +271,20 @@ static void test_request_outputs(void **state)
     assert_int_equal(pjs_classify_outputs(&r, &err), 0);
     assert_int_equal(r.outputs[0].nbytes, nbytes);
 
+    /* No rows and no data: still the classes' shape and type. */
+    free(r.outputs[1].data);
+    r.outputs[1] = (pjs_infer_output){.spec = &n, .shape = shape1(0), .requested = 0};
+    r.requested[0].class_count = 3;
+    assert_int_equal(pjs_classify_outputs(&r, &err), 0);
+    assert_int_equal(r.outputs[1].spec->dtype, PJS_DTYPE_BYTES);
+    assert_true(pjs_shape_equal(&r.outputs[1].shape, &(pjs_shape){.rank = 2, .dims = {0, 1}}));
+    assert_int_equal(r.outputs[1].nbytes, 0);
+
     /* Bytes that do not match the shape are the server's bug, not read. */
+    free(r.outputs[1].data);
+    r.outputs[1] = (pjs_infer_output){.spec = &n, .shape = shape1(2), .requested = 0,
+                                      .data = malloc(sizeof nv)};
+    assert_non_null(r.outputs[1].data);
     r.requested[0].class_count = 2;
     r.outputs[1].nbytes = 8;
     assert_int_equal(pjs_classify_outputs(&r, &err), PJS_ERR_INTERNAL);
