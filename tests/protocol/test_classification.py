@@ -314,3 +314,31 @@ def test_labels_checked_at_load(exported, pjserve_bin, plugin_path, tmp_path, la
                        capture_output=True, text=True, timeout=300)
     assert r.returncode != 0, r.stdout + r.stderr
     assert message in r.stderr, r.stderr
+
+
+def test_exporter_labels(tmp_path):
+    """export_jax(output_labels=) writes `labels:` for the outputs named and
+    refuses an unknown output, a file not shipped with the bundle and a
+    boolean output."""
+    import jax.numpy as jnp
+    from pjserve_export import export_jax, read_manifest
+
+    def fn(p, x):
+        return x * p["w"], x > 0
+
+    args = dict(name="labelled", batch_sizes=[1], input_names=["x"],
+                output_names=["scores", "positive"])
+    x = [np.zeros((1, 3), np.float32)]
+    path = export_jax(fn, {"w": jnp.ones(3)}, x, tmp_path, output_labels={"scores": "c.txt"},
+                      extra_files={"c.txt": b"a\nb\nc\n"}, **args)
+    m = read_manifest(path)
+    assert [(o.name, o.labels) for o in m.outputs] == [("scores", "c.txt"), ("positive", None)]
+    assert "labels: \"c.txt\"" in (path / "manifest.yaml").read_text()
+    assert (path / "c.txt").read_bytes() == b"a\nb\nc\n"
+    for labels, files, message in (({"nope": "c.txt"}, {"c.txt": b"a\n"}, "does not have"),
+                                   ({"scores": "c.txt"}, None, "not among extra_files"),
+                                   ({"positive": "c.txt"}, {"c.txt": b"a\n"},
+                                    "only numeric outputs")):
+        with pytest.raises(ValueError, match=message):
+            export_jax(fn, {"w": jnp.ones(3)}, x, tmp_path / "bad", output_labels=labels,
+                       extra_files=files, **args)
