@@ -16,6 +16,8 @@ responses, one output classified next to a plain one; refused with
 INVALID_ARGUMENT (HTTP 400): K of 0 or below or not an integer, a string
 output, classification together with a shared-memory output; refused at
 load (pjserve check): a labels file missing or shorter than the classes.
+The model configuration names the labels file; the exporter's output_labels
+writes the manifest key and refuses what the server would.
 """
 
 import shutil
