@@ -12,7 +12,8 @@ labels file. Covered: executable outputs with labels (the demo convnet's
 "zero".."nine") and without (mlp), integer and f16 outputs, K larger than
 the class count (all classes), a batched output of one extent, a meta's
 client output with labels next to a string output, JSON and binary HTTP
-responses, one output classified next to a plain one; refused with
+responses, one output classified next to a plain one, a hooked model's
+client output; refused with
 INVALID_ARGUMENT (HTTP 400): K of 0 or below or not an integer, a string
 output, classification together with a shared-memory output; refused at
 load (pjserve check): a labels file missing or shorter than the classes.
@@ -31,7 +32,9 @@ from tritonclient.utils import InferenceServerException
 
 from bundle_code import tensor_yaml, write_meta
 from protocol_util import ServerFailure, ServerProcess, grpc_code, http_json
+from pjserve_export import hooks_builder
 from pjserve_export.demo import DIGITS
+from pjserve_export.pipelines import export_pipeline
 
 # A meta whose client output SCORES names its classes; NAMES is a string
 # output (nothing to rank).
@@ -66,6 +69,7 @@ def class_server(pjserve_bin, plugin_path, exported, cache_dir, tmp_path_factory
     repo = tmp_path_factory.mktemp("repository-classification")
     for name in ("convnet", "mlp", "two_io", "mlp_f16"):
         shutil.copytree(exported[name].path, repo / name)
+    export_pipeline("image_classifier", repo, build=hooks_builder(pjserve_bin))
     d = write_meta(repo, META, [], tensor_yaml("X", "f32", ["batch", 4]),
                    "  - {name: SCORES, dtype: f32, shape: [batch, 4], labels: directions.txt}\n"
                    + tensor_yaml("NAMES", "bytes", ["batch"]), META_SOURCE)
@@ -240,6 +244,23 @@ def test_meta_client_output(gclient, hclient):
             assert e.value.status() == "400", e.value
         assert 'model scored: output "NAMES" is BYTES: classification (class_count) ranks ' \
                'numbers' in e.value.message(), e.value
+
+
+def test_hooked_client_output(gclient, hclient):
+    """image_classifier's postprocess makes SCORES f32 [3] (no batch axis:
+    one row) and CLASSES bytes [3]; the first may be classified, the second
+    is refused before the hooks run."""
+    image = {"IMAGE": ("UINT8", np.random.default_rng(6).integers(0, 256, (20, 30, 3),
+                                                                  dtype=np.uint8))}
+    plain = infer(gclient, grpcclient, "image_classifier", image, [("SCORES", 0, {})])
+    scores = plain.as_numpy("SCORES")
+    for client, mod in ((gclient, grpcclient), (hclient, httpclient)):
+        r = infer(client, mod, "image_classifier", image, [("SCORES", 2, {})])
+        assert r.as_numpy("SCORES").shape == (2,)
+        assert as_lists(r.as_numpy("SCORES")) == expected_classes(scores, 2, batched=False)
+        with pytest.raises(InferenceServerException) as e:
+            infer(client, mod, "image_classifier", image, [("CLASSES", 1, {})])
+        assert 'model image_classifier: output "CLASSES" is BYTES' in e.value.message(), e.value
 
 
 def raw_output(name, k):
