@@ -29,7 +29,8 @@ HOOKED = "mlp_hooked"
 CLIENT_INPUTS = tensor_yaml("X", "f64", ["batch", 16])
 CLIENT_OUTPUTS = tensor_yaml("Y", "f64", ["batch", 4])
 
-# The request ids that make mlp_hooked's hooks misbehave.
+# mlp_hooked's hooks. The request ids fail-internal, scratch-twice,
+# call-start, post-extent and post-nbytes make them misbehave on purpose.
 MLP_HOOKS_C = """\
 #include <math.h>
 #include <pjserve/model.h>
@@ -285,7 +286,8 @@ def test_executable_tensors_are_not_what_clients_send(srv):
         with pytest.raises(InferenceServerException) as ei:
             c.infer(HOOKED, [i])
     assert grpc_code(ei.value) == "INVALID_ARGUMENT", str(ei.value)
-    assert "x" in ei.value.message(), ei.value.message()
+    assert f'model {HOOKED}: unexpected input "x"' in ei.value.message(), ei.value.message()
+    assert "X" in ei.value.message().split("inputs:")[-1], ei.value.message()
 
 
 # ---- 2. hook errors ---------------------------------------------------------------

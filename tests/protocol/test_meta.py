@@ -374,6 +374,13 @@ def model_metric(s, name: str, model: str) -> float:
     return sum(found)
 
 
+def server_metric(s, name: str) -> float:
+    samples, _ = parse_metrics(scrape(s.metrics_url))
+    found = [v for (n, _), v in samples.items() if n == name]
+    assert len(found) == 1, f"/metrics: {name}: {found}"
+    return found[0]
+
+
 # ---- 7. fan-out and batches past the largest compiled size ---------------------------
 
 @pytest.mark.parametrize("rows", (3, 20))
@@ -484,12 +491,14 @@ def overlap_of_concurrent_runs(s, clients: int, per_client: int, wait_ms: int):
 
 def test_at_most_two_metas_run_at_once(srv):
     """8 clients, 4 requests each, each run holding its permit ~30 ms: two
-    runs overlap, never three."""
+    runs overlap, never three (and the server's own count agrees)."""
     assert overlap_of_concurrent_runs(srv, 8, 4, 30) == 2
+    assert server_metric(srv, "pjserve_meta_runs_gated_peak") == 2
 
 
 def test_at_most_one_meta_runs_at_once(srv1):
     assert overlap_of_concurrent_runs(srv1, 4, 3, 30) == 1
+    assert server_metric(srv1, "pjserve_meta_runs_gated_peak") == 1
 
 
 # ---- 10. compute-only metas bypass the gate ---------------------------------------------
@@ -620,6 +629,7 @@ def test_dropped_at_admission_when_no_permit_in_time(srv1):
     """One permit, held 2 s; a second meta with a 200 ms timeout is answered
     DEADLINE_EXCEEDED at its deadline, long before the permit frees."""
     x = sample_x(1, 130)
+    expired0 = server_metric(srv1, "pjserve_meta_runs_expired_total")
     with ThreadPoolExecutor(1) as pool:
         holder = pool.submit(call_timed, srv1.grpc_url, x, 2000)
         time.sleep(0.3)
@@ -635,6 +645,7 @@ def test_dropped_at_admission_when_no_permit_in_time(srv1):
         assert part in msg, msg
     assert took < 1.2, f"refused after {took:.2f} s (the permit frees after 2 s)"
     assert held[1] - held[0] >= 2_000_000_000
+    assert server_metric(srv1, "pjserve_meta_runs_expired_total") - expired0 == 1
 
 
 # ---- 14. calls a meta may not make --------------------------------------------------------
