@@ -215,7 +215,10 @@ int pjs_hooked_submit(struct pjs_server *s, pjs_infer_request *r, pjs_error *err
     memcpy(h->requested, r->requested, r->n_requested * sizeof r->requested[0]);
     r->n_requested = 0; /* the executable produces every output; the client's pick comes last */
     if (hooks->preprocess != NULL) {
-        rc = pjs_infer_validate_client(r, &m->bundle->manifest, INT64_MAX, err);
+        /* Batched client inputs are rows of the executable's batch: they
+         * fit its largest compiled size, as its configuration says. */
+        rc = pjs_infer_validate_client(r, &m->bundle->manifest,
+                                       m->max_batch_size > 0 ? m->max_batch_size : INT64_MAX, err);
         if (rc == 0)
             rc = run_preprocess(h, err);
     }

@@ -152,6 +152,19 @@ static void mark_internal_locked(pjs_server *s)
     }
 }
 
+/* Whether bundle `name` declares kind: meta (a manifest that does not
+ * parse is not: its load will say what is wrong). */
+static bool names_meta_bundle(pjs_server *s, const char *name)
+{
+    char path[PJS_BUNDLE_DIR_MAX + 300];
+    snprintf(path, sizeof path, "%s/%s/manifest.yaml", s->repository, name);
+    pjs_manifest m;
+    pjs_error err;
+    bool meta = pjs_manifest_load(&m, path, &err) == 0 && m.kind == PJS_KIND_META;
+    pjs_manifest_free(&m);
+    return meta;
+}
+
 /* A meta's calls name loaded models with no hooks that are not metas. */
 static int check_meta_calls(pjs_server *s, const pjs_bundle *b, pjs_error *err)
 {
@@ -161,7 +174,14 @@ static int check_meta_calls(pjs_server *s, const pjs_bundle *b, pjs_error *err)
     for (size_t i = 0; rc == 0 && i < man->n_calls; i++) {
         const char *name = man->calls[i];
         repo_entry *e = find_entry_locked(s, name);
-        if (e == NULL)
+        /* Metas load after models, in name order: one not loaded yet is
+         * known by its manifest. */
+        if ((e == NULL || e->model == NULL) && names_meta_bundle(s, name))
+            rc = pjs_error_set(err, PJS_ERR_INVALID_ARGUMENT,
+                               "manifest.yaml: meta.calls[%zu]: \"%s\" is a meta model, and a "
+                               "meta may not call a meta (call its sub-models directly)",
+                               i, name);
+        else if (e == NULL)
             rc = pjs_error_set(err, PJS_ERR_NOT_FOUND,
                                "manifest.yaml: meta.calls[%zu]: no model \"%s\" in the "
                                "repository",
@@ -370,19 +390,6 @@ static void warn_unused_policies(pjs_server *s)
 static int compare_names(const void *a, const void *b)
 {
     return strcmp(*(char *const *)a, *(char *const *)b);
-}
-
-/* Whether bundle `name` declares kind: meta (a manifest that does not
- * parse is not: its load will say what is wrong). */
-static bool names_meta_bundle(pjs_server *s, const char *name)
-{
-    char path[PJS_BUNDLE_DIR_MAX + 300];
-    snprintf(path, sizeof path, "%s/%s/manifest.yaml", s->repository, name);
-    pjs_manifest m;
-    pjs_error err;
-    bool meta = pjs_manifest_load(&m, path, &err) == 0 && m.kind == PJS_KIND_META;
-    pjs_manifest_free(&m);
-    return meta;
 }
 
 static int load_repository(pjs_server *s, pjs_error *err)
@@ -1099,13 +1106,14 @@ void pjs_server_get_counters(pjs_server *s, pjs_server_counters *out)
     out->scratch_timed_out = sc.timed_out;
 }
 
-void pjs_server_foreach_model(pjs_server *s, void (*fn)(pjs_model *m, void *ctx), void *ctx)
+static void foreach_model(pjs_server *s, bool internal_too, void (*fn)(pjs_model *m, void *ctx),
+                          void *ctx)
 {
     pthread_mutex_lock(&s->repo_lock);
     size_t n = 0;
     pjs_model **models = calloc(s->n_entries + 1, sizeof *models);
     for (size_t i = 0; models != NULL && i < s->n_entries; i++)
-        if (s->entries[i].model != NULL)
+        if (s->entries[i].model != NULL && (internal_too || !s->entries[i].internal))
             models[n++] = pjs_model_ref(s->entries[i].model);
     pthread_mutex_unlock(&s->repo_lock);
     for (size_t i = 0; i < n; i++) {
@@ -1113,6 +1121,17 @@ void pjs_server_foreach_model(pjs_server *s, void (*fn)(pjs_model *m, void *ctx)
         pjs_model_unref(models[i]);
     }
     free(models);
+}
+
+void pjs_server_foreach_model(pjs_server *s, void (*fn)(pjs_model *m, void *ctx), void *ctx)
+{
+    foreach_model(s, true, fn, ctx);
+}
+
+void pjs_server_foreach_public_model(pjs_server *s, void (*fn)(pjs_model *m, void *ctx),
+                                     void *ctx)
+{
+    foreach_model(s, false, fn, ctx);
 }
 
 /* ---- residency ----------------------------------------------------------- */

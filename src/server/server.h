@@ -255,7 +255,11 @@ typedef struct pjs_server_counters {
 } pjs_server_counters;
 void pjs_server_get_counters(pjs_server *s, pjs_server_counters *out);
 
-/* Calls fn for each loaded model (with a reference held during the call). */
+/* Calls fn for each loaded model (with a reference held during the call),
+ * the models only metas call (internal) included: what operators see. */
 void pjs_server_foreach_model(pjs_server *s, void (*fn)(pjs_model *m, void *ctx), void *ctx);
+/* The same without internal models: what clients may see. */
+void pjs_server_foreach_public_model(pjs_server *s, void (*fn)(pjs_model *m, void *ctx),
+                                     void *ctx);
 
 #endif

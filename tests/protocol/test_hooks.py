@@ -501,3 +501,12 @@ def test_hook_reload_under_traffic_loses_nothing(pjserve_bin, plugin_path, cache
         # The reload may first see model.c newer than model.so and keep the old
         # version serving (a WARN); nothing else may be logged as an error.
         stop_server(s)
+
+
+def test_client_rows_past_the_largest_batch_size_are_invalid_argument(srv):
+    """Batched client inputs are rows of the executable's batch: more than its
+    largest compiled size (8, what the configuration reports) is the
+    client's mistake, refused before preprocess runs."""
+    X = np.zeros((20, 16))
+    for proto in ("grpc", "http"):
+        expect_error(srv, proto, X, f"rows-{proto}", "INVALID_ARGUMENT", 400, "20")

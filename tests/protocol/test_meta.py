@@ -211,8 +211,9 @@ int pjserve_run(pjserve_ctx *ctx, const pjserve_tensor *in, size_t n_in, pjserve
 # The load refusals and what the repository index must say of them.
 REFUSED = {
     "meta_calls_meta": ['"fanout" is a meta model', "a meta may not call a meta"],
-    # Loaded before the meta it calls (metas load in name order): refused too.
-    "a_calls_meta": ['meta.calls[0]', '"fanout"'],
+    # Loaded before the meta it calls (metas load in name order): refused
+    # with the same reason, read from the manifest of the meta not loaded yet.
+    "a_calls_meta": ['meta.calls[0]', '"fanout" is a meta model', "a meta may not call a meta"],
     "calls_missing": ['no model "nosuch" in the repository'],
 }
 
@@ -682,3 +683,16 @@ def test_bytes_round_trip(srv, proto):
     assert u.shape == (len(words),), u
     got = [v if isinstance(v, bytes) else v.encode() for v in u]  # JSON: str
     assert got == [w.upper() for w in words], u  # ASCII letters only
+
+
+def test_statistics_of_all_models_omit_internal_models(srv):
+    """Every model's statistics (REST /v2/models/stats, gRPC ModelStatistics
+    with no name) leave out the models only metas call, as their own
+    statistics answer NOT_FOUND."""
+    status, doc, raw = http_json(srv.http_url, "GET", "/v2/models/stats")
+    assert status == 200, raw
+    names = [m["name"] for m in doc["model_stats"]]
+    assert "mlp" not in names and "fanout" in names, names
+    with grpcclient.InferenceServerClient(srv.grpc_url) as c:
+        names = [m.name for m in c.get_inference_statistics("").model_stats]
+    assert "mlp" not in names and "fanout" in names, names

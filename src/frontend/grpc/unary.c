@@ -277,7 +277,7 @@ static int model_statistics_rpc(pjs_grpc_unary_ctx *ctx, const ProtobufCMessage 
         return no_memory(err);
     stats_list list = {.ctx = ctx};
     if (req->name[0] == '\0') {
-        pjs_server_foreach_model(ctx->frontend->server, collect_statistics, &list);
+        pjs_server_foreach_public_model(ctx->frontend->server, collect_statistics, &list);
     } else {
         int rc =
             pjs_server_get_model(ctx->frontend->server, req->name, req->version, &ctx->model, err);

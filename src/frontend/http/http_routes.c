@@ -292,7 +292,7 @@ static void all_model_stats(pjs__http_call *c)
 {
     json_t *list = json_array();
     if (list != NULL)
-        pjs_server_foreach_model(c->fe->server, append_model_stats, list);
+        pjs_server_foreach_public_model(c->fe->server, append_model_stats, list);
     pjs__http_reply_json(c, 200, list ? json_pack("{s:o}", "model_stats", list) : NULL);
 }
 
