@@ -37,11 +37,17 @@ Clients: a pool of worker processes (tritonclient gRPC, one synchronous
 request at a time each, a closed loop); at concurrency c, c of them run. Each
 measurement is --warmup seconds, then --seconds counted: requests completed
 in the window, p50/p90/p99 latency, and CPU time per request of the server's
-process tree (Triton's stubs included) and of the client processes. Also
-recorded per window: the CPU that processes outside this benchmark used (the
-machine's busy time from /proc/stat minus this benchmark's process tree), to
-show how quiet the machine was. --rounds rounds in rotating order, medians
-reported.
+process tree (Triton's stubs included) and of the client processes, and the
+server-side time (the growth of nv_inference_request_duration_us of the
+models behind one client request, divided by the requests). Also recorded per
+window: the cores that processes outside this benchmark used (the machine's
+busy time from /proc/stat minus this benchmark's process tree). On a shared
+machine the driver waits before each measurement for half a second in which
+they used at most --max-other-cpu cores, and repeats a window in which they
+used more (up to --retries times, the quietest kept), spending at most
+--quiet-budget seconds on this in all. --rounds rounds in rotating order,
+medians reported; the added cost of one sub-call is the median over rounds
+of the difference between the two, measured one after the other.
 
 Where the time goes, in one process before the servers start: each stage's
 raw PJRT time (build/pjs_bench_raw_execute: upload, execute, read back), the
@@ -347,6 +353,38 @@ def busy_seconds():
     return (user + nice + system + irq + softirq + steal) / os.sysconf("SC_CLK_TCK")
 
 
+def our_cpu_seconds():
+    """CPU seconds of this benchmark: this process and every process below
+    it (the servers with Triton's stubs, the clients)."""
+    return tree_cpu_seconds(os.getpid())
+
+
+class QuietWaits:
+    """Before a measurement, waits for half a second in which processes outside
+    this benchmark used at most `limit` cores; at most `budget` seconds over
+    the whole run, retried measurements included (then measures regardless)."""
+
+    def __init__(self, limit, budget):
+        self.limit, self.budget = limit, budget
+
+    def spend(self, seconds):
+        was = self.budget
+        self.budget -= seconds
+        if was > 0 >= self.budget:
+            log("the time allowed for waiting for a quiet machine is spent: measuring "
+                "regardless (see other_cpu_cores in the results)")
+
+    def wait(self):
+        while self.budget > 0:
+            t0, busy0, ours0 = time.monotonic(), busy_seconds(), our_cpu_seconds()
+            time.sleep(0.5)
+            took = time.monotonic() - t0
+            other = ((busy_seconds() - busy0) - (our_cpu_seconds() - ours0)) / took
+            if other <= self.limit:
+                return
+            self.spend(took)
+
+
 def percentile(sorted_values, q):
     """The q-th percentile of sorted values (nearest rank)."""
     last = len(sorted_values) - 1
@@ -371,11 +409,10 @@ def measure(pool, task, concurrency, server, models, warmup_s, seconds):
         conn.send(dict(task, warm_end=warm_end, end=end))
     time.sleep(max(0.0, warm_end - time.monotonic()))
     # The scrape first, so that its own CPU stays outside the window.
-    begin = (request_us(server, models), tree_cpu_seconds(server.proc.pid),
-             tree_cpu_seconds(os.getpid()), busy_seconds())
-    time.sleep(max(0.0, end - time.monotonic()))
-    after = (None, tree_cpu_seconds(server.proc.pid), tree_cpu_seconds(os.getpid()),
+    begin = (request_us(server, models), tree_cpu_seconds(server.proc.pid), our_cpu_seconds(),
              busy_seconds())
+    time.sleep(max(0.0, end - time.monotonic()))
+    after = (None, tree_cpu_seconds(server.proc.pid), our_cpu_seconds(), busy_seconds())
     answers = [conn.recv() for (_, conn) in pool.workers[:concurrency]]
     for a in answers:
         if "error" in a:
@@ -634,11 +671,15 @@ def main(argv=None):
     ap.add_argument("--rounds", type=int, default=3,
                     help="rounds over every configuration, medians reported (default 3)")
     ap.add_argument("--max-other-cpu", type=float, default=0.25,
-                    help="a measurement during which processes outside the benchmark used "
-                         "more cores than this is repeated (default 0.25)")
+                    help="a measurement waits until processes outside the benchmark use at "
+                         "most this many cores, and one during which they used more is "
+                         "repeated (default 0.25)")
     ap.add_argument("--retries", type=int, default=2,
                     help="repeats of such a measurement; the quietest attempt is kept "
                          "(default 2)")
+    ap.add_argument("--quiet-budget", type=float, default=180.0,
+                    help="seconds the run may spend waiting for a quiet machine and "
+                         "repeating measurements, in all (default 180)")
     ap.add_argument("--boxes", type=int, default=16,
                     help="boxes the benchmark image keeps after NMS (default 16: one "
                          "stage-2 execution of its largest compiled batch)")
@@ -681,6 +722,7 @@ def main(argv=None):
               "settings": {"concurrency": concurrencies, "seconds": a.seconds,
                            "warmup_s": a.warmup, "rounds": a.rounds, "boxes": a.boxes,
                            "max_other_cpu": a.max_other_cpu, "retries": a.retries,
+                           "quiet_budget_s": a.quiet_budget,
                            "bls_instances": a.bls_instances, "build_dir": str(build),
                            "client": "tritonclient gRPC, one synchronous request at a time "
                                      "per client process"}}
@@ -728,7 +770,7 @@ def main(argv=None):
         log(f"measuring {len(plan)} configurations x {a.rounds} rounds of "
             f"{a.warmup:g} + {a.seconds:g} s (about "
             f"{len(plan) * a.rounds * (a.warmup + a.seconds + 0.5) / 60:.1f} min)")
-        runs = []
+        runs, quiet = [], QuietWaits(a.max_other_cpu, a.quiet_budget)
         for rnd in range(a.rounds):
             order = plan[rnd % len(plan):] + plan[:rnd % len(plan)]
             for key, c in order:
@@ -736,14 +778,19 @@ def main(argv=None):
                         else subcall_task(key, servers, x))
                 server, models = SERVED_BY[key]
                 attempts = []
-                while len(attempts) <= a.retries:
+                while True:
+                    quiet.wait()
                     attempts.append(measure(pool, task, c, servers[server], models, a.warmup,
                                             a.seconds))
                     if attempts[-1]["other_cpu_cores"] <= a.max_other_cpu:
                         break
+                    again = len(attempts) <= a.retries and quiet.budget > 0
                     log(f"{key} c={c}: other processes used "
                         f"{attempts[-1]['other_cpu_cores']:.2f} cores"
-                        + (", measuring again" if len(attempts) <= a.retries else ""))
+                        + (", measuring again" if again else ""))
+                    if not again:
+                        break
+                    quiet.spend(a.warmup + a.seconds)
                 r = min(attempts, key=lambda m: m["other_cpu_cores"])
                 r.update(key=key, concurrency=c, round=rnd, attempts=len(attempts))
                 runs.append(r)
