@@ -178,7 +178,9 @@ def test_simple_string_past_max_batch_size(gclient, hclient):
     with pytest.raises(InferenceServerException) as e:
         string_infer_grpc(gclient, a, a)
     assert grpc_code(e.value) == "INVALID_ARGUMENT", e.value
-    message = "a batch of 9 rows: simple_string takes at most 8 per request (its max_batch_size)"
+    # Refused by the server before preprocess: batched client rows are rows of
+    # the executable's batch (hooks.md, "Rows and batching").
+    message = "batch size 9 is outside 1..8 (the model's max_batch_size)"
     assert message in e.value.message(), e.value
     with pytest.raises(InferenceServerException) as e:
         string_infer_http(hclient, a, a)
