@@ -5,9 +5,10 @@
                                  [--pjserve build/pjserve]
                                  [--target-stablehlo-version X.Y.Z]
 
-Writes OUT_DIR/<name>/ for mlp, convnet, two_io, mlp_bf16, mlp_f16 and gapnet
-(see python/pjserve_export/demo.py for what each one computes; gapnet has two
-input-shape variants), and the composition examples (python/pjserve_export/
+Writes OUT_DIR/<name>/ for mlp, convnet, two_io, mlp_bf16, mlp_f16, gapnet
+and image_convnet (see python/pjserve_export/demo.py for what each one
+computes; gapnet has two input-shape variants; image_convnet is shaped for
+image classification clients), and the composition examples (python/pjserve_export/
 pipelines.py; their C code is in examples/bundles/): image_classifier (a model
 with C hooks), detector (a meta over detector_stage1 and detector_stage2) and
 greedy_decoder (a meta over decoder_step), and the string models Triton's

@@ -48,6 +48,7 @@ MODEL_TOLERANCE = {
     "mlp_bf16": BF16_TOL,
     "mlp_f16": F16_TOL,
     "gapnet": F32_TOL,
+    "image_convnet": F32_TOL,
 }
 
 

@@ -12,6 +12,11 @@
               variants: x:[batch,16,16,3] f32 (NHWC) and, variant "wide",
               x:[batch,16,32,3] -> logits:[batch,10] f32,
               heatmap:[batch,16,16] (wide: [batch,16,32]) f32
+    image_convnet
+              conv 3x3 (stride 2) + relu + global average pool + dense
+              x:[batch,32,32,3] f32 (NHWC, RGB pixels 0..255) -> logits:[batch,10] f32;
+              one input and one output vector, classes named in labels.txt: the
+              shape an image classification client expects
 
 Weights are drawn from fixed PRNG keys, so every export of a model writes the
 same bytes. examples/make_demo_models.py exports them; the end-to-end tests
@@ -49,12 +54,16 @@ class DemoModel:
     # clients asking for classification get "score:index:name".
     class_names: Sequence[str] = ()
     labelled_outputs: Sequence[str] = ()
+    # {input name: "NHWC" | "NCHW"}: image layouts, reported by the model configuration.
+    input_formats: Optional[Dict[str, str]] = None
 
     def export(self, out_dir, batch_sizes: Sequence[int] = BATCH_SIZES, **kwargs):
         if self.class_names:
             text = "".join(f"{c}\n" for c in self.class_names).encode()
             kwargs["extra_files"] = {**kwargs.get("extra_files", {}), LABELS_FILE: text}
             kwargs["output_labels"] = {o: LABELS_FILE for o in self.labelled_outputs}
+        if self.input_formats:
+            kwargs["input_formats"] = self.input_formats
         return export_jax(self.fn, self.params, self.example_inputs, out_dir, name=self.name,
                           batch_sizes=batch_sizes, input_names=self.input_names,
                           output_names=self.output_names, description=self.description,
@@ -164,6 +173,29 @@ def gapnet_fn(p, x):
     return logits, jnp.mean(y, axis=-1)
 
 
+# ---- image_convnet: one image in, one labelled vector out ---------------------
+
+IMAGE_CHANNELS = 8
+IMAGE_CLASSES = ("airplane", "automobile", "bird", "cat", "deer",
+                 "dog", "frog", "horse", "ship", "truck")
+
+
+def _image_convnet_params():
+    kc, kcb, kd = jax.random.split(_key("image_convnet"), 3)
+    c = IMAGE_CHANNELS
+    return {"conv": {"w": jax.random.normal(kc, (3, 3, 3, c)) * np.sqrt(2.0 / 27),   # HWIO
+                     "b": 0.1 * jax.random.normal(kcb, (c,))},
+            "dense": _dense(kd, c, len(IMAGE_CLASSES))}
+
+
+def image_convnet_fn(p, x):
+    # Takes pixels as they come out of an image file (0..255, no scaling).
+    y = jax.lax.conv_general_dilated(x / 255.0, p["conv"]["w"], window_strides=(2, 2),
+                                     padding="SAME", dimension_numbers=("NHWC", "HWIO", "NHWC"))
+    y = jax.nn.relu(y + p["conv"]["b"])
+    return jnp.mean(y, axis=(1, 2)) @ p["dense"]["w"] + p["dense"]["b"]
+
+
 # ---- the catalogue -----------------------------------------------------------
 
 def demo_models(names: Optional[Sequence[str]] = None) -> List[DemoModel]:
@@ -195,6 +227,13 @@ def demo_models(names: Optional[Sequence[str]] = None) -> List[DemoModel]:
             "conv3x3(8) + relu + global average pool + dense, for 16x16 and (variant wide) "
             "16x32 images: x[16,W,3] NHWC -> logits[10], heatmap[16,W]",
             variants={"wide": [np.zeros((1, 16, 32, 3), f32)]}),
+        "image_convnet": lambda: DemoModel(
+            "image_convnet", image_convnet_fn, _image_convnet_params(),
+            [np.zeros((1, 32, 32, 3), f32)], ["x"], ["logits"],
+            "conv3x3(8, stride 2) + relu + global average pool + dense: x[32,32,3] NHWC RGB "
+            "pixels 0..255 -> logits[10] (classes: labels.txt)",
+            class_names=IMAGE_CLASSES, labelled_outputs=("logits",),
+            input_formats={"x": "NHWC"}),
     }
     if names is None:
         names = list(makers)
@@ -204,4 +243,4 @@ def demo_models(names: Optional[Sequence[str]] = None) -> List[DemoModel]:
     return [makers[n]() for n in names]
 
 
-DEMO_MODEL_NAMES = ("mlp", "convnet", "two_io", "mlp_bf16", "mlp_f16", "gapnet")
+DEMO_MODEL_NAMES = ("mlp", "convnet", "two_io", "mlp_bf16", "mlp_f16", "gapnet", "image_convnet")
