@@ -52,7 +52,8 @@ static uint64_t phase_deadline(const pjs_http_frontend *fe, pjs__http_phase phas
     case PJS_HTTP_PHASE_HEADERS: s = fe->opts.header_timeout_s; break;
     case PJS_HTTP_PHASE_BODY: s = fe->opts.body_timeout_s; break;
     case PJS_HTTP_PHASE_KEEPALIVE: s = fe->opts.idle_timeout_s; break;
-    case PJS_HTTP_PHASE_ANSWERING: return 0;
+    case PJS_HTTP_PHASE_ANSWERING:
+    case PJS_HTTP_PHASE_COUNT: return 0;
     }
     return s > 0 ? now_ms() + (uint64_t)s * 1000u : 0;
 }
@@ -158,20 +159,17 @@ static const char *phase_flag(int phase)
     }
 }
 
-/* Shuts down every connection past its deadline; returns how many, and
- * the phase of the last one in *phase. Called with conn_lock held. */
-static unsigned cut_overdue(pjs_http_frontend *fe, uint64_t now, int *phase)
+/* Shuts down every connection past its deadline, counting them by the
+ * phase each was in (n_by_phase[phase]). Called with conn_lock held. */
+static void cut_overdue(pjs_http_frontend *fe, uint64_t now, unsigned *n_by_phase)
 {
-    unsigned n = 0;
     for (pjs__http_conn *t = fe->conns; t != NULL; t = t->next) {
         if (t->cut || t->deadline_ms == 0 || now < t->deadline_ms)
             continue;
         shutdown(t->fd, SHUT_RDWR);
         t->cut = true;
-        *phase = t->phase;
-        n++;
+        n_by_phase[t->phase]++;
     }
-    return n;
 }
 
 static void *watchdog_main(void *arg)
@@ -179,12 +177,22 @@ static void *watchdog_main(void *arg)
     pjs_http_frontend *fe = arg;
     pthread_mutex_lock(&fe->conn_lock);
     while (!fe->watchdog_stop) {
-        int phase = 0;
-        unsigned n = cut_overdue(fe, now_ms(), &phase);
-        if (n > 0)
-            pjs_log_limited(&fe->cut_log, PJS_LOG_WARN,
-                            "%s: closed %u connection%s that did not send %s", fe->address, n,
-                            n == 1 ? "" : "s", phase_flag(phase));
+        unsigned n_by_phase[PJS_HTTP_PHASE_COUNT] = {0};
+        cut_overdue(fe, now_ms(), n_by_phase);
+        /* One line (the limiter may drop a second), naming every deadline
+         * missed with its own flag. */
+        char what[512] = "";
+        size_t used = 0;
+        for (int phase = 0; phase < PJS_HTTP_PHASE_COUNT && used < sizeof what; phase++) {
+            unsigned n = n_by_phase[phase];
+            if (n > 0)
+                used += (size_t)snprintf(what + used, sizeof what - used,
+                                         "%sclosed %u connection%s that did not send %s",
+                                         used ? "; " : "", n, n == 1 ? "" : "s",
+                                         phase_flag(phase));
+        }
+        if (used > 0)
+            pjs_log_limited(&fe->cut_log, PJS_LOG_WARN, "%s: %s", fe->address, what);
         struct timespec until;
         clock_gettime(CLOCK_MONOTONIC, &until);
         until.tv_nsec += WATCHDOG_PERIOD_MS * 1000000L;

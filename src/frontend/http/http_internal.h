@@ -47,6 +47,7 @@ typedef enum pjs__http_phase {
     PJS_HTTP_PHASE_BODY,      /* from the headers' end to the body's end */
     PJS_HTTP_PHASE_ANSWERING, /* the request is complete; its reply is being made or sent */
     PJS_HTTP_PHASE_KEEPALIVE, /* between requests: the next request line must come in time */
+    PJS_HTTP_PHASE_COUNT
 } pjs__http_phase;
 
 struct pjs_http_frontend {
