@@ -9,19 +9,15 @@ prelude for sources that read the clock or spin: CLOCK_MONOTONIC nanoseconds
 """
 
 import os
-import re
 import shutil
 import subprocess
 import textwrap
-import time
-import urllib.error
-import urllib.request
 from pathlib import Path
 from typing import Iterable, Optional, Sequence
 
 import pytest
 
-from protocol_util import BAD_STDERR, EXIT_TIMEOUT_S, ServerFailure, ServerProcess
+from protocol_util import ServerProcess, finish_checked, start_or_fail
 
 TIMING_C = """\
 #define _POSIX_C_SOURCE 200809L
@@ -117,28 +113,7 @@ class LiveServerProcess(ServerProcess):
     stays 400 while a model is UNAVAILABLE, so start() waits for
     /v2/health/live (static mode answers it once every bundle was tried)."""
 
-    def wait_ready(self, timeout: float):
-        deadline = time.monotonic() + timeout
-        url = f"http://{self.http_url}/v2/health/live"
-        last = None
-        while time.monotonic() < deadline:
-            rc = self.proc.poll()
-            if rc is not None:
-                raise ServerFailure(f"pjserve serve exited with code {rc} before it was "
-                                    f"live\n{self.describe()}")
-            try:
-                with urllib.request.urlopen(url, timeout=2) as r:
-                    if r.status == 200:
-                        return
-                    last = f"HTTP {r.status}"
-            except urllib.error.HTTPError as e:
-                last = f"HTTP {e.code}"
-            except (urllib.error.URLError, OSError) as e:
-                last = repr(e)
-            time.sleep(0.1)
-        self.kill()
-        raise ServerFailure(f"pjserve serve was not live within {timeout:.0f} s "
-                            f"(GET {url}: {last})\n{self.describe()}")
+    health_route = "live"
 
 
 def start_server(pjserve_bin, plugin_path, repo: Path, cache_dir: Path, workdir: Path,
@@ -147,34 +122,14 @@ def start_server(pjserve_bin, plugin_path, repo: Path, cache_dir: Path, workdir:
     """A started server; refuses_some: the repository holds bundles it
     refuses (start in static mode: then live means every bundle was tried)."""
     cls = LiveServerProcess if refuses_some else ServerProcess
-    s = cls(pjserve_bin, plugin_path, repo, cache_dir, workdir, list(extra_args), name)
-    try:
-        s.start()
-    except ServerFailure as e:
-        s.kill()
-        pytest.fail(str(e), pytrace=False)
-    return s
+    return start_or_fail(cls(pjserve_bin, plugin_path, repo, cache_dir, workdir,
+                             list(extra_args), name))
 
 
 def stop_server(s: ServerProcess, expected_errors: Sequence[str] = ()):
-    """SIGTERM; fails unless the server exits 0 and its log has no error or
-    sanitizer line besides those matching an `expected_errors` pattern (the
-    ERROR lines a test provoked on purpose)."""
+    """SIGTERM; fails unless the server was still running, exits 0 and its log
+    has no error or sanitizer line besides those matching an
+    `expected_errors` pattern (the ERROR lines a test provoked on purpose)."""
     if not s.alive():
         pytest.fail(f"the server had exited before SIGTERM\n{s.describe()}", pytrace=False)
-    s.terminate()
-    rc = s.wait_exit(EXIT_TIMEOUT_S)
-    problems = []
-    if rc is None:
-        s.kill()
-        problems.append(f"did not exit within {EXIT_TIMEOUT_S} s of SIGTERM (killed)")
-    elif rc != 0:
-        problems.append(f"exit code {rc} after SIGTERM (expected 0)")
-    allowed = [re.compile(p) for p in expected_errors]
-    bad = [ln for ln in s.stderr_text().splitlines()
-           if BAD_STDERR.search(ln) and not any(a.search(ln) for a in allowed)]
-    if bad:
-        problems.append("stderr has error/sanitizer lines:\n  " + "\n  ".join(bad[:40]))
-    if problems:
-        pytest.fail(f"server {s.name!r} did not shut down cleanly:\n- " + "\n- ".join(problems)
-                    + "\n" + s.describe(), pytrace=False)
+    finish_checked(s, expected_errors)

@@ -28,8 +28,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import common  # noqa: E402
 import pjserve_export as pe  # noqa: E402
 from pjserve_export import demo  # noqa: E402
-from protocol_util import (BF16_MODEL, RELOAD_MODEL, Case, ServerFailure,  # noqa: E402
-                           ServerProcess, bf16_io_model)
+from protocol_util import (BF16_MODEL, RELOAD_MODEL, Case, ServerProcess,  # noqa: E402
+                           bf16_io_model, finish_checked, guard_alive, start_or_fail)
 
 import tritonclient.grpc as grpcclient  # noqa: E402
 import tritonclient.http as httpclient  # noqa: E402
@@ -118,20 +118,8 @@ def cases(exported) -> Cases:
 # ---- servers ----------------------------------------------------------------
 
 def _start(pjserve_bin, plugin_path, repository, cache_dir, workdir, extra, name):
-    s = ServerProcess(pjserve_bin, plugin_path, repository, cache_dir, workdir, extra, name)
-    try:
-        s.start()
-    except ServerFailure as e:
-        s.kill()
-        pytest.fail(str(e), pytrace=False)
-    return s
-
-
-def _finish(s: ServerProcess):
-    problems = s.stop_and_check()
-    if problems:
-        pytest.fail(f"server {s.name!r} did not shut down cleanly:\n- " + "\n- ".join(problems)
-                    + "\n" + s.describe(), pytrace=False)
+    return start_or_fail(ServerProcess(pjserve_bin, plugin_path, repository, cache_dir, workdir,
+                                       extra, name))
 
 
 @pytest.fixture(scope="session")
@@ -139,7 +127,7 @@ def _main_server(pjserve_bin, plugin_path, repository, cache_dir, tmp_path_facto
     s = _start(pjserve_bin, plugin_path, repository, cache_dir,
                tmp_path_factory.mktemp("server-main"), [], "main")
     yield s
-    _finish(s)
+    finish_checked(s)
 
 
 @pytest.fixture(scope="session")
@@ -148,27 +136,19 @@ def _shm_server(pjserve_bin, plugin_path, exported, cache_dir, tmp_path_factory)
     s = _start(pjserve_bin, plugin_path, repo, cache_dir,
                tmp_path_factory.mktemp("server-shm"), ["--allow-client-shm"], "shm")
     yield s
-    _finish(s)
-
-
-def _guard(s: ServerProcess):
-    if not s.alive():
-        pytest.fail(f"the server is not running\n{s.describe()}", pytrace=False)
-    yield s
-    if not s.alive():
-        pytest.fail(f"the server died during this test\n{s.describe()}", pytrace=False)
+    finish_checked(s)
 
 
 @pytest.fixture
 def server(_main_server):
     """The shared server over the full repository (client shared memory off)."""
-    yield from _guard(_main_server)
+    yield from guard_alive(_main_server)
 
 
 @pytest.fixture
 def shm_server(_shm_server):
     """A server started with --allow-client-shm over mlp and two_io."""
-    yield from _guard(_shm_server)
+    yield from guard_alive(_shm_server)
 
 
 @pytest.fixture

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
+import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from common import REPO, assert_matches  # noqa: E402,F401
@@ -83,7 +84,13 @@ def tail(text: str, n: int = 200) -> str:
 
 
 class ServerProcess:
-    """One `pjserve serve` process on free local ports, its stderr kept in a file."""
+    """One `pjserve serve` process on free local ports, its stderr kept in a file.
+
+    start() waits for GET /v2/health/<health_route> to answer 200: "ready"
+    (every model loaded), or "live" for a repository holding bundles the
+    server refuses (readiness then stays false)."""
+
+    health_route = "ready"
 
     def __init__(self, binary: Path, plugin: Path, repository: Path, cache_dir: Path,
                  workdir: Path, extra_args: Sequence[str] = (), name: str = "server"):
@@ -147,13 +154,13 @@ class ServerProcess:
 
     def wait_ready(self, timeout: float):
         deadline = time.monotonic() + timeout
-        url = f"http://{self.http_url}/v2/health/ready"
+        url = f"http://{self.http_url}/v2/health/{self.health_route}"
         last = None
         while time.monotonic() < deadline:
             rc = self.proc.poll()
             if rc is not None:
                 raise ServerFailure(f"pjserve serve exited with code {rc} before it was "
-                                    f"ready\n{self.describe()}")
+                                    f"{self.health_route}\n{self.describe()}")
             try:
                 with urllib.request.urlopen(url, timeout=2) as r:
                     if r.status == 200:
@@ -165,7 +172,7 @@ class ServerProcess:
                 last = repr(e)
             time.sleep(0.1)
         self.kill()
-        raise ServerFailure(f"pjserve serve was not ready within {timeout:.0f} s "
+        raise ServerFailure(f"pjserve serve was not {self.health_route} within {timeout:.0f} s "
                             f"(GET {url}: {last})\n{self.describe()}")
 
     def alive(self) -> bool:
@@ -186,8 +193,10 @@ class ServerProcess:
             self.proc.kill()
             self.proc.wait()
 
-    def stop_and_check(self) -> List[str]:
-        """SIGTERM, wait, and return a list of problems (empty when clean)."""
+    def stop_and_check(self, expected_errors: Sequence[str] = ()) -> List[str]:
+        """SIGTERM, wait, and return a list of problems (empty when clean).
+        Error lines matching an `expected_errors` pattern (ones a test
+        provoked on purpose) are not problems."""
         problems = []
         if self.proc is None:
             return problems
@@ -203,7 +212,9 @@ class ServerProcess:
                                 "SIGTERM (killed)")
             elif rc != 0:
                 problems.append(f"exit code {rc} after SIGTERM (expected 0)")
-        bad = [ln for ln in self.stderr_text().splitlines() if BAD_STDERR.search(ln)]
+        allowed = [re.compile(p) for p in expected_errors]
+        bad = [ln for ln in self.stderr_text().splitlines()
+               if BAD_STDERR.search(ln) and not any(a.search(ln) for a in allowed)]
         if bad:
             problems.append("stderr has error/sanitizer lines:\n  " + "\n  ".join(bad[:40]))
         return problems
@@ -539,3 +550,34 @@ def bf16_io_model() -> demo.DemoModel:
     return demo.DemoModel(BF16_MODEL, _bf16_io_fn, params,
                           [np.zeros((1, 4), ml_dtypes.bfloat16)], ["x"], ["y"],
                           "bf16 in, bf16 out: y = x*scale + bias")
+
+
+# ---- servers in fixtures ----------------------------------------------------
+
+def start_or_fail(s: ServerProcess) -> ServerProcess:
+    """Starts s; a server that does not come up fails the test with its log."""
+    try:
+        s.start()
+    except ServerFailure as e:
+        s.kill()
+        pytest.fail(str(e), pytrace=False)
+    return s
+
+
+def finish_checked(s: ServerProcess, expected_errors: Sequence[str] = ()):
+    """Stops s; fails unless it exited 0 with no error or sanitizer line
+    (besides those matching an `expected_errors` pattern)."""
+    problems = s.stop_and_check(expected_errors)
+    if problems:
+        pytest.fail(f"server {s.name!r} did not shut down cleanly:\n- " + "\n- ".join(problems)
+                    + "\n" + s.describe(), pytrace=False)
+
+
+def guard_alive(s: ServerProcess):
+    """For a fixture handing a shared server to one test: it must be running
+    before and after."""
+    if not s.alive():
+        pytest.fail(f"the server is not running\n{s.describe()}", pytrace=False)
+    yield s
+    if not s.alive():
+        pytest.fail(f"the server died during this test\n{s.describe()}", pytrace=False)

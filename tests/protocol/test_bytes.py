@@ -27,7 +27,8 @@ from tritonclient.utils import (InferenceServerException, deserialize_bytes_tens
 
 import grpc
 from bundle_code import tensor_yaml, write_meta
-from protocol_util import ServerFailure, ServerProcess, binary_infer_body, grpc_code, http_request
+from protocol_util import (ServerProcess, binary_infer_body, finish_checked, grpc_code, guard_alive,
+                           http_request, start_or_fail)
 
 MODEL = "strings"
 
@@ -89,33 +90,14 @@ def strings_server(pjserve_bin, plugin_path, cache_dir, tmp_path_factory):
                SOURCE, pjserve_bin)
     s = ServerProcess(pjserve_bin, plugin_path, repo, cache_dir,
                       tmp_path_factory.mktemp("server-strings"), ["--allow-client-shm"], "strings")
-    try:
-        s.start()
-    except ServerFailure as e:
-        s.kill()
-        pytest.fail(str(e), pytrace=False)
+    start_or_fail(s)
     yield s
-    problems = s.stop_and_check()
-    if problems:
-        pytest.fail("server did not shut down cleanly:\n- " + "\n- ".join(problems)
-                    + "\n" + s.describe(), pytrace=False)
+    finish_checked(s)
 
 
 @pytest.fixture
 def server(strings_server):
-    if not strings_server.alive():
-        pytest.fail(f"the server is not running\n{strings_server.describe()}", pytrace=False)
-    yield strings_server
-    if not strings_server.alive():
-        pytest.fail(f"the server died during this test\n{strings_server.describe()}",
-                    pytrace=False)
-
-
-@pytest.fixture
-def gclient(server):
-    c = grpcclient.InferenceServerClient(server.grpc_url)
-    yield c
-    c.close()
+    yield from guard_alive(strings_server)
 
 
 @pytest.fixture

@@ -31,7 +31,8 @@ import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
 from bundle_code import tensor_yaml, write_meta
-from protocol_util import ServerFailure, ServerProcess, grpc_code, http_json
+from protocol_util import (ServerProcess, finish_checked, grpc_code, guard_alive, http_json,
+                           start_or_fail)
 from pjserve_export import hooks_builder
 from pjserve_export.demo import DIGITS
 from pjserve_export.pipelines import export_pipeline
@@ -77,40 +78,14 @@ def class_server(pjserve_bin, plugin_path, exported, cache_dir, tmp_path_factory
     subprocess.run([str(pjserve_bin), "build-hooks", str(d)], check=True, capture_output=True)
     s = ServerProcess(pjserve_bin, plugin_path, repo, cache_dir,
                       tmp_path_factory.mktemp("server-classification"), [], "classification")
-    try:
-        s.start()
-    except ServerFailure as e:
-        s.kill()
-        pytest.fail(str(e), pytrace=False)
+    start_or_fail(s)
     yield s
-    problems = s.stop_and_check()
-    if problems:
-        pytest.fail("server did not shut down cleanly:\n- " + "\n- ".join(problems)
-                    + "\n" + s.describe(), pytrace=False)
+    finish_checked(s)
 
 
 @pytest.fixture
 def server(class_server):
-    if not class_server.alive():
-        pytest.fail(f"the server is not running\n{class_server.describe()}", pytrace=False)
-    yield class_server
-    if not class_server.alive():
-        pytest.fail(f"the server died during this test\n{class_server.describe()}",
-                    pytrace=False)
-
-
-@pytest.fixture
-def gclient(server):
-    c = grpcclient.InferenceServerClient(server.grpc_url)
-    yield c
-    c.close()
-
-
-@pytest.fixture
-def hclient(server):
-    c = httpclient.InferenceServerClient(server.http_url, network_timeout=60)
-    yield c
-    c.close()
+    yield from guard_alive(class_server)
 
 
 def expected_classes(values: np.ndarray, k: int, labels=None, batched=True):

@@ -10,9 +10,9 @@ from google.protobuf import descriptor_pb2
 from tritonclient.grpc import model_config_pb2, service_pb2
 from tritonclient.utils import InferenceServerException
 
-from .conftest import _finish, _start, small_repository
-from protocol_util import (ALL_MODELS, CONFIG_DTYPE, client_dims, grpc_channel, grpc_code,
-                           http_json, http_request, kserve_dtype, pb_decode, pb_field_bytes,
+from .conftest import _start, small_repository
+from protocol_util import (ALL_MODELS, CONFIG_DTYPE, client_dims, finish_checked, grpc_channel,
+                           grpc_code, http_json, http_request, kserve_dtype, pb_decode, pb_field_bytes,
                            pb_get)
 
 # Extensions pjserve implements and clients (perf_analyzer, tritonclient) look for.
@@ -401,4 +401,4 @@ def test_model_config_input_format(pjserve_bin, plugin_path, cache_dir, exported
             assert status == 200 and doc["input"][0]["format"] == want, raw
     finally:
         g.close()
-        _finish(s)
+        finish_checked(s)

@@ -29,7 +29,7 @@ from tritonclient.utils import InferenceServerException
 
 from pjserve_export import hooks as H
 from pjserve_export.triton_examples import export_triton_example
-from protocol_util import ServerFailure, ServerProcess, grpc_code
+from protocol_util import ServerProcess, finish_checked, grpc_code, guard_alive, start_or_fail
 
 WIDTH = 16
 
@@ -43,40 +43,14 @@ def strings_server(pjserve_bin, plugin_path, cache_dir, tmp_path_factory):
     s = ServerProcess(pjserve_bin, plugin_path, repo, cache_dir,
                       tmp_path_factory.mktemp("server-triton-strings"), ["--allow-client-shm"],
                       "triton-strings")
-    try:
-        s.start()
-    except ServerFailure as e:
-        s.kill()
-        pytest.fail(str(e), pytrace=False)
+    start_or_fail(s)
     yield s
-    problems = s.stop_and_check()
-    if problems:
-        pytest.fail("server did not shut down cleanly:\n- " + "\n- ".join(problems)
-                    + "\n" + s.describe(), pytrace=False)
+    finish_checked(s)
 
 
 @pytest.fixture
 def server(strings_server):
-    if not strings_server.alive():
-        pytest.fail(f"the server is not running\n{strings_server.describe()}", pytrace=False)
-    yield strings_server
-    if not strings_server.alive():
-        pytest.fail(f"the server died during this test\n{strings_server.describe()}",
-                    pytrace=False)
-
-
-@pytest.fixture
-def gclient(server):
-    c = grpcclient.InferenceServerClient(server.grpc_url)
-    yield c
-    c.close()
-
-
-@pytest.fixture
-def hclient(server):
-    c = httpclient.InferenceServerClient(server.http_url, network_timeout=60)
-    yield c
-    c.close()
+    yield from guard_alive(strings_server)
 
 
 def numerals(values) -> np.ndarray:
