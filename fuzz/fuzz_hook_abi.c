@@ -61,7 +61,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *in, size_t size)
     ctx.stage = "postprocess";
     pjs_error err;
     pjs_error_clear(&err);
-    if (pjs_hook_check_produced(&ctx, &slot, &got, &err) == 0) {
+    if (pjs_hook_check_produced(&ctx, &slot, &got, 1, &err) == 0) {
         if (got.dtype != slot.dtype || got.rank != slot.rank || got.rank < 0 ||
             got.rank > PJSERVE_MAX_RANK)
             abort();

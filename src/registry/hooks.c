@@ -20,6 +20,14 @@
 
 #include "core/log.h"
 
+pjs_log_level pjs_hooks_log_level(int level)
+{
+    return level <= PJSERVE_LOG_ERROR  ? PJS_LOG_ERROR
+           : level == PJSERVE_LOG_WARN ? PJS_LOG_WARN
+           : level == PJSERVE_LOG_INFO ? PJS_LOG_INFO
+                                       : PJS_LOG_DEBUG;
+}
+
 /* ---- the context pjserve_init runs with --------------------------------- */
 
 typedef struct load_ctx {
@@ -47,11 +55,7 @@ static void load_set_error(pjserve_ctx *c, const char *msg)
 
 static void load_log(pjserve_ctx *c, int level, const char *msg)
 {
-    pjs_log(level <= PJSERVE_LOG_ERROR  ? PJS_LOG_ERROR
-            : level == PJSERVE_LOG_WARN ? PJS_LOG_WARN
-            : level == PJSERVE_LOG_INFO ? PJS_LOG_INFO
-                                        : PJS_LOG_DEBUG,
-            "model %s: %s", as_load(c)->model, msg);
+    pjs_log(pjs_hooks_log_level(level), "model %s: %s", as_load(c)->model, msg);
 }
 
 static void *load_state(pjserve_ctx *c)

@@ -27,6 +27,7 @@
 #define PJSERVE_HOST_SIDE
 #include "pjserve/model.h"
 
+#include "core/log.h"
 #include "core/manifest.h"
 #include "core/status.h"
 
@@ -50,6 +51,9 @@ bool pjs_hooks_present(const char *dir);
  * the bundle has neither model.so nor model.c and needs none. Messages name
  * the file. */
 int pjs_hooks_open(const char *dir, const pjs_manifest *m, pjs_hooks **out, pjs_error *err);
+/* The log level of a bundle's PJSERVE_LOG_* level. */
+pjs_log_level pjs_hooks_log_level(int level);
+
 /* Runs pjserve_fini and unloads. NULL is fine. */
 void pjs_hooks_close(pjs_hooks *h);
 

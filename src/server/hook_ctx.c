@@ -49,11 +49,7 @@ static void api_set_error(pjserve_ctx *c, const char *msg)
 static void api_log(pjserve_ctx *c, int level, const char *msg)
 {
     pjs_hook_ctx *ctx = as_ctx(c);
-    pjs_log(level <= PJSERVE_LOG_ERROR  ? PJS_LOG_ERROR
-            : level == PJSERVE_LOG_WARN ? PJS_LOG_WARN
-            : level == PJSERVE_LOG_INFO ? PJS_LOG_INFO
-                                        : PJS_LOG_DEBUG,
-            "model %s: %s%s%s: %s", ctx->model->name, ctx->stage,
+    pjs_log(pjs_hooks_log_level(level), "model %s: %s%s%s: %s", ctx->model->name, ctx->stage,
             ctx->request->id[0] ? " of request " : "", ctx->request->id, msg);
 }
 
@@ -223,14 +219,21 @@ pjserve_tensor pjs_hook_slot(const pjs_tensor_spec *spec, const pjs_shape *shape
     return t;
 }
 
+void pjs_hook_view_inputs(const pjs_infer_request *r, pjserve_tensor *in)
+{
+    for (size_t i = 0; i < r->n_inputs; i++)
+        in[i] = pjs_hook_tensor_from(r->inputs[i].spec->name, r->inputs[i].spec->dtype,
+                                     &r->inputs[i].shape, r->inputs[i].data, r->inputs[i].nbytes);
+}
+
 static const char *dtype_label(pjserve_dtype t)
 {
     pjs_dtype ours = pjs_hook_dtype_in(t);
     return ours == PJS_DTYPE_INVALID ? "an unknown dtype" : pjs_dtype_kserve_name(ours);
 }
 
-int pjs_hook_check_produced(const pjs_hook_ctx *ctx, const pjserve_tensor *slot,
-                            const pjserve_tensor *got, pjs_error *err)
+static int check_one(const pjs_hook_ctx *ctx, const pjserve_tensor *slot,
+                     const pjserve_tensor *got, pjs_error *err)
 {
     const char *model = ctx->model->name, *stage = ctx->stage, *name = slot->name;
     if (got->dtype != slot->dtype)
@@ -285,6 +288,18 @@ int pjs_hook_check_produced(const pjs_hook_ctx *ctx, const pjserve_tensor *slot,
                              "model %s: %s gave tensor \"%s\" %zu bytes; its shape and dtype make "
                              "%llu",
                              model, stage, name, got->nbytes, (unsigned long long)want);
+    return 0;
+}
+
+int pjs_hook_check_produced(const pjs_hook_ctx *ctx, const pjserve_tensor *slots,
+                            pjserve_tensor *got, size_t n, pjs_error *err)
+{
+    for (size_t i = 0; i < n; i++) {
+        got[i].name = slots[i].name;
+        int rc = check_one(ctx, &slots[i], &got[i], err);
+        if (rc != 0)
+            return rc;
+    }
     return 0;
 }
 

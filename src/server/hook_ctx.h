@@ -64,6 +64,9 @@ void *pjs_hook_ctx_alloc(pjs_hook_ctx *ctx, size_t nbytes);
 pjserve_dtype pjs_hook_dtype_out(pjs_dtype t);
 pjs_dtype pjs_hook_dtype_in(pjserve_dtype t);
 
+/* in[i] views r's input i (r->n_inputs of them, specs set by validation). */
+void pjs_hook_view_inputs(const pjs_infer_request *r, pjserve_tensor *in);
+
 /* A pjserve_tensor viewing the data of an input or output (no copy). */
 pjserve_tensor pjs_hook_tensor_from(const char *name, pjs_dtype dtype, const pjs_shape *shape,
                                     const void *data, size_t nbytes);
@@ -73,12 +76,13 @@ pjserve_tensor pjs_hook_tensor_from(const char *name, pjs_dtype dtype, const pjs
  * extents (the executable's inputs of a model with variants); NULL: spec's. */
 pjserve_tensor pjs_hook_slot(const pjs_tensor_spec *spec, const pjs_shape *shape);
 
-/* Checks what bundle code produced in `got` against the slot it was given:
- * dtype and rank unchanged, fixed extents kept, none negative, data present,
- * nbytes equal to the elements' size (BYTES: well formed, one element per
+/* Checks the n tensors bundle code produced in got[] against the slots it
+ * was given (restoring their names: bundle code may not rename): dtype and
+ * rank unchanged, fixed extents kept, none negative, data present, nbytes
+ * equal to the elements' size (BYTES: well formed, one element per
  * position). INTERNAL naming ctx->stage, the model and the tensor. */
-int pjs_hook_check_produced(const pjs_hook_ctx *ctx, const pjserve_tensor *slot,
-                            const pjserve_tensor *got, pjs_error *err);
+int pjs_hook_check_produced(const pjs_hook_ctx *ctx, const pjserve_tensor *slots,
+                            pjserve_tensor *got, size_t n, pjs_error *err);
 
 /* The error for a nonzero status returned by bundle code: the status mapped
  * to ours (INVALID_ARGUMENT, DEADLINE_EXCEEDED, ... else INTERNAL) and

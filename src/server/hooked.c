@@ -80,9 +80,7 @@ static int run_preprocess(hooked_request *h, pjs_error *err)
     const pjs_manifest *man = &r->model->bundle->manifest;
     pjserve_tensor in[PJS_INFER_MAX_TENSORS], slots[PJS_INFER_MAX_TENSORS],
         out[PJS_INFER_MAX_TENSORS];
-    for (size_t i = 0; i < r->n_inputs; i++)
-        in[i] = pjs_hook_tensor_from(r->inputs[i].spec->name, r->inputs[i].spec->dtype,
-                                     &r->inputs[i].shape, r->inputs[i].data, r->inputs[i].nbytes);
+    pjs_hook_view_inputs(r, in);
     for (size_t i = 0; i < man->n_inputs; i++)
         out[i] = slots[i] = executable_input_slot(man, i);
     h->ctx.stage = "preprocess";
@@ -90,12 +88,9 @@ static int run_preprocess(hooked_request *h, pjs_error *err)
                                                       man->n_inputs);
     if (status != PJSERVE_OK)
         return pjs_hook_fail(&h->ctx, status, err);
-    for (size_t i = 0; i < man->n_inputs; i++) {
-        out[i].name = slots[i].name; /* the hook may not rename */
-        int rc = pjs_hook_check_produced(&h->ctx, &slots[i], &out[i], err);
-        if (rc != 0)
-            return rc;
-    }
+    int rc = pjs_hook_check_produced(&h->ctx, slots, out, man->n_inputs, err);
+    if (rc != 0)
+        return rc;
     h->n_client_inputs = r->n_inputs;
     memcpy(h->client_inputs, r->inputs, r->n_inputs * sizeof r->inputs[0]);
     h->swapped_inputs = true;
@@ -153,12 +148,9 @@ static int run_postprocess(hooked_request *h, pjs_error *err)
                                                        man->n_client_outputs);
     if (status != PJSERVE_OK)
         return pjs_hook_fail(&h->ctx, status, err);
-    for (size_t i = 0; i < man->n_client_outputs; i++) {
-        out[i].name = slots[i].name;
-        int rc = pjs_hook_check_produced(&h->ctx, &slots[i], &out[i], err);
-        if (rc != 0)
-            return rc;
-    }
+    int rc = pjs_hook_check_produced(&h->ctx, slots, out, man->n_client_outputs, err);
+    if (rc != 0)
+        return rc;
     /* Restore the client's requested list first: it picks what is copied. */
     memcpy(r->requested, h->requested, h->n_requested * sizeof r->requested[0]);
     r->n_requested = h->n_requested;

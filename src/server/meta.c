@@ -410,9 +410,7 @@ static void run_meta(pjs_meta_job *job)
     const pjs_manifest *man = &r->model->bundle->manifest;
     pjserve_tensor in[PJS_INFER_MAX_TENSORS], slots[PJS_INFER_MAX_TENSORS],
         out[PJS_INFER_MAX_TENSORS];
-    for (size_t i = 0; i < r->n_inputs; i++)
-        in[i] = pjs_hook_tensor_from(r->inputs[i].spec->name, r->inputs[i].spec->dtype,
-                                     &r->inputs[i].shape, r->inputs[i].data, r->inputs[i].nbytes);
+    pjs_hook_view_inputs(r, in);
     for (size_t i = 0; i < man->n_client_outputs; i++)
         out[i] = slots[i] = pjs_hook_slot(&man->client_outputs[i], NULL);
     run->ctx.stage = "run";
@@ -425,11 +423,9 @@ static void run_meta(pjs_meta_job *job)
         wait_parts(run, c);
     pjs_error err;
     pjs_error_clear(&err);
-    int rc = status != PJSERVE_OK ? pjs_hook_fail(&run->ctx, status, &err) : 0;
-    for (size_t i = 0; rc == 0 && i < man->n_client_outputs; i++) {
-        out[i].name = slots[i].name;
-        rc = pjs_hook_check_produced(&run->ctx, &slots[i], &out[i], &err);
-    }
+    int rc = status != PJSERVE_OK
+                 ? pjs_hook_fail(&run->ctx, status, &err)
+                 : pjs_hook_check_produced(&run->ctx, slots, out, man->n_client_outputs, &err);
     if (rc == 0)
         rc = pjs_hook_take_outputs(r, man->client_outputs, out, man->n_client_outputs, &err);
     if (rc != 0)

@@ -166,42 +166,63 @@ static bool names_meta_bundle(pjs_server *s, const char *name)
 }
 
 /* A meta's calls name loaded models with no hooks that are not metas. */
+/* What a meta's call finds in the repository. */
+typedef enum call_target {
+    CALL_MODEL, CALL_MISSING, CALL_NOT_LOADED, CALL_META, CALL_HOOKED
+} call_target;
+
+static call_target find_call_target(pjs_server *s, const char *name, char *reason, size_t size)
+{
+    pthread_mutex_lock(&s->repo_lock);
+    repo_entry *e = find_entry_locked(s, name);
+    call_target t = e == NULL                         ? CALL_MISSING
+                    : e->model == NULL                ? CALL_NOT_LOADED
+                    : is_meta(e->model)               ? CALL_META
+                    : e->model->bundle->hooks != NULL ? CALL_HOOKED
+                                                      : CALL_MODEL;
+    snprintf(reason, size, "%s", e != NULL ? e->info.reason : "");
+    pthread_mutex_unlock(&s->repo_lock);
+    /* Metas load after models, in name order: one not loaded yet is known
+     * by its manifest (read without the lock). */
+    if ((t == CALL_MISSING || t == CALL_NOT_LOADED) && names_meta_bundle(s, name))
+        t = CALL_META;
+    return t;
+}
+
 static int check_meta_calls(pjs_server *s, const pjs_bundle *b, pjs_error *err)
 {
     const pjs_manifest *man = &b->manifest;
     int rc = 0;
-    pthread_mutex_lock(&s->repo_lock);
     for (size_t i = 0; rc == 0 && i < man->n_calls; i++) {
         const char *name = man->calls[i];
-        repo_entry *e = find_entry_locked(s, name);
-        /* Metas load after models, in name order: one not loaded yet is
-         * known by its manifest. */
-        if ((e == NULL || e->model == NULL) && names_meta_bundle(s, name))
-            rc = pjs_error_set(err, PJS_ERR_INVALID_ARGUMENT,
-                               "manifest.yaml: meta.calls[%zu]: \"%s\" is a meta model, and a "
-                               "meta may not call a meta (call its sub-models directly)",
-                               i, name);
-        else if (e == NULL)
+        char reason[sizeof ((repo_entry *)0)->info.reason];
+        switch (find_call_target(s, name, reason, sizeof reason)) {
+        case CALL_MODEL: break;
+        case CALL_MISSING:
             rc = pjs_error_set(err, PJS_ERR_NOT_FOUND,
                                "manifest.yaml: meta.calls[%zu]: no model \"%s\" in the "
                                "repository",
                                i, name);
-        else if (is_meta(e->model))
+            break;
+        case CALL_NOT_LOADED:
+            rc = pjs_error_set(err, PJS_ERR_UNAVAILABLE,
+                               "manifest.yaml: meta.calls[%zu]: model \"%s\" is not loaded%s%s",
+                               i, name, reason[0] ? ": " : "", reason);
+            break;
+        case CALL_META:
             rc = pjs_error_set(err, PJS_ERR_INVALID_ARGUMENT,
                                "manifest.yaml: meta.calls[%zu]: \"%s\" is a meta model, and a "
                                "meta may not call a meta (call its sub-models directly)",
                                i, name);
-        else if (e->model == NULL)
-            rc = pjs_error_set(err, PJS_ERR_UNAVAILABLE,
-                               "manifest.yaml: meta.calls[%zu]: model \"%s\" is not loaded%s%s",
-                               i, name, e->info.reason[0] ? ": " : "", e->info.reason);
-        else if (e->model->bundle->hooks != NULL)
+            break;
+        case CALL_HOOKED:
             rc = pjs_error_set(err, PJS_ERR_INVALID_ARGUMENT,
                                "manifest.yaml: meta.calls[%zu]: model \"%s\" has hooks; a meta "
                                "calls executables directly (do the conversion in pjserve_run)",
                                i, name);
+            break;
+        }
     }
-    pthread_mutex_unlock(&s->repo_lock);
     if (rc != 0)
         pjs_error_prefix(err, "bundle %s: ", b->dir);
     return rc;
@@ -430,9 +451,12 @@ static int load_repository(pjs_server *s, pjs_error *err)
                      s->repository);
         size_t loaded = 0, done = 0;
         /* Metas last: they need the models they call loaded. */
+        bool *meta = calloc(n + 1, sizeof *meta);
+        for (size_t i = 0; meta != NULL && i < n; i++)
+            meta[i] = names_meta_bundle(s, names[i]);
         for (int metas = 0; metas < 2; metas++) {
             for (size_t i = 0; i < n; i++) {
-                if (names_meta_bundle(s, names[i]) != (metas == 1))
+                if ((meta != NULL && meta[i]) != (metas == 1))
                     continue;
                 char progress[64];
                 snprintf(progress, sizeof progress, "[%zu/%zu] ", ++done, n);
@@ -442,6 +466,7 @@ static int load_repository(pjs_server *s, pjs_error *err)
                 pthread_mutex_unlock(&s->load_lock);
             }
         }
+        free(meta);
         pjs_info("%zu of %zu models loaded from %s", loaded, n, s->repository);
         warn_unused_policies(s);
     }
