@@ -797,15 +797,17 @@ int pjs_cmd_serve(int argc, char **argv)
     mo.port = a.metrics_port;
     mo.threads = 1;
     ho.access = mo.access = access;
+    /* REST starts last: its health probes are what orchestrators and tests
+     * wait on, so once they answer every other port is already listening. */
     rc = PJS_EXIT_OK;
-    if (a.grpc_port != 0 && pjs_grpc_frontend_start(server, &a.grpc, &grpc, &err) != 0)
+    if (a.metrics_port != 0 && pjs_metrics_frontend_start(server, &mo, &metrics, &err) != 0)
+        rc = pjs_cli_fail("metrics on %s:%d: %s", mo.host, a.metrics_port, err.msg);
+    if (rc == PJS_EXIT_OK && a.grpc_port != 0 &&
+        pjs_grpc_frontend_start(server, &a.grpc, &grpc, &err) != 0)
         rc = pjs_cli_fail("gRPC on %s:%d: %s", a.grpc.host, a.grpc_port, err.msg);
     if (rc == PJS_EXIT_OK && a.http_port != 0 &&
         pjs_http_frontend_start(server, &ho, &http, &err) != 0)
         rc = pjs_cli_fail("HTTP on %s:%d: %s", ho.host, a.http_port, err.msg);
-    if (rc == PJS_EXIT_OK && a.metrics_port != 0 &&
-        pjs_metrics_frontend_start(server, &mo, &metrics, &err) != 0)
-        rc = pjs_cli_fail("metrics on %s:%d: %s", mo.host, a.metrics_port, err.msg);
 
     if (rc == PJS_EXIT_OK) {
         pjs_info("serving: gRPC %s:%d%s, HTTP %s:%d%s, metrics %s:%d/metrics (ctrl-c stops)",
