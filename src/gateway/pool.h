@@ -1,0 +1,122 @@
+/*
+ * pool.h - the gateway's workers: where each model can be served, which
+ * worker takes the next request for it, and whether a worker is fit to.
+ *
+ * A background thread probes every worker (HTTP GET /v2/health/ready and
+ * the repository index) at a fixed interval. A worker is available when
+ * its last probes answered and its circuit breaker is closed (or half-open
+ * and letting a trial request through). Forwards report their outcome
+ * with pjs_gw_pool_done: consecutive failures open the breaker, a success
+ * closes it.
+ *
+ * Routing per model: round_robin over the available workers that hold the
+ * model ready; lpt_packing over the workers the model is placed on
+ * (placement.h). A request carrying a sequence key always goes to the
+ * worker the first request of that sequence went to, while it is available.
+ *
+ * Every function is thread-safe.
+ */
+#ifndef PJS_GATEWAY_POOL_H
+#define PJS_GATEWAY_POOL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/status.h"
+
+/* At most this many workers behind one gateway (routing uses bit masks). */
+#define PJS_GW_MAX_WORKERS 64
+
+typedef enum pjs_gw_routing {
+    PJS_GW_ROUND_ROBIN,
+    PJS_GW_LPT_PACKING,
+} pjs_gw_routing;
+
+const char *pjs_gw_routing_name(pjs_gw_routing r);
+/* "round_robin" / "lpt_packing" -> 0 and *out; else -1. */
+int pjs_gw_routing_parse(const char *s, pjs_gw_routing *out);
+
+/* A worker as the gateway reaches it. */
+typedef struct pjs_gw_worker_addr {
+    char grpc[280]; /* "host:port" or "unix:/path" */
+    char http[280]; /* "host:port" */
+} pjs_gw_worker_addr;
+
+/* Parses a --worker value: "grpc=HOST:PORT,http=HOST:PORT" or "HOST"
+ * (gRPC 8001, HTTP 8000). Errors say what was expected. */
+int pjs_gw_worker_addr_parse(const char *s, pjs_gw_worker_addr *out, pjs_error *err);
+
+typedef enum pjs_gw_worker_state {
+    PJS_GW_WORKER_STARTING,  /* never answered a probe yet */
+    PJS_GW_WORKER_READY,     /* probes answer, breaker closed */
+    PJS_GW_WORKER_UNHEALTHY, /* probes fail, or the breaker is open */
+} pjs_gw_worker_state;
+
+const char *pjs_gw_worker_state_name(pjs_gw_worker_state s);
+
+/* How a forward to a worker went. */
+typedef enum pjs_gw_outcome {
+    PJS_GW_ANSWERED,  /* the worker answered (any status of its own) */
+    PJS_GW_NOT_SENT,  /* provably never reached it: connect refused, refused before send */
+    PJS_GW_BROKEN,    /* sent, then the connection failed or timed out without an answer */
+} pjs_gw_outcome;
+
+typedef struct pjs_gw_pool_options {
+    const pjs_gw_worker_addr *workers;
+    size_t n_workers;
+    pjs_gw_routing routing;
+    unsigned lpt_devices_per_model; /* K for lpt_packing; 0: 1 */
+    unsigned probe_interval_ms;     /* 0: 500 */
+    unsigned probe_timeout_ms;      /* 0: 1000 */
+    unsigned unhealthy_after;       /* consecutive failed probes; 0: 3 */
+    unsigned breaker_failures;      /* consecutive failed forwards that open the breaker; 0: 5 */
+    unsigned breaker_open_ms;       /* before a trial request; 0: 2000 */
+    const char *worker_token;       /* Bearer token for admin calls to workers; NULL: none */
+} pjs_gw_pool_options;
+
+typedef struct pjs_gw_pool pjs_gw_pool;
+
+int pjs_gw_pool_create(const pjs_gw_pool_options *o, pjs_gw_pool **out, pjs_error *err);
+void pjs_gw_pool_destroy(pjs_gw_pool *p);
+
+size_t pjs_gw_pool_size(const pjs_gw_pool *p);
+pjs_gw_routing pjs_gw_pool_routing(const pjs_gw_pool *p);
+/* The addresses of worker i (valid for the pool's life). */
+const pjs_gw_worker_addr *pjs_gw_pool_addr(const pjs_gw_pool *p, size_t i);
+/* The token to send with admin calls forwarded to workers, or NULL. */
+const char *pjs_gw_pool_worker_token(const pjs_gw_pool *p);
+
+/* The worker to forward one request for `model` to, never one in `tried`
+ * (bit i: worker i), counted in flight until pjs_gw_pool_done. -1 with
+ * err NOT_FOUND ("Request for unknown model: 'NAME' is not found") when no
+ * worker holds the model, UNAVAILABLE when none that does is available.
+ * `sequence_key` (may be NULL) pins a sequence to one worker. */
+int pjs_gw_pool_pick(pjs_gw_pool *p, const char *model, const char *sequence_key, uint64_t tried,
+                     pjs_error *err);
+/* Any available worker (server-wide calls: metadata, index), or -1 with
+ * UNAVAILABLE; counted in flight like a pick. */
+int pjs_gw_pool_pick_any(pjs_gw_pool *p, uint64_t tried, pjs_error *err);
+/* The available workers as a bit mask (fan-out of loads, unloads, shared
+ * memory registration). */
+uint64_t pjs_gw_pool_available(pjs_gw_pool *p);
+/* Reports the outcome of a forward begun with a pick. */
+void pjs_gw_pool_done(pjs_gw_pool *p, int worker, pjs_gw_outcome o);
+
+/* Live figures of one worker, for node status and metrics. */
+typedef struct pjs_gw_worker_view {
+    pjs_gw_worker_state state;
+    bool breaker_open;
+    unsigned in_flight;
+    uint64_t forwarded, failed;
+    size_t n_models; /* models ready on it */
+} pjs_gw_worker_view;
+void pjs_gw_pool_view(pjs_gw_pool *p, size_t i, pjs_gw_worker_view *out);
+/* The names of the models ready on worker i, as a malloc'd array of
+ * malloc'd strings (free with pjs_gw_free_names). */
+char **pjs_gw_pool_models(pjs_gw_pool *p, size_t i, size_t *n);
+void pjs_gw_free_names(char **names, size_t n);
+/* Wakes the probe thread now (after the node restarted a worker). */
+void pjs_gw_pool_probe_now(pjs_gw_pool *p);
+
+#endif
