@@ -4,8 +4,10 @@
 #                      memory, gzip/deflate), model and model-control JSON documents
 #                      and the Prometheus text: core + jansson + zlib only, no server
 #                      and no PJRT, so it is fuzzed and unit-tested on its own
-#   pjs_frontend_http  the libmicrohttpd daemons and routes over pjs_server, connection
-#                      deadlines, HTTPS (libmicrohttpd with GnuTLS)
+#   pjs_http_daemon    the libmicrohttpd daemons without routes: client limits, connection
+#                      deadlines, bodies and their budget, access rules, HTTPS (GnuTLS);
+#                      no server, so the gateway serves its own routes on it
+#   pjs_frontend_http  serve's route sets over pjs_server (REST, inference, metrics)
 pkg_check_modules(MICROHTTPD REQUIRED IMPORTED_TARGET libmicrohttpd)
 # GnuTLS: mutual TLS makes the handshake require and verify client certificates.
 pkg_check_modules(GNUTLS REQUIRED IMPORTED_TARGET gnutls)
@@ -21,11 +23,16 @@ add_library(pjs_http_codec STATIC
 )
 target_link_libraries(pjs_http_codec PUBLIC pjs_core PkgConfig::JANSSON ZLIB::ZLIB)
 
-add_library(pjs_frontend_http STATIC
+add_library(pjs_http_daemon STATIC
   src/frontend/http/http_frontend.c
+  src/frontend/http/http_conn.c
+  src/frontend/http/http_route_util.c
+)
+target_link_libraries(pjs_http_daemon PUBLIC pjs_http_codec pjs_access PkgConfig::MICROHTTPD
+                      PkgConfig::GNUTLS Threads::Threads)
+
+add_library(pjs_frontend_http STATIC
   src/frontend/http/http_routes.c
   src/frontend/http/http_infer.c
-  src/frontend/http/http_conn.c
 )
-target_link_libraries(pjs_frontend_http PUBLIC pjs_http_codec pjs_server pjs_access PkgConfig::MICROHTTPD
-                      PkgConfig::GNUTLS Threads::Threads)
+target_link_libraries(pjs_frontend_http PUBLIC pjs_http_daemon pjs_server)

@@ -1,6 +1,7 @@
 /*
  * http_frontend.c - the libmicrohttpd daemons behind the REST and metrics
- * ports: listening, the request lifecycle, bodies and replies.
+ * ports: listening, the request lifecycle, bodies and replies. What a port
+ * answers is its route set (http_internal.h): serve's or the gateway's.
  *
  * Lifecycle of a request (see http_internal.h for the threads). The first
  * handler call creates the call, and refuses at once a caller the access
@@ -12,7 +13,7 @@
  * soon as the handler runs with one stored. The completion callback frees
  * the call, whatever state it is in.
  *
- * Shutdown. pjs_http_frontend_stop runs after pjs_server_drain, so every
+ * Shutdown. serve stops its ports after pjs_server_drain, so every
  * inference has completed and resumed its connection. It stops accepting
  * connections, marks replies "Connection: close", waits for suspended calls
  * (model loads, deferred jobs) to resume their connections and, for a grace period, for
@@ -234,7 +235,7 @@ static void refuse_body(pjs__http_call *c, unsigned status, pjs_status code, con
     c->body_error.code = code;
     c->body_status = status;
     pjs_http_buf_free(&c->body);
-    pjs_byte_budget_give(pjs_server_request_budget(c->fe->server), c->budget_taken);
+    pjs_byte_budget_give(c->fe->budget, c->budget_taken);
     c->budget_taken = 0;
 }
 
@@ -253,21 +254,17 @@ static bool declares_encoding(struct MHD_Connection *conn)
     return e != NULL && e[0] != '\0' && strcasecmp(e, "identity") != 0;
 }
 
-/* Largest body of a POST other than an inference (repository, shared
- * memory, logging and control requests: small JSON objects). */
-#define CONTROL_BODY_MAX ((size_t)1 << 20)
-
 /* What the headers say about the body, decided before any of it is read. */
 static void judge_declared_body(pjs__http_call *c)
 {
-    pjs_server *s = c->fe->server;
-    uint64_t cap = pjs_server_max_request_bytes(s);
+    const pjs__http_routes *routes = c->fe->routes;
+    uint64_t cap = c->fe->max_request_bytes;
     c->body_limit = cap < PJS_HTTP_MAX_BODY ? (size_t)cap : PJS_HTTP_MAX_BODY;
     snprintf(c->limit_what, sizeof c->limit_what,
              "the server's limit of %zu bytes (raise it with --max-request-bytes)",
              c->body_limit);
     c->encoded = declares_encoding(c->conn);
-    c->takes_body = !c->fe->metrics && strcmp(c->method, "POST") == 0;
+    c->takes_body = routes->keeps_bodies && strcmp(c->method, "POST") == 0;
     if (c->encoded && !c->takes_body) {
         refuse_body(c, 415, PJS_ERR_UNSUPPORTED,
                     "%s %.256s takes no body: Content-Encoding is accepted only on POST requests "
@@ -282,18 +279,9 @@ static void judge_declared_body(pjs__http_call *c)
         refuse_too_large(c, "a request body", length);
         return;
     }
-    char model[256], version[64];
-    if (c->takes_body && pjs__http_infer_path(c->url, model, sizeof model, version,
-                                              sizeof version)) {
-        if (!pjs__http_infer_limit(c, model, version))
-            return;
-    } else if (c->takes_body && c->body_limit > CONTROL_BODY_MAX) {
-        c->body_limit = CONTROL_BODY_MAX;
-        snprintf(c->limit_what, sizeof c->limit_what,
-                 "%zu bytes, the most a request to an endpoint other than inference takes",
-                 c->body_limit);
-    }
-    pjs_byte_budget *budget = pjs_server_request_budget(s);
+    if (c->takes_body && routes->limit_body != NULL && !routes->limit_body(c))
+        return;
+    pjs_byte_budget *budget = c->fe->budget;
     uint64_t used = pjs_byte_budget_used(budget);
     if (c->takes_body && length > c->body_limit)
         refuse_too_large(c, "a request body", length);
@@ -332,10 +320,11 @@ static pjs__http_call *call_create(pjs_http_frontend *fe, struct MHD_Connection 
 static void call_free(pjs__http_call *c)
 {
     pjs_http_frontend *fe = c->fe;
-    pjs__http_infer_discard(c);
+    if (fe->routes->release != NULL)
+        fe->routes->release(c);
     reply_clear(&c->reply);
     pjs_http_buf_free(&c->body);
-    pjs_byte_budget_give(pjs_server_request_budget(fe->server), c->budget_taken);
+    pjs_byte_budget_give(fe->budget, c->budget_taken);
     bool trim = c->body_peak >= TRIM_AFTER_BYTES;
     free(c);
     if (trim)
@@ -352,8 +341,7 @@ static void append_body(pjs__http_call *c, const char *data, size_t size)
         return;
     }
     pjs_error err;
-    if (pjs_byte_budget_take_or_fail(pjs_server_request_budget(c->fe->server), size,
-                                     "a request body", &err) != 0) {
+    if (pjs_byte_budget_take_or_fail(c->fe->budget, size, "a request body", &err) != 0) {
         refuse_body(c, 429, err.code, "%s", err.msg);
         return;
     }
@@ -372,7 +360,7 @@ bool pjs__http_body_ready(pjs__http_call *c)
         return true;
     const char *encoding =
         MHD_lookup_connection_value(c->conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_ENCODING);
-    pjs_byte_budget *budget = pjs_server_request_budget(c->fe->server);
+    pjs_byte_budget *budget = c->fe->budget;
     pjs_http_buf plain;
     pjs_error err;
     bool used = false;
@@ -412,10 +400,7 @@ static void dispatch(pjs__http_call *c)
         pjs__http_reply_error_status(c, c->body_status, &c->body_error);
         return;
     }
-    if (c->fe->metrics)
-        pjs__http_route_metrics(c);
-    else
-        pjs__http_route_rest(c);
+    c->fe->routes->route(c);
 }
 
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url,
@@ -686,16 +671,20 @@ static void frontend_free(pjs_http_frontend *fe)
     free(fe);
 }
 
-static int frontend_start(pjs_server *s, const pjs_http_options *o, bool metrics,
-                          pjs_http_frontend **out, pjs_error *err)
+int pjs__http_frontend_start(const pjs__http_routes *routes, void *routes_ctx,
+                             const pjs_http_options *o, pjs_byte_budget *budget,
+                             uint64_t max_request_bytes, pjs_http_frontend **out,
+                             pjs_error *err)
 {
     *out = NULL;
     const char *host = o->host && o->host[0] ? o->host : "0.0.0.0";
     pjs_http_frontend *fe = calloc(1, sizeof *fe);
     if (fe == NULL)
         return pjs_error_set(err, PJS_ERR_NOMEM, "out of memory");
-    fe->server = s;
-    fe->metrics = metrics;
+    fe->routes = routes;
+    fe->routes_ctx = routes_ctx;
+    fe->budget = budget;
+    fe->max_request_bytes = max_request_bytes;
     fe->access = o->access;
     pthread_mutex_init(&fe->lock, NULL);
     pthread_cond_init(&fe->idle, NULL);
@@ -710,7 +699,7 @@ static int frontend_start(pjs_server *s, const pjs_http_options *o, bool metrics
     resolve_options(fe, o);
     int fd = -1;
     int rc = load_tls(fe, err);
-    if (rc == 0 && !metrics)
+    if (rc == 0 && routes->defers_jobs)
         rc = pjs_work_pool_create("REST control requests", HTTP_JOB_THREADS, HTTP_JOB_QUEUE,
                                   &fe->jobs_pool, err);
     if (rc == 0)
@@ -718,7 +707,9 @@ static int frontend_start(pjs_server *s, const pjs_http_options *o, bool metrics
     if (rc != 0)
         goto fail;
     snprintf(fe->address, sizeof fe->address, "%s:%d", host, bound_port(fd, o->port));
-    unsigned threads = o->threads > 0 ? (unsigned)o->threads : metrics ? 1 : default_threads();
+    unsigned threads = o->threads > 0         ? (unsigned)o->threads
+                       : !routes->keeps_bodies ? 1 /* metrics: one scrape at a time */
+                                               : default_threads();
     rc = pjs__http_watchdog_start(fe, err);
     if (rc != 0) {
         close(fd);
@@ -738,7 +729,7 @@ static int frontend_start(pjs_server *s, const pjs_http_options *o, bool metrics
     const pjs_http_options *r = &fe->opts;
     pjs_info("%s listening on %s%s (%u thread%s; at most %u connections, %u per client "
              "address; idle timeout %u s, headers within %u s, bodies within %u s)",
-             metrics ? "metrics" : "HTTP/REST", fe->address,
+             routes->what, fe->address,
              fe->tls_ca_pem     ? " with HTTPS and client certificates"
              : fe->tls_cert_pem ? " with HTTPS"
                                 : "",
@@ -749,18 +740,6 @@ static int frontend_start(pjs_server *s, const pjs_http_options *o, bool metrics
 fail:
     frontend_free(fe);
     return rc;
-}
-
-int pjs_http_frontend_start(pjs_server *s, const pjs_http_options *o, pjs_http_frontend **out,
-                            pjs_error *err)
-{
-    return frontend_start(s, o, false, out, err);
-}
-
-int pjs_metrics_frontend_start(pjs_server *s, const pjs_http_options *o,
-                               pjs_http_frontend **out, pjs_error *err)
-{
-    return frontend_start(s, o, true, out, err);
 }
 
 /* Waits for deferred jobs, then up to the grace period for open calls. */

@@ -26,6 +26,9 @@ typedef struct pjs_http_options {
      * a certificate that CA signed (mutual TLS). */
     const char *tls_cert, *tls_key, *tls_ca;
     const pjs_access *access; /* who may call what; NULL: no tokens (frontend/access.h) */
+    /* serve's REST port under a node: GET /v2/pjserve/node answers this
+     * file (the node keeps it up to date); NULL: that route answers 404. */
+    const char *node_status_file;
 } pjs_http_options;
 
 typedef struct pjs_http_frontend pjs_http_frontend;

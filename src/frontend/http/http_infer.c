@@ -19,6 +19,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "server/server.h"
+
+static pjs_server *server_of(const pjs__http_call *c)
+{
+    return c->fe->routes_ctx;
+}
+
 /* Frees the decoded request and releases what the server handed back. */
 static void finish_infer(pjs__http_call *c)
 {
@@ -79,7 +86,7 @@ static void on_infer_done(pjs_infer_request *r)
 bool pjs__http_infer_limit(pjs__http_call *c, const char *model, const char *version)
 {
     pjs_model *m = NULL;
-    if (pjs_server_get_model(c->fe->server, model, version, &m, &c->body_error) != 0)
+    if (pjs_server_get_model(server_of(c), model, version, &m, &c->body_error) != 0)
         return false; /* answered at once, before the body is read */
     uint64_t bound = pjs_http_infer_body_bound(pjs_model_manifest(m), m->max_batch_size);
     if (bound != 0 && bound < c->body_limit) {
@@ -95,7 +102,7 @@ bool pjs__http_infer_limit(pjs__http_call *c, const char *model, const char *ver
 
 void pjs__http_infer(pjs__http_call *c, const char *model, const char *version)
 {
-    pjs_server *s = c->fe->server;
+    pjs_server *s = server_of(c);
     pjs_error err;
     pjs_model *m = NULL;
     if (!pjs__http_body_ready(c))

@@ -1,6 +1,14 @@
 /*
  * http_internal.h - what the files of the HTTP front end share: the daemon,
- * the per-request context, replies and the route entry points.
+ * the per-request context, replies and the route sets.
+ *
+ * The daemon (http_frontend.c, http_conn.c, http_route_util.c) knows no
+ * server: it enforces the client limits (connections, deadlines, body caps,
+ * the in-flight byte budget, inflation of encoded bodies), the access rules
+ * and TLS, then hands each complete request to a route set chosen at start
+ * (pjs__http_routes). serve's route sets (http_routes.c, http_infer.c)
+ * answer from a pjs_server; the gateway's (src/gateway/http_proxy.c) relay
+ * requests to workers.
  *
  * Threads. libmicrohttpd runs a pool of connection threads (epoll); each
  * connection belongs to one of them, which calls the access handler for it.
@@ -28,7 +36,6 @@
 #include "frontend/http/http_buf.h"
 #include "frontend/http/http_codec.h"
 #include "frontend/http/http_frontend.h"
-#include "server/server.h"
 
 /* One TCP connection as the deadline watchdog sees it (http_conn.c).
  * Created when libmicrohttpd accepts the connection, freed when it closes;
@@ -50,10 +57,30 @@ typedef enum pjs__http_phase {
     PJS_HTTP_PHASE_COUNT
 } pjs__http_phase;
 
+typedef struct pjs__http_call pjs__http_call;
+
+/* What one port answers, chosen at start. */
+typedef struct pjs__http_routes {
+    const char *what;   /* names the port in logs: "HTTP/REST", "metrics" */
+    bool keeps_bodies;  /* POST bodies are kept for the route; else read and dropped */
+    bool defers_jobs;   /* routes use pjs__http_defer (the front end starts job threads) */
+    /* Once a POST's headers are in (may be NULL): sets c->body_limit and
+     * c->limit_what for the path, at most what they are, or stores a body
+     * refusal in c->body_error and returns false. */
+    bool (*limit_body)(pjs__http_call *c);
+    /* A complete request: stores a reply or leaves the call waiting. */
+    void (*route)(pjs__http_call *c);
+    /* Frees what the route keeps in the call (may be NULL); runs when the
+     * call is freed, whatever state it is in. */
+    void (*release)(pjs__http_call *c);
+} pjs__http_routes;
+
 struct pjs_http_frontend {
-    pjs_server *server;
+    const pjs__http_routes *routes;
+    void *routes_ctx;           /* the routes' own state: serve's pjs_server, the gateway's proxy */
+    pjs_byte_budget *budget;    /* request bytes held at once (shared by the ports) */
+    uint64_t max_request_bytes; /* largest body, decompressed */
     struct MHD_Daemon *daemon;
-    bool metrics; /* serves GET /metrics only */
     const pjs_access *access; /* consulted once a request's headers are in */
     char address[300]; /* "host:port", for messages */
     pjs_http_options opts; /* as started, defaults filled in (strings borrowed) */
@@ -97,7 +124,7 @@ typedef struct pjs__http_reply {
  * per-request context). Owned by the connection's thread, except while
  * `waiting`, when the reply fields and `infer` belong to the work it waits
  * for. */
-typedef struct pjs__http_call {
+struct pjs__http_call {
     pjs_http_frontend *fe;
     struct MHD_Connection *conn;
     const char *method; /* libmicrohttpd's strings, valid for the request */
@@ -118,8 +145,8 @@ typedef struct pjs__http_call {
     bool dispatched;      /* the route ran */
     bool waiting;         /* suspended until the reply is stored */
     pjs__http_reply reply;
-    pjs_http_infer *infer; /* an inference in progress, or NULL */
-} pjs__http_call;
+    pjs_http_infer *infer; /* serve's routes: an inference in progress, or NULL */
+};
 
 /* ---- replies (http_frontend.c); each replaces any reply stored before ---- */
 
@@ -171,22 +198,52 @@ void pjs__http_defer(pjs__http_call *c, void (*fn)(pjs__http_call *c));
 void pjs__http_suspend(pjs__http_call *c);
 void pjs__http_resume(pjs__http_call *c);
 
-/* ---- routes ---------------------------------------------------------------- */
+/* ---- starting a port ------------------------------------------------------ */
 
-/* Whether the caller may make this request (its headers are in, its body
- * not yet read); stores a 401 or 403 reply when not (http_routes.c). */
-bool pjs__http_access_allowed(pjs__http_call *c);
+/* Binds o->host:o->port and serves it with `routes` (routes_ctx: their
+ * state). Bodies are held to max_request_bytes and, together with every
+ * other request in flight, to `budget`. Errors name the address and the
+ * reason. */
+int pjs__http_frontend_start(const pjs__http_routes *routes, void *routes_ctx,
+                             const pjs_http_options *o, pjs_byte_budget *budget,
+                             uint64_t max_request_bytes, pjs_http_frontend **out,
+                             pjs_error *err);
 
-/* Every /v2 endpoint (http_routes.c). Stores a reply, or leaves the call
- * waiting. */
-void pjs__http_route_rest(pjs__http_call *c);
-/* GET /metrics (http_routes.c). */
-void pjs__http_route_metrics(pjs__http_call *c);
-/* Whether url is /v2/models/{m}[/versions/{v}]/infer (http_routes.c); copies
- * the model name and version (empty when absent); false also when either
- * does not fit. */
+/* ---- what route sets share (http_route_util.c) ------------------------------ */
+
+/* Longest path routed; deeper or longer ones are unknown routes. */
+#define PJS_HTTP_PATH_MAX_BYTES 2048
+#define PJS_HTTP_PATH_MAX_SEGMENTS 8
+
+/* A path split on '/', empty segments ignored (a trailing slash is accepted). */
+typedef struct pjs__http_path {
+    char text[PJS_HTTP_PATH_MAX_BYTES]; /* the path with '/' replaced by NULs */
+    const char *seg[PJS_HTTP_PATH_MAX_SEGMENTS];
+    size_t n;
+} pjs__http_path;
+
+/* false: too long or too deep to be a route. */
+bool pjs__http_split_path(const char *url, pjs__http_path *p);
+/* Whether the call's method is `method` (HEAD counts as GET); stores a 405
+ * reply when it is not. */
+bool pjs__http_method_ok(pjs__http_call *c, const char *method);
+/* The request body as a JSON object (an empty body: *out NULL). Stores a
+ * 400 reply and returns false when it is not an object. */
+bool pjs__http_body_object(pjs__http_call *c, json_t **out);
+/* Whether url is /v2/models/{m}[/versions/{v}]/infer; copies the model name
+ * and version (empty when absent); false also when either does not fit. */
 bool pjs__http_infer_path(const char *url, char *model, size_t model_size, char *version,
                           size_t version_size);
+/* Holds a non-inference POST body to the size of a control document (1 MiB). */
+void pjs__http_limit_control_body(pjs__http_call *c);
+/* /v2/cudasharedmemory/...: no region can be registered on this server. */
+void pjs__http_route_cuda_shm(pjs__http_call *c, const pjs__http_path *p);
+/* Whether the caller may make this request (its headers are in, its body
+ * not yet read); stores a 401 or 403 reply when not. */
+bool pjs__http_access_allowed(pjs__http_call *c);
+
+/* ---- serve's routes (http_routes.c, http_infer.c) ---------------------------- */
+
 /* Called when the headers of a POST to an inference path arrive: lowers
  * c->body_limit to what a valid request for the model can hold, or stores
  * an error reply at once (unknown model). false: replied. */

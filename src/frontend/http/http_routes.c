@@ -1,5 +1,6 @@
 /*
- * http_routes.c - the REST endpoints other than inference, and /metrics.
+ * http_routes.c - serve's route sets: the REST endpoints other than
+ * inference (http_infer.c), and /metrics, answered from a pjs_server.
  *
  * The path is split into segments (empty ones ignored, so a trailing slash
  * is accepted) and matched against Triton's routes; each handler stores a
@@ -17,6 +18,7 @@
  */
 #include "frontend/http/http_internal.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -27,116 +29,24 @@
 #include "frontend/http/metrics_render.h"
 #include "frontend/http/model_json.h"
 #include "server/control.h"
+#include "server/server.h"
 
-/* Longest path handled; deeper or longer ones are unknown routes. */
-#define PATH_MAX_BYTES 2048
-#define PATH_MAX_SEGMENTS 8
 /* Size of the metrics text buffer. */
 #define METRICS_MAX_BYTES ((size_t)64 << 20)
 /* Reads of the model set until no load or eviction happened during one. */
 #define METRICS_CONSISTENT_TRIES 4
 
-typedef struct route_path {
-    char text[PATH_MAX_BYTES]; /* the path with '/' replaced by NULs */
-    const char *seg[PATH_MAX_SEGMENTS];
-    size_t n;
-} route_path;
-
-static bool split_path(const char *url, route_path *p)
-{
-    size_t len = strlen(url);
-    if (len >= sizeof p->text)
-        return false;
-    memcpy(p->text, url, len + 1);
-    p->n = 0;
-    char *rest = NULL;
-    for (char *s = strtok_r(p->text, "/", &rest); s != NULL; s = strtok_r(NULL, "/", &rest)) {
-        if (p->n == PATH_MAX_SEGMENTS)
-            return false;
-        p->seg[p->n++] = s;
-    }
-    return true;
-}
+/* Largest node status document read for GET /v2/pjserve/node. */
+#define NODE_STATUS_MAX_BYTES ((size_t)1 << 20)
 
 static bool is(const char *a, const char *b)
 {
     return strcmp(a, b) == 0;
 }
 
-/* Whether the call's method is `method` (HEAD counts as GET); stores a 405
- * reply when it is not. */
-static bool method_ok(pjs__http_call *c, const char *method)
+static pjs_server *server_of(const pjs__http_call *c)
 {
-    if (is(c->method, method) || (is(method, "GET") && is(c->method, "HEAD")))
-        return true;
-    pjs__http_reply_message(c, 405, "%s %s: this endpoint takes %s", c->method, c->url, method);
-    c->reply.allow = is(method, "GET") ? "GET, HEAD" : method;
-    return false;
-}
-
-/* The request body as a JSON object; NULL body: *out NULL. Stores a 400
- * reply and returns false when it is not an object. */
-static bool body_object(pjs__http_call *c, json_t **out)
-{
-    *out = NULL;
-    if (!pjs__http_body_ready(c))
-        return false;
-    if (c->body.len == 0)
-        return true;
-    json_error_t jerr;
-    json_t *doc = json_loadb(c->body.data, c->body.len, 0, &jerr);
-    if (!json_is_object(doc)) {
-        if (doc == NULL)
-            pjs__http_reply_message(c, 400, "malformed JSON body at line %d, column %d: %s",
-                                    jerr.line, jerr.column, jerr.text);
-        else
-            pjs__http_reply_message(c, 400, "the JSON body must be an object");
-        json_decref(doc);
-        return false;
-    }
-    *out = doc;
-    return true;
-}
-
-/* ---- access ---------------------------------------------------------------- */
-
-/* Keeps the first Authorization header in the caller and counts them all. */
-static enum MHD_Result find_authorization(void *cls, enum MHD_ValueKind kind, const char *key,
-                                          size_t key_size, const char *value,
-                                          size_t value_size)
-{
-    (void)kind;
-    static const char name[] = MHD_HTTP_HEADER_AUTHORIZATION;
-    pjs_access_caller *who = cls;
-    if (key_size == sizeof name - 1 && strncasecmp(key, name, key_size) == 0 &&
-        who->n_authorization++ == 0) {
-        who->authorization = value;
-        who->authorization_len = value_size;
-    }
-    return MHD_YES;
-}
-
-bool pjs__http_access_allowed(pjs__http_call *c)
-{
-    pjs_access_class cls = pjs_access_rest_class(c->url);
-    if (cls == PJS_ACCESS_OPEN)
-        return true;
-    pjs_access_caller who = {0};
-    MHD_get_connection_values_n(c->conn, MHD_HEADER_KIND, find_authorization, &who);
-    if (cls == PJS_ACCESS_ADMIN) {
-        const union MHD_ConnectionInfo *info =
-            MHD_get_connection_info(c->conn, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
-        who.loopback = info != NULL && pjs_access_sockaddr_is_loopback(info->client_addr);
-    }
-    char what[PATH_MAX_BYTES];
-    snprintf(what, sizeof what, "%s %.256s", c->method, c->url);
-    pjs_error err;
-    if (pjs_access_check(c->fe->access, cls, &who, what, &err) == 0)
-        return true;
-    pjs_debug("http %s: refused: %s", what, err.msg);
-    pjs__http_reply_error(c, &err);
-    c->reply.www_authenticate = err.code == PJS_ERR_UNAUTHENTICATED;
-    return false;
+    return c->fe->routes_ctx;
 }
 
 /* ---- health and server metadata ---------------------------------------- */
@@ -145,7 +55,7 @@ bool pjs__http_access_allowed(pjs__http_call *c)
  * REST health endpoints answer; the kserve SDK reads the body. */
 static void health(pjs__http_call *c, const char *kind)
 {
-    pjs_server *s = c->fe->server;
+    pjs_server *s = server_of(c);
     bool ok = is(kind, "live") ? pjs_server_live(s) : pjs_server_ready(s);
     pjs__http_reply_json(c, ok ? 200 : 400, json_pack("{s:b}", kind, ok));
 }
@@ -219,7 +129,7 @@ static void logging(pjs__http_call *c)
     if (is(c->method, "POST")) {
         json_t *doc;
         pjs_error err;
-        if (!body_object(c, &doc))
+        if (!pjs__http_body_object(c, &doc))
             return;
         int rc = doc ? apply_log_settings(doc, &err) : 0;
         json_decref(doc);
@@ -227,7 +137,7 @@ static void logging(pjs__http_call *c)
             pjs__http_reply_error(c, &err);
             return;
         }
-    } else if (!method_ok(c, "GET")) {
+    } else if (!pjs__http_method_ok(c, "GET")) {
         return;
     }
     pjs__http_reply_json(c, 200, log_settings_json());
@@ -239,7 +149,7 @@ static void model_ready(pjs__http_call *c, const char *name, const char *version
 {
     pjs_model *m = NULL;
     pjs_error err;
-    bool ready = pjs_server_get_model(c->fe->server, name, version, &m, &err) == 0;
+    bool ready = pjs_server_get_model(server_of(c), name, version, &m, &err) == 0;
     if (ready)
         pjs_model_unref(m);
     pjs__http_reply_empty(c, ready ? 200 : 400);
@@ -254,7 +164,7 @@ static void platform_name(pjs_server *s, char *buf, size_t size)
 static void model_document(pjs__http_call *c, const char *name, const char *version,
                            const char *what)
 {
-    pjs_server *s = c->fe->server;
+    pjs_server *s = server_of(c);
     pjs_model *m = NULL;
     pjs_error err;
     if (pjs_server_get_model(s, name, version, &m, &err) != 0) {
@@ -292,32 +202,15 @@ static void all_model_stats(pjs__http_call *c)
 {
     json_t *list = json_array();
     if (list != NULL)
-        pjs_server_foreach_public_model(c->fe->server, append_model_stats, list);
+        pjs_server_foreach_public_model(server_of(c), append_model_stats, list);
     pjs__http_reply_json(c, 200, list ? json_pack("{s:o}", "model_stats", list) : NULL);
 }
 
-bool pjs__http_infer_path(const char *url, char *model, size_t model_size, char *version,
-                          size_t version_size)
-{
-    route_path p;
-    if (!split_path(url, &p) || p.n < 4 || !is(p.seg[0], "v2") || !is(p.seg[1], "models") ||
-        !is(p.seg[p.n - 1], "infer"))
-        return false;
-    const char *v = "";
-    if (p.n == 6 && is(p.seg[3], "versions"))
-        v = p.seg[4];
-    else if (p.n != 4)
-        return false;
-    int a = snprintf(model, model_size, "%s", p.seg[2]);
-    int b = snprintf(version, version_size, "%s", v);
-    return a >= 0 && (size_t)a < model_size && b >= 0 && (size_t)b < version_size;
-}
-
 /* /v2/models/... with p->seg[2] the model name (or "stats"). */
-static void models_route(pjs__http_call *c, const route_path *p)
+static void models_route(pjs__http_call *c, const pjs__http_path *p)
 {
     if (p->n == 3 && is(p->seg[2], "stats")) {
-        if (method_ok(c, "GET"))
+        if (pjs__http_method_ok(c, "GET"))
             all_model_stats(c);
         return;
     }
@@ -334,7 +227,7 @@ static void models_route(pjs__http_call *c, const route_path *p)
         return;
     }
     if (is(action, "infer")) {
-        if (method_ok(c, "POST"))
+        if (pjs__http_method_ok(c, "POST"))
             pjs__http_infer(c, name, version);
         return;
     }
@@ -343,7 +236,7 @@ static void models_route(pjs__http_call *c, const route_path *p)
         pjs__http_reply_message(c, 404, "no such endpoint: %s", c->url);
         return;
     }
-    if (!method_ok(c, "GET"))
+    if (!pjs__http_method_ok(c, "GET"))
         return;
     if (is(action, "ready"))
         model_ready(c, name, version);
@@ -377,7 +270,7 @@ static json_t *repository_index_json(pjs_server *s, bool ready_only)
 static void repository_index(pjs__http_call *c)
 {
     json_t *doc;
-    if (!body_object(c, &doc))
+    if (!pjs__http_body_object(c, &doc))
         return;
     const json_t *ready = doc ? json_object_get(doc, "ready") : NULL;
     if (ready != NULL && !json_is_boolean(ready)) {
@@ -387,7 +280,7 @@ static void repository_index(pjs__http_call *c)
     }
     bool ready_only = json_is_true(ready);
     json_decref(doc);
-    pjs__http_reply_json(c, 200, repository_index_json(c->fe->server, ready_only));
+    pjs__http_reply_json(c, 200, repository_index_json(server_of(c), ready_only));
 }
 
 /* The load thread's answer to POST /v2/repository/models/{m}/load. */
@@ -408,7 +301,7 @@ static void load_model(pjs__http_call *c, const char *name)
 {
     pjs_error err;
     pjs__http_suspend(c);
-    if (pjs_server_load_model_async(c->fe->server, name, load_model_done, c, &err) != 0) {
+    if (pjs_server_load_model_async(server_of(c), name, load_model_done, c, &err) != 0) {
         pjs__http_reply_error(c, &err);
         pjs__http_resume(c);
     }
@@ -443,7 +336,7 @@ static void repository_model(pjs__http_call *c, const char *name, const char *ac
 {
     json_t *doc;
     pjs_error err;
-    if (!body_object(c, &doc))
+    if (!pjs__http_body_object(c, &doc))
         return;
     bool ok = load_parameters_ok(c, doc);
     json_decref(doc);
@@ -453,23 +346,23 @@ static void repository_model(pjs__http_call *c, const char *name, const char *ac
         load_model(c, name);
         return;
     }
-    if (pjs_server_unload_model(c->fe->server, name, &err) != 0)
+    if (pjs_server_unload_model(server_of(c), name, &err) != 0)
         pjs__http_reply_error(c, &err);
     else
         pjs__http_reply_empty(c, 200);
 }
 
-static void repository_route(pjs__http_call *c, const route_path *p)
+static void repository_route(pjs__http_call *c, const pjs__http_path *p)
 {
     if (p->n == 3 && is(p->seg[2], "index")) {
-        if (method_ok(c, "POST"))
+        if (pjs__http_method_ok(c, "POST"))
             repository_index(c);
         return;
     }
     bool model_action = p->n == 5 && is(p->seg[2], "models") &&
                         (is(p->seg[4], "load") || is(p->seg[4], "unload"));
     if (model_action) {
-        if (method_ok(c, "POST"))
+        if (pjs__http_method_ok(c, "POST"))
             repository_model(c, p->seg[3], p->seg[4]);
         return;
     }
@@ -480,7 +373,7 @@ static void repository_route(pjs__http_call *c, const route_path *p)
 
 static void shm_status(pjs__http_call *c, const char *region)
 {
-    pjs_shm_registry *reg = pjs_server_shm(c->fe->server);
+    pjs_shm_registry *reg = pjs_server_shm(server_of(c));
     pjs_error err;
     size_t cap = 16;
     pjs_shm_info *info = NULL;
@@ -521,7 +414,7 @@ static void shm_register(pjs__http_call *c, const char *region)
 {
     json_t *doc;
     pjs_error err;
-    if (!body_object(c, &doc))
+    if (!pjs__http_body_object(c, &doc))
         return;
     const json_t *key = doc ? json_object_get(doc, "key") : NULL;
     const json_t *offset = doc ? json_object_get(doc, "offset") : NULL;
@@ -536,7 +429,7 @@ static void shm_register(pjs__http_call *c, const char *region)
                                 "integer}");
         return;
     }
-    int rc = pjs_shm_register(pjs_server_shm(c->fe->server), region, json_string_value(key),
+    int rc = pjs_shm_register(pjs_server_shm(server_of(c)), region, json_string_value(key),
                               (uint64_t)json_integer_value(offset),
                               (uint64_t)json_integer_value(size), &err);
     json_decref(doc);
@@ -549,14 +442,14 @@ static void shm_register(pjs__http_call *c, const char *region)
 static void shm_unregister(pjs__http_call *c, const char *region)
 {
     pjs_error err;
-    if (pjs_shm_unregister(pjs_server_shm(c->fe->server), region, &err) != 0)
+    if (pjs_shm_unregister(pjs_server_shm(server_of(c)), region, &err) != 0)
         pjs__http_reply_error(c, &err);
     else
         pjs__http_reply_empty(c, 200);
 }
 
 /* /v2/systemsharedmemory/[region/{r}/]{status|register|unregister} */
-static void shm_route(pjs__http_call *c, const route_path *p)
+static void shm_route(pjs__http_call *c, const pjs__http_path *p)
 {
     const char *region = NULL;
     const char *action = NULL;
@@ -567,42 +460,16 @@ static void shm_route(pjs__http_call *c, const route_path *p)
         action = p->seg[4];
     }
     if (action != NULL && is(action, "status")) {
-        if (method_ok(c, "GET"))
+        if (pjs__http_method_ok(c, "GET"))
             shm_status(c, region);
     } else if (action != NULL && is(action, "unregister")) {
-        if (method_ok(c, "POST"))
+        if (pjs__http_method_ok(c, "POST"))
             shm_unregister(c, region);
     } else if (action != NULL && region != NULL && is(action, "register")) {
-        if (method_ok(c, "POST"))
+        if (pjs__http_method_ok(c, "POST"))
             shm_register(c, region);
     } else {
         pjs__http_reply_message(c, 404, "no such endpoint: %s", c->url);
-    }
-}
-
-/* /v2/cudasharedmemory/[region/{r}/]{status|register|unregister}: no region
- * can ever be registered, so status lists none and unregistering everything
- * succeeds (clients such as perf_analyzer clean up both kinds). */
-static void cuda_shm_route(pjs__http_call *c, const route_path *p)
-{
-    const char *region = p->n == 5 && is(p->seg[2], "region") ? p->seg[3] : NULL;
-    const char *action = p->n == 3 ? p->seg[2] : p->n == 5 ? p->seg[4] : "";
-    if (!is(action, "status") && !is(action, "unregister") &&
-        !(region != NULL && is(action, "register"))) {
-        pjs__http_reply_message(c, 404, "no such endpoint: %s", c->url);
-    } else if (!method_ok(c, is(action, "status") ? "GET" : "POST")) {
-        return;
-    } else if (is(action, "register")) {
-        pjs__http_reply_message(c, 400,
-                                "CUDA shared memory is not supported on this server; use system "
-                                "shared memory (/v2/systemsharedmemory)");
-    } else if (region != NULL) {
-        pjs__http_reply_message(c, 400, "CUDA shared memory region \"%.256s\" is not registered",
-                                region);
-    } else if (is(action, "status")) {
-        pjs__http_reply_json(c, 200, json_array());
-    } else {
-        pjs__http_reply_empty(c, 200);
     }
 }
 
@@ -610,7 +477,7 @@ static void cuda_shm_route(pjs__http_call *c, const route_path *p)
 
 static void control_status(pjs__http_call *c)
 {
-    pjs_server *s = c->fe->server;
+    pjs_server *s = server_of(c);
     pjs_control_model *models;
     size_t n;
     pjs_error err;
@@ -630,7 +497,7 @@ static void reply_model_status(pjs__http_call *c, const char *name)
 {
     pjs_control_model m;
     pjs_error err;
-    if (pjs_control_model_get(c->fe->server, name, &m, &err) != 0)
+    if (pjs_control_model_get(server_of(c), name, &m, &err) != 0)
         pjs__http_reply_error(c, &err);
     else
         pjs__http_reply_json(c, 200, pjs_control_model_json(&m));
@@ -641,10 +508,10 @@ static void reply_model_status(pjs__http_call *c, const char *name)
  * again here. */
 static void residency_deferred(pjs__http_call *c)
 {
-    route_path p;
+    pjs__http_path p;
     pjs_residency target;
     pjs_error err;
-    split_path(c->url, &p);
+    pjs__http_split_path(c->url, &p);
     const char *name = p.seg[3];
     if (!pjs__http_body_ready(c))
         return;
@@ -652,7 +519,7 @@ static void residency_deferred(pjs__http_call *c)
     if (rc != 0)
         pjs_error_prefix(&err, "model %.256s: ", name);
     else
-        rc = pjs_server_set_residency(c->fe->server, name, target, &err);
+        rc = pjs_server_set_residency(server_of(c), name, target, &err);
     if (rc != 0)
         pjs__http_reply_error(c, &err);
     else
@@ -672,7 +539,7 @@ static void set_policy(pjs__http_call *c, const char *name)
     if (rc == 0)
         rc = pjs_control_policy(name, &change, &policy, &err);
     if (rc == 0)
-        rc = pjs_server_set_model_policy(c->fe->server, name, &policy, &err);
+        rc = pjs_server_set_model_policy(server_of(c), name, &policy, &err);
     if (rc != 0)
         pjs__http_reply_error(c, &err);
     else
@@ -689,7 +556,7 @@ static void compact_deferred(pjs__http_call *c)
         return;
     int rc = pjs_control_parse_compact(c->body.data, c->body.len, &names, &n, &err);
     if (rc == 0) {
-        rc = pjs_server_compact(c->fe->server, (const char *const *)names, n, &reloaded, &err);
+        rc = pjs_server_compact(server_of(c), (const char *const *)names, n, &reloaded, &err);
         free(names);
     }
     if (rc != 0)
@@ -698,22 +565,62 @@ static void compact_deferred(pjs__http_call *c)
         pjs__http_reply_json(c, 200, json_pack("{s:I}", "reloaded", (json_int_t)reloaded));
 }
 
-/* /v2/pjserve/control, /v2/pjserve/compact and
+/* GET /v2/pjserve/node: the node's status document, as the node last wrote
+ * it to --node-status-file (the node replaces the file whole, by rename, so
+ * a read never sees half of it). */
+static void node_status(pjs__http_call *c)
+{
+    const char *path = c->fe->opts.node_status_file;
+    if (path == NULL) {
+        pjs__http_reply_message(c, 404,
+                                "this server runs on its own, not under `pjserve node`: there is "
+                                "no node status");
+        return;
+    }
+    FILE *f = fopen(path, "rb");
+    if (f == NULL) {
+        pjs__http_reply_message(c, 503, "the node status is not available yet (%s: %s)", path,
+                                strerror(errno));
+        return;
+    }
+    pjs_http_buf doc;
+    pjs_error err;
+    pjs_http_buf_init(&doc, NODE_STATUS_MAX_BYTES);
+    char chunk[8192];
+    size_t n;
+    int rc = 0;
+    while (rc == 0 && (n = fread(chunk, 1, sizeof chunk, f)) > 0)
+        rc = pjs_http_buf_append(&doc, chunk, n, &err);
+    bool failed = ferror(f) != 0;
+    fclose(f);
+    if (rc != 0 || failed) {
+        pjs_http_buf_free(&doc);
+        pjs__http_reply_message(c, 500, "cannot read the node status file %s (%s)", path,
+                                rc != 0 ? err.msg : "read error");
+        return;
+    }
+    pjs__http_reply_buf(c, 200, &doc, "application/json");
+}
+
+/* /v2/pjserve/node, /v2/pjserve/control, /v2/pjserve/compact and
  * /v2/pjserve/models/{m}/residency|policy. */
-static void control_route(pjs__http_call *c, const route_path *p)
+static void control_route(pjs__http_call *c, const pjs__http_path *p)
 {
     const char *what = p->n > 2 ? p->seg[2] : "";
-    if (p->n == 3 && is(what, "control")) {
-        if (method_ok(c, "GET"))
+    if (p->n == 3 && is(what, "node")) {
+        if (pjs__http_method_ok(c, "GET"))
+            node_status(c);
+    } else if (p->n == 3 && is(what, "control")) {
+        if (pjs__http_method_ok(c, "GET"))
             control_status(c);
     } else if (p->n == 3 && is(what, "compact")) {
-        if (method_ok(c, "POST"))
+        if (pjs__http_method_ok(c, "POST"))
             pjs__http_defer(c, compact_deferred);
     } else if (p->n == 5 && is(what, "models") && is(p->seg[4], "residency")) {
-        if (method_ok(c, "POST"))
+        if (pjs__http_method_ok(c, "POST"))
             pjs__http_defer(c, residency_deferred);
     } else if (p->n == 5 && is(what, "models") && is(p->seg[4], "policy")) {
-        if (method_ok(c, "POST"))
+        if (pjs__http_method_ok(c, "POST"))
             set_policy(c, p->seg[3]);
     } else {
         pjs__http_reply_message(c, 404, "no such endpoint: %.256s", c->url);
@@ -722,19 +629,19 @@ static void control_route(pjs__http_call *c, const route_path *p)
 
 /* ---- entry points ----------------------------------------------------------- */
 
-void pjs__http_route_rest(pjs__http_call *c)
+static void route_rest(pjs__http_call *c)
 {
-    route_path p;
-    if (!split_path(c->url, &p) || p.n == 0 || !is(p.seg[0], "v2")) {
+    pjs__http_path p;
+    if (!pjs__http_split_path(c->url, &p) || p.n == 0 || !is(p.seg[0], "v2")) {
         pjs__http_reply_message(c, 404, "no such endpoint: %.256s", c->url);
         return;
     }
     const char *area = p.n > 1 ? p.seg[1] : "";
     if (p.n == 1) {
-        if (method_ok(c, "GET"))
+        if (pjs__http_method_ok(c, "GET"))
             server_metadata(c);
     } else if (is(area, "health") && p.n == 3 && (is(p.seg[2], "live") || is(p.seg[2], "ready"))) {
-        if (method_ok(c, "GET"))
+        if (pjs__http_method_ok(c, "GET"))
             health(c, p.seg[2]);
     } else if (is(area, "logging") && p.n == 2) {
         logging(c);
@@ -745,7 +652,7 @@ void pjs__http_route_rest(pjs__http_call *c)
     } else if (is(area, "systemsharedmemory")) {
         shm_route(c, &p);
     } else if (is(area, "cudasharedmemory")) {
-        cuda_shm_route(c, &p);
+        pjs__http_route_cuda_shm(c, &p);
     } else if (is(area, "pjserve")) {
         control_route(c, &p);
     } else {
@@ -807,38 +714,38 @@ static void metrics_scrape_clear(metrics_scrape *s)
     s->n = 0;
 }
 
-void pjs__http_route_metrics(pjs__http_call *c)
+static void route_metrics(pjs__http_call *c)
 {
-    route_path p;
-    if (!split_path(c->url, &p) || p.n != 1 || !is(p.seg[0], "metrics")) {
+    pjs__http_path p;
+    if (!pjs__http_split_path(c->url, &p) || p.n != 1 || !is(p.seg[0], "metrics")) {
         pjs__http_reply_message(c, 404, "no such endpoint: %.256s (metrics are at /metrics)",
                                 c->url);
         return;
     }
-    if (!method_ok(c, "GET"))
+    if (!pjs__http_method_ok(c, "GET"))
         return;
-    metrics_scrape scrape = {.server = c->fe->server};
+    metrics_scrape scrape = {.server = server_of(c)};
     pjs_metrics_gauges gauges = {0};
     /* One consistent set of resident models: read again when a load or
      * eviction happened while the models were read (a few tries; loads take
      * far longer than a scrape). */
     for (int attempt = 0;; attempt++) {
         pjs_weight_cache_info before;
-        pjs_server_weight_cache_info(c->fe->server, &before);
-        pjs_server_foreach_model(c->fe->server, collect_model, &scrape);
-        pjs_server_weight_cache_info(c->fe->server, &gauges.cache);
+        pjs_server_weight_cache_info(server_of(c), &before);
+        pjs_server_foreach_model(server_of(c), collect_model, &scrape);
+        pjs_server_weight_cache_info(server_of(c), &gauges.cache);
         if (before.changes == gauges.cache.changes || attempt == METRICS_CONSISTENT_TRIES - 1 ||
             scrape.out_of_memory)
             break;
         metrics_scrape_clear(&scrape);
     }
     pjs_server_counters counters;
-    pjs_server_get_counters(c->fe->server, &counters);
+    pjs_server_get_counters(server_of(c), &counters);
     gauges.queue_depth = counters.queue_depth;
     gauges.in_flight = counters.in_flight;
     gauges.plans_inline = counters.plans_inline;
     gauges.plans_worker = counters.plans_worker;
-    gauges.discipline = pjs_server_discipline(c->fe->server);
+    gauges.discipline = pjs_server_discipline(server_of(c));
     gauges.server = &counters;
     pjs_http_buf text;
     pjs_error err;
@@ -854,4 +761,43 @@ void pjs__http_route_metrics(pjs__http_call *c)
         return;
     }
     pjs__http_reply_buf(c, 200, &text, "text/plain; version=0.0.4; charset=utf-8");
+}
+
+/* POST bodies to an inference path are held to what the model can take,
+ * others to the size of a control document. */
+static bool limit_rest_body(pjs__http_call *c)
+{
+    char model[256], version[64];
+    if (pjs__http_infer_path(c->url, model, sizeof model, version, sizeof version))
+        return pjs__http_infer_limit(c, model, version);
+    pjs__http_limit_control_body(c);
+    return true;
+}
+
+static const pjs__http_routes rest_routes = {
+    .what = "HTTP/REST",
+    .keeps_bodies = true,
+    .defers_jobs = true,
+    .limit_body = limit_rest_body,
+    .route = route_rest,
+    .release = pjs__http_infer_discard,
+};
+
+static const pjs__http_routes metrics_routes = {
+    .what = "metrics",
+    .route = route_metrics,
+};
+
+int pjs_http_frontend_start(pjs_server *s, const pjs_http_options *o, pjs_http_frontend **out,
+                            pjs_error *err)
+{
+    return pjs__http_frontend_start(&rest_routes, s, o, pjs_server_request_budget(s),
+                                    pjs_server_max_request_bytes(s), out, err);
+}
+
+int pjs_metrics_frontend_start(pjs_server *s, const pjs_http_options *o,
+                               pjs_http_frontend **out, pjs_error *err)
+{
+    return pjs__http_frontend_start(&metrics_routes, s, o, pjs_server_request_budget(s),
+                                    pjs_server_max_request_bytes(s), out, err);
 }
