@@ -135,6 +135,14 @@ static const char help[] =
     "                          (default 0)\n"
     "  --weight-fraction X     share of the device's memory for weights when no\n"
     "                          budget is given, 0 < X <= 1 (default 0.8)\n"
+    "  --shared-weights DIR    share one host copy of each bundle's weights with\n"
+    "                          the other workers of this machine through segments\n"
+    "                          in DIR, a directory on a tmpfs (e.g.\n"
+    "                          /dev/shm/pjserve-NODE; created 0700 when missing);\n"
+    "                          segments nobody maps are removed (docs/node.md,\n"
+    "                          section Shared host weights) (default: private)\n"
+    "  --shared-weights-group GROUP  segments mode 0660 and of GROUP, for workers\n"
+    "                          running as different users (default: 0600)\n"
     "\n"
     "scheduler: each setting comes from its default, then --config FILE, then its\n"
     "environment variable [in brackets], then its flag; later ones win. The file\n"
@@ -225,6 +233,7 @@ typedef struct serve_args {
     uint64_t max_pending_loads;
     uint64_t device_weight_budget; /* 0: derived from the device's memory */
     double weight_fraction;
+    const char *shared_weights_dir, *shared_weights_group; /* NULL: not given */
     uint64_t max_request_bytes;
     uint64_t max_inflight_request_bytes;
     uint64_t max_shm_regions, max_shm_bytes;
@@ -288,6 +297,8 @@ enum {
     OPT_WARMUP_RUNS,
     OPT_META_CONCURRENCY,
     OPT_META_SCRATCH_BYTES,
+    OPT_SHARED_WEIGHTS,
+    OPT_SHARED_WEIGHTS_GROUP,
 };
 
 /* The flags that set one configuration key each. */
@@ -430,6 +441,8 @@ static int parse_args(int argc, char **argv, serve_args *a)
         {"max-pending-loads", required_argument, NULL, OPT_MAX_PENDING_LOADS},
         {"device-weight-budget", required_argument, NULL, OPT_WEIGHT_BUDGET},
         {"weight-fraction", required_argument, NULL, OPT_WEIGHT_FRACTION},
+        {"shared-weights", required_argument, NULL, OPT_SHARED_WEIGHTS},
+        {"shared-weights-group", required_argument, NULL, OPT_SHARED_WEIGHTS_GROUP},
         {"max-request-bytes", required_argument, NULL, OPT_MAX_REQUEST_BYTES},
         {"max-inflight-request-bytes", required_argument, NULL, OPT_MAX_INFLIGHT_BYTES},
         {"max-shm-regions", required_argument, NULL, OPT_MAX_SHM_REGIONS},
@@ -541,6 +554,8 @@ static int parse_args(int argc, char **argv, serve_args *a)
         case OPT_HTTP_TLS_CERT: a->http.tls_cert = optarg; break;
         case OPT_HTTP_TLS_KEY: a->http.tls_key = optarg; break;
         case OPT_HTTP_TLS_CA: a->http.tls_ca = optarg; break;
+        case OPT_SHARED_WEIGHTS: a->shared_weights_dir = optarg; break;
+        case OPT_SHARED_WEIGHTS_GROUP: a->shared_weights_group = optarg; break;
         case OPT_CONTROL_MODE: {
             int mode = pjs_control_mode_parse(optarg);
             if (mode < 0)
@@ -620,6 +635,8 @@ static int parse_args(int argc, char **argv, serve_args *a)
         return pjs_cli_usage_error("serve", "unexpected argument '%s'", argv[optind]);
     if (a->repository == NULL)
         return pjs_cli_usage_error("serve", "--model-repository DIR is required");
+    if (a->shared_weights_group != NULL && a->shared_weights_dir == NULL)
+        return pjs_cli_usage_error("serve", "--shared-weights-group needs --shared-weights DIR");
     if (a->max_inflight_request_bytes != 0 && a->max_inflight_request_bytes < a->max_request_bytes)
         return pjs_cli_usage_error("serve",
                                    "--max-inflight-request-bytes must be at least "
@@ -770,6 +787,8 @@ int pjs_cmd_serve(int argc, char **argv)
         .max_shm_bytes = a.max_shm_bytes,
         .meta_concurrency = config.meta.concurrency,
         .meta_scratch_bytes = config.meta.scratch_bytes,
+        .shared_weights_dir = a.shared_weights_dir,
+        .shared_weights_group = a.shared_weights_group,
     };
     pjs_error err;
     pjs_server *server = NULL;

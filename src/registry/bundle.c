@@ -312,8 +312,7 @@ static int check_sum(pjs_bundle *b, size_t i, uint64_t sum, pjs_error *err)
                          b->dir, b->weights.tensors[i].name);
 }
 
-/* Weight i's bytes into dst (t->nbytes), checked. */
-static int read_weight(pjs_bundle *b, size_t i, void *dst, pjs_error *err)
+int pjs_bundle_read_weight(pjs_bundle *b, size_t i, void *dst, pjs_error *err)
 {
     const pjs_st_tensor *t = &b->weights.tensors[i];
     int rc = pjs_safetensors_read(&b->weights, t, 0, (size_t)t->nbytes, dst, err);
@@ -342,7 +341,7 @@ void *pjs_bundle_host_weight(pjs_bundle *b, size_t i, pjs_error *err)
                       b->manifest.name, t->name);
         return NULL;
     }
-    if (read_weight(b, i, aligned, err) != 0) {
+    if (pjs_bundle_read_weight(b, i, aligned, err) != 0) {
         free(aligned);
         return NULL;
     }

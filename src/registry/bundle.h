@@ -99,6 +99,10 @@ int pjs_bundle_compile_module(pjs_bundle *b, pjs_bundle_module *m, pjs_rt_client
  * owns the bundle may call it before sealing; any thread after. */
 void *pjs_bundle_host_weight(pjs_bundle *b, size_t i, pjs_error *err);
 
+/* Weight i's bytes read from the file into dst (its nbytes), checked as
+ * pjs_bundle_host_weight's are. */
+int pjs_bundle_read_weight(pjs_bundle *b, size_t i, void *dst, pjs_error *err);
+
 /* Records the checksum of every weight not read yet (reading it in pieces
  * through a small buffer) and seals the bundle. */
 int pjs_bundle_seal_weights(pjs_bundle *b, pjs_error *err);

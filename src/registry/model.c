@@ -24,8 +24,8 @@ static void model_free(pjs_model *m)
     free(m);
 }
 
-int pjs_model_create(pjs_bundle *b, pjs_rt_client *c, pjs_exec_cache *cache, pjs_model **out,
-                     pjs_error *err)
+int pjs_model_create(pjs_bundle *b, pjs_rt_client *c, pjs_exec_cache *cache, pjs_wstore *store,
+                     pjs_model **out, pjs_error *err)
 {
     const pjs_manifest *man = &b->manifest;
     if (man->n_inputs > PJS_INFER_MAX_TENSORS || man->n_outputs > PJS_INFER_MAX_TENSORS ||
@@ -50,6 +50,7 @@ int pjs_model_create(pjs_bundle *b, pjs_rt_client *c, pjs_exec_cache *cache, pjs
     }
     m->bundle = b;
     m->client = c;
+    m->weight_store = store;
     pthread_mutex_init(&m->stats_lock, NULL);
     atomic_init(&m->refs, 1);
     snprintf(m->name, sizeof m->name, "%s", man->name);
@@ -90,6 +91,15 @@ int pjs_model_create(pjs_bundle *b, pjs_rt_client *c, pjs_exec_cache *cache, pjs
 int pjs_model_load_weights(pjs_model *m, pjs_error *err)
 {
     uint64_t t0 = pjs_now_ns();
+    if (m->host_segment != NULL && pjs_wstore_segment_verify(m->host_segment, err) != 0) {
+        char detail[PJS_ERROR_MSG_MAX];
+        snprintf(detail, sizeof detail, "%s", err->msg);
+        return pjs_error_set(err, PJS_ERR_FAILED_PRECONDITION,
+                             "model %s: weights refused: %s; reload the model "
+                             "(RepositoryModelLoad, or POST /v2/repository/models/%s/load) to "
+                             "make a fresh copy",
+                             m->name, detail, m->name);
+    }
     int rc = pjs_bundle_upload_weights(m->bundle, m->client, m->host_weights, m->weights, err);
     atomic_fetch_add(&m->load_ns, pjs_now_ns() - t0);
     return rc;
@@ -104,22 +114,66 @@ void pjs_model_free_weights(pjs_model *m)
     }
 }
 
+static int fill_from_bundle(void *bundle, size_t i, void *dst, pjs_error *err)
+{
+    return pjs_bundle_read_weight(bundle, i, dst, err);
+}
+
+/* The host floor in the node's shared store: the weights' checksums first
+ * (sealing reads the file), which name the segment. UNAVAILABLE when the
+ * store itself failed. */
+static int shared_host_floor(pjs_model *m, void **host, pjs_error *err)
+{
+    pjs_bundle *b = m->bundle;
+    size_t n = b->weights.n_tensors;
+    int rc = pjs_bundle_seal_weights(b, err);
+    pjs_wstore_tensor *t = rc == 0 ? calloc(n + 1, sizeof *t) : NULL;
+    if (rc == 0 && t == NULL)
+        rc = pjs_error_set(err, PJS_ERR_NOMEM, "model %s: out of memory", m->name);
+    for (size_t i = 0; rc == 0 && i < n; i++) {
+        const pjs_st_tensor *st = &b->weights.tensors[i];
+        t[i] = (pjs_wstore_tensor){.name = st->name, .dtype = st->dtype, .shape = &st->shape,
+                                   .nbytes = st->nbytes, .sum = b->weight_sums[i]};
+    }
+    if (rc == 0)
+        rc = pjs_wstore_acquire(m->weight_store, m->name, t, n, fill_from_bundle, b,
+                                &m->host_segment, err);
+    free(t);
+    for (size_t i = 0; rc == 0 && i < n; i++)
+        host[i] = (void *)pjs_wstore_segment_weight(m->host_segment, i);
+    return rc;
+}
+
 int pjs_model_set_host_floor(pjs_model *m, bool present, pjs_error *err)
 {
     size_t n = m->bundle->weights.n_tensors;
     if (present == (m->host_weights != NULL))
         return 0;
     if (!present) {
-        for (size_t i = 0; i < n; i++)
+        for (size_t i = 0; m->host_segment == NULL && i < n; i++)
             free(m->host_weights[i]);
         free(m->host_weights);
         m->host_weights = NULL;
+        pjs_wstore_release(m->weight_store, m->host_segment);
+        m->host_segment = NULL;
         return 0;
     }
     void **host = calloc(n + 1, sizeof *host);
     if (host == NULL)
         return pjs_error_set(err, PJS_ERR_NOMEM, "model %s: out of memory for the host weights",
                              m->name);
+    if (m->weight_store != NULL) {
+        int rc = shared_host_floor(m, host, err);
+        if (rc == 0) {
+            m->host_weights = host;
+            return 0;
+        }
+        if (rc != PJS_ERR_UNAVAILABLE) {
+            free(host);
+            return rc;
+        }
+        pjs_warn("model %s: host weights kept in private memory: %s", m->name, err->msg);
+    }
     for (size_t i = 0; i < n; i++) {
         if ((host[i] = pjs_bundle_host_weight(m->bundle, i, err)) == NULL) {
             for (size_t k = 0; k < i; k++)

@@ -23,6 +23,7 @@
 
 #include "core/infer.h"
 #include "registry/bundle.h"
+#include "registry/weight_store.h"
 #include "sched/policy.h"
 #include "sched/weight_cache.h"
 
@@ -91,6 +92,11 @@ typedef struct pjs_model {
     /* The host floor: every weight in aligned host memory, argument order,
      * or NULL (residency unpinned: read from the mapped file when loaded). */
     void **host_weights;
+    /* The node's shared weight store, or NULL (the floor is private memory).
+     * With one, the floor is a read-only segment (host_segment) that
+     * host_weights point into, or private memory when the store failed. */
+    pjs_wstore *weight_store;
+    pjs_wstore_segment *host_segment;
     pjs_residency residency;      /* the floor now (manifest's at load); the
                                      device owner changes it under the
                                      weight cache's lock */
@@ -116,12 +122,12 @@ typedef struct pjs_model {
 
 /* Compiles every module of an opened bundle (taking ownership of it, also on
  * failure), materializes the host floor (unless the manifest says
- * `residency: unpinned`) and returns a model with one reference and no
- * weights on the device.
+ * `residency: unpinned`; in `store` when not NULL) and returns a model with
+ * one reference and no weights on the device.
  * Refuses models with more than PJS_INFER_MAX_TENSORS inputs or outputs or
  * more than PJS_MODEL_MAX_BATCH_SIZES batch sizes. */
-int pjs_model_create(pjs_bundle *b, pjs_rt_client *c, pjs_exec_cache *cache, pjs_model **out,
-                     pjs_error *err);
+int pjs_model_create(pjs_bundle *b, pjs_rt_client *c, pjs_exec_cache *cache, pjs_wstore *store,
+                     pjs_model **out, pjs_error *err);
 pjs_model *pjs_model_ref(pjs_model *m);
 
 static inline pjs_model *pjs_model_of_wentry(pjs_wcache_entry *e)
@@ -129,7 +135,8 @@ static inline pjs_model *pjs_model_of_wentry(pjs_wcache_entry *e)
     return (pjs_model *)((char *)e - offsetof(pjs_model, wentry));
 }
 
-/* Copies the weights to the device (from the host floor, or the file). */
+/* Copies the weights to the device (from the host floor, or the file); a
+ * shared floor is checked first (pjs_wstore_segment_verify). */
 int pjs_model_load_weights(pjs_model *m, pjs_error *err);
 /* Frees the device copies. */
 void pjs_model_free_weights(pjs_model *m);

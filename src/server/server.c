@@ -68,6 +68,7 @@ struct pjs_server {
     server_policies policies;
     pjs_rt_client *client;
     pjs_exec_cache *cache; /* NULL: no executable cache */
+    pjs_wstore *weight_store; /* --shared-weights; NULL: private host floors */
     pjs_dispatcher *dispatcher;
     pjs_shm_registry *shm;
     uint64_t max_request_bytes;
@@ -370,7 +371,7 @@ static int load_locked(pjs_server *s, const char *name, const char *progress, bo
     if (rc == 0 && b->manifest.kind == PJS_KIND_META && (rc = check_meta_calls(s, b, err)) != 0)
         pjs_bundle_close(b);
     if (rc == 0)
-        rc = pjs_model_create(b, s->client, s->cache, &m, err);
+        rc = pjs_model_create(b, s->client, s->cache, s->weight_store, &m, err);
     if (rc == 0)
         rc = attach_model(s, m, err);
     if (rc == 0 && (costs = calloc(m->bundle->n_modules + 1, sizeof *costs)) == NULL)
@@ -746,6 +747,10 @@ int pjs_server_create(const pjs_server_options *o, pjs_server **out, pjs_error *
                            .max_bytes = o->max_shm_bytes,
                            .budget = &s->request_budget};
     int rc = pjs_shm_registry_create(&shm, &s->shm, err);
+    if (rc == 0 && o->shared_weights_dir != NULL) {
+        pjs_wstore_options wo = {.dir = o->shared_weights_dir, .group = o->shared_weights_group};
+        rc = pjs_wstore_open(&wo, &s->weight_store, err);
+    }
     if (rc == 0)
         rc = pjs_rt_client_open(o->plugin_path, o->pjrt_options, o->n_pjrt_options, &s->client,
                                 err);
@@ -811,6 +816,7 @@ void pjs_server_destroy(pjs_server *s)
     for (size_t i = 0; i < s->n_entries; i++)
         pjs_model_unref(s->entries[i].model);
     free(s->entries);
+    pjs_wstore_close(s->weight_store);
     pjs_exec_cache_close(s->cache);
     if (s->client != NULL)
         pjs_rt_client_destroy(s->client);

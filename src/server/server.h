@@ -73,6 +73,12 @@ typedef struct pjs_server_options {
     /* Bytes of the scratch pool meta runs take reuse buffers from
      * (--meta-scratch-bytes); 0: no pool, scratch buffers are plain memory. */
     uint64_t meta_scratch_bytes;
+    /* Directory on a tmpfs where the node's workers share one host copy of
+     * each bundle's weights (--shared-weights; registry/weight_store.h), and
+     * the group that may share it (--shared-weights-group); NULL: every
+     * model's host weights are private memory. */
+    const char *shared_weights_dir;
+    const char *shared_weights_group;
 } pjs_server_options;
 
 #define PJS_DEFAULT_META_CONCURRENCY 2
