@@ -106,6 +106,7 @@ add_library(pjs_frontend_grpc STATIC
   src/frontend/grpc/health.c
   src/frontend/grpc/reflection.c
   src/frontend/grpc/control_rpc.c
+  src/frontend/grpc/proxy.c
   ${PJS_PB_HEALTH}
   ${PJS_PB_REFLECTION}
   ${PJS_PB_DESCRIPTOR_INDEX}

@@ -84,6 +84,9 @@ size_t pjs_gw_pool_size(const pjs_gw_pool *p);
 pjs_gw_routing pjs_gw_pool_routing(const pjs_gw_pool *p);
 /* The addresses of worker i (valid for the pool's life). */
 const pjs_gw_worker_addr *pjs_gw_pool_addr(const pjs_gw_pool *p, size_t i);
+/* Worker i's gRPC channel (valid for the pool's life). */
+typedef struct grpc_channel grpc_channel;
+grpc_channel *pjs_gw_pool_channel(const pjs_gw_pool *p, size_t i);
 /* The token to send with admin calls forwarded to workers, or NULL. */
 const char *pjs_gw_pool_worker_token(const pjs_gw_pool *p);
 

@@ -141,7 +141,11 @@ static void find_authorization(const grpc_metadata_array *md, pjs_access_caller 
 
 int pjs__grpc_access_check(const pjs_grpc_call *c, pjs_error *err)
 {
-    const char *path = pjs__grpc_methods[c->method].path;
+    return pjs__grpc_access_check_path(c, pjs__grpc_methods[c->method].path, err);
+}
+
+int pjs__grpc_access_check_path(const pjs_grpc_call *c, const char *path, pjs_error *err)
+{
     pjs_access_class cls = pjs_access_grpc_class(path);
     if (cls == PJS_ACCESS_OPEN)
         return 0;

@@ -105,7 +105,17 @@ static void unknown_on_new(pjs_grpc_tag *tag, bool ok)
         unknown_free(c);
         return;
     }
-    request_unknown(c->base.frontend);
+    pjs_grpc_frontend *f = c->base.frontend;
+    request_unknown(f);
+    if (f->proxy != NULL) {
+        grpc_call *call = c->base.call;
+        c->base.call = NULL; /* the proxy's now, with the metadata */
+        grpc_metadata_array md = c->base.metadata;
+        grpc_metadata_array_init(&c->base.metadata);
+        pjs__grpc_proxy_serve(f, call, &md, &c->call_details.method);
+        unknown_free(c);
+        return;
+    }
     pjs_error err;
     grpc_slice method = c->call_details.method;
     size_t len = GRPC_SLICE_LENGTH(method);
@@ -395,12 +405,16 @@ static int register_methods(pjs_grpc_frontend *f, pjs_error *err)
  * call that is not matched yet is cancelled, not refused, at shutdown). */
 static void request_first_calls(pjs_grpc_frontend *f, size_t n_threads)
 {
-    for (size_t i = 0; i < pjs__grpc_n_methods; i++) {
+    for (size_t i = 0; f->proxy == NULL && i < pjs__grpc_n_methods; i++) {
         size_t n = pjs__grpc_methods[i].kind == PJS_GRPC_INFER ? 4 * n_threads : 1;
         for (size_t k = 0; k < n; k++)
             pjs__grpc_request(f, i);
     }
-    request_unknown(f);
+    /* Forwarding, every call arrives as an unknown one: keep as many
+     * requested as a served front end keeps for ModelInfer. */
+    size_t unknown = f->proxy != NULL ? 4 * n_threads : 1;
+    for (size_t k = 0; k < unknown; k++)
+        request_unknown(f);
 }
 
 static int start_threads(pjs_grpc_frontend *f, size_t n, pjs_error *err)
@@ -418,8 +432,10 @@ static int start_threads(pjs_grpc_frontend *f, size_t n, pjs_error *err)
     return 0;
 }
 
-int pjs_grpc_frontend_start(pjs_server *s, const pjs_grpc_options *o, pjs_grpc_frontend **out,
-                            pjs_error *err)
+/* Starts a front end that serves the server `s`, or forwards through
+ * `proxy` when s is NULL. */
+static int frontend_start(pjs_server *s, const pjs_grpc_proxy_ops *proxy, pjs_byte_budget *budget,
+                          const pjs_grpc_options *o, pjs_grpc_frontend **out, pjs_error *err)
 {
     if (o->port < 0 || o->port > 65535)
         return pjs_error_set(err, PJS_ERR_INVALID_ARGUMENT, "port %d is not a TCP port", o->port);
@@ -428,6 +444,8 @@ int pjs_grpc_frontend_start(pjs_server *s, const pjs_grpc_options *o, pjs_grpc_f
         return pjs_error_set(err, PJS_ERR_NOMEM, "no memory");
     grpc_init();
     f->server = s;
+    f->proxy = proxy;
+    f->budget = budget;
     f->access = o->access;
     f->shutdown_tag.fn = on_shutdown;
     pthread_mutex_init(&f->lock, NULL);
@@ -437,8 +455,8 @@ int pjs_grpc_frontend_start(pjs_server *s, const pjs_grpc_options *o, pjs_grpc_f
     setup_limits(f, o);
     f->core = create_core(f, o);
     f->cq = grpc_completion_queue_create_for_next(NULL);
-    int rc = pjs__grpc_reflection_create(&f->reflection, err);
-    if (rc == 0)
+    int rc = proxy != NULL ? 0 : pjs__grpc_reflection_create(&f->reflection, err);
+    if (rc == 0 && proxy == NULL)
         rc = pjs_work_pool_create("gRPC control requests", PJS_GRPC_CONTROL_JOB_THREADS,
                                   PJS_GRPC_CONTROL_JOB_QUEUE, &f->control_jobs, err);
     if (rc != 0) {
@@ -446,7 +464,8 @@ int pjs_grpc_frontend_start(pjs_server *s, const pjs_grpc_options *o, pjs_grpc_f
         return rc;
     }
     grpc_server_register_completion_queue(f->core, f->cq, NULL);
-    if ((rc = register_methods(f, err)) != 0 || (rc = bind_port(f, o, err)) != 0) {
+    if ((proxy == NULL && (rc = register_methods(f, err)) != 0) ||
+        (rc = bind_port(f, o, err)) != 0) {
         /* Never started: destroying it needs no shutdown. */
         frontend_free(f);
         return rc;
@@ -459,6 +478,19 @@ int pjs_grpc_frontend_start(pjs_server *s, const pjs_grpc_options *o, pjs_grpc_f
     }
     *out = f;
     return 0;
+}
+
+int pjs_grpc_frontend_start(pjs_server *s, const pjs_grpc_options *o, pjs_grpc_frontend **out,
+                            pjs_error *err)
+{
+    return frontend_start(s, NULL, pjs_server_request_budget(s), o, out, err);
+}
+
+int pjs_grpc_frontend_start_proxy(const pjs_grpc_options *o, const pjs_grpc_proxy_ops *ops,
+                                  pjs_byte_budget *budget, pjs_grpc_frontend **out,
+                                  pjs_error *err)
+{
+    return frontend_start(NULL, ops, budget, o, out, err);
 }
 
 /* ---- stop ------------------------------------------------------------------- */

@@ -11,6 +11,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "core/byte_budget.h"
 #include "core/status.h"
 #include "frontend/access.h"
 #include "server/server.h"
@@ -37,6 +38,59 @@ typedef struct pjs_grpc_options {
 } pjs_grpc_options;
 
 typedef struct pjs_grpc_frontend pjs_grpc_frontend;
+
+/* ---- forwarding (the gateway) -------------------------------------------- */
+
+/* How a front end that forwards (pjs_grpc_frontend_start_proxy) treats a
+ * method. */
+typedef enum pjs_grpc_proxy_kind {
+    PJS_GRPC_PROXY_LOCAL,         /* answered by ops->answer, no worker involved */
+    PJS_GRPC_PROXY_ROUTED,        /* unary, to the worker ops->pick chooses for its message */
+    PJS_GRPC_PROXY_FANOUT,        /* unary, to every available worker; answers ops->merge'd */
+    PJS_GRPC_PROXY_STREAM_ROUTED, /* a stream, to the worker picked for its first message */
+} pjs_grpc_proxy_kind;
+
+/* How a forward went (the gateway's pjs_gw_outcome values). */
+typedef enum pjs_grpc_proxy_outcome {
+    PJS_GRPC_PROXY_ANSWERED, /* the worker answered, whatever its status */
+    PJS_GRPC_PROXY_NOT_SENT, /* the worker could not be reached: safe to try another */
+    PJS_GRPC_PROXY_BROKEN,   /* sent, then no answer (connection lost, deadline) */
+} pjs_grpc_proxy_outcome;
+
+typedef struct grpc_channel grpc_channel;
+
+/* What the forwarding front end asks of the gateway. Every function may be
+ * called from any completion-queue thread at once. Messages are the
+ * client's, decompressed, never trusted. */
+typedef struct pjs_grpc_proxy_ops {
+    void *ctx;
+    pjs_grpc_proxy_kind (*classify)(void *ctx, const char *method);
+    /* PJS_GRPC_PROXY_LOCAL: the answer's bytes (malloc'd) or an error. */
+    int (*answer)(void *ctx, const char *method, const uint8_t *msg, size_t len, uint8_t **out,
+                  size_t *out_len, pjs_error *err);
+    /* The worker for one call whose (first) message is msg, never one in
+     * `tried` (bit i: worker i); -1 with err. */
+    int (*pick)(void *ctx, const char *method, const uint8_t *msg, size_t len, uint64_t tried,
+                pjs_error *err);
+    void (*done)(void *ctx, int worker, pjs_grpc_proxy_outcome outcome);
+    /* PJS_GRPC_PROXY_FANOUT: the workers to send to, each counted in flight
+     * until done (0 with err when none is available). */
+    uint64_t (*fanout)(void *ctx, pjs_error *err);
+    /* Combines the n answers (all OK) of a fan-out into one (malloc'd). */
+    int (*merge)(void *ctx, const char *method, const uint8_t *const *answers,
+                 const size_t *lengths, size_t n, uint8_t **out, size_t *out_len, pjs_error *err);
+    grpc_channel *(*channel)(void *ctx, int worker);
+    /* Sent to workers as `authorization: Bearer <token>` in place of the
+     * client's credential (which the front end has checked); NULL: none. */
+    const char *worker_token;
+} pjs_grpc_proxy_ops;
+
+/* Starts a front end that serves no method itself: each call is checked
+ * (access rules, limits) and forwarded as ops decides. `budget` bounds the
+ * request bytes held at once. */
+int pjs_grpc_frontend_start_proxy(const pjs_grpc_options *o, const pjs_grpc_proxy_ops *ops,
+                                  pjs_byte_budget *budget, pjs_grpc_frontend **out,
+                                  pjs_error *err);
 
 /* Binds and starts serving. Errors name the address and the reason (port in
  * use, unreadable certificate). */

@@ -157,7 +157,9 @@ typedef struct pjs_grpc_reflection_index pjs_grpc_reflection_index;
 typedef struct pjs_grpc_conn_guard pjs_grpc_conn_guard;
 
 struct pjs_grpc_frontend {
-    pjs_server *server;
+    pjs_server *server;       /* NULL when forwarding */
+    const pjs_grpc_proxy_ops *proxy; /* forwarding: every call goes through it (proxy.c) */
+    pjs_byte_budget *budget;  /* request bytes held at once; may be NULL */
     const pjs_access *access; /* consulted by every call before it is served */
     size_t max_message;       /* largest inference request, decompressed (--max-request-bytes) */
     grpc_resource_quota *quota;   /* bounds gRPC's own buffers (--grpc-memory-quota) */
@@ -236,6 +238,9 @@ void pjs__grpc_call_destroy(pjs_grpc_call *c);
 /* Whether the caller of c may make it: 0, or UNAUTHENTICATED /
  * PERMISSION_DENIED with err set (the decision is frontend/access.c's). */
 int pjs__grpc_access_check(const pjs_grpc_call *c, pjs_error *err);
+/* The same for a call of the method at `path` (calls not served by a
+ * registered method). */
+int pjs__grpc_access_check_path(const pjs_grpc_call *c, const char *path, pjs_error *err);
 
 /* The final batch of a call: initial metadata, the response (if not NULL),
  * the status (OK when err is NULL, else err mapped, its message kept in
@@ -351,6 +356,14 @@ int pjs__grpc_control_set_policy(pjs_grpc_unary_ctx *ctx, const ProtobufCMessage
                                  ProtobufCMessage **response, pjs_error *err);
 int pjs__grpc_control_compact(pjs_grpc_unary_ctx *ctx, const ProtobufCMessage *request,
                               ProtobufCMessage **response, pjs_error *err);
+
+/* ---- forwarding (proxy.c) ---------------------------------------------------- */
+
+/* Serves one call the server handed over for `method` (grpc_server_request_call):
+ * takes c (with its metadata) over, c is freed by the proxy. */
+typedef struct pjs_grpc_proxy_call pjs_grpc_proxy_call;
+void pjs__grpc_proxy_serve(pjs_grpc_frontend *f, grpc_call *call, grpc_metadata_array *metadata,
+                           const grpc_slice *method);
 
 /* ---- reflection (reflection.c) -------------------------------------------- */
 

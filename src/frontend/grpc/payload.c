@@ -154,8 +154,7 @@ int pjs__grpc_take_request(pjs_grpc_frontend *f, grpc_byte_buffer **bb, grpc_sli
     if (rc != 0)
         return rc;
     uint64_t n = GRPC_SLICE_LENGTH(*out);
-    rc = pjs_byte_budget_take_or_fail(pjs_server_request_budget(f->server), n,
-                                      "the inference request", err);
+    rc = pjs_byte_budget_take_or_fail(f->budget, n, "the inference request", err);
     if (rc != 0) {
         grpc_slice_unref(*out);
         *out = grpc_empty_slice();
@@ -169,6 +168,6 @@ void pjs__grpc_release_request(pjs_grpc_frontend *f, uint64_t *charged)
 {
     if (*charged == 0)
         return;
-    pjs_byte_budget_give(pjs_server_request_budget(f->server), *charged);
+    pjs_byte_budget_give(f->budget, *charged);
     *charged = 0;
 }

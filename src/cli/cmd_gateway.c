@@ -1,0 +1,378 @@
+/*
+ * cmd_gateway.c - `pjserve gateway`: one public KServe V2 endpoint over
+ * pjserve workers (gateway/gateway.h), until SIGINT or SIGTERM.
+ *
+ * Workers come from --worker (repeatable) or from a DNS name resolved at
+ * start (--worker-dns, e.g. a Kubernetes headless Service). The gateway
+ * links no PJRT: it loads no plugin and compiles nothing.
+ */
+#include <getopt.h>
+#include <netdb.h>
+#include <arpa/inet.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli/cli.h"
+#include "core/file_limit.h"
+#include "core/log.h"
+#include "core/mapped_file.h"
+#include "gateway/gateway.h"
+#include "server/config.h"
+#include "server/server.h"
+
+static const char help[] =
+    "usage: pjserve gateway (--worker ADDR ... | --worker-dns NAME) [OPTIONS]\n"
+    "\n"
+    "Serves KServe V2 over gRPC and HTTP/REST (with Prometheus metrics) in front of\n"
+    "pjserve workers (`pjserve serve` processes): each request for a model goes to\n"
+    "a worker holding it; repository loads and unloads and shared memory\n"
+    "registrations go to every worker; the repository index and statistics are\n"
+    "merged. Request bytes are forwarded as they are: tensors are never decoded.\n"
+    "Workers are probed every 500 ms; one that fails 3 probes, or 5 requests in a\n"
+    "row, gets no traffic until it answers again. A request is retried on another\n"
+    "worker only when it never reached one (connection refused). SIGINT or SIGTERM\n"
+    "answers the requests in flight and exits 0. `pjserve node` runs one of these\n"
+    "for you over the workers it starts (docs/node.md).\n"
+    "\n"
+    "workers:\n"
+    "  --worker ADDR           grpc=HOST:PORT,http=HOST:PORT, or HOST for\n"
+    "                          grpc=HOST:8001,http=HOST:8000; repeatable (at most 64)\n"
+    "  --worker-dns NAME       every address NAME resolves to at start is a worker\n"
+    "                          (a Kubernetes headless Service), with the ports below\n"
+    "  --worker-grpc-port N    gRPC port of --worker-dns workers (default 8001)\n"
+    "  --worker-http-port N    HTTP port of --worker-dns workers (default 8000)\n"
+    "  --worker-token-file F   token the workers take as admin token (their\n"
+    "                          --admin-token-file): sent with every forwarded call\n"
+    "  --routing POLICY        round_robin (default): a model's requests spread over\n"
+    "                          every worker holding it; lpt_packing: each model on K\n"
+    "                          workers, placed longest-processing-time first from the\n"
+    "                          device time the workers measured (rebalanced every 5 s\n"
+    "                          when that lowers the busiest worker's load by a tenth)\n"
+    "  --lpt-devices-per-model K  workers per model under lpt_packing (default 1)\n"
+    "\n"
+    "public ports (as `pjserve serve`):\n"
+    "  --host ADDR             address to listen on (default 0.0.0.0)\n"
+    "  --grpc-port N           gRPC port (default 8001; 0: off)\n"
+    "  --http-port N           HTTP/REST port (default 8000; 0: off)\n"
+    "  --metrics-port N        Prometheus /metrics port (default 8002; 0: off)\n"
+    "  --grpc-tls-cert F, --grpc-tls-key F, --grpc-tls-ca F   gRPC over TLS / mTLS\n"
+    "  --http-tls-cert F, --http-tls-key F, --http-tls-ca F   HTTPS / mTLS\n"
+    "  --admin-token-file F    clients' admin calls need this Bearer token; without\n"
+    "                          it admin calls are taken from loopback peers only\n"
+    "  --infer-token-file F    inference and reads need this (or the admin) token\n"
+    "  --max-request-bytes B   largest request, decompressed (default 256Mi)\n"
+    "  --max-inflight-request-bytes B  request bytes held at once (default 4 x\n"
+    "                          --max-request-bytes)\n"
+    "  --log-level LEVEL       debug | info | warn | error (default info)\n"
+    "\n"
+    "example:\n"
+    "  pjserve gateway --worker grpc=127.0.0.1:9001,http=127.0.0.1:9000 \\\n"
+    "                  --worker grpc=127.0.0.1:9011,http=127.0.0.1:9010\n";
+
+enum {
+    OPT_WORKER = 0x200,
+    OPT_WORKER_DNS,
+    OPT_WORKER_GRPC_PORT,
+    OPT_WORKER_HTTP_PORT,
+    OPT_WORKER_TOKEN,
+    OPT_ROUTING,
+    OPT_LPT_K,
+    OPT_HOST,
+    OPT_GRPC_PORT,
+    OPT_HTTP_PORT,
+    OPT_METRICS_PORT,
+    OPT_GRPC_TLS_CERT,
+    OPT_GRPC_TLS_KEY,
+    OPT_GRPC_TLS_CA,
+    OPT_HTTP_TLS_CERT,
+    OPT_HTTP_TLS_KEY,
+    OPT_HTTP_TLS_CA,
+    OPT_ADMIN_TOKEN,
+    OPT_INFER_TOKEN,
+    OPT_MAX_REQUEST,
+    OPT_MAX_INFLIGHT,
+    OPT_LOG_LEVEL,
+    OPT_HELP,
+};
+
+typedef struct gateway_args {
+    pjs_gw_worker_addr workers[PJS_GW_MAX_WORKERS];
+    size_t n_workers;
+    const char *worker_dns;
+    int worker_grpc_port, worker_http_port;
+    const char *worker_token_file;
+    pjs_gw_routing routing;
+    unsigned lpt_k;
+    const char *host;
+    int grpc_port, http_port, metrics_port;
+    const char *grpc_tls[3], *http_tls[3];
+    const char *admin_token_file, *infer_token_file;
+    uint64_t max_request_bytes, max_inflight_request_bytes;
+} gateway_args;
+
+static int parse_port(const char *flag, const char *arg, int *out)
+{
+    char *end;
+    long v = strtol(arg, &end, 10);
+    if (*arg == '\0' || *end != '\0' || v < 0 || v > 65535)
+        return pjs_cli_usage_error("gateway", "%s %s: expected a port, 0 to 65535", flag, arg);
+    *out = (int)v;
+    return 0;
+}
+
+static int parse_bytes(const char *flag, const char *arg, uint64_t *out)
+{
+    if (pjs_server_config_parse_bytes(arg, out) && *out > 0)
+        return 0;
+    return pjs_cli_usage_error("gateway", "%s %s: expected a byte count such as 256Mi", flag, arg);
+}
+
+static int add_worker(gateway_args *a, const char *spec)
+{
+    if (a->n_workers == PJS_GW_MAX_WORKERS)
+        return pjs_cli_usage_error("gateway", "at most %d workers", PJS_GW_MAX_WORKERS);
+    pjs_error err;
+    if (pjs_gw_worker_addr_parse(spec, &a->workers[a->n_workers], &err) != 0)
+        return pjs_cli_usage_error("gateway", "%s", err.msg);
+    a->n_workers++;
+    return 0;
+}
+
+static int parse_args(int argc, char **argv, gateway_args *a)
+{
+    static const struct option opts[] = {
+        {"worker", required_argument, NULL, OPT_WORKER},
+        {"worker-dns", required_argument, NULL, OPT_WORKER_DNS},
+        {"worker-grpc-port", required_argument, NULL, OPT_WORKER_GRPC_PORT},
+        {"worker-http-port", required_argument, NULL, OPT_WORKER_HTTP_PORT},
+        {"worker-token-file", required_argument, NULL, OPT_WORKER_TOKEN},
+        {"routing", required_argument, NULL, OPT_ROUTING},
+        {"lpt-devices-per-model", required_argument, NULL, OPT_LPT_K},
+        {"host", required_argument, NULL, OPT_HOST},
+        {"grpc-port", required_argument, NULL, OPT_GRPC_PORT},
+        {"http-port", required_argument, NULL, OPT_HTTP_PORT},
+        {"metrics-port", required_argument, NULL, OPT_METRICS_PORT},
+        {"grpc-tls-cert", required_argument, NULL, OPT_GRPC_TLS_CERT},
+        {"grpc-tls-key", required_argument, NULL, OPT_GRPC_TLS_KEY},
+        {"grpc-tls-ca", required_argument, NULL, OPT_GRPC_TLS_CA},
+        {"http-tls-cert", required_argument, NULL, OPT_HTTP_TLS_CERT},
+        {"http-tls-key", required_argument, NULL, OPT_HTTP_TLS_KEY},
+        {"http-tls-ca", required_argument, NULL, OPT_HTTP_TLS_CA},
+        {"admin-token-file", required_argument, NULL, OPT_ADMIN_TOKEN},
+        {"infer-token-file", required_argument, NULL, OPT_INFER_TOKEN},
+        {"max-request-bytes", required_argument, NULL, OPT_MAX_REQUEST},
+        {"max-inflight-request-bytes", required_argument, NULL, OPT_MAX_INFLIGHT},
+        {"log-level", required_argument, NULL, OPT_LOG_LEVEL},
+        {"help", no_argument, NULL, OPT_HELP},
+        {0},
+    };
+    a->worker_grpc_port = 8001;
+    a->worker_http_port = 8000;
+    a->host = "0.0.0.0";
+    a->grpc_port = 8001;
+    a->http_port = 8000;
+    a->metrics_port = 8002;
+    a->lpt_k = 1;
+    a->max_request_bytes = (uint64_t)256 << 20;
+    int opt, bad = 0;
+    optind = 1;
+    while (!bad && (opt = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+        switch (opt) {
+        case OPT_WORKER: bad = add_worker(a, optarg); break;
+        case OPT_WORKER_DNS: a->worker_dns = optarg; break;
+        case OPT_WORKER_GRPC_PORT:
+            bad = parse_port("--worker-grpc-port", optarg, &a->worker_grpc_port);
+            break;
+        case OPT_WORKER_HTTP_PORT:
+            bad = parse_port("--worker-http-port", optarg, &a->worker_http_port);
+            break;
+        case OPT_WORKER_TOKEN: a->worker_token_file = optarg; break;
+        case OPT_ROUTING:
+            if (pjs_gw_routing_parse(optarg, &a->routing) != 0)
+                bad = pjs_cli_usage_error("gateway",
+                                          "--routing %s: expected round_robin or lpt_packing",
+                                          optarg);
+            break;
+        case OPT_LPT_K: {
+            char *end;
+            long k = strtol(optarg, &end, 10);
+            if (*end != '\0' || k < 1 || k > PJS_GW_MAX_WORKERS)
+                bad = pjs_cli_usage_error("gateway", "--lpt-devices-per-model %s: expected 1 to %d",
+                                          optarg, PJS_GW_MAX_WORKERS);
+            a->lpt_k = (unsigned)k;
+            break;
+        }
+        case OPT_HOST: a->host = optarg; break;
+        case OPT_GRPC_PORT: bad = parse_port("--grpc-port", optarg, &a->grpc_port); break;
+        case OPT_HTTP_PORT: bad = parse_port("--http-port", optarg, &a->http_port); break;
+        case OPT_METRICS_PORT: bad = parse_port("--metrics-port", optarg, &a->metrics_port); break;
+        case OPT_GRPC_TLS_CERT: a->grpc_tls[0] = optarg; break;
+        case OPT_GRPC_TLS_KEY: a->grpc_tls[1] = optarg; break;
+        case OPT_GRPC_TLS_CA: a->grpc_tls[2] = optarg; break;
+        case OPT_HTTP_TLS_CERT: a->http_tls[0] = optarg; break;
+        case OPT_HTTP_TLS_KEY: a->http_tls[1] = optarg; break;
+        case OPT_HTTP_TLS_CA: a->http_tls[2] = optarg; break;
+        case OPT_ADMIN_TOKEN: a->admin_token_file = optarg; break;
+        case OPT_INFER_TOKEN: a->infer_token_file = optarg; break;
+        case OPT_MAX_REQUEST:
+            bad = parse_bytes("--max-request-bytes", optarg, &a->max_request_bytes);
+            break;
+        case OPT_MAX_INFLIGHT:
+            bad = parse_bytes("--max-inflight-request-bytes", optarg,
+                              &a->max_inflight_request_bytes);
+            break;
+        case OPT_LOG_LEVEL: {
+            int level = pjs_log_parse_level(optarg);
+            if (level < 0)
+                bad = pjs_cli_usage_error("gateway",
+                                          "--log-level %s: expected debug, info, warn or error",
+                                          optarg);
+            else
+                pjs_log_set_level((pjs_log_level)level);
+            break;
+        }
+        case OPT_HELP: fputs(help, stdout); return -1;
+        default: return PJS_EXIT_USAGE;
+        }
+    }
+    if (bad)
+        return PJS_EXIT_USAGE;
+    if (optind < argc)
+        return pjs_cli_usage_error("gateway", "unexpected argument '%s'", argv[optind]);
+    if (a->n_workers == 0 && a->worker_dns == NULL)
+        return pjs_cli_usage_error("gateway", "no workers: give --worker ADDR (repeatable) or "
+                                              "--worker-dns NAME");
+    if (a->max_inflight_request_bytes == 0)
+        a->max_inflight_request_bytes = 4 * a->max_request_bytes;
+    return 0;
+}
+
+/* Adds a worker for every address `name` resolves to. */
+static int resolve_workers(gateway_args *a)
+{
+    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM};
+    struct addrinfo *list = NULL;
+    int gai = getaddrinfo(a->worker_dns, NULL, &hints, &list);
+    if (gai != 0)
+        return pjs_cli_fail("--worker-dns %s: %s", a->worker_dns, gai_strerror(gai));
+    size_t before = a->n_workers;
+    for (struct addrinfo *ai = list; ai != NULL && a->n_workers < PJS_GW_MAX_WORKERS;
+         ai = ai->ai_next) {
+        char host[INET6_ADDRSTRLEN];
+        const void *addr = ai->ai_family == AF_INET6
+                               ? (const void *)&((struct sockaddr_in6 *)ai->ai_addr)->sin6_addr
+                               : (const void *)&((struct sockaddr_in *)ai->ai_addr)->sin_addr;
+        if (inet_ntop(ai->ai_family, addr, host, sizeof host) == NULL)
+            continue;
+        pjs_gw_worker_addr w;
+        const char *fmt = ai->ai_family == AF_INET6 ? "[%s]:%d" : "%s:%d";
+        snprintf(w.grpc, sizeof w.grpc, fmt, host, a->worker_grpc_port);
+        snprintf(w.http, sizeof w.http, fmt, host, a->worker_http_port);
+        bool dup = false;
+        for (size_t i = 0; i < a->n_workers && !dup; i++)
+            dup = strcmp(a->workers[i].grpc, w.grpc) == 0;
+        if (!dup)
+            a->workers[a->n_workers++] = w;
+    }
+    freeaddrinfo(list);
+    pjs_info("--worker-dns %s: %zu workers", a->worker_dns, a->n_workers - before);
+    return PJS_EXIT_OK;
+}
+
+/* The token in `path` (one line), malloc'd, or NULL with a message. */
+static char *read_token(const char *path)
+{
+    pjs_error err;
+    char *text = NULL;
+    size_t len = 0;
+    if (pjs_read_file(path, 4096, &text, &len, &err) != 0) {
+        pjs_cli_fail("--worker-token-file %s: %s", path, err.msg);
+        return NULL;
+    }
+    while (len > 0 && (text[len - 1] == '\n' || text[len - 1] == '\r'))
+        text[--len] = '\0';
+    if (len == 0) {
+        pjs_cli_fail("--worker-token-file %s: the file is empty", path);
+        free(text);
+        return NULL;
+    }
+    return text;
+}
+
+int pjs_cmd_gateway(int argc, char **argv)
+{
+    gateway_args a;
+    memset(&a, 0, sizeof a);
+    int rc = parse_args(argc, argv, &a);
+    if (rc != 0)
+        return rc < 0 ? PJS_EXIT_OK : rc;
+    if (a.worker_dns != NULL && (rc = resolve_workers(&a)) != PJS_EXIT_OK)
+        return rc;
+    char *token = NULL;
+    if (a.worker_token_file != NULL && (token = read_token(a.worker_token_file)) == NULL)
+        return PJS_EXIT_FAILURE;
+    pjs_access *access = NULL;
+    pjs_error err;
+    if (pjs_access_create(a.admin_token_file, a.infer_token_file, &access, &err) != 0) {
+        free(token);
+        return pjs_cli_fail("%s", err.msg);
+    }
+    pjs_file_limit files;
+    pjs_file_limit_raise(&files);
+
+    sigset_t stop_signals;
+    sigemptyset(&stop_signals);
+    sigaddset(&stop_signals, SIGINT);
+    sigaddset(&stop_signals, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &stop_signals, NULL);
+    signal(SIGPIPE, SIG_IGN);
+
+    pjs_gateway_options o;
+    memset(&o, 0, sizeof o);
+    o.pool.workers = a.workers;
+    o.pool.n_workers = a.n_workers;
+    o.pool.routing = a.routing;
+    o.pool.lpt_devices_per_model = a.lpt_k;
+    o.pool.worker_token = token;
+    o.grpc.host = a.host;
+    o.grpc.port = a.grpc_port;
+    o.grpc.tls_cert = a.grpc_tls[0];
+    o.grpc.tls_key = a.grpc_tls[1];
+    o.grpc.tls_ca = a.grpc_tls[2];
+    o.grpc.max_concurrent_streams = 128;
+    o.grpc.max_connection_idle_ms = 300000;
+    o.grpc.handshake_timeout_ms = 10000;
+    o.grpc.fd_share = (int)files.grpc_share;
+    o.grpc.access = access;
+    o.http.host = o.metrics.host = a.host;
+    o.http.port = a.http_port;
+    o.metrics.port = a.metrics_port;
+    o.http.tls_cert = o.metrics.tls_cert = a.http_tls[0];
+    o.http.tls_key = o.metrics.tls_key = a.http_tls[1];
+    o.http.tls_ca = o.metrics.tls_ca = a.http_tls[2];
+    o.http.access = o.metrics.access = access;
+    o.metrics.threads = 1;
+    o.max_request_bytes = a.max_request_bytes;
+    o.max_inflight_request_bytes = a.max_inflight_request_bytes;
+    pjs_gateway *g = NULL;
+    if (pjs_gateway_start(&o, &g, &err) != 0) {
+        pjs_access_destroy(access);
+        free(token);
+        return pjs_cli_fail("%s", err.msg);
+    }
+    pjs_info("serving: gRPC %s:%d, HTTP %s:%d, metrics %s:%d/metrics over %zu workers "
+             "(ctrl-c stops)",
+             a.host, a.grpc_port, a.host, a.http_port, a.host, a.metrics_port, a.n_workers);
+    int sig = 0;
+    sigwait(&stop_signals, &sig);
+    pjs_info("%s received: answering the requests in flight, then stopping",
+             sig == SIGINT ? "SIGINT" : "SIGTERM");
+    pjs_gateway_stop(g);
+    pjs_access_destroy(access);
+    free(token);
+    pjs_info("stopped");
+    return PJS_EXIT_OK;
+}

@@ -1,0 +1,319 @@
+/*
+ * grpc_routes.c - the gateway's answers to the forwarding gRPC front end
+ * (pjs_grpc_proxy_ops): how each KServe V2 method is served over the
+ * workers.
+ *
+ *   local     ServerLive, ServerReady, grpc.health.v1.Health/Check: the
+ *             gateway is live; ready when some worker is.
+ *   by model  ModelInfer, ModelStreamInfer, ModelReady, ModelMetadata,
+ *             ModelConfig: the pool picks among the workers holding the
+ *             model (a sequence stays on its worker).
+ *   any       ServerMetadata, shared-memory status, model control status,
+ *             Health/Watch, reflection and methods unknown to us (the
+ *             worker answers those as it does).
+ *   fan-out   repository load/unload, shared-memory register/unregister,
+ *             log and trace settings, residency, policy and compaction:
+ *             every available worker, the first error wins.
+ *   merged    RepositoryIndex (a model once, ready if ready anywhere),
+ *             ModelStatistics (counts and durations summed).
+ */
+#include "gateway/grpc_routes.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "gateway/route_key.h"
+#include "grpc_service.pb-c.h"
+#include "health.pb-c.h"
+
+#define SVC "/inference.GRPCInferenceService/"
+#define CONTROL "/pjserve.control.v1.ModelControl/"
+
+static bool method_is(const char *method, const char *prefix, const char *name)
+{
+    size_t n = strlen(prefix);
+    return strncmp(method, prefix, n) == 0 && strcmp(method + n, name) == 0;
+}
+
+static bool by_model(const char *m)
+{
+    return method_is(m, SVC, "ModelInfer") || method_is(m, SVC, "ModelStreamInfer") ||
+           method_is(m, SVC, "ModelReady") || method_is(m, SVC, "ModelMetadata") ||
+           method_is(m, SVC, "ModelConfig");
+}
+
+static bool merged(const char *m)
+{
+    return method_is(m, SVC, "RepositoryIndex") || method_is(m, SVC, "ModelStatistics");
+}
+
+static bool fanned_out(const char *m)
+{
+    static const char *const svc[] = {
+        "RepositoryModelLoad",          "RepositoryModelUnload",      "SystemSharedMemoryRegister",
+        "SystemSharedMemoryUnregister", "CudaSharedMemoryRegister",   "CudaSharedMemoryUnregister",
+        "TraceSetting",                 "LogSettings",
+    };
+    for (size_t i = 0; i < sizeof svc / sizeof svc[0]; i++)
+        if (method_is(m, SVC, svc[i]))
+            return true;
+    return method_is(m, CONTROL, "SetModelResidency") || method_is(m, CONTROL, "SetModelPolicy") ||
+           method_is(m, CONTROL, "Compact");
+}
+
+static bool unary_any(const char *m)
+{
+    return method_is(m, SVC, "ServerMetadata") || method_is(m, SVC, "SystemSharedMemoryStatus") ||
+           method_is(m, SVC, "CudaSharedMemoryStatus") ||
+           method_is(m, CONTROL, "ModelControlStatus");
+}
+
+static pjs_grpc_proxy_kind classify(void *ctx, const char *m)
+{
+    (void)ctx;
+    if (method_is(m, SVC, "ServerLive") || method_is(m, SVC, "ServerReady") ||
+        strcmp(m, "/grpc.health.v1.Health/Check") == 0)
+        return PJS_GRPC_PROXY_LOCAL;
+    if (merged(m) || fanned_out(m))
+        return PJS_GRPC_PROXY_FANOUT;
+    if (method_is(m, SVC, "ModelStreamInfer") || !(by_model(m) || unary_any(m)))
+        return PJS_GRPC_PROXY_STREAM_ROUTED;
+    return PJS_GRPC_PROXY_ROUTED;
+}
+
+static int pack(const ProtobufCMessage *m, uint8_t **out, size_t *len, pjs_error *err)
+{
+    *len = protobuf_c_message_get_packed_size(m);
+    *out = malloc(*len ? *len : 1);
+    if (*out == NULL)
+        return pjs_error_set(err, PJS_ERR_NOMEM, "no memory for the answer");
+    protobuf_c_message_pack(m, *out);
+    return 0;
+}
+
+static int answer(void *ctx, const char *m, const uint8_t *msg, size_t len, uint8_t **out,
+                  size_t *out_len, pjs_error *err)
+{
+    (void)msg;
+    (void)len;
+    bool ready = pjs_gw_pool_available(ctx) != 0;
+    if (method_is(m, SVC, "ServerLive")) {
+        Inference__ServerLiveResponse r = INFERENCE__SERVER_LIVE_RESPONSE__INIT;
+        r.live = true;
+        return pack(&r.base, out, out_len, err);
+    }
+    if (method_is(m, SVC, "ServerReady")) {
+        Inference__ServerReadyResponse r = INFERENCE__SERVER_READY_RESPONSE__INIT;
+        r.ready = ready;
+        return pack(&r.base, out, out_len, err);
+    }
+    Grpc__Health__V1__HealthCheckResponse r = GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__INIT;
+    r.status = ready ? GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__SERVING
+                     : GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__NOT_SERVING;
+    return pack(&r.base, out, out_len, err);
+}
+
+static int pick(void *ctx, const char *m, const uint8_t *msg, size_t len, uint64_t tried,
+                pjs_error *err)
+{
+    pjs_gw_pool *pool = ctx;
+    if (!by_model(m))
+        return pjs_gw_pool_pick_any(pool, tried, err);
+    pjs_gw_route_key key;
+    bool inference = method_is(m, SVC, "ModelInfer") || method_is(m, SVC, "ModelStreamInfer");
+    if (pjs_gw_route_key_read(msg, len, inference, &key, err) != 0)
+        return -1;
+    if (key.model[0] == '\0') {
+        if (method_is(m, SVC, "ModelStreamInfer")) /* no first message yet */
+            return pjs_gw_pool_pick_any(pool, tried, err);
+        return pjs_error_set(err, PJS_ERR_INVALID_ARGUMENT, "the request names no model"), -1;
+    }
+    return pjs_gw_pool_pick(pool, key.model, key.sequence[0] ? key.sequence : NULL, tried, err);
+}
+
+static void done(void *ctx, int worker, pjs_grpc_proxy_outcome o)
+{
+    pjs_gw_pool_done(ctx, worker,
+                     o == PJS_GRPC_PROXY_ANSWERED   ? PJS_GW_ANSWERED
+                     : o == PJS_GRPC_PROXY_NOT_SENT ? PJS_GW_NOT_SENT
+                                                    : PJS_GW_BROKEN);
+}
+
+static uint64_t fanout(void *ctx, pjs_error *err)
+{
+    pjs_gw_pool *pool = ctx;
+    uint64_t mask = 0;
+    int w;
+    /* Each worker taken like a pick, so done() balances it. */
+    while ((w = pjs_gw_pool_pick_any(pool, mask, err)) >= 0)
+        mask |= 1ull << w;
+    return mask;
+}
+
+static grpc_channel *channel(void *ctx, int worker)
+{
+    return pjs_gw_pool_channel(ctx, (size_t)worker);
+}
+
+/* ---- merging ------------------------------------------------------------------ */
+
+static bool same_model(const char *a_name, const char *a_version, const char *b_name,
+                       const char *b_version)
+{
+    return strcmp(a_name, b_name) == 0 &&
+           strcmp(a_version ? a_version : "", b_version ? b_version : "") == 0;
+}
+
+static int merge_index(ProtobufCMessage **parts, size_t n, uint8_t **out, size_t *len,
+                       pjs_error *err)
+{
+    size_t total = 0;
+    for (size_t i = 0; i < n; i++)
+        total += ((Inference__RepositoryIndexResponse *)parts[i])->n_models;
+    Inference__RepositoryIndexResponse__ModelIndex **all =
+        calloc(total ? total : 1, sizeof *all);
+    if (all == NULL)
+        return pjs_error_set(err, PJS_ERR_NOMEM, "no memory merging the index");
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++) {
+        Inference__RepositoryIndexResponse *r = (void *)parts[i];
+        for (size_t j = 0; j < r->n_models; j++) {
+            Inference__RepositoryIndexResponse__ModelIndex *m = r->models[j];
+            size_t at = k;
+            for (size_t s = 0; s < k && at == k; s++)
+                if (same_model(all[s]->name, all[s]->version, m->name, m->version))
+                    at = s;
+            if (at == k)
+                all[k++] = m;
+            else if (strcmp(m->state, "READY") == 0)
+                all[at] = m; /* ready somewhere: ready */
+        }
+    }
+    Inference__RepositoryIndexResponse merged_r = INFERENCE__REPOSITORY_INDEX_RESPONSE__INIT;
+    merged_r.n_models = k;
+    merged_r.models = all;
+    int rc = pack(&merged_r.base, out, len, err);
+    free(all);
+    return rc;
+}
+
+static void add_duration(Inference__StatisticDuration *into, const Inference__StatisticDuration *d)
+{
+    if (into != NULL && d != NULL) {
+        into->count += d->count;
+        into->ns += d->ns;
+    }
+}
+
+static void add_stats(Inference__ModelStatistics *into, const Inference__ModelStatistics *s)
+{
+    into->inference_count += s->inference_count;
+    into->execution_count += s->execution_count;
+    if (s->last_inference > into->last_inference)
+        into->last_inference = s->last_inference;
+    Inference__InferStatistics *a = into->inference_stats;
+    const Inference__InferStatistics *b = s->inference_stats;
+    if (a != NULL && b != NULL) {
+        add_duration(a->success, b->success);
+        add_duration(a->fail, b->fail);
+        add_duration(a->queue, b->queue);
+        add_duration(a->compute_input, b->compute_input);
+        add_duration(a->compute_infer, b->compute_infer);
+        add_duration(a->compute_output, b->compute_output);
+        add_duration(a->cache_hit, b->cache_hit);
+        add_duration(a->cache_miss, b->cache_miss);
+    }
+    for (size_t i = 0; i < s->n_batch_stats; i++)
+        for (size_t j = 0; j < into->n_batch_stats; j++)
+            if (into->batch_stats[j]->batch_size == s->batch_stats[i]->batch_size) {
+                add_duration(into->batch_stats[j]->compute_input,
+                             s->batch_stats[i]->compute_input);
+                add_duration(into->batch_stats[j]->compute_infer,
+                             s->batch_stats[i]->compute_infer);
+                add_duration(into->batch_stats[j]->compute_output,
+                             s->batch_stats[i]->compute_output);
+            }
+}
+
+static int merge_statistics(ProtobufCMessage **parts, size_t n, uint8_t **out, size_t *len,
+                            pjs_error *err)
+{
+    size_t total = 0;
+    for (size_t i = 0; i < n; i++)
+        total += ((Inference__ModelStatisticsResponse *)parts[i])->n_model_stats;
+    Inference__ModelStatistics **all = calloc(total ? total : 1, sizeof *all);
+    if (all == NULL)
+        return pjs_error_set(err, PJS_ERR_NOMEM, "no memory merging statistics");
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++) {
+        Inference__ModelStatisticsResponse *r = (void *)parts[i];
+        for (size_t j = 0; j < r->n_model_stats; j++) {
+            Inference__ModelStatistics *s = r->model_stats[j];
+            size_t at = k;
+            for (size_t q = 0; q < k && at == k; q++)
+                if (same_model(all[q]->name, all[q]->version, s->name, s->version))
+                    at = q;
+            if (at == k)
+                all[k++] = s;
+            else
+                add_stats(all[at], s);
+        }
+    }
+    Inference__ModelStatisticsResponse merged_r = INFERENCE__MODEL_STATISTICS_RESPONSE__INIT;
+    merged_r.n_model_stats = k;
+    merged_r.model_stats = all;
+    int rc = pack(&merged_r.base, out, len, err);
+    free(all);
+    return rc;
+}
+
+static int merge(void *ctx, const char *m, const uint8_t *const *answers, const size_t *lengths,
+                 size_t n, uint8_t **out, size_t *out_len, pjs_error *err)
+{
+    (void)ctx;
+    const ProtobufCMessageDescriptor *type =
+        method_is(m, SVC, "RepositoryIndex")   ? &inference__repository_index_response__descriptor
+        : method_is(m, SVC, "ModelStatistics") ? &inference__model_statistics_response__descriptor
+                                               : NULL;
+    if (type == NULL) { /* a fan-out whose answers agree: the first one */
+        *out = malloc(lengths[0] ? lengths[0] : 1);
+        if (*out == NULL)
+            return pjs_error_set(err, PJS_ERR_NOMEM, "no memory for the answer");
+        memcpy(*out, answers[0], lengths[0]);
+        *out_len = lengths[0];
+        return 0;
+    }
+    ProtobufCMessage *parts[PJS_GW_MAX_WORKERS];
+    size_t got = 0;
+    int rc = 0;
+    for (size_t i = 0; i < n && rc == 0; i++) {
+        parts[got] = protobuf_c_message_unpack(type, NULL, lengths[i], answers[i]);
+        if (parts[got] == NULL)
+            rc = pjs_error_set(err, PJS_ERR_INTERNAL, "a worker's answer to %s is not a %s", m,
+                               type->name);
+        else
+            got++;
+    }
+    if (rc == 0)
+        rc = type == &inference__repository_index_response__descriptor
+                 ? merge_index(parts, got, out, out_len, err)
+                 : merge_statistics(parts, got, out, out_len, err);
+    for (size_t i = 0; i < got; i++)
+        protobuf_c_message_free_unpacked(parts[i], NULL);
+    return rc;
+}
+
+void pjs_gw_grpc_ops(pjs_gw_pool *pool, pjs_grpc_proxy_ops *ops)
+{
+    *ops = (pjs_grpc_proxy_ops){
+        .ctx = pool,
+        .classify = classify,
+        .answer = answer,
+        .pick = pick,
+        .done = done,
+        .fanout = fanout,
+        .merge = merge,
+        .channel = channel,
+        .worker_token = pjs_gw_pool_worker_token(pool),
+    };
+}

@@ -1,0 +1,810 @@
+/*
+ * pool.c - the gateway's workers: probes, circuit breakers, routing.
+ *
+ * State. One mutex guards everything that changes: each worker's health,
+ * breaker, in-flight count and the models ready on it, the model table
+ * (every model some worker holds, with its lpt placement and measured
+ * cost) and the sequence pins. Channels are created once and never change,
+ * so forwards use them without the lock.
+ *
+ * Probes. One thread visits every worker each interval: ServerReady, then
+ * the repository index of ready models, over the worker's gRPC channel.
+ * Failures count up to `unhealthy_after`; one success makes the worker
+ * ready again. A forward that could not reach its worker (NOT_SENT) marks
+ * it unhealthy at once and wakes the thread, so traffic moves before the
+ * next round. Under lpt_packing every PLACEMENT_EVERY_MS the thread also
+ * reads each worker's statistics, turns the growth of each model's compute
+ * time into a cost per second and rebalances (placement.h).
+ *
+ * Channels reconnect after at most a second of backoff, so a restarted
+ * worker is reached again quickly.
+ */
+#include "gateway/pool.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <grpc/grpc.h>
+#include <grpc/grpc_security.h>
+
+#include "core/log.h"
+#include "gateway/grpc_unary.h"
+#include "gateway/placement.h"
+#include "grpc_service.pb-c.h"
+
+#define PLACEMENT_EVERY_MS 5000
+/* Sequences remembered at once; the oldest pin of a slot window goes first. */
+#define SEQUENCE_SLOTS 4096
+#define SEQUENCE_WINDOW 8
+
+typedef struct worker {
+    pjs_gw_worker_addr addr;
+    grpc_channel *channel;
+    /* Guarded by the pool's lock. */
+    pjs_gw_worker_state state;
+    unsigned probe_failures;
+    unsigned forward_failures; /* consecutive */
+    bool breaker_open;
+    uint64_t breaker_until_ms;
+    bool trial_in_flight;
+    unsigned in_flight;
+    uint64_t forwarded, failed;
+    char **models; /* ready on it, sorted */
+    size_t n_models;
+} worker;
+
+typedef struct model_entry {
+    char *name;
+    uint64_t holders; /* workers it is ready on */
+    uint64_t placed;  /* lpt_packing: where its requests go; 0: not placed yet */
+    double cost;      /* device seconds per second, measured */
+    uint64_t compute_ns[PJS_GW_MAX_WORKERS]; /* last statistics read, per worker */
+} model_entry;
+
+typedef struct sequence_pin {
+    char *key;
+    int worker;
+    uint64_t used;
+} sequence_pin;
+
+struct pjs_gw_pool {
+    pjs_gw_pool_options o;
+    char *token;
+    worker w[PJS_GW_MAX_WORKERS];
+    size_t n;
+
+    pthread_mutex_t lock;
+    pthread_cond_t wake;
+    bool stop, probe_now;
+    uint64_t rr;
+    model_entry *models; /* sorted by name */
+    size_t n_models;
+    sequence_pin *pins; /* SEQUENCE_SLOTS */
+    uint64_t pin_clock;
+    uint64_t last_placement_ms;
+    pthread_t prober;
+    bool prober_running;
+};
+
+static uint64_t now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
+const char *pjs_gw_routing_name(pjs_gw_routing r)
+{
+    return r == PJS_GW_LPT_PACKING ? "lpt_packing" : "round_robin";
+}
+
+int pjs_gw_routing_parse(const char *s, pjs_gw_routing *out)
+{
+    if (strcmp(s, "round_robin") == 0)
+        *out = PJS_GW_ROUND_ROBIN;
+    else if (strcmp(s, "lpt_packing") == 0)
+        *out = PJS_GW_LPT_PACKING;
+    else
+        return -1;
+    return 0;
+}
+
+const char *pjs_gw_worker_state_name(pjs_gw_worker_state s)
+{
+    switch (s) {
+    case PJS_GW_WORKER_READY: return "ready";
+    case PJS_GW_WORKER_UNHEALTHY: return "unhealthy";
+    default: return "starting";
+    }
+}
+
+/* "HOST:PORT" with a port in 1..65535, or "unix:/path". */
+static bool valid_address(const char *a)
+{
+    if (strncmp(a, "unix:", 5) == 0)
+        return a[5] == '/';
+    const char *colon = strrchr(a, ':');
+    if (colon == NULL || colon == a)
+        return false;
+    char *end;
+    long port = strtol(colon + 1, &end, 10);
+    return *end == '\0' && port > 0 && port < 65536;
+}
+
+static int copy_address(char *dst, size_t size, const char *src, size_t len, const char *what,
+                        const char *whole, pjs_error *err)
+{
+    if (len == 0 || len >= size)
+        return pjs_error_set(err, PJS_ERR_INVALID_ARGUMENT,
+                             "--worker %s: the %s address is %s", whole, what,
+                             len == 0 ? "empty" : "too long");
+    memcpy(dst, src, len);
+    dst[len] = '\0';
+    if (!valid_address(dst))
+        return pjs_error_set(err, PJS_ERR_INVALID_ARGUMENT,
+                             "--worker %s: the %s address '%s' is not HOST:PORT or unix:/PATH",
+                             whole, what, dst);
+    return 0;
+}
+
+int pjs_gw_worker_addr_parse(const char *s, pjs_gw_worker_addr *out, pjs_error *err)
+{
+    memset(out, 0, sizeof *out);
+    if (strchr(s, '=') == NULL) {
+        if (s[0] == '\0' || strchr(s, ':') != NULL || strchr(s, ',') != NULL)
+            return pjs_error_set(err, PJS_ERR_INVALID_ARGUMENT,
+                                 "--worker %s: expected grpc=HOST:PORT,http=HOST:PORT or a bare "
+                                 "HOST (ports 8001 and 8000)",
+                                 s);
+        snprintf(out->grpc, sizeof out->grpc, "%s:8001", s);
+        snprintf(out->http, sizeof out->http, "%s:8000", s);
+        return 0;
+    }
+    const char *p = s;
+    while (*p != '\0') {
+        const char *end = strchr(p, ',');
+        size_t len = end ? (size_t)(end - p) : strlen(p);
+        int rc;
+        if (len > 5 && strncmp(p, "grpc=", 5) == 0)
+            rc = copy_address(out->grpc, sizeof out->grpc, p + 5, len - 5, "gRPC", s, err);
+        else if (len > 5 && strncmp(p, "http=", 5) == 0)
+            rc = copy_address(out->http, sizeof out->http, p + 5, len - 5, "HTTP", s, err);
+        else
+            rc = pjs_error_set(err, PJS_ERR_INVALID_ARGUMENT,
+                               "--worker %s: unknown part '%.*s' (expected grpc=HOST:PORT and "
+                               "http=HOST:PORT)",
+                               s, (int)len, p);
+        if (rc != 0)
+            return rc;
+        p = end ? end + 1 : p + len;
+    }
+    if (out->grpc[0] == '\0' || out->http[0] == '\0')
+        return pjs_error_set(err, PJS_ERR_INVALID_ARGUMENT,
+                             "--worker %s: both grpc=HOST:PORT and http=HOST:PORT are needed", s);
+    return 0;
+}
+
+/* ---- the model table ------------------------------------------------------ */
+
+static int by_name(const void *a, const void *b)
+{
+    return strcmp(((const model_entry *)a)->name, ((const model_entry *)b)->name);
+}
+
+static model_entry *find_model(pjs_gw_pool *p, const char *name)
+{
+    model_entry key = {.name = (char *)name};
+    return bsearch(&key, p->models, p->n_models, sizeof *p->models, by_name);
+}
+
+static int cmp_str(const void *a, const void *b)
+{
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+static bool worker_has(const worker *w, const char *name)
+{
+    return bsearch(&name, w->models, w->n_models, sizeof *w->models, cmp_str) != NULL;
+}
+
+/* Rebuilds the table from the workers' model lists, keeping what is known
+ * of models still there. Lock held. */
+static void rebuild_models(pjs_gw_pool *p)
+{
+    size_t cap = 0;
+    for (size_t i = 0; i < p->n; i++)
+        cap += p->w[i].n_models;
+    model_entry *next = calloc(cap ? cap : 1, sizeof *next);
+    if (next == NULL)
+        return; /* keep the old table */
+    size_t n = 0;
+    for (size_t i = 0; i < p->n; i++)
+        for (size_t j = 0; j < p->w[i].n_models; j++) {
+            const char *name = p->w[i].models[j];
+            bool seen = false;
+            for (size_t k = 0; k < n && !seen; k++)
+                seen = strcmp(next[k].name, name) == 0;
+            if (seen)
+                continue;
+            model_entry *old = find_model(p, name);
+            if (old != NULL) {
+                next[n] = *old;
+                old->name = NULL; /* moved */
+            } else {
+                next[n].name = strdup(name);
+                if (next[n].name == NULL)
+                    continue;
+            }
+            next[n].holders = 0;
+            for (size_t k = 0; k < p->n; k++)
+                if (worker_has(&p->w[k], name))
+                    next[n].holders |= 1ull << k;
+            n++;
+        }
+    for (size_t k = 0; k < p->n_models; k++)
+        free(p->models[k].name);
+    free(p->models);
+    qsort(next, n, sizeof *next, by_name);
+    p->models = next;
+    p->n_models = n;
+}
+
+/* ---- availability and the breaker ------------------------------------------- */
+
+static bool available(const worker *w, uint64_t now)
+{
+    if (w->state != PJS_GW_WORKER_READY)
+        return false;
+    if (!w->breaker_open)
+        return true;
+    return now >= w->breaker_until_ms && !w->trial_in_flight;
+}
+
+static uint64_t available_mask(pjs_gw_pool *p, uint64_t now)
+{
+    uint64_t mask = 0;
+    for (size_t i = 0; i < p->n; i++)
+        if (available(&p->w[i], now))
+            mask |= 1ull << i;
+    return mask;
+}
+
+static void mark_unhealthy(pjs_gw_pool *p, size_t i, const char *why)
+{
+    worker *w = &p->w[i];
+    if (w->state != PJS_GW_WORKER_UNHEALTHY)
+        pjs_warn("gateway: worker %zu (gRPC %s) is unhealthy: %s; its traffic goes to the others",
+                 i, w->addr.grpc, why);
+    w->state = PJS_GW_WORKER_UNHEALTHY;
+}
+
+/* Takes worker i for one forward. Lock held. */
+static int take(pjs_gw_pool *p, size_t i, uint64_t now)
+{
+    worker *w = &p->w[i];
+    if (w->breaker_open && now >= w->breaker_until_ms)
+        w->trial_in_flight = true;
+    w->in_flight++;
+    w->forwarded++;
+    return (int)i;
+}
+
+/* The n-th (round robin) worker of `mask`. */
+static size_t nth_of(uint64_t mask, uint64_t n)
+{
+    unsigned count = (unsigned)__builtin_popcountll(mask);
+    unsigned skip = (unsigned)(n % count);
+    for (size_t i = 0;; i++)
+        if (mask & (1ull << i)) {
+            if (skip == 0)
+                return i;
+            skip--;
+        }
+}
+
+/* ---- sequences ------------------------------------------------------------------ */
+
+static uint64_t hash_str(const char *s)
+{
+    uint64_t h = 1469598103934665603ull;
+    for (; *s; s++)
+        h = (h ^ (unsigned char)*s) * 1099511628211ull;
+    return h;
+}
+
+/* The pin of `key` (*found), or the slot to pin it in: a free one, else the
+ * least recently used of its window. Lock held. */
+static sequence_pin *pin_slot(pjs_gw_pool *p, const char *key, bool *found)
+{
+    uint64_t base = hash_str(key) % SEQUENCE_SLOTS;
+    sequence_pin *oldest = NULL;
+    for (unsigned k = 0; k < SEQUENCE_WINDOW; k++) {
+        sequence_pin *s = &p->pins[(base + k) % SEQUENCE_SLOTS];
+        if (s->key != NULL && strcmp(s->key, key) == 0) {
+            *found = true;
+            return s;
+        }
+        if (oldest == NULL || (oldest->key != NULL && (s->key == NULL || s->used < oldest->used)))
+            oldest = s;
+    }
+    *found = false;
+    return oldest;
+}
+
+/* ---- picks -------------------------------------------------------------------- */
+
+int pjs_gw_pool_pick(pjs_gw_pool *p, const char *model, const char *sequence_key, uint64_t tried,
+                     pjs_error *err)
+{
+    pthread_mutex_lock(&p->lock);
+    uint64_t now = now_ms();
+    model_entry *e = find_model(p, model);
+    if (e == NULL || e->holders == 0) {
+        pthread_mutex_unlock(&p->lock);
+        return pjs_error_set(err, PJS_ERR_NOT_FOUND, "Request for unknown model: '%s' is not found",
+                             model),
+               -1;
+    }
+    uint64_t up = available_mask(p, now) & ~tried;
+    uint64_t candidates = e->holders & up;
+    if (p->o.routing == PJS_GW_LPT_PACKING && (candidates & e->placed) != 0)
+        candidates &= e->placed;
+    if (candidates == 0) {
+        pthread_mutex_unlock(&p->lock);
+        return pjs_error_set(err, PJS_ERR_UNAVAILABLE,
+                             "no worker holding model '%s' is available; retry later", model),
+               -1;
+    }
+    int chosen = -1;
+    sequence_pin *pin = NULL;
+    if (sequence_key != NULL && sequence_key[0] != '\0') {
+        bool found;
+        pin = pin_slot(p, sequence_key, &found);
+        if (found && pin->worker >= 0 && (candidates & (1ull << pin->worker)))
+            chosen = pin->worker;
+    }
+    if (chosen < 0)
+        chosen = (int)nth_of(candidates, p->rr++);
+    if (pin != NULL) {
+        if (pin->key == NULL || strcmp(pin->key, sequence_key) != 0) {
+            free(pin->key);
+            pin->key = strdup(sequence_key);
+        }
+        pin->worker = chosen;
+        pin->used = ++p->pin_clock;
+    }
+    int rc = take(p, (size_t)chosen, now);
+    pthread_mutex_unlock(&p->lock);
+    return rc;
+}
+
+int pjs_gw_pool_pick_any(pjs_gw_pool *p, uint64_t tried, pjs_error *err)
+{
+    pthread_mutex_lock(&p->lock);
+    uint64_t now = now_ms();
+    uint64_t candidates = available_mask(p, now) & ~tried;
+    int rc = -1;
+    if (candidates == 0)
+        pjs_error_set(err, PJS_ERR_UNAVAILABLE, "no worker is available; retry later");
+    else
+        rc = take(p, nth_of(candidates, p->rr++), now);
+    pthread_mutex_unlock(&p->lock);
+    return rc;
+}
+
+uint64_t pjs_gw_pool_available(pjs_gw_pool *p)
+{
+    pthread_mutex_lock(&p->lock);
+    uint64_t mask = available_mask(p, now_ms());
+    pthread_mutex_unlock(&p->lock);
+    return mask;
+}
+
+void pjs_gw_pool_done(pjs_gw_pool *p, int i, pjs_gw_outcome o)
+{
+    if (i < 0 || (size_t)i >= p->n)
+        return;
+    pthread_mutex_lock(&p->lock);
+    worker *w = &p->w[i];
+    if (w->in_flight > 0)
+        w->in_flight--;
+    bool was_trial = w->trial_in_flight;
+    w->trial_in_flight = false;
+    if (o == PJS_GW_ANSWERED) {
+        if (w->breaker_open)
+            pjs_info("gateway: worker %d answers again; its circuit breaker is closed", i);
+        w->breaker_open = false;
+        w->forward_failures = 0;
+    } else {
+        w->failed++;
+        w->forward_failures++;
+        if (o == PJS_GW_NOT_SENT) {
+            mark_unhealthy(p, (size_t)i, "a request could not reach it");
+            p->probe_now = true;
+            pthread_cond_signal(&p->wake);
+        }
+        if (was_trial || w->forward_failures >= p->o.breaker_failures) {
+            if (!w->breaker_open)
+                pjs_warn("gateway: %u requests in a row to worker %d failed; its circuit breaker "
+                         "is open for %u ms",
+                         w->forward_failures, i, p->o.breaker_open_ms);
+            w->breaker_open = true;
+            w->breaker_until_ms = now_ms() + p->o.breaker_open_ms;
+        }
+    }
+    pthread_mutex_unlock(&p->lock);
+}
+
+/* ---- probes --------------------------------------------------------------------- */
+
+static void free_names(char **names, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        free(names[i]);
+    free(names);
+}
+
+void pjs_gw_free_names(char **names, size_t n)
+{
+    free_names(names, n);
+}
+
+/* The ready models of one worker, sorted, or an error. */
+static int probe_worker(pjs_gw_pool *p, size_t i, char ***names, size_t *n, pjs_error *err)
+{
+    *names = NULL;
+    *n = 0;
+    grpc_channel *ch = p->w[i].channel;
+    Inference__ServerReadyRequest ready_rq = INFERENCE__SERVER_READY_REQUEST__INIT;
+    ProtobufCMessage *resp = NULL;
+    int rc = pjs_gw_unary(ch, "/inference.GRPCInferenceService/ServerReady", &ready_rq.base,
+                          &inference__server_ready_response__descriptor, p->token,
+                          p->o.probe_timeout_ms, &resp, err);
+    if (rc != 0)
+        return rc;
+    bool ready = ((Inference__ServerReadyResponse *)resp)->ready;
+    protobuf_c_message_free_unpacked(resp, NULL);
+    if (!ready)
+        return pjs_error_set(err, PJS_ERR_UNAVAILABLE, "it is not ready");
+    Inference__RepositoryIndexRequest index_rq = INFERENCE__REPOSITORY_INDEX_REQUEST__INIT;
+    index_rq.ready = true;
+    rc = pjs_gw_unary(ch, "/inference.GRPCInferenceService/RepositoryIndex", &index_rq.base,
+                      &inference__repository_index_response__descriptor, p->token,
+                      p->o.probe_timeout_ms, &resp, err);
+    if (rc != 0)
+        return rc;
+    Inference__RepositoryIndexResponse *index = (Inference__RepositoryIndexResponse *)resp;
+    char **list = calloc(index->n_models ? index->n_models : 1, sizeof *list);
+    size_t k = 0;
+    for (size_t j = 0; list != NULL && j < index->n_models; j++) {
+        const Inference__RepositoryIndexResponse__ModelIndex *m = index->models[j];
+        if (m->state == NULL || strcmp(m->state, "READY") != 0 || m->name == NULL)
+            continue;
+        bool dup = false;
+        for (size_t d = 0; d < k && !dup; d++)
+            dup = strcmp(list[d], m->name) == 0;
+        if (!dup && (list[k] = strdup(m->name)) != NULL)
+            k++;
+    }
+    protobuf_c_message_free_unpacked(resp, NULL);
+    if (list == NULL)
+        return pjs_error_set(err, PJS_ERR_NOMEM, "no memory for the model list");
+    qsort(list, k, sizeof *list, cmp_str);
+    *names = list;
+    *n = k;
+    return 0;
+}
+
+static void record_probe(pjs_gw_pool *p, size_t i, int rc, char **names, size_t n,
+                         const pjs_error *err)
+{
+    worker *w = &p->w[i];
+    if (rc == 0) {
+        if (w->state != PJS_GW_WORKER_READY)
+            pjs_info("gateway: worker %zu (gRPC %s, HTTP %s) is ready with %zu models", i,
+                     w->addr.grpc, w->addr.http, n);
+        w->state = PJS_GW_WORKER_READY;
+        w->probe_failures = 0;
+        free_names(w->models, w->n_models);
+        w->models = names;
+        w->n_models = n;
+        return;
+    }
+    w->probe_failures++;
+    if (w->state == PJS_GW_WORKER_READY && w->probe_failures >= p->o.unhealthy_after)
+        mark_unhealthy(p, i, err->msg);
+}
+
+/* Device nanoseconds a model's executions took on one worker so far. */
+static uint64_t compute_ns(const Inference__ModelStatistics *s)
+{
+    uint64_t ns = 0;
+    for (size_t b = 0; b < s->n_batch_stats; b++) {
+        const Inference__InferBatchStatistics *bs = s->batch_stats[b];
+        if (bs->compute_infer != NULL)
+            ns += bs->compute_infer->ns;
+    }
+    if (ns == 0 && s->inference_stats != NULL && s->inference_stats->compute_infer != NULL)
+        ns = s->inference_stats->compute_infer->ns;
+    return ns;
+}
+
+/* Reads every worker's statistics, updates each model's cost and, when a
+ * better placement is found, takes it. */
+static void rebalance(pjs_gw_pool *p, double seconds)
+{
+    pthread_mutex_lock(&p->lock);
+    for (size_t k = 0; k < p->n_models; k++)
+        p->models[k].cost = 0;
+    pthread_mutex_unlock(&p->lock);
+    for (size_t i = 0; i < p->n; i++) {
+        Inference__ModelStatisticsRequest rq = INFERENCE__MODEL_STATISTICS_REQUEST__INIT;
+        ProtobufCMessage *resp = NULL;
+        pjs_error err;
+        if (pjs_gw_unary(p->w[i].channel, "/inference.GRPCInferenceService/ModelStatistics",
+                         &rq.base, &inference__model_statistics_response__descriptor, p->token,
+                         p->o.probe_timeout_ms, &resp, &err) != 0)
+            continue;
+        const Inference__ModelStatisticsResponse *st = (void *)resp;
+        pthread_mutex_lock(&p->lock);
+        for (size_t j = 0; j < st->n_model_stats; j++) {
+            model_entry *e = find_model(p, st->model_stats[j]->name);
+            if (e == NULL)
+                continue;
+            uint64_t ns = compute_ns(st->model_stats[j]);
+            uint64_t grown = ns >= e->compute_ns[i] ? ns - e->compute_ns[i] : 0;
+            e->compute_ns[i] = ns;
+            e->cost += (double)grown / 1e9 / seconds;
+        }
+        pthread_mutex_unlock(&p->lock);
+        protobuf_c_message_free_unpacked(resp, NULL);
+    }
+    pthread_mutex_lock(&p->lock);
+    size_t n = p->n_models;
+    double *cost = calloc(n ? n : 1, sizeof *cost);
+    uint64_t *current = calloc(n ? n : 1, sizeof *current);
+    uint64_t *proposed = calloc(n ? n : 1, sizeof *proposed);
+    if (cost != NULL && current != NULL && proposed != NULL) {
+        for (size_t k = 0; k < n; k++) {
+            cost[k] = p->models[k].cost;
+            current[k] = p->models[k].placed;
+        }
+        pjs_gw_lpt_place(cost, n, p->n, p->o.lpt_devices_per_model, proposed);
+        if (pjs_gw_placement_better(cost, current, proposed, n, p->n)) {
+            for (size_t k = 0; k < n; k++)
+                p->models[k].placed = proposed[k];
+            pjs_info("gateway: lpt_packing placed %zu models on %zu workers (%u each); busiest "
+                     "worker's share %.3f device s/s",
+                     n, p->n, p->o.lpt_devices_per_model,
+                     pjs_gw_makespan(cost, proposed, n, p->n));
+        }
+    }
+    pthread_mutex_unlock(&p->lock);
+    free(cost);
+    free(current);
+    free(proposed);
+}
+
+static void *probe_thread(void *arg)
+{
+    pjs_gw_pool *p = arg;
+    pthread_mutex_lock(&p->lock);
+    while (!p->stop) {
+        p->probe_now = false;
+        pthread_mutex_unlock(&p->lock);
+        for (size_t i = 0; i < p->n; i++) {
+            char **names;
+            size_t n;
+            pjs_error err;
+            int rc = probe_worker(p, i, &names, &n, &err);
+            pthread_mutex_lock(&p->lock);
+            record_probe(p, i, rc, names, n, &err);
+            pthread_mutex_unlock(&p->lock);
+        }
+        pthread_mutex_lock(&p->lock);
+        rebuild_models(p);
+        uint64_t now = now_ms();
+        bool place = p->o.routing == PJS_GW_LPT_PACKING &&
+                     (p->last_placement_ms == 0 ||
+                      now - p->last_placement_ms >= PLACEMENT_EVERY_MS);
+        if (place) {
+            double seconds = p->last_placement_ms == 0
+                                 ? PLACEMENT_EVERY_MS / 1e3
+                                 : (double)(now - p->last_placement_ms) / 1e3;
+            p->last_placement_ms = now;
+            pthread_mutex_unlock(&p->lock);
+            rebalance(p, seconds);
+            pthread_mutex_lock(&p->lock);
+        }
+        if (p->stop || p->probe_now)
+            continue;
+        struct timespec until;
+        clock_gettime(CLOCK_MONOTONIC, &until);
+        uint64_t ns = (uint64_t)until.tv_nsec + (uint64_t)p->o.probe_interval_ms * 1000000u;
+        until.tv_sec += (time_t)(ns / 1000000000u);
+        until.tv_nsec = (long)(ns % 1000000000u);
+        while (!p->stop && !p->probe_now &&
+               pthread_cond_timedwait(&p->wake, &p->lock, &until) != ETIMEDOUT)
+            ;
+    }
+    pthread_mutex_unlock(&p->lock);
+    return NULL;
+}
+
+void pjs_gw_pool_probe_now(pjs_gw_pool *p)
+{
+    pthread_mutex_lock(&p->lock);
+    p->probe_now = true;
+    pthread_cond_signal(&p->wake);
+    pthread_mutex_unlock(&p->lock);
+}
+
+/* ---- life ------------------------------------------------------------------------ */
+
+static grpc_arg int_arg(const char *key, int value)
+{
+    grpc_arg a;
+    memset(&a, 0, sizeof a);
+    a.type = GRPC_ARG_INTEGER;
+    a.key = (char *)key;
+    a.value.integer = value;
+    return a;
+}
+
+static grpc_channel *open_channel(const char *target)
+{
+    grpc_arg args[] = {
+        int_arg(GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH, -1),
+        int_arg(GRPC_ARG_MAX_SEND_MESSAGE_LENGTH, -1),
+        int_arg(GRPC_ARG_ENABLE_RETRIES, 0),
+        int_arg(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100),
+        int_arg(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100),
+        int_arg(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000),
+        /* One connection per worker, not one per gateway thread. */
+        int_arg(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1),
+    };
+    grpc_channel_args ca = {.num_args = sizeof args / sizeof args[0], .args = args};
+    grpc_channel_credentials *creds = grpc_insecure_credentials_create();
+    grpc_channel *ch = grpc_channel_create(target, creds, &ca);
+    grpc_channel_credentials_release(creds);
+    return ch;
+}
+
+int pjs_gw_pool_create(const pjs_gw_pool_options *o, pjs_gw_pool **out, pjs_error *err)
+{
+    *out = NULL;
+    if (o->n_workers == 0)
+        return pjs_error_set(err, PJS_ERR_INVALID_ARGUMENT,
+                             "no workers: give at least one --worker");
+    if (o->n_workers > PJS_GW_MAX_WORKERS)
+        return pjs_error_set(err, PJS_ERR_INVALID_ARGUMENT, "%zu workers: at most %d are supported",
+                             o->n_workers, PJS_GW_MAX_WORKERS);
+    pjs_gw_pool *p = calloc(1, sizeof *p);
+    if (p == NULL || (p->pins = calloc(SEQUENCE_SLOTS, sizeof *p->pins)) == NULL) {
+        free(p);
+        return pjs_error_set(err, PJS_ERR_NOMEM, "no memory for the worker pool");
+    }
+    p->o = *o;
+    p->o.workers = NULL;
+    if (p->o.lpt_devices_per_model == 0)
+        p->o.lpt_devices_per_model = 1;
+    if (p->o.probe_interval_ms == 0)
+        p->o.probe_interval_ms = 500;
+    if (p->o.probe_timeout_ms == 0)
+        p->o.probe_timeout_ms = 1000;
+    if (p->o.unhealthy_after == 0)
+        p->o.unhealthy_after = 3;
+    if (p->o.breaker_failures == 0)
+        p->o.breaker_failures = 5;
+    if (p->o.breaker_open_ms == 0)
+        p->o.breaker_open_ms = 2000;
+    p->token = o->worker_token ? strdup(o->worker_token) : NULL;
+    p->o.worker_token = p->token;
+    pthread_mutex_init(&p->lock, NULL);
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&p->wake, &ca);
+    pthread_condattr_destroy(&ca);
+    grpc_init();
+    p->n = o->n_workers;
+    for (size_t i = 0; i < p->n; i++) {
+        p->w[i].addr = o->workers[i];
+        p->w[i].channel = open_channel(o->workers[i].grpc);
+    }
+    int e = pthread_create(&p->prober, NULL, probe_thread, p);
+    if (e != 0) {
+        pjs_gw_pool_destroy(p);
+        return pjs_error_set(err, PJS_ERR_RESOURCE_EXHAUSTED, "cannot start the probe thread: %s",
+                             strerror(e));
+    }
+    p->prober_running = true;
+    *out = p;
+    return 0;
+}
+
+void pjs_gw_pool_destroy(pjs_gw_pool *p)
+{
+    if (p == NULL)
+        return;
+    pthread_mutex_lock(&p->lock);
+    p->stop = true;
+    pthread_cond_signal(&p->wake);
+    pthread_mutex_unlock(&p->lock);
+    if (p->prober_running)
+        pthread_join(p->prober, NULL);
+    for (size_t i = 0; i < p->n; i++) {
+        if (p->w[i].channel != NULL)
+            grpc_channel_destroy(p->w[i].channel);
+        free_names(p->w[i].models, p->w[i].n_models);
+    }
+    for (size_t k = 0; k < p->n_models; k++)
+        free(p->models[k].name);
+    free(p->models);
+    for (size_t s = 0; s < SEQUENCE_SLOTS; s++)
+        free(p->pins[s].key);
+    free(p->pins);
+    free(p->token);
+    pthread_mutex_destroy(&p->lock);
+    pthread_cond_destroy(&p->wake);
+    free(p);
+    grpc_shutdown();
+}
+
+/* ---- views ------------------------------------------------------------------------ */
+
+size_t pjs_gw_pool_size(const pjs_gw_pool *p)
+{
+    return p->n;
+}
+
+pjs_gw_routing pjs_gw_pool_routing(const pjs_gw_pool *p)
+{
+    return p->o.routing;
+}
+
+const pjs_gw_worker_addr *pjs_gw_pool_addr(const pjs_gw_pool *p, size_t i)
+{
+    return &p->w[i].addr;
+}
+
+const char *pjs_gw_pool_worker_token(const pjs_gw_pool *p)
+{
+    return p->token;
+}
+
+grpc_channel *pjs_gw_pool_channel(const pjs_gw_pool *p, size_t i)
+{
+    return p->w[i].channel;
+}
+
+void pjs_gw_pool_view(pjs_gw_pool *p, size_t i, pjs_gw_worker_view *out)
+{
+    pthread_mutex_lock(&p->lock);
+    const worker *w = &p->w[i];
+    *out = (pjs_gw_worker_view){.state = w->state,
+                                .breaker_open = w->breaker_open,
+                                .in_flight = w->in_flight,
+                                .forwarded = w->forwarded,
+                                .failed = w->failed,
+                                .n_models = w->n_models};
+    pthread_mutex_unlock(&p->lock);
+}
+
+char **pjs_gw_pool_models(pjs_gw_pool *p, size_t i, size_t *n)
+{
+    pthread_mutex_lock(&p->lock);
+    const worker *w = &p->w[i];
+    char **copy = calloc(w->n_models ? w->n_models : 1, sizeof *copy);
+    size_t k = 0;
+    for (size_t j = 0; copy != NULL && j < w->n_models; j++)
+        if ((copy[k] = strdup(w->models[j])) != NULL)
+            k++;
+    pthread_mutex_unlock(&p->lock);
+    *n = k;
+    return copy;
+}
