@@ -106,6 +106,8 @@ static const char help[] =
     "                          ::1, Unix sockets); others get PERMISSION_DENIED / 403\n"
     "  --infer-token-file FILE every call but the health probes then needs this\n"
     "                          token or the admin token (default: inference is open)\n"
+    "  --node-status-file FILE answer GET /v2/pjserve/node with this JSON file\n"
+    "                          (set by pjserve node for its worker; default: 404)\n"
     "\n"
     "model lifecycle (docs/serving.md, section Model lifecycle):\n"
     "  --model-control-mode dynamic|static|explicit  (default dynamic)\n"
@@ -222,6 +224,7 @@ typedef struct serve_args {
     int grpc_port, http_port, metrics_port;
     bool allow_client_shm;
     const char *admin_token_file, *infer_token_file; /* NULL: not given */
+    const char *node_status_file;                    /* NULL: not given */
     pjs_grpc_options grpc;
     int http_threads;
     const char *http_host, *metrics_host; /* NULL: --host */
@@ -252,6 +255,7 @@ enum {
     OPT_ALLOW_SHM,
     OPT_ADMIN_TOKEN_FILE,
     OPT_INFER_TOKEN_FILE,
+    OPT_NODE_STATUS_FILE,
     OPT_TLS_CERT,
     OPT_TLS_KEY,
     OPT_TLS_CA,
@@ -413,6 +417,7 @@ static int parse_args(int argc, char **argv, serve_args *a)
         {"allow-client-shm", no_argument, NULL, OPT_ALLOW_SHM},
         {"admin-token-file", required_argument, NULL, OPT_ADMIN_TOKEN_FILE},
         {"infer-token-file", required_argument, NULL, OPT_INFER_TOKEN_FILE},
+        {"node-status-file", required_argument, NULL, OPT_NODE_STATUS_FILE},
         {"grpc-tls-cert", required_argument, NULL, OPT_TLS_CERT},
         {"grpc-tls-key", required_argument, NULL, OPT_TLS_KEY},
         {"grpc-tls-ca", required_argument, NULL, OPT_TLS_CA},
@@ -498,6 +503,7 @@ static int parse_args(int argc, char **argv, serve_args *a)
         case OPT_ALLOW_SHM: a->allow_client_shm = true; break;
         case OPT_ADMIN_TOKEN_FILE: a->admin_token_file = optarg; break;
         case OPT_INFER_TOKEN_FILE: a->infer_token_file = optarg; break;
+        case OPT_NODE_STATUS_FILE: a->node_status_file = optarg; break;
         case OPT_TLS_CERT: a->grpc.tls_cert = optarg; break;
         case OPT_TLS_KEY: a->grpc.tls_key = optarg; break;
         case OPT_TLS_CA: a->grpc.tls_ca = optarg; break;
@@ -812,6 +818,7 @@ int pjs_cmd_serve(int argc, char **argv)
     ho.host = a.http_host ? a.http_host : a.host;
     ho.port = a.http_port;
     ho.threads = a.http_threads;
+    ho.node_status_file = a.node_status_file;
     mo.host = a.metrics_host ? a.metrics_host : a.host;
     mo.port = a.metrics_port;
     mo.threads = 1;

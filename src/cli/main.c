@@ -17,6 +17,9 @@ static const char usage[] =
     "  serve --model-repository DIR\n"
     "                  serve every bundle in DIR over KServe V2 gRPC (:8001) and\n"
     "                  HTTP/REST (:8000), with Prometheus metrics (:8002)\n"
+    "  node --model-repository DIR [--workers N | --devices auto|LIST]\n"
+    "                  one serve worker process per device, supervised and\n"
+    "                  restarted, behind one endpoint (docs/node.md)\n"
     "  run BUNDLE --input NAME=FILE.npy ... --output-dir DIR\n"
     "                  load, compile and execute a bundle once; write outputs as .npy\n"
     "  check BUNDLE... validate and compile bundles; report what was found\n"
@@ -58,6 +61,8 @@ int main(int argc, char **argv)
     }
     if (strcmp(cmd, "serve") == 0)
         return pjs_cmd_serve(argc - 1, argv + 1);
+    if (strcmp(cmd, "node") == 0)
+        return pjs_cmd_node(argc - 1, argv + 1);
     if (strcmp(cmd, "run") == 0)
         return pjs_cmd_run(argc - 1, argv + 1);
     if (strcmp(cmd, "check") == 0)

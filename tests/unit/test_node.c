@@ -1,0 +1,314 @@
+/*
+ * test_node.c - unit tests of the node's pure parts and its HTTP probe:
+ * the restart backoff and budget (src/node/restart.c) on a virtual clock,
+ * the device list and the worker token (src/node/setup.c), and
+ * pjs_probe_http (src/node/probe.c) against a canned server on a loopback
+ * socket: replies by Content-Length and by end of connection, a refused
+ * connection, a peer that accepts and never answers (a stopped worker), a
+ * reply that is not HTTP and a chunked one.
+ */
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include <netinet/in.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "node/probe.h"
+#include "node/restart.h"
+#include "node/setup.h"
+
+/* ---- restart policy ------------------------------------------------------- */
+
+static void test_backoff_doubles_to_the_cap(void **state)
+{
+    (void)state;
+    pjs_node_restart_policy p = {.backoff_initial_ms = 100, .backoff_max_ms = 1000,
+                                 .stable_ms = 30000, .max_restarts = 100, .window_ms = 60000};
+    pjs_node_restart r;
+    pjs_node_restart_init(&r, &p);
+    int64_t want[] = {100, 200, 400, 800, 1000, 1000};
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++)
+        assert_int_equal(pjs_node_restart_next(&r, (int64_t)i * 10, -1), want[i]);
+}
+
+static void test_stable_worker_starts_again_from_the_first_delay(void **state)
+{
+    (void)state;
+    pjs_node_restart_policy p;
+    pjs_node_restart_policy_init(&p);
+    p.max_restarts = 100;
+    pjs_node_restart r;
+    pjs_node_restart_init(&r, &p);
+    assert_int_equal(pjs_node_restart_next(&r, 0, -1), 100);
+    assert_int_equal(pjs_node_restart_next(&r, 1000, 500), 200);
+    /* Ready for 30 s before it went down: back to 100 ms. */
+    assert_int_equal(pjs_node_restart_next(&r, 40000, 10000), 100);
+    /* Ready for less: the doubling goes on. */
+    assert_int_equal(pjs_node_restart_next(&r, 41000, 40500), 200);
+}
+
+static void test_budget_counts_restarts_within_the_window(void **state)
+{
+    (void)state;
+    pjs_node_restart_policy p = {.backoff_initial_ms = 10, .backoff_max_ms = 10,
+                                 .stable_ms = 1000, .max_restarts = 3, .window_ms = 60000};
+    pjs_node_restart r;
+    pjs_node_restart_init(&r, &p);
+    assert_true(pjs_node_restart_next(&r, 0, -1) >= 0);
+    assert_true(pjs_node_restart_next(&r, 1000, -1) >= 0);
+    assert_true(pjs_node_restart_next(&r, 2000, -1) >= 0);
+    assert_int_equal(pjs_node_restart_next(&r, 3000, -1), -1);
+    /* Once the first restart left the window, one more is allowed. */
+    assert_true(pjs_node_restart_next(&r, 60001, -1) >= 0);
+    assert_int_equal(pjs_node_restart_next(&r, 60002, -1), -1);
+}
+
+static void test_no_restarts_allowed(void **state)
+{
+    (void)state;
+    pjs_node_restart_policy p;
+    pjs_node_restart_policy_init(&p);
+    p.max_restarts = 0;
+    pjs_node_restart r;
+    pjs_node_restart_init(&r, &p);
+    assert_int_equal(pjs_node_restart_next(&r, 0, -1), -1);
+}
+
+/* ---- setup ------------------------------------------------------------------ */
+
+static void test_device_list(void **state)
+{
+    (void)state;
+    char ids[4][32];
+    pjs_error err;
+    assert_int_equal(pjs_node_parse_device_list("0,1,3", ids, 4, &err), 3);
+    assert_string_equal(ids[2], "3");
+    assert_int_equal(pjs_node_parse_device_list("GPU-8a1f-22", ids, 4, &err), 1);
+    assert_string_equal(ids[0], "GPU-8a1f-22");
+    assert_int_equal(pjs_node_parse_device_list("0,,1", ids, 4, &err), -1);
+    assert_non_null(strstr(err.msg, "separated by commas"));
+    assert_int_equal(pjs_node_parse_device_list("0,0", ids, 4, &err), -1);
+    assert_non_null(strstr(err.msg, "listed twice"));
+    assert_int_equal(pjs_node_parse_device_list("0;rm", ids, 4, &err), -1);
+    assert_int_equal(pjs_node_parse_device_list("0,1,2,3,4", ids, 4, &err), -1);
+    assert_non_null(strstr(err.msg, "at most 4"));
+    assert_string_equal(pjs_node_visible_devices_variable("cuda"), "CUDA_VISIBLE_DEVICES");
+    assert_null(pjs_node_visible_devices_variable("cpu"));
+}
+
+static void test_token_file_is_private_and_random(void **state)
+{
+    (void)state;
+    char dir[] = "/tmp/pjs-test-node-XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    char path[64], token[65], again[65];
+    snprintf(path, sizeof path, "%s/token", dir);
+    pjs_error err;
+    assert_int_equal(pjs_node_write_token(path, token, &err), 0);
+    assert_int_equal(strlen(token), 64);
+    struct stat st;
+    assert_int_equal(stat(path, &st), 0);
+    assert_int_equal(st.st_mode & 0777, 0600);
+    char *read = pjs_node_read_token(path);
+    assert_string_equal(read, token);
+    free(read);
+    assert_int_equal(pjs_node_write_token(path, again, &err), 0);
+    assert_string_not_equal(token, again);
+    unlink(path);
+    rmdir(dir);
+}
+
+static void test_free_ports_differ(void **state)
+{
+    (void)state;
+    int ports[6];
+    pjs_error err;
+    assert_int_equal(pjs_node_free_ports(ports, 6, &err), 0);
+    for (int i = 0; i < 6; i++) {
+        assert_true(ports[i] > 0);
+        for (int j = 0; j < i; j++)
+            assert_int_not_equal(ports[i], ports[j]);
+    }
+}
+
+/* ---- the probe against a canned server -------------------------------------- */
+
+typedef struct canned {
+    int listen_fd;
+    int port;
+    const char *reply; /* NULL: accept and never answer */
+    char request[2048];
+    pthread_t thread;
+} canned;
+
+static void *serve_once(void *arg)
+{
+    canned *c = arg;
+    int fd = accept(c->listen_fd, NULL, NULL);
+    if (fd < 0)
+        return NULL;
+    size_t n = 0;
+    /* Read the request head (and the small body after it). */
+    while (n + 1 < sizeof c->request) {
+        ssize_t r = recv(fd, c->request + n, sizeof c->request - 1 - n, 0);
+        if (r <= 0)
+            break;
+        n += (size_t)r;
+        c->request[n] = '\0';
+        char *head_end = strstr(c->request, "\r\n\r\n");
+        if (head_end != NULL) {
+            const char *cl = strstr(c->request, "Content-Length: ");
+            size_t body = cl ? (size_t)atoi(cl + 16) : 0;
+            if ((size_t)(head_end + 4 - c->request) + body <= n)
+                break;
+        }
+    }
+    if (c->reply != NULL) {
+        ssize_t w = send(fd, c->reply, strlen(c->reply), MSG_NOSIGNAL);
+        (void)w;
+        close(fd);
+    } else {
+        usleep(400 * 1000); /* longer than the probe waits */
+        close(fd);
+    }
+    return NULL;
+}
+
+static void canned_start(canned *c, const char *reply)
+{
+    memset(c, 0, sizeof *c);
+    c->reply = reply;
+    c->listen_fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t len = sizeof a;
+    assert_int_equal(bind(c->listen_fd, (struct sockaddr *)&a, sizeof a), 0);
+    assert_int_equal(listen(c->listen_fd, 4), 0);
+    assert_int_equal(getsockname(c->listen_fd, (struct sockaddr *)&a, &len), 0);
+    c->port = ntohs(a.sin_port);
+    assert_int_equal(pthread_create(&c->thread, NULL, serve_once, c), 0);
+}
+
+static void canned_stop(canned *c)
+{
+    pthread_join(c->thread, NULL);
+    close(c->listen_fd);
+}
+
+static void test_probe_reads_a_content_length_reply(void **state)
+{
+    (void)state;
+    canned c;
+    canned_start(&c, "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+                     "Content-Length: 11\r\n\r\n[\"a\", \"b\"]\nTRAILING");
+    pjs_probe_request req = {.host = "127.0.0.1", .port = c.port, .method = "POST",
+                             .path = "/v2/repository/index", .body = "{}", .body_len = 2,
+                             .bearer_token = "tok", .timeout_ms = 2000};
+    pjs_probe_reply reply;
+    pjs_error err;
+    assert_int_equal(pjs_probe_http(&req, &reply, &err), 0);
+    canned_stop(&c);
+    assert_int_equal(reply.status, 200);
+    assert_int_equal(reply.body_len, 11);
+    assert_string_equal(reply.body, "[\"a\", \"b\"]\n");
+    assert_non_null(strstr(c.request, "POST /v2/repository/index HTTP/1.1\r\n"));
+    assert_non_null(strstr(c.request, "Authorization: Bearer tok\r\n"));
+    assert_non_null(strstr(c.request, "Content-Length: 2\r\n"));
+    assert_non_null(strstr(c.request, "\r\n\r\n{}"));
+    pjs_probe_reply_free(&reply);
+}
+
+static void test_probe_reads_to_the_end_of_the_connection(void **state)
+{
+    (void)state;
+    canned c;
+    canned_start(&c, "HTTP/1.0 503 Service Unavailable\r\n\r\nnot ready");
+    pjs_probe_request req = {.host = "127.0.0.1", .port = c.port, .method = "GET",
+                             .path = "/v2/health/live"};
+    pjs_probe_reply reply;
+    pjs_error err;
+    assert_int_equal(pjs_probe_http(&req, &reply, &err), 0);
+    canned_stop(&c);
+    assert_int_equal(reply.status, 503);
+    assert_string_equal(reply.body, "not ready");
+    assert_null(strstr(c.request, "Authorization"));
+    pjs_probe_reply_free(&reply);
+}
+
+static void test_probe_refused_is_unavailable(void **state)
+{
+    (void)state;
+    int port[1];
+    pjs_error err;
+    assert_int_equal(pjs_node_free_ports(port, 1, &err), 0);
+    pjs_probe_request req = {.host = "127.0.0.1", .port = port[0], .method = "GET",
+                             .path = "/v2/health/live", .timeout_ms = 500};
+    pjs_probe_reply reply;
+    assert_int_equal(pjs_probe_http(&req, &reply, &err), PJS_ERR_UNAVAILABLE);
+    assert_non_null(strstr(err.msg, "connect"));
+}
+
+static void test_probe_of_a_silent_peer_times_out(void **state)
+{
+    (void)state;
+    canned c;
+    canned_start(&c, NULL);
+    pjs_probe_request req = {.host = "127.0.0.1", .port = c.port, .method = "GET",
+                             .path = "/v2/health/live", .timeout_ms = 100};
+    pjs_probe_reply reply;
+    pjs_error err;
+    assert_int_equal(pjs_probe_http(&req, &reply, &err), PJS_ERR_DEADLINE_EXCEEDED);
+    assert_non_null(strstr(err.msg, "no reply within 100 ms"));
+    canned_stop(&c);
+}
+
+static void test_probe_refuses_what_is_not_http(void **state)
+{
+    (void)state;
+    static const char *const replies[] = {
+        "SSH-2.0-OpenSSH\r\n\r\n",
+        "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n",
+        "HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\nshort",
+        "",
+    };
+    pjs_status want[] = {PJS_ERR_INVALID_ARGUMENT, PJS_ERR_UNSUPPORTED, PJS_ERR_UNAVAILABLE,
+                         PJS_ERR_UNAVAILABLE};
+    for (size_t i = 0; i < sizeof replies / sizeof replies[0]; i++) {
+        canned c;
+        canned_start(&c, replies[i]);
+        pjs_probe_request req = {.host = "127.0.0.1", .port = c.port, .method = "GET",
+                                 .path = "/x", .timeout_ms = 2000};
+        pjs_probe_reply reply;
+        pjs_error err;
+        assert_int_equal(pjs_probe_http(&req, &reply, &err), want[i]);
+        canned_stop(&c);
+    }
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_backoff_doubles_to_the_cap),
+        cmocka_unit_test(test_stable_worker_starts_again_from_the_first_delay),
+        cmocka_unit_test(test_budget_counts_restarts_within_the_window),
+        cmocka_unit_test(test_no_restarts_allowed),
+        cmocka_unit_test(test_device_list),
+        cmocka_unit_test(test_token_file_is_private_and_random),
+        cmocka_unit_test(test_free_ports_differ),
+        cmocka_unit_test(test_probe_reads_a_content_length_reply),
+        cmocka_unit_test(test_probe_reads_to_the_end_of_the_connection),
+        cmocka_unit_test(test_probe_refused_is_unavailable),
+        cmocka_unit_test(test_probe_of_a_silent_peer_times_out),
+        cmocka_unit_test(test_probe_refuses_what_is_not_http),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
