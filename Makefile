@@ -38,8 +38,9 @@ build: bootstrap
 unit: build
 	cd build && ctest --output-on-failure -j $(JOBS)
 
-# End-to-end (pjserve run vs JAX) and protocol (pjserve serve vs tritonclient) tests.
-PYTESTS := tests/e2e tests/protocol
+# End-to-end (pjserve run vs JAX), protocol (pjserve serve vs tritonclient) and
+# deployment (deploy/: manifests, Dockerfile; plain build only) tests.
+PYTESTS := tests/e2e tests/protocol tests/deploy
 # The sanitizer builds skip the hostile-client suite (bombs and floods: heavy,
 # and its memory bounds are the plain build's).
 SANITIZER_PYTESTS := tests/e2e tests/protocol --ignore=tests/protocol/hostile
