@@ -1,0 +1,986 @@
+/*
+ * http_proxy.c - the gateway's REST and metrics ports (see http_proxy.h).
+ *
+ * A relayed request is a job: the client's call, suspended, and one or more
+ * transfers, one per worker it goes to. The route (on the connection's
+ * thread) picks the workers, prepares each transfer (URL, method, headers,
+ * the body as the front end kept and inflated it) and queues them for the
+ * proxy thread; the proxy thread runs them on libcurl's multi handle, whose
+ * connection cache keeps one kept-alive connection per worker and request
+ * in parallel. When a job's last transfer ends the proxy thread makes the
+ * reply (relayed, merged or an error naming the worker), stores it in the
+ * call and resumes the connection as its last touch of the job.
+ *
+ * Retries. A transfer to a picked worker that could not connect (refused,
+ * unresolvable, or no connection within the connect timeout) provably never
+ * reached it: the pool hears NOT_SENT and the same transfer is sent to the
+ * next worker the pool picks, never one already tried. Anything after the
+ * connection (a reset, a timeout while answering) is BROKEN and answered
+ * 503 to the client: the worker may have run the request.
+ *
+ * Fan-outs and merges go to the workers the pool calls available at that
+ * moment and are not counted as picks (they do not feed the breaker; the
+ * probes watch those workers).
+ *
+ * Threads: connection threads run the routes and queue transfers under
+ * `lock`; only the proxy thread touches the multi handle and running
+ * transfers.
+ */
+#include "gateway/http_proxy.h"
+
+#include <curl/curl.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "core/log.h"
+#include "frontend/http/http_internal.h"
+#include "gateway/http_docs.h"
+
+/* Upstream bounds: a worker must accept the connection within the first
+ * and answer within the second (the request's own timeout travels in its
+ * body and the worker enforces it; this only bounds a worker that hangs). */
+#define CONNECT_TIMEOUT_MS 1000L
+#define ANSWER_TIMEOUT_S 600L
+/* Largest answer taken from a worker: as large as a REST reply may be; a
+ * metrics scrape as large as serve renders one. */
+#define ANSWER_MAX_BYTES PJS_HTTP_MAX_BODY
+#define METRICS_ANSWER_MAX_BYTES ((size_t)64 << 20)
+#define METRICS_MAX_BYTES ((size_t)256 << 20)
+/* Connections the multi handle keeps open, in all. */
+#define KEPT_CONNECTIONS 256L
+/* Longest forwarded URL and sequence key. */
+#define URL_MAX_BYTES 8192
+#define SEQUENCE_KEY_MAX 128
+
+struct pjs_gw_http {
+    pjs_gw_pool *pool;
+    pjs_gateway_node_status_fn node_status;
+    void *node_ctx;
+    pjs_http_frontend *rest, *metrics;
+    CURLM *multi; /* the proxy thread's */
+    pthread_t thread;
+    bool thread_running;
+    pthread_mutex_t lock;
+    struct transfer *queued; /* guarded by lock: transfers for the proxy thread to start */
+    bool stop;               /* guarded by lock */
+    atomic_uint_fast64_t retries; /* transfers sent again to another worker */
+};
+
+typedef enum job_kind {
+    JOB_FORWARD,     /* one worker's answer, relayed */
+    JOB_FAN_OUT,     /* every available worker must succeed; the first answer relayed */
+    JOB_MERGE_INDEX, /* the repository index of every worker, merged */
+    JOB_MERGE_STATS, /* statistics of every worker, merged */
+    JOB_METRICS,     /* /metrics of every worker, relabelled, plus the gateway's own */
+} job_kind;
+
+typedef struct transfer {
+    struct job *job;
+    int worker;
+    bool picked; /* counted in flight by the pool: report its outcome */
+    CURL *easy;
+    pjs_http_buf answer;
+    const char *content_type; /* of the answer: one of the types below, or NULL */
+    size_t inference_header;  /* Inference-Header-Content-Length of the answer */
+    CURLcode result;
+    long status;
+    char curl_error[CURL_ERROR_SIZE];
+    struct transfer *next; /* in h->queued */
+} transfer;
+
+typedef struct job {
+    pjs_gw_http *h;
+    pjs__http_call *call;
+    job_kind kind;
+    char model[256];                /* JOB_FORWARD of a model's call; "" otherwise */
+    char sequence[SEQUENCE_KEY_MAX]; /* its sequence key; "" when none */
+    uint64_t tried;                 /* workers a JOB_FORWARD was sent to */
+    char path[URL_MAX_BYTES];       /* path and query as sent to the worker */
+    struct curl_slist *headers;
+    transfer *transfers;
+    size_t n_transfers;
+    size_t pending; /* proxy thread only */
+} job;
+
+/* ---- answers ------------------------------------------------------------- */
+
+/* The Content-Types workers answer with, kept as the static strings the
+ * front end's replies carry. */
+static const char *known_content_type(const char *value, size_t len)
+{
+    static const char *const types[] = {
+        "application/json",
+        "application/octet-stream",
+        "text/plain; version=0.0.4; charset=utf-8",
+        "text/plain",
+    };
+    for (size_t i = 0; i < sizeof types / sizeof types[0]; i++)
+        if (strlen(types[i]) == len && strncasecmp(types[i], value, len) == 0)
+            return types[i];
+    return "application/octet-stream";
+}
+
+static size_t on_answer_bytes(char *data, size_t size, size_t n, void *arg)
+{
+    transfer *t = arg;
+    pjs_error err;
+    return pjs_http_buf_append(&t->answer, data, size * n, &err) == 0 ? size * n : 0;
+}
+
+/* Keeps the answer's Content-Type and Inference-Header-Content-Length. */
+static size_t on_answer_header(char *line, size_t size, size_t n, void *arg)
+{
+    transfer *t = arg;
+    size_t len = size * n;
+    const char *colon = memchr(line, ':', len);
+    if (colon == NULL)
+        return len;
+    size_t name_len = (size_t)(colon - line);
+    const char *v = colon + 1, *end = line + len;
+    while (v < end && (*v == ' ' || *v == '\t'))
+        v++;
+    while (end > v && (end[-1] == '\r' || end[-1] == '\n' || end[-1] == ' '))
+        end--;
+    static const char type[] = "Content-Type", header_length[] = "Inference-Header-Content-Length";
+    if (name_len == sizeof type - 1 && strncasecmp(line, type, name_len) == 0) {
+        t->content_type = known_content_type(v, (size_t)(end - v));
+    } else if (name_len == sizeof header_length - 1 &&
+               strncasecmp(line, header_length, name_len) == 0) {
+        char digits[32];
+        size_t k = (size_t)(end - v) < sizeof digits - 1 ? (size_t)(end - v) : sizeof digits - 1;
+        memcpy(digits, v, k);
+        digits[k] = '\0';
+        t->inference_header = (size_t)strtoull(digits, NULL, 10);
+    }
+    return len;
+}
+
+/* ---- transfers ------------------------------------------------------------ */
+
+/* Points t at worker `worker` with a fresh answer buffer. */
+static int transfer_aim(transfer *t, int worker, pjs_error *err)
+{
+    job *j = t->job;
+    const pjs_gw_worker_addr *addr = pjs_gw_pool_addr(j->h->pool, (size_t)worker);
+    char url[URL_MAX_BYTES + 300];
+    snprintf(url, sizeof url, "http://%s%s", addr->http, j->path);
+    t->worker = worker;
+    t->status = 0;
+    t->content_type = NULL;
+    t->inference_header = 0;
+    t->curl_error[0] = '\0';
+    pjs_http_buf_free(&t->answer);
+    pjs_http_buf_init(&t->answer, j->kind == JOB_METRICS ? METRICS_ANSWER_MAX_BYTES
+                                                         : ANSWER_MAX_BYTES);
+    if (curl_easy_setopt(t->easy, CURLOPT_URL, url) != CURLE_OK)
+        return pjs_error_set(err, PJS_ERR_NOMEM, "out of memory preparing a worker call");
+    return 0;
+}
+
+/* Creates t's easy handle for the call's method and body. */
+static int transfer_prepare(transfer *t, job *j, int worker, bool picked, pjs_error *err)
+{
+    pjs__http_call *c = j->call;
+    t->job = j;
+    t->picked = picked;
+    pjs_http_buf_init(&t->answer, 0);
+    t->easy = curl_easy_init();
+    if (t->easy == NULL)
+        return pjs_error_set(err, PJS_ERR_NOMEM, "out of memory preparing a worker call");
+    CURL *e = t->easy;
+    curl_easy_setopt(e, CURLOPT_PRIVATE, t);
+    curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
+    curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS, CONNECT_TIMEOUT_MS);
+    curl_easy_setopt(e, CURLOPT_TIMEOUT, ANSWER_TIMEOUT_S);
+    curl_easy_setopt(e, CURLOPT_PROTOCOLS_STR, "http");
+    curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, on_answer_bytes);
+    curl_easy_setopt(e, CURLOPT_WRITEDATA, t);
+    curl_easy_setopt(e, CURLOPT_HEADERFUNCTION, on_answer_header);
+    curl_easy_setopt(e, CURLOPT_HEADERDATA, t);
+    curl_easy_setopt(e, CURLOPT_ERRORBUFFER, t->curl_error);
+    curl_easy_setopt(e, CURLOPT_HTTPHEADER, j->headers);
+    if (strcmp(c->method, "POST") == 0) {
+        curl_easy_setopt(e, CURLOPT_POST, 1L);
+        curl_easy_setopt(e, CURLOPT_POSTFIELDS, c->body.data ? c->body.data : "");
+        curl_easy_setopt(e, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)c->body.len);
+    } else if (strcmp(c->method, "GET") != 0 && strcmp(c->method, "HEAD") != 0) {
+        /* HEAD goes as GET: the front end sends the length and drops the body. */
+        curl_easy_setopt(e, CURLOPT_CUSTOMREQUEST, c->method);
+    }
+    return transfer_aim(t, worker, err);
+}
+
+static void transfer_release(transfer *t)
+{
+    if (t->easy != NULL)
+        curl_easy_cleanup(t->easy);
+    t->easy = NULL;
+    pjs_http_buf_free(&t->answer);
+}
+
+static void job_free(job *j)
+{
+    for (size_t i = 0; i < j->n_transfers; i++)
+        transfer_release(&j->transfers[i]);
+    free(j->transfers);
+    curl_slist_free_all(j->headers);
+    free(j);
+}
+
+/* Hands transfers to the proxy thread. */
+static void queue_transfers(pjs_gw_http *h, transfer *const *ts, size_t n)
+{
+    pthread_mutex_lock(&h->lock);
+    for (size_t i = 0; i < n; i++) {
+        ts[i]->next = h->queued;
+        h->queued = ts[i];
+    }
+    pthread_mutex_unlock(&h->lock);
+    curl_multi_wakeup(h->multi);
+}
+
+/* ---- building a job (connection threads) ------------------------------------ */
+
+/* Appends s to the URL in buf, percent-encoded unless it is unreserved. */
+static bool url_append_escaped(char *buf, size_t size, const char *s, size_t len)
+{
+    char *escaped = curl_easy_escape(NULL, s, (int)len);
+    if (escaped == NULL)
+        return false;
+    size_t have = strlen(buf), add = strlen(escaped);
+    bool fits = have + add < size;
+    if (fits)
+        memcpy(buf + have, escaped, add + 1);
+    curl_free(escaped);
+    return fits;
+}
+
+static bool url_append(char *buf, size_t size, const char *s)
+{
+    size_t have = strlen(buf), add = strlen(s);
+    if (have + add >= size)
+        return false;
+    memcpy(buf + have, s, add + 1);
+    return true;
+}
+
+typedef struct query_builder {
+    char *buf;
+    size_t size;
+    bool first, fits;
+} query_builder;
+
+static enum MHD_Result add_query_argument(void *cls, enum MHD_ValueKind kind, const char *key,
+                                          const char *value)
+{
+    (void)kind;
+    query_builder *q = cls;
+    q->fits = q->fits && url_append(q->buf, q->size, q->first ? "?" : "&") &&
+              url_append_escaped(q->buf, q->size, key, strlen(key)) &&
+              (value == NULL || (url_append(q->buf, q->size, "=") &&
+                                 url_append_escaped(q->buf, q->size, value, strlen(value))));
+    q->first = false;
+    return q->fits ? MHD_YES : MHD_NO;
+}
+
+/* The path and query the worker gets: the client's, each segment and
+ * argument encoded again (libmicrohttpd decoded them). */
+static bool build_path(pjs__http_call *c, const pjs__http_path *p, char *buf, size_t size)
+{
+    buf[0] = '\0';
+    for (size_t i = 0; i < p->n; i++)
+        if (!url_append(buf, size, "/") || !url_append_escaped(buf, size, p->seg[i],
+                                                               strlen(p->seg[i])))
+            return false;
+    query_builder q = {buf, size, true, true};
+    MHD_get_connection_values(c->conn, MHD_GET_ARGUMENT_KIND, add_query_argument, &q);
+    return q.fits;
+}
+
+/* Adds the request header `name` to the job's headers when the client sent it. */
+static bool copy_header(job *j, const char *name)
+{
+    const char *v = MHD_lookup_connection_value(j->call->conn, MHD_HEADER_KIND, name);
+    if (v == NULL)
+        return true;
+    char line[1024];
+    if ((size_t)snprintf(line, sizeof line, "%s: %s", name, v) >= sizeof line)
+        return true; /* too long to be a valid value; the worker does without it */
+    struct curl_slist *l = curl_slist_append(j->headers, line);
+    if (l != NULL)
+        j->headers = l;
+    return l != NULL;
+}
+
+/* A job for call c over path p with n_transfers to come; NULL: replied. */
+static job *job_create(pjs__http_call *c, const pjs__http_path *p, job_kind kind,
+                       size_t n_transfers)
+{
+    pjs_gw_http *h = c->fe->routes_ctx;
+    job *j = calloc(1, sizeof *j);
+    transfer *ts = calloc(n_transfers, sizeof *ts);
+    if (j == NULL || ts == NULL) {
+        free(j);
+        free(ts);
+        pjs__http_reply_message(c, 500, "out of memory relaying the request");
+        return NULL;
+    }
+    j->h = h;
+    j->call = c;
+    j->kind = kind;
+    j->transfers = ts;
+    j->n_transfers = n_transfers;
+    if (!build_path(c, p, j->path, sizeof j->path)) {
+        job_free(j);
+        pjs__http_reply_message(c, 414, "the request's path and query are too long to relay");
+        return NULL;
+    }
+    const char *token = pjs_gw_pool_worker_token(h->pool);
+    char authorization[PJS_ACCESS_TOKEN_MAX + 32];
+    bool ok = true;
+    if (token != NULL) {
+        snprintf(authorization, sizeof authorization, "Authorization: Bearer %s", token);
+        ok = (j->headers = curl_slist_append(j->headers, authorization)) != NULL;
+    }
+    /* No "Expect: 100-continue" round trip before large bodies. */
+    if (ok)
+        ok = (j->headers = curl_slist_append(j->headers, "Expect:")) != NULL;
+    if (ok && strcmp(c->method, "POST") == 0)
+        ok = copy_header(j, MHD_HTTP_HEADER_CONTENT_TYPE) &&
+             copy_header(j, "Inference-Header-Content-Length");
+    if (!ok) {
+        job_free(j);
+        pjs__http_reply_message(c, 500, "out of memory relaying the request");
+        return NULL;
+    }
+    return j;
+}
+
+/* Prepares every transfer of j (transfer i to workers[i]), suspends the
+ * call and queues them; on failure replies and frees j. */
+static void job_start(job *j, const int *workers, bool picked)
+{
+    pjs__http_call *c = j->call;
+    pjs_error err;
+    transfer *ts[PJS_GW_MAX_WORKERS];
+    for (size_t i = 0; i < j->n_transfers; i++) {
+        ts[i] = &j->transfers[i];
+        if (transfer_prepare(ts[i], j, workers[i], picked, &err) != 0) {
+            if (picked)
+                pjs_gw_pool_done(j->h->pool, workers[0], PJS_GW_NOT_SENT);
+            job_free(j);
+            pjs__http_reply_error(c, &err);
+            return;
+        }
+    }
+    j->pending = j->n_transfers;
+    pjs__http_suspend(c);
+    queue_transfers(j->h, ts, j->n_transfers);
+}
+
+/* The request's body, inflated; false: replied. Only POSTs have one. */
+static bool body_ready(pjs__http_call *c)
+{
+    return strcmp(c->method, "POST") != 0 || pjs__http_body_ready(c);
+}
+
+/* Relays the call to one worker: the one the pool picks for `model`, or
+ * any available one when model is NULL. */
+static void forward(pjs__http_call *c, const pjs__http_path *p, const char *model)
+{
+    pjs_gw_http *h = c->fe->routes_ctx;
+    if (!body_ready(c))
+        return;
+    char sequence[SEQUENCE_KEY_MAX] = "";
+    if (model != NULL && strcmp(c->method, "POST") == 0 && c->body.len > 0) {
+        const char *declared =
+            MHD_lookup_connection_value(c->conn, MHD_HEADER_KIND, "Inference-Header-Content-Length");
+        size_t json_len = declared ? (size_t)strtoull(declared, NULL, 10) : c->body.len;
+        if (json_len > c->body.len)
+            json_len = c->body.len;
+        pjs_gw_sequence_key(c->body.data, json_len, sequence, sizeof sequence);
+    }
+    pjs_error err;
+    int worker = model != NULL
+                     ? pjs_gw_pool_pick(h->pool, model, sequence[0] ? sequence : NULL, 0, &err)
+                     : pjs_gw_pool_pick_any(h->pool, 0, &err);
+    if (worker < 0) {
+        pjs__http_reply_error(c, &err);
+        return;
+    }
+    job *j = job_create(c, p, JOB_FORWARD, 1);
+    if (j == NULL) {
+        pjs_gw_pool_done(h->pool, worker, PJS_GW_NOT_SENT);
+        return;
+    }
+    if (model != NULL)
+        snprintf(j->model, sizeof j->model, "%s", model);
+    snprintf(j->sequence, sizeof j->sequence, "%s", sequence);
+    j->tried = (uint64_t)1 << worker;
+    job_start(j, &worker, true);
+}
+
+/* Sends the call to every available worker, to be answered by `kind`. */
+static void to_every_worker(pjs__http_call *c, const pjs__http_path *p, job_kind kind)
+{
+    pjs_gw_http *h = c->fe->routes_ctx;
+    if (!body_ready(c))
+        return;
+    uint64_t available = pjs_gw_pool_available(h->pool);
+    int workers[PJS_GW_MAX_WORKERS];
+    size_t n = 0;
+    for (int i = 0; i < PJS_GW_MAX_WORKERS; i++)
+        if (available & ((uint64_t)1 << i))
+            workers[n++] = i;
+    if (n == 0) {
+        pjs__http_reply_message(c, 503, "no worker is available to answer %s %.256s; retry later",
+                                c->method, c->url);
+        return;
+    }
+    job *j = job_create(c, p, kind, n);
+    if (j != NULL)
+        job_start(j, workers, false);
+}
+
+/* ---- finishing a job (proxy thread) ------------------------------------------ */
+
+/* Whether t failed before reaching its worker. */
+static bool never_reached(const transfer *t)
+{
+    if (t->result == CURLE_COULDNT_CONNECT || t->result == CURLE_COULDNT_RESOLVE_HOST)
+        return true;
+    curl_off_t connected = 0;
+    return t->result == CURLE_OPERATION_TIMEDOUT &&
+           curl_easy_getinfo(t->easy, CURLINFO_CONNECT_TIME_T, &connected) == CURLE_OK &&
+           connected == 0;
+}
+
+static const char *worker_http(const transfer *t)
+{
+    return pjs_gw_pool_addr(t->job->h->pool, (size_t)t->worker)->http;
+}
+
+/* The error message in a worker's {"error": ...} answer, or its status. */
+static void answer_error(const transfer *t, char *buf, size_t size)
+{
+    json_t *doc = json_loadb(t->answer.data ? t->answer.data : "", t->answer.len, 0, NULL);
+    const char *msg = json_string_value(json_object_get(doc, "error"));
+    if (msg != NULL)
+        snprintf(buf, size, "%s", msg);
+    else
+        snprintf(buf, size, "HTTP status %ld", t->status);
+    json_decref(doc);
+}
+
+/* Whether t ended with an answer of the worker's. */
+static bool answered(const transfer *t)
+{
+    return t->result == CURLE_OK;
+}
+
+/* The reply for a transfer that got no answer. */
+static void reply_no_answer(pjs__http_call *c, const transfer *t)
+{
+    const char *why = t->curl_error[0] ? t->curl_error : curl_easy_strerror(t->result);
+    if (t->result == CURLE_WRITE_ERROR)
+        pjs__http_reply_message(c, 502, "worker %d (%s) answered more than %zu bytes",
+                                t->worker, worker_http(t), t->answer.limit);
+    else if (never_reached(t))
+        pjs__http_reply_message(c, 503, "no worker could take the request; the last tried, "
+                                "worker %d (%s): %s; retry later",
+                                t->worker, worker_http(t), why);
+    else
+        pjs__http_reply_message(c, 503, "worker %d (%s) failed while answering (%s); the "
+                                "request may have run there",
+                                t->worker, worker_http(t), why);
+}
+
+/* Relays t's answer as the call's reply. */
+static void reply_relayed(pjs__http_call *c, transfer *t)
+{
+    pjs__http_reply_buf(c, (unsigned)t->status, &t->answer,
+                        t->answer.len > 0 ? t->content_type : NULL);
+    c->reply.inference_header = t->inference_header;
+}
+
+static void finish_fan_out(job *j)
+{
+    pjs__http_call *c = j->call;
+    transfer *failed = NULL;
+    size_t n_failed = 0;
+    for (size_t i = 0; i < j->n_transfers; i++) {
+        transfer *t = &j->transfers[i];
+        if (!answered(t) || t->status < 200 || t->status > 299) {
+            if (n_failed++ == 0)
+                failed = t;
+        }
+    }
+    if (failed == NULL) {
+        reply_relayed(c, &j->transfers[0]);
+        return;
+    }
+    char others[96] = "";
+    if (n_failed > 1)
+        snprintf(others, sizeof others, " (and %zu more of the %zu workers failed)", n_failed - 1,
+                 j->n_transfers);
+    else if (j->n_transfers > 1)
+        snprintf(others, sizeof others, " (the other %zu workers succeeded)", j->n_transfers - 1);
+    if (!answered(failed)) {
+        const char *why =
+            failed->curl_error[0] ? failed->curl_error : curl_easy_strerror(failed->result);
+        pjs__http_reply_message(c, 503, "worker %d (%s) did not answer: %s%s", failed->worker,
+                                worker_http(failed), why, others);
+        return;
+    }
+    char msg[PJS_ERROR_MSG_MAX];
+    answer_error(failed, msg, sizeof msg);
+    pjs__http_reply_message(c, (unsigned)failed->status, "worker %d (%s): %s%s", failed->worker,
+                            worker_http(failed), msg, others);
+}
+
+/* Parses the 200 answers; with none, relays the first answer or failure. */
+static size_t parse_answers(job *j, json_t **docs)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < j->n_transfers; i++) {
+        transfer *t = &j->transfers[i];
+        if (answered(t) && t->status == 200) {
+            json_t *doc = json_loadb(t->answer.data ? t->answer.data : "", t->answer.len, 0, NULL);
+            if (doc != NULL)
+                docs[n++] = doc;
+        }
+    }
+    return n;
+}
+
+/* Replies with the first answer (an error of the worker's) or failure. */
+static void reply_first_failure(job *j)
+{
+    for (size_t i = 0; i < j->n_transfers; i++)
+        if (answered(&j->transfers[i])) {
+            reply_relayed(j->call, &j->transfers[i]);
+            return;
+        }
+    reply_no_answer(j->call, &j->transfers[0]);
+}
+
+static void finish_merge(job *j)
+{
+    json_t *docs[PJS_GW_MAX_WORKERS];
+    size_t n = parse_answers(j, docs);
+    if (n == 0) {
+        reply_first_failure(j);
+        return;
+    }
+    json_t *merged = j->kind == JOB_MERGE_INDEX ? pjs_gw_merge_index(docs, n)
+                                                : pjs_gw_merge_stats(docs, n);
+    for (size_t i = 0; i < n; i++)
+        json_decref(docs[i]);
+    pjs__http_reply_json(j->call, 200, merged);
+}
+
+/* The gateway's own series, after the workers'. */
+static int render_gateway_metrics(pjs_gw_http *h, pjs_http_buf *b, pjs_error *err)
+{
+    static const struct {
+        const char *name, *type, *help;
+    } series[] = {
+        {"pjserve_gateway_worker_ready", "gauge",
+         "Whether the gateway routes to the worker: its probes answer and its breaker is closed"},
+        {"pjserve_gateway_worker_breaker_open", "gauge",
+         "Whether the worker's circuit breaker is open after failed forwards"},
+        {"pjserve_gateway_worker_in_flight", "gauge",
+         "Requests the gateway has forwarded to the worker and not yet seen answered"},
+        {"pjserve_gateway_worker_models", "gauge", "Models ready on the worker"},
+        {"pjserve_gateway_forwarded_total", "counter", "Requests forwarded to the worker"},
+        {"pjserve_gateway_failed_total", "counter",
+         "Forwards to the worker that failed (not reached or broken)"},
+    };
+    size_t n = pjs_gw_pool_size(h->pool);
+    pjs_gw_worker_view *views = calloc(n ? n : 1, sizeof *views);
+    if (views == NULL)
+        return pjs_error_set(err, PJS_ERR_NOMEM, "out of memory rendering metrics");
+    for (size_t i = 0; i < n; i++)
+        pjs_gw_pool_view(h->pool, i, &views[i]);
+    int rc = 0;
+    for (size_t s = 0; rc == 0 && s < sizeof series / sizeof series[0]; s++) {
+        rc = pjs_http_buf_printf(b, err, "# HELP %s %s\n# TYPE %s %s\n", series[s].name,
+                                 series[s].help, series[s].name, series[s].type);
+        for (size_t i = 0; rc == 0 && i < n; i++) {
+            const pjs_gw_worker_view *v = &views[i];
+            unsigned long long value =
+                s == 0   ? v->state == PJS_GW_WORKER_READY && !v->breaker_open
+                : s == 1 ? v->breaker_open
+                : s == 2 ? v->in_flight
+                : s == 3 ? v->n_models
+                : s == 4 ? v->forwarded
+                         : v->failed;
+            rc = pjs_http_buf_printf(b, err, "%s{worker=\"%zu\"} %llu\n", series[s].name, i, value);
+        }
+    }
+    free(views);
+    if (rc == 0)
+        rc = pjs_http_buf_printf(
+            b, err,
+            "# HELP pjserve_gateway_retries_total Requests sent again to another worker after "
+            "the first could not be reached\n# TYPE pjserve_gateway_retries_total counter\n"
+            "pjserve_gateway_retries_total %llu\n",
+            (unsigned long long)atomic_load(&h->retries));
+    return rc;
+}
+
+static void finish_metrics(job *j)
+{
+    pjs_gw_metrics_text texts[PJS_GW_MAX_WORKERS];
+    size_t n = 0;
+    for (size_t i = 0; i < j->n_transfers; i++) {
+        transfer *t = &j->transfers[i];
+        if (answered(t) && t->status == 200 && t->answer.len > 0)
+            texts[n++] = (pjs_gw_metrics_text){t->answer.data, t->answer.len,
+                                               (unsigned)t->worker};
+    }
+    pjs_http_buf out;
+    pjs_error err;
+    pjs_http_buf_init(&out, METRICS_MAX_BYTES);
+    int rc = pjs_gw_metrics_merge(texts, n, &out, &err);
+    if (rc == 0)
+        rc = render_gateway_metrics(j->h, &out, &err);
+    if (rc != 0) {
+        pjs_http_buf_free(&out);
+        pjs__http_reply_error(j->call, &err);
+        return;
+    }
+    pjs__http_reply_buf(j->call, 200, &out, "text/plain; version=0.0.4; charset=utf-8");
+}
+
+static void job_finish(job *j)
+{
+    switch (j->kind) {
+    case JOB_FORWARD: {
+        transfer *t = &j->transfers[0];
+        if (answered(t))
+            reply_relayed(j->call, t);
+        else
+            reply_no_answer(j->call, t);
+        break;
+    }
+    case JOB_FAN_OUT: finish_fan_out(j); break;
+    case JOB_MERGE_INDEX:
+    case JOB_MERGE_STATS: finish_merge(j); break;
+    case JOB_METRICS: finish_metrics(j); break;
+    }
+    pjs__http_call *c = j->call;
+    job_free(j);
+    pjs__http_resume(c); /* the last touch of the call */
+}
+
+/* Sends a JOB_FORWARD transfer that never reached its worker to the next
+ * worker the pool picks; false when there is none (t keeps its failure,
+ * or the pool's reason is the reply). */
+static bool retry_elsewhere(transfer *t)
+{
+    job *j = t->job;
+    pjs_gw_http *h = j->h;
+    pjs_error err;
+    int next = j->model[0] ? pjs_gw_pool_pick(h->pool, j->model,
+                                              j->sequence[0] ? j->sequence : NULL, j->tried, &err)
+                           : pjs_gw_pool_pick_any(h->pool, j->tried, &err);
+    if (next < 0)
+        return false;
+    pjs_info("gateway: %s %.256s: worker %d (%s) could not be reached (%s); sending it to "
+             "worker %d",
+             j->call->method, j->call->url, t->worker, worker_http(t),
+             t->curl_error[0] ? t->curl_error : curl_easy_strerror(t->result), next);
+    j->tried |= (uint64_t)1 << next;
+    if (transfer_aim(t, next, &err) != 0 || curl_multi_add_handle(h->multi, t->easy) != CURLM_OK) {
+        pjs_gw_pool_done(h->pool, next, PJS_GW_NOT_SENT);
+        return false;
+    }
+    atomic_fetch_add(&h->retries, 1);
+    return true;
+}
+
+/* A transfer ended (proxy thread). */
+static void transfer_ended(transfer *t, CURLcode result)
+{
+    job *j = t->job;
+    pjs_gw_http *h = j->h;
+    t->result = result;
+    curl_easy_getinfo(t->easy, CURLINFO_RESPONSE_CODE, &t->status);
+    if (t->picked) {
+        pjs_gw_outcome o = answered(t)     ? PJS_GW_ANSWERED
+                           : never_reached(t) ? PJS_GW_NOT_SENT
+                                              : PJS_GW_BROKEN;
+        pjs_gw_pool_done(h->pool, t->worker, o);
+        if (o == PJS_GW_NOT_SENT && retry_elsewhere(t))
+            return;
+    }
+    if (--j->pending == 0)
+        job_finish(j);
+}
+
+static void *proxy_thread(void *arg)
+{
+    pjs_gw_http *h = arg;
+    int running = 0;
+    for (;;) {
+        pthread_mutex_lock(&h->lock);
+        transfer *queued = h->queued;
+        h->queued = NULL;
+        bool stop = h->stop;
+        pthread_mutex_unlock(&h->lock);
+        for (transfer *t = queued, *next; t != NULL; t = next) {
+            next = t->next;
+            CURLMcode mc = curl_multi_add_handle(h->multi, t->easy);
+            if (mc != CURLM_OK) {
+                snprintf(t->curl_error, sizeof t->curl_error, "%s", curl_multi_strerror(mc));
+                transfer_ended(t, CURLE_FAILED_INIT);
+            }
+        }
+        curl_multi_perform(h->multi, &running);
+        CURLMsg *msg;
+        int left;
+        while ((msg = curl_multi_info_read(h->multi, &left)) != NULL) {
+            if (msg->msg != CURLMSG_DONE)
+                continue;
+            CURL *e = msg->easy_handle;
+            CURLcode result = msg->data.result;
+            transfer *t = NULL;
+            curl_easy_getinfo(e, CURLINFO_PRIVATE, (char **)&t);
+            curl_multi_remove_handle(h->multi, e);
+            transfer_ended(t, result);
+        }
+        if (stop && queued == NULL && running == 0)
+            break;
+        curl_multi_poll(h->multi, NULL, 0, 1000, NULL);
+    }
+    return NULL;
+}
+
+/* ---- routes (connection threads) ---------------------------------------------- */
+
+static bool is(const char *a, const char *b)
+{
+    return strcmp(a, b) == 0;
+}
+
+static void health(pjs__http_call *c, const char *kind)
+{
+    pjs_gw_http *h = c->fe->routes_ctx;
+    bool ok = is(kind, "live") || pjs_gw_pool_available(h->pool) != 0;
+    pjs__http_reply_json(c, ok ? 200 : 503, json_pack("{s:b}", kind, ok));
+}
+
+static void answer_node_status(pjs__http_call *c)
+{
+    pjs_gw_http *h = c->fe->routes_ctx;
+    if (h->node_status == NULL) {
+        pjs__http_reply_message(c, 404,
+                                "this gateway runs on its own, not under `pjserve node`: there "
+                                "is no node status");
+        return;
+    }
+    char *doc = h->node_status(h->node_ctx);
+    if (doc == NULL) {
+        pjs__http_reply_message(c, 500, "out of memory rendering the node status");
+        return;
+    }
+    pjs__http_reply_empty(c, 200);
+    c->reply.body = doc;
+    c->reply.len = strlen(doc);
+    c->reply.content_type = "application/json";
+}
+
+/* /v2/models/... : statistics merged, everything else to the model's worker. */
+static void models_route(pjs__http_call *c, const pjs__http_path *p)
+{
+    if (p->n == 3 && is(p->seg[2], "stats")) {
+        if (pjs__http_method_ok(c, "GET"))
+            to_every_worker(c, p, JOB_MERGE_STATS);
+        return;
+    }
+    size_t action = p->n > 4 && is(p->seg[3], "versions") ? 5 : 3;
+    bool stats = p->n == action + 1 && is(p->seg[action], "stats");
+    if (!stats)
+        forward(c, p, p->seg[2]);
+    else if (pjs__http_method_ok(c, "GET"))
+        to_every_worker(c, p, JOB_MERGE_STATS);
+}
+
+/* Changes go to every worker, reads to one. */
+static void change_or_read(pjs__http_call *c, const pjs__http_path *p)
+{
+    if (is(c->method, "POST"))
+        to_every_worker(c, p, JOB_FAN_OUT);
+    else
+        forward(c, p, NULL);
+}
+
+static void route_rest(pjs__http_call *c)
+{
+    pjs__http_path p;
+    if (!pjs__http_split_path(c->url, &p) || p.n == 0 || !is(p.seg[0], "v2")) {
+        pjs__http_reply_message(c, 404, "no such endpoint: %.256s", c->url);
+        return;
+    }
+    const char *area = p.n > 1 ? p.seg[1] : "";
+    if (p.n == 3 && is(area, "health") && (is(p.seg[2], "live") || is(p.seg[2], "ready"))) {
+        if (pjs__http_method_ok(c, "GET"))
+            health(c, p.seg[2]);
+    } else if (p.n == 3 && is(area, "pjserve") && is(p.seg[2], "node")) {
+        if (pjs__http_method_ok(c, "GET"))
+            answer_node_status(c);
+    } else if (p.n >= 3 && is(area, "models")) {
+        models_route(c, &p);
+    } else if (p.n == 3 && is(area, "repository") && is(p.seg[2], "index")) {
+        if (pjs__http_method_ok(c, "POST"))
+            to_every_worker(c, &p, JOB_MERGE_INDEX);
+    } else if (is(area, "cudasharedmemory")) {
+        pjs__http_route_cuda_shm(c, &p);
+    } else if (is(area, "repository") || is(area, "systemsharedmemory") || is(area, "logging") ||
+               is(area, "trace") || is(area, "pjserve")) {
+        change_or_read(c, &p);
+    } else {
+        forward(c, &p, NULL); /* server metadata, and the worker's word on anything else */
+    }
+}
+
+static void route_metrics(pjs__http_call *c)
+{
+    pjs__http_path p;
+    if (!pjs__http_split_path(c->url, &p) || p.n != 1 || !is(p.seg[0], "metrics")) {
+        pjs__http_reply_message(c, 404, "no such endpoint: %.256s (metrics are at /metrics)",
+                                c->url);
+        return;
+    }
+    if (!pjs__http_method_ok(c, "GET"))
+        return;
+    pjs_gw_http *h = c->fe->routes_ctx;
+    if (pjs_gw_pool_available(h->pool) != 0) {
+        to_every_worker(c, &p, JOB_METRICS);
+        return;
+    }
+    /* No worker to ask: the gateway's own series still tell why. */
+    pjs_http_buf out;
+    pjs_error err;
+    pjs_http_buf_init(&out, METRICS_MAX_BYTES);
+    if (render_gateway_metrics(h, &out, &err) != 0) {
+        pjs_http_buf_free(&out);
+        pjs__http_reply_error(c, &err);
+        return;
+    }
+    pjs__http_reply_buf(c, 200, &out, "text/plain; version=0.0.4; charset=utf-8");
+}
+
+/* Inference bodies are held to --max-request-bytes (the gateway does not
+ * know each model's bound), others to the size of a control document. */
+static bool limit_rest_body(pjs__http_call *c)
+{
+    char model[256], version[64];
+    if (!pjs__http_infer_path(c->url, model, sizeof model, version, sizeof version))
+        pjs__http_limit_control_body(c);
+    return true;
+}
+
+static const pjs__http_routes rest_routes = {
+    .what = "gateway HTTP/REST",
+    .keeps_bodies = true,
+    .limit_body = limit_rest_body,
+    .route = route_rest,
+};
+
+static const pjs__http_routes metrics_routes = {
+    .what = "gateway metrics",
+    .route = route_metrics,
+};
+
+/* ---- start and stop ------------------------------------------------------------ */
+
+static pthread_once_t curl_once = PTHREAD_ONCE_INIT;
+static CURLcode curl_init_result;
+
+static void init_curl(void)
+{
+    curl_init_result = curl_global_init(CURL_GLOBAL_DEFAULT);
+}
+
+static void proxy_free(pjs_gw_http *h)
+{
+    if (h->multi != NULL)
+        curl_multi_cleanup(h->multi);
+    pthread_mutex_destroy(&h->lock);
+    free(h);
+}
+
+/* Stops the proxy thread once no call waits for it. */
+static void stop_thread(pjs_gw_http *h)
+{
+    if (!h->thread_running)
+        return;
+    pthread_mutex_lock(&h->lock);
+    h->stop = true;
+    pthread_mutex_unlock(&h->lock);
+    curl_multi_wakeup(h->multi);
+    pthread_join(h->thread, NULL);
+    h->thread_running = false;
+}
+
+int pjs_gw_http_start(pjs_gw_pool *pool, const pjs_http_options *rest,
+                      const pjs_http_options *metrics, pjs_byte_budget *budget,
+                      uint64_t max_request_bytes, pjs_gateway_node_status_fn node_status,
+                      void *node_ctx, pjs_gw_http **out, pjs_error *err)
+{
+    *out = NULL;
+    pthread_once(&curl_once, init_curl);
+    if (curl_init_result != CURLE_OK)
+        return pjs_error_set(err, PJS_ERR_INTERNAL, "cannot initialise libcurl: %s",
+                             curl_easy_strerror(curl_init_result));
+    pjs_gw_http *h = calloc(1, sizeof *h);
+    if (h == NULL)
+        return pjs_error_set(err, PJS_ERR_NOMEM, "out of memory");
+    h->pool = pool;
+    h->node_status = node_status;
+    h->node_ctx = node_ctx;
+    pthread_mutex_init(&h->lock, NULL);
+    atomic_init(&h->retries, 0);
+    h->multi = curl_multi_init();
+    if (h->multi == NULL) {
+        proxy_free(h);
+        return pjs_error_set(err, PJS_ERR_NOMEM, "out of memory starting the HTTP proxy");
+    }
+    curl_multi_setopt(h->multi, CURLMOPT_MAXCONNECTS, KEPT_CONNECTIONS);
+    if (pthread_create(&h->thread, NULL, proxy_thread, h) != 0) {
+        proxy_free(h);
+        return pjs_error_set(err, PJS_ERR_INTERNAL, "cannot start the HTTP proxy thread");
+    }
+    h->thread_running = true;
+    int rc = 0;
+    if (rest != NULL && rest->port != 0)
+        rc = pjs__http_frontend_start(&rest_routes, h, rest, budget, max_request_bytes, &h->rest,
+                                      err);
+    if (rc == 0 && metrics != NULL && metrics->port != 0)
+        rc = pjs__http_frontend_start(&metrics_routes, h, metrics, budget, max_request_bytes,
+                                      &h->metrics, err);
+    if (rc != 0) {
+        pjs_gw_http_stop(h);
+        return rc;
+    }
+    *out = h;
+    return 0;
+}
+
+void pjs_gw_http_stop(pjs_gw_http *h)
+{
+    if (h == NULL)
+        return;
+    /* The ports stop first: each waits for its suspended calls, which the
+     * proxy thread is still answering. */
+    pjs_http_frontend_stop(h->rest);
+    pjs_http_frontend_stop(h->metrics);
+    stop_thread(h);
+    proxy_free(h);
+}

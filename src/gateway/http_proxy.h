@@ -1,0 +1,46 @@
+/*
+ * http_proxy.h - the gateway's REST and metrics ports: KServe V2 over HTTP
+ * relayed to the workers of a pool.
+ *
+ * Both ports run on the HTTP front end's daemon (frontend/http), so clients
+ * meet the limits and access rules of serve: connection and per-address
+ * caps, header and body deadlines, body caps and the in-flight byte budget,
+ * inflation of encoded bodies, tokens and the loopback rule, TLS. A request
+ * that passes them is answered by the gateway itself (health, node status,
+ * CUDA shared memory), relayed to one worker (a model's calls to the worker
+ * the pool picks; other reads to any available worker), fanned out to
+ * every available worker (repository loads and unloads, shared-memory
+ * registration, logging and control changes) or merged from all of them
+ * (repository index, statistics, metrics). Upstream calls run on one proxy
+ * thread (libcurl's multi interface, connections kept alive) while the
+ * client's connection waits suspended; no connection thread waits for a
+ * worker.
+ */
+#ifndef PJS_GATEWAY_HTTP_PROXY_H
+#define PJS_GATEWAY_HTTP_PROXY_H
+
+#include <stdint.h>
+
+#include "core/byte_budget.h"
+#include "core/status.h"
+#include "frontend/http/http_frontend.h"
+#include "gateway/gateway.h"
+#include "gateway/pool.h"
+
+typedef struct pjs_gw_http pjs_gw_http;
+
+/* Starts the REST port (rest) and the metrics port (metrics) over `pool`;
+ * either may be NULL or have port 0, and is then not served. Request
+ * bodies are held to max_request_bytes (decompressed) and, with every
+ * other request in flight, to `budget` (never NULL). GET /v2/pjserve/node
+ * answers node_status(node_ctx) (NULL: 404, a standalone gateway). Errors
+ * name the address and the reason. */
+int pjs_gw_http_start(pjs_gw_pool *pool, const pjs_http_options *rest,
+                      const pjs_http_options *metrics, pjs_byte_budget *budget,
+                      uint64_t max_request_bytes, pjs_gateway_node_status_fn node_status,
+                      void *node_ctx, pjs_gw_http **out, pjs_error *err);
+/* Stops accepting, lets the requests in flight be answered (their worker
+ * calls finish), closes both ports and joins the proxy thread. */
+void pjs_gw_http_stop(pjs_gw_http *h);
+
+#endif
