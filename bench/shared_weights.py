@@ -188,7 +188,7 @@ def markdown(result):
     for n in sorted({r["workers"] for r in result["rows"]}):
         by = {r["store"]: r for r in result["rows"] if r["workers"] == n}
         if len(by) == 2:
-            saved = by["private"]["data_total_mib"] - by["shared"]["data_total_mib"]
+            saved = round(by["private"]["data_total_mib"] - by["shared"]["data_total_mib"]) + 0
             lines.append(f"- {n} worker{'s' if n > 1 else ''}: the store saves "
                          f"{saved:.0f} MiB of the workers' "
                          f"{by['private']['data_total_mib']:.0f} MiB of anonymous and shared "
