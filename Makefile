@@ -12,6 +12,7 @@
 #   make bench-scheduler  coalescing and fair shares on a compute-bound convnet (same doc)
 #   make bench-residency  weight loads vs size and many models under a weight budget (same doc)
 #   make bench-meta  the detector as a meta vs client-orchestrated vs Triton BLS (same doc)
+#   make bench-shared-weights  memory of 1-4 workers with and without --shared-weights (same doc)
 #   make clean
 
 JOBS ?= $(shell nproc)
@@ -19,7 +20,7 @@ FUZZ_SECONDS ?= 20
 PYTHON := .venv/bin/python
 PYTEST := $(PYTHON) -m pytest -q -p no:cacheprovider
 
-.PHONY: all bootstrap build test unit e2e models demo serve asan tsan fuzz fuzz-build fuzz-smoke clean bench bench-scheduler bench-residency bench-meta
+.PHONY: all bootstrap build test unit e2e models demo serve asan tsan fuzz fuzz-build fuzz-smoke clean bench bench-scheduler bench-residency bench-meta bench-shared-weights
 
 all: build
 
@@ -131,3 +132,9 @@ bench-residency: build
 bench-meta: build
 	scripts/bootstrap-bench pytriton plot
 	$(PYTHON) bench/meta_pipeline.py
+
+# Shared host weights: Rss and Pss of 1-4 pjserve serve workers on three 64 MiB
+# models, with private host weights and with --shared-weights on /dev/shm
+# (docs/benchmarks.md). Needs only .venv. Under a minute.
+bench-shared-weights: build
+	$(PYTHON) bench/shared_weights.py
