@@ -300,14 +300,14 @@ static int dir_lock(const pjs_wstore *s, int how, pjs_error *err)
 /* Removes what nobody holds; the directory lock is held exclusively. */
 static int sweep_locked(int dirfd, const char *dir)
 {
-    int dup_fd = dup(dirfd);
-    DIR *d = dup_fd >= 0 ? fdopendir(dup_fd) : NULL;
+    /* A descriptor of its own: a dup() would share dirfd's read position. */
+    int list_fd = openat(dirfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    DIR *d = list_fd >= 0 ? fdopendir(list_fd) : NULL;
     if (d == NULL) {
-        if (dup_fd >= 0)
-            close(dup_fd);
+        if (list_fd >= 0)
+            close(list_fd);
         return -1;
     }
-    rewinddir(d);
     int removed = 0;
     struct dirent *e;
     while ((e = readdir(d)) != NULL) {
