@@ -10,7 +10,10 @@ goes with the last one (shutdown or unload); segments of workers killed with
 SIGKILL are reclaimed by the next worker's start; a worker restarted beside a
 live one maps the same segment; a segment whose bytes, size or header were
 changed is refused by the next worker, which says why, makes a fresh copy
-and answers correctly; unsafe directories are refused at start.
+and answers correctly; a segment changed under a worker that maps it is
+refused at that worker's next load of the model (FAILED_PRECONDITION naming
+it), and a reload makes a fresh copy; unsafe directories are refused at
+start.
 
     PJSERVE_BIN=build/pjserve .venv/bin/python -m pytest -q tests/node/test_shared_weights.py
 """
@@ -283,6 +286,32 @@ def test_bad_segment_refused_and_replaced(workers, store_dir, corruption):
     assert seg.stat().st_ino != ino  # a fresh copy under the same name
     assert (str(seg), seg.stat().st_ino) in mapped_segments(fresh)
     check_answers(holder)  # its device copy was made before the damage
+
+
+def test_segment_changed_under_a_worker_refused_at_its_next_load(workers, store_dir):
+    # A budget that holds one model: each request for the other one loads it.
+    w = workers("w", store_dir, ["--device-weight-budget", "5Mi"])
+    x = np.ones((1, K), np.float32)
+    want = {m: x @ PARAMS[m]["w"] + PARAMS[m]["b"] for m in MODELS}
+    np.testing.assert_allclose(infer(w, "dense_a", x), want["dense_a"], atol=1e-4, rtol=1e-4)
+    seg = _segment_of(store_dir, w, "dense_a")
+    with open(seg, "r+b") as f:  # the file w maps, changed in place
+        f.seek(4096 + 1000)
+        b = f.read(1)
+        f.seek(4096 + 1000)
+        f.write(bytes([b[0] ^ 0x10]))
+    np.testing.assert_allclose(infer(w, "dense_b", x), want["dense_b"], atol=1e-4, rtol=1e-4)
+    with pytest.raises(pu.InferenceServerException) as e:
+        infer(w, "dense_a", x)  # evicted by dense_b: loaded again from the segment
+    assert "changed after it was checked" in str(e.value) and str(seg) in str(e.value)
+    assert "reload the model" in str(e.value)
+
+    status, _, body = pu.http_request(w.http_url, "POST", "/v2/repository/models/dense_a/load")
+    assert status == 200, body
+    np.testing.assert_allclose(infer(w, "dense_a", x), want["dense_a"], atol=1e-4, rtol=1e-4)
+    refused = [ln for ln in w.stderr_text().splitlines() if re.search(REFUSED, ln)]
+    assert len(refused) == 1 and str(seg) in refused[0], refused
+    np.testing.assert_allclose(infer(w, "dense_b", x), want["dense_b"], atol=1e-4, rtol=1e-4)
 
 
 def test_unsafe_directories_refused(pjserve_bin, plugin, repository, cache_dir, tmp_path):
