@@ -107,5 +107,6 @@ int pjs_cmd_check(int argc, char **argv);
 int pjs_cmd_info(int argc, char **argv);
 int pjs_cmd_serve(int argc, char **argv);
 int pjs_cmd_node(int argc, char **argv);
+int pjs_cmd_gateway(int argc, char **argv);
 
 #endif

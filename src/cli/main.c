@@ -20,6 +20,8 @@ static const char usage[] =
     "  node --model-repository DIR [--workers N | --devices auto|LIST]\n"
     "                  one serve worker process per device, supervised and\n"
     "                  restarted, behind one endpoint (docs/node.md)\n"
+    "  gateway --worker ADDR ...\n"
+    "                  one KServe V2 endpoint over pjserve workers (docs/node.md)\n"
     "  run BUNDLE --input NAME=FILE.npy ... --output-dir DIR\n"
     "                  load, compile and execute a bundle once; write outputs as .npy\n"
     "  check BUNDLE... validate and compile bundles; report what was found\n"
@@ -63,6 +65,8 @@ int main(int argc, char **argv)
         return pjs_cmd_serve(argc - 1, argv + 1);
     if (strcmp(cmd, "node") == 0)
         return pjs_cmd_node(argc - 1, argv + 1);
+    if (strcmp(cmd, "gateway") == 0)
+        return pjs_cmd_gateway(argc - 1, argv + 1);
     if (strcmp(cmd, "run") == 0)
         return pjs_cmd_run(argc - 1, argv + 1);
     if (strcmp(cmd, "check") == 0)

@@ -37,6 +37,8 @@
 #include "grpc_service.pb-c.h"
 
 #define PLACEMENT_EVERY_MS 5000
+/* Device seconds per second counted for a model with no traffic. */
+#define IDLE_MODEL_COST 1e-6
 /* Sequences remembered at once; the oldest pin of a slot window goes first. */
 #define SEQUENCE_SLOTS 4096
 #define SEQUENCE_WINDOW 8
@@ -343,15 +345,11 @@ int pjs_gw_pool_pick(pjs_gw_pool *p, const char *model, const char *sequence_key
     pthread_mutex_lock(&p->lock);
     uint64_t now = now_ms();
     model_entry *e = find_model(p, model);
-    if (e == NULL || e->holders == 0) {
-        pthread_mutex_unlock(&p->lock);
-        return pjs_error_set(err, PJS_ERR_NOT_FOUND, "Request for unknown model: '%s' is not found",
-                             model),
-               -1;
-    }
     uint64_t up = available_mask(p, now) & ~tried;
-    uint64_t candidates = e->holders & up;
-    if (p->o.routing == PJS_GW_LPT_PACKING && (candidates & e->placed) != 0)
+    /* A model no worker held at the last probe goes to any worker: it may
+     * have been loaded since, and if not the worker says it is unknown. */
+    uint64_t candidates = e != NULL && e->holders != 0 ? e->holders & up : up;
+    if (e != NULL && p->o.routing == PJS_GW_LPT_PACKING && (candidates & e->placed) != 0)
         candidates &= e->placed;
     if (candidates == 0) {
         pthread_mutex_unlock(&p->lock);
@@ -504,9 +502,13 @@ static void record_probe(pjs_gw_pool *p, size_t i, int rc, char **names, size_t 
 {
     worker *w = &p->w[i];
     if (rc == 0) {
-        if (w->state != PJS_GW_WORKER_READY)
+        if (w->state != PJS_GW_WORKER_READY) {
             pjs_info("gateway: worker %zu (gRPC %s, HTTP %s) is ready with %zu models", i,
                      w->addr.grpc, w->addr.http, n);
+            /* Back from unhealthy (often a restarted process): a clean slate. */
+            w->breaker_open = false;
+            w->forward_failures = 0;
+        }
         w->state = PJS_GW_WORKER_READY;
         w->probe_failures = 0;
         free_names(w->models, w->n_models);
@@ -569,8 +571,10 @@ static void rebalance(pjs_gw_pool *p, double seconds)
     uint64_t *current = calloc(n ? n : 1, sizeof *current);
     uint64_t *proposed = calloc(n ? n : 1, sizeof *proposed);
     if (cost != NULL && current != NULL && proposed != NULL) {
+        /* A floor under every cost, so models with no traffic measured
+         * yet are spread by count rather than piled on one worker. */
         for (size_t k = 0; k < n; k++) {
-            cost[k] = p->models[k].cost;
+            cost[k] = p->models[k].cost + IDLE_MODEL_COST;
             current[k] = p->models[k].placed;
         }
         pjs_gw_lpt_place(cost, n, p->n, p->o.lpt_devices_per_model, proposed);

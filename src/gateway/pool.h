@@ -91,10 +91,11 @@ grpc_channel *pjs_gw_pool_channel(const pjs_gw_pool *p, size_t i);
 const char *pjs_gw_pool_worker_token(const pjs_gw_pool *p);
 
 /* The worker to forward one request for `model` to, never one in `tried`
- * (bit i: worker i), counted in flight until pjs_gw_pool_done. -1 with
- * err NOT_FOUND ("Request for unknown model: 'NAME' is not found") when no
- * worker holds the model, UNAVAILABLE when none that does is available.
- * `sequence_key` (may be NULL) pins a sequence to one worker. */
+ * (bit i: worker i), counted in flight until pjs_gw_pool_done: one holding
+ * the model, or any available worker when none held it at the last probe
+ * (it may have been loaded since; if not, the worker answers NOT_FOUND).
+ * -1 with err UNAVAILABLE when no such worker is available. `sequence_key`
+ * (may be NULL) pins a sequence to one worker. */
 int pjs_gw_pool_pick(pjs_gw_pool *p, const char *model, const char *sequence_key, uint64_t tried,
                      pjs_error *err);
 /* Any available worker (server-wide calls: metadata, index), or -1 with

@@ -320,29 +320,37 @@ static bool upstream_unary(proxy_call *p, upstream *u)
     return ok;
 }
 
-/* Whether a failed call provably never reached its worker: the channel
- * could not connect, so nothing was sent. */
-static bool never_sent(const upstream *u)
+static bool details_contain(const upstream *u, const char *phrase)
 {
-    if (u->status != GRPC_STATUS_UNAVAILABLE || u->initial.count != 0)
-        return false;
     const char *d = (const char *)GRPC_SLICE_START_PTR(u->details);
-    size_t n = GRPC_SLICE_LENGTH(u->details);
-    static const char connect[] = "failed to connect";
-    for (size_t i = 0; i + sizeof connect - 1 <= n; i++)
-        if (strncasecmp(d + i, connect, sizeof connect - 1) == 0)
+    size_t n = GRPC_SLICE_LENGTH(u->details), k = strlen(phrase);
+    for (size_t i = 0; i + k <= n; i++)
+        if (strncasecmp(d + i, phrase, k) == 0)
             return true;
     return false;
 }
 
+/* How a call to a worker went, from its status. A worker's own answers
+ * (UNAVAILABLE for an unloaded model, DEADLINE_EXCEEDED for a request it
+ * dropped) are answers; only the gRPC library's words for a connection
+ * that could not be made (nothing was sent) or that failed under the call
+ * are not. */
 static pjs_grpc_proxy_outcome outcome_of(const upstream *u)
 {
-    if (never_sent(u))
+    static const char *const transport[] = {
+        "Socket closed",  "Connection reset", "Broken pipe",       "GOAWAY",
+        "Stream removed", "keepalive",        "Transport closed",  "recvmsg",
+        "sendmsg",        "Connection refused", "Endpoint closing",
+    };
+    if (u->status == GRPC_STATUS_OK)
+        return PJS_GRPC_PROXY_ANSWERED;
+    if (u->status == GRPC_STATUS_UNAVAILABLE && details_contain(u, "failed to connect"))
         return PJS_GRPC_PROXY_NOT_SENT;
-    if ((u->status == GRPC_STATUS_UNAVAILABLE || u->status == GRPC_STATUS_DEADLINE_EXCEEDED ||
-         u->status == GRPC_STATUS_CANCELLED) &&
-        u->initial.count == 0 && u->response == NULL)
-        return PJS_GRPC_PROXY_BROKEN;
+    if (u->status == GRPC_STATUS_DEADLINE_EXCEEDED)
+        return PJS_GRPC_PROXY_ANSWERED; /* the client's deadline: no fault of the worker's */
+    for (size_t i = 0; i < sizeof transport / sizeof transport[0]; i++)
+        if (details_contain(u, transport[i]))
+            return PJS_GRPC_PROXY_BROKEN;
     return PJS_GRPC_PROXY_ANSWERED;
 }
 

@@ -1,0 +1,67 @@
+"""Gateway test helpers: a `pjserve gateway` process and a cluster of
+workers behind one."""
+
+import os
+import subprocess
+from pathlib import Path
+from typing import List
+
+from protocol_util import ServerProcess, finish_checked, free_ports
+
+
+class GatewayProcess(ServerProcess):
+    """`pjserve gateway` over the given workers; ready when its REST
+    readiness answers 200 (some worker ready)."""
+
+    def __init__(self, binary, workers: List[ServerProcess], workdir: Path,
+                 extra_args=(), name="gateway"):
+        super().__init__(binary, Path("/nonexistent"), Path("/nonexistent"), Path("/nonexistent"),
+                         workdir, extra_args, name)
+        self.workers = workers
+
+    def start(self, ready_timeout: float = 60):
+        self.http_port, self.grpc_port, self.metrics_port = free_ports(3)
+        self.argv = [str(self.binary), "gateway", "--host", "127.0.0.1",
+                     "--http-port", str(self.http_port),
+                     "--grpc-port", str(self.grpc_port),
+                     "--metrics-port", str(self.metrics_port)]
+        for w in self.workers:
+            self.argv += ["--worker", f"grpc={w.grpc_url},http={w.http_url}"]
+        self.argv += self.extra_args
+        env = dict(os.environ)
+        env.setdefault("PJSERVE_LOG_LEVEL", "info")
+        with open(self.stdout_path, "wb") as out, open(self.stderr_path, "wb") as err:
+            self.proc = subprocess.Popen(self.argv, stdout=out, stderr=err, env=env,
+                                         stdin=subprocess.DEVNULL)
+        self.wait_ready(ready_timeout)
+        return self
+
+
+class Cluster:
+    """Workers and the gateway in front of them."""
+
+    def __init__(self, workers, gateway):
+        self.workers = workers
+        self.gateway = gateway
+
+    def describe(self) -> str:
+        return "\n\n".join(p.describe() for p in [self.gateway] + self.workers)
+
+
+def finish_cluster(c: Cluster, expected_errors=()):
+    """Stops the gateway, then the workers, each checked like a server."""
+    finish_checked(c.gateway, expected_errors)
+    for w in c.workers:
+        if w.alive():
+            finish_checked(w, expected_errors)
+
+
+def restart_same_ports(w: ServerProcess, ready_timeout: float = 120):
+    """Starts a stopped worker again with its command line (its ports), as
+    `pjserve node` restarts one."""
+    env = dict(os.environ)
+    env.setdefault("PJSERVE_LOG_LEVEL", "info")
+    with open(w.stderr_path, "ab") as err, open(w.stdout_path, "ab") as out:
+        w.proc = subprocess.Popen(w.argv, stdout=out, stderr=err, env=env,
+                                  stdin=subprocess.DEVNULL)
+    w.wait_ready(ready_timeout)
