@@ -41,9 +41,10 @@ unit: build
 
 # End-to-end (pjserve run vs JAX), protocol (pjserve serve vs tritonclient) and
 # deployment (deploy/: manifests, Dockerfile; plain build only) tests.
-PYTESTS := tests/e2e tests/protocol tests/deploy
+PYTESTS := tests/e2e tests/protocol tests/deploy tests/node
 # The sanitizer builds skip the hostile-client suite (bombs and floods: heavy,
-# and its memory bounds are the plain build's).
+# and its memory bounds are the plain build's) and the node's (worker processes
+# killed, stopped and restarted: fault injection runs once, in the plain build).
 SANITIZER_PYTESTS := tests/e2e tests/protocol --ignore=tests/protocol/hostile
 
 e2e: build

@@ -90,8 +90,9 @@ static const char help[] =
     "  --http-max-connections --http-max-connections-per-ip --http-*-timeout-s\n"
     "  --max-request-bytes --max-inflight-request-bytes (these two: workers too)\n"
     "\n"
-    "every other flag of 'pjserve serve' (model control, weights, shared memory,\n"
-    "scheduler, meta models, --config, plugin and cache) goes to every worker.\n"
+    "every other flag of 'pjserve serve' (model control, weights, shared weights,\n"
+    "client shared memory, scheduler, meta models, --config, plugin and cache)\n"
+    "goes to every worker.\n"
     "\n"
     "examples:\n"
     "  pjserve node --model-repository models                # one worker\n"
@@ -150,6 +151,8 @@ static const struct serve_flag {
     {"max-pending-loads", required_argument, TO_WORKERS},
     {"device-weight-budget", required_argument, TO_WORKERS},
     {"weight-fraction", required_argument, TO_WORKERS},
+    {"shared-weights", required_argument, TO_WORKERS},
+    {"shared-weights-group", required_argument, TO_WORKERS},
     {"max-request-bytes", required_argument, TO_BOTH},
     {"max-inflight-request-bytes", required_argument, TO_BOTH},
     {"max-shm-regions", required_argument, TO_WORKERS},

@@ -495,12 +495,16 @@ static bool probe_once(worker *w, unsigned *misses)
         set_state(w, PJS_NODE_READY);
         return true;
     }
-    if (w->ready_since < 0)
-        return true; /* still starting: its ports open once its repository is loaded */
+    /* Still starting: its ports open once its repository is loaded, so a
+     * refused connection is expected; one accepted and not answered is
+     * not (a hung or stopped worker). */
+    if (w->ready_since < 0 && err.code == PJS_ERR_UNAVAILABLE)
+        return true;
     (*misses)++;
     pjs_warn("worker %zu (%s) pid %d: health probe %u of %u failed: %s", w->id, w->device,
              (int)w->pid, *misses, n->o.unhealthy_after, err.msg);
-    set_state(w, PJS_NODE_UNHEALTHY);
+    if (w->ready_since >= 0)
+        set_state(w, PJS_NODE_UNHEALTHY);
     return *misses < n->o.unhealthy_after;
 }
 
