@@ -52,6 +52,8 @@
 #define METRICS_MAX_BYTES ((size_t)256 << 20)
 /* Connections the multi handle keeps open, in all. */
 #define KEPT_CONNECTIONS 256L
+/* Longest "host:port" of a worker (as pjs_gw_worker_addr holds them). */
+#define HOST_PORT_MAX 280
 /* Longest forwarded URL and sequence key. */
 #define URL_MAX_BYTES 8192
 #define SEQUENCE_KEY_MAX 128
@@ -67,6 +69,8 @@ struct pjs_gw_http {
     pthread_mutex_t lock;
     struct transfer *queued; /* guarded by lock: transfers for the proxy thread to start */
     bool stop;               /* guarded by lock */
+    /* Each worker's metrics address; "" while not known. Guarded by lock. */
+    char (*metrics_addr)[HOST_PORT_MAX];
     atomic_uint_fast64_t retries; /* transfers sent again to another worker */
 };
 
@@ -165,9 +169,16 @@ static size_t on_answer_header(char *line, size_t size, size_t n, void *arg)
 static int transfer_aim(transfer *t, int worker, pjs_error *err)
 {
     job *j = t->job;
-    const pjs_gw_worker_addr *addr = pjs_gw_pool_addr(j->h->pool, (size_t)worker);
+    pjs_gw_http *h = j->h;
     char url[URL_MAX_BYTES + 300];
-    snprintf(url, sizeof url, "http://%s%s", addr->http, j->path);
+    if (j->kind == JOB_METRICS) {
+        pthread_mutex_lock(&h->lock);
+        snprintf(url, sizeof url, "http://%s%s", h->metrics_addr[worker], j->path);
+        pthread_mutex_unlock(&h->lock);
+    } else {
+        snprintf(url, sizeof url, "http://%s%s", pjs_gw_pool_addr(h->pool, (size_t)worker)->http,
+                 j->path);
+    }
     t->worker = worker;
     t->status = 0;
     t->content_type = NULL;
@@ -424,13 +435,25 @@ static void forward(pjs__http_call *c, const pjs__http_path *p, const char *mode
     job_start(j, &worker, true);
 }
 
+/* The available workers whose metrics address is known. */
+static uint64_t scrapable(pjs_gw_http *h)
+{
+    uint64_t mask = pjs_gw_pool_available(h->pool);
+    pthread_mutex_lock(&h->lock);
+    for (size_t i = 0; i < pjs_gw_pool_size(h->pool); i++)
+        if (h->metrics_addr[i][0] == '\0')
+            mask &= ~((uint64_t)1 << i);
+    pthread_mutex_unlock(&h->lock);
+    return mask;
+}
+
 /* Sends the call to every available worker, to be answered by `kind`. */
 static void to_every_worker(pjs__http_call *c, const pjs__http_path *p, job_kind kind)
 {
     pjs_gw_http *h = c->fe->routes_ctx;
     if (!body_ready(c))
         return;
-    uint64_t available = pjs_gw_pool_available(h->pool);
+    uint64_t available = kind == JOB_METRICS ? scrapable(h) : pjs_gw_pool_available(h->pool);
     int workers[PJS_GW_MAX_WORKERS];
     size_t n = 0;
     for (int i = 0; i < PJS_GW_MAX_WORKERS; i++)
@@ -860,7 +883,7 @@ static void route_metrics(pjs__http_call *c)
     if (!pjs__http_method_ok(c, "GET"))
         return;
     pjs_gw_http *h = c->fe->routes_ctx;
-    if (pjs_gw_pool_available(h->pool) != 0) {
+    if (scrapable(h) != 0) {
         to_every_worker(c, &p, JOB_METRICS);
         return;
     }
@@ -912,6 +935,7 @@ static void proxy_free(pjs_gw_http *h)
 {
     if (h->multi != NULL)
         curl_multi_cleanup(h->multi);
+    free(h->metrics_addr);
     pthread_mutex_destroy(&h->lock);
     free(h);
 }
@@ -948,7 +972,9 @@ int pjs_gw_http_start(pjs_gw_pool *pool, const pjs_http_options *rest,
     pthread_mutex_init(&h->lock, NULL);
     atomic_init(&h->retries, 0);
     h->multi = curl_multi_init();
-    if (h->multi == NULL) {
+    size_t n = pjs_gw_pool_size(pool);
+    h->metrics_addr = calloc(n ? n : 1, sizeof *h->metrics_addr);
+    if (h->multi == NULL || h->metrics_addr == NULL) {
         proxy_free(h);
         return pjs_error_set(err, PJS_ERR_NOMEM, "out of memory starting the HTTP proxy");
     }
@@ -970,6 +996,19 @@ int pjs_gw_http_start(pjs_gw_pool *pool, const pjs_http_options *rest,
         return rc;
     }
     *out = h;
+    return 0;
+}
+
+int pjs_gw_http_set_worker_metrics(pjs_gw_http *h, size_t i, const char *host_port,
+                                   pjs_error *err)
+{
+    if (i >= pjs_gw_pool_size(h->pool) || strlen(host_port) >= sizeof h->metrics_addr[i])
+        return pjs_error_set(err, PJS_ERR_INVALID_ARGUMENT,
+                             "worker %zu metrics address %.64s: no such worker or too long", i,
+                             host_port);
+    pthread_mutex_lock(&h->lock);
+    snprintf(h->metrics_addr[i], sizeof h->metrics_addr[i], "%s", host_port);
+    pthread_mutex_unlock(&h->lock);
     return 0;
 }
 

@@ -39,6 +39,12 @@ int pjs_gw_http_start(pjs_gw_pool *pool, const pjs_http_options *rest,
                       const pjs_http_options *metrics, pjs_byte_budget *budget,
                       uint64_t max_request_bytes, pjs_gateway_node_status_fn node_status,
                       void *node_ctx, pjs_gw_http **out, pjs_error *err);
+/* Where worker i serves its Prometheus metrics ("host:port", its
+ * --metrics-port); /metrics merges the workers set here, each sample with
+ * worker="i", before the gateway's own series. Until set, worker i's
+ * samples are left out. Any thread, any time. */
+int pjs_gw_http_set_worker_metrics(pjs_gw_http *h, size_t i, const char *host_port,
+                                   pjs_error *err);
 /* Stops accepting, lets the requests in flight be answered (their worker
  * calls finish), closes both ports and joins the proxy thread. */
 void pjs_gw_http_stop(pjs_gw_http *h);

@@ -1,0 +1,236 @@
+"""`pjserve gateway` over HTTP/REST and metrics: two real `pjserve serve`
+workers behind one gateway, driven with tritonclient.http and raw requests.
+
+Checked: inference through the gateway equals direct inference on a worker
+and the JAX reference (binary and JSON tensors); round-robin spreads a
+model's requests over the workers (each worker's own statistics); requests
+of one sequence_id stay on one worker; an unknown model gets Triton's words
+with 404; the health bodies; metadata, config and statistics (merged over
+the workers); the repository index lists each model once; loads and unloads
+reach every worker, and a load one worker refuses is an error naming it;
+admin calls need the gateway's own token and reach the workers with theirs;
+/metrics carries every worker's samples under a worker label (each family's
+TYPE once) and the gateway's own series; the node status is 404 in a
+standalone gateway; CUDA shared memory is answered as serve does; a worker
+killed with SIGKILL leaves every later request answered by the other, and
+with none left readiness is 503 and requests are 503.
+"""
+
+import os
+import re
+import time
+
+import numpy as np
+import pytest
+import tritonclient.http as httpclient
+from tritonclient.utils import InferenceServerException
+
+from gateway_util import finish_cluster
+from protocol_util import http_infer_case, http_json, http_request, parse_metrics, scrape
+
+UNKNOWN = "Request for unknown model: 'nope' is not found"
+
+
+def client_for(p):
+    return httpclient.InferenceServerClient(p.http_url, network_timeout=60,
+                                            connection_timeout=60)
+
+
+def inference_count(w, model: str) -> int:
+    status, doc, _ = http_json(w.http_url, "GET", f"/v2/models/{model}/stats")
+    assert status == 200, doc
+    return doc["model_stats"][0]["inference_count"]
+
+
+def counts(cluster, model: str):
+    return [inference_count(w, model) for w in cluster.workers]
+
+
+def wait_for(predicate, timeout: float, what: str, describe):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.1)
+    pytest.fail(f"{what} within {timeout} s\n{describe()}", pytrace=False)
+
+
+def infer_body(case, sequence_id=None) -> dict:
+    """A JSON-tensor inference request for case."""
+    doc = {"inputs": [{"name": spec.name, "shape": list(case.inputs[spec.name].shape),
+                       "datatype": "FP32" if case.inputs[spec.name].dtype == np.float32
+                       else str(case.inputs[spec.name].dtype).upper(),
+                       "data": case.inputs[spec.name].flatten().tolist()}
+                      for spec in case.input_specs()]}
+    if sequence_id is not None:
+        doc["parameters"] = {"sequence_id": sequence_id}
+    return doc
+
+
+def test_infer_spread_documents_health_and_metrics(cluster_factory, cases):
+    c = cluster_factory()
+    g = c.gateway
+    gw = client_for(g)
+    direct = client_for(c.workers[0])
+    try:
+        assert gw.is_server_live() and gw.is_server_ready()
+        assert http_json(g.http_url, "GET", "/v2/health/live")[:2] == (200, {"live": True})
+        assert http_json(g.http_url, "GET", "/v2/health/ready")[:2] == (200, {"ready": True})
+
+        # The same answers as a worker's, and the reference's.
+        for model, n in (("mlp", 1), ("mlp", 4), ("two_io", 3)):
+            case = cases.get(model, n)
+            for binary in (True, False):
+                got, r = http_infer_case(gw, case, binary_in=binary, binary_out=binary)
+                want, _ = http_infer_case(direct, case, binary_in=binary, binary_out=binary)
+                case.check(got, f"through the gateway (binary={binary})")
+                for name in want:
+                    np.testing.assert_array_equal(got[name], want[name])
+                assert r.get_response()["model_name"] == model
+
+        # Round robin: both workers take a share of mlp's requests.
+        before = counts(c, "mlp")
+        case = cases.get("mlp", 1)
+        for _ in range(8):
+            http_infer_case(gw, case)
+        delta = [a - b for a, b in zip(counts(c, "mlp"), before)]
+        assert sum(delta) == 8 and min(delta) >= 2, f"spread over the workers: {delta}"
+
+        # One sequence stays on one worker (REST parameters.sequence_id).
+        before = counts(c, "mlp")
+        for _ in range(6):
+            status, doc, _ = http_json(g.http_url, "POST", "/v2/models/mlp/infer",
+                                       infer_body(case, sequence_id=41))
+            assert status == 200, doc
+        delta = sorted(a - b for a, b in zip(counts(c, "mlp"), before))
+        assert delta == [0, 6], f"a sequence's requests went to {delta}"
+
+        # Statistics through the gateway are the workers' summed.
+        status, doc, _ = http_json(g.http_url, "GET", "/v2/models/mlp/stats")
+        assert status == 200
+        assert doc["model_stats"][0]["inference_count"] == sum(counts(c, "mlp"))
+        status, doc, _ = http_json(g.http_url, "GET", "/v2/models/stats")
+        by_name = {s["name"]: s for s in doc["model_stats"]}
+        assert sorted(by_name) == ["mlp", "two_io"]
+        assert by_name["mlp"]["inference_count"] == sum(counts(c, "mlp"))
+        assert by_name["two_io"]["inference_count"] == sum(counts(c, "two_io"))
+
+        # Unknown model: Triton's words, 404, for inference and metadata.
+        status, doc, _ = http_json(g.http_url, "POST", "/v2/models/nope/infer",
+                                   {"inputs": []})
+        assert status == 404 and doc["error"].startswith(UNKNOWN), doc
+        with pytest.raises(InferenceServerException, match=re.escape(UNKNOWN)):
+            gw.get_model_metadata("nope")
+
+        # Documents relayed as the worker writes them.
+        assert gw.get_server_metadata() == direct.get_server_metadata()
+        assert gw.get_model_metadata("two_io") == direct.get_model_metadata("two_io")
+        assert gw.get_model_config("mlp") == direct.get_model_config("mlp")
+        assert gw.is_model_ready("mlp") and not gw.is_model_ready("nope")
+        index = gw.get_model_repository_index()
+        assert sorted(e["name"] for e in index) == ["mlp", "two_io"]
+        assert all(e["state"] == "READY" for e in index)
+
+        # Served by the gateway itself.
+        status, doc, _ = http_json(g.http_url, "GET", "/v2/pjserve/node")
+        assert status == 404 and "not under `pjserve node`" in doc["error"]
+        status, doc, _ = http_json(g.http_url, "GET", "/v2/cudasharedmemory/status")
+        assert (status, doc) == (200, [])
+        status, doc, _ = http_json(g.http_url, "GET", "/v2/nowhere")
+        assert status == 404 and "no such endpoint" in doc["error"]
+
+        # Metrics: the gateway's own series for every worker.
+        samples, _ = parse_metrics(scrape(g.metrics_url))
+        for i in ("0", "1"):
+            assert samples[("pjserve_gateway_worker_ready", frozenset({("worker", i)}))] == 1
+            assert samples[("pjserve_gateway_forwarded_total", frozenset({("worker", i)}))] > 0
+    finally:
+        gw.close()
+        direct.close()
+    finish_cluster(c)
+
+
+def write_token(path, token: str):
+    path.write_text(token + "\n")
+    os.chmod(path, 0o600)
+    return str(path)
+
+
+def test_load_unload_fan_out_with_tokens(cluster_factory, tmp_path):
+    client_token = write_token(tmp_path / "client.token", "gateway-admin-token-0123456789")
+    worker_token = write_token(tmp_path / "worker.token", "worker-admin-token-0123456789")
+    c = cluster_factory(worker_args=["--admin-token-file", worker_token],
+                        gateway_args=["--admin-token-file", client_token,
+                                      "--worker-token-file", worker_token])
+    g = c.gateway
+    admin = {"Authorization": "Bearer gateway-admin-token-0123456789"}
+
+    def post(path, headers=None):
+        status, _, body = http_request(g.http_url, "POST", path, b"", headers or {})
+        return status, body
+
+    # The client's rights are the gateway's: no token, the worker's, a wrong one.
+    status, _ = post("/v2/repository/models/mlp/unload")
+    assert status == 401
+    status, _ = post("/v2/repository/models/mlp/unload",
+                     {"Authorization": "Bearer worker-admin-token-0123456789"})
+    assert status == 403
+
+    status, body = post("/v2/repository/models/mlp/unload", admin)
+    assert status == 200, body
+    for w in c.workers:
+        assert http_request(w.http_url, "GET", "/v2/models/mlp/ready")[0] != 200
+
+    # Refused as a worker refuses it (not loaded), or as unknown once the
+    # gateway's probes no longer see it ready anywhere.
+    status, doc, _ = http_json(g.http_url, "POST", "/v2/models/mlp/infer", {"inputs": []})
+    assert (status == 503 and "is not loaded" in doc["error"]) or \
+        (status == 404 and doc["error"].startswith(
+            "Request for unknown model: 'mlp' is not found")), (status, doc)
+
+    status, body = post("/v2/repository/models/mlp/load", admin)
+    assert status == 200, body
+    for w in c.workers:
+        assert http_request(w.http_url, "GET", "/v2/models/mlp/ready")[0] == 200
+    wait_for(lambda: http_request(g.http_url, "GET", "/v2/models/mlp/ready")[0] == 200, 10,
+             "the gateway did not see mlp loaded again", c.describe)
+
+    # A load every worker refuses: the error names a worker.
+    status, body = post("/v2/repository/models/nope/load", admin)
+    assert status >= 400
+    assert re.search(r"worker \d \(127\.0\.0\.1:\d+\)", body.decode()), body
+    finish_cluster(c, expected_errors=[r"nope"])
+
+
+def test_worker_killed_then_none_left(cluster_factory, cases):
+    c = cluster_factory()
+    g = c.gateway
+    gw = client_for(g)
+    case = cases.get("mlp", 2)
+    try:
+        for _ in range(4):
+            got, _ = http_infer_case(gw, case)
+        c.workers[1].kill()
+        failed = 0
+        for i in range(20):
+            try:
+                got, _ = http_infer_case(gw, case)
+                case.check(got, f"request {i} after a worker was killed")
+            except InferenceServerException as e:
+                # Only a request on a kept-alive connection to the dead worker may fail.
+                assert e.status() == "503", e
+                failed += 1
+        assert failed <= 1, f"{failed} of 20 requests failed with one worker left"
+        assert http_json(g.http_url, "GET", "/v2/health/ready")[:2] == (200, {"ready": True})
+        index = gw.get_model_repository_index()
+        assert sorted(e["name"] for e in index) == ["mlp", "two_io"]
+
+        c.workers[0].kill()
+        wait_for(lambda: http_json(g.http_url, "GET", "/v2/health/ready")[:2] ==
+                 (503, {"ready": False}), 15, "readiness did not turn 503", c.describe)
+        status, doc, _ = http_json(g.http_url, "POST", "/v2/models/mlp/infer", infer_body(case))
+        assert status == 503, doc
+        assert http_json(g.http_url, "GET", "/v2/health/live")[:2] == (200, {"live": True})
+    finally:
+        gw.close()
+    finish_cluster(c)
