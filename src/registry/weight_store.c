@@ -281,7 +281,9 @@ static void set_mode(const pjs_wstore *s, int fd)
  * close when done, or -1 with err set. */
 static int dir_lock(const pjs_wstore *s, int how, pjs_error *err)
 {
-    int fd = openat(s->dirfd, LOCK_NAME, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, s->mode);
+    /* Read-only is enough to flock, so a group may share a lock file its
+     * members cannot write. */
+    int fd = openat(s->dirfd, LOCK_NAME, O_RDONLY | O_CREAT | O_NOFOLLOW | O_CLOEXEC, s->mode);
     if (fd < 0) {
         pjs_error_set(err, PJS_ERR_UNAVAILABLE, "shared weights: cannot open %s/" LOCK_NAME ": %s",
                       s->dir, strerror(errno));
@@ -471,9 +473,18 @@ int pjs_wstore_sweep_dir(const char *dir, pjs_error *err)
     pjs_wstore s = {.gid = (gid_t)-1, .mode = 0600};
     snprintf(s.dir, sizeof s.dir, "%s", dir);
     s.dirfd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-    if (s.dirfd < 0)
-        return pjs_error_set(err, PJS_ERR_NOT_FOUND, "shared weights: cannot open %s: %s", dir,
-                             strerror(errno));
+    struct stat st;
+    if (s.dirfd < 0 || fstat(s.dirfd, &st) != 0) {
+        int rc = pjs_error_set(err, PJS_ERR_NOT_FOUND, "shared weights: cannot open %s: %s",
+                               dir, strerror(errno));
+        if (s.dirfd >= 0)
+            close(s.dirfd);
+        return rc;
+    }
+    if (st.st_mode & S_IWGRP) { /* a group's directory: keep the lock file the group's */
+        s.mode = 0660;
+        s.gid = st.st_gid;
+    }
     int rc = sweep(&s, err);
     close(s.dirfd);
     return rc;

@@ -273,6 +273,14 @@ static void test_group_mode(void **state)
     assert_int_equal(st.st_gid, getegid());
     pjs_wstore_release(s, a);
     pjs_wstore_close(s);
+
+    /* A supervisor's sweep keeps the lock file the group's. */
+    pjs_error err = {0};
+    assert_int_equal(pjs_wstore_sweep_dir(dir, &err), 0);
+    char lock[256];
+    snprintf(lock, sizeof lock, "%s/.lock", dir);
+    assert_int_equal(stat(lock, &st), 0);
+    assert_int_equal(st.st_mode & 07777, 0660);
 }
 
 static void test_fill_error_returned_and_nothing_left(void **state)
