@@ -249,7 +249,7 @@ def test_killed_workers_segments_reclaimed_and_reused_across_a_restart(workers, 
                                atol=1e-4, rtol=1e-4)
 
 
-def _segment_of(store, worker, model_name):
+def _segment_of(worker, model_name):
     """The segment file holding `model_name`'s weights, from the worker's log."""
     m = re.search(rf"model {model_name}: host weights (?:written to|shared from) (\S+\.weights)",
                   worker.stderr_text())
@@ -263,7 +263,7 @@ REFUSED = r"shared weights segment .* refused"
 @pytest.mark.parametrize("corruption", ["bytes", "size", "hash"])
 def test_bad_segment_refused_and_replaced(workers, store_dir, corruption):
     holder = workers("holder", store_dir)  # keeps the segments from being swept
-    seg = _segment_of(store_dir, holder, "dense_a")
+    seg = _segment_of(holder, "dense_a")
     ino = seg.stat().st_ino
     with open(seg, "r+b") as f:
         if corruption == "bytes":  # one weight byte, past the 4 KiB header
@@ -294,7 +294,7 @@ def test_segment_changed_under_a_worker_refused_at_its_next_load(workers, store_
     x = np.ones((1, K), np.float32)
     want = {m: x @ PARAMS[m]["w"] + PARAMS[m]["b"] for m in MODELS}
     np.testing.assert_allclose(infer(w, "dense_a", x), want["dense_a"], atol=1e-4, rtol=1e-4)
-    seg = _segment_of(store_dir, w, "dense_a")
+    seg = _segment_of(w, "dense_a")
     with open(seg, "r+b") as f:  # the file w maps, changed in place
         f.seek(4096 + 1000)
         b = f.read(1)
