@@ -18,6 +18,7 @@
 #include <getopt.h>
 #include <limits.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,10 +26,14 @@
 #include <unistd.h>
 
 #include "cli/cli.h"
+#include "core/file_limit.h"
 #include "core/log.h"
+#include "gateway/gateway.h"
 #include "node/node.h"
 #include "node/setup.h"
 #include "runtime/cpu_threads.h"
+#include "server/config.h"
+#include "server/server.h"
 
 static const char help[] =
     "usage: pjserve node --model-repository DIR [--workers N | --devices auto|LIST]\n"
@@ -659,6 +664,142 @@ static void plan_cleanup(node_plan *p)
     }
 }
 
+/* ---- the gateway (more than one worker) ---------------------------------------- */
+
+/* What the gateway's callbacks reach: the gateway and, once started, the
+ * node. */
+typedef struct node_gateway {
+    pjs_gateway *gw;
+    _Atomic(pjs_node *) node;
+    pjs_access *access;
+} node_gateway;
+
+static char *gateway_node_status(void *ctx)
+{
+    node_gateway *g = ctx;
+    pjs_node *n = atomic_load(&g->node);
+    return n != NULL ? pjs_node_status_json(n) : strdup("{\"routing\": null, \"workers\": []}");
+}
+
+static char **gateway_models(void *ctx, size_t worker, size_t *n)
+{
+    node_gateway *g = ctx;
+    return pjs_gw_pool_models(pjs_gateway_pool(g->gw), worker, n);
+}
+
+static void gateway_restarted(void *ctx, size_t worker)
+{
+    node_gateway *g = ctx;
+    (void)worker;
+    pjs_gw_pool_probe_now(pjs_gateway_pool(g->gw));
+}
+
+/* The public flags the gateway does not apply (yet): said once, not
+ * silently dropped. */
+static void warn_unapplied(const node_args *a)
+{
+    static const char *const applied[] = {
+        "host", "grpc-port", "http-port", "metrics-port", "grpc-host", "http-host",
+        "metrics-host", "grpc-tls-cert", "grpc-tls-key", "grpc-tls-ca", "http-tls-cert",
+        "http-tls-key", "http-tls-ca", "admin-token-file", "infer-token-file",
+        "grpc-threads", "http-threads", "max-request-bytes", "max-inflight-request-bytes"};
+    for (size_t i = 0; i < a->n_given; i++) {
+        if (a->given[i].flag->place == TO_WORKERS)
+            continue;
+        bool known = false;
+        for (size_t k = 0; k < sizeof applied / sizeof applied[0] && !known; k++)
+            known = strcmp(applied[k], a->given[i].flag->name) == 0;
+        if (!known)
+            pjs_warn("--%s: the node's gateway does not apply it yet (its defaults hold)",
+                     a->given[i].flag->name);
+    }
+}
+
+static int public_port(const node_args *a, const char *name, int dflt, int *out)
+{
+    const char *v = given_value(a, name);
+    long port = dflt;
+    if (v != NULL && parse_long(name, v, 0, 65535, &port) != 0)
+        return PJS_EXIT_USAGE;
+    *out = (int)port;
+    return 0;
+}
+
+static int public_bytes(const node_args *a, const char *name, uint64_t dflt, uint64_t *out)
+{
+    const char *v = given_value(a, name);
+    *out = dflt;
+    if (v != NULL && (!pjs_server_config_parse_bytes(v, out) || *out == 0))
+        return pjs_cli_usage_error("node", "--%s %s: expected a number of bytes, optionally "
+                                           "followed by K, M, G or Ki, Mi, Gi and B",
+                                   name, v);
+    return 0;
+}
+
+/* Fills the gateway's options from the public flags. */
+static int gateway_options(const node_args *a, const node_plan *p, pjs_gw_worker_addr *addrs,
+                           node_gateway *ng, pjs_gateway_options *o)
+{
+    memset(o, 0, sizeof *o);
+    for (size_t i = 0; i < p->n_workers; i++) {
+        snprintf(addrs[i].grpc, sizeof addrs[i].grpc, "127.0.0.1:%d", p->workers[i].grpc_port);
+        snprintf(addrs[i].http, sizeof addrs[i].http, "127.0.0.1:%d", p->workers[i].http_port);
+    }
+    o->pool.workers = addrs;
+    o->pool.n_workers = p->n_workers;
+    pjs_gw_routing_parse(a->routing, &o->pool.routing);
+    o->pool.lpt_devices_per_model = (unsigned)a->lpt_k;
+    o->pool.worker_token = p->token;
+    const char *host = given_value(a, "host") ? given_value(a, "host") : "0.0.0.0";
+    int rc = public_port(a, "grpc-port", 8001, &o->grpc.port);
+    if (rc == 0)
+        rc = public_port(a, "http-port", 8000, &o->http.port);
+    if (rc == 0)
+        rc = public_port(a, "metrics-port", 8002, &o->metrics.port);
+    if (rc == 0)
+        rc = public_bytes(a, "max-request-bytes", PJS_DEFAULT_MAX_REQUEST_BYTES,
+                          &o->max_request_bytes);
+    if (rc == 0)
+        rc = public_bytes(a, "max-inflight-request-bytes", 4 * o->max_request_bytes,
+                          &o->max_inflight_request_bytes);
+    long threads = 0;
+    if (rc == 0 && given_value(a, "grpc-threads") != NULL)
+        rc = parse_long("grpc-threads", given_value(a, "grpc-threads"), 1, 256, &threads);
+    o->grpc.threads = (int)threads;
+    threads = 0;
+    if (rc == 0 && given_value(a, "http-threads") != NULL)
+        rc = parse_long("http-threads", given_value(a, "http-threads"), 1, 256, &threads);
+    o->http.threads = (int)threads;
+    if (rc != 0)
+        return rc;
+    pjs_error err;
+    if (pjs_access_create(given_value(a, "admin-token-file"), given_value(a, "infer-token-file"),
+                          &ng->access, &err) != 0)
+        return pjs_cli_fail("%s", err.msg);
+    pjs_file_limit files;
+    pjs_file_limit_raise(&files);
+    o->grpc.host = given_value(a, "grpc-host") ? given_value(a, "grpc-host") : host;
+    o->grpc.tls_cert = given_value(a, "grpc-tls-cert");
+    o->grpc.tls_key = given_value(a, "grpc-tls-key");
+    o->grpc.tls_ca = given_value(a, "grpc-tls-ca");
+    o->grpc.max_concurrent_streams = 128;
+    o->grpc.max_connection_idle_ms = 300000;
+    o->grpc.handshake_timeout_ms = 10000;
+    o->grpc.fd_share = (int)files.grpc_share;
+    o->grpc.access = ng->access;
+    o->http.host = given_value(a, "http-host") ? given_value(a, "http-host") : host;
+    o->metrics.host = given_value(a, "metrics-host") ? given_value(a, "metrics-host") : host;
+    o->http.tls_cert = o->metrics.tls_cert = given_value(a, "http-tls-cert");
+    o->http.tls_key = o->metrics.tls_key = given_value(a, "http-tls-key");
+    o->http.tls_ca = o->metrics.tls_ca = given_value(a, "http-tls-ca");
+    o->http.access = o->metrics.access = ng->access;
+    o->metrics.threads = 1;
+    o->node_status = gateway_node_status;
+    o->node_ctx = ng;
+    warn_unapplied(a);
+    return PJS_EXIT_OK;
+}
+
 /* ---- running ------------------------------------------------------------------ */
 
 static int run(const node_args *a, node_plan *p, const sigset_t *stop_signals)
@@ -693,29 +834,54 @@ static int run(const node_args *a, node_plan *p, const sigset_t *stop_signals)
     pjs_node_restart_policy_init(&o.restart);
     o.restart.max_restarts = (unsigned)a->max_restarts;
     o.restart.window_ms = (unsigned)a->restart_window_s * 1000;
+
+    static node_gateway ng;
+    static pjs_gw_worker_addr addrs[PJS_NODE_MAX_WORKERS];
+    pjs_error err;
+    char where[320];
+    snprintf(where, sizeof where, "%s", p->workers[0].http);
     if (p->n_workers > 1) {
-        free(probe_token);
-        return pjs_cli_fail("more than one worker needs the gateway, which this build does "
-                            "not have yet: run with --workers 1");
+        pjs_gateway_options go;
+        int rc = gateway_options(a, p, addrs, &ng, &go);
+        if (rc == PJS_EXIT_OK && pjs_gateway_start(&go, &ng.gw, &err) != 0)
+            rc = pjs_cli_fail("gateway: %s", err.msg);
+        if (rc != PJS_EXIT_OK) {
+            pjs_access_destroy(ng.access);
+            return rc;
+        }
+        pjs_info("gateway: gRPC %s:%d, HTTP %s:%d, metrics %s:%d over %zu workers (%s)",
+                 go.grpc.host, go.grpc.port, go.http.host, go.http.port, go.metrics.host,
+                 go.metrics.port, p->n_workers, a->routing);
+        snprintf(where, sizeof where, "%s:%d", go.http.host, go.http.port);
+        o.models = gateway_models;
+        o.restarted = gateway_restarted;
+        o.ctx = &ng;
     }
     pjs_node *node = NULL;
-    pjs_error err;
-    if (pjs_node_start(&o, &node, &err) != 0) {
-        free(probe_token);
-        return pjs_cli_fail("%s", err.msg);
+    int rc = PJS_EXIT_OK;
+    if (pjs_node_start(&o, &node, &err) != 0)
+        rc = pjs_cli_fail("%s", err.msg);
+    if (rc == PJS_EXIT_OK) {
+        atomic_store(&ng.node, node);
+        pjs_info("node: supervising %zu worker%s (status: GET /v2/pjserve/node on %s; ctrl-c "
+                 "stops)",
+                 p->n_workers, p->n_workers == 1 ? "" : "s", where);
+        int sig = 0;
+        rc = pjs_node_run(node, stop_signals, &sig);
+        if (rc == 0)
+            pjs_info("%s received: draining every worker, then stopping",
+                     sig == SIGINT ? "SIGINT" : "SIGTERM");
+        else
+            pjs_info("stopping the workers");
     }
-    pjs_info("node: supervising %zu worker%s (status: GET /v2/pjserve/node on %s; ctrl-c "
-             "stops)",
-             p->n_workers, p->n_workers == 1 ? "" : "s", p->workers[0].http);
-    int sig = 0;
-    int rc = pjs_node_run(node, stop_signals, &sig);
-    if (rc == 0)
-        pjs_info("%s received: draining every worker, then stopping",
-                 sig == SIGINT ? "SIGINT" : "SIGTERM");
-    else
-        pjs_info("stopping the workers");
+    /* The gateway first: it refuses new requests and lets those in flight
+     * finish on the workers, which then drain and stop. */
+    if (ng.gw != NULL)
+        pjs_gateway_stop(ng.gw);
+    atomic_store(&ng.node, NULL);
     pjs_node_stop(node);
     pjs_node_destroy(node);
+    pjs_access_destroy(ng.access);
     free(probe_token);
     if (rc == 0)
         pjs_info("node stopped");

@@ -1,0 +1,108 @@
+"""`pjserve node --workers 2`: the gateway in the node serves the public
+ports over two CPU workers on private loopback ports; both are ready in
+/v2/pjserve/node; a worker killed with SIGKILL under load from 8 client
+threads costs at most the requests in flight on it (UNAVAILABLE), never a
+wrong answer, while the other serves throughout; SIGTERM drains and exits 0.
+
+    PJSERVE_BIN=build/pjserve .venv/bin/python -m pytest -q tests/node/test_node_workers.py
+"""
+
+import os
+import signal
+import stat
+import threading
+import time
+
+from node_util import parent_of, process_alive
+from protocol_util import finish_checked, grpc_code, grpc_infer_case, http_infer_case, run_threads
+
+import tritonclient.grpc as grpcclient
+import tritonclient.http as httpclient
+from tritonclient.utils import InferenceServerException
+
+
+def test_two_workers_behind_the_gateway(node_factory, cases):
+    node = node_factory(["--workers", "2"])
+    # Models come from the gateway's pool, which probes on its own clock.
+    node.wait_for("models of both workers in /v2/pjserve/node",
+                  lambda: all(w["models"] for w in node.status()["workers"]))
+    doc = node.status()
+    assert doc["routing"] == "round_robin"
+    assert [w["id"] for w in doc["workers"]] == [0, 1]
+    for w in doc["workers"]:
+        assert w["state"] == "ready" and w["restarts"] == 0
+        assert sorted(w["models"]) == ["mlp", "two_io"]
+        assert w["grpc"].startswith("127.0.0.1:") and w["http"].startswith("127.0.0.1:")
+        assert parent_of(w["pid"]) == node.proc.pid
+    assert doc["workers"][0]["device"] == "cpu:0" and doc["workers"][1]["device"] == "cpu:1"
+    # The workers' admin token: private to the node's user.
+    token = node.run_dir / "worker-admin-token"
+    assert stat.S_IMODE(token.stat().st_mode) == 0o600
+    assert len(token.read_text().strip()) == 64
+    case = cases.get("mlp", 4)
+    g = grpcclient.InferenceServerClient(node.grpc_url)
+    h = httpclient.InferenceServerClient(node.http_url, network_timeout=60)
+    try:
+        for i in range(4):
+            got, _ = grpc_infer_case(g, case)
+            case.check(got, f"gRPC through the gateway #{i}")
+            got, _ = http_infer_case(h, case)
+            case.check(got, f"HTTP through the gateway #{i}")
+    finally:
+        g.close()
+        h.close()
+    pids = [w["pid"] for w in doc["workers"]]
+    finish_checked(node)
+    assert not any(process_alive(p) for p in pids)
+    assert not node.run_dir.exists()
+
+
+def test_kill_9_of_one_worker_under_load(node_factory, cases):
+    node = node_factory(["--workers", "2"])
+    doc = node.status()
+    victim, other = doc["workers"][0]["pid"], doc["workers"][1]["pid"]
+    stop = threading.Event()
+    case_by_thread = [cases.get("mlp", 1 + (i % 2) * 3, seed=100 + i) for i in range(8)]
+
+    def client(i):
+        c = grpcclient.InferenceServerClient(node.grpc_url)
+        case = case_by_thread[i]
+        ok, unavailable = 0, 0
+        try:
+            while not stop.is_set():
+                try:
+                    got, _ = grpc_infer_case(c, case)
+                except InferenceServerException as e:
+                    assert grpc_code(e) == "UNAVAILABLE", f"thread {i}: {e}"
+                    unavailable += 1
+                    continue
+                case.check(got, f"thread {i} under a worker kill")  # never a wrong answer
+                ok += 1
+        finally:
+            c.close()
+        return ok, unavailable
+
+    results = []
+    runner = threading.Thread(target=lambda: results.append(run_threads(client, 8, 120)))
+    runner.start()
+    time.sleep(1.0)
+    os.kill(victim, signal.SIGKILL)
+    node.wait_for("restarted worker 0",
+                  lambda: (node.status()["workers"][0]["pid"] not in (None, victim)
+                           and node.status()["workers"][0]["state"] == "ready"))
+    time.sleep(1.0)
+    stop.set()
+    runner.join(150)
+    (outcomes, errors), = results
+    assert not errors, errors
+    ok = sum(o for o, _ in outcomes)
+    failed = sum(u for _, u in outcomes)
+    # Only requests in flight on the killed worker may fail: at most one per
+    # client thread.
+    assert failed <= 8, f"{failed} requests failed"
+    assert ok > 0
+    doc = node.status()
+    assert doc["workers"][1]["pid"] == other and doc["workers"][1]["restarts"] == 0
+    assert doc["workers"][0]["restarts"] == 1
+    assert doc["workers"][0]["last_exit"] == "signal SIGKILL"
+    finish_checked(node)
