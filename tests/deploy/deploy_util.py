@@ -55,7 +55,8 @@ HEALTH_READY = "/v2/health/ready"
 # pjserve's flags whose value is a path inside the container.
 PATH_FLAGS = ("--model-repository", "--config", "--admin-token-file", "--infer-token-file",
               "--worker-token-file", "--cache-dir", "--http-tls-cert", "--http-tls-key",
-              "--http-tls-ca", "--grpc-tls-cert", "--grpc-tls-key", "--grpc-tls-ca")
+              "--http-tls-ca", "--grpc-tls-cert", "--grpc-tls-key", "--grpc-tls-ca",
+              "--shared-weights", "--run-dir", "--node-status-file")
 
 
 def pjserve_binary() -> Path:

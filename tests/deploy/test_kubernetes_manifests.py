@@ -161,9 +161,22 @@ def test_flags_are_accepted_by_the_binary(inv):
         pytest.skip(f"{pjserve_binary()} has no `{inv.subcommand}` subcommand yet, so its "
                     f"flags cannot be checked ({', '.join(inv.flags)})")
     assert rc == 0, f"`pjserve {inv.subcommand} --help` exited {rc}:\n{text}"
+    if inv.subcommand == "node":
+        # The node's help names its own flags and hands "every other flag of
+        # pjserve serve" to its workers; the parse below says which it takes.
+        serve_rc, serve_text = pjserve_help("serve")
+        assert serve_rc == 0, serve_text
+        text += serve_text
     unknown = [f for f in inv.flags if not flag_documented(f, text)]
     assert not unknown, (f"{inv} passes flags `pjserve {inv.subcommand} --help` does not "
                          f"document: {unknown}")
+    # The binary's own parser on the container's arguments: --help last, so
+    # every flag before it is parsed (an unknown flag or a malformed value
+    # stops it) and nothing is opened or started.
+    argv = [str(pjserve_binary()), inv.subcommand] + container_args(inv.container) + ["--help"]
+    r = subprocess.run(argv, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, (f"{inv}: pjserve does not accept these arguments "
+                               f"(exit {r.returncode}):\n{r.stdout}{r.stderr}")
 
 
 def test_flag_check_catches_an_unknown_flag():
@@ -309,6 +322,11 @@ def init_copy_problems(pod: Pod) -> List[str]:
                 problems.append(f"{pod.doc}: init container {init['name']} writes {t}, "
                                 f"which no pjserve flag reads ({sorted(read)})")
     return problems
+
+
+def container_args(container: dict) -> List[str]:
+    """What follows `pjserve SUBCOMMAND` in the container's command line."""
+    return (list(container.get("command", [])) + list(container.get("args", [])))[2:]
 
 
 def parse_args(container: dict) -> Dict[str, str]:
@@ -687,6 +705,25 @@ def test_hpa_metrics_come_from_the_adapter_rules():
             if m["type"] == "Pods":
                 name = m["pods"]["metric"]["name"]
                 assert name in produced, f"{hpa} reads {name}, which no adapter rule produces"
+
+
+def test_serving_runtime_command_starts_a_node():
+    """The ServingRuntime's `pjserve node` command line, on this machine's
+    CPU with an empty /mnt/models, comes up ready and drains on SIGTERM."""
+    require_binary()
+    inv = invocations(docs_of("ServingRuntime"))[0]
+    rc, text = pjserve_help(inv.subcommand)
+    if subcommand_missing(rc, text):
+        pytest.skip(f"{pjserve_binary()} has no `{inv.subcommand}` subcommand yet")
+    with tempfile.TemporaryDirectory(prefix="pjserve-deploy-") as tmp:
+        repo = Path(tmp) / "models"
+        repo.mkdir()
+        server = LocalServer(local_args(inv, {KSERVE_MODEL_DIR: repo}), Path(tmp))
+        try:
+            server.wait_ready()
+            assert server.get(server.http, HEALTH_LIVE) is not None
+        finally:
+            server.stop()
 
 
 def test_placeholder_token_in_the_secret_is_refused():
