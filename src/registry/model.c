@@ -162,7 +162,7 @@ int pjs_model_set_host_floor(pjs_model *m, bool present, pjs_error *err)
     if (host == NULL)
         return pjs_error_set(err, PJS_ERR_NOMEM, "model %s: out of memory for the host weights",
                              m->name);
-    if (m->weight_store != NULL) {
+    if (m->weight_store != NULL && n > 0) { /* a model without weights needs no segment */
         int rc = shared_host_floor(m, host, err);
         if (rc == 0) {
             m->host_weights = host;
