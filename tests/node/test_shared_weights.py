@@ -6,7 +6,7 @@ Checked here: the answers are the same with and without the store (and match
 numpy); one segment per bundle appears, mode 0600 (0660 and the group with
 --shared-weights-group), mapped by every worker (/proc/PID/maps: one file,
 one inode, several processes); a segment stays while any worker maps it and
-goes with the last one (shutdown or unload); segments of workers killed with
+goes with the last one (shutdown, unload, residency `unpinned`); segments of workers killed with
 SIGKILL are reclaimed by the next worker's start; a worker restarted beside a
 live one maps the same segment; a segment whose bytes, size or header were
 changed is refused by the next worker, which says why, makes a fresh copy
@@ -18,6 +18,7 @@ start.
     PJSERVE_BIN=build/pjserve .venv/bin/python -m pytest -q tests/node/test_shared_weights.py
 """
 
+import json
 import os
 import re
 import shutil
@@ -210,6 +211,25 @@ def test_unload_removes_the_segment_once_no_worker_maps_it(workers, store_dir):
     np.testing.assert_allclose(infer(a, "dense_b", x),
                                x @ PARAMS["dense_b"]["w"] + PARAMS["dense_b"]["b"],
                                atol=1e-4, rtol=1e-4)
+
+
+def set_residency(worker, model, residency):
+    status, _, body = pu.http_request(worker.http_url, "POST",
+                                      f"/v2/pjserve/models/{model}/residency",
+                                      json.dumps({"residency": residency}).encode())
+    assert status == 200, body
+
+
+def test_residency_unpinned_lets_go_of_the_segment(workers, store_dir):
+    w = workers("w", store_dir)
+    before = on_disk(store_dir)
+    set_residency(w, "dense_a", "unpinned")  # no host floor: the segment goes
+    after = on_disk(store_dir)
+    assert len(after) == 1 and after < before and mapped_segments(w) == after
+    check_answers(w)
+    set_residency(w, "dense_a", "host")  # a floor again: written again
+    assert len(on_disk(store_dir)) == 2 and mapped_segments(w) == on_disk(store_dir)
+    check_answers(w)
 
 
 def test_killed_workers_segments_reclaimed_and_reused_across_a_restart(workers, repository,
