@@ -18,9 +18,10 @@
  * connection (a reset, a timeout while answering) is BROKEN and answered
  * 503 to the client: the worker may have run the request.
  *
- * Fan-outs and merges go to the workers the pool calls available at that
- * moment and are not counted as picks (they do not feed the breaker; the
- * probes watch those workers).
+ * Merges go to the workers the pool calls available at that moment;
+ * changes (fan-outs) to every worker not known to be down, starting ones
+ * included. Neither is counted as a pick (they do not feed the breaker;
+ * the probes watch those workers).
  *
  * Threads: connection threads run the routes and queue transfers under
  * `lock`; only the proxy thread touches the multi handle and running
@@ -447,13 +448,31 @@ static uint64_t scrapable(pjs_gw_http *h)
     return mask;
 }
 
-/* Sends the call to every available worker, to be answered by `kind`. */
+/* The workers a change must reach: every one not known to be down (a
+ * worker still starting is included, so a change made while the gateway
+ * starts is not lost on it; if it cannot take it, the answer says so). */
+static uint64_t not_down(pjs_gw_http *h)
+{
+    uint64_t mask = 0;
+    for (size_t i = 0; i < pjs_gw_pool_size(h->pool); i++) {
+        pjs_gw_worker_view v;
+        pjs_gw_pool_view(h->pool, i, &v);
+        if (v.state != PJS_GW_WORKER_UNHEALTHY)
+            mask |= (uint64_t)1 << i;
+    }
+    return mask;
+}
+
+/* Sends the call to every worker it concerns, to be answered by `kind`:
+ * changes to every worker not down, reads to the available ones. */
 static void to_every_worker(pjs__http_call *c, const pjs__http_path *p, job_kind kind)
 {
     pjs_gw_http *h = c->fe->routes_ctx;
     if (!body_ready(c))
         return;
-    uint64_t available = kind == JOB_METRICS ? scrapable(h) : pjs_gw_pool_available(h->pool);
+    uint64_t available = kind == JOB_METRICS  ? scrapable(h)
+                         : kind == JOB_FAN_OUT ? not_down(h)
+                                               : pjs_gw_pool_available(h->pool);
     int workers[PJS_GW_MAX_WORKERS];
     size_t n = 0;
     for (int i = 0; i < PJS_GW_MAX_WORKERS; i++)

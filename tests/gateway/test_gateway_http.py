@@ -55,6 +55,16 @@ def wait_for(predicate, timeout: float, what: str, describe):
     pytest.fail(f"{what} within {timeout} s\n{describe()}", pytrace=False)
 
 
+def all_workers_ready(cluster):
+    """Waits until the gateway routes to every worker (its readiness needs
+    only one)."""
+    def ready():
+        samples, _ = parse_metrics(scrape(cluster.gateway.metrics_url))
+        return all(samples.get(("pjserve_gateway_worker_ready", frozenset({("worker", str(i))})))
+                   == 1 for i in range(len(cluster.workers)))
+    wait_for(ready, 30, "the gateway did not find every worker ready", cluster.describe)
+
+
 def infer_body(case, sequence_id=None) -> dict:
     """A JSON-tensor inference request for case."""
     doc = {"inputs": [{"name": spec.name, "shape": list(case.inputs[spec.name].shape),
@@ -69,6 +79,7 @@ def infer_body(case, sequence_id=None) -> dict:
 
 def test_infer_spread_documents_health_and_metrics(cluster_factory, cases):
     c = cluster_factory()
+    all_workers_ready(c)
     g = c.gateway
     gw = client_for(g)
     direct = client_for(c.workers[0])
@@ -204,6 +215,7 @@ def test_load_unload_fan_out_with_tokens(cluster_factory, tmp_path):
 
 def test_worker_killed_then_none_left(cluster_factory, cases):
     c = cluster_factory()
+    all_workers_ready(c)
     g = c.gateway
     gw = client_for(g)
     case = cases.get("mlp", 2)
