@@ -1,0 +1,37 @@
+"""GET /v2/pjserve/node on `pjserve serve`: without --node-status-file it is
+404 with a message saying the server runs on its own; with it, the file's
+JSON as the node last wrote it (replaced whole, read again on each request);
+a file not there (yet) is 503 naming it.
+"""
+
+import json
+
+from protocol_util import http_json, http_request
+
+
+def test_node_status_absent_on_a_server_on_its_own(server):
+    status, doc, _ = http_json(server.http_url, "GET", "/v2/pjserve/node")
+    assert status == 404
+    assert "not under `pjserve node`" in doc["error"]
+
+
+def test_node_status_file_answered_as_written(server_factory, tmp_path):
+    path = tmp_path / "node-status.json"
+    s = server_factory(["--node-status-file", str(path)])
+    status, doc, _ = http_json(s.http_url, "GET", "/v2/pjserve/node")
+    assert status == 503 and str(path) in doc["error"], doc
+
+    first = {"routing": "round_robin", "workers": [{"id": 0, "state": "ready", "pid": 1}]}
+    path.write_text(json.dumps(first))
+    status, headers, body = http_request(s.http_url, "GET", "/v2/pjserve/node")
+    assert status == 200 and headers["content-type"] == "application/json"
+    assert json.loads(body) == first
+
+    second = dict(first, workers=[{"id": 0, "state": "restarting", "pid": 2}])
+    tmp = tmp_path / "next.json"
+    tmp.write_text(json.dumps(second))
+    tmp.rename(path)
+    assert http_json(s.http_url, "GET", "/v2/pjserve/node")[1] == second
+    status, _, _ = http_request(s.http_url, "POST", "/v2/pjserve/node")
+    assert status == 405
+    assert not s.stop_and_check()
