@@ -2,13 +2,12 @@
  * cmd_gateway.c - `pjserve gateway`: one public KServe V2 endpoint over
  * pjserve workers (gateway/gateway.h), until SIGINT or SIGTERM.
  *
- * Workers come from --worker (repeatable) or from a DNS name resolved at
- * start (--worker-dns, e.g. a Kubernetes headless Service). The gateway
+ * Workers come from --worker (repeatable) and from a DNS name the pool
+ * resolves again and again (--worker-dns, e.g. a Kubernetes headless
+ * Service). The gateway
  * links no PJRT: it loads no plugin and compiles nothing.
  */
 #include <getopt.h>
-#include <netdb.h>
-#include <arpa/inet.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
@@ -38,12 +37,16 @@ static const char help[] =
     "for you over the workers it starts (docs/node.md).\n"
     "\n"
     "workers:\n"
-    "  --worker ADDR           grpc=HOST:PORT,http=HOST:PORT, or HOST for\n"
-    "                          grpc=HOST:8001,http=HOST:8000; repeatable (at most 64)\n"
-    "  --worker-dns NAME       every address NAME resolves to at start is a worker\n"
-    "                          (a Kubernetes headless Service), with the ports below\n"
+    "  --worker ADDR           grpc=HOST:PORT,http=HOST:PORT[,metrics=HOST:PORT], or\n"
+    "                          HOST for ports 8001, 8000 and 8002; repeatable (at\n"
+    "                          most 64); /metrics includes the workers' metrics\n"
+    "  --worker-dns NAME       every address NAME resolves to is a worker (a\n"
+    "                          Kubernetes headless Service), with the ports below;\n"
+    "                          resolved again every 10 s: new addresses join,\n"
+    "                          vanished ones get no traffic (64 workers at most)\n"
     "  --worker-grpc-port N    gRPC port of --worker-dns workers (default 8001)\n"
     "  --worker-http-port N    HTTP port of --worker-dns workers (default 8000)\n"
+    "  --worker-metrics-port N metrics port of --worker-dns workers (default 8002)\n"
     "  --worker-token-file F   token the workers take as admin token (their\n"
     "                          --admin-token-file): sent with every forwarded call\n"
     "  --routing POLICY        round_robin (default): a model's requests spread over\n"
@@ -77,6 +80,7 @@ enum {
     OPT_WORKER_DNS,
     OPT_WORKER_GRPC_PORT,
     OPT_WORKER_HTTP_PORT,
+    OPT_WORKER_METRICS_PORT,
     OPT_WORKER_TOKEN,
     OPT_ROUTING,
     OPT_LPT_K,
@@ -102,7 +106,7 @@ typedef struct gateway_args {
     pjs_gw_worker_addr workers[PJS_GW_MAX_WORKERS];
     size_t n_workers;
     const char *worker_dns;
-    int worker_grpc_port, worker_http_port;
+    int worker_grpc_port, worker_http_port, worker_metrics_port;
     const char *worker_token_file;
     pjs_gw_routing routing;
     unsigned lpt_k;
@@ -148,6 +152,7 @@ static int parse_args(int argc, char **argv, gateway_args *a)
         {"worker-dns", required_argument, NULL, OPT_WORKER_DNS},
         {"worker-grpc-port", required_argument, NULL, OPT_WORKER_GRPC_PORT},
         {"worker-http-port", required_argument, NULL, OPT_WORKER_HTTP_PORT},
+        {"worker-metrics-port", required_argument, NULL, OPT_WORKER_METRICS_PORT},
         {"worker-token-file", required_argument, NULL, OPT_WORKER_TOKEN},
         {"routing", required_argument, NULL, OPT_ROUTING},
         {"lpt-devices-per-model", required_argument, NULL, OPT_LPT_K},
@@ -171,6 +176,7 @@ static int parse_args(int argc, char **argv, gateway_args *a)
     };
     a->worker_grpc_port = 8001;
     a->worker_http_port = 8000;
+    a->worker_metrics_port = 8002;
     a->host = "0.0.0.0";
     a->grpc_port = 8001;
     a->http_port = 8000;
@@ -188,6 +194,9 @@ static int parse_args(int argc, char **argv, gateway_args *a)
             break;
         case OPT_WORKER_HTTP_PORT:
             bad = parse_port("--worker-http-port", optarg, &a->worker_http_port);
+            break;
+        case OPT_WORKER_METRICS_PORT:
+            bad = parse_port("--worker-metrics-port", optarg, &a->worker_metrics_port);
             break;
         case OPT_WORKER_TOKEN: a->worker_token_file = optarg; break;
         case OPT_ROUTING:
@@ -250,38 +259,6 @@ static int parse_args(int argc, char **argv, gateway_args *a)
     return 0;
 }
 
-/* Adds a worker for every address `name` resolves to. */
-static int resolve_workers(gateway_args *a)
-{
-    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM};
-    struct addrinfo *list = NULL;
-    int gai = getaddrinfo(a->worker_dns, NULL, &hints, &list);
-    if (gai != 0)
-        return pjs_cli_fail("--worker-dns %s: %s", a->worker_dns, gai_strerror(gai));
-    size_t before = a->n_workers;
-    for (struct addrinfo *ai = list; ai != NULL && a->n_workers < PJS_GW_MAX_WORKERS;
-         ai = ai->ai_next) {
-        char host[INET6_ADDRSTRLEN];
-        const void *addr = ai->ai_family == AF_INET6
-                               ? (const void *)&((struct sockaddr_in6 *)ai->ai_addr)->sin6_addr
-                               : (const void *)&((struct sockaddr_in *)ai->ai_addr)->sin_addr;
-        if (inet_ntop(ai->ai_family, addr, host, sizeof host) == NULL)
-            continue;
-        pjs_gw_worker_addr w;
-        const char *fmt = ai->ai_family == AF_INET6 ? "[%s]:%d" : "%s:%d";
-        snprintf(w.grpc, sizeof w.grpc, fmt, host, a->worker_grpc_port);
-        snprintf(w.http, sizeof w.http, fmt, host, a->worker_http_port);
-        bool dup = false;
-        for (size_t i = 0; i < a->n_workers && !dup; i++)
-            dup = strcmp(a->workers[i].grpc, w.grpc) == 0;
-        if (!dup)
-            a->workers[a->n_workers++] = w;
-    }
-    freeaddrinfo(list);
-    pjs_info("--worker-dns %s: %zu workers", a->worker_dns, a->n_workers - before);
-    return PJS_EXIT_OK;
-}
-
 /* The token in `path` (one line), malloc'd, or NULL with a message. */
 static char *read_token(const char *path)
 {
@@ -309,8 +286,6 @@ int pjs_cmd_gateway(int argc, char **argv)
     int rc = parse_args(argc, argv, &a);
     if (rc != 0)
         return rc < 0 ? PJS_EXIT_OK : rc;
-    if (a.worker_dns != NULL && (rc = resolve_workers(&a)) != PJS_EXIT_OK)
-        return rc;
     char *token = NULL;
     if (a.worker_token_file != NULL && (token = read_token(a.worker_token_file)) == NULL)
         return PJS_EXIT_FAILURE;
@@ -337,6 +312,10 @@ int pjs_cmd_gateway(int argc, char **argv)
     o.pool.routing = a.routing;
     o.pool.lpt_devices_per_model = a.lpt_k;
     o.pool.worker_token = token;
+    o.pool.dns_name = a.worker_dns;
+    o.pool.dns_grpc_port = a.worker_grpc_port;
+    o.pool.dns_http_port = a.worker_http_port;
+    o.pool.dns_metrics_port = a.worker_metrics_port;
     o.grpc.host = a.host;
     o.grpc.port = a.grpc_port;
     o.grpc.tls_cert = a.grpc_tls[0];
@@ -363,9 +342,10 @@ int pjs_cmd_gateway(int argc, char **argv)
         free(token);
         return pjs_cli_fail("%s", err.msg);
     }
-    pjs_info("serving: gRPC %s:%d, HTTP %s:%d, metrics %s:%d/metrics over %zu workers "
+    pjs_info("serving: gRPC %s:%d, HTTP %s:%d, metrics %s:%d/metrics over %zu workers%s%s "
              "(ctrl-c stops)",
-             a.host, a.grpc_port, a.host, a.http_port, a.host, a.metrics_port, a.n_workers);
+             a.host, a.grpc_port, a.host, a.http_port, a.host, a.metrics_port, a.n_workers,
+             a.worker_dns ? " and those of " : "", a.worker_dns ? a.worker_dns : "");
     int sig = 0;
     sigwait(&stop_signals, &sig);
     pjs_info("%s received: answering the requests in flight, then stopping",

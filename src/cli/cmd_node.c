@@ -744,6 +744,8 @@ static int gateway_options(const node_args *a, const node_plan *p, pjs_gw_worker
     for (size_t i = 0; i < p->n_workers; i++) {
         snprintf(addrs[i].grpc, sizeof addrs[i].grpc, "127.0.0.1:%d", p->workers[i].grpc_port);
         snprintf(addrs[i].http, sizeof addrs[i].http, "127.0.0.1:%d", p->workers[i].http_port);
+        snprintf(addrs[i].metrics, sizeof addrs[i].metrics, "127.0.0.1:%d",
+                 p->workers[i].metrics_port);
     }
     o->pool.workers = addrs;
     o->pool.n_workers = p->n_workers;

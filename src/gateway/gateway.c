@@ -7,6 +7,7 @@
  */
 #include "gateway/gateway.h"
 
+#include <pthread.h>
 #include <stdlib.h>
 
 #include "core/log.h"
@@ -18,8 +19,30 @@ struct pjs_gateway {
     pjs_byte_budget budget; /* request bytes held at once, both protocols */
     pjs_grpc_proxy_ops grpc_ops;
     pjs_grpc_frontend *grpc;
+    /* The REST side once started, so workers joining later (from DNS) are
+     * told to it; the lock keeps it from being stopped under that. */
+    pthread_mutex_t http_lock;
     pjs_gw_http *http;
 };
+
+/* Tells the REST side where worker i's /metrics is. */
+static void scrape_worker(pjs_gateway *g, pjs_gw_http *http, size_t i)
+{
+    const pjs_gw_worker_addr *a = pjs_gw_pool_addr(g->pool, i);
+    pjs_error err;
+    if (a->metrics[0] != '\0' && pjs_gw_http_set_worker_metrics(http, i, a->metrics, &err) != 0)
+        pjs_warn("gateway: worker %zu's metrics at %s are left out: %s", i, a->metrics, err.msg);
+}
+
+/* The pool's on_worker_added: a worker found by DNS joined. */
+static void worker_added(void *ctx, size_t i)
+{
+    pjs_gateway *g = ctx;
+    pthread_mutex_lock(&g->http_lock);
+    if (g->http != NULL)
+        scrape_worker(g, g->http, i);
+    pthread_mutex_unlock(&g->http_lock);
+}
 
 int pjs_gateway_start(const pjs_gateway_options *o, pjs_gateway **out, pjs_error *err)
 {
@@ -27,9 +50,14 @@ int pjs_gateway_start(const pjs_gateway_options *o, pjs_gateway **out, pjs_error
     pjs_gateway *g = calloc(1, sizeof *g);
     if (g == NULL)
         return pjs_error_set(err, PJS_ERR_NOMEM, "no memory for the gateway");
+    pthread_mutex_init(&g->http_lock, NULL);
     pjs_byte_budget_init(&g->budget, o->max_inflight_request_bytes);
-    int rc = pjs_gw_pool_create(&o->pool, &g->pool, err);
+    pjs_gw_pool_options pool = o->pool;
+    pool.on_worker_added = worker_added;
+    pool.ctx = g;
+    int rc = pjs_gw_pool_create(&pool, &g->pool, err);
     if (rc != 0) {
+        pthread_mutex_destroy(&g->http_lock);
         free(g);
         return rc;
     }
@@ -39,9 +67,17 @@ int pjs_gateway_start(const pjs_gateway_options *o, pjs_gateway **out, pjs_error
     if (grpc.port != 0 &&
         (rc = pjs_grpc_frontend_start_proxy(&grpc, &g->grpc_ops, &g->budget, &g->grpc, err)) != 0)
         pjs_error_prefix(err, "gRPC on port %d: ", grpc.port);
+    pjs_gw_http *http = NULL;
     if (rc == 0 && (o->http.port != 0 || o->metrics.port != 0))
         rc = pjs_gw_http_start(g->pool, &o->http, &o->metrics, &g->budget, o->max_request_bytes,
-                               o->node_status, o->node_ctx, &g->http, err);
+                               o->node_status, o->node_ctx, &http, err);
+    if (http != NULL) {
+        pthread_mutex_lock(&g->http_lock);
+        g->http = http;
+        for (size_t i = 0; i < pjs_gw_pool_size(g->pool); i++)
+            scrape_worker(g, http, i);
+        pthread_mutex_unlock(&g->http_lock);
+    }
     if (rc != 0) {
         pjs_gateway_stop(g);
         return rc;
@@ -62,7 +98,12 @@ void pjs_gateway_stop(pjs_gateway *g)
     if (g == NULL)
         return;
     pjs_grpc_frontend_stop(g->grpc);
-    pjs_gw_http_stop(g->http);
+    pthread_mutex_lock(&g->http_lock);
+    pjs_gw_http *http = g->http;
+    g->http = NULL; /* a worker joining now is not told to it */
+    pthread_mutex_unlock(&g->http_lock);
+    pjs_gw_http_stop(http);
     pjs_gw_pool_destroy(g->pool);
+    pthread_mutex_destroy(&g->http_lock);
     free(g);
 }

@@ -28,6 +28,7 @@
 
 #define SVC "/inference.GRPCInferenceService/"
 #define CONTROL "/pjserve.control.v1.ModelControl/"
+#define INFERENCE_SERVICE "inference.GRPCInferenceService"
 
 static bool method_is(const char *method, const char *prefix, const char *name)
 {
@@ -94,8 +95,6 @@ static int pack(const ProtobufCMessage *m, uint8_t **out, size_t *len, pjs_error
 static int answer(void *ctx, const char *m, const uint8_t *msg, size_t len, uint8_t **out,
                   size_t *out_len, pjs_error *err)
 {
-    (void)msg;
-    (void)len;
     bool ready = pjs_gw_pool_available(ctx) != 0;
     if (method_is(m, SVC, "ServerLive")) {
         Inference__ServerLiveResponse r = INFERENCE__SERVER_LIVE_RESPONSE__INIT;
@@ -107,6 +106,21 @@ static int answer(void *ctx, const char *m, const uint8_t *msg, size_t len, uint
         r.ready = ready;
         return pack(&r.base, out, out_len, err);
     }
+    Grpc__Health__V1__HealthCheckRequest *rq =
+        grpc__health__v1__health_check_request__unpack(NULL, len, msg);
+    if (rq == NULL)
+        return pjs_error_set(err, PJS_ERR_INVALID_ARGUMENT,
+                             "the request is not a grpc.health.v1.HealthCheckRequest");
+    bool known = rq->service == NULL || rq->service[0] == '\0' ||
+                 strcmp(rq->service, INFERENCE_SERVICE) == 0;
+    if (!known)
+        pjs_error_set(err, PJS_ERR_NOT_FOUND,
+                      "unknown service \"%.256s\" (pjserve reports on \"\" and \"" INFERENCE_SERVICE
+                      "\")",
+                      rq->service);
+    grpc__health__v1__health_check_request__free_unpacked(rq, NULL);
+    if (!known)
+        return PJS_ERR_NOT_FOUND;
     Grpc__Health__V1__HealthCheckResponse r = GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__INIT;
     r.status = ready ? GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__SERVING
                      : GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__NOT_SERVING;

@@ -7,7 +7,7 @@
  * cost) and the sequence pins. Channels are created once and never change,
  * so forwards use them without the lock.
  *
- * Probes. One thread visits every worker each interval: ServerReady, then
+ * Probes. One thread visits every worker each interval: ServerLive, then
  * the repository index of ready models, over the worker's gRPC channel.
  * Failures count up to `unhealthy_after`; one success makes the worker
  * ready again. A forward that could not reach its worker (NOT_SENT) marks
@@ -21,8 +21,11 @@
  */
 #include "gateway/pool.h"
 
+#include <arpa/inet.h>
 #include <errno.h>
+#include <netdb.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -47,6 +50,7 @@ typedef struct worker {
     pjs_gw_worker_addr addr;
     grpc_channel *channel;
     /* Guarded by the pool's lock. */
+    bool gone; /* its address no longer resolves from the DNS name */
     pjs_gw_worker_state state;
     unsigned probe_failures;
     unsigned forward_failures; /* consecutive */
@@ -76,8 +80,13 @@ typedef struct sequence_pin {
 struct pjs_gw_pool {
     pjs_gw_pool_options o;
     char *token;
+    char *dns_name;
     worker w[PJS_GW_MAX_WORKERS];
-    size_t n;
+    /* Workers joined so far. Only the probe thread appends, filling the slot
+     * before it counts it, so any thread may read slots below n. */
+    _Atomic size_t n;
+    uint64_t last_dns_ms;
+    bool dns_failing; /* the last resolution failed (logged once) */
 
     pthread_mutex_t lock;
     pthread_cond_t wake;
@@ -159,11 +168,12 @@ int pjs_gw_worker_addr_parse(const char *s, pjs_gw_worker_addr *out, pjs_error *
     if (strchr(s, '=') == NULL) {
         if (s[0] == '\0' || strchr(s, ':') != NULL || strchr(s, ',') != NULL)
             return pjs_error_set(err, PJS_ERR_INVALID_ARGUMENT,
-                                 "--worker %s: expected grpc=HOST:PORT,http=HOST:PORT or a bare "
-                                 "HOST (ports 8001 and 8000)",
+                                 "--worker %s: expected grpc=HOST:PORT,http=HOST:PORT"
+                                 "[,metrics=HOST:PORT] or a bare HOST (ports 8001, 8000, 8002)",
                                  s);
         snprintf(out->grpc, sizeof out->grpc, "%s:8001", s);
         snprintf(out->http, sizeof out->http, "%s:8000", s);
+        snprintf(out->metrics, sizeof out->metrics, "%s:8002", s);
         return 0;
     }
     const char *p = s;
@@ -175,10 +185,13 @@ int pjs_gw_worker_addr_parse(const char *s, pjs_gw_worker_addr *out, pjs_error *
             rc = copy_address(out->grpc, sizeof out->grpc, p + 5, len - 5, "gRPC", s, err);
         else if (len > 5 && strncmp(p, "http=", 5) == 0)
             rc = copy_address(out->http, sizeof out->http, p + 5, len - 5, "HTTP", s, err);
+        else if (len > 8 && strncmp(p, "metrics=", 8) == 0)
+            rc = copy_address(out->metrics, sizeof out->metrics, p + 8, len - 8, "metrics", s,
+                              err);
         else
             rc = pjs_error_set(err, PJS_ERR_INVALID_ARGUMENT,
-                               "--worker %s: unknown part '%.*s' (expected grpc=HOST:PORT and "
-                               "http=HOST:PORT)",
+                               "--worker %s: unknown part '%.*s' (expected grpc=HOST:PORT, "
+                               "http=HOST:PORT and optionally metrics=HOST:PORT)",
                                s, (int)len, p);
         if (rc != 0)
             return rc;
@@ -233,14 +246,10 @@ static void rebuild_models(pjs_gw_pool *p)
             if (seen)
                 continue;
             model_entry *old = find_model(p, name);
-            if (old != NULL) {
-                next[n] = *old;
-                old->name = NULL; /* moved */
-            } else {
-                next[n].name = strdup(name);
-                if (next[n].name == NULL)
-                    continue;
-            }
+            if (old != NULL)
+                next[n] = *old; /* its placement and costs carry over */
+            if ((next[n].name = strdup(name)) == NULL)
+                continue;
             next[n].holders = 0;
             for (size_t k = 0; k < p->n; k++)
                 if (worker_has(&p->w[k], name))
@@ -259,7 +268,7 @@ static void rebuild_models(pjs_gw_pool *p)
 
 static bool available(const worker *w, uint64_t now)
 {
-    if (w->state != PJS_GW_WORKER_READY)
+    if (w->state != PJS_GW_WORKER_READY || w->gone)
         return false;
     if (!w->breaker_open)
         return true;
@@ -457,17 +466,19 @@ static int probe_worker(pjs_gw_pool *p, size_t i, char ***names, size_t *n, pjs_
     *names = NULL;
     *n = 0;
     grpc_channel *ch = p->w[i].channel;
-    Inference__ServerReadyRequest ready_rq = INFERENCE__SERVER_READY_REQUEST__INIT;
+    /* Live, not ready: a worker whose repository holds a bundle it refused
+     * is not ready, yet serves every other model. */
+    Inference__ServerLiveRequest live_rq = INFERENCE__SERVER_LIVE_REQUEST__INIT;
     ProtobufCMessage *resp = NULL;
-    int rc = pjs_gw_unary(ch, "/inference.GRPCInferenceService/ServerReady", &ready_rq.base,
-                          &inference__server_ready_response__descriptor, p->token,
+    int rc = pjs_gw_unary(ch, "/inference.GRPCInferenceService/ServerLive", &live_rq.base,
+                          &inference__server_live_response__descriptor, p->token,
                           p->o.probe_timeout_ms, &resp, err);
     if (rc != 0)
         return rc;
-    bool ready = ((Inference__ServerReadyResponse *)resp)->ready;
+    bool live = ((Inference__ServerLiveResponse *)resp)->live;
     protobuf_c_message_free_unpacked(resp, NULL);
-    if (!ready)
-        return pjs_error_set(err, PJS_ERR_UNAVAILABLE, "it is not ready");
+    if (!live)
+        return pjs_error_set(err, PJS_ERR_UNAVAILABLE, "it is not live");
     Inference__RepositoryIndexRequest index_rq = INFERENCE__REPOSITORY_INDEX_REQUEST__INIT;
     index_rq.ready = true;
     rc = pjs_gw_unary(ch, "/inference.GRPCInferenceService/RepositoryIndex", &index_rq.base,
@@ -593,6 +604,85 @@ static void rebalance(pjs_gw_pool *p, double seconds)
     free(proposed);
 }
 
+static grpc_channel *open_channel(const char *target);
+
+/* Adds a worker at `addr` (probe thread only); false when the pool is full. */
+static bool add_worker(pjs_gw_pool *p, const pjs_gw_worker_addr *addr)
+{
+    size_t i = p->n;
+    if (i == PJS_GW_MAX_WORKERS)
+        return false;
+    worker *w = &p->w[i];
+    memset(w, 0, sizeof *w);
+    w->addr = *addr;
+    w->channel = open_channel(addr->grpc);
+    p->n = i + 1; /* counted only once filled */
+    if (p->o.on_worker_added != NULL)
+        p->o.on_worker_added(p->o.ctx, i);
+    return true;
+}
+
+/* Re-resolves the DNS name when due: new addresses join, vanished ones get
+ * no traffic until they resolve again. Probe thread only. */
+static void refresh_dns(pjs_gw_pool *p)
+{
+    uint64_t now = now_ms();
+    if (p->o.dns_name == NULL ||
+        (p->last_dns_ms != 0 && now - p->last_dns_ms < p->o.dns_refresh_ms))
+        return;
+    p->last_dns_ms = now;
+    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM};
+    struct addrinfo *list = NULL;
+    int gai = getaddrinfo(p->o.dns_name, NULL, &hints, &list);
+    if (gai != 0) {
+        if (!p->dns_failing)
+            pjs_warn("gateway: cannot resolve %s: %s; keeping the workers known so far",
+                     p->o.dns_name, gai_strerror(gai));
+        p->dns_failing = true;
+        return;
+    }
+    p->dns_failing = false;
+    bool seen[PJS_GW_MAX_WORKERS] = {false};
+    for (struct addrinfo *ai = list; ai != NULL; ai = ai->ai_next) {
+        char host[INET6_ADDRSTRLEN];
+        const void *a = ai->ai_family == AF_INET6
+                            ? (const void *)&((struct sockaddr_in6 *)ai->ai_addr)->sin6_addr
+                            : (const void *)&((struct sockaddr_in *)ai->ai_addr)->sin_addr;
+        if (inet_ntop(ai->ai_family, a, host, sizeof host) == NULL)
+            continue;
+        const char *fmt = ai->ai_family == AF_INET6 ? "[%s]:%d" : "%s:%d";
+        pjs_gw_worker_addr addr;
+        snprintf(addr.grpc, sizeof addr.grpc, fmt, host, p->o.dns_grpc_port);
+        snprintf(addr.http, sizeof addr.http, fmt, host, p->o.dns_http_port);
+        snprintf(addr.metrics, sizeof addr.metrics, fmt, host, p->o.dns_metrics_port);
+        size_t i = 0;
+        while (i < p->n && strcmp(p->w[i].addr.grpc, addr.grpc) != 0)
+            i++;
+        if (i < p->n) {
+            seen[i] = true;
+            continue;
+        }
+        if (!add_worker(p, &addr)) {
+            pjs_warn("gateway: %s resolves to more than %d workers; %s is left out",
+                     p->o.dns_name, PJS_GW_MAX_WORKERS, addr.grpc);
+            continue;
+        }
+        seen[i] = true;
+        pjs_info("gateway: worker %zu (gRPC %s, HTTP %s) joined from %s", i, addr.grpc,
+                 addr.http, p->o.dns_name);
+    }
+    freeaddrinfo(list);
+    pthread_mutex_lock(&p->lock);
+    for (size_t i = 0; i < p->n; i++) {
+        if (p->w[i].gone == !seen[i])
+            continue;
+        p->w[i].gone = !seen[i];
+        pjs_info("gateway: worker %zu (gRPC %s) %s %s", i, p->w[i].addr.grpc,
+                 seen[i] ? "resolves again from" : "no longer resolves from", p->o.dns_name);
+    }
+    pthread_mutex_unlock(&p->lock);
+}
+
 static void *probe_thread(void *arg)
 {
     pjs_gw_pool *p = arg;
@@ -600,10 +690,16 @@ static void *probe_thread(void *arg)
     while (!p->stop) {
         p->probe_now = false;
         pthread_mutex_unlock(&p->lock);
+        refresh_dns(p);
         for (size_t i = 0; i < p->n; i++) {
             char **names;
             size_t n;
             pjs_error err;
+            pthread_mutex_lock(&p->lock);
+            bool gone = p->w[i].gone;
+            pthread_mutex_unlock(&p->lock);
+            if (gone)
+                continue;
             int rc = probe_worker(p, i, &names, &n, &err);
             pthread_mutex_lock(&p->lock);
             record_probe(p, i, rc, names, n, &err);
@@ -681,9 +777,9 @@ static grpc_channel *open_channel(const char *target)
 int pjs_gw_pool_create(const pjs_gw_pool_options *o, pjs_gw_pool **out, pjs_error *err)
 {
     *out = NULL;
-    if (o->n_workers == 0)
+    if (o->n_workers == 0 && o->dns_name == NULL)
         return pjs_error_set(err, PJS_ERR_INVALID_ARGUMENT,
-                             "no workers: give at least one --worker");
+                             "no workers: give at least one --worker or a DNS name");
     if (o->n_workers > PJS_GW_MAX_WORKERS)
         return pjs_error_set(err, PJS_ERR_INVALID_ARGUMENT, "%zu workers: at most %d are supported",
                              o->n_workers, PJS_GW_MAX_WORKERS);
@@ -706,6 +802,16 @@ int pjs_gw_pool_create(const pjs_gw_pool_options *o, pjs_gw_pool **out, pjs_erro
         p->o.breaker_failures = 5;
     if (p->o.breaker_open_ms == 0)
         p->o.breaker_open_ms = 2000;
+    if (p->o.dns_refresh_ms == 0)
+        p->o.dns_refresh_ms = 10000;
+    if (p->o.dns_grpc_port == 0)
+        p->o.dns_grpc_port = 8001;
+    if (p->o.dns_http_port == 0)
+        p->o.dns_http_port = 8000;
+    if (p->o.dns_metrics_port == 0)
+        p->o.dns_metrics_port = 8002;
+    p->dns_name = o->dns_name ? strdup(o->dns_name) : NULL;
+    p->o.dns_name = p->dns_name;
     p->token = o->worker_token ? strdup(o->worker_token) : NULL;
     p->o.worker_token = p->token;
     pthread_mutex_init(&p->lock, NULL);
@@ -753,6 +859,7 @@ void pjs_gw_pool_destroy(pjs_gw_pool *p)
         free(p->pins[s].key);
     free(p->pins);
     free(p->token);
+    free(p->dns_name);
     pthread_mutex_destroy(&p->lock);
     pthread_cond_destroy(&p->wake);
     free(p);

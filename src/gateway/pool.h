@@ -2,8 +2,8 @@
  * pool.h - the gateway's workers: where each model can be served, which
  * worker takes the next request for it, and whether a worker is fit to.
  *
- * A background thread probes every worker (HTTP GET /v2/health/ready and
- * the repository index) at a fixed interval. A worker is available when
+ * A background thread probes every worker (ServerLive and the index of
+ * its ready models, over gRPC) at a fixed interval. A worker is available when
  * its last probes answered and its circuit breaker is closed (or half-open
  * and letting a trial request through). Forwards report their outcome
  * with pjs_gw_pool_done: consecutive failures open the breaker, a success
@@ -39,12 +39,14 @@ int pjs_gw_routing_parse(const char *s, pjs_gw_routing *out);
 
 /* A worker as the gateway reaches it. */
 typedef struct pjs_gw_worker_addr {
-    char grpc[280]; /* "host:port" or "unix:/path" */
-    char http[280]; /* "host:port" */
+    char grpc[280];    /* "host:port" or "unix:/path" */
+    char http[280];    /* "host:port" */
+    char metrics[280]; /* "host:port" of its /metrics; "" when not scraped */
 } pjs_gw_worker_addr;
 
-/* Parses a --worker value: "grpc=HOST:PORT,http=HOST:PORT" or "HOST"
- * (gRPC 8001, HTTP 8000). Errors say what was expected. */
+/* Parses a --worker value: "grpc=HOST:PORT,http=HOST:PORT[,metrics=HOST:PORT]"
+ * or "HOST" (gRPC 8001, HTTP 8000, metrics 8002). Errors say what was
+ * expected. */
 int pjs_gw_worker_addr_parse(const char *s, pjs_gw_worker_addr *out, pjs_error *err);
 
 typedef enum pjs_gw_worker_state {
@@ -73,6 +75,16 @@ typedef struct pjs_gw_pool_options {
     unsigned breaker_failures;      /* consecutive failed forwards that open the breaker; 0: 5 */
     unsigned breaker_open_ms;       /* before a trial request; 0: 2000 */
     const char *worker_token;       /* Bearer token for admin calls to workers; NULL: none */
+    /* Workers found by DNS: every address `dns_name` resolves to, with these
+     * ports, re-resolved every dns_refresh_ms (0: 10000). Addresses that
+     * appear join (up to PJS_GW_MAX_WORKERS in the pool's life); those
+     * that vanish get no traffic until they come back. NULL: none. */
+    const char *dns_name;
+    int dns_grpc_port, dns_http_port, dns_metrics_port; /* 0: 8001, 8000, 8002 */
+    unsigned dns_refresh_ms;
+    /* Called (from the probe thread) after worker i joined. */
+    void (*on_worker_added)(void *ctx, size_t i);
+    void *ctx;
 } pjs_gw_pool_options;
 
 typedef struct pjs_gw_pool pjs_gw_pool;

@@ -26,7 +26,8 @@ class GatewayProcess(ServerProcess):
                      "--grpc-port", str(self.grpc_port),
                      "--metrics-port", str(self.metrics_port)]
         for w in self.workers:
-            self.argv += ["--worker", f"grpc={w.grpc_url},http={w.http_url}"]
+            self.argv += ["--worker", f"grpc={w.grpc_url},http={w.http_url},"
+                                      f"metrics=127.0.0.1:{w.metrics_port}"]
         self.argv += self.extra_args
         env = dict(os.environ)
         env.setdefault("PJSERVE_LOG_LEVEL", "info")

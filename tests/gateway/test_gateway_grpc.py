@@ -14,6 +14,7 @@ SIGSTOPped worker is found by the probes and its traffic moves.
 
 import os
 import queue
+import shutil
 import signal
 import threading
 import time
@@ -25,8 +26,9 @@ from tritonclient.utils import InferenceServerException
 
 import common
 from bundle_code import tensor_yaml, write_meta
-from gateway_util import finish_cluster, restart_same_ports
-from protocol_util import grpc_code, grpc_infer_case, grpc_inputs
+from gateway_util import Cluster, GatewayProcess, finish_cluster, restart_same_ports
+from protocol_util import (ServerProcess, grpc_code, grpc_infer_case, grpc_inputs,
+                           start_or_fail)
 
 MODELS = ("mlp", "two_io")
 
@@ -182,7 +184,8 @@ def test_admin_calls_need_the_gateways_token(cluster_factory, tmp_path, cases):
         client.unload_model("two_io")
     assert grpc_code(e.value) == "UNAUTHENTICATED"
     with pytest.raises(InferenceServerException) as e:
-        client.unload_model("two_io", headers={"authorization": "Bearer worker-secret-0123456789abcdef"})
+        client.unload_model("two_io",
+                            headers={"authorization": "Bearer worker-secret-0123456789abcdef"})
     assert grpc_code(e.value) == "PERMISSION_DENIED"
     client.unload_model("two_io", headers={"authorization": "Bearer client-secret-0123456789abcdef"})
     for w in c.workers:
@@ -284,5 +287,25 @@ def test_stopped_worker_is_found_and_avoided(cluster_factory, cases):
         assert worker_count(c.workers[1], "mlp") - before == 10
     finally:
         os.kill(victim.proc.pid, signal.SIGCONT)
+    client.close()
+    finish_cluster(c)
+
+
+def test_workers_from_dns(pjserve_bin, plugin_path, exported, cache_dir, tmp_path, cases):
+    """--worker-dns: every address the name resolves to (here localhost) is a
+    worker at the given ports, taken when it answers."""
+    repo = tmp_path / "repo"
+    shutil.copytree(exported["mlp"].path, repo / "mlp")
+    w = start_or_fail(ServerProcess(pjserve_bin, plugin_path, repo, cache_dir, tmp_path / "w",
+                                    [], "worker0"))
+    g = start_or_fail(GatewayProcess(pjserve_bin, [], tmp_path / "gw", [
+        "--worker-dns", "localhost", "--worker-grpc-port", str(w.grpc_port),
+        "--worker-http-port", str(w.http_port), "--worker-metrics-port", str(w.metrics_port)]))
+    c = Cluster([w], g)
+    assert "joined from localhost" in g.stderr_text()
+    client = grpcclient.InferenceServerClient(g.grpc_url)
+    case = cases.get("mlp", 2)
+    got, _ = grpc_infer_case(client, case)
+    check_case(got, case)
     client.close()
     finish_cluster(c)

@@ -40,6 +40,17 @@ import grpc  # noqa: E402
 READY_TIMEOUT_S = float(os.environ.get("PJSERVE_READY_TIMEOUT", "240"))
 # Seconds a server may take to exit after SIGTERM.
 EXIT_TIMEOUT_S = 60
+# With PJSERVE_PROTOCOL_NODE_WORKERS=N every server of the suite is
+# `pjserve node --workers N` (the gateway in front of N serve workers)
+# instead of `pjserve serve`: the suite then checks the gateway.
+NODE_WORKERS = os.environ.get("PJSERVE_PROTOCOL_NODE_WORKERS")
+
+
+def serve_only(why: str):
+    """Marks a test of one serve process's own behaviour (its log lines,
+    gauges, thread pools, gates, budgets), which a node of several workers
+    does not have as one: skipped when the suite runs against a node."""
+    return pytest.mark.skipif(bool(NODE_WORKERS), reason=f"one serve process: {why}")
 
 # manifest dtype -> KServe datatype
 KSERVE_DTYPE = {
@@ -122,6 +133,10 @@ class ServerProcess:
     def metrics_url(self) -> str:
         return f"http://127.0.0.1:{self.metrics_port}/metrics"
 
+    def command_name(self) -> str:
+        """"serve" or "node": the subcommand this process runs."""
+        return self.argv[1] if len(self.argv) > 1 else "serve"
+
     def stderr_text(self) -> str:
         try:
             return self.stderr_path.read_text(errors="replace")
@@ -136,7 +151,8 @@ class ServerProcess:
 
     def start(self, ready_timeout: float = READY_TIMEOUT_S):
         self.http_port, self.grpc_port, self.metrics_port = free_ports(3)
-        self.argv = [str(self.binary), "serve",
+        command = ["node", "--workers", NODE_WORKERS] if NODE_WORKERS else ["serve"]
+        self.argv = [str(self.binary), *command,
                      "--model-repository", str(self.repository),
                      "--host", "127.0.0.1",
                      "--http-port", str(self.http_port),
@@ -152,6 +168,22 @@ class ServerProcess:
         self.wait_ready(ready_timeout)
         return self
 
+    def _node_workers_ready(self) -> bool:
+        """Behind a node, the gateway answers health itself: wait until it
+        routes to workers and the node reports every one of them ready."""
+        try:
+            with urllib.request.urlopen(f"http://{self.http_url}/v2/health/ready",
+                                        timeout=2) as r:
+                if r.status != 200:
+                    return False
+            with urllib.request.urlopen(f"http://{self.http_url}/v2/pjserve/node",
+                                        timeout=2) as r:
+                workers = json.loads(r.read())["workers"]
+            return len(workers) == int(NODE_WORKERS) and all(
+                w["state"] == "ready" for w in workers)
+        except (urllib.error.URLError, OSError, ValueError, KeyError):
+            return False
+
     def wait_ready(self, timeout: float):
         deadline = time.monotonic() + timeout
         url = f"http://{self.http_url}/v2/health/{self.health_route}"
@@ -161,6 +193,12 @@ class ServerProcess:
             if rc is not None:
                 raise ServerFailure(f"pjserve serve exited with code {rc} before it was "
                                     f"{self.health_route}\n{self.describe()}")
+            if NODE_WORKERS and self.command_name() == "node":
+                if self._node_workers_ready():
+                    return
+                last = "the node's workers are not all ready"
+                time.sleep(0.1)
+                continue
             try:
                 with urllib.request.urlopen(url, timeout=2) as r:
                     if r.status == 200:
@@ -486,7 +524,16 @@ def scrape(url: str) -> str:
 
 
 def metric(samples, name: str, **labels) -> Optional[float]:
-    return samples.get((name, frozenset(labels.items())))
+    """The sample of `name` with exactly `labels`; behind a node (whose
+    gateway adds a `worker` label to each worker's samples) the sum over
+    the workers."""
+    exact = samples.get((name, frozenset(labels.items())))
+    if exact is not None or not NODE_WORKERS:
+        return exact
+    found = [v for (n, ls), v in samples.items()
+             if n == name and "worker" in dict(ls)
+             and {k: x for k, x in ls if k != "worker"} == labels]
+    return sum(found) if found else None
 
 
 # Metric families of the device weight cache (docs/serving.md, Metrics).

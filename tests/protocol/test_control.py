@@ -40,7 +40,8 @@ from tritonclient.utils import InferenceServerException
 
 from protocol_util import (BUDGET, EVICTIONS, LOAD_SECONDS, LOADS, PINNED, RESIDENT, USED,
                            grpc_channel, grpc_code, grpc_infer_case, http_json, http_request,
-                           metric, parse_metrics, pb_decode, pb_field_bytes, pb_get, scrape)
+                           metric, parse_metrics, pb_decode, pb_field_bytes, pb_get, scrape,
+                           serve_only)
 
 SERVICE = "pjserve.control.v1.ModelControl"
 REFLECTION = "/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo"
@@ -242,6 +243,7 @@ def test_rest_routes(server):
 
 # ---- policy ------------------------------------------------------------------------
 
+@serve_only("the policy gauges are each worker's")
 def test_set_policy(server_factory):
     srv = server_factory(["--model-weight", "two_io=3"])
     c = ControlClient(srv.grpc_url)
@@ -413,6 +415,7 @@ def infer_ok(srv, case):
     case.check(got, "explicit mode, pinned")
 
 
+@serve_only("the weight cache gauges are each worker's")
 def test_explicit_mode(server_factory, cases):
     srv = server_factory(["--model-control-mode", "explicit",
                           "--device-weight-budget", str(BUDGET_BYTES)])

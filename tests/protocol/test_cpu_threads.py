@@ -17,7 +17,7 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 
 import pjserve_export as pe
-from protocol_util import ServerFailure, ServerProcess, grpc_infer_case, http_infer_case
+from protocol_util import ServerFailure, ServerProcess, grpc_infer_case, http_infer_case, serve_only
 
 pytestmark = pytest.mark.skipif(
     bool(os.environ.get("PJRT_NPROC") or os.environ.get("NPROC")),
@@ -56,6 +56,7 @@ def stop(srv):
     assert not problems, "\n".join(problems) + "\n" + srv.describe()
 
 
+@serve_only("the node sizes each worker's plugin pool")
 @pytest.mark.parametrize("setting,threads", [("1", 1), ("2", 2), ("3", 3), ("auto", 1)])
 def test_setting_sizes_the_plugin_pool_and_serves(server_factory, cases, setting, threads):
     srv = server_factory(extra_args=["--cpu-intra-op-threads", setting])
@@ -82,6 +83,7 @@ def big_conv_model():
     return fn, params
 
 
+@serve_only("the node sizes each worker's plugin pool")
 def test_auto_gives_a_large_model_every_cpu(pjserve_bin, plugin_path, cache_dir, exported, cases,
                                             tmp_path):
     repo = tmp_path / "repo"

@@ -23,7 +23,7 @@ from tritonclient.utils import InferenceServerException
 
 from bundle_code import (build_hooks, copy_bundle, mark_source_newer, start_server, stop_server,
                          tensor_yaml, write_hooked, write_source)
-from protocol_util import assert_matches, grpc_code, http_json
+from protocol_util import assert_matches, grpc_code, http_json, serve_only
 
 HOOKED = "mlp_hooked"
 CLIENT_INPUTS = tensor_yaml("X", "f64", ["batch", 16])
@@ -438,6 +438,7 @@ POLL_MS = 100
 NEW_OFFSET = 1000.0
 
 
+@serve_only("workers reload a bundle each at its own moment")
 def test_hook_reload_under_traffic_loses_nothing(pjserve_bin, plugin_path, cache_dir, exported,
                                                  mlp_reference, tmp_path):
     """4 threads call mlp_hooked without pause while its model.c is rewritten

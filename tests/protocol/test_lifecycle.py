@@ -33,7 +33,7 @@ import pjserve_export as pe
 from pjserve_export.jax_export import weight_names_and_arrays
 from pjserve_export.safetensors_io import encode_header
 from protocol_util import (Case, ServerFailure, ServerProcess, grpc_code, grpc_infer_case,
-                           http_infer_case, http_json)
+                           http_infer_case, http_json, serve_only)
 
 POLL_MS = 100
 WAIT_S = 120            # bound on any change being acted on (slow 2-core machines)
@@ -407,6 +407,7 @@ def test_removed_bundle_is_dropped(lc, exported):
     assert log_lines(lc.srv, "repository: model doomed removed")
 
 
+@serve_only("each worker logs its own attempt")
 def test_half_written_bundle_served_once_complete(lc, exported):
     d = lc.repo / "late"
     write_mlp_copy(exported, d, "late", scale=3.0, files={pe.MANIFEST_FILE})
@@ -424,6 +425,7 @@ def test_half_written_bundle_served_once_complete(lc, exported):
     assert serves(lc.srv, case)
 
 
+@serve_only("each worker logs its own attempt")
 def test_corrupt_change_keeps_old_version(lc, exported):
     name = "fragile"
     old = mlp_case(exported, name, 1.0)

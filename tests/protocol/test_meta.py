@@ -36,7 +36,7 @@ import jax.numpy as jnp
 from pjserve_export import demo
 
 from bundle_code import TIMING_C, copy_bundle, start_server, stop_server, tensor_yaml, write_meta
-from protocol_util import assert_matches, grpc_code, http_json, parse_metrics, scrape
+from protocol_util import assert_matches, grpc_code, http_json, parse_metrics, scrape, serve_only
 
 X_IN = tensor_yaml("x", "f32", [-1, 16])
 Y_OUT = tensor_yaml("y", "f32", [-1, 4])
@@ -490,6 +490,7 @@ def overlap_of_concurrent_runs(s, clients: int, per_client: int, wait_ms: int):
     return max_overlap(runs)
 
 
+@serve_only("the meta gate is per worker")
 def test_at_most_two_metas_run_at_once(srv):
     """8 clients, 4 requests each, each run holding its permit ~30 ms: two
     runs overlap, never three (and the server's own count agrees)."""
@@ -497,6 +498,7 @@ def test_at_most_two_metas_run_at_once(srv):
     assert server_metric(srv, "pjserve_meta_runs_gated_peak") == 2
 
 
+@serve_only("the meta gate is per worker")
 def test_at_most_one_meta_runs_at_once(srv1):
     assert overlap_of_concurrent_runs(srv1, 4, 3, 30) == 1
     assert server_metric(srv1, "pjserve_meta_runs_gated_peak") == 1
@@ -504,6 +506,7 @@ def test_at_most_one_meta_runs_at_once(srv1):
 
 # ---- 10. compute-only metas bypass the gate ---------------------------------------------
 
+@serve_only("the meta gate is per worker")
 def test_compute_only_bypasses_the_gate(srv):
     """Two gated runs hold both permits for 1.5 s; a third gated one waits for
     a permit, while compute-only runs start and finish inside the held
@@ -626,6 +629,7 @@ def test_deadline_stops_at_the_next_stage(srv, proto):
 
 # ---- 13. a meta that cannot get a permit before its deadline ------------------------------
 
+@serve_only("the meta gate is per worker")
 def test_dropped_at_admission_when_no_permit_in_time(srv1):
     """One permit, held 2 s; a second meta with a 200 ms timeout is answered
     DEADLINE_EXCEEDED at its deadline, long before the permit frees."""

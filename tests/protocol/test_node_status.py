@@ -6,15 +6,17 @@ a file not there (yet) is 503 naming it.
 
 import json
 
-from protocol_util import http_json, http_request
+from protocol_util import http_json, http_request, serve_only
 
 
+@serve_only("serve's own --node-status-file")
 def test_node_status_absent_on_a_server_on_its_own(server):
     status, doc, _ = http_json(server.http_url, "GET", "/v2/pjserve/node")
     assert status == 404
     assert "not under `pjserve node`" in doc["error"]
 
 
+@serve_only("serve's own --node-status-file")
 def test_node_status_file_answered_as_written(server_factory, tmp_path):
     path = tmp_path / "node-status.json"
     s = server_factory(["--node-status-file", str(path)])

@@ -43,7 +43,7 @@ import tritonclient.http as httpclient
 import pjserve_export as pe
 from protocol_util import (BUDGET, EVICTIONS, LOAD_SECONDS, LOADS, PINNED, RESIDENT, USED, Case,
                            ServerFailure, ServerProcess, grpc_infer_case, http_infer_case,
-                           parse_metrics, run_threads, scrape)
+                           parse_metrics, run_threads, scrape, serve_only)
 
 N_MODELS = 10
 IN, HIDDEN, OUT = 64, 768, 32
@@ -227,6 +227,7 @@ CLIENT_THREADS = 6              # half gRPC, half HTTP
 REQUESTS_PER_THREAD = 100
 
 
+@serve_only("the weight budget and its LRU are per worker")
 def test_many_models_under_budget(start_server, residency_models):
     mb = residency_models.weight_bytes
     budget = int(2.5 * mb)
@@ -310,6 +311,7 @@ def delta(after: Dict[str, float], before: Dict[str, float]) -> Dict[str, float]
     return {m: v - before.get(m, 0) for m, v in after.items() if v != before.get(m, 0)}
 
 
+@serve_only("the weight budget and its LRU are per worker")
 def test_lru_sequence_abac(start_server, residency_models):
     """Room for two: A B A C loads each once and evicts B (least recently
     used), not A; then B comes back and evicts A.
@@ -351,6 +353,7 @@ def test_lru_sequence_abac(start_server, residency_models):
 
 # ---- a model larger than the budget ------------------------------------------------------
 
+@serve_only("the weight budget and its LRU are per worker")
 def test_model_larger_than_budget(start_server, residency_models):
     mb = residency_models.weight_bytes
     a, b = NAMES[:2]

@@ -32,7 +32,7 @@ import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
 from protocol_util import (Case, assert_matches, grpc_code, grpc_infer_case, grpc_inputs,
-                           http_infer_case, metric, parse_metrics, run_threads, scrape)
+                           http_infer_case, metric, parse_metrics, run_threads, scrape, serve_only)
 
 MAX_BATCH = 8                   # the largest compiled size of the demo bundles (1, 4, 8)
 THREADS = 32
@@ -237,6 +237,7 @@ def _timeout_us(rng: random.Random):
     return int(10 ** rng.uniform(0, np.log10(20_000)))
 
 
+@serve_only("the scheduler gauges are each worker's")
 @pytest.mark.parametrize("discipline", ["fifo", "edf"])
 def test_discipline_timeouts(server_factory, cases, discipline):
     """Concurrent clients on three models with and without `timeout`: each

@@ -8,7 +8,7 @@ import tritonclient.grpc as grpcclient
 from tritonclient.utils import InferenceServerException
 
 from protocol_util import (ALL_MODELS, grpc_infer_case, http_infer_case, http_json,
-                           metric, parse_metrics, scrape)
+                           metric, parse_metrics, scrape, serve_only)
 
 MODEL = "mlp_f16"
 DURATIONS = ("success", "fail", "queue", "compute_input", "compute_infer", "compute_output",
@@ -172,6 +172,7 @@ def _rows_buckets(samples, model, batch_sizes):
     return out
 
 
+@serve_only("the scheduler gauges are each worker's")
 def test_scheduler_metrics_after_known_traffic(gclient, hclient, server, exported, cases):
     samples0, types = parse_metrics(scrape(server.metrics_url))
     for name, kind in PJSERVE_FAMILIES.items():

@@ -17,8 +17,8 @@
  * worker; any other failure is relayed as it is.
  *
  * Fan-out: the same client batch to every available worker; when all
- * answered, the first error (naming the worker) or ops->merge of the
- * answers is relayed.
+ * answered, the first error (naming the worker unless every worker gave it)
+ * or ops->merge of the answers is relayed.
  *
  * Streams (STREAM_ROUTED): the first message picks the worker; then two
  * pumps run until the worker's status arrives: client -> worker (receive,
@@ -369,22 +369,38 @@ static void routed_done(proxy_call *p, upstream *u)
     reply(p, &u->initial, u->response, u->status, u->details, &u->trailing);
 }
 
+static bool same_answer(const upstream *a, const upstream *b)
+{
+    return a->status == b->status && grpc_slice_eq(a->details, b->details);
+}
+
+/* The first failure of a fan-out, as the workers said it when they all
+ * said the same (an unknown model), else naming the worker. */
+static void fanout_failed(proxy_call *p, const upstream *u)
+{
+    bool unanimous = true;
+    for (size_t i = 0; i < p->n_up; i++)
+        unanimous &= same_answer(&p->up[i], u);
+    if (unanimous) {
+        reply(p, &u->initial, NULL, u->status, u->details, &u->trailing);
+        return;
+    }
+    char msg[PJS_ERROR_MSG_MAX];
+    snprintf(msg, sizeof msg, "worker %d: %.*s", u->worker, (int)GRPC_SLICE_LENGTH(u->details),
+             (const char *)GRPC_SLICE_START_PTR(u->details));
+    grpc_slice details = grpc_slice_from_copied_string(msg);
+    reply(p, &u->initial, NULL, u->status, details, &u->trailing);
+    grpc_slice_unref(details);
+}
+
 static void fanout_done(proxy_call *p)
 {
     const pjs_grpc_proxy_ops *ops = p->f->proxy;
-    for (size_t i = 0; i < p->n_up; i++) {
-        upstream *u = &p->up[i];
-        if (u->status != GRPC_STATUS_OK) {
-            char msg[PJS_ERROR_MSG_MAX];
-            snprintf(msg, sizeof msg, "worker %d: %.*s", u->worker,
-                     (int)GRPC_SLICE_LENGTH(u->details),
-                     (const char *)GRPC_SLICE_START_PTR(u->details));
-            grpc_slice details = grpc_slice_from_copied_string(msg);
-            reply(p, &u->initial, NULL, u->status, details, &u->trailing);
-            grpc_slice_unref(details);
+    for (size_t i = 0; i < p->n_up; i++)
+        if (p->up[i].status != GRPC_STATUS_OK) {
+            fanout_failed(p, &p->up[i]);
             return;
         }
-    }
     const uint8_t *answers[MAX_FANOUT];
     size_t lengths[MAX_FANOUT];
     grpc_slice slices[MAX_FANOUT];
