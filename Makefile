@@ -2,7 +2,8 @@
 #
 #   make            build everything into build/ (bootstraps dependencies first)
 #   make serve      export the demo models and serve them (gRPC :8001, HTTP :8000, metrics :8002)
-#   make test       unit tests, corpus replays, end-to-end and protocol tests, a short fuzz run
+#   make test       unit tests, corpus replays, end-to-end, protocol (against serve and against
+#                   a two-worker node), gateway, node and deployment tests, a short fuzz run
 #   make models     export the demo model bundles into models/
 #   make demo       export the demo models and run each once with pjserve run
 #   make asan       the same tests on an AddressSanitizer+UBSan build (build-asan/)
@@ -13,6 +14,7 @@
 #   make bench-residency  weight loads vs size and many models under a weight budget (same doc)
 #   make bench-meta  the detector as a meta vs client-orchestrated vs Triton BLS (same doc)
 #   make bench-shared-weights  memory of 1-4 workers with and without --shared-weights (same doc)
+#   make bench-gateway  one hop through pjserve gateway, and 1 vs 2 workers behind it (same doc)
 #   make clean
 
 JOBS ?= $(shell nproc)
@@ -20,7 +22,7 @@ FUZZ_SECONDS ?= 20
 PYTHON := .venv/bin/python
 PYTEST := $(PYTHON) -m pytest -q -p no:cacheprovider
 
-.PHONY: all bootstrap build test unit e2e models demo serve asan tsan fuzz fuzz-build fuzz-smoke clean bench bench-scheduler bench-residency bench-meta bench-shared-weights
+.PHONY: all bootstrap build test unit e2e e2e-node models demo serve asan tsan fuzz fuzz-build fuzz-smoke clean bench bench-scheduler bench-residency bench-meta bench-shared-weights bench-gateway
 
 all: build
 
@@ -39,18 +41,25 @@ build: bootstrap
 unit: build
 	cd build && ctest --output-on-failure -j $(JOBS)
 
-# End-to-end (pjserve run vs JAX), protocol (pjserve serve vs tritonclient) and
-# deployment (deploy/: manifests, Dockerfile; plain build only) tests.
-PYTESTS := tests/e2e tests/protocol tests/deploy tests/node
+# End-to-end (pjserve run vs JAX), protocol (pjserve serve vs tritonclient),
+# gateway and deployment (deploy/: manifests, Dockerfile; plain build only) tests.
+PYTESTS := tests/e2e tests/protocol tests/gateway tests/deploy tests/node
 # The sanitizer builds skip the hostile-client suite (bombs and floods: heavy,
 # and its memory bounds are the plain build's) and the node's (worker processes
 # killed, stopped and restarted: fault injection runs once, in the plain build).
-SANITIZER_PYTESTS := tests/e2e tests/protocol --ignore=tests/protocol/hostile
+SANITIZER_PYTESTS := tests/e2e tests/protocol tests/gateway --ignore=tests/protocol/hostile
 
 e2e: build
 	PJSERVE_BIN=$(CURDIR)/build/pjserve $(PYTEST) -s $(PYTESTS)
 
-test: unit e2e fuzz-smoke
+# The protocol suite again, against `pjserve node --workers 2`: every call
+# through the gateway to two workers (tests of one serve process's own
+# gauges, logs and gates are skipped there).
+e2e-node: build
+	PJSERVE_PROTOCOL_NODE_WORKERS=2 PJSERVE_BIN=$(CURDIR)/build/pjserve \
+	  $(PYTEST) tests/protocol --ignore=tests/protocol/hostile
+
+test: unit e2e e2e-node fuzz-smoke
 
 models: build
 	$(PYTHON) examples/make_demo_models.py models --pjserve build/pjserve
@@ -139,3 +148,9 @@ bench-meta: build
 # (docs/benchmarks.md). Needs only .venv. Under a minute.
 bench-shared-weights: build
 	$(PYTHON) bench/shared_weights.py
+
+# The gateway: p50/p99 of the demo mlp directly on a worker and through a
+# gateway (gRPC and HTTP, concurrency 1 and 8), and the convnet's throughput
+# through a gateway over 1 and 2 workers (docs/benchmarks.md). A few minutes.
+bench-gateway: build
+	$(PYTHON) bench/gateway.py
