@@ -819,6 +819,7 @@ int pjs_cmd_serve(int argc, char **argv)
     ho.port = a.http_port;
     ho.threads = a.http_threads;
     ho.node_status_file = a.node_status_file;
+    a.grpc.node_status_file = a.node_status_file;
     mo.host = a.metrics_host ? a.metrics_host : a.host;
     mo.port = a.metrics_port;
     mo.threads = 1;

@@ -49,6 +49,7 @@ static const struct {
     {SVC "ModelStatistics", PJS_ACCESS_INFER},
     {SVC "RepositoryIndex", PJS_ACCESS_INFER},
     {CONTROL "ModelControlStatus", PJS_ACCESS_INFER},
+    {CONTROL "NodeStatus", PJS_ACCESS_INFER},
     {SVC "RepositoryModelLoad", PJS_ACCESS_ADMIN},
     {SVC "RepositoryModelUnload", PJS_ACCESS_ADMIN},
     {SVC "SystemSharedMemoryStatus", PJS_ACCESS_ADMIN},

@@ -17,6 +17,7 @@
 struct pjs_gateway {
     pjs_gw_pool *pool;
     pjs_byte_budget budget; /* request bytes held at once, both protocols */
+    pjs_gw_grpc_routes grpc_routes;
     pjs_grpc_proxy_ops grpc_ops;
     pjs_grpc_frontend *grpc;
     /* The REST side once started, so workers joining later (from DNS) are
@@ -61,7 +62,9 @@ int pjs_gateway_start(const pjs_gateway_options *o, pjs_gateway **out, pjs_error
         free(g);
         return rc;
     }
-    pjs_gw_grpc_ops(g->pool, &g->grpc_ops);
+    g->grpc_routes = (pjs_gw_grpc_routes){
+        .pool = g->pool, .node_status = o->node_status, .node_ctx = o->node_ctx};
+    pjs_gw_grpc_ops(&g->grpc_routes, &g->grpc_ops);
     pjs_grpc_options grpc = o->grpc;
     grpc.max_request_bytes = o->max_request_bytes;
     if (grpc.port != 0 &&

@@ -4,7 +4,8 @@
  * workers.
  *
  *   local     ServerLive, ServerReady, grpc.health.v1.Health/Check: the
- *             gateway is live; ready when some worker is.
+ *             gateway is live; ready when some worker is. NodeStatus: the
+ *             node's status (NOT_FOUND in a standalone gateway).
  *   by model  ModelInfer, ModelStreamInfer, ModelReady, ModelMetadata,
  *             ModelConfig: the pool picks among the workers holding the
  *             model (a sequence stays on its worker).
@@ -22,6 +23,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "frontend/grpc/arena.h"
+#include "frontend/grpc/control_codec.h"
 #include "gateway/route_key.h"
 #include "grpc_service.pb-c.h"
 #include "health.pb-c.h"
@@ -73,7 +76,7 @@ static pjs_grpc_proxy_kind classify(void *ctx, const char *m)
 {
     (void)ctx;
     if (method_is(m, SVC, "ServerLive") || method_is(m, SVC, "ServerReady") ||
-        strcmp(m, "/grpc.health.v1.Health/Check") == 0)
+        strcmp(m, "/grpc.health.v1.Health/Check") == 0 || method_is(m, CONTROL, "NodeStatus"))
         return PJS_GRPC_PROXY_LOCAL;
     if (merged(m) || fanned_out(m))
         return PJS_GRPC_PROXY_FANOUT;
@@ -92,10 +95,35 @@ static int pack(const ProtobufCMessage *m, uint8_t **out, size_t *len, pjs_error
     return 0;
 }
 
+/* NodeStatus from the node's status document. */
+static int node_status(const pjs_gw_grpc_routes *r, uint8_t **out, size_t *out_len,
+                       pjs_error *err)
+{
+    if (r->node_status == NULL)
+        return pjs_error_set(err, PJS_ERR_NOT_FOUND,
+                             "this gateway runs on its own, not under `pjserve node`: there is "
+                             "no node status");
+    char *json = r->node_status(r->node_ctx);
+    if (json == NULL)
+        return pjs_error_set(err, PJS_ERR_NOMEM, "no memory for the node's status");
+    pjs_grpc_arena arena;
+    pjs_grpc_arena_init(&arena, (size_t)1 << 20);
+    pjs_grpc_node_status_response *status = NULL;
+    int rc = pjs_grpc_node_status(json, strlen(json), &arena, &status, err);
+    free(json);
+    if (rc == 0)
+        rc = pack(&status->base, out, out_len, err);
+    pjs_grpc_arena_reset(&arena);
+    return rc;
+}
+
 static int answer(void *ctx, const char *m, const uint8_t *msg, size_t len, uint8_t **out,
                   size_t *out_len, pjs_error *err)
 {
-    bool ready = pjs_gw_pool_available(ctx) != 0;
+    const pjs_gw_grpc_routes *routes = ctx;
+    if (method_is(m, CONTROL, "NodeStatus"))
+        return node_status(routes, out, out_len, err);
+    bool ready = pjs_gw_pool_available(routes->pool) != 0;
     if (method_is(m, SVC, "ServerLive")) {
         Inference__ServerLiveResponse r = INFERENCE__SERVER_LIVE_RESPONSE__INIT;
         r.live = true;
@@ -130,7 +158,7 @@ static int answer(void *ctx, const char *m, const uint8_t *msg, size_t len, uint
 static int pick(void *ctx, const char *m, const uint8_t *msg, size_t len, uint64_t tried,
                 pjs_error *err)
 {
-    pjs_gw_pool *pool = ctx;
+    pjs_gw_pool *pool = ((pjs_gw_grpc_routes *)ctx)->pool;
     if (!by_model(m))
         return pjs_gw_pool_pick_any(pool, tried, err);
     pjs_gw_route_key key;
@@ -147,7 +175,7 @@ static int pick(void *ctx, const char *m, const uint8_t *msg, size_t len, uint64
 
 static void done(void *ctx, int worker, pjs_grpc_proxy_outcome o)
 {
-    pjs_gw_pool_done(ctx, worker,
+    pjs_gw_pool_done(((pjs_gw_grpc_routes *)ctx)->pool, worker,
                      o == PJS_GRPC_PROXY_ANSWERED   ? PJS_GW_ANSWERED
                      : o == PJS_GRPC_PROXY_NOT_SENT ? PJS_GW_NOT_SENT
                                                     : PJS_GW_BROKEN);
@@ -155,7 +183,7 @@ static void done(void *ctx, int worker, pjs_grpc_proxy_outcome o)
 
 static uint64_t fanout(void *ctx, pjs_error *err)
 {
-    pjs_gw_pool *pool = ctx;
+    pjs_gw_pool *pool = ((pjs_gw_grpc_routes *)ctx)->pool;
     uint64_t mask = 0;
     int w;
     /* Each worker taken like a pick, so done() balances it. */
@@ -166,7 +194,7 @@ static uint64_t fanout(void *ctx, pjs_error *err)
 
 static grpc_channel *channel(void *ctx, int worker)
 {
-    return pjs_gw_pool_channel(ctx, (size_t)worker);
+    return pjs_gw_pool_channel(((pjs_gw_grpc_routes *)ctx)->pool, (size_t)worker);
 }
 
 /* ---- merging ------------------------------------------------------------------ */
@@ -317,10 +345,10 @@ static int merge(void *ctx, const char *m, const uint8_t *const *answers, const 
     return rc;
 }
 
-void pjs_gw_grpc_ops(pjs_gw_pool *pool, pjs_grpc_proxy_ops *ops)
+void pjs_gw_grpc_ops(pjs_gw_grpc_routes *routes, pjs_grpc_proxy_ops *ops)
 {
     *ops = (pjs_grpc_proxy_ops){
-        .ctx = pool,
+        .ctx = routes,
         .classify = classify,
         .answer = answer,
         .pick = pick,
@@ -328,6 +356,6 @@ void pjs_gw_grpc_ops(pjs_gw_pool *pool, pjs_grpc_proxy_ops *ops)
         .fanout = fanout,
         .merge = merge,
         .channel = channel,
-        .worker_token = pjs_gw_pool_worker_token(pool),
+        .worker_token = pjs_gw_pool_worker_token(routes->pool),
     };
 }

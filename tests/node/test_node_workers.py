@@ -1,6 +1,6 @@
 """`pjserve node --workers 2`: the gateway in the node serves the public
 ports over two CPU workers on private loopback ports; both are ready in
-/v2/pjserve/node; a worker killed with SIGKILL under load from 8 client
+/v2/pjserve/node and the control service's NodeStatus; a worker killed with SIGKILL under load from 8 client
 threads costs at most the requests in flight on it (UNAVAILABLE), never a
 wrong answer, while the other serves throughout; SIGTERM drains and exits 0.
 
@@ -13,6 +13,7 @@ import stat
 import threading
 import time
 
+from control_client import ControlClient
 from node_util import parent_of, process_alive
 from protocol_util import finish_checked, grpc_code, grpc_infer_case, http_infer_case, run_threads
 
@@ -35,6 +36,15 @@ def test_two_workers_behind_the_gateway(node_factory, cases):
         assert w["grpc"].startswith("127.0.0.1:") and w["http"].startswith("127.0.0.1:")
         assert parent_of(w["pid"]) == node.proc.pid
     assert doc["workers"][0]["device"] == "cpu:0" and doc["workers"][1]["device"] == "cpu:1"
+    # The control gRPC service answers the same document.
+    control = ControlClient(node.grpc_url)
+    r = control.call("NodeStatus")
+    control.close()
+    assert r.routing == doc["routing"]
+    assert [(w.id, w.device, w.pid, w.state, w.restarts, sorted(w.models), w.grpc, w.http)
+            for w in r.workers] == \
+        [(w["id"], w["device"], w["pid"], w["state"], w["restarts"], sorted(w["models"]),
+          w["grpc"], w["http"]) for w in node.status()["workers"]]
     # The workers' admin token: private to the node's user.
     token = node.run_dir / "worker-admin-token"
     assert stat.S_IMODE(token.stat().st_mode) == 0o600

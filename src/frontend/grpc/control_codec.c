@@ -11,6 +11,8 @@
 #include <stdint.h>
 #include <string.h>
 
+#include <jansson.h>
+
 typedef struct residency_pair {
     pjs_residency ours;
     Pjserve__Control__V1__Residency wire;
@@ -129,4 +131,105 @@ void pjs_grpc_control_policy_change(const Pjserve__Control__V1__SetModelPolicyRe
     out->has_default_timeout_us =
         r->default_timeout_us_present_case == POLICY_CASE(DEFAULT_TIMEOUT_US, DEFAULT_TIMEOUT_US);
     out->default_timeout_us = out->has_default_timeout_us ? as_int64(r->default_timeout_us) : 0;
+}
+
+/* ---- node status -------------------------------------------------------------------- */
+
+/* A string member, "" when absent or null; NULL (no memory, or not a
+ * string) sets *bad. */
+static char *member_string(json_t *o, const char *key, pjs_grpc_arena *a, const char **bad)
+{
+    json_t *v = json_object_get(o, key);
+    if (v == NULL || json_is_null(v))
+        return pjs_grpc_arena_strdup(a, "");
+    if (!json_is_string(v)) {
+        *bad = key;
+        return NULL;
+    }
+    char *s = pjs_grpc_arena_strdup(a, json_string_value(v));
+    if (s == NULL)
+        *bad = key;
+    return s;
+}
+
+static int64_t member_int(json_t *o, const char *key, const char **bad)
+{
+    json_t *v = json_object_get(o, key);
+    if (v == NULL || json_is_null(v))
+        return 0;
+    if (!json_is_integer(v) || json_integer_value(v) < 0) {
+        *bad = key;
+        return 0;
+    }
+    return json_integer_value(v);
+}
+
+static Pjserve__Control__V1__NodeWorker *node_worker(json_t *w, pjs_grpc_arena *a,
+                                                      const char **bad)
+{
+    Pjserve__Control__V1__NodeWorker *nw = pjs_grpc_arena_alloc(a, sizeof *nw);
+    if (nw == NULL || !json_is_object(w)) {
+        *bad = "workers[]";
+        return NULL;
+    }
+    pjserve__control__v1__node_worker__init(nw);
+    nw->id = (uint32_t)member_int(w, "id", bad);
+    nw->pid = member_int(w, "pid", bad);
+    nw->restarts = (uint32_t)member_int(w, "restarts", bad);
+    nw->device = member_string(w, "device", a, bad);
+    nw->state = member_string(w, "state", a, bad);
+    nw->grpc = member_string(w, "grpc", a, bad);
+    nw->http = member_string(w, "http", a, bad);
+    nw->last_exit = member_string(w, "last_exit", a, bad);
+    json_t *models = json_object_get(w, "models");
+    size_t n = json_is_array(models) ? json_array_size(models) : 0;
+    nw->models = pjs_grpc_arena_alloc(a, (n ? n : 1) * sizeof *nw->models);
+    if (nw->models == NULL)
+        *bad = "models";
+    for (size_t i = 0; nw->models != NULL && i < n; i++) {
+        json_t *m = json_array_get(models, i);
+        if (!json_is_string(m) ||
+            (nw->models[i] = pjs_grpc_arena_strdup(a, json_string_value(m))) == NULL) {
+            *bad = "models";
+            break;
+        }
+        nw->n_models = i + 1;
+    }
+    return *bad == NULL ? nw : NULL;
+}
+
+int pjs_grpc_node_status(const char *json, size_t len, pjs_grpc_arena *a,
+                         pjs_grpc_node_status_response **out, pjs_error *err)
+{
+    json_error_t jerr;
+    json_t *doc = json_loadb(json, len, JSON_REJECT_DUPLICATES, &jerr);
+    if (doc == NULL || !json_is_object(doc)) {
+        json_decref(doc);
+        return pjs_error_set(err, PJS_ERR_INTERNAL,
+                             "the node's status document is not a JSON object (%s)",
+                             doc == NULL ? jerr.text : "another value");
+    }
+    const char *bad = NULL;
+    pjs_grpc_node_status_response *r = pjs_grpc_arena_alloc(a, sizeof *r);
+    json_t *workers = json_object_get(doc, "workers");
+    size_t n = json_is_array(workers) ? json_array_size(workers) : 0;
+    if (r == NULL) {
+        bad = "routing";
+    } else {
+        pjserve__control__v1__node_status_response__init(r);
+        r->routing = member_string(doc, "routing", a, &bad);
+        r->workers = pjs_grpc_arena_alloc(a, (n ? n : 1) * sizeof *r->workers);
+        if (!json_is_array(workers) || r->workers == NULL)
+            bad = "workers";
+    }
+    for (size_t i = 0; bad == NULL && i < n; i++) {
+        r->workers[i] = node_worker(json_array_get(workers, i), a, &bad);
+        r->n_workers = i + 1;
+    }
+    json_decref(doc);
+    if (bad != NULL)
+        return pjs_error_set(err, PJS_ERR_INTERNAL,
+                             "the node's status document has no valid \"%s\"", bad);
+    *out = r;
+    return 0;
 }

@@ -42,4 +42,12 @@ int pjs_grpc_control_residency(int value, const char *name, pjs_residency *out, 
 void pjs_grpc_control_policy_change(const Pjserve__Control__V1__SetModelPolicyRequest *r,
                                     pjs_control_policy_change *out);
 
+typedef Pjserve__Control__V1__NodeStatusResponse pjs_grpc_node_status_response;
+
+/* The NodeStatus answer from the node's status document (the JSON of GET
+ * /v2/pjserve/node, docs/node.md): INTERNAL, naming what is wrong, when
+ * the document is not one. */
+int pjs_grpc_node_status(const char *json, size_t len, pjs_grpc_arena *a,
+                         pjs_grpc_node_status_response **out, pjs_error *err);
+
 #endif

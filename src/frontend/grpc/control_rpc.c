@@ -14,6 +14,7 @@
 
 #include <stdlib.h>
 
+#include "core/mapped_file.h"
 #include "frontend/grpc/control_codec.h"
 #include "server/control.h"
 
@@ -161,4 +162,33 @@ int pjs__grpc_control_compact(pjs_grpc_unary_ctx *ctx, const ProtobufCMessage *r
 {
     (void)response;
     return run_as_job(ctx, request, compact, err);
+}
+
+/* ---- NodeStatus ----------------------------------------------------------------------- */
+
+/* Largest node status document read. */
+#define NODE_STATUS_MAX ((size_t)1 << 20)
+
+int pjs__grpc_control_node_status(pjs_grpc_unary_ctx *ctx, const ProtobufCMessage *request,
+                                  ProtobufCMessage **response, pjs_error *err)
+{
+    (void)request;
+    const char *path = ctx->frontend->node_status_file;
+    if (path == NULL)
+        return pjs_error_set(err, PJS_ERR_NOT_FOUND,
+                             "this server runs on its own, not under `pjserve node`: there is "
+                             "no node status");
+    char *text = NULL;
+    size_t len = 0;
+    if (pjs_read_file(path, NODE_STATUS_MAX, &text, &len, err) != 0) {
+        pjs_error_prefix(err, "the node status is not available yet: ");
+        err->code = PJS_ERR_UNAVAILABLE;
+        return err->code;
+    }
+    pjs_grpc_node_status_response *r = NULL;
+    int rc = pjs_grpc_node_status(text, len, ctx->arena, &r, err);
+    free(text);
+    if (rc == 0)
+        *response = &r->base;
+    return rc;
 }

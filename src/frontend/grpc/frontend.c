@@ -447,6 +447,7 @@ static int frontend_start(pjs_server *s, const pjs_grpc_proxy_ops *proxy, pjs_by
     f->proxy = proxy;
     f->budget = budget;
     f->access = o->access;
+    f->node_status_file = o->node_status_file;
     f->shutdown_tag.fn = on_shutdown;
     pthread_mutex_init(&f->lock, NULL);
     pthread_cond_init(&f->changed, NULL);

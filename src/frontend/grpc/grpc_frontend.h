@@ -35,6 +35,7 @@ typedef struct pjs_grpc_options {
     int fd_share;                  /* descriptors gRPC's connections may take (the process's
                                       lowest ones); 0: no guard */
     const pjs_access *access;      /* who may call what; NULL: no tokens (frontend/access.h) */
+    const char *node_status_file;  /* a node's worker: NodeStatus answers this file; NULL */
 } pjs_grpc_options;
 
 typedef struct pjs_grpc_frontend pjs_grpc_frontend;

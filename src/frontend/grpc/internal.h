@@ -161,6 +161,7 @@ struct pjs_grpc_frontend {
     const pjs_grpc_proxy_ops *proxy; /* forwarding: every call goes through it (proxy.c) */
     pjs_byte_budget *budget;  /* request bytes held at once; may be NULL */
     const pjs_access *access; /* consulted by every call before it is served */
+    const char *node_status_file; /* NodeStatus's answer (a node's worker); or NULL */
     size_t max_message;       /* largest inference request, decompressed (--max-request-bytes) */
     grpc_resource_quota *quota;   /* bounds gRPC's own buffers (--grpc-memory-quota) */
     pjs_grpc_conn_guard *guard;   /* keeps connections within their descriptors; NULL: off */
@@ -347,7 +348,7 @@ int pjs__grpc_health_check(pjs_grpc_unary_ctx *ctx, const ProtobufCMessage *requ
 /* ---- model control (control_rpc.c) ---------------------------------------- */
 
 /* pjserve.control.v1.ModelControl: ModelControlStatus, SetModelResidency,
- * SetModelPolicy, Compact. */
+ * SetModelPolicy, Compact, NodeStatus. */
 int pjs__grpc_control_status(pjs_grpc_unary_ctx *ctx, const ProtobufCMessage *request,
                              ProtobufCMessage **response, pjs_error *err);
 int pjs__grpc_control_set_residency(pjs_grpc_unary_ctx *ctx, const ProtobufCMessage *request,
@@ -356,6 +357,8 @@ int pjs__grpc_control_set_policy(pjs_grpc_unary_ctx *ctx, const ProtobufCMessage
                                  ProtobufCMessage **response, pjs_error *err);
 int pjs__grpc_control_compact(pjs_grpc_unary_ctx *ctx, const ProtobufCMessage *request,
                               ProtobufCMessage **response, pjs_error *err);
+int pjs__grpc_control_node_status(pjs_grpc_unary_ctx *ctx, const ProtobufCMessage *request,
+                                  ProtobufCMessage **response, pjs_error *err);
 
 /* ---- forwarding (proxy.c) ---------------------------------------------------- */
 

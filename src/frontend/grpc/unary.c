@@ -767,6 +767,7 @@ const pjs_grpc_method pjs__grpc_methods[] = {
     CONTROL("SetModelResidency", set_model_residency_request, pjs__grpc_control_set_residency),
     CONTROL("SetModelPolicy", set_model_policy_request, pjs__grpc_control_set_policy),
     CONTROL("Compact", compact_request, pjs__grpc_control_compact),
+    CONTROL("NodeStatus", node_status_request, pjs__grpc_control_node_status),
     {"/grpc.health.v1.Health/Check", PJS_GRPC_UNARY,
      &grpc__health__v1__health_check_request__descriptor, pjs__grpc_health_check},
     {"/grpc.health.v1.Health/Watch", PJS_GRPC_HEALTH_WATCH, NULL, NULL},
