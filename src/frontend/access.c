@@ -75,6 +75,7 @@ static const struct {
     {"/v2/models/**", PJS_ACCESS_INFER},
     {"/v2/repository/index", PJS_ACCESS_INFER},
     {"/v2/pjserve/control", PJS_ACCESS_INFER},
+    {"/v2/pjserve/node", PJS_ACCESS_INFER},
     {"/metrics", PJS_ACCESS_INFER},
     {"/v2/repository/models/*/load", PJS_ACCESS_ADMIN},
     {"/v2/repository/models/*/unload", PJS_ACCESS_ADMIN},

@@ -7,7 +7,7 @@
  *   open   health probes (REST /v2/health/live|ready; gRPC ServerLive,
  *          ServerReady, grpc.health.v1.Health, server reflection): anyone.
  *   infer  inference and reading (infer, metadata, config, statistics,
- *          repository index, model control status, /metrics): anyone, or
+ *          repository index, model control and node status, /metrics): anyone, or
  *          only holders of the inference or admin token when an inference
  *          token is configured.
  *   admin  changes and secrets (repository load/unload, residency, policy,

@@ -549,6 +549,22 @@ static void reply_relayed(pjs__http_call *c, transfer *t)
     c->reply.inference_header = t->inference_header;
 }
 
+/* Whether every transfer of j was answered with the same status and body. */
+static bool all_answered_alike(const job *j)
+{
+    const transfer *first = &j->transfers[0];
+    for (size_t i = 0; i < j->n_transfers; i++) {
+        const transfer *t = &j->transfers[i];
+        if (!answered(t) || t->status != first->status || t->answer.len != first->answer.len ||
+            (t->answer.len > 0 && memcmp(t->answer.data, first->answer.data, t->answer.len) != 0))
+            return false;
+    }
+    return true;
+}
+
+/* Every worker must have succeeded: the first answer is relayed. Else the
+ * workers' own answer when they all failed alike, or the first failure,
+ * naming its worker and counting the others. */
 static void finish_fan_out(job *j)
 {
     pjs__http_call *c = j->call;
@@ -565,12 +581,18 @@ static void finish_fan_out(job *j)
         reply_relayed(c, &j->transfers[0]);
         return;
     }
+    if (n_failed == j->n_transfers && all_answered_alike(j)) {
+        reply_relayed(c, failed); /* in the workers' own words (Triton's, for an unknown model) */
+        return;
+    }
     char others[96] = "";
+    size_t rest = j->n_transfers - 1;
     if (n_failed > 1)
         snprintf(others, sizeof others, " (and %zu more of the %zu workers failed)", n_failed - 1,
                  j->n_transfers);
-    else if (j->n_transfers > 1)
-        snprintf(others, sizeof others, " (the other %zu workers succeeded)", j->n_transfers - 1);
+    else if (rest > 0)
+        snprintf(others, sizeof others, " (the other %zu worker%s succeeded)", rest,
+                 rest == 1 ? "" : "s");
     if (!answered(failed)) {
         const char *why =
             failed->curl_error[0] ? failed->curl_error : curl_easy_strerror(failed->result);

@@ -7,7 +7,8 @@ model's requests over the workers (each worker's own statistics); requests
 of one sequence_id stay on one worker; an unknown model gets Triton's words
 with 404; the health bodies; metadata, config and statistics (merged over
 the workers); the repository index lists each model once; loads and unloads
-reach every worker, and a load one worker refuses is an error naming it;
+reach every worker (a refusal every worker gives is answered in their
+words, a worker that cannot take the change is named);
 admin calls need the gateway's own token and reach the workers with theirs;
 /metrics carries every worker's samples under a worker label (each family's
 TYPE once) and the gateway's own series; the node status is 404 in a
@@ -153,8 +154,16 @@ def test_infer_spread_documents_health_and_metrics(cluster_factory, cases):
         status, doc, _ = http_json(g.http_url, "GET", "/v2/nowhere")
         assert status == 404 and "no such endpoint" in doc["error"]
 
-        # Metrics: the gateway's own series for every worker.
-        samples, _ = parse_metrics(scrape(g.metrics_url))
+        # Metrics: every worker's samples under its label (each family's TYPE
+        # once), then the gateway's own series for every worker.
+        text = scrape(g.metrics_url)
+        types = re.findall(r"^# TYPE (\S+)", text, re.M)
+        assert len(types) == len(set(types)), "a TYPE line repeated"
+        samples, _ = parse_metrics(text)
+        per_worker = {dict(labels)["worker"]: value
+                      for (name, labels), value in samples.items()
+                      if name == "nv_inference_count" and dict(labels).get("model") == "mlp"}
+        assert per_worker == {"0": counts(c, "mlp")[0], "1": counts(c, "mlp")[1]}, per_worker
         for i in ("0", "1"):
             assert samples[("pjserve_gateway_worker_ready", frozenset({("worker", i)}))] == 1
             assert samples[("pjserve_gateway_forwarded_total", frozenset({("worker", i)}))] > 0
@@ -209,10 +218,19 @@ def test_load_unload_fan_out_with_tokens(cluster_factory, tmp_path):
     wait_for(lambda: http_request(g.http_url, "GET", "/v2/models/mlp/ready")[0] == 200, 10,
              "the gateway did not see mlp loaded again", c.describe)
 
-    # A load every worker refuses: the error names a worker.
+    # A load every worker refuses alike: the workers' own answer.
     status, body = post("/v2/repository/models/nope/load", admin)
-    assert status >= 400
-    assert re.search(r"worker \d \(127\.0\.0\.1:\d+\)", body.decode()), body
+    direct = http_request(c.workers[0].http_url, "POST", "/v2/repository/models/nope/load", b"",
+                          {"Authorization": "Bearer worker-admin-token-0123456789"})
+    assert status >= 400 and (status, body) == (direct[0], direct[2])
+
+    # A worker that cannot take a change: the error names it.
+    c.workers[1].kill()
+    status, body = post("/v2/repository/models/two_io/unload", admin)
+    assert status == 503, body
+    assert re.search(r"worker 1 \(127\.0\.0\.1:%d\) did not answer: .*\(the other 1 worker "
+                     r"succeeded\)" % c.workers[1].http_port, body.decode()), body
+    assert http_request(c.workers[0].http_url, "GET", "/v2/models/two_io/ready")[0] != 200
     finish_cluster(c, expected_errors=[r"nope"])
 
 

@@ -134,6 +134,7 @@ static void test_rest_classes(void **state)
         {"/v2/models/stats", PJS_ACCESS_INFER},
         {"/v2/repository/index", PJS_ACCESS_INFER},
         {"/v2/pjserve/control", PJS_ACCESS_INFER},
+        {"/v2/pjserve/node", PJS_ACCESS_INFER},
         {"/metrics", PJS_ACCESS_INFER},
         {"/v2/repository/models/mlp/load", PJS_ACCESS_ADMIN},
         {"/v2/repository/models/mlp/unload", PJS_ACCESS_ADMIN},
