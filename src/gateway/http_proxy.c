@@ -70,8 +70,10 @@ struct pjs_gw_http {
     pthread_mutex_t lock;
     struct transfer *queued; /* guarded by lock: transfers for the proxy thread to start */
     bool stop;               /* guarded by lock */
-    /* Each worker's metrics address; "" while not known. Guarded by lock. */
-    char (*metrics_addr)[HOST_PORT_MAX];
+    /* Each worker's metrics address; "" while not known. Guarded by lock.
+     * Room for every worker the pool may ever have (workers found by DNS
+     * join while it runs). */
+    char metrics_addr[PJS_GW_MAX_WORKERS][HOST_PORT_MAX];
     atomic_uint_fast64_t retries; /* transfers sent again to another worker */
 };
 
@@ -441,7 +443,7 @@ static uint64_t scrapable(pjs_gw_http *h)
 {
     uint64_t mask = pjs_gw_pool_available(h->pool);
     pthread_mutex_lock(&h->lock);
-    for (size_t i = 0; i < pjs_gw_pool_size(h->pool); i++)
+    for (size_t i = 0; i < PJS_GW_MAX_WORKERS; i++)
         if (h->metrics_addr[i][0] == '\0')
             mask &= ~((uint64_t)1 << i);
     pthread_mutex_unlock(&h->lock);
@@ -976,7 +978,6 @@ static void proxy_free(pjs_gw_http *h)
 {
     if (h->multi != NULL)
         curl_multi_cleanup(h->multi);
-    free(h->metrics_addr);
     pthread_mutex_destroy(&h->lock);
     free(h);
 }
@@ -1013,9 +1014,7 @@ int pjs_gw_http_start(pjs_gw_pool *pool, const pjs_http_options *rest,
     pthread_mutex_init(&h->lock, NULL);
     atomic_init(&h->retries, 0);
     h->multi = curl_multi_init();
-    size_t n = pjs_gw_pool_size(pool);
-    h->metrics_addr = calloc(n ? n : 1, sizeof *h->metrics_addr);
-    if (h->multi == NULL || h->metrics_addr == NULL) {
+    if (h->multi == NULL) {
         proxy_free(h);
         return pjs_error_set(err, PJS_ERR_NOMEM, "out of memory starting the HTTP proxy");
     }
@@ -1043,7 +1042,7 @@ int pjs_gw_http_start(pjs_gw_pool *pool, const pjs_http_options *rest,
 int pjs_gw_http_set_worker_metrics(pjs_gw_http *h, size_t i, const char *host_port,
                                    pjs_error *err)
 {
-    if (i >= pjs_gw_pool_size(h->pool) || strlen(host_port) >= sizeof h->metrics_addr[i])
+    if (i >= PJS_GW_MAX_WORKERS || strlen(host_port) >= sizeof h->metrics_addr[i])
         return pjs_error_set(err, PJS_ERR_INVALID_ARGUMENT,
                              "worker %zu metrics address %.64s: no such worker or too long", i,
                              host_port);
