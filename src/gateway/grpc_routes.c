@@ -181,9 +181,13 @@ static void done(void *ctx, int worker, pjs_grpc_proxy_outcome o)
                                                     : PJS_GW_BROKEN);
 }
 
-static uint64_t fanout(void *ctx, pjs_error *err)
+/* Reads (index, statistics) from the available workers; changes to every
+ * worker not known to be down, so none is left behind by a breaker. */
+static uint64_t fanout(void *ctx, const char *m, pjs_error *err)
 {
     pjs_gw_pool *pool = ((pjs_gw_grpc_routes *)ctx)->pool;
+    if (!merged(m))
+        return pjs_gw_pool_take_not_down(pool, err);
     uint64_t mask = 0;
     int w;
     /* Each worker taken like a pick, so done() balances it. */

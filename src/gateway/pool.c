@@ -10,9 +10,10 @@
  * Probes. One thread visits every worker each interval: ServerLive, then
  * the repository index of ready models, over the worker's gRPC channel.
  * Failures count up to `unhealthy_after`; one success makes the worker
- * ready again. A forward that could not reach its worker (NOT_SENT) marks
- * it unhealthy at once and wakes the thread, so traffic moves before the
- * next round. Under lpt_packing every PLACEMENT_EVERY_MS the thread also
+ * ready again. A failed probe of a worker that answered requests since its
+ * last probe does not count (it is busy, not down). A forward that could
+ * not reach its worker (NOT_SENT) marks it unhealthy at once and wakes the
+ * thread, so traffic moves before the next round. Under lpt_packing every PLACEMENT_EVERY_MS the thread also
  * reads each worker's statistics, turns the growth of each model's compute
  * time into a cost per second and rebalances (placement.h).
  *
@@ -59,6 +60,7 @@ typedef struct worker {
     bool trial_in_flight;
     unsigned in_flight;
     uint64_t forwarded, failed;
+    uint64_t answered; /* forwards it answered since its last probe */
     char **models; /* ready on it, sorted */
     size_t n_models;
 } worker;
@@ -411,6 +413,24 @@ uint64_t pjs_gw_pool_available(pjs_gw_pool *p)
     return mask;
 }
 
+uint64_t pjs_gw_pool_take_not_down(pjs_gw_pool *p, pjs_error *err)
+{
+    pthread_mutex_lock(&p->lock);
+    uint64_t mask = 0;
+    for (size_t i = 0; i < p->n; i++) {
+        worker *w = &p->w[i];
+        if (w->state == PJS_GW_WORKER_UNHEALTHY || w->gone)
+            continue;
+        w->in_flight++;
+        w->forwarded++;
+        mask |= 1ull << i;
+    }
+    pthread_mutex_unlock(&p->lock);
+    if (mask == 0)
+        pjs_error_set(err, PJS_ERR_UNAVAILABLE, "no worker is up; retry later");
+    return mask;
+}
+
 void pjs_gw_pool_done(pjs_gw_pool *p, int i, pjs_gw_outcome o)
 {
     if (i < 0 || (size_t)i >= p->n)
@@ -422,6 +442,7 @@ void pjs_gw_pool_done(pjs_gw_pool *p, int i, pjs_gw_outcome o)
     bool was_trial = w->trial_in_flight;
     w->trial_in_flight = false;
     if (o == PJS_GW_ANSWERED) {
+        w->answered++;
         if (w->breaker_open)
             pjs_info("gateway: worker %d answers again; its circuit breaker is closed", i);
         w->breaker_open = false;
@@ -513,6 +534,7 @@ static void record_probe(pjs_gw_pool *p, size_t i, int rc, char **names, size_t 
 {
     worker *w = &p->w[i];
     if (rc == 0) {
+        w->answered = 0;
         if (w->state != PJS_GW_WORKER_READY) {
             pjs_info("gateway: worker %zu (gRPC %s, HTTP %s) is ready with %zu models", i,
                      w->addr.grpc, w->addr.http, n);
@@ -525,6 +547,12 @@ static void record_probe(pjs_gw_pool *p, size_t i, int rc, char **names, size_t 
         free_names(w->models, w->n_models);
         w->models = names;
         w->n_models = n;
+        return;
+    }
+    /* A busy worker may answer a probe late; one that answered requests
+     * since the last probe is alive whatever the probe says. */
+    if (w->answered > 0) {
+        w->answered = 0;
         return;
     }
     w->probe_failures++;
@@ -795,7 +823,7 @@ int pjs_gw_pool_create(const pjs_gw_pool_options *o, pjs_gw_pool **out, pjs_erro
     if (p->o.probe_interval_ms == 0)
         p->o.probe_interval_ms = 500;
     if (p->o.probe_timeout_ms == 0)
-        p->o.probe_timeout_ms = 1000;
+        p->o.probe_timeout_ms = 2000;
     if (p->o.unhealthy_after == 0)
         p->o.unhealthy_after = 3;
     if (p->o.breaker_failures == 0)

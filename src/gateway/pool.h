@@ -70,7 +70,7 @@ typedef struct pjs_gw_pool_options {
     pjs_gw_routing routing;
     unsigned lpt_devices_per_model; /* K for lpt_packing; 0: 1 */
     unsigned probe_interval_ms;     /* 0: 500 */
-    unsigned probe_timeout_ms;      /* 0: 1000 */
+    unsigned probe_timeout_ms;      /* 0: 2000 */
     unsigned unhealthy_after;       /* consecutive failed probes; 0: 3 */
     unsigned breaker_failures;      /* consecutive failed forwards that open the breaker; 0: 5 */
     unsigned breaker_open_ms;       /* before a trial request; 0: 2000 */
@@ -113,9 +113,13 @@ int pjs_gw_pool_pick(pjs_gw_pool *p, const char *model, const char *sequence_key
 /* Any available worker (server-wide calls: metadata, index), or -1 with
  * UNAVAILABLE; counted in flight like a pick. */
 int pjs_gw_pool_pick_any(pjs_gw_pool *p, uint64_t tried, pjs_error *err);
-/* The available workers as a bit mask (fan-out of loads, unloads, shared
- * memory registration). */
+/* The available workers as a bit mask. */
 uint64_t pjs_gw_pool_available(pjs_gw_pool *p);
+/* Every worker not known to be down (starting, or ready whatever its
+ * breaker says), each counted in flight like a pick: the targets of a
+ * change (load, unload, shared memory registration). 0 with UNAVAILABLE
+ * when there is none. */
+uint64_t pjs_gw_pool_take_not_down(pjs_gw_pool *p, pjs_error *err);
 /* Reports the outcome of a forward begun with a pick. */
 void pjs_gw_pool_done(pjs_gw_pool *p, int worker, pjs_gw_outcome o);
 
