@@ -214,6 +214,8 @@ static int by_name(const void *a, const void *b)
 
 static model_entry *find_model(pjs_gw_pool *p, const char *name)
 {
+    if (p->n_models == 0) /* bsearch wants a table, even an empty one */
+        return NULL;
     model_entry key = {.name = (char *)name};
     return bsearch(&key, p->models, p->n_models, sizeof *p->models, by_name);
 }
@@ -225,7 +227,8 @@ static int cmp_str(const void *a, const void *b)
 
 static bool worker_has(const worker *w, const char *name)
 {
-    return bsearch(&name, w->models, w->n_models, sizeof *w->models, cmp_str) != NULL;
+    return w->n_models > 0 &&
+           bsearch(&name, w->models, w->n_models, sizeof *w->models, cmp_str) != NULL;
 }
 
 /* Rebuilds the table from the workers' model lists, keeping what is known
