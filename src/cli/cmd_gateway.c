@@ -15,12 +15,11 @@
 #include <string.h>
 
 #include "cli/cli.h"
+#include "cli/endpoint.h"
 #include "core/file_limit.h"
 #include "core/log.h"
 #include "core/mapped_file.h"
 #include "gateway/gateway.h"
-#include "server/config.h"
-#include "server/server.h"
 
 static const char help[] =
     "usage: pjserve gateway (--worker ADDR ... | --worker-dns NAME) [OPTIONS]\n"
@@ -56,19 +55,9 @@ static const char help[] =
     "                          when that lowers the busiest worker's load by a tenth)\n"
     "  --lpt-devices-per-model K  workers per model under lpt_packing (default 1)\n"
     "\n"
-    "public ports (as `pjserve serve`):\n"
-    "  --host ADDR             address to listen on (default 0.0.0.0)\n"
-    "  --grpc-port N           gRPC port (default 8001; 0: off)\n"
-    "  --http-port N           HTTP/REST port (default 8000; 0: off)\n"
-    "  --metrics-port N        Prometheus /metrics port (default 8002; 0: off)\n"
-    "  --grpc-tls-cert F, --grpc-tls-key F, --grpc-tls-ca F   gRPC over TLS / mTLS\n"
-    "  --http-tls-cert F, --http-tls-key F, --http-tls-ca F   HTTPS / mTLS\n"
-    "  --admin-token-file F    clients' admin calls need this Bearer token; without\n"
-    "                          it admin calls are taken from loopback peers only\n"
-    "  --infer-token-file F    inference and reads need this (or the admin) token\n"
-    "  --max-request-bytes B   largest request, decompressed (default 256Mi)\n"
-    "  --max-inflight-request-bytes B  request bytes held at once (default 4 x\n"
-    "                          --max-request-bytes)\n"
+    PJS_CLI_ENDPOINT_HELP
+    "\n"
+    "other:\n"
     "  --log-level LEVEL       debug | info | warn | error (default info)\n"
     "\n"
     "example:\n"
@@ -84,20 +73,6 @@ enum {
     OPT_WORKER_TOKEN,
     OPT_ROUTING,
     OPT_LPT_K,
-    OPT_HOST,
-    OPT_GRPC_PORT,
-    OPT_HTTP_PORT,
-    OPT_METRICS_PORT,
-    OPT_GRPC_TLS_CERT,
-    OPT_GRPC_TLS_KEY,
-    OPT_GRPC_TLS_CA,
-    OPT_HTTP_TLS_CERT,
-    OPT_HTTP_TLS_KEY,
-    OPT_HTTP_TLS_CA,
-    OPT_ADMIN_TOKEN,
-    OPT_INFER_TOKEN,
-    OPT_MAX_REQUEST,
-    OPT_MAX_INFLIGHT,
     OPT_LOG_LEVEL,
     OPT_HELP,
 };
@@ -110,11 +85,7 @@ typedef struct gateway_args {
     const char *worker_token_file;
     pjs_gw_routing routing;
     unsigned lpt_k;
-    const char *host;
-    int grpc_port, http_port, metrics_port;
-    const char *grpc_tls[3], *http_tls[3];
-    const char *admin_token_file, *infer_token_file;
-    uint64_t max_request_bytes, max_inflight_request_bytes;
+    pjs_cli_endpoint endpoint; /* the public ports, as serve's */
 } gateway_args;
 
 static int parse_port(const char *flag, const char *arg, int *out)
@@ -125,13 +96,6 @@ static int parse_port(const char *flag, const char *arg, int *out)
         return pjs_cli_usage_error("gateway", "%s %s: expected a port, 0 to 65535", flag, arg);
     *out = (int)v;
     return 0;
-}
-
-static int parse_bytes(const char *flag, const char *arg, uint64_t *out)
-{
-    if (pjs_server_config_parse_bytes(arg, out) && *out > 0)
-        return 0;
-    return pjs_cli_usage_error("gateway", "%s %s: expected a byte count such as 256Mi", flag, arg);
 }
 
 static int add_worker(gateway_args *a, const char *spec)
@@ -148,6 +112,7 @@ static int add_worker(gateway_args *a, const char *spec)
 static int parse_args(int argc, char **argv, gateway_args *a)
 {
     static const struct option opts[] = {
+        PJS_CLI_ENDPOINT_LONG_OPTIONS,
         {"worker", required_argument, NULL, OPT_WORKER},
         {"worker-dns", required_argument, NULL, OPT_WORKER_DNS},
         {"worker-grpc-port", required_argument, NULL, OPT_WORKER_GRPC_PORT},
@@ -156,20 +121,6 @@ static int parse_args(int argc, char **argv, gateway_args *a)
         {"worker-token-file", required_argument, NULL, OPT_WORKER_TOKEN},
         {"routing", required_argument, NULL, OPT_ROUTING},
         {"lpt-devices-per-model", required_argument, NULL, OPT_LPT_K},
-        {"host", required_argument, NULL, OPT_HOST},
-        {"grpc-port", required_argument, NULL, OPT_GRPC_PORT},
-        {"http-port", required_argument, NULL, OPT_HTTP_PORT},
-        {"metrics-port", required_argument, NULL, OPT_METRICS_PORT},
-        {"grpc-tls-cert", required_argument, NULL, OPT_GRPC_TLS_CERT},
-        {"grpc-tls-key", required_argument, NULL, OPT_GRPC_TLS_KEY},
-        {"grpc-tls-ca", required_argument, NULL, OPT_GRPC_TLS_CA},
-        {"http-tls-cert", required_argument, NULL, OPT_HTTP_TLS_CERT},
-        {"http-tls-key", required_argument, NULL, OPT_HTTP_TLS_KEY},
-        {"http-tls-ca", required_argument, NULL, OPT_HTTP_TLS_CA},
-        {"admin-token-file", required_argument, NULL, OPT_ADMIN_TOKEN},
-        {"infer-token-file", required_argument, NULL, OPT_INFER_TOKEN},
-        {"max-request-bytes", required_argument, NULL, OPT_MAX_REQUEST},
-        {"max-inflight-request-bytes", required_argument, NULL, OPT_MAX_INFLIGHT},
         {"log-level", required_argument, NULL, OPT_LOG_LEVEL},
         {"help", no_argument, NULL, OPT_HELP},
         {0},
@@ -177,12 +128,8 @@ static int parse_args(int argc, char **argv, gateway_args *a)
     a->worker_grpc_port = 8001;
     a->worker_http_port = 8000;
     a->worker_metrics_port = 8002;
-    a->host = "0.0.0.0";
-    a->grpc_port = 8001;
-    a->http_port = 8000;
-    a->metrics_port = 8002;
+    pjs_cli_endpoint_init(&a->endpoint);
     a->lpt_k = 1;
-    a->max_request_bytes = (uint64_t)256 << 20;
     int opt, bad = 0;
     optind = 1;
     while (!bad && (opt = getopt_long(argc, argv, "", opts, NULL)) != -1) {
@@ -214,25 +161,6 @@ static int parse_args(int argc, char **argv, gateway_args *a)
             a->lpt_k = (unsigned)k;
             break;
         }
-        case OPT_HOST: a->host = optarg; break;
-        case OPT_GRPC_PORT: bad = parse_port("--grpc-port", optarg, &a->grpc_port); break;
-        case OPT_HTTP_PORT: bad = parse_port("--http-port", optarg, &a->http_port); break;
-        case OPT_METRICS_PORT: bad = parse_port("--metrics-port", optarg, &a->metrics_port); break;
-        case OPT_GRPC_TLS_CERT: a->grpc_tls[0] = optarg; break;
-        case OPT_GRPC_TLS_KEY: a->grpc_tls[1] = optarg; break;
-        case OPT_GRPC_TLS_CA: a->grpc_tls[2] = optarg; break;
-        case OPT_HTTP_TLS_CERT: a->http_tls[0] = optarg; break;
-        case OPT_HTTP_TLS_KEY: a->http_tls[1] = optarg; break;
-        case OPT_HTTP_TLS_CA: a->http_tls[2] = optarg; break;
-        case OPT_ADMIN_TOKEN: a->admin_token_file = optarg; break;
-        case OPT_INFER_TOKEN: a->infer_token_file = optarg; break;
-        case OPT_MAX_REQUEST:
-            bad = parse_bytes("--max-request-bytes", optarg, &a->max_request_bytes);
-            break;
-        case OPT_MAX_INFLIGHT:
-            bad = parse_bytes("--max-inflight-request-bytes", optarg,
-                              &a->max_inflight_request_bytes);
-            break;
         case OPT_LOG_LEVEL: {
             int level = pjs_log_parse_level(optarg);
             if (level < 0)
@@ -244,7 +172,13 @@ static int parse_args(int argc, char **argv, gateway_args *a)
             break;
         }
         case OPT_HELP: fputs(help, stdout); return -1;
-        default: return PJS_EXIT_USAGE;
+        default: {
+            int r = pjs_cli_endpoint_option(&a->endpoint, "gateway", opt, optarg);
+            if (r <= 0)
+                return r < 0 ? PJS_EXIT_USAGE
+                             : pjs_cli_usage_error("gateway", "unknown option %s",
+                                                   argv[optind - 1]);
+        }
         }
     }
     if (bad)
@@ -254,9 +188,7 @@ static int parse_args(int argc, char **argv, gateway_args *a)
     if (a->n_workers == 0 && a->worker_dns == NULL)
         return pjs_cli_usage_error("gateway", "no workers: give --worker ADDR (repeatable) or "
                                               "--worker-dns NAME");
-    if (a->max_inflight_request_bytes == 0)
-        a->max_inflight_request_bytes = 4 * a->max_request_bytes;
-    return 0;
+    return pjs_cli_endpoint_check(&a->endpoint, "gateway");
 }
 
 /* The token in `path` (one line), malloc'd, or NULL with a message. */
@@ -291,7 +223,8 @@ int pjs_cmd_gateway(int argc, char **argv)
         return PJS_EXIT_FAILURE;
     pjs_access *access = NULL;
     pjs_error err;
-    if (pjs_access_create(a.admin_token_file, a.infer_token_file, &access, &err) != 0) {
+    if (pjs_access_create(a.endpoint.admin_token_file, a.endpoint.infer_token_file, &access,
+                          &err) != 0) {
         free(token);
         return pjs_cli_fail("%s", err.msg);
     }
@@ -316,26 +249,10 @@ int pjs_cmd_gateway(int argc, char **argv)
     o.pool.dns_grpc_port = a.worker_grpc_port;
     o.pool.dns_http_port = a.worker_http_port;
     o.pool.dns_metrics_port = a.worker_metrics_port;
-    o.grpc.host = a.host;
-    o.grpc.port = a.grpc_port;
-    o.grpc.tls_cert = a.grpc_tls[0];
-    o.grpc.tls_key = a.grpc_tls[1];
-    o.grpc.tls_ca = a.grpc_tls[2];
-    o.grpc.max_concurrent_streams = 128;
-    o.grpc.max_connection_idle_ms = 300000;
-    o.grpc.handshake_timeout_ms = 10000;
-    o.grpc.fd_share = (int)files.grpc_share;
-    o.grpc.access = access;
-    o.http.host = o.metrics.host = a.host;
-    o.http.port = a.http_port;
-    o.metrics.port = a.metrics_port;
-    o.http.tls_cert = o.metrics.tls_cert = a.http_tls[0];
-    o.http.tls_key = o.metrics.tls_key = a.http_tls[1];
-    o.http.tls_ca = o.metrics.tls_ca = a.http_tls[2];
-    o.http.access = o.metrics.access = access;
-    o.metrics.threads = 1;
-    o.max_request_bytes = a.max_request_bytes;
-    o.max_inflight_request_bytes = a.max_inflight_request_bytes;
+    pjs_cli_endpoint_ports(&a.endpoint, access, files.grpc_share, &o.grpc, &o.http,
+                           &o.metrics);
+    o.max_request_bytes = a.endpoint.max_request_bytes;
+    o.max_inflight_request_bytes = a.endpoint.max_inflight_request_bytes;
     pjs_gateway *g = NULL;
     if (pjs_gateway_start(&o, &g, &err) != 0) {
         pjs_access_destroy(access);
@@ -344,7 +261,8 @@ int pjs_cmd_gateway(int argc, char **argv)
     }
     pjs_info("serving: gRPC %s:%d, HTTP %s:%d, metrics %s:%d/metrics over %zu workers%s%s "
              "(ctrl-c stops)",
-             a.host, a.grpc_port, a.host, a.http_port, a.host, a.metrics_port, a.n_workers,
+             o.grpc.host, o.grpc.port, o.http.host, o.http.port, o.metrics.host, o.metrics.port,
+             a.n_workers,
              a.worker_dns ? " and those of " : "", a.worker_dns ? a.worker_dns : "");
     int sig = 0;
     sigwait(&stop_signals, &sig);

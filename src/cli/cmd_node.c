@@ -26,6 +26,7 @@
 #include <unistd.h>
 
 #include "cli/cli.h"
+#include "cli/endpoint.h"
 #include "core/file_limit.h"
 #include "core/log.h"
 #include "gateway/gateway.h"
@@ -694,48 +695,6 @@ static void gateway_restarted(void *ctx, size_t worker)
     pjs_gw_pool_probe_now(pjs_gateway_pool(g->gw));
 }
 
-/* The public flags the gateway does not apply (yet): said once, not
- * silently dropped. */
-static void warn_unapplied(const node_args *a)
-{
-    static const char *const applied[] = {
-        "host", "grpc-port", "http-port", "metrics-port", "grpc-host", "http-host",
-        "metrics-host", "grpc-tls-cert", "grpc-tls-key", "grpc-tls-ca", "http-tls-cert",
-        "http-tls-key", "http-tls-ca", "admin-token-file", "infer-token-file",
-        "grpc-threads", "http-threads", "max-request-bytes", "max-inflight-request-bytes"};
-    for (size_t i = 0; i < a->n_given; i++) {
-        if (a->given[i].flag->place == TO_WORKERS)
-            continue;
-        bool known = false;
-        for (size_t k = 0; k < sizeof applied / sizeof applied[0] && !known; k++)
-            known = strcmp(applied[k], a->given[i].flag->name) == 0;
-        if (!known)
-            pjs_warn("--%s: the node's gateway does not apply it yet (its defaults hold)",
-                     a->given[i].flag->name);
-    }
-}
-
-static int public_port(const node_args *a, const char *name, int dflt, int *out)
-{
-    const char *v = given_value(a, name);
-    long port = dflt;
-    if (v != NULL && parse_long(name, v, 0, 65535, &port) != 0)
-        return PJS_EXIT_USAGE;
-    *out = (int)port;
-    return 0;
-}
-
-static int public_bytes(const node_args *a, const char *name, uint64_t dflt, uint64_t *out)
-{
-    const char *v = given_value(a, name);
-    *out = dflt;
-    if (v != NULL && (!pjs_server_config_parse_bytes(v, out) || *out == 0))
-        return pjs_cli_usage_error("node", "--%s %s: expected a number of bytes, optionally "
-                                           "followed by K, M, G or Ki, Mi, Gi and B",
-                                   name, v);
-    return 0;
-}
-
 /* Fills the gateway's options from the public flags. */
 static int gateway_options(const node_args *a, const node_plan *p, pjs_gw_worker_addr *addrs,
                            node_gateway *ng, pjs_gateway_options *o)
@@ -752,53 +711,27 @@ static int gateway_options(const node_args *a, const node_plan *p, pjs_gw_worker
     pjs_gw_routing_parse(a->routing, &o->pool.routing);
     o->pool.lpt_devices_per_model = (unsigned)a->lpt_k;
     o->pool.worker_token = p->token;
-    const char *host = given_value(a, "host") ? given_value(a, "host") : "0.0.0.0";
-    int rc = public_port(a, "grpc-port", 8001, &o->grpc.port);
-    if (rc == 0)
-        rc = public_port(a, "http-port", 8000, &o->http.port);
-    if (rc == 0)
-        rc = public_port(a, "metrics-port", 8002, &o->metrics.port);
-    if (rc == 0)
-        rc = public_bytes(a, "max-request-bytes", PJS_DEFAULT_MAX_REQUEST_BYTES,
-                          &o->max_request_bytes);
-    if (rc == 0)
-        rc = public_bytes(a, "max-inflight-request-bytes", 4 * o->max_request_bytes,
-                          &o->max_inflight_request_bytes);
-    long threads = 0;
-    if (rc == 0 && given_value(a, "grpc-threads") != NULL)
-        rc = parse_long("grpc-threads", given_value(a, "grpc-threads"), 1, 256, &threads);
-    o->grpc.threads = (int)threads;
-    threads = 0;
-    if (rc == 0 && given_value(a, "http-threads") != NULL)
-        rc = parse_long("http-threads", given_value(a, "http-threads"), 1, 256, &threads);
-    o->http.threads = (int)threads;
-    if (rc != 0)
+    /* The public flags, parsed as serve and the gateway parse them. */
+    pjs_cli_endpoint ep;
+    pjs_cli_endpoint_init(&ep);
+    for (size_t i = 0; i < a->n_given; i++)
+        if (a->given[i].flag->place != TO_WORKERS &&
+            pjs_cli_endpoint_option_named(&ep, "node", a->given[i].flag->name,
+                                          a->given[i].value) < 0)
+            return PJS_EXIT_USAGE;
+    int rc = pjs_cli_endpoint_check(&ep, "node");
+    if (rc != PJS_EXIT_OK)
         return rc;
     pjs_error err;
-    if (pjs_access_create(given_value(a, "admin-token-file"), given_value(a, "infer-token-file"),
-                          &ng->access, &err) != 0)
+    if (pjs_access_create(ep.admin_token_file, ep.infer_token_file, &ng->access, &err) != 0)
         return pjs_cli_fail("%s", err.msg);
     pjs_file_limit files;
     pjs_file_limit_raise(&files);
-    o->grpc.host = given_value(a, "grpc-host") ? given_value(a, "grpc-host") : host;
-    o->grpc.tls_cert = given_value(a, "grpc-tls-cert");
-    o->grpc.tls_key = given_value(a, "grpc-tls-key");
-    o->grpc.tls_ca = given_value(a, "grpc-tls-ca");
-    o->grpc.max_concurrent_streams = 128;
-    o->grpc.max_connection_idle_ms = 300000;
-    o->grpc.handshake_timeout_ms = 10000;
-    o->grpc.fd_share = (int)files.grpc_share;
-    o->grpc.access = ng->access;
-    o->http.host = given_value(a, "http-host") ? given_value(a, "http-host") : host;
-    o->metrics.host = given_value(a, "metrics-host") ? given_value(a, "metrics-host") : host;
-    o->http.tls_cert = o->metrics.tls_cert = given_value(a, "http-tls-cert");
-    o->http.tls_key = o->metrics.tls_key = given_value(a, "http-tls-key");
-    o->http.tls_ca = o->metrics.tls_ca = given_value(a, "http-tls-ca");
-    o->http.access = o->metrics.access = ng->access;
-    o->metrics.threads = 1;
+    pjs_cli_endpoint_ports(&ep, ng->access, files.grpc_share, &o->grpc, &o->http, &o->metrics);
+    o->max_request_bytes = ep.max_request_bytes;
+    o->max_inflight_request_bytes = ep.max_inflight_request_bytes;
     o->node_status = gateway_node_status;
     o->node_ctx = ng;
-    warn_unapplied(a);
     return PJS_EXIT_OK;
 }
 

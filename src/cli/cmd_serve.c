@@ -23,6 +23,7 @@
 #include <unistd.h>
 
 #include "cli/cli.h"
+#include "cli/endpoint.h"
 #include "core/file_limit.h"
 #include "core/log.h"
 #include "frontend/grpc/grpc_frontend.h"
@@ -43,10 +44,6 @@ static const char help[] =
     "\n"
     "options:\n"
     "  --model-repository DIR  directory of model bundles (required)\n"
-    "  --host ADDR             address to listen on (default 0.0.0.0)\n"
-    "  --grpc-port N           gRPC port (default 8001; 0 turns gRPC off)\n"
-    "  --http-port N           HTTP/REST port (default 8000; 0 turns HTTP off)\n"
-    "  --metrics-port N        Prometheus /metrics port (default 8002; 0: off)\n"
     "  --allow-client-shm      let clients register system shared memory regions\n"
     "                          (off by default: a client could point the server at\n"
     "                          any shared memory object it can name)\n"
@@ -55,59 +52,11 @@ static const char help[] =
     "                          (default 1024)\n"
     "  --max-shm-bytes BYTES   total byte_size of the regions registered at once,\n"
     "                          with a suffix as --device-weight-budget (default 64Gi)\n"
-    "  --grpc-tls-cert FILE    serve gRPC over TLS with this PEM certificate chain\n"
-    "  --grpc-tls-key FILE     ... and this PEM private key\n"
-    "  --grpc-tls-ca FILE      require client certificates signed by this CA (mTLS)\n"
-    "  --grpc-keepalive-time-ms N     ping idle connections every N ms\n"
-    "  --grpc-keepalive-timeout-ms N  close a connection whose ping gets no answer\n"
-    "  --grpc-keepalive-permit-without-calls  allow client pings with no call open\n"
-    "  --grpc-threads N        gRPC completion-queue threads (default 4)\n"
-    "  --grpc-host ADDR        address gRPC listens on (default: --host)\n"
-    "  --grpc-max-concurrent-streams N  calls open at once on one gRPC connection;\n"
-    "                          more are refused (default 128)\n"
-    "  --grpc-max-connection-idle-ms MS  close a gRPC connection with no call open\n"
-    "                          for MS ms (default 300000; 0: never)\n"
-    "  --grpc-handshake-timeout-ms MS  close a gRPC connection that has not finished\n"
-    "                          its TLS handshake and sent its HTTP/2 settings within\n"
-    "                          MS ms (default 10000)\n"
-    "  --grpc-memory-quota BYTES  memory gRPC's own buffers may take; past it gRPC\n"
-    "                          closes idle connections and cancels calls (default:\n"
-    "                          --max-inflight-request-bytes + 64Mi)\n"
-    "  --http-threads N        HTTP connection threads (default 4)\n"
+    "  --node-status-file FILE answer GET /v2/pjserve/node and NodeStatus with this\n"
+    "                          JSON file (set by pjserve node for its worker;\n"
+    "                          default: 404 / NOT_FOUND)\n"
     "\n"
-    "HTTP/REST and metrics ports (docs/serving.md, section Limits; both ports):\n"
-    "  --http-host ADDR        REST address (default: --host)\n"
-    "  --metrics-host ADDR     metrics address (default: --host)\n"
-    "  --http-max-connections N  connections open at once per port; more wait in\n"
-    "                          the listen queue (default: 1000, or a quarter of the\n"
-    "                          open-file limit when that is lower)\n"
-    "  --http-max-connections-per-ip N  connections from one client address; more\n"
-    "                          are closed at once (default 256)\n"
-    "  --http-idle-timeout-s S close a connection that sends and reads nothing for\n"
-    "                          S seconds, or sends no next request for S seconds\n"
-    "                          after a reply (default 60)\n"
-    "  --http-header-timeout-s S  a request's headers must be in within S seconds\n"
-    "                          of the connection (or its request line); else the\n"
-    "                          connection is closed (default 10)\n"
-    "  --http-body-timeout-s S a request's body must be in within S seconds of its\n"
-    "                          headers (default 60)\n"
-    "  --http-tls-cert FILE    serve HTTPS with this PEM certificate chain\n"
-    "  --http-tls-key FILE     ... and this PEM private key\n"
-    "  --http-tls-ca FILE      require client certificates signed by this CA (mTLS)\n"
-    "\n"
-    "credentials (docs/serving.md, section Credentials):\n"
-    "  --admin-token-file FILE admin calls (repository load/unload, model control\n"
-    "                          changes, shared memory, logging and trace settings,\n"
-    "                          read or write) need 'Authorization: Bearer <token>'\n"
-    "                          (gRPC: the authorization metadata) with the token on\n"
-    "                          the first line of FILE; FILE must not be readable by\n"
-    "                          group or others (chmod 600). Without it, admin calls\n"
-    "                          are accepted from loopback peers only (127.0.0.0/8,\n"
-    "                          ::1, Unix sockets); others get PERMISSION_DENIED / 403\n"
-    "  --infer-token-file FILE every call but the health probes then needs this\n"
-    "                          token or the admin token (default: inference is open)\n"
-    "  --node-status-file FILE answer GET /v2/pjserve/node with this JSON file\n"
-    "                          (set by pjserve node for its worker; default: 404)\n"
+    PJS_CLI_ENDPOINT_HELP
     "\n"
     "model lifecycle (docs/serving.md, section Model lifecycle):\n"
     "  --model-control-mode dynamic|static|explicit  (default dynamic)\n"
@@ -203,10 +152,6 @@ static const char help[] =
     "  make models && pjserve serve --model-repository models\n"
     "  curl localhost:8000/v2/models/mlp\n";
 
-/* gRPC's memory quota over the request budget by default: room for its own
- * buffers (HTTP/2 frames, metadata, responses being written). */
-#define GRPC_QUOTA_SLACK ((uint64_t)64 << 20)
-
 /* Most configuration flags one command line may give. */
 #define MAX_SETTINGS 128
 
@@ -220,25 +165,15 @@ typedef struct serve_setting {
 
 typedef struct serve_args {
     const char *repository;
-    const char *host;
-    int grpc_port, http_port, metrics_port;
+    pjs_cli_endpoint endpoint; /* ports, TLS, credentials, client limits */
     bool allow_client_shm;
-    const char *admin_token_file, *infer_token_file; /* NULL: not given */
-    const char *node_status_file;                    /* NULL: not given */
-    pjs_grpc_options grpc;
-    int http_threads;
-    const char *http_host, *metrics_host; /* NULL: --host */
-    const char *grpc_host;                 /* NULL: --host */
-    uint64_t grpc_memory_quota;            /* 0: from the request budget */
-    pjs_http_options http; /* limits and HTTPS of both HTTP ports */
+    const char *node_status_file; /* NULL: not given */
     pjs_control_mode control_mode;
     uint64_t repository_poll_ms;
     uint64_t max_pending_loads;
     uint64_t device_weight_budget; /* 0: derived from the device's memory */
     double weight_fraction;
     const char *shared_weights_dir, *shared_weights_group; /* NULL: not given */
-    uint64_t max_request_bytes;
-    uint64_t max_inflight_request_bytes;
     uint64_t max_shm_regions, max_shm_bytes;
     const char *config_path;
     serve_setting settings[MAX_SETTINGS];
@@ -248,44 +183,13 @@ typedef struct serve_args {
 
 enum {
     OPT_REPOSITORY = 0x200,
-    OPT_HOST,
-    OPT_GRPC_PORT,
-    OPT_HTTP_PORT,
-    OPT_METRICS_PORT,
     OPT_ALLOW_SHM,
-    OPT_ADMIN_TOKEN_FILE,
-    OPT_INFER_TOKEN_FILE,
     OPT_NODE_STATUS_FILE,
-    OPT_TLS_CERT,
-    OPT_TLS_KEY,
-    OPT_TLS_CA,
-    OPT_KEEPALIVE_TIME,
-    OPT_KEEPALIVE_TIMEOUT,
-    OPT_KEEPALIVE_PERMIT,
-    OPT_GRPC_THREADS,
-    OPT_GRPC_HOST,
-    OPT_GRPC_STREAMS,
-    OPT_GRPC_IDLE,
-    OPT_GRPC_HANDSHAKE,
-    OPT_GRPC_QUOTA,
-    OPT_HTTP_THREADS,
-    OPT_HTTP_HOST,
-    OPT_METRICS_HOST,
-    OPT_HTTP_MAX_CONNECTIONS,
-    OPT_HTTP_MAX_PER_IP,
-    OPT_HTTP_IDLE_TIMEOUT,
-    OPT_HTTP_HEADER_TIMEOUT,
-    OPT_HTTP_BODY_TIMEOUT,
-    OPT_HTTP_TLS_CERT,
-    OPT_HTTP_TLS_KEY,
-    OPT_HTTP_TLS_CA,
     OPT_CONTROL_MODE,
     OPT_POLL_MS,
     OPT_MAX_PENDING_LOADS,
     OPT_WEIGHT_BUDGET,
     OPT_WEIGHT_FRACTION,
-    OPT_MAX_REQUEST_BYTES,
-    OPT_MAX_INFLIGHT_BYTES,
     OPT_MAX_SHM_REGIONS,
     OPT_MAX_SHM_BYTES,
     OPT_CONFIG,
@@ -361,25 +265,6 @@ static int parse_fraction(const char *flag, const char *arg, double *out)
     return 0;
 }
 
-/* Parses one of the HTTP connection limits: a count or seconds, at least 1. */
-static int parse_http_limit(serve_args *a, int opt, const char *flag, const char *arg)
-{
-    long v = 0;
-    long max = opt == OPT_HTTP_MAX_CONNECTIONS || opt == OPT_HTTP_MAX_PER_IP ? 1000000 : 86400;
-    int bad = parse_int(flag, arg, max, &v);
-    if (!bad && v == 0)
-        bad = pjs_cli_usage_error("serve", "%s 0: expected at least 1", flag);
-    unsigned u = (unsigned)v;
-    switch (opt) {
-    case OPT_HTTP_MAX_CONNECTIONS: a->http.max_connections = u; break;
-    case OPT_HTTP_MAX_PER_IP: a->http.max_connections_per_ip = u; break;
-    case OPT_HTTP_IDLE_TIMEOUT: a->http.idle_timeout_s = u; break;
-    case OPT_HTTP_HEADER_TIMEOUT: a->http.header_timeout_s = u; break;
-    default: a->http.body_timeout_s = u; break;
-    }
-    return bad;
-}
-
 /* Records a configuration flag (opt one of sched_flags, or --model-weight). */
 static int add_setting(serve_args *a, int opt, const char *arg)
 {
@@ -409,38 +294,10 @@ static int parse_args(int argc, char **argv, serve_args *a)
 {
     static const struct option opts[] = {
         PJS_CLI_COMMON_LONG_OPTIONS,
+        PJS_CLI_ENDPOINT_LONG_OPTIONS,
         {"model-repository", required_argument, NULL, OPT_REPOSITORY},
-        {"host", required_argument, NULL, OPT_HOST},
-        {"grpc-port", required_argument, NULL, OPT_GRPC_PORT},
-        {"http-port", required_argument, NULL, OPT_HTTP_PORT},
-        {"metrics-port", required_argument, NULL, OPT_METRICS_PORT},
         {"allow-client-shm", no_argument, NULL, OPT_ALLOW_SHM},
-        {"admin-token-file", required_argument, NULL, OPT_ADMIN_TOKEN_FILE},
-        {"infer-token-file", required_argument, NULL, OPT_INFER_TOKEN_FILE},
         {"node-status-file", required_argument, NULL, OPT_NODE_STATUS_FILE},
-        {"grpc-tls-cert", required_argument, NULL, OPT_TLS_CERT},
-        {"grpc-tls-key", required_argument, NULL, OPT_TLS_KEY},
-        {"grpc-tls-ca", required_argument, NULL, OPT_TLS_CA},
-        {"grpc-keepalive-time-ms", required_argument, NULL, OPT_KEEPALIVE_TIME},
-        {"grpc-keepalive-timeout-ms", required_argument, NULL, OPT_KEEPALIVE_TIMEOUT},
-        {"grpc-keepalive-permit-without-calls", no_argument, NULL, OPT_KEEPALIVE_PERMIT},
-        {"grpc-threads", required_argument, NULL, OPT_GRPC_THREADS},
-        {"grpc-host", required_argument, NULL, OPT_GRPC_HOST},
-        {"grpc-max-concurrent-streams", required_argument, NULL, OPT_GRPC_STREAMS},
-        {"grpc-max-connection-idle-ms", required_argument, NULL, OPT_GRPC_IDLE},
-        {"grpc-handshake-timeout-ms", required_argument, NULL, OPT_GRPC_HANDSHAKE},
-        {"grpc-memory-quota", required_argument, NULL, OPT_GRPC_QUOTA},
-        {"http-threads", required_argument, NULL, OPT_HTTP_THREADS},
-        {"http-host", required_argument, NULL, OPT_HTTP_HOST},
-        {"metrics-host", required_argument, NULL, OPT_METRICS_HOST},
-        {"http-max-connections", required_argument, NULL, OPT_HTTP_MAX_CONNECTIONS},
-        {"http-max-connections-per-ip", required_argument, NULL, OPT_HTTP_MAX_PER_IP},
-        {"http-idle-timeout-s", required_argument, NULL, OPT_HTTP_IDLE_TIMEOUT},
-        {"http-header-timeout-s", required_argument, NULL, OPT_HTTP_HEADER_TIMEOUT},
-        {"http-body-timeout-s", required_argument, NULL, OPT_HTTP_BODY_TIMEOUT},
-        {"http-tls-cert", required_argument, NULL, OPT_HTTP_TLS_CERT},
-        {"http-tls-key", required_argument, NULL, OPT_HTTP_TLS_KEY},
-        {"http-tls-ca", required_argument, NULL, OPT_HTTP_TLS_CA},
         {"model-control-mode", required_argument, NULL, OPT_CONTROL_MODE},
         {"repository-poll-ms", required_argument, NULL, OPT_POLL_MS},
         {"max-pending-loads", required_argument, NULL, OPT_MAX_PENDING_LOADS},
@@ -448,8 +305,6 @@ static int parse_args(int argc, char **argv, serve_args *a)
         {"weight-fraction", required_argument, NULL, OPT_WEIGHT_FRACTION},
         {"shared-weights", required_argument, NULL, OPT_SHARED_WEIGHTS},
         {"shared-weights-group", required_argument, NULL, OPT_SHARED_WEIGHTS_GROUP},
-        {"max-request-bytes", required_argument, NULL, OPT_MAX_REQUEST_BYTES},
-        {"max-inflight-request-bytes", required_argument, NULL, OPT_MAX_INFLIGHT_BYTES},
         {"max-shm-regions", required_argument, NULL, OPT_MAX_SHM_REGIONS},
         {"max-shm-bytes", required_argument, NULL, OPT_MAX_SHM_BYTES},
         {"config", required_argument, NULL, OPT_CONFIG},
@@ -467,17 +322,10 @@ static int parse_args(int argc, char **argv, serve_args *a)
         {"meta-scratch-bytes", required_argument, NULL, OPT_META_SCRATCH_BYTES},
         {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0}};
-    a->host = "0.0.0.0";
-    a->grpc_port = 8001;
-    a->grpc.max_concurrent_streams = 128;
-    a->grpc.max_connection_idle_ms = 300000;
-    a->grpc.handshake_timeout_ms = 10000;
-    a->http_port = 8000;
-    a->metrics_port = 8002;
+    pjs_cli_endpoint_init(&a->endpoint);
     a->control_mode = PJS_CONTROL_DYNAMIC;
     a->repository_poll_ms = 1000;
     a->weight_fraction = 0.8;
-    a->max_request_bytes = PJS_DEFAULT_MAX_REQUEST_BYTES;
     int opt;
     long v = 0;
     optind = 1;
@@ -487,79 +335,8 @@ static int parse_args(int argc, char **argv, serve_args *a)
         switch (opt) {
         case 'h': fputs(help, stdout); return -1;
         case OPT_REPOSITORY: a->repository = optarg; break;
-        case OPT_HOST: a->host = optarg; break;
-        case OPT_GRPC_PORT:
-            bad = parse_int("--grpc-port", optarg, 65535, &v);
-            a->grpc_port = (int)v;
-            break;
-        case OPT_HTTP_PORT:
-            bad = parse_int("--http-port", optarg, 65535, &v);
-            a->http_port = (int)v;
-            break;
-        case OPT_METRICS_PORT:
-            bad = parse_int("--metrics-port", optarg, 65535, &v);
-            a->metrics_port = (int)v;
-            break;
         case OPT_ALLOW_SHM: a->allow_client_shm = true; break;
-        case OPT_ADMIN_TOKEN_FILE: a->admin_token_file = optarg; break;
-        case OPT_INFER_TOKEN_FILE: a->infer_token_file = optarg; break;
         case OPT_NODE_STATUS_FILE: a->node_status_file = optarg; break;
-        case OPT_TLS_CERT: a->grpc.tls_cert = optarg; break;
-        case OPT_TLS_KEY: a->grpc.tls_key = optarg; break;
-        case OPT_TLS_CA: a->grpc.tls_ca = optarg; break;
-        case OPT_KEEPALIVE_TIME:
-            bad = parse_int("--grpc-keepalive-time-ms", optarg, 1L << 30, &v);
-            a->grpc.keepalive_time_ms = (int)v;
-            break;
-        case OPT_KEEPALIVE_TIMEOUT:
-            bad = parse_int("--grpc-keepalive-timeout-ms", optarg, 1L << 30, &v);
-            a->grpc.keepalive_timeout_ms = (int)v;
-            break;
-        case OPT_KEEPALIVE_PERMIT: a->grpc.keepalive_permit_without_calls = true; break;
-        case OPT_GRPC_THREADS:
-            bad = parse_int("--grpc-threads", optarg, 256, &v);
-            a->grpc.threads = (int)v;
-            break;
-        case OPT_GRPC_HOST: a->grpc_host = optarg; break;
-        case OPT_GRPC_STREAMS:
-            bad = parse_int("--grpc-max-concurrent-streams", optarg, 1L << 20, &v);
-            if (!bad && v == 0)
-                bad = pjs_cli_usage_error("serve", "--grpc-max-concurrent-streams 0: expected "
-                                                   "at least 1");
-            a->grpc.max_concurrent_streams = (int)v;
-            break;
-        case OPT_GRPC_IDLE:
-            bad = parse_int("--grpc-max-connection-idle-ms", optarg, 1L << 30, &v);
-            a->grpc.max_connection_idle_ms = (int)v;
-            break;
-        case OPT_GRPC_HANDSHAKE:
-            bad = parse_int("--grpc-handshake-timeout-ms", optarg, 1L << 30, &v);
-            if (!bad && v == 0)
-                bad = pjs_cli_usage_error("serve", "--grpc-handshake-timeout-ms 0: expected "
-                                                   "at least 1");
-            a->grpc.handshake_timeout_ms = (int)v;
-            break;
-        case OPT_GRPC_QUOTA:
-            bad = parse_bytes("--grpc-memory-quota", optarg, &a->grpc_memory_quota);
-            if (!bad && a->grpc_memory_quota < (1u << 20))
-                bad = pjs_cli_usage_error("serve", "--grpc-memory-quota %s: expected at least "
-                                                   "1Mi",
-                                          optarg);
-            break;
-        case OPT_HTTP_THREADS:
-            bad = parse_int("--http-threads", optarg, 256, &v);
-            a->http_threads = (int)v;
-            break;
-        case OPT_HTTP_HOST: a->http_host = optarg; break;
-        case OPT_METRICS_HOST: a->metrics_host = optarg; break;
-        case OPT_HTTP_MAX_CONNECTIONS:
-        case OPT_HTTP_MAX_PER_IP:
-        case OPT_HTTP_IDLE_TIMEOUT:
-        case OPT_HTTP_HEADER_TIMEOUT:
-        case OPT_HTTP_BODY_TIMEOUT: bad = parse_http_limit(a, opt, flag, optarg); break;
-        case OPT_HTTP_TLS_CERT: a->http.tls_cert = optarg; break;
-        case OPT_HTTP_TLS_KEY: a->http.tls_key = optarg; break;
-        case OPT_HTTP_TLS_CA: a->http.tls_ca = optarg; break;
         case OPT_SHARED_WEIGHTS: a->shared_weights_dir = optarg; break;
         case OPT_SHARED_WEIGHTS_GROUP: a->shared_weights_group = optarg; break;
         case OPT_CONTROL_MODE: {
@@ -590,18 +367,6 @@ static int parse_args(int argc, char **argv, serve_args *a)
         case OPT_WEIGHT_FRACTION:
             bad = parse_fraction("--weight-fraction", optarg, &a->weight_fraction);
             break;
-        case OPT_MAX_REQUEST_BYTES:
-            bad = parse_bytes("--max-request-bytes", optarg, &a->max_request_bytes);
-            if (!bad && (a->max_request_bytes == 0 ||
-                         a->max_request_bytes > PJS_MAX_REQUEST_BYTES_LIMIT))
-                bad = pjs_cli_usage_error("serve",
-                                          "--max-request-bytes %s: expected 1 byte to 2Gi",
-                                          optarg);
-            break;
-        case OPT_MAX_INFLIGHT_BYTES:
-            bad = parse_bytes("--max-inflight-request-bytes", optarg,
-                              &a->max_inflight_request_bytes);
-            break;
         case OPT_MAX_SHM_REGIONS:
             bad = parse_int("--max-shm-regions", optarg, 65536, &v);
             if (!bad && v == 0)
@@ -627,7 +392,9 @@ static int parse_args(int argc, char **argv, serve_args *a)
         case OPT_META_CONCURRENCY:
         case OPT_META_SCRATCH_BYTES: bad = add_setting(a, opt, optarg); break;
         default: {
-            int r = pjs_cli_common_option(&a->common, opt, optarg);
+            int r = pjs_cli_endpoint_option(&a->endpoint, "serve", opt, optarg);
+            if (r == 0)
+                r = pjs_cli_common_option(&a->common, opt, optarg);
             if (r < 0)
                 return PJS_EXIT_USAGE;
             if (r == 0)
@@ -643,22 +410,7 @@ static int parse_args(int argc, char **argv, serve_args *a)
         return pjs_cli_usage_error("serve", "--model-repository DIR is required");
     if (a->shared_weights_group != NULL && a->shared_weights_dir == NULL)
         return pjs_cli_usage_error("serve", "--shared-weights-group needs --shared-weights DIR");
-    if (a->max_inflight_request_bytes != 0 && a->max_inflight_request_bytes < a->max_request_bytes)
-        return pjs_cli_usage_error("serve",
-                                   "--max-inflight-request-bytes must be at least "
-                                   "--max-request-bytes (%llu bytes)",
-                                   (unsigned long long)a->max_request_bytes);
-    if ((a->http.tls_cert == NULL) != (a->http.tls_key == NULL))
-        return pjs_cli_usage_error("serve", "--http-tls-cert and --http-tls-key go together");
-    if (a->http.tls_ca != NULL && a->http.tls_cert == NULL)
-        return pjs_cli_usage_error("serve",
-                                   "--http-tls-ca needs --http-tls-cert and --http-tls-key");
-    if ((a->grpc.tls_cert == NULL) != (a->grpc.tls_key == NULL))
-        return pjs_cli_usage_error("serve", "--grpc-tls-cert and --grpc-tls-key go together");
-    if (a->grpc.tls_ca != NULL && a->grpc.tls_cert == NULL)
-        return pjs_cli_usage_error("serve",
-                                   "--grpc-tls-ca needs --grpc-tls-cert and --grpc-tls-key");
-    return PJS_EXIT_OK;
+    return pjs_cli_endpoint_check(&a->endpoint, "serve");
 }
 
 /* Builds the configuration: defaults < file < environment < flags. A bad
@@ -751,7 +503,8 @@ int pjs_cmd_serve(int argc, char **argv)
     }
     pjs_access *access = NULL;
     pjs_error access_err;
-    if (pjs_access_create(a.admin_token_file, a.infer_token_file, &access, &access_err) != 0) {
+    if (pjs_access_create(a.endpoint.admin_token_file, a.endpoint.infer_token_file, &access,
+                          &access_err) != 0) {
         pjs_server_config_free(&config);
         return pjs_cli_fail("%s", access_err.msg);
     }
@@ -787,8 +540,8 @@ int pjs_cmd_serve(int argc, char **argv)
         .max_pending_loads = a.max_pending_loads,
         .device_weight_budget = a.device_weight_budget,
         .weight_fraction = a.weight_fraction,
-        .max_request_bytes = a.max_request_bytes,
-        .max_inflight_request_bytes = a.max_inflight_request_bytes,
+        .max_request_bytes = a.endpoint.max_request_bytes,
+        .max_inflight_request_bytes = a.endpoint.max_inflight_request_bytes,
         .max_shm_regions = a.max_shm_regions,
         .max_shm_bytes = a.max_shm_bytes,
         .meta_concurrency = config.meta.concurrency,
@@ -806,40 +559,24 @@ int pjs_cmd_serve(int argc, char **argv)
         return pjs_cli_fail("%s", err.msg);
     }
 
-    a.grpc.host = a.grpc_host != NULL ? a.grpc_host : a.host;
-    a.grpc.max_request_bytes = pjs_server_max_request_bytes(server);
-    a.grpc.memory_quota = a.grpc_memory_quota != 0
-                              ? a.grpc_memory_quota
-                              : pjs_server_request_budget(server)->limit + GRPC_QUOTA_SLACK;
-    a.grpc.fd_share = (int)files.grpc_share;
-    a.grpc.port = a.grpc_port;
-    a.grpc.access = access;
-    pjs_http_options ho = a.http, mo = a.http;
-    ho.host = a.http_host ? a.http_host : a.host;
-    ho.port = a.http_port;
-    ho.threads = a.http_threads;
-    ho.node_status_file = a.node_status_file;
-    a.grpc.node_status_file = a.node_status_file;
-    mo.host = a.metrics_host ? a.metrics_host : a.host;
-    mo.port = a.metrics_port;
-    mo.threads = 1;
-    ho.access = mo.access = access;
+    pjs_grpc_options go;
+    pjs_http_options ho, mo;
+    pjs_cli_endpoint_ports(&a.endpoint, access, files.grpc_share, &go, &ho, &mo);
+    go.node_status_file = ho.node_status_file = a.node_status_file;
     /* REST starts last: its health probes are what orchestrators and tests
      * wait on, so once they answer every other port is already listening. */
     rc = PJS_EXIT_OK;
-    if (a.metrics_port != 0 && pjs_metrics_frontend_start(server, &mo, &metrics, &err) != 0)
-        rc = pjs_cli_fail("metrics on %s:%d: %s", mo.host, a.metrics_port, err.msg);
-    if (rc == PJS_EXIT_OK && a.grpc_port != 0 &&
-        pjs_grpc_frontend_start(server, &a.grpc, &grpc, &err) != 0)
-        rc = pjs_cli_fail("gRPC on %s:%d: %s", a.grpc.host, a.grpc_port, err.msg);
-    if (rc == PJS_EXIT_OK && a.http_port != 0 &&
-        pjs_http_frontend_start(server, &ho, &http, &err) != 0)
-        rc = pjs_cli_fail("HTTP on %s:%d: %s", ho.host, a.http_port, err.msg);
+    if (mo.port != 0 && pjs_metrics_frontend_start(server, &mo, &metrics, &err) != 0)
+        rc = pjs_cli_fail("metrics on %s:%d: %s", mo.host, mo.port, err.msg);
+    if (rc == PJS_EXIT_OK && go.port != 0 && pjs_grpc_frontend_start(server, &go, &grpc, &err) != 0)
+        rc = pjs_cli_fail("gRPC on %s:%d: %s", go.host, go.port, err.msg);
+    if (rc == PJS_EXIT_OK && ho.port != 0 && pjs_http_frontend_start(server, &ho, &http, &err) != 0)
+        rc = pjs_cli_fail("HTTP on %s:%d: %s", ho.host, ho.port, err.msg);
 
     if (rc == PJS_EXIT_OK) {
         pjs_info("serving: gRPC %s:%d%s, HTTP %s:%d%s, metrics %s:%d/metrics (ctrl-c stops)",
-                 a.grpc.host, a.grpc_port, a.grpc.tls_cert ? " (TLS)" : "", ho.host, a.http_port,
-                 ho.tls_cert ? " (HTTPS)" : "", mo.host, a.metrics_port);
+                 go.host, go.port, go.tls_cert ? " (TLS)" : "", ho.host, ho.port,
+                 ho.tls_cert ? " (HTTPS)" : "", mo.host, mo.port);
         int sig = 0;
         sigwait(&stop_signals, &sig);
         pjs_server_counters c;

@@ -15,6 +15,7 @@ SIGSTOPped worker is found by the probes and its traffic moves.
 import os
 import queue
 import shutil
+import subprocess
 import signal
 import threading
 import time
@@ -309,3 +310,34 @@ def test_workers_from_dns(pjserve_bin, plugin_path, exported, cache_dir, tmp_pat
     check_case(got, case)
     client.close()
     finish_cluster(c)
+
+
+def test_gateway_applies_the_client_limits(cluster_factory, cases):
+    """The gateway takes serve's endpoint flags and enforces them itself: a
+    request over its --max-request-bytes is refused there, a smaller one
+    answered."""
+    c = cluster_factory(gateway_args=["--max-request-bytes", "400",
+                                      "--grpc-max-concurrent-streams", "8"])
+    client = grpcclient.InferenceServerClient(c.gateway.grpc_url)
+    small = cases.get("mlp", 1)
+    got, _ = grpc_infer_case(client, small)
+    check_case(got, small)
+    with pytest.raises(InferenceServerException) as e:
+        grpc_infer_case(client, cases.get("mlp", 8))
+    assert grpc_code(e.value) == "RESOURCE_EXHAUSTED", e.value.message()
+    assert "400" in e.value.message()
+    assert "8 streams per connection" in c.gateway.stderr_text()
+    client.close()
+    finish_cluster(c)
+
+
+@pytest.mark.parametrize("flag,value,message", [
+    ("--http-max-connections", "0", "--http-max-connections 0: expected an integer in 1..1000000"),
+    ("--max-request-bytes", "3Gi", "--max-request-bytes 3Gi: expected 1 to 2147483648 bytes"),
+    ("--grpc-tls-key", "k.pem", "--grpc-tls-cert and --grpc-tls-key go together"),
+])
+def test_gateway_refuses_bad_endpoint_flags(pjserve_bin, flag, value, message):
+    r = subprocess.run([str(pjserve_bin), "gateway", "--worker", "127.0.0.1", flag, value],
+                       capture_output=True, text=True, timeout=30)
+    assert r.returncode == 2, r
+    assert message in r.stderr, r.stderr

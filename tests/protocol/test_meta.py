@@ -539,6 +539,7 @@ FLOOD_CLIENTS = 2
 OWN_CONNECTION = [("grpc.use_local_subchannel_pool", 1)]
 
 
+@serve_only("the queue a sub-call jumps is one worker's")
 def test_sub_calls_ahead_of_queued_regular_work(srv):
     """FIFO scheduling, FLOOD requests of the slow model queued (~2 s of
     device time): a meta's sub-call is dispatched ahead of them, while a
