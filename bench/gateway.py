@@ -11,14 +11,19 @@ p50 as the stability criterion):
             one `pjserve serve` worker, measured directly on the worker's
             ports and through a gateway in front of that same worker, over
             gRPC and HTTP at concurrency 1 and 8: throughput, p50 and p99,
-            and the gateway's added p50 / p99.
-  scale     the demo convnet (compute-bound: the device, here the CPU plugin,
-            dominates) through a gateway over 1 and then 2 workers at
-            concurrency 8 over gRPC: throughput and latency. Each worker's
-            CPU plugin gets one thread (--cpu-intra-op-threads 1), so a
-            worker uses one core for execution: on a machine with C cores the
-            ceiling for W workers is min(W, C) times one worker's throughput,
-            shared with the gateway and the client's own cores.
+            the gateway's added p50 / p99, and the gateway's CPU time per
+            request (its process's CPU seconds over the requests it
+            forwarded in the measurement, from its own metrics).
+  scale     a compute-bound model, dense_stack (x f32 [1, 1024] through
+            DENSE_LAYERS dense 1024x1024 tanh layers: about 12 MFLOP per
+            request, compiled for batch 1 only, so a worker runs one request
+            at a time and no coalescing hides the compute) through a gateway
+            over 1 and then 2 workers at concurrency 8 over gRPC: throughput
+            and latency. Each worker's CPU plugin gets one
+            thread (--cpu-intra-op-threads 1), so a worker uses one core for
+            execution: on a machine with C cores the ceiling for W workers is
+            min(W, C) times one worker's throughput, shared with the gateway
+            and the client's own cores.
 
 Writes bench/results/gateway.json and .md (the tables of docs/benchmarks.md).
 Needs build/pjserve, .venv (scripts/bootstrap) and perf_analyzer
@@ -34,7 +39,7 @@ from pathlib import Path
 
 from benchlib import (PJSERVE, ROOT, PjserveProcess, fmt, free_ports, git_revision, log,
                       machine_info, missing_tools, pa_command, read_pa_csv, remove_workdir,
-                      run_perf_analyzer, write_report)
+                      run_perf_analyzer, tree_cpu_seconds, write_report)
 
 sys.path.insert(0, str(ROOT / "python"))
 from pjserve_export import demo  # noqa: E402
@@ -99,6 +104,13 @@ def measure(server, key, model, protocol, concurrency, args, work):
     return r
 
 
+def gateway_cpu_and_count(gateway):
+    """(CPU seconds of the gateway process so far, requests it forwarded)."""
+    forwarded = sum(v for (name, _), v in gateway.scrape().items()
+                    if name == "pjserve_gateway_forwarded_total")
+    return tree_cpu_seconds(gateway.proc.pid), forwarded
+
+
 def part_hop(repo, cache, work, args):
     worker = Worker(repo, cache, work, "hop-worker", ["--cpu-intra-op-threads", "1"])
     gateway = None
@@ -110,7 +122,10 @@ def part_hop(repo, cache, work, args):
         for protocol in ("grpc", "http"):
             for c in (1, 8):
                 direct = measure(worker, "direct", "mlp", protocol, c, args, work)
+                cpu0, n0 = gateway_cpu_and_count(gateway)
                 through = measure(gateway, "gateway", "mlp", protocol, c, args, work)
+                cpu1, n1 = gateway_cpu_and_count(gateway)
+                through["gateway_cpu_us"] = (cpu1 - cpu0) / max(n1 - n0, 1) * 1e6
                 rows.append({"protocol": protocol, "concurrency": c, "direct": direct,
                              "gateway": through,
                              "added_p50_us": through["p50_us"] - direct["p50_us"],
@@ -122,7 +137,33 @@ def part_hop(repo, cache, work, args):
     return rows
 
 
+DENSE_LAYERS = 6
+DENSE_MODEL = "dense_stack"
+
+
+def export_dense_stack(repo):
+    """The compute-bound model of part `scale` (fixed weights)."""
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+    from pjserve_export import export_jax
+
+    keys = jax.random.split(jax.random.PRNGKey(7), DENSE_LAYERS)
+    params = {f"w{i}": jax.random.normal(k, (1024, 1024)) * (1 / 32) for i, k in enumerate(keys)}
+
+    def dense_stack(p, x):
+        for i in range(DENSE_LAYERS):
+            x = jnp.tanh(x @ p[f"w{i}"])
+        return x
+
+    export_jax(dense_stack, params, [np.zeros((1, 1024), np.float32)], repo, name=DENSE_MODEL,
+               batch_sizes=(1,), input_names=["x"], output_names=["y"],
+               description=f"gateway benchmark: {DENSE_LAYERS} dense 1024x1024 tanh layers")
+
+
 def part_scale(repo, cache, work, args):
+    export_dense_stack(repo)
+    model = DENSE_MODEL
     rows = []
     for n in (1, 2):
         workers = [Worker(repo, cache, work, f"scale{n}-w{i}", ["--cpu-intra-op-threads", "1"])
@@ -130,11 +171,11 @@ def part_scale(repo, cache, work, args):
         gateway = None
         try:
             for w in workers:
-                w.start(["convnet"])
+                w.start([model])
             gateway = Gateway(workers, work)
-            gateway.start(["convnet"], n)
-            r = measure(gateway, f"{n} worker{'s' if n > 1 else ''}", "convnet", "grpc", 8,
-                        args, work)
+            gateway.start([model], n)
+            r = measure(gateway, f"{n} worker{'s' if n > 1 else ''}", model, "grpc", 8, args,
+                        work)
             rows.append({"workers": n, **r})
         finally:
             if gateway is not None:
@@ -147,15 +188,17 @@ def part_scale(repo, cache, work, args):
 def markdown(result):
     lines = ["#### One hop through the gateway (mlp, one worker, batch-1 requests)", "",
              "| protocol | concurrency | direct req/s | gateway req/s | direct p50 / p99 (µs) "
-             "| gateway p50 / p99 (µs) | added p50 / p99 (µs) |",
-             "|---|---:|---:|---:|---:|---:|---:|"]
+             "| gateway p50 / p99 (µs) | added p50 / p99 (µs) | gateway CPU / request (µs) |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|"]
     for r in result["hop"]:
         d, g = r["direct"], r["gateway"]
         lines.append(f"| {r['protocol']} | {r['concurrency']} | {fmt(d['throughput'], '.0f')} | "
                      f"{fmt(g['throughput'], '.0f')} | {d['p50_us']:.0f} / {d['p99_us']:.0f} | "
                      f"{g['p50_us']:.0f} / {g['p99_us']:.0f} | "
-                     f"{r['added_p50_us']:.0f} / {r['added_p99_us']:.0f} |")
-    lines += ["", "#### Workers behind one gateway (convnet, gRPC, concurrency 8)", "",
+                     f"{r['added_p50_us']:.0f} / {r['added_p99_us']:.0f} | "
+                     f"{g['gateway_cpu_us']:.0f} |")
+    lines += ["", f"#### Workers behind one gateway ({DENSE_MODEL}: {DENSE_LAYERS} dense "
+              "1024x1024 layers, batch 1, gRPC, concurrency 8)", "",
               "| workers | req/s | p50 (µs) | p99 (µs) |", "|---:|---:|---:|---:|"]
     for r in result["scale"]:
         lines.append(f"| {r['workers']} | {r['throughput']:.0f} | {r['p50_us']:.0f} | "
@@ -178,7 +221,7 @@ def main(argv=None):
     started = time.time()
     work = Path(tempfile.mkdtemp(prefix="pjserve-bench-gateway-"))
     repo, cache = work / "models", work / "cache"
-    for m in demo.demo_models(["mlp", "convnet"]):
+    for m in demo.demo_models(["mlp"]):
         m.export(repo)
     result = {"machine": machine_info(), "revision": git_revision()}
     result["hop"] = part_hop(repo, cache, work, args)
