@@ -108,5 +108,11 @@ int pjs_cmd_info(int argc, char **argv);
 int pjs_cmd_serve(int argc, char **argv);
 int pjs_cmd_node(int argc, char **argv);
 int pjs_cmd_gateway(int argc, char **argv);
+/* Clients of a running server (cmd_infer.c, cmd_models.c). */
+int pjs_cmd_infer(int argc, char **argv);
+int pjs_cmd_models(int argc, char **argv);
+int pjs_cmd_load(int argc, char **argv);
+int pjs_cmd_unload(int argc, char **argv);
+int pjs_cmd_status(int argc, char **argv);
 
 #endif

@@ -33,6 +33,14 @@ static const char usage[] =
     "                  StableHLO versions it accepts; and each BUNDLE's shapes and\n"
     "                  variants\n"
     "\n"
+    "commands that talk to a running server (--url, default localhost:8001):\n"
+    "  infer MODEL --input NAME=FILE.npy ... [--output-dir DIR]\n"
+    "                  one inference; outputs shown or written as .npy\n"
+    "  models          the repository's models: state, residency, weights\n"
+    "  load MODEL, unload MODEL\n"
+    "                  load (or reload) or unload a model\n"
+    "  status          health, models by state, the device weight cache\n"
+    "\n"
     "Run 'pjserve COMMAND --help' for a command's options. A bundle is a directory\n"
     "with manifest.yaml, weights.safetensors and model.b{N}.mlir files; see\n"
     "docs/bundle-format.md, and docs/exporter.md to make one from JAX.\n"
@@ -41,6 +49,7 @@ static const char usage[] =
     "  PJSERVE_PJRT_PLUGIN   PJRT plugin .so used when --pjrt-plugin is not given\n"
     "  PJSERVE_CACHE_DIR     executable cache directory\n"
     "  PJSERVE_LOG_LEVEL     debug | info | warn | error\n"
+    "  PJSERVE_URL           the server the client commands talk to\n"
     "  PJSERVE_SCHEDULER_*   serve's scheduler settings (pjserve serve --help)\n";
 
 int main(int argc, char **argv)
@@ -75,6 +84,16 @@ int main(int argc, char **argv)
         return pjs_cmd_build_hooks(argc - 1, argv + 1);
     if (strcmp(cmd, "info") == 0)
         return pjs_cmd_info(argc - 1, argv + 1);
+    if (strcmp(cmd, "infer") == 0)
+        return pjs_cmd_infer(argc - 1, argv + 1);
+    if (strcmp(cmd, "models") == 0)
+        return pjs_cmd_models(argc - 1, argv + 1);
+    if (strcmp(cmd, "load") == 0)
+        return pjs_cmd_load(argc - 1, argv + 1);
+    if (strcmp(cmd, "unload") == 0)
+        return pjs_cmd_unload(argc - 1, argv + 1);
+    if (strcmp(cmd, "status") == 0)
+        return pjs_cmd_status(argc - 1, argv + 1);
     fprintf(stderr, "pjserve: unknown command '%s'\n\n%s", cmd, usage);
     return PJS_EXIT_USAGE;
 }
