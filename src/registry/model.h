@@ -116,6 +116,8 @@ typedef struct pjs_model {
     /* The scheduler's state, set up by pjs_dispatcher_attach and guarded by
      * the dispatcher's lock: the model's share and one queue per variant. */
     pjs_sched_share share;
+    uint64_t requests_in_flight; /* queued or running, not yet finished: the dispatcher's,
+                                    under its lock */
     size_t n_queues;
     pjs_sched_queue *queues;
 } pjs_model;

@@ -651,6 +651,9 @@ static void finish_all_locked(pjs_dispatcher *d)
 {
     pjs_infer_request *r;
     while ((r = fifo_pop(&d->finished)) != NULL) {
+        /* Counted out before on_done, which may drop the model's last
+         * reference with the request's. */
+        r->model->requests_in_flight--;
         pthread_mutex_unlock(&d->lock);
         if (r->committed_slot != NULL)
             atomic_store(r->committed_slot, false);
@@ -996,6 +999,7 @@ int pjs_dispatcher_submit(pjs_dispatcher *d, pjs_infer_request *r, bool committe
     if (rc == 0) {
         d->queued++;
         d->in_flight++;
+        m->requests_in_flight++;
         if (completing == 0 && device_work_locked(d) && d->tasks == NULL &&
             quick_on_request_thread(r)) {
             /* The device is free: this thread runs the next plan itself. */
@@ -1045,6 +1049,7 @@ void pjs_dispatcher_model_view(pjs_dispatcher *d, pjs_model *m, pjs_sched_model_
     out->weight = m->share.weight;
     out->max_queue_depth = m->share.max_queue_depth;
     out->queue_depth = m->share.queued;
+    out->in_flight = m->requests_in_flight;
     out->recent_utilization = pjs_sched_recent_utilization(&d->sched, &m->share, now);
     pthread_mutex_unlock(&d->lock);
 }

@@ -100,6 +100,7 @@ typedef struct pjs_sched_model_view {
     double weight;
     size_t max_queue_depth;
     uint64_t queue_depth;        /* requests queued, all variants */
+    uint64_t in_flight;          /* queued or running, not yet finished */
     double recent_utilization;   /* share of device time recently, 0..1 */
 } pjs_sched_model_view;
 void pjs_dispatcher_model_view(pjs_dispatcher *d, pjs_model *m, pjs_sched_model_view *out);

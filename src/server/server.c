@@ -1027,6 +1027,7 @@ void pjs_server_model_sched_info(pjs_server *s, pjs_model *m, pjs_model_sched_in
     out->weight = v.weight;
     out->max_queue_depth = v.max_queue_depth;
     out->queue_depth = v.queue_depth;
+    out->in_flight = v.in_flight;
     out->recent_utilization = v.recent_utilization;
     out->default_timeout_us = atomic_load(&m->default_timeout_ns) / 1000;
 }

@@ -147,6 +147,7 @@ typedef struct pjs_model_sched_info {
     size_t max_queue_depth;     /* its queue bound */
     uint64_t default_timeout_us;/* deadline of requests carrying none; 0: none */
     uint64_t queue_depth;       /* requests queued, all variants */
+    uint64_t in_flight;         /* requests queued or running, not yet finished */
     double recent_utilization;  /* share of device time over the recent window, 0..1 */
 } pjs_model_sched_info;
 void pjs_server_model_sched_info(pjs_server *s, pjs_model *m, pjs_model_sched_info *out);

@@ -572,6 +572,13 @@ def test_sub_calls_ahead_of_queued_regular_work(srv):
             assert not failures, failures
             assert time.monotonic() < deadline, "the flood never queued"
             time.sleep(0.01)
+        # Read under one lock: every queued request is in flight, and more.
+        samples, _ = parse_metrics(scrape(srv.metrics_url))
+        queued, in_flight = (sum(v for (n, labels), v in samples.items()
+                                 if n == name and ("model", SLOW) in labels)
+                             for name in ("pjserve_model_queue_depth",
+                                          "pjserve_model_requests_in_flight"))
+        assert in_flight >= queued > 0, (in_flight, queued)
         two_io = {"a": np.zeros((1, 8), np.float32), "b": np.zeros((1, 3), np.int32)}
         with ThreadPoolExecutor(2) as pool:
             sent_at = time.monotonic()

@@ -152,6 +152,7 @@ PJSERVE_FAMILIES = {
     "pjserve_model_recent_utilization": "gauge",
     "pjserve_model_weight": "gauge",
     "pjserve_model_queue_depth": "gauge",
+    "pjserve_model_requests_in_flight": "gauge",
     "pjserve_model_queue_wait_seconds": "summary",
     "pjserve_model_batch_rows": "histogram",
     "pjserve_model_requests_expired_total": "counter",
@@ -216,6 +217,8 @@ def test_scheduler_metrics_after_known_traffic(gclient, hclient, server, exporte
     # the scheduler's view, idle now
     for model in ("mlp", "convnet", MODEL):
         assert metric(samples1, "pjserve_model_queue_depth", model=model, version="1") == 0
+        assert metric(samples1, "pjserve_model_requests_in_flight", model=model,
+                      version="1") == 0
         assert metric(samples1, "pjserve_model_weight", model=model, version="1") > 0
         u = metric(samples1, "pjserve_model_recent_utilization", model=model, version="1")
         assert u is not None and 0 <= u <= 1, u

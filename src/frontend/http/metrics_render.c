@@ -132,6 +132,11 @@ static metric_value queue_depth(const pjs_metrics_model *m)
     return count(m->sched.queue_depth);
 }
 
+static metric_value in_flight(const pjs_metrics_model *m)
+{
+    return count(m->sched.in_flight);
+}
+
 static metric_value expired(const pjs_metrics_model *m)
 {
     return count(m->stats.expired);
@@ -203,6 +208,9 @@ static const model_family pjserve_families[] = {
     {"pjserve_model_weight", "The model's fair-share weight", "gauge", "", weight},
     {"pjserve_model_queue_depth", "Requests of the model waiting in the scheduler's queues",
      "gauge", "", queue_depth},
+    {"pjserve_model_requests_in_flight",
+     "Requests of the model accepted by the scheduler and not yet finished (queued or running)",
+     "gauge", "", in_flight},
     {"pjserve_model_requests_expired_total",
      "Requests answered DEADLINE_EXCEEDED because their deadline passed before they ran",
      "counter", "", expired},
