@@ -289,9 +289,10 @@ static upstream *upstream_open(proxy_call *p, int worker)
     grpc_metadata_array_init(&u->initial);
     grpc_metadata_array_init(&u->trailing);
     grpc_channel *ch = p->f->proxy->channel(p->f->proxy->ctx, worker);
-    u->call = grpc_channel_create_call(ch, p->call, GRPC_PROPAGATE_DEFAULTS, p->f->cq,
-                                       grpc_slice_from_copied_string(p->method), NULL,
-                                       gpr_inf_future(GPR_CLOCK_MONOTONIC), NULL);
+    grpc_slice method = grpc_slice_from_copied_string(p->method);
+    u->call = grpc_channel_create_call(ch, p->call, GRPC_PROPAGATE_DEFAULTS, p->f->cq, method,
+                                       NULL, gpr_inf_future(GPR_CLOCK_MONOTONIC), NULL);
+    grpc_slice_unref(method); /* the call took its own reference */
     return u;
 }
 
