@@ -61,6 +61,10 @@ target_link_libraries(pjs_client PUBLIC pjs_grpc_codec pjs_core ${PJS_CLIENT_LIN
 
 # ---- install: libraries, header, pkg-config file -------------------------------
 set(PJS_CLIENT_PC_REQUIRES "grpc libcurl jansson libprotobuf-c")
+# The .pc file finds the prefix from where it lies, so an install moved
+# with `cmake --install --prefix` (or DESTDIR) still describes itself.
+file(RELATIVE_PATH PJS_CLIENT_PC_TO_PREFIX "${CMAKE_INSTALL_FULL_LIBDIR}/pkgconfig"
+     "${CMAKE_INSTALL_PREFIX}")
 configure_file(${CMAKE_SOURCE_DIR}/src/client/pjserve-client.pc.in
                ${CMAKE_BINARY_DIR}/pjserve-client.pc @ONLY)
 install(TARGETS pjserve-client pjserve-client-static

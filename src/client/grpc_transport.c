@@ -62,6 +62,10 @@ static void status_error(pjs_client *c, grpc_status_code status, grpc_slice deta
     err->from_server = !(status == GRPC_STATUS_UNAVAILABLE || status == GRPC_STATUS_CANCELLED ||
                          (status == GRPC_STATUS_DEADLINE_EXCEEDED &&
                           strcmp(err->message, "Deadline Exceeded") == 0));
+    if (status == GRPC_STATUS_DEADLINE_EXCEEDED && !err->from_server)
+        snprintf(err->message, sizeof err->message,
+                 "no answer from %.200s before the deadline (gRPC: Deadline Exceeded)",
+                 c->target);
     if (status == GRPC_STATUS_UNAVAILABLE && !err->from_server) {
         char words[PJS_CLIENT_MESSAGE_MAX / 2];
         snprintf(words, sizeof words, "%.400s", err->message);

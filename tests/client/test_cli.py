@@ -1,0 +1,211 @@
+"""The client commands of `pjserve` against a real server, over gRPC and
+REST: `infer` (outputs as .npy equal to the JAX reference, the table, and
+--json with every value), `models` (table and
+--json, with residency), `load` / `unload` (and the token an admin call
+needs), `status`; --help that answers, usage errors (exit 2) and failures
+(exit 1) that say what to do.
+"""
+
+import json
+import re
+import subprocess
+
+import numpy as np
+import pytest
+
+from conftest import url_of
+
+PROTOCOLS = ("grpc", "http")
+
+
+def pjserve(tools, *args, timeout=120):
+    return subprocess.run([str(tools.pjserve), *map(str, args)], capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def table(stdout: str):
+    """Rows of a table as lists of cells (split on runs of 2+ spaces)."""
+    return [re.split(r"\s{2,}", ln.strip()) for ln in stdout.splitlines() if ln.strip()]
+
+
+def save_inputs(case, d):
+    args = []
+    for name, arr in case.inputs.items():
+        path = d / f"{name}.npy"
+        np.save(path, arr)
+        args += ["--input", f"{name}={path}"]
+    return args
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+@pytest.mark.parametrize("model,n", [("mlp", 4), ("two_io", 2)])
+def test_infer_writes_npy_equal_to_jax(tools, server, cases, tmp_path, protocol, model, n):
+    case = cases.get(model, n)
+    out = tmp_path / "out"
+    r = pjserve(tools, "infer", model, *save_inputs(case, tmp_path), "--output-dir", out,
+                "--url", url_of(server, protocol))
+    assert r.returncode == 0, r.stderr
+    rows = table(r.stdout)
+    assert rows[0] == ["OUTPUT", "DATATYPE", "SHAPE", "FILE"]
+    assert {row[0] for row in rows[1:]} == set(case.expected)
+    for name, want in case.expected.items():
+        got = np.load(out / f"{name}.npy")
+        print(f"pjserve infer {model} {protocol} {name}: max abs error "
+              f"{np.max(np.abs(got.astype(np.float64) - want)):.3g}")
+        assert got.shape == want.shape and got.dtype == want.dtype
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_infer_json_and_table(tools, server, cases, tmp_path, protocol):
+    case = cases.get("mlp", 2)
+    args = save_inputs(case, tmp_path)
+    r = pjserve(tools, "infer", "mlp", *args, "--json", "--id", "req-7", "--priority", 1,
+                "--url", url_of(server, protocol))
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    assert doc["model_name"] == "mlp" and doc["id"] == "req-7"
+    (y,) = doc["outputs"]
+    assert y["name"] == "y" and y["datatype"] == "FP32" and y["shape"] == [2, 4]
+    np.testing.assert_allclose(np.array(y["data"], np.float32).reshape(2, 4),
+                               case.expected["y"], rtol=1e-5, atol=1e-5)
+    r = pjserve(tools, "infer", "mlp", *args, "--url", url_of(server, protocol))
+    assert r.returncode == 0, r.stderr
+    head, row = table(r.stdout)
+    assert head == ["OUTPUT", "DATATYPE", "SHAPE", "VALUES"]
+    assert row[:3] == ["y", "FP32", "[2, 4]"] and row[3].endswith(", ...]")
+
+
+def test_infer_protocol_flag_and_environment(tools, server, cases, tmp_path, monkeypatch):
+    case = cases.get("mlp", 1)
+    args = save_inputs(case, tmp_path)
+    r = pjserve(tools, "infer", "mlp", *args, "--protocol", "http", "--url", server.http_url)
+    assert r.returncode == 0, r.stderr
+    monkeypatch.setenv("PJSERVE_URL", f"grpc://{server.grpc_url}")
+    r = pjserve(tools, "infer", "mlp", *args, "--json")
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["outputs"][0]["shape"] == [1, 4]
+    r = pjserve(tools, "infer", "mlp", *args, "--protocol", "http", "--url",
+                f"grpc://{server.grpc_url}")
+    assert r.returncode == 2 and "does not match" in r.stderr
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_infer_numbers_for_a_bytes_input_are_refused(tools, server, tmp_path, protocol):
+    """.npy files carry numbers only: a BYTES input given one is refused by
+    the server, which names the input and its datatype."""
+    a, b = tmp_path / "a.npy", tmp_path / "b.npy"
+    np.save(a, np.arange(16, dtype=np.int32)[None, :])
+    np.save(b, np.ones((1, 16), np.int32))
+    r = pjserve(tools, "infer", "simple_string", "--input", f"INPUT0={a}", "--input",
+                f"INPUT1={b}", "--url", url_of(server, protocol))
+    assert r.returncode == 1
+    assert "INPUT0" in r.stderr and "BYTES" in r.stderr
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_infer_errors_say_what_to_do(tools, server, cases, tmp_path, protocol):
+    case = cases.get("mlp", 1)
+    args = save_inputs(case, tmp_path)
+    r = pjserve(tools, "infer", "no_such_model", *args, "--url", url_of(server, protocol))
+    assert r.returncode == 1
+    assert "pjserve: error: infer:" in r.stderr and "no_such_model" in r.stderr
+    assert "pjserve models" in r.stderr
+    bad = tmp_path / "bad.npy"
+    np.save(bad, np.ones((1, 15), np.float32))
+    r = pjserve(tools, "infer", "mlp", "--input", f"x={bad}", "--url", url_of(server, protocol))
+    assert r.returncode == 1 and "[1, 15]" in r.stderr
+    r = pjserve(tools, "infer", "mlp", "--input", f"x={tmp_path / 'missing.npy'}")
+    assert r.returncode == 1 and "missing.npy" in r.stderr
+    r = pjserve(tools, "infer", "mlp", *args, "--url", "127.0.0.1:1")
+    assert r.returncode == 1 and "cannot reach the server" in r.stderr
+
+
+def test_usage_and_help(tools):
+    r = pjserve(tools, "infer", "--help")
+    assert r.returncode == 0 and "--input NAME=FILE.npy" in r.stdout and "--json" in r.stdout
+    assert "--url" in r.stdout and "example:" in r.stdout
+    for cmd in ("models", "load", "unload", "status"):
+        r = pjserve(tools, cmd, "--help")
+        assert r.returncode == 0 and "--url" in r.stdout, cmd
+    r = pjserve(tools, "infer", "mlp")
+    assert r.returncode == 2 and "--input NAME=FILE.npy" in r.stderr
+    r = pjserve(tools, "infer", "mlp", "--input", "x.npy")
+    assert r.returncode == 2 and "NAME=FILE.npy" in r.stderr
+    r = pjserve(tools, "load")
+    assert r.returncode == 2 and "name one model" in r.stderr
+    r = pjserve(tools, "models", "--protocol", "smtp")
+    assert r.returncode == 2 and "grpc or http" in r.stderr
+    r = pjserve(tools, "status", "--timeout-ms", "soon")
+    assert r.returncode == 2
+    r = pjserve(tools, "--help")
+    assert r.returncode == 0 and "infer MODEL" in r.stdout and "status" in r.stdout
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_models_table_and_json(tools, server, protocol):
+    r = pjserve(tools, "models", "--url", url_of(server, protocol))
+    assert r.returncode == 0, r.stderr
+    rows = table(r.stdout)
+    assert rows[0] == ["MODEL", "STATE", "RESIDENCY", "ON DEVICE", "WEIGHTS", "REASON"]
+    by_name = {row[0]: row for row in rows[1:]}
+    assert {"mlp", "two_io", "simple_string", "simple_identity"} <= set(by_name)
+    assert by_name["mlp"][1] == "READY" and by_name["mlp"][2] in ("host", "device", "unpinned")
+    assert by_name["mlp"][4].endswith("KiB")
+    r = pjserve(tools, "models", "--json", "--url", url_of(server, protocol))
+    doc = json.loads(r.stdout)
+    assert doc["control"] is True
+    mlp = [m for m in doc["models"] if m["name"] == "mlp"][0]
+    assert mlp["state"] == "READY" and mlp["weight_bytes"] > 0
+    assert mlp["residency"] in ("host", "device", "unpinned")
+    assert isinstance(mlp["resident"], bool)
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_load_unload(tools, server, protocol):
+    url = url_of(server, protocol)
+    r = pjserve(tools, "unload", "two_io", "--url", url)
+    assert r.returncode == 0 and r.stdout.strip() == "unloaded two_io", r.stderr
+    r = pjserve(tools, "models", "--ready", "--json", "--url", url)
+    assert "two_io" not in {m["name"] for m in json.loads(r.stdout)["models"]}
+    r = pjserve(tools, "models", "--url", url)
+    two_io = [row for row in table(r.stdout) if row[0] == "two_io"][0]
+    assert two_io[1] == "UNAVAILABLE" and two_io[2] == "-"
+    r = pjserve(tools, "load", "two_io", "--url", url, "--json")
+    assert r.returncode == 0 and json.loads(r.stdout) == {"model": "two_io", "state": "READY"}
+    r = pjserve(tools, "load", "no_such_model", "--url", url)
+    assert r.returncode == 1 and "no_such_model" in r.stderr
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_status(tools, server, protocol):
+    r = pjserve(tools, "status", "--url", url_of(server, protocol))
+    assert r.returncode == 0, r.stderr
+    rows = {row[0]: row[1] for row in table(r.stdout)}
+    assert rows["server"].startswith("pjserve ") and rows["live"] == "yes"
+    assert rows["ready"] == "yes" and "READY" in rows["models"]
+    assert "on the device" in rows["weights"] and "system_shared_memory" in rows["extensions"]
+    r = pjserve(tools, "status", "--json", "--url", url_of(server, protocol))
+    doc = json.loads(r.stdout)
+    assert doc["name"] == "pjserve" and doc["live"] is True and doc["ready"] is True
+    assert doc["models"]["READY"] >= 4 and doc["url"] == url_of(server, protocol)
+    assert "cache" in doc["control"]
+
+
+def test_admin_calls_need_the_token_over_mutual_tls(tools, tls_server, certs):
+    tls = ["--tls-ca", certs / "ca.pem", "--tls-cert", certs / "client.pem", "--tls-key",
+           certs / "client.key"]
+    for url in (f"grpcs://{tls_server.grpc_url}", f"https://{tls_server.http_url}"):
+        r = pjserve(tools, "status", "--url", url, *tls)
+        assert r.returncode == 0 and "live        yes" in r.stdout, r.stderr
+        r = pjserve(tools, "unload", "mlp", "--url", url, *tls)
+        assert r.returncode == 1 and "hint: admin calls need --token-file" in r.stderr
+        r = pjserve(tools, "unload", "mlp", "--url", url, *tls, "--token-file",
+                    tls_server.token_file)
+        assert r.returncode == 0, r.stderr
+        r = pjserve(tools, "load", "mlp", "--url", url, *tls, "--token-file",
+                    tls_server.token_file)
+        assert r.returncode == 0, r.stderr
+    # A URL without a scheme gets TLS from the TLS options.
+    r = pjserve(tools, "models", "--url", tls_server.grpc_url, *tls)
+    assert r.returncode == 0 and "mlp" in r.stdout, r.stderr
