@@ -15,6 +15,8 @@
 #   make bench-meta  the detector as a meta vs client-orchestrated vs Triton BLS (same doc)
 #   make bench-shared-weights  memory of 1-4 workers with and without --shared-weights (same doc)
 #   make bench-gateway  one hop through pjserve gateway, and 1 vs 2 workers behind it (same doc)
+#   make install    install pjserve, libpjserve-client (shared, static, header, pjserve-client.pc)
+#                   and the bundle ABI header under PREFIX (default /usr/local)
 #   make clean
 
 JOBS ?= $(shell nproc)
@@ -22,7 +24,7 @@ FUZZ_SECONDS ?= 20
 PYTHON := .venv/bin/python
 PYTEST := $(PYTHON) -m pytest -q -p no:cacheprovider
 
-.PHONY: all bootstrap build test unit e2e e2e-node models demo serve asan tsan fuzz fuzz-build fuzz-smoke clean bench bench-scheduler bench-residency bench-meta bench-shared-weights bench-gateway
+.PHONY: all bootstrap build test unit e2e e2e-node models demo serve asan tsan fuzz fuzz-build fuzz-smoke clean install bench bench-scheduler bench-residency bench-meta bench-shared-weights bench-gateway
 
 all: build
 
@@ -42,12 +44,14 @@ unit: build
 	cd build && ctest --output-on-failure -j $(JOBS)
 
 # End-to-end (pjserve run vs JAX), protocol (pjserve serve vs tritonclient),
-# gateway and deployment (deploy/: manifests, Dockerfile; plain build only) tests.
-PYTESTS := tests/e2e tests/protocol tests/gateway tests/deploy tests/node
+# gateway, deployment (deploy/: manifests, Dockerfile; plain build only) and
+# client (libpjserve-client, its example and pjserve infer/models/...) tests.
+PYTESTS := tests/e2e tests/protocol tests/gateway tests/deploy tests/node tests/client
 # The sanitizer builds skip the hostile-client suite (bombs and floods: heavy,
 # and its memory bounds are the plain build's) and the node's (worker processes
 # killed, stopped and restarted: fault injection runs once, in the plain build).
-SANITIZER_PYTESTS := tests/e2e tests/protocol tests/gateway --ignore=tests/protocol/hostile
+SANITIZER_PYTESTS := tests/e2e tests/protocol tests/gateway tests/client \
+                     --ignore=tests/protocol/hostile
 
 e2e: build
 	PJSERVE_BIN=$(CURDIR)/build/pjserve $(PYTEST) -s $(PYTESTS)
@@ -85,7 +89,8 @@ tsan: bootstrap
 
 FUZZERS := fuzz_safetensors fuzz_manifest fuzz_npy fuzz_config fuzz_rest_infer fuzz_grpc_infer \
             fuzz_control_json fuzz_auth_header fuzz_bytes \
-            fuzz_hook_abi fuzz_gateway_http fuzz_weight_segment fuzz_gateway_route
+            fuzz_hook_abi fuzz_gateway_http fuzz_weight_segment fuzz_gateway_route \
+            fuzz_client_decode
 
 fuzz-build: bootstrap
 	@test -f build-fuzz/CMakeCache.txt || \
@@ -110,6 +115,11 @@ fuzz-smoke:
 
 clean:
 	rm -rf build build-asan build-tsan build-fuzz
+
+PREFIX ?= /usr/local
+
+install: build
+	cmake --install build --prefix $(PREFIX)
 
 # Server overhead vs the raw PJRT limit, a bare gRPC echo server
 # (build/pjs_bench_grpc_floor, bench/grpc_floor.c), Triton and MLServer
