@@ -234,8 +234,9 @@ PJS_CLIENT_API int pjs_client_shm_register(pjs_client *client, const char *name,
 /** Unregisters region `name`, or every region when `name` is NULL. */
 PJS_CLIENT_API int pjs_client_shm_unregister(pjs_client *client, const char *name,
                                              pjs_client_error *err);
-/** The registered regions ({"name", "key", "offset", "byte_size"} each):
- * region `name`, or all when NULL. */
+/** The registered regions, region `name` or all when NULL: over REST an
+ * array of {"name", "key", "offset", "byte_size"}; over gRPC
+ * {"regions": {NAME: {the same}}}. */
 PJS_CLIENT_API int pjs_client_shm_status(pjs_client *client, const char *name, char **json,
                                          pjs_client_error *err);
 

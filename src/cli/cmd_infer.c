@@ -283,7 +283,9 @@ static int save_output(const char *dir, const pjs_client_tensor *t, char *path, 
     pjs_shape shape = {.rank = (int)t->rank};
     for (size_t i = 0; i < t->rank; i++)
         shape.dims[i] = t->shape[i];
-    snprintf(path, cap, "%s/%s.npy", dir, t->name);
+    size_t n = strlen(dir);
+    snprintf(path, cap, "%.*s/%s.npy", (int)(n > 1 && dir[n - 1] == '/' ? n - 1 : n), dir,
+             t->name);
     pjs_error err;
     if (pjs_npy_save(path, dt, &shape, t->data, &err) != 0)
         return pjs_cli_fail("output %s: %s", t->name, err.msg);
