@@ -958,7 +958,7 @@ static void test_metrics_render(void **state)
     models[0].stats.expired = 6;
     models[0].stats.shed = 1;
     models[0].stats.rejected_queue_full = 8;
-    models[0].sched = (pjs_model_sched_info){.weight = 2.5, .queue_depth = 11,
+    models[0].sched = (pjs_model_sched_info){.weight = 2.5, .queue_depth = 11, .in_flight = 13,
                                              .recent_utilization = 0.25};
     models[0].residency = (pjs_model_residency_info){.residency = PJS_RESIDENCY_HOST,
                                                      .resident = true,
@@ -1018,6 +1018,8 @@ static void test_metrics_render(void **state)
         "pjserve_model_weight{model=\"mlp\",version=\"1\"} 2.5\n",
         "# TYPE pjserve_model_queue_depth gauge\n"
         "pjserve_model_queue_depth{model=\"mlp\",version=\"1\"} 11\n",
+        "# TYPE pjserve_model_requests_in_flight gauge\n"
+        "pjserve_model_requests_in_flight{model=\"mlp\",version=\"1\"} 13\n",
         "pjserve_model_requests_expired_total{model=\"mlp\",version=\"1\"} 6\n",
         "pjserve_model_requests_shed_total{model=\"mlp\",version=\"1\"} 1\n",
         "# TYPE pjserve_model_requests_rejected_total counter\n"
@@ -1090,7 +1092,7 @@ static void test_metrics_render(void **state)
         else if (line[0] != '#' && strchr(line, ' ') == NULL)
             fail_msg("a sample without a value: %s", line);
     }
-    assert_int_equal(types, 9 + 12 + 3 + 6);
+    assert_int_equal(types, 9 + 13 + 3 + 6);
     pjs_http_buf_free(&out);
 }
 
