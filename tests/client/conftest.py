@@ -1,7 +1,7 @@
 """Fixtures for the libpjserve-client tests: the client programs the build
 makes (tests/client/client_check.c, examples/client/simple.c) and
-`pjserve serve` over mlp, two_io and the two string models, with client
-shared memory allowed.
+`pjserve serve` over mlp, two_io, mlp_f16, bf16_io and the two string
+models, with client shared memory allowed.
 
 Run:  PJSERVE_BIN=$PWD/build/pjserve .venv/bin/python -m pytest -q tests/client
 
@@ -46,7 +46,8 @@ cache_dir = _protocol.cache_dir
 cases = _protocol.cases
 small_repository = _protocol.small_repository
 
-MODELS = ("mlp", "two_io")
+# FP32 and INT32 (mlp, two_io), FP16 (mlp_f16) and BF16 (bf16_io) tensors.
+MODELS = ("mlp", "two_io", "mlp_f16", "bf16_io")
 STRING_MODELS = ("simple_string", "simple_identity")
 
 
@@ -94,8 +95,8 @@ def _client_server(pjserve_bin, plugin_path, exported, cache_dir, tmp_path_facto
 
 @pytest.fixture
 def server(_client_server):
-    """The shared server (mlp, two_io, simple_string, simple_identity;
-    client shared memory allowed)."""
+    """The shared server (MODELS and STRING_MODELS; client shared memory
+    allowed)."""
     yield from guard_alive(_client_server)
 
 

@@ -10,6 +10,7 @@ import json
 import re
 import subprocess
 
+import ml_dtypes
 import numpy as np
 import pytest
 
@@ -38,7 +39,7 @@ def save_inputs(case, d):
 
 
 @pytest.mark.parametrize("protocol", PROTOCOLS)
-@pytest.mark.parametrize("model,n", [("mlp", 4), ("two_io", 2)])
+@pytest.mark.parametrize("model,n", [("mlp", 4), ("two_io", 2), ("mlp_f16", 3), ("bf16_io", 2)])
 def test_infer_writes_npy_equal_to_jax(tools, server, cases, tmp_path, protocol, model, n):
     case = cases.get(model, n)
     out = tmp_path / "out"
@@ -50,10 +51,14 @@ def test_infer_writes_npy_equal_to_jax(tools, server, cases, tmp_path, protocol,
     assert {row[0] for row in rows[1:]} == set(case.expected)
     for name, want in case.expected.items():
         got = np.load(out / f"{name}.npy")
-        print(f"pjserve infer {model} {protocol} {name}: max abs error "
-              f"{np.max(np.abs(got.astype(np.float64) - want)):.3g}")
+        if got.dtype == np.dtype("V2"):  # bf16, written as ml_dtypes writes it
+            got = got.view(ml_dtypes.bfloat16)
+        err = np.abs(got.astype(np.float64) - want.astype(np.float64))
+        print(f"pjserve infer {model} {protocol} {name}: max abs error {err.max():.3g}")
         assert got.shape == want.shape and got.dtype == want.dtype
-        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+        tol = 1e-2 if want.dtype.itemsize == 2 else 1e-5
+        np.testing.assert_allclose(got.astype(np.float64), want.astype(np.float64), rtol=tol,
+                                   atol=tol)
 
 
 @pytest.mark.parametrize("protocol", PROTOCOLS)

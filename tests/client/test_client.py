@@ -23,6 +23,7 @@ import socket
 import subprocess
 from pathlib import Path
 
+import ml_dtypes
 import numpy as np
 import pytest
 
@@ -104,9 +105,15 @@ def test_every_call(tools, server, protocol):
 
 # ---- inference against the JAX reference -------------------------------------------------
 
+NUMPY_OF = {"FP32": np.float32, "INT32": np.int32, "FP16": np.float16,
+            "BF16": ml_dtypes.bfloat16}
+# How far an answer may be from the JAX reference, by datatype.
+TOLERANCE = {"FP32": 1e-5, "INT32": 0, "FP16": 1e-2, "BF16": 1e-2}
+
+
 def write_inputs(case, d: Path):
     specs = []
-    dtypes = {np.dtype(np.float32): "FP32", np.dtype(np.int32): "INT32"}
+    dtypes = {np.dtype(t): name for name, t in NUMPY_OF.items()}
     for name, arr in case.inputs.items():
         arr = np.ascontiguousarray(arr)
         path = d / f"{name}.in"
@@ -117,13 +124,13 @@ def write_inputs(case, d: Path):
 
 def read_outputs(stdout: str):
     out = {}
-    np_types = {"FP32": np.float32, "INT32": np.int32}
     for line in stdout.splitlines():
         if line.startswith("output "):
             parts = line.split(" ")
             name, datatype, dims, path = parts[1:5]
             shape = tuple(int(x) for x in dims.split(",")) if dims != "-" else ()
-            out[name] = np.frombuffer(Path(path).read_bytes(), np_types[datatype]).reshape(shape)
+            data = np.frombuffer(Path(path).read_bytes(), NUMPY_OF[datatype]).reshape(shape)
+            out[name] = (datatype, data)
     return out
 
 
@@ -135,7 +142,7 @@ INFER_PATHS = [(p, m, shm) for p in ("grpc", "http")
 
 
 @pytest.mark.parametrize("protocol,mode,shm", INFER_PATHS)
-@pytest.mark.parametrize("model,n", [("mlp", 3), ("two_io", 5)])
+@pytest.mark.parametrize("model,n", [("mlp", 3), ("two_io", 5), ("mlp_f16", 2), ("bf16_io", 4)])
 def test_infer_matches_jax(tools, server, cases, tmp_path, protocol, mode, shm, model, n):
     case = cases.get(model, n)
     args = write_inputs(case, tmp_path)
@@ -144,10 +151,14 @@ def test_infer_matches_jax(tools, server, cases, tmp_path, protocol, mode, shm, 
     got = read_outputs(r.stdout)
     assert set(got) == set(case.expected)
     for name, want in case.expected.items():
-        err = float(np.max(np.abs(got[name].astype(np.float64) - want))) if want.size else 0.0
-        print(f"{model} {protocol} {mode} shm={shm} {name}: max abs error {err:.3g}")
-        assert got[name].shape == want.shape
-        np.testing.assert_allclose(got[name], want, rtol=1e-5, atol=1e-5)
+        datatype, data = got[name]
+        assert data.shape == want.shape and data.dtype == want.dtype, datatype
+        d = np.abs(data.astype(np.float64) - want.astype(np.float64))
+        print(f"{model} {protocol} {mode} shm={shm} {name} {datatype}: "
+              f"max abs error {float(d.max()) if d.size else 0.0:.3g}")
+        tol = TOLERANCE[datatype]
+        np.testing.assert_allclose(data.astype(np.float64), want.astype(np.float64), rtol=tol,
+                                   atol=tol)
     if shm:
         assert all(line.endswith(" shm") for line in r.stdout.splitlines()
                    if line.startswith("output "))
