@@ -8,6 +8,7 @@
 #ifndef PJS_CLI_CLI_H
 #define PJS_CLI_CLI_H
 
+#include <signal.h>
 #include <stdbool.h>
 #include <stddef.h>
 
@@ -93,6 +94,10 @@ void pjs_cli_stop(pjs_cli_runtime *rt);
 
 /* Prints "pjserve: error: <msg>" on stderr; returns PJS_EXIT_FAILURE. */
 int pjs_cli_fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* For a long-running command, before any thread starts: blocks SIGINT and
+ * SIGTERM (every thread inherits the mask; the main thread takes them with
+ * sigwait on *out) and ignores SIGPIPE. */
+void pjs_cli_block_stop_signals(sigset_t *out);
 /* Prints "pjserve <cmd>: <msg>" and a hint to --help; returns PJS_EXIT_USAGE. */
 int pjs_cli_usage_error(const char *cmd, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));

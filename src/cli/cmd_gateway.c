@@ -232,11 +232,7 @@ int pjs_cmd_gateway(int argc, char **argv)
     pjs_file_limit_raise(&files);
 
     sigset_t stop_signals;
-    sigemptyset(&stop_signals);
-    sigaddset(&stop_signals, SIGINT);
-    sigaddset(&stop_signals, SIGTERM);
-    pthread_sigmask(SIG_BLOCK, &stop_signals, NULL);
-    signal(SIGPIPE, SIG_IGN);
+    pjs_cli_block_stop_signals(&stop_signals);
 
     pjs_gateway_options o;
     memset(&o, 0, sizeof o);

@@ -838,11 +838,7 @@ int pjs_cmd_node(int argc, char **argv)
     p.exe[len] = '\0';
 
     sigset_t stop_signals;
-    sigemptyset(&stop_signals);
-    sigaddset(&stop_signals, SIGINT);
-    sigaddset(&stop_signals, SIGTERM);
-    pthread_sigmask(SIG_BLOCK, &stop_signals, NULL);
-    signal(SIGPIPE, SIG_IGN);
+    pjs_cli_block_stop_signals(&stop_signals);
 
     rc = plan_devices(&a, &p);
     if (rc == PJS_EXIT_OK) {

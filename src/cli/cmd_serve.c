@@ -515,11 +515,7 @@ int pjs_cmd_serve(int argc, char **argv)
     raise_file_limit(&files);
 
     sigset_t stop_signals;
-    sigemptyset(&stop_signals);
-    sigaddset(&stop_signals, SIGINT);
-    sigaddset(&stop_signals, SIGTERM);
-    pthread_sigmask(SIG_BLOCK, &stop_signals, NULL);
-    signal(SIGPIPE, SIG_IGN);
+    pjs_cli_block_stop_signals(&stop_signals);
 
     /* The CPU plugin's threads are sized by the models the repository
      * holds at start-up; models added later do not change them. */

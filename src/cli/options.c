@@ -3,6 +3,8 @@
  */
 #include <dirent.h>
 #include <getopt.h>
+#include <pthread.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -23,6 +25,15 @@ int pjs_cli_fail(const char *fmt, ...)
     fputc('\n', stderr);
     va_end(ap);
     return PJS_EXIT_FAILURE;
+}
+
+void pjs_cli_block_stop_signals(sigset_t *out)
+{
+    sigemptyset(out);
+    sigaddset(out, SIGINT);
+    sigaddset(out, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, out, NULL);
+    signal(SIGPIPE, SIG_IGN);
 }
 
 int pjs_cli_usage_error(const char *cmd, const char *fmt, ...)

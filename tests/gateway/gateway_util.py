@@ -3,8 +3,11 @@ workers behind one."""
 
 import os
 import subprocess
+import time
 from pathlib import Path
 from typing import List
+
+import pytest
 
 from protocol_util import ServerProcess, finish_checked, free_ports
 
@@ -66,3 +69,14 @@ def restart_same_ports(w: ServerProcess, ready_timeout: float = 120):
         w.proc = subprocess.Popen(w.argv, stdout=out, stderr=err, env=env,
                                   stdin=subprocess.DEVNULL)
     w.wait_ready(ready_timeout)
+
+
+def wait_for(predicate, timeout: float, what: str, describe):
+    """Polls predicate() until it holds; fails with `what` and describe()
+    (the processes' logs) when it does not within `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.1)
+    pytest.fail(f"{what} within {timeout} s\n{describe()}", pytrace=False)

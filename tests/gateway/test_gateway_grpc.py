@@ -27,7 +27,8 @@ from tritonclient.utils import InferenceServerException
 
 import common
 from bundle_code import tensor_yaml, write_meta
-from gateway_util import Cluster, GatewayProcess, finish_cluster, restart_same_ports
+from gateway_util import (Cluster, GatewayProcess, finish_cluster, restart_same_ports,
+                          wait_for)
 from protocol_util import (ServerProcess, grpc_code, grpc_infer_case, grpc_inputs,
                            start_or_fail)
 
@@ -45,15 +46,6 @@ def worker_count(w, model: str) -> int:
 def check_case(got: dict, case):
     for name, want in case.expected.items():
         common.assert_matches(case.model, name, got[name], want, "through the gateway")
-
-
-def wait_for(predicate, timeout: float, what: str, describe):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.1)
-    pytest.fail(f"{what} within {timeout} s\n{describe()}", pytrace=False)
 
 
 def test_infer_stream_index_statistics_and_spread(cluster_factory, cases):

@@ -28,7 +28,7 @@ import pytest
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
-from gateway_util import finish_cluster
+from gateway_util import finish_cluster, wait_for
 from protocol_util import (http_infer_case, http_json, http_request, parse_metrics, run_threads,
                            scrape)
 
@@ -48,15 +48,6 @@ def inference_count(w, model: str) -> int:
 
 def counts(cluster, model: str):
     return [inference_count(w, model) for w in cluster.workers]
-
-
-def wait_for(predicate, timeout: float, what: str, describe):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.1)
-    pytest.fail(f"{what} within {timeout} s\n{describe()}", pytrace=False)
 
 
 def all_workers_ready(cluster):
