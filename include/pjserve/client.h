@@ -382,7 +382,7 @@ PJS_CLIENT_API int pjs_client_stream_open(pjs_client *client, pjs_client_callbac
                                           void *user_data, uint32_t timeout_ms,
                                           pjs_client_stream **out, pjs_client_error *err);
 /** Sends one request on the stream; waits only for the previous one to
- * leave. */
+ * leave (so never call it from the stream's own callback). */
 PJS_CLIENT_API int pjs_client_stream_send(pjs_client_stream *stream,
                                           const pjs_client_request *req, pjs_client_error *err);
 /** Says no more requests will come, waits for the remaining answers and
