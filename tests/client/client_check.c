@@ -227,6 +227,16 @@ static pjs_client_request *build_infer_request(pjs_client *c, const args *a, inp
     if (!ok_call(pjs_client_request_new(a->model, &req, &err), "request", &err))
         return NULL;
     pjs_client_request_set_id(req, "check-1", &err);
+    /* Version 1 by name, and parameters servers pass over (unknown ones
+     * are tolerated) of each kind; set twice, the second value wins. */
+    ok_call(pjs_client_request_set_version(req, "1", &err), "version", &err);
+    ok_call(pjs_client_request_set_parameter_string(req, "pjs_check_note", "first", &err),
+            "string parameter", &err);
+    ok_call(pjs_client_request_set_parameter_string(req, "pjs_check_note", "second", &err),
+            "string parameter again", &err);
+    ok_call(pjs_client_request_set_parameter_bool(req, "pjs_check_flag", 1, &err),
+            "bool parameter", &err);
+    ok_call(pjs_client_request_set_parameter_int(req, "priority", 0, &err), "priority", &err);
     if (!a->shm) {
         for (int i = 0; i < n; i++)
             ok_call(pjs_client_request_add_input(req, ins[i].name, ins[i].datatype, ins[i].shape,
@@ -390,7 +400,15 @@ static void write_outputs(const args *a, const pjs_client_result *r, const shm_p
         printf("output %s %s %s %s%s\n", t.name, t.datatype, dims[0] ? dims : "-", path,
                t.shm_region ? " shm" : "");
     }
-    printf("id %s model %s\n", pjs_client_result_id(r), pjs_client_result_model(r));
+    pjs_client_tensor past;
+    pjs_client_error err;
+    check(pjs_client_result_output(r, pjs_client_result_output_count(r), &past, &err) ==
+              PJS_CLIENT_INVALID_ARGUMENT,
+          "an output past the end");
+    check(pjs_client_result_find(r, "no_such_output", &past, &err) == PJS_CLIENT_NOT_FOUND,
+          "an output that is not there");
+    printf("id %s model %s version %s\n", pjs_client_result_id(r), pjs_client_result_model(r),
+           pjs_client_result_model_version(r));
 }
 
 static void scenario_infer(const args *a)

@@ -162,7 +162,7 @@ def test_infer_matches_jax(tools, server, cases, tmp_path, protocol, mode, shm, 
     if shm:
         assert all(line.endswith(" shm") for line in r.stdout.splitlines()
                    if line.startswith("output "))
-    assert f"id check-1 model {model}" in r.stdout
+    assert f"id check-1 model {model} version 1" in r.stdout
 
 
 # ---- errors ------------------------------------------------------------------------------
