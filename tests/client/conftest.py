@@ -30,6 +30,9 @@ sys.path.insert(0, str(HERE.parent))
 from protocol_util import (ServerFailure, ServerProcess, finish_checked,  # noqa: E402
                            guard_alive, start_or_fail)
 
+sys.path.insert(0, str(HERE.parent / "gateway"))
+from gateway_util import GatewayProcess  # noqa: E402
+
 from pjserve_export import hooks as H  # noqa: E402
 from pjserve_export.triton_examples import export_triton_example  # noqa: E402
 
@@ -98,10 +101,6 @@ def server(_client_server):
     """The shared server (MODELS and STRING_MODELS; client shared memory
     allowed)."""
     yield from guard_alive(_client_server)
-
-
-def url_of(server, protocol: str) -> str:
-    return f"grpc://{server.grpc_url}" if protocol == "grpc" else f"http://{server.http_url}"
 
 
 # ---- TLS ---------------------------------------------------------------------------
@@ -183,3 +182,22 @@ def tls_server(pjserve_bin, plugin_path, exported, cache_dir, certs, tmp_path_fa
     s.token_file = token
     yield s
     finish_checked(s)
+
+
+@pytest.fixture
+def gateway(pjserve_bin, plugin_path, exported, cache_dir, tmp_path):
+    """`pjserve gateway` over two workers serving mlp and two_io."""
+    repo = small_repository(exported, tmp_path / "repo-gateway", ("mlp", "two_io"))
+    started = []
+    try:
+        for i in range(2):
+            started.append(start_or_fail(ServerProcess(pjserve_bin, plugin_path, repo, cache_dir,
+                                                       tmp_path / f"w{i}", [], f"worker{i}")))
+        g = start_or_fail(GatewayProcess(pjserve_bin, list(started), tmp_path / "gw"))
+        started.insert(0, g)
+        yield g
+        for p in started:
+            finish_checked(p)
+    finally:
+        for p in started:
+            p.kill()

@@ -3,7 +3,8 @@ REST: `infer` (outputs as .npy equal to the JAX reference, the table, and
 --json with every value), `models` (table and
 --json, with residency), `load` / `unload` (and the token an admin call
 needs), `status`; --help that answers, usage errors (exit 2) and failures
-(exit 1) that say what to do.
+(exit 1) that say what to do; and the library and the commands behind
+`pjserve gateway` over two workers.
 """
 
 import json
@@ -14,7 +15,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from conftest import url_of
+from client_util import url_of
 
 PROTOCOLS = ("grpc", "http")
 
@@ -214,3 +215,23 @@ def test_admin_calls_need_the_token_over_mutual_tls(tools, tls_server, certs):
     # A URL without a scheme gets TLS from the TLS options.
     r = pjserve(tools, "models", "--url", tls_server.grpc_url, *tls)
     assert r.returncode == 0 and "mlp" in r.stdout, r.stderr
+
+
+def test_through_a_gateway(tools, gateway, cases, tmp_path):
+    """The library and the commands behind `pjserve gateway` over two
+    workers: every call, asynchronous calls and a stream spread over the
+    workers, and the tables."""
+    for url in (f"grpc://{gateway.grpc_url}", f"http://{gateway.http_url}"):
+        r = tools.run(tools.check, "calls", url)
+        assert r.returncode == 0, r.stdout + r.stderr
+        r = tools.run(tools.check, "concurrent", url, "--threads", 4, "--requests", 8)
+        assert r.returncode == 0 and "mismatches 0" in r.stdout, r.stdout + r.stderr
+        r = pjserve(tools, "models", "--url", url)
+        assert r.returncode == 0 and "mlp" in r.stdout, r.stderr
+        case = cases.get("mlp", 2)
+        out = tmp_path / "out"
+        r = pjserve(tools, "infer", "mlp", *save_inputs(case, tmp_path), "--url", url,
+                    "--output-dir", out)
+        assert r.returncode == 0, r.stderr
+        np.testing.assert_allclose(np.load(out / "y.npy"), case.expected["y"], rtol=1e-5,
+                                   atol=1e-5)

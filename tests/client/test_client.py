@@ -27,7 +27,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from conftest import url_of
+from client_util import url_of
 
 PROTOCOLS = ("grpc", "http")
 
