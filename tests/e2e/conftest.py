@@ -1,5 +1,6 @@
 """Shared fixtures for the end-to-end tests: the pjserve binary, the PJRT
-plugin, and the demo bundles exported once per session.
+plugin, and the demo bundles exported once per session (helpers the tests
+import are in e2e_util.py).
 
 Environment:
     PJSERVE_BIN          the binary under test (default: build/pjserve in the repo)
@@ -10,25 +11,20 @@ A missing binary fails the tests that need it, with a message saying how to
 build it; it never skips them.
 """
 
-import shutil
 import subprocess
 import sys
 from pathlib import Path
-from typing import Dict, List, Optional
+from typing import Dict
 
-import numpy as np
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import common  # noqa: E402
-import pjserve_export as pe  # noqa: E402
 from common import REPO, ExportedModel  # noqa: E402
 
 # Generous: a cold run compiles up to three modules.
 PJSERVE_TIMEOUT_S = 300
-
-ERROR_PREFIX = "pjserve: error:"
 
 
 @pytest.fixture(scope="session")
@@ -78,45 +74,3 @@ def pjserve(pjserve_bin, plugin_path) -> Pjserve:
 def models(tmp_path_factory) -> Dict[str, ExportedModel]:
     """Every demo model exported once into a session directory (batch sizes 1, 4, 8)."""
     return common.export_demo_models(tmp_path_factory.mktemp("models"))
-
-
-def bundle_copy(models: Dict[str, ExportedModel], name: str, dest_root: Path,
-                new_name: Optional[str] = None) -> Path:
-    """A private copy of an exported bundle (to break it) under dest_root.
-
-    With new_name, the directory and the manifest's name are both changed."""
-    src = models[name].path
-    dst = Path(dest_root) / (new_name or name)
-    shutil.copytree(src, dst)
-    if new_name:
-        man = dst / pe.MANIFEST_FILE
-        text = man.read_text()
-        old = f'name: "{name}"\n'
-        assert old in text
-        man.write_text(text.replace(old, f'name: "{new_name}"\n'))
-    return dst
-
-
-def save_inputs(inputs: Dict[str, np.ndarray], directory: Path) -> List[str]:
-    """Writes each input as directory/<name>.npy; returns the --input arguments."""
-    directory.mkdir(parents=True, exist_ok=True)
-    args = []
-    for name, array in inputs.items():
-        f = directory / f"{name}.npy"
-        np.save(f, array)
-        args += ["--input", f"{name}={f}"]
-    return args
-
-
-def error_text(result: subprocess.CompletedProcess) -> str:
-    """stderr from the first `pjserve: error:` line on; fails if there is none."""
-    lines = result.stderr.splitlines()
-    for i, line in enumerate(lines):
-        if line.startswith(ERROR_PREFIX):
-            return "\n".join(lines[i:])
-    pytest.fail(f"no line starting with {ERROR_PREFIX!r} on stderr:\n{result.stderr}")
-
-
-def describe(result: subprocess.CompletedProcess) -> str:
-    return (f"command: {' '.join(result.args)}\nexit code: {result.returncode}\n"
-            f"--- stdout ---\n{result.stdout}\n--- stderr ---\n{result.stderr}")

@@ -11,7 +11,7 @@ import re
 import numpy as np
 import pytest
 
-from conftest import bundle_copy, describe, error_text, save_inputs
+from e2e_util import bundle_copy, describe, error_text, save_inputs
 import pjserve_export as pe
 
 

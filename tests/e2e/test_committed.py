@@ -17,7 +17,7 @@ import subprocess
 
 import pytest
 
-from conftest import REPO, describe
+from e2e_util import REPO, describe
 
 RUN_TIMEOUT_S = 600
 

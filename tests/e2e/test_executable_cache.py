@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import bundle_copy, describe, save_inputs
+from e2e_util import bundle_copy, describe, save_inputs
 from pjserve_export import demo
 
 SUMMARY_RE = re.compile(r"modules: (\d+) \(compiled (\d+), from cache (\d+)\)")

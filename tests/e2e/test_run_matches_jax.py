@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from common import F32_TOL, MODEL_TOLERANCE
-from conftest import describe, save_inputs
+from e2e_util import describe, save_inputs
 from pjserve_export import demo, random_inputs
 
 # Per-model tolerances (and why they are what they are): tests/common.py.

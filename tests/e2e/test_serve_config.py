@@ -16,7 +16,7 @@ import time
 
 import pytest
 
-from conftest import REPO, describe, error_text
+from e2e_util import REPO, describe, error_text
 
 QUICK_TIMEOUT_S = 60
 START_TIMEOUT_S = 120

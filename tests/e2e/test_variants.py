@@ -9,7 +9,7 @@ test_run_matches_jax.py.
 
 import numpy as np
 
-from conftest import bundle_copy, describe, error_text, save_inputs
+from e2e_util import bundle_copy, describe, error_text, save_inputs
 
 
 def gapnet_args(tmp_path, width):
