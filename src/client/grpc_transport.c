@@ -393,7 +393,10 @@ void pjsc_grpc_close(pjs_client *c)
         grpc_channel_destroy(g->channel);
     free(g);
     c->grpc = NULL;
-    grpc_shutdown();
+    /* Blocking: the library's own threads are joined before the last
+     * connection's close returns (never from a gRPC thread: callbacks run on
+     * the connection's completion thread, which was joined above). */
+    grpc_shutdown_blocking();
 }
 
 /* ---- streams ------------------------------------------------------------------------ */
