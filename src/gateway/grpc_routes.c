@@ -251,13 +251,35 @@ static void add_duration(Inference__StatisticDuration *into, const Inference__St
     }
 }
 
-static void add_stats(Inference__ModelStatistics *into, const Inference__ModelStatistics *s)
+/* One model of a merged answer: the first worker's entry, summed into,
+ * and its batch sizes: the first worker's, then those only others had
+ * (entries of their answers, borrowed until the merged answer is packed). */
+typedef struct merged_model {
+    Inference__ModelStatistics *stats;
+    Inference__InferBatchStatistics **batches;
+    size_t n_batches;
+} merged_model;
+
+static void add_batch(merged_model *into, Inference__InferBatchStatistics *b)
 {
-    into->inference_count += s->inference_count;
-    into->execution_count += s->execution_count;
-    if (s->last_inference > into->last_inference)
-        into->last_inference = s->last_inference;
-    Inference__InferStatistics *a = into->inference_stats;
+    for (size_t j = 0; j < into->n_batches; j++)
+        if (into->batches[j]->batch_size == b->batch_size) {
+            add_duration(into->batches[j]->compute_input, b->compute_input);
+            add_duration(into->batches[j]->compute_infer, b->compute_infer);
+            add_duration(into->batches[j]->compute_output, b->compute_output);
+            return;
+        }
+    into->batches[into->n_batches++] = b; /* room for every entry was made */
+}
+
+static void add_stats(merged_model *into, const Inference__ModelStatistics *s)
+{
+    Inference__ModelStatistics *m = into->stats;
+    m->inference_count += s->inference_count;
+    m->execution_count += s->execution_count;
+    if (s->last_inference > m->last_inference)
+        m->last_inference = s->last_inference;
+    Inference__InferStatistics *a = m->inference_stats;
     const Inference__InferStatistics *b = s->inference_stats;
     if (a != NULL && b != NULL) {
         add_duration(a->success, b->success);
@@ -270,27 +292,29 @@ static void add_stats(Inference__ModelStatistics *into, const Inference__ModelSt
         add_duration(a->cache_miss, b->cache_miss);
     }
     for (size_t i = 0; i < s->n_batch_stats; i++)
-        for (size_t j = 0; j < into->n_batch_stats; j++)
-            if (into->batch_stats[j]->batch_size == s->batch_stats[i]->batch_size) {
-                add_duration(into->batch_stats[j]->compute_input,
-                             s->batch_stats[i]->compute_input);
-                add_duration(into->batch_stats[j]->compute_infer,
-                             s->batch_stats[i]->compute_infer);
-                add_duration(into->batch_stats[j]->compute_output,
-                             s->batch_stats[i]->compute_output);
-            }
+        add_batch(into, s->batch_stats[i]);
 }
 
 static int merge_statistics(ProtobufCMessage **parts, size_t n, uint8_t **out, size_t *len,
                             pjs_error *err)
 {
-    size_t total = 0;
-    for (size_t i = 0; i < n; i++)
-        total += ((Inference__ModelStatisticsResponse *)parts[i])->n_model_stats;
+    size_t total = 0, batches = 0;
+    for (size_t i = 0; i < n; i++) {
+        const Inference__ModelStatisticsResponse *r = (const void *)parts[i];
+        total += r->n_model_stats;
+        for (size_t j = 0; j < r->n_model_stats; j++)
+            batches += r->model_stats[j]->n_batch_stats;
+    }
+    merged_model *models = calloc(total ? total : 1, sizeof *models);
     Inference__ModelStatistics **all = calloc(total ? total : 1, sizeof *all);
-    if (all == NULL)
+    Inference__InferBatchStatistics **room = calloc(batches ? batches : 1, sizeof *room);
+    if (models == NULL || all == NULL || room == NULL) {
+        free(models);
+        free(all);
+        free(room);
         return pjs_error_set(err, PJS_ERR_NOMEM, "no memory merging statistics");
-    size_t k = 0;
+    }
+    size_t k = 0, used = 0;
     for (size_t i = 0; i < n; i++) {
         Inference__ModelStatisticsResponse *r = (void *)parts[i];
         for (size_t j = 0; j < r->n_model_stats; j++) {
@@ -299,17 +323,54 @@ static int merge_statistics(ProtobufCMessage **parts, size_t n, uint8_t **out, s
             for (size_t q = 0; q < k && at == k; q++)
                 if (same_model(all[q]->name, all[q]->version, s->name, s->version))
                     at = q;
-            if (at == k)
-                all[k++] = s;
-            else
-                add_stats(all[at], s);
+            if (at < k) {
+                add_stats(&models[at], s);
+                continue;
+            }
+            /* A model's batch sizes fit in what all its entries have. */
+            size_t room_for = 0;
+            for (size_t i2 = i; i2 < n; i2++) {
+                const Inference__ModelStatisticsResponse *r2 = (const void *)parts[i2];
+                for (size_t j2 = 0; j2 < r2->n_model_stats; j2++)
+                    if (same_model(s->name, s->version, r2->model_stats[j2]->name,
+                                   r2->model_stats[j2]->version))
+                        room_for += r2->model_stats[j2]->n_batch_stats;
+            }
+            models[k] = (merged_model){.stats = s, .batches = room + used};
+            used += room_for;
+            for (size_t b = 0; b < s->n_batch_stats; b++)
+                models[k].batches[models[k].n_batches++] = s->batch_stats[b];
+            all[k++] = s;
         }
     }
-    Inference__ModelStatisticsResponse merged_r = INFERENCE__MODEL_STATISTICS_RESPONSE__INIT;
-    merged_r.n_model_stats = k;
-    merged_r.model_stats = all;
-    int rc = pack(&merged_r.base, out, len, err);
+    /* Each merged entry shows its merged batch sizes while it is packed,
+     * then gets its own array back (freed with its answer). */
+    Inference__InferBatchStatistics ***own = calloc(k ? k : 1, sizeof *own);
+    size_t *own_n = calloc(k ? k : 1, sizeof *own_n);
+    int rc = 0;
+    if (own == NULL || own_n == NULL) {
+        rc = pjs_error_set(err, PJS_ERR_NOMEM, "no memory merging statistics");
+    } else {
+        for (size_t q = 0; q < k; q++) {
+            own[q] = all[q]->batch_stats;
+            own_n[q] = all[q]->n_batch_stats;
+            all[q]->batch_stats = models[q].batches;
+            all[q]->n_batch_stats = models[q].n_batches;
+        }
+        Inference__ModelStatisticsResponse merged_r = INFERENCE__MODEL_STATISTICS_RESPONSE__INIT;
+        merged_r.n_model_stats = k;
+        merged_r.model_stats = all;
+        rc = pack(&merged_r.base, out, len, err);
+        for (size_t q = 0; q < k; q++) {
+            all[q]->batch_stats = own[q];
+            all[q]->n_batch_stats = own_n[q];
+        }
+    }
+    free(own);
+    free(own_n);
+    free(models);
     free(all);
+    free(room);
     return rc;
 }
 
