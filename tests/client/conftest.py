@@ -28,7 +28,7 @@ sys.path.insert(0, str(HERE.parent / "protocol"))
 sys.path.insert(0, str(HERE.parent))
 
 from protocol_util import (ServerFailure, ServerProcess, finish_checked,  # noqa: E402
-                           guard_alive, start_or_fail)
+                           guard_alive, start_or_fail, make_ca, make_cert)
 
 sys.path.insert(0, str(HERE.parent / "gateway"))
 from gateway_util import GatewayProcess  # noqa: E402
@@ -104,26 +104,6 @@ def server(_client_server):
 
 
 # ---- TLS ---------------------------------------------------------------------------
-
-def openssl(*args, cwd: Path):
-    subprocess.run(["openssl", *args], cwd=cwd, check=True, capture_output=True)
-
-
-def make_ca(d: Path, name: str):
-    openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2",
-            "-keyout", f"{name}.key", "-out", f"{name}.pem", "-subj", f"/CN={name}", cwd=d)
-
-
-def make_cert(d: Path, name: str, ca: str, server: bool):
-    ext = d / f"{name}.ext"
-    ext.write_text("subjectAltName=IP:127.0.0.1,DNS:localhost\n"
-                   + ("extendedKeyUsage=serverAuth\n" if server
-                      else "extendedKeyUsage=clientAuth\n"))
-    openssl("req", "-newkey", "rsa:2048", "-nodes", "-keyout", f"{name}.key", "-out",
-            f"{name}.csr", "-subj", f"/CN={name}", cwd=d)
-    openssl("x509", "-req", "-in", f"{name}.csr", "-CA", f"{ca}.pem", "-CAkey", f"{ca}.key",
-            "-CAcreateserial", "-days", "2", "-out", f"{name}.pem", "-extfile", ext.name, cwd=d)
-
 
 @pytest.fixture(scope="session")
 def certs(tmp_path_factory) -> Path:

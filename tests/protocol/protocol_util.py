@@ -262,6 +262,31 @@ class ServerFailure(Exception):
     pass
 
 
+# ---- TLS -------------------------------------------------------------------------
+
+def openssl(*args, cwd: Path):
+    subprocess.run(["openssl", *args], cwd=cwd, check=True, capture_output=True)
+
+
+def make_ca(d: Path, name: str):
+    """A throwaway CA: d/name.key and d/name.pem."""
+    openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2",
+            "-keyout", f"{name}.key", "-out", f"{name}.pem", "-subj", f"/CN={name}", cwd=d)
+
+
+def make_cert(d: Path, name: str, ca: str, server: bool):
+    """d/name.{key,pem} signed by CA `ca`, for 127.0.0.1 and localhost, a
+    server's or a client's."""
+    ext = d / f"{name}.ext"
+    ext.write_text("subjectAltName=IP:127.0.0.1,DNS:localhost\n"
+                   + ("extendedKeyUsage=serverAuth\n" if server
+                      else "extendedKeyUsage=clientAuth\n"))
+    openssl("req", "-newkey", "rsa:2048", "-nodes", "-keyout", f"{name}.key", "-out",
+            f"{name}.csr", "-subj", f"/CN={name}", cwd=d)
+    openssl("x509", "-req", "-in", f"{name}.csr", "-CA", f"{ca}.pem", "-CAkey", f"{ca}.key",
+            "-CAcreateserial", "-days", "2", "-out", f"{name}.pem", "-extfile", ext.name, cwd=d)
+
+
 # ---- reference outputs ------------------------------------------------------
 
 class Case:

@@ -20,30 +20,10 @@ import numpy as np
 import pytest
 import tritonclient.http as httpclient
 
-from protocol_util import ServerFailure, ServerProcess, free_ports
+from protocol_util import ServerFailure, ServerProcess, free_ports, make_ca, make_cert
 
 from ..conftest import small_repository
 from .conftest import timed
-
-
-def openssl(*args, cwd: Path):
-    subprocess.run(["openssl", *args], cwd=cwd, check=True, capture_output=True)
-
-
-def make_ca(d: Path, name: str):
-    openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2",
-            "-keyout", f"{name}.key", "-out", f"{name}.pem", "-subj", f"/CN={name}", cwd=d)
-
-
-def make_cert(d: Path, name: str, ca: str, server: bool):
-    ext = d / f"{name}.ext"
-    ext.write_text("subjectAltName=IP:127.0.0.1,DNS:localhost\n"
-                   + ("extendedKeyUsage=serverAuth\n" if server
-                      else "extendedKeyUsage=clientAuth\n"))
-    openssl("req", "-newkey", "rsa:2048", "-nodes", "-keyout", f"{name}.key", "-out",
-            f"{name}.csr", "-subj", f"/CN={name}", cwd=d)
-    openssl("x509", "-req", "-in", f"{name}.csr", "-CA", f"{ca}.pem", "-CAkey", f"{ca}.key",
-            "-CAcreateserial", "-days", "2", "-out", f"{name}.pem", "-extfile", ext.name, cwd=d)
 
 
 @pytest.fixture(scope="module")
