@@ -654,6 +654,15 @@ static int try_create(const pjs_wstore *s, const char *name, pjs_wstore_segment 
         close(fd);
         fd = -1;
     }
+    /* The temporary's name is free again once its creator has published, so
+     * a late racer gets here after the segment exists: attach, do not fill. */
+    if (fd >= 0 && faccessat(s->dirfd, name, F_OK, AT_SYMLINK_NOFOLLOW) == 0) {
+        (void)unlinkat(s->dirfd, tmp, 0);
+        close(fd);
+        close(lk);
+        *out = LOST_RACE;
+        return 0;
+    }
     close(lk);
     if (fd < 0 && open_errno == EEXIST) {
         *out = BUSY;
