@@ -14,7 +14,16 @@
  *
  * Layouts and enum values are facts of the ABI; tests/abi/test_pjrt_abi.c
  * checks every offset here against the header shipped in the installed
- * xla-cpu-pjrt wheel. Lower-case names keep these distinct from that header.
+ * xla-cpu-pjrt wheel (API 0.81), and the table and argument sizes against
+ * the facts of API 0.116, the version of the newest CUDA plugin on PyPI
+ * (jax-cuda13-pjrt 0.12.0.1). Lower-case names keep these distinct from that
+ * header.
+ *
+ * The transfer path (host weight floors to the device) uses: DMA mapping
+ * (client_dma_map/unmap: page-locks a host range so the plugin copies from it
+ * without staging), memory spaces (a device's memories and their kinds:
+ * "device", "pinned_host", "unpinned_host"), events (await, poll, callback)
+ * and the asynchronous host-to-device transfer manager.
  */
 #ifndef PJS_RUNTIME_PJRT_ABI_H
 #define PJS_RUNTIME_PJRT_ABI_H
@@ -25,7 +34,7 @@
 
 /* The API version these declarations describe. */
 #define PJRT_ABI_MAJOR 0
-#define PJRT_ABI_MINOR 81
+#define PJRT_ABI_MINOR 116
 
 typedef struct pjrt_error pjrt_error;
 typedef struct pjrt_event pjrt_event;
@@ -38,6 +47,7 @@ typedef struct pjrt_loaded_executable pjrt_loaded_executable;
 typedef struct pjrt_buffer pjrt_buffer;
 typedef struct pjrt_serialized_executable pjrt_serialized_executable;
 typedef struct pjrt_extension_base pjrt_extension_base;
+typedef struct pjrt_async_host_to_device_transfer_manager pjrt_async_host_to_device_transfer_manager;
 
 /* PJRT_Error_Code (absl status codes). */
 enum pjrt_error_code {
@@ -121,6 +131,18 @@ struct pjrt_plugin_attributes_args {
 
 struct pjrt_event_destroy_args { PJRT_ARGS_HEADER; pjrt_event *event; };
 struct pjrt_event_await_args { PJRT_ARGS_HEADER; pjrt_event *event; };
+struct pjrt_event_is_ready_args { PJRT_ARGS_HEADER; pjrt_event *event; bool is_ready; /* out */ };
+/* Only once ready; the error (NULL: none) is the caller's to destroy. */
+struct pjrt_event_error_args { PJRT_ARGS_HEADER; pjrt_event *event; };
+/* The callback owns `error` (NULL: none) and must destroy it; it may run on
+ * a plugin thread, or at once on the caller's when the event is ready. */
+typedef void (*pjrt_event_on_ready_callback)(pjrt_error *error, void *user_arg);
+struct pjrt_event_on_ready_args {
+    PJRT_ARGS_HEADER;
+    pjrt_event *event;
+    pjrt_event_on_ready_callback callback;
+    void *user_arg;
+};
 
 struct pjrt_client_create_args {
     PJRT_ARGS_HEADER;
@@ -187,8 +209,75 @@ struct pjrt_client_buffer_from_host_buffer_args {
     pjrt_buffer *buffer;               /* out */
 };
 
+/* Page-locks [data, data + size) for the client's devices; unmapped by the
+ * same data pointer before the memory is freed. */
 struct pjrt_client_dma_map_args { PJRT_ARGS_HEADER; pjrt_client *client; void *data; size_t size; };
 struct pjrt_client_dma_unmap_args { PJRT_ARGS_HEADER; pjrt_client *client; void *data; };
+
+struct pjrt_client_addressable_memories_args {
+    PJRT_ARGS_HEADER;
+    pjrt_client *client;
+    pjrt_memory *const *addressable_memories; /* out, client lifetime */
+    size_t num_addressable_memories;
+};
+struct pjrt_device_addressable_memories_args {
+    PJRT_ARGS_HEADER;
+    pjrt_device *device;
+    pjrt_memory *const *memories; /* out, client lifetime */
+    size_t num_memories;
+};
+struct pjrt_device_default_memory_args {
+    PJRT_ARGS_HEADER;
+    pjrt_device *device;
+    pjrt_memory *memory; /* out */
+};
+struct pjrt_memory_kind_args {
+    PJRT_ARGS_HEADER;
+    pjrt_memory *memory;
+    const char *kind; /* out, not NUL-terminated: "device", "pinned_host", ... */
+    size_t kind_size;
+};
+struct pjrt_memory_kind_id_args { PJRT_ARGS_HEADER; pjrt_memory *memory; int kind_id; /* out */ };
+
+/* One buffer the transfer manager creates (PJRT_ShapeSpec). */
+struct pjrt_shape_spec {
+    PJRT_ARGS_HEADER;
+    const int64_t *dims;
+    size_t num_dims;
+    int element_type; /* PJRT_Buffer_Type */
+};
+struct pjrt_client_create_buffers_for_async_host_to_device_args {
+    PJRT_ARGS_HEADER;
+    pjrt_client *client;
+    struct pjrt_shape_spec *shape_specs;
+    size_t num_shape_specs;
+    void **device_layouts; /* optional */
+    size_t num_device_layouts;
+    pjrt_memory *memory;
+    pjrt_async_host_to_device_transfer_manager *transfer_manager; /* out */
+};
+struct pjrt_async_host_to_device_transfer_manager_destroy_args {
+    PJRT_ARGS_HEADER;
+    pjrt_async_host_to_device_transfer_manager *transfer_manager;
+};
+/* Copies transfer_size bytes of data to buffer_index at offset; the host
+ * bytes must stay until done_with_h2d_transfer is ready. */
+struct pjrt_async_host_to_device_transfer_manager_transfer_data_args {
+    PJRT_ARGS_HEADER;
+    pjrt_async_host_to_device_transfer_manager *transfer_manager;
+    int buffer_index;
+    const void *data;
+    int64_t offset;
+    int64_t transfer_size;
+    bool is_last_transfer;
+    pjrt_event *done_with_h2d_transfer; /* out */
+};
+struct pjrt_async_host_to_device_transfer_manager_retrieve_buffer_args {
+    PJRT_ARGS_HEADER;
+    pjrt_async_host_to_device_transfer_manager *transfer_manager;
+    int buffer_index;
+    pjrt_buffer *buffer_out; /* out, the caller's */
+};
 
 struct pjrt_device_description_id_args {
     PJRT_ARGS_HEADER;
@@ -336,6 +425,18 @@ struct pjrt_buffer_on_device_size_in_bytes_args {
     pjrt_buffer *buffer;
     size_t on_device_size_in_bytes; /* out */
 };
+struct pjrt_buffer_ready_event_args {
+    PJRT_ARGS_HEADER;
+    pjrt_buffer *buffer;
+    pjrt_event *event; /* out: ready when the buffer's contents are */
+};
+struct pjrt_buffer_memory_args { PJRT_ARGS_HEADER; pjrt_buffer *buffer; pjrt_memory *memory; /* out */ };
+struct pjrt_buffer_copy_to_memory_args {
+    PJRT_ARGS_HEADER;
+    pjrt_buffer *buffer;
+    pjrt_memory *dst_memory;
+    pjrt_buffer *dst_buffer; /* out */
+};
 struct pjrt_buffer_to_host_buffer_args {
     PJRT_ARGS_HEADER;
     pjrt_buffer *src;
@@ -357,10 +458,10 @@ struct pjrt_api {
     pjrt_error *(*plugin_initialize)(struct pjrt_plugin_initialize_args *);
     pjrt_error *(*plugin_attributes)(struct pjrt_plugin_attributes_args *);
     pjrt_error *(*event_destroy)(struct pjrt_event_destroy_args *);
-    void *event_is_ready;
-    void *event_error;
+    pjrt_error *(*event_is_ready)(struct pjrt_event_is_ready_args *);
+    pjrt_error *(*event_error)(struct pjrt_event_error_args *);
     pjrt_error *(*event_await)(struct pjrt_event_await_args *);
-    void *event_on_ready;
+    pjrt_error *(*event_on_ready)(struct pjrt_event_on_ready_args *);
     pjrt_error *(*client_create)(struct pjrt_client_create_args *);
     pjrt_error *(*client_destroy)(struct pjrt_client_destroy_args *);
     pjrt_error *(*client_platform_name)(struct pjrt_client_platform_name_args *);
@@ -370,7 +471,7 @@ struct pjrt_api {
     pjrt_error *(*client_addressable_devices)(struct pjrt_client_addressable_devices_args *);
     void *client_lookup_device;
     void *client_lookup_addressable_device;
-    void *client_addressable_memories;
+    pjrt_error *(*client_addressable_memories)(struct pjrt_client_addressable_memories_args *);
     pjrt_error *(*client_compile)(struct pjrt_client_compile_args *);
     void *client_default_device_assignment;
     pjrt_error *(*client_buffer_from_host_buffer)(struct pjrt_client_buffer_from_host_buffer_args *);
@@ -383,11 +484,11 @@ struct pjrt_api {
     pjrt_error *(*device_get_description)(struct pjrt_device_get_description_args *);
     void *device_is_addressable;
     void *device_local_hardware_id;
-    void *device_addressable_memories;
-    void *device_default_memory;
+    pjrt_error *(*device_addressable_memories)(struct pjrt_device_addressable_memories_args *);
+    pjrt_error *(*device_default_memory)(struct pjrt_device_default_memory_args *);
     pjrt_error *(*device_memory_stats)(struct pjrt_device_memory_stats_args *);
     void *memory_id;
-    void *memory_kind;
+    pjrt_error *(*memory_kind)(struct pjrt_memory_kind_args *);
     void *memory_debug_string;
     void *memory_to_string;
     void *memory_addressable_by_devices;
@@ -417,13 +518,13 @@ struct pjrt_api {
     void *buffer_get_memory_layout;
     pjrt_error *(*buffer_on_device_size_in_bytes)(struct pjrt_buffer_on_device_size_in_bytes_args *);
     void *buffer_device;
-    void *buffer_memory;
+    pjrt_error *(*buffer_memory)(struct pjrt_buffer_memory_args *);
     void *buffer_delete;
     void *buffer_is_deleted;
     void *buffer_copy_to_device;
     pjrt_error *(*buffer_to_host_buffer)(struct pjrt_buffer_to_host_buffer_args *);
     void *buffer_is_on_cpu;
-    void *buffer_ready_event;
+    pjrt_error *(*buffer_ready_event)(struct pjrt_buffer_ready_event_args *);
     void *buffer_unsafe_pointer;
     void *buffer_increase_external_reference_count;
     void *buffer_decrease_external_reference_count;
@@ -443,19 +544,23 @@ struct pjrt_api {
     void *compile;
     pjrt_error *(*executable_output_element_types)(struct pjrt_executable_output_element_types_args *);
     pjrt_error *(*executable_output_dimensions)(struct pjrt_executable_output_dimensions_args *);
-    void *buffer_copy_to_memory;
+    pjrt_error *(*buffer_copy_to_memory)(struct pjrt_buffer_copy_to_memory_args *);
     void *client_create_view_of_device_buffer;
     void *executable_fingerprint;
     void *client_topology_description;
     void *executable_get_compiled_memory_stats;
-    void *memory_kind_id;
+    pjrt_error *(*memory_kind_id)(struct pjrt_memory_kind_id_args *);
     void *execute_context_create;
     void *execute_context_destroy;
     void *buffer_copy_raw_to_host;
-    void *async_host_to_device_transfer_manager_destroy;
-    void *async_host_to_device_transfer_manager_transfer_data;
-    void *client_create_buffers_for_async_host_to_device;
-    void *async_host_to_device_transfer_manager_retrieve_buffer;
+    pjrt_error *(*async_host_to_device_transfer_manager_destroy)(
+        struct pjrt_async_host_to_device_transfer_manager_destroy_args *);
+    pjrt_error *(*async_host_to_device_transfer_manager_transfer_data)(
+        struct pjrt_async_host_to_device_transfer_manager_transfer_data_args *);
+    pjrt_error *(*client_create_buffers_for_async_host_to_device)(
+        struct pjrt_client_create_buffers_for_async_host_to_device_args *);
+    pjrt_error *(*async_host_to_device_transfer_manager_retrieve_buffer)(
+        struct pjrt_async_host_to_device_transfer_manager_retrieve_buffer_args *);
     void *async_host_to_device_transfer_manager_device;
     void *async_host_to_device_transfer_manager_buffer_count;
     void *async_host_to_device_transfer_manager_buffer_size;
@@ -469,6 +574,27 @@ struct pjrt_api {
     void *client_create_alias_buffer;
     void *client_fulfill_alias_buffer;
     void *loaded_executable_get_device_assignment;
+    /* 0.82 to 0.116 */
+    void *client_create_error_buffer;
+    void *async_host_to_device_transfer_manager_transfer_literal;
+    void *buffer_copy_raw_to_host_future;
+    void *device_poison_execution;
+    void *device_create_async_tracking_event;
+    void *async_tracking_event_destroy;
+    void *executable_get_compile_options;
+    void *buffer_donate_with_control_dependency;
+    void *event_create;
+    void *event_set;
+    void *device_get_attributes;
+    void *client_load;
+    void *loaded_executable_addressable_device_logical_ids;
+    void *buffer_bitcast;
+    void *error_for_each_payload;
+    void *topology_description_fingerprint;
+    void *executable_parameter_memory_kinds;
+    void *device_clear_memory_stats;
+    void *topology_description_make_canonical_shape_for_memory_space;
+    void *topology_description_get_memory_space_kind_ids;
 };
 
 #endif

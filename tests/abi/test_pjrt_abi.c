@@ -6,6 +6,17 @@
  * pjserve declares: the same offset for every field, a struct at least as
  * large as the header's *_STRUCT_SIZE, the same API version or newer, and
  * the same buffer-type and enum values.
+ *
+ * pjrt_abi.h also describes API 0.116, newer than the wheel's header: the
+ * version of jax-cuda13-pjrt 0.12.0.1 (and 0.115, jax-cuda13-pjrt 0.11.2,
+ * has the same table). Its facts are written out below (api_0_116_*): the
+ * PJRT_Api size, the byte offset of every slot from PJRT_Client_DmaMap on,
+ * and the *_STRUCT_SIZE of each argument struct pjserve declares. They were
+ * read from that plugin (GetPjrtApi()'s struct_size and pjrt_api_version, and
+ * the size each function demands of a zeroed argument struct) and agree with
+ * openxla/xla's xla/pjrt/c/pjrt_c_api.h, whose slots and structs only grew by
+ * appending between 0.81 and 0.116 (CHANGELOG.md 0.82 to 0.95: no struct
+ * pjserve declares gained a field). Nothing is fetched when this runs.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -154,6 +165,139 @@ static void test_api_table_slots(void **state)
     SLOT(client_fulfill_alias_buffer, PJRT_Client_FulfillAliasBuffer);
     SLOT(loaded_executable_get_device_assignment, PJRT_LoadedExecutable_GetDeviceAssignment);
     assert_true(sizeof(struct pjrt_api) >= PJRT_Api_STRUCT_SIZE);
+}
+
+/* Facts of PJRT C API 0.116 (jax-cuda13-pjrt 0.12.0.1, x86-64). */
+enum { api_0_116_minor = 116, api_0_116_table_size = 1144 };
+/* Byte offset of a slot: 40 bytes of header (struct_size, extension_start,
+ * the 24-byte PJRT_Api_Version), then one 8-byte pointer per slot. */
+#define SLOT_0_116(ours, index) assert_int_equal(offsetof(struct pjrt_api, ours), 40 + 8 * (index))
+
+static void test_api_0_116_table(void **state)
+{
+    (void)state;
+    assert_true(PJRT_ABI_MINOR >= api_0_116_minor);
+    assert_int_equal(sizeof(struct pjrt_api), api_0_116_table_size);
+    SLOT_0_116(event_is_ready, 6);
+    SLOT_0_116(event_on_ready, 9);
+    SLOT_0_116(client_addressable_memories, 19);
+    SLOT_0_116(client_buffer_from_host_buffer, 22);
+    SLOT_0_116(device_addressable_memories, 32);
+    SLOT_0_116(device_default_memory, 33);
+    SLOT_0_116(memory_kind, 36);
+    SLOT_0_116(buffer_memory, 66);
+    SLOT_0_116(buffer_ready_event, 72);
+    SLOT_0_116(buffer_copy_to_memory, 92);
+    SLOT_0_116(memory_kind_id, 97);
+    SLOT_0_116(async_host_to_device_transfer_manager_destroy, 101);
+    SLOT_0_116(async_host_to_device_transfer_manager_transfer_data, 102);
+    SLOT_0_116(client_create_buffers_for_async_host_to_device, 103);
+    SLOT_0_116(async_host_to_device_transfer_manager_retrieve_buffer, 104);
+    SLOT_0_116(client_dma_map, 110);
+    SLOT_0_116(client_dma_unmap, 111);
+    SLOT_0_116(loaded_executable_get_device_assignment, 117);
+    SLOT_0_116(client_create_error_buffer, 118);
+    SLOT_0_116(async_host_to_device_transfer_manager_transfer_literal, 119);
+    SLOT_0_116(buffer_copy_raw_to_host_future, 120);
+    SLOT_0_116(device_poison_execution, 121);
+    SLOT_0_116(device_create_async_tracking_event, 122);
+    SLOT_0_116(async_tracking_event_destroy, 123);
+    SLOT_0_116(executable_get_compile_options, 124);
+    SLOT_0_116(buffer_donate_with_control_dependency, 125);
+    SLOT_0_116(event_create, 126);
+    SLOT_0_116(event_set, 127);
+    SLOT_0_116(device_get_attributes, 128);
+    SLOT_0_116(client_load, 129);
+    SLOT_0_116(loaded_executable_addressable_device_logical_ids, 130);
+    SLOT_0_116(buffer_bitcast, 131);
+    SLOT_0_116(error_for_each_payload, 132);
+    SLOT_0_116(topology_description_fingerprint, 133);
+    SLOT_0_116(executable_parameter_memory_kinds, 134);
+    SLOT_0_116(device_clear_memory_stats, 135);
+    SLOT_0_116(topology_description_make_canonical_shape_for_memory_space, 136);
+    SLOT_0_116(topology_description_get_memory_space_kind_ids, 137);
+}
+
+/* Each argument struct pjserve passes is at least as large as the size the
+ * 0.116 plugin demands (its *_STRUCT_SIZE: the end of the last field). */
+#define SIZE_0_116(ours, bytes) assert_true(sizeof(struct ours) >= (bytes))
+
+static void test_api_0_116_argument_sizes(void **state)
+{
+    (void)state;
+    SIZE_0_116(pjrt_error_destroy_args, 24);
+    SIZE_0_116(pjrt_error_message_args, 40);
+    SIZE_0_116(pjrt_error_get_code_args, 28);
+    SIZE_0_116(pjrt_plugin_initialize_args, 16);
+    SIZE_0_116(pjrt_plugin_attributes_args, 32);
+    SIZE_0_116(pjrt_event_destroy_args, 24);
+    SIZE_0_116(pjrt_event_is_ready_args, 25);
+    SIZE_0_116(pjrt_event_error_args, 24);
+    SIZE_0_116(pjrt_event_await_args, 24);
+    SIZE_0_116(pjrt_event_on_ready_args, 40);
+    SIZE_0_116(pjrt_client_create_args, 88);
+    SIZE_0_116(pjrt_client_destroy_args, 24);
+    SIZE_0_116(pjrt_client_platform_name_args, 40);
+    SIZE_0_116(pjrt_client_platform_version_args, 40);
+    SIZE_0_116(pjrt_client_addressable_devices_args, 40);
+    SIZE_0_116(pjrt_client_addressable_memories_args, 40);
+    SIZE_0_116(pjrt_client_compile_args, 56);
+    SIZE_0_116(pjrt_client_buffer_from_host_buffer_args, 120);
+    SIZE_0_116(pjrt_client_dma_map_args, 40);
+    SIZE_0_116(pjrt_client_dma_unmap_args, 32);
+    SIZE_0_116(pjrt_client_create_buffers_for_async_host_to_device_args, 72);
+    SIZE_0_116(pjrt_device_description_id_args, 28);
+    SIZE_0_116(pjrt_device_description_kind_args, 40);
+    SIZE_0_116(pjrt_device_description_debug_string_args, 40);
+    SIZE_0_116(pjrt_device_get_description_args, 32);
+    SIZE_0_116(pjrt_device_addressable_memories_args, 40);
+    SIZE_0_116(pjrt_device_default_memory_args, 32);
+    SIZE_0_116(pjrt_device_memory_stats_args, 185);
+    SIZE_0_116(pjrt_memory_kind_args, 40);
+    SIZE_0_116(pjrt_memory_kind_id_args, 28);
+    SIZE_0_116(pjrt_executable_destroy_args, 24);
+    SIZE_0_116(pjrt_executable_num_outputs_args, 32);
+    SIZE_0_116(pjrt_executable_optimized_program_args, 32);
+    SIZE_0_116(pjrt_executable_serialize_args, 56);
+    SIZE_0_116(pjrt_executable_output_element_types_args, 40);
+    SIZE_0_116(pjrt_executable_output_dimensions_args, 48);
+    SIZE_0_116(pjrt_executable_deserialize_and_load_args, 64);
+    SIZE_0_116(pjrt_loaded_executable_destroy_args, 24);
+    SIZE_0_116(pjrt_loaded_executable_get_executable_args, 32);
+    SIZE_0_116(pjrt_loaded_executable_addressable_devices_args, 40);
+    SIZE_0_116(pjrt_loaded_executable_execute_args, 80);
+    SIZE_0_116(pjrt_buffer_destroy_args, 24);
+    SIZE_0_116(pjrt_buffer_element_type_args, 28);
+    SIZE_0_116(pjrt_buffer_dimensions_args, 40);
+    SIZE_0_116(pjrt_buffer_on_device_size_in_bytes_args, 32);
+    SIZE_0_116(pjrt_buffer_memory_args, 32);
+    SIZE_0_116(pjrt_buffer_ready_event_args, 32);
+    SIZE_0_116(pjrt_buffer_copy_to_memory_args, 40);
+    SIZE_0_116(pjrt_buffer_to_host_buffer_args, 56);
+    SIZE_0_116(pjrt_async_host_to_device_transfer_manager_destroy_args, 24);
+    SIZE_0_116(pjrt_async_host_to_device_transfer_manager_transfer_data_args, 72);
+    SIZE_0_116(pjrt_async_host_to_device_transfer_manager_retrieve_buffer_args, 40);
+}
+
+/* The fields pjserve reads or writes in the transfer path's structs, at the
+ * offsets both 0.81 and 0.116 give them (nothing before them moved). */
+static void test_api_0_116_transfer_offsets(void **state)
+{
+    (void)state;
+    assert_int_equal(offsetof(struct pjrt_client_dma_map_args, client), 16);
+    assert_int_equal(offsetof(struct pjrt_client_dma_map_args, data), 24);
+    assert_int_equal(offsetof(struct pjrt_client_dma_map_args, size), 32);
+    assert_int_equal(offsetof(struct pjrt_client_dma_unmap_args, data), 24);
+    assert_int_equal(offsetof(struct pjrt_client_buffer_from_host_buffer_args, host_buffer_semantics), 72);
+    assert_int_equal(offsetof(struct pjrt_client_buffer_from_host_buffer_args, memory), 88);
+    assert_int_equal(offsetof(struct pjrt_client_buffer_from_host_buffer_args, done_with_host_buffer), 104);
+    assert_int_equal(offsetof(struct pjrt_client_buffer_from_host_buffer_args, buffer), 112);
+    assert_int_equal(offsetof(struct pjrt_event_is_ready_args, is_ready), 24);
+    assert_int_equal(offsetof(struct pjrt_event_on_ready_args, user_arg), 32);
+    assert_int_equal(offsetof(struct pjrt_memory_kind_args, kind_size), 32);
+    assert_int_equal(offsetof(struct pjrt_async_host_to_device_transfer_manager_transfer_data_args, is_last_transfer), 56);
+    assert_int_equal(offsetof(struct pjrt_async_host_to_device_transfer_manager_transfer_data_args, done_with_h2d_transfer), 64);
+    assert_int_equal(offsetof(struct pjrt_client_create_buffers_for_async_host_to_device_args, transfer_manager), 64);
 }
 
 static void test_enum_values(void **state)
@@ -476,11 +620,157 @@ static void test_pjrt_buffer_to_host_buffer_args(void **state)
     FIELD(pjrt_buffer_to_host_buffer_args, PJRT_Buffer_ToHostBuffer_Args, src); FIELD(pjrt_buffer_to_host_buffer_args, PJRT_Buffer_ToHostBuffer_Args, host_layout); FIELD(pjrt_buffer_to_host_buffer_args, PJRT_Buffer_ToHostBuffer_Args, dst); FIELD(pjrt_buffer_to_host_buffer_args, PJRT_Buffer_ToHostBuffer_Args, dst_size); FIELD(pjrt_buffer_to_host_buffer_args, PJRT_Buffer_ToHostBuffer_Args, event);
 }
 
+static void test_pjrt_event_is_ready_args(void **state)
+{
+    (void)state;
+    SIZE(pjrt_event_is_ready_args, PJRT_Event_IsReady_Args);
+    FIELD(pjrt_event_is_ready_args, PJRT_Event_IsReady_Args, event);
+    FIELD(pjrt_event_is_ready_args, PJRT_Event_IsReady_Args, is_ready);
+}
+
+static void test_pjrt_event_error_args(void **state)
+{
+    (void)state;
+    SIZE(pjrt_event_error_args, PJRT_Event_Error_Args);
+    FIELD(pjrt_event_error_args, PJRT_Event_Error_Args, event);
+}
+
+static void test_pjrt_event_on_ready_args(void **state)
+{
+    (void)state;
+    SIZE(pjrt_event_on_ready_args, PJRT_Event_OnReady_Args);
+    FIELD(pjrt_event_on_ready_args, PJRT_Event_OnReady_Args, event);
+    FIELD(pjrt_event_on_ready_args, PJRT_Event_OnReady_Args, callback);
+    FIELD(pjrt_event_on_ready_args, PJRT_Event_OnReady_Args, user_arg);
+}
+
+static void test_pjrt_client_addressable_memories_args(void **state)
+{
+    (void)state;
+    SIZE(pjrt_client_addressable_memories_args, PJRT_Client_AddressableMemories_Args);
+    FIELD(pjrt_client_addressable_memories_args, PJRT_Client_AddressableMemories_Args, client);
+    FIELD(pjrt_client_addressable_memories_args, PJRT_Client_AddressableMemories_Args, addressable_memories);
+    FIELD(pjrt_client_addressable_memories_args, PJRT_Client_AddressableMemories_Args, num_addressable_memories);
+}
+
+static void test_pjrt_device_addressable_memories_args(void **state)
+{
+    (void)state;
+    SIZE(pjrt_device_addressable_memories_args, PJRT_Device_AddressableMemories_Args);
+    FIELD(pjrt_device_addressable_memories_args, PJRT_Device_AddressableMemories_Args, device);
+    FIELD(pjrt_device_addressable_memories_args, PJRT_Device_AddressableMemories_Args, memories);
+    FIELD(pjrt_device_addressable_memories_args, PJRT_Device_AddressableMemories_Args, num_memories);
+}
+
+static void test_pjrt_device_default_memory_args(void **state)
+{
+    (void)state;
+    SIZE(pjrt_device_default_memory_args, PJRT_Device_DefaultMemory_Args);
+    FIELD(pjrt_device_default_memory_args, PJRT_Device_DefaultMemory_Args, device);
+    FIELD(pjrt_device_default_memory_args, PJRT_Device_DefaultMemory_Args, memory);
+}
+
+static void test_pjrt_memory_kind_args(void **state)
+{
+    (void)state;
+    SIZE(pjrt_memory_kind_args, PJRT_Memory_Kind_Args);
+    FIELD(pjrt_memory_kind_args, PJRT_Memory_Kind_Args, memory);
+    FIELD(pjrt_memory_kind_args, PJRT_Memory_Kind_Args, kind);
+    FIELD(pjrt_memory_kind_args, PJRT_Memory_Kind_Args, kind_size);
+}
+
+static void test_pjrt_memory_kind_id_args(void **state)
+{
+    (void)state;
+    SIZE(pjrt_memory_kind_id_args, PJRT_Memory_Kind_Id_Args);
+    FIELD(pjrt_memory_kind_id_args, PJRT_Memory_Kind_Id_Args, memory);
+    FIELD(pjrt_memory_kind_id_args, PJRT_Memory_Kind_Id_Args, kind_id);
+}
+
+static void test_pjrt_shape_spec(void **state)
+{
+    (void)state;
+    SIZE(pjrt_shape_spec, PJRT_ShapeSpec);
+    FIELD(pjrt_shape_spec, PJRT_ShapeSpec, dims);
+    FIELD(pjrt_shape_spec, PJRT_ShapeSpec, num_dims);
+    FIELD(pjrt_shape_spec, PJRT_ShapeSpec, element_type);
+}
+
+static void test_pjrt_client_create_buffers_for_async_host_to_device_args(void **state)
+{
+    (void)state;
+    SIZE(pjrt_client_create_buffers_for_async_host_to_device_args, PJRT_Client_CreateBuffersForAsyncHostToDevice_Args);
+    FIELD(pjrt_client_create_buffers_for_async_host_to_device_args, PJRT_Client_CreateBuffersForAsyncHostToDevice_Args, client);
+    FIELD(pjrt_client_create_buffers_for_async_host_to_device_args, PJRT_Client_CreateBuffersForAsyncHostToDevice_Args, shape_specs);
+    FIELD(pjrt_client_create_buffers_for_async_host_to_device_args, PJRT_Client_CreateBuffersForAsyncHostToDevice_Args, num_shape_specs);
+    FIELD(pjrt_client_create_buffers_for_async_host_to_device_args, PJRT_Client_CreateBuffersForAsyncHostToDevice_Args, device_layouts);
+    FIELD(pjrt_client_create_buffers_for_async_host_to_device_args, PJRT_Client_CreateBuffersForAsyncHostToDevice_Args, num_device_layouts);
+    FIELD(pjrt_client_create_buffers_for_async_host_to_device_args, PJRT_Client_CreateBuffersForAsyncHostToDevice_Args, memory);
+    FIELD(pjrt_client_create_buffers_for_async_host_to_device_args, PJRT_Client_CreateBuffersForAsyncHostToDevice_Args, transfer_manager);
+}
+
+static void test_pjrt_async_host_to_device_transfer_manager_destroy_args(void **state)
+{
+    (void)state;
+    SIZE(pjrt_async_host_to_device_transfer_manager_destroy_args, PJRT_AsyncHostToDeviceTransferManager_Destroy_Args);
+    FIELD(pjrt_async_host_to_device_transfer_manager_destroy_args, PJRT_AsyncHostToDeviceTransferManager_Destroy_Args, transfer_manager);
+}
+
+static void test_pjrt_async_host_to_device_transfer_manager_transfer_data_args(void **state)
+{
+    (void)state;
+    SIZE(pjrt_async_host_to_device_transfer_manager_transfer_data_args, PJRT_AsyncHostToDeviceTransferManager_TransferData_Args);
+    FIELD(pjrt_async_host_to_device_transfer_manager_transfer_data_args, PJRT_AsyncHostToDeviceTransferManager_TransferData_Args, transfer_manager);
+    FIELD(pjrt_async_host_to_device_transfer_manager_transfer_data_args, PJRT_AsyncHostToDeviceTransferManager_TransferData_Args, buffer_index);
+    FIELD(pjrt_async_host_to_device_transfer_manager_transfer_data_args, PJRT_AsyncHostToDeviceTransferManager_TransferData_Args, data);
+    FIELD(pjrt_async_host_to_device_transfer_manager_transfer_data_args, PJRT_AsyncHostToDeviceTransferManager_TransferData_Args, offset);
+    FIELD(pjrt_async_host_to_device_transfer_manager_transfer_data_args, PJRT_AsyncHostToDeviceTransferManager_TransferData_Args, transfer_size);
+    FIELD(pjrt_async_host_to_device_transfer_manager_transfer_data_args, PJRT_AsyncHostToDeviceTransferManager_TransferData_Args, is_last_transfer);
+    FIELD(pjrt_async_host_to_device_transfer_manager_transfer_data_args, PJRT_AsyncHostToDeviceTransferManager_TransferData_Args, done_with_h2d_transfer);
+}
+
+static void test_pjrt_async_host_to_device_transfer_manager_retrieve_buffer_args(void **state)
+{
+    (void)state;
+    SIZE(pjrt_async_host_to_device_transfer_manager_retrieve_buffer_args, PJRT_AsyncHostToDeviceTransferManager_RetrieveBuffer_Args);
+    FIELD(pjrt_async_host_to_device_transfer_manager_retrieve_buffer_args, PJRT_AsyncHostToDeviceTransferManager_RetrieveBuffer_Args, transfer_manager);
+    FIELD(pjrt_async_host_to_device_transfer_manager_retrieve_buffer_args, PJRT_AsyncHostToDeviceTransferManager_RetrieveBuffer_Args, buffer_index);
+    FIELD(pjrt_async_host_to_device_transfer_manager_retrieve_buffer_args, PJRT_AsyncHostToDeviceTransferManager_RetrieveBuffer_Args, buffer_out);
+}
+
+static void test_pjrt_buffer_ready_event_args(void **state)
+{
+    (void)state;
+    SIZE(pjrt_buffer_ready_event_args, PJRT_Buffer_ReadyEvent_Args);
+    FIELD(pjrt_buffer_ready_event_args, PJRT_Buffer_ReadyEvent_Args, buffer);
+    FIELD(pjrt_buffer_ready_event_args, PJRT_Buffer_ReadyEvent_Args, event);
+}
+
+static void test_pjrt_buffer_memory_args(void **state)
+{
+    (void)state;
+    SIZE(pjrt_buffer_memory_args, PJRT_Buffer_Memory_Args);
+    FIELD(pjrt_buffer_memory_args, PJRT_Buffer_Memory_Args, buffer);
+    FIELD(pjrt_buffer_memory_args, PJRT_Buffer_Memory_Args, memory);
+}
+
+static void test_pjrt_buffer_copy_to_memory_args(void **state)
+{
+    (void)state;
+    SIZE(pjrt_buffer_copy_to_memory_args, PJRT_Buffer_CopyToMemory_Args);
+    FIELD(pjrt_buffer_copy_to_memory_args, PJRT_Buffer_CopyToMemory_Args, buffer);
+    FIELD(pjrt_buffer_copy_to_memory_args, PJRT_Buffer_CopyToMemory_Args, dst_memory);
+    FIELD(pjrt_buffer_copy_to_memory_args, PJRT_Buffer_CopyToMemory_Args, dst_buffer);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_api_version_is_at_least_the_wheel),
         cmocka_unit_test(test_api_table_slots),
+        cmocka_unit_test(test_api_0_116_table),
+        cmocka_unit_test(test_api_0_116_argument_sizes),
+        cmocka_unit_test(test_api_0_116_transfer_offsets),
         cmocka_unit_test(test_enum_values),
         cmocka_unit_test(test_buffer_types_of_the_dtype_table),
         cmocka_unit_test(test_pjrt_api_version),
@@ -524,6 +814,22 @@ int main(void)
         cmocka_unit_test(test_pjrt_buffer_dimensions_args),
         cmocka_unit_test(test_pjrt_buffer_on_device_size_in_bytes_args),
         cmocka_unit_test(test_pjrt_buffer_to_host_buffer_args),
+        cmocka_unit_test(test_pjrt_event_is_ready_args),
+        cmocka_unit_test(test_pjrt_event_error_args),
+        cmocka_unit_test(test_pjrt_event_on_ready_args),
+        cmocka_unit_test(test_pjrt_client_addressable_memories_args),
+        cmocka_unit_test(test_pjrt_device_addressable_memories_args),
+        cmocka_unit_test(test_pjrt_device_default_memory_args),
+        cmocka_unit_test(test_pjrt_memory_kind_args),
+        cmocka_unit_test(test_pjrt_memory_kind_id_args),
+        cmocka_unit_test(test_pjrt_shape_spec),
+        cmocka_unit_test(test_pjrt_client_create_buffers_for_async_host_to_device_args),
+        cmocka_unit_test(test_pjrt_async_host_to_device_transfer_manager_destroy_args),
+        cmocka_unit_test(test_pjrt_async_host_to_device_transfer_manager_transfer_data_args),
+        cmocka_unit_test(test_pjrt_async_host_to_device_transfer_manager_retrieve_buffer_args),
+        cmocka_unit_test(test_pjrt_buffer_ready_event_args),
+        cmocka_unit_test(test_pjrt_buffer_memory_args),
+        cmocka_unit_test(test_pjrt_buffer_copy_to_memory_args),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
