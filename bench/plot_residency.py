@@ -2,15 +2,24 @@
 """Plot bench/results/residency.json (written by bench/residency.py).
 
     .venv-bench-plot/bin/python bench/plot_residency.py RESULTS.json OUT.png
+    .venv-bench-plot/bin/python bench/plot_residency.py --curve RESULTS.json OUT.png
 
-Top left: bandwidth of a cold weight load against model size (from the
-server's load counters, and from the client's miss minus hit latency) with
-the host copies of the same size (numpy, into a used and into a fresh
-buffer). Top right: time per load. Bottom left: p50 and p99 client latency
-against the number of models under Zipf traffic, with the budget (20 % of the
-weights) and without. Bottom right: the measured hit rate (per request and
-per execution) against an LRU simulation and keeping the most popular models
-resident, and requests/s on the right axis.
+Without --curve, the parts load and zipf. Top left: bandwidth of a cold
+weight load against model size (from the server's load counters, and from
+the client's miss minus hit latency) with the host copies of the same size
+(numpy, into a used and into a fresh buffer). Top right: time per load.
+Bottom left: p50 and p99 client latency against the number of models under
+Zipf traffic, with the budget (20 % of the weights) and without. Bottom
+right: the measured hit rate (per request and per execution) against an LRU
+simulation and keeping the most popular models resident, and requests/s on
+the right axis.
+
+With --curve, the part curve: one column per budget; against the number of
+models, one line per configuration: requests/s and p99 (with the
+all-resident reference of each binary, and the goal drawn from it: 0.8 of
+its throughput, 2x its p99), the hit rate per request and per execution
+(with an LRU simulation and keeping the most popular models resident), and
+the share of the time spent loading weights.
 
 matplotlib is in .venv-bench-plot (scripts/bootstrap-bench plot), not in .venv.
 """
@@ -124,8 +133,93 @@ def plot_zipf(r, ax_lat, ax_hit):
     ax_lat.legend(fontsize=7.5)
 
 
-def main(src, dst):
+# Lines of the curve: known configurations keep their colours from run to run.
+CONFIG_COLORS = {"lru": "#2b6cb0", "gdsf": "#2f855a", "gdsf+defer": "#9b2c2c",
+                 "default": "#319795", "baseline": "#718096"}
+OTHER_COLORS = ("#805ad5", "#dd6b20", "#d53f8c", "#4a5568", "#38a169")
+REFERENCE_COLOR = "#d69e2e"
+
+
+def config_colors(names):
+    others = iter(OTHER_COLORS)
+    return {n: CONFIG_COLORS.get(n) or next(others, None) for n in names}
+
+
+def plot_curve(r, dst):
+    curve, s = r["curve"], r["settings"]
+    budgets = s["curve_budgets"]
+    configs = list(curve[0]["budgets"][0]["runs"])
+    refs = list(curve[0]["reference"])
+    colors = config_colors(configs)
+    ns = [e["models"] for e in curve]
+    fig, axes = plt.subplots(4, len(budgets), figsize=(6.5 * len(budgets), 17), squeeze=False)
+    for col, fraction in enumerate(budgets):
+        ax_tp, ax_p99, ax_hit, ax_load = axes[:, col]
+        for ref in refs:
+            style = "-" if ref == refs[0] else "--"
+            ax_tp.plot(ns, [e["reference"][ref]["requests_per_s"] for e in curve], style,
+                       color=REFERENCE_COLOR, lw=2, label=ref)
+            ax_p99.plot(ns, [e["reference"][ref]["p99_ms"] for e in curve], style,
+                        color=REFERENCE_COLOR, lw=2, label=ref)
+        ax_tp.plot(ns, [0.8 * e["reference"][refs[0]]["requests_per_s"] for e in curve], ":",
+                   color=REFERENCE_COLOR, label=f"goal: 0.8 x {refs[0]}")
+        ax_p99.plot(ns, [2 * e["reference"][refs[0]]["p99_ms"] for e in curve], ":",
+                    color=REFERENCE_COLOR, label=f"goal: 2 x {refs[0]} p99")
+        for name in configs:
+            runs = [e["budgets"][col]["runs"][name] for e in curve]
+            c = colors[name]
+            ax_tp.plot(ns, [x["requests_per_s"] for x in runs], "o-", color=c, label=name)
+            ax_p99.plot(ns, [x["p99_ms"] for x in runs], "o-", color=c, label=name)
+            ax_hit.plot(ns, [x["hit_rate"] for x in runs], "o-", color=c,
+                        label=f"{name}: per request")
+            ax_hit.plot(ns, [x["hit_rate_per_execution"] for x in runs], "s:", color=c,
+                        label=f"{name}: per execution")
+            ax_load.plot(ns, [100 * x["load_busy"] for x in runs], "o-", color=c, label=name)
+        ax_hit.plot(ns, [e["budgets"][col]["lru_simulated_hit_rate"] for e in curve], "x--",
+                    color="#a0aec0", label="LRU, simulated sequential stream")
+        ax_hit.plot(ns, [e["budgets"][col]["top_models_hit_rate"] for e in curve], "+--",
+                    color="#68d391", label="most popular models resident")
+        what = f"budget {100 * fraction:g} % of the weights"
+        ax_tp.set_title(f"{what}: throughput", fontsize=10)
+        ax_tp.set_ylabel("requests/s")
+        ax_tp.set_ylim(bottom=0)
+        ax_p99.set_title(f"{what}: p99 client latency", fontsize=10)
+        ax_p99.set_ylabel("p99, ms")
+        ax_p99.set_ylim(bottom=0)
+        ax_hit.set_title(f"{what}: hit rate (1 - loads / requests or / executions)",
+                         fontsize=10)
+        ax_hit.set_ylabel("hit rate")
+        ax_hit.set_ylim(0, 1)
+        ax_load.set_title(f"{what}: time spent loading weights", fontsize=10)
+        ax_load.set_ylabel("% of wall time")
+        ax_load.set_ylim(bottom=0)
+        for ax in (ax_tp, ax_p99, ax_hit, ax_load):
+            ax.set_xscale("log")
+            ax.set_xticks(ns)
+            ax.set_xticklabels([str(n) for n in ns])
+            ax.minorticks_off()
+            ax.set_xlabel(f"models (each {curve[0]['model_bytes'] / 2**20:.2f} MiB of weights)")
+            ax.grid(alpha=0.3)
+            ax.legend(fontsize=7)
+    fig.suptitle(f"pjserve: models per device, Zipf s={s['zipf_s']} traffic from "
+                 f"{s['threads']} client threads, {s['curve_seconds']:g} s per run\n"
+                 + subtitle(r), fontsize=9)
+    fig.tight_layout(rect=(0, 0, 1, 0.975))
+    fig.savefig(dst, dpi=100, bbox_inches="tight")
+    plt.close(fig)
+
+
+def main(argv):
+    curve = argv[:1] == ["--curve"]
+    if curve:
+        argv = argv[1:]
+    if len(argv) != 2:
+        sys.exit("usage: plot_residency.py [--curve] RESULTS.json OUT.png")
+    src, dst = argv
     r = json.load(open(src))
+    if curve:
+        plot_curve(r, dst)
+        return
     fig, ((a, b), (c, d)) = plt.subplots(2, 2, figsize=(13, 9.5))
     plot_load(r, a, b)
     plot_zipf(r, c, d)
@@ -136,4 +230,4 @@ def main(src, dst):
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], sys.argv[2])
+    main(sys.argv[1:])

@@ -35,22 +35,45 @@ the least recently used evicted first. Two parts (each can be picked with
           hit rate an LRU cache of the same number of models has on a
           sequential stream drawn from the same law (simulated), and that of
           keeping the most popular models resident.
+  curve   throughput and p99 against the number of models. N models
+          (--curve-models, default 5 to 200) of --curve-size-mib (4.5) under
+          budgets of --curve-budgets (10 % and 20 %) of their weights, the
+          Zipf traffic of `zipf`. For every N and budget, one run of each
+          configuration of --configs (extra `pjserve serve` arguments: lru,
+          gdsf, gdsf+defer; --config NAME=ARGS defines more), and, with
+          --pjserve-baseline BIN, the same traffic against that binary with
+          no extra arguments ("baseline"), each on a freshly started server,
+          their order rotating from one N and budget to the next. The
+          reference, once per N and binary: no budget, every model resident.
+          Per run: requests/s, p50, p99, both against the reference of the
+          same binary, hit rate per request and per execution, time loading,
+          loads/s. The requests the clients sent in the first configuration's
+          run (time, thread, model; the first --trace-requests) go to
+          --trace-dir/N<N>_<budget>pct.csv, for replaying eviction policies.
+          40 models at 10 % is the setting of the goal: at least 0.8 of the
+          all-resident throughput with p99 at most 2x; printed at the end.
 
 Writes bench/results/residency.json (everything), bench/results/residency.md
-(the tables of docs/benchmarks.md) and docs/img/residency.png
-(bench/plot_residency.py, run with a Python that has matplotlib:
-.venv-bench-plot from `scripts/bootstrap-bench plot`). Needs build/pjserve
-(cmake --build build) and .venv (scripts/bootstrap). The bench models are
-exported once into build/bench-models/residency/ (again when their definition,
-jax or the exporter changes); the copies under other names are hard links.
-Servers listen on 127.0.0.1 with free ports.
+(the tables of docs/benchmarks.md), docs/img/residency.png (load, zipf) and
+docs/img/residency_curve.png (curve) (bench/plot_residency.py, run with a
+Python that has matplotlib: .venv-bench-plot from `scripts/bootstrap-bench
+plot`). --quick: a short run of every part for development, its results under
+build/bench-residency-quick/ unless --json, --plot-dir or --trace-dir say
+otherwise. Needs build/pjserve (cmake --build build) and .venv
+(scripts/bootstrap). The bench models are exported once into
+build/bench-models/residency/ (again when their definition, jax or the
+exporter changes); the copies under other names are hard links. Servers
+listen on 127.0.0.1 with free ports.
 """
 
 import argparse
+import csv
 import hashlib
 import json
 import os
 import random
+import re
+import shlex
 import shutil
 import statistics
 import subprocess
@@ -67,7 +90,7 @@ sys.path.insert(0, str(ROOT / "python"))
 
 PLOT = ROOT / "bench" / "plot_residency.py"
 MODELS_DIR = ROOT / "build" / "bench-models" / "residency"
-PARTS = ("load", "zipf")
+PARTS = ("load", "zipf", "curve")
 MIB = 1 << 20
 
 LOADS = "pjserve_weight_loads_total"
@@ -170,13 +193,15 @@ def make_repository(bundles, path):
 class Pjserve(PjserveProcess):
     scrape_timeout = 10.0
 
-    def __init__(self, repository, cache, log_path, extra):
+    def __init__(self, repository, cache, log_path, extra, binary=PJSERVE):
         self.repository, self.cache, self.log_path, self.extra = (repository, cache, log_path,
                                                                   list(extra))
+        self.binary = binary
         self.proc = None
 
     def start(self, models, timeout=600):
         self.serve_command()
+        self.cmd[0] = str(self.binary)
         t0 = time.monotonic()
         self.start_process()
         self.wait_models_ready(models, t0 + timeout, timeout, 0.1,
@@ -349,24 +374,30 @@ def simulate_lru(probs, capacity, n_requests, seed):
 
 
 def drive(server, names, probs, threads, k, settle_s, seconds, seed):
-    """Closed-loop Zipf traffic from `threads` threads; returns the latencies
-    and counts of requests that started after `settle_s` and finished within
-    the measurement window, and the metric samples around it."""
+    """Closed-loop Zipf traffic from `threads` threads. Returns the sorted
+    latencies of the requests that started after `settle_s` and finished
+    within the measurement window, the window's length, the metric samples
+    around it, and every request sent, as (seconds since the traffic
+    started, thread, model index), in the order they were sent."""
     stop = threading.Event()
     lats = [[] for _ in range(threads)]
+    sends = [[] for _ in range(threads)]
     errors = []
     window = {}
     start_evt = threading.Event()
+    indices = list(range(len(names)))
 
     def body(i):
         rng = random.Random(seed * 1000 + i)
         client = Client(server, k, seed=i)
         try:
             start_evt.wait()
+            origin = window["origin"]
             while not stop.is_set():
-                m = rng.choices(names, weights=probs)[0]
+                m = rng.choices(indices, weights=probs)[0]
                 t0 = time.perf_counter()
-                client.infer(m)
+                sends[i].append((t0 - origin, i, m))
+                client.infer(names[m])
                 t1 = time.perf_counter()
                 if "t0" in window and t0 >= window["t0"] and "t1" not in window:
                     lats[i].append(t1 - t0)
@@ -378,6 +409,7 @@ def drive(server, names, probs, threads, k, settle_s, seconds, seed):
     ts = [threading.Thread(target=body, args=(i,), daemon=True) for i in range(threads)]
     for t in ts:
         t.start()
+    window["origin"] = time.perf_counter()
     start_evt.set()
     time.sleep(settle_s)
     before = server.scrape()
@@ -390,7 +422,8 @@ def drive(server, names, probs, threads, k, settle_s, seconds, seed):
         t.join(60)
     if errors:
         raise RuntimeError(f"{len(errors)} client threads failed; first: {errors[0]}")
-    return sorted(x for per in lats for x in per), window["t1"] - window["t0"], before, after
+    return (sorted(x for per in lats for x in per), window["t1"] - window["t0"], before, after,
+            sorted(x for per in sends for x in per))
 
 
 def percentile(sorted_xs, q):
@@ -400,9 +433,10 @@ def percentile(sorted_xs, q):
     return sorted_xs[i]
 
 
-def zipf_run(server, names, probs, a, k, budget, nbytes, seed):
-    lats, measured, before, after = drive(server, names, probs, a.threads, k, a.settle,
-                                          a.seconds if budget else a.reference_seconds, seed)
+def measure(server, names, probs, threads, k, settle_s, seconds, seed, budget, nbytes):
+    """drive(), summed up: (the run's numbers, the requests sent)."""
+    lats, measured, before, after, sends = drive(server, names, probs, threads, k, settle_s,
+                                                 seconds, seed)
 
     def d(name):
         return total(after, name) - total(before, name)
@@ -410,23 +444,32 @@ def zipf_run(server, names, probs, a, k, budget, nbytes, seed):
     loads = d(LOADS)
     execs = d("pjserve_model_dispatches_total")
     load_s = d(LOAD_SECONDS)
-    return {"budget_bytes": budget, "models_fitting": (budget // nbytes) if budget else len(names),
-            "requests": requests, "requests_per_s": requests / measured,
-            "client_requests": len(lats), "measure_s": measured,
-            "p50_ms": percentile(lats, 0.5) * 1e3 if lats else None,
-            "p90_ms": percentile(lats, 0.9) * 1e3 if lats else None,
-            "p99_ms": percentile(lats, 0.99) * 1e3 if lats else None,
-            "mean_ms": statistics.mean(lats) * 1e3 if lats else None,
-            "loads": loads, "evictions": d(EVICTIONS), "executions": execs,
-            "hit_rate": 1 - loads / requests if requests else None,
-            "hit_rate_per_execution": 1 - loads / execs if execs else None,
-            "load_seconds": load_s, "load_busy": load_s / measured,
-            "load_ms_mean": load_s / loads * 1e3 if loads else None,
-            "device_seconds": d("pjserve_model_device_seconds_total"),
-            "failures": d("nv_inference_request_failure"),
-            "used_bytes_end": gauge(after, USED), "budget_metric": gauge(after, BUDGET),
-            "resident_models_end": sum(1 for (n, _), v in after.items()
-                                       if n == RESIDENT and v > 0)}
+    run = {"budget_bytes": budget,
+           "models_fitting": (budget // nbytes) if budget else len(names),
+           "requests": requests, "requests_per_s": requests / measured,
+           "client_requests": len(lats), "measure_s": measured,
+           "p50_ms": percentile(lats, 0.5) * 1e3 if lats else None,
+           "p90_ms": percentile(lats, 0.9) * 1e3 if lats else None,
+           "p99_ms": percentile(lats, 0.99) * 1e3 if lats else None,
+           "mean_ms": statistics.mean(lats) * 1e3 if lats else None,
+           "loads": loads, "loads_per_s": loads / measured, "evictions": d(EVICTIONS),
+           "executions": execs,
+           "hit_rate": 1 - loads / requests if requests else None,
+           "hit_rate_per_execution": 1 - loads / execs if execs else None,
+           "load_seconds": load_s, "load_busy": load_s / measured,
+           "load_ms_mean": load_s / loads * 1e3 if loads else None,
+           "device_seconds": d("pjserve_model_device_seconds_total"),
+           "failures": d("nv_inference_request_failure"),
+           "used_bytes_end": gauge(after, USED), "budget_metric": gauge(after, BUDGET),
+           "resident_models_end": sum(1 for (n, _), v in after.items()
+                                      if n == RESIDENT and v > 0)}
+    return run, sends
+
+
+def zipf_run(server, names, probs, a, k, budget, nbytes, seed):
+    run, _ = measure(server, names, probs, a.threads, k, a.settle,
+                     a.seconds if budget else a.reference_seconds, seed, budget, nbytes)
+    return run
 
 
 def zipf_part(base, size_mib, ns, a, cache, work):
@@ -495,6 +538,203 @@ def median_run(runs):
     return out
 
 
+# ---- part 3: the curve: throughput and p99 against the number of models ---------
+
+# Configurations of a budgeted run: name -> (binary, extra `pjserve serve`
+# arguments). Binary "new" is build/pjserve, "baseline" the one given with
+# --pjserve-baseline (an older build, run without extra arguments).
+# --config NAME=ARGS adds one for build/pjserve or replaces one.
+CONFIGS = {
+    "lru": ("new", ["--eviction-policy", "lru", "--cold-model-defer-ms", "0"]),
+    "gdsf": ("new", ["--eviction-policy", "gdsf", "--cold-model-defer-ms", "0"]),
+    "gdsf+defer": ("new", ["--eviction-policy", "gdsf"]),
+    "default": ("new", []),
+    "baseline": ("baseline", []),
+}
+DEFAULT_CONFIGS = "lru,gdsf,gdsf+defer"
+REFERENCE = "all-resident"        # no budget: every model stays on the device
+GOAL = {"models": 40, "budget_fraction": 0.1, "throughput_ratio": 0.8, "p99_ratio": 2.0}
+
+
+def reference_key(binary):
+    return REFERENCE if binary == "new" else f"{binary} {REFERENCE}"
+
+
+def budget_label(fraction):
+    return f"{100 * fraction:g}pct"
+
+
+def server_flags(help_text):
+    """The options a `pjserve serve --help` text lists."""
+    return set(re.findall(r"(?<![\w-])(--[a-z0-9][a-z0-9-]*)", help_text))
+
+
+def check_configs(configs, binaries, server_args):
+    """Exits with what to do when a binary lacks an option a configuration
+    (or --server-arg) passes to it, before anything runs."""
+    for binary, path in binaries.items():
+        if not Path(path).exists():
+            sys.exit(f"residency: {path} is missing")
+        out = subprocess.run([str(path), "serve", "--help"], capture_output=True, text=True)
+        known = server_flags(out.stdout + out.stderr)
+        for name, (b, extra) in configs.items():
+            for arg in (extra + server_args if b == binary else []):
+                flag = arg.split("=", 1)[0]
+                if flag.startswith("--") and flag not in known:
+                    sys.exit(f"residency: {path} serve has no {flag} (configuration {name!r}: "
+                             f"{shlex.join(extra) or 'no extra arguments'}): rebuild it "
+                             "(make) or leave the configuration out of --configs")
+
+
+def binary_info(path):
+    """What identifies a pjserve binary: its path, --version, modification
+    time and the start of its sha256."""
+    version = subprocess.run([str(path), "--version"], capture_output=True, text=True)
+    return {"path": str(path), "version": (version.stdout or version.stderr).strip(),
+            "modified": time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(path.stat().st_mtime)),
+            "sha256": hashlib.sha256(path.read_bytes()).hexdigest()[:16]}
+
+
+def write_trace(path, sends, names, cap):
+    """The first `cap` requests sent: seconds since the traffic started,
+    client thread, model name."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["t_s", "thread", "model"])
+        for t, thread, m in sends[:cap]:
+            w.writerow([f"{t:.5f}", thread, names[m]])
+    return min(cap, len(sends))
+
+
+def curve_part(base, size_mib, a, configs, binaries, cache, work):
+    k = side(size_mib)
+    nbytes = weight_bytes(k)
+    copies = MODELS_DIR / "copies"
+    all_names = [f"curve_{i:03d}" for i in range(max(a.curve_models))]
+    all_bundles = [copy_bundle(base, nm, copies) for nm in all_names]
+    used_binaries = sorted({configs[c][0] for c in configs}, key=lambda b: b != "new")
+    references = [(reference_key(b), b, []) for b in used_binaries]
+    budgeted = [(name, b, extra) for name, (b, extra) in configs.items()]
+    out = []
+    turn = 0
+    for ni, n in enumerate(a.curve_models):
+        names = all_names[:n]
+        repo = make_repository(all_bundles[:n], work / f"repo-curve-{n}")
+        ranks = list(range(n))
+        random.Random(a.seed + n).shuffle(ranks)          # model i has popularity rank ranks[i]
+        probs_by_rank = zipf_probabilities(n, a.zipf_s)
+        probs = [probs_by_rank[r] for r in ranks]
+        entry = {"models": n, "model_bytes": nbytes, "reference": {}, "budgets": []}
+        per_round = {}
+        for fraction in a.curve_budgets:
+            budget = int(fraction * n * nbytes)
+            capacity = budget // nbytes
+            entry["budgets"].append({
+                "fraction": fraction, "budget_bytes": budget, "models_fitting": capacity,
+                "lru_simulated_hit_rate": simulate_lru(probs_by_rank, capacity, 200000, a.seed),
+                "top_models_hit_rate": sum(probs_by_rank[:capacity]), "runs": {}})
+        for rnd in range(a.curve_rounds):
+            seed = a.seed + 100 * rnd + n                 # every run of a round: same draws
+            # the references first, their order alternating; then per budget
+            # every configuration, the order rotating by one each time
+            plan = [(key, b, extra, None) for key, b, extra in
+                    (references if (ni + rnd) % 2 == 0 else references[::-1])]
+            for bi, fraction in enumerate(a.curve_budgets):
+                shift = turn % len(budgeted)
+                turn += 1
+                plan += [(key, b, extra, bi) for key, b, extra in
+                         budgeted[shift:] + budgeted[:shift]]
+            for key, b, extra, bi in plan:
+                budget = entry["budgets"][bi]["budget_bytes"] if bi is not None else 0
+                what = (f"budget {budget / MIB:.1f} MiB "
+                        f"({100 * a.curve_budgets[bi]:g} %, "
+                        f"{entry['budgets'][bi]['models_fitting']} models)"
+                        if bi is not None else "no budget")
+                log(f"curve round {rnd + 1}/{a.curve_rounds}: {n} models of "
+                    f"{nbytes / MIB:.2f} MiB, {what}, {key}")
+                server = Pjserve(repo, cache,
+                                 work / f"pjserve-curve-{n}-{bi}-{key.replace(' ', '_')}"
+                                        f"-{rnd + 1}.log",
+                                 (["--device-weight-budget", str(budget)] if budget else [])
+                                 + extra + a.server_arg, binary=binaries[b])
+                server.start(names)
+                try:
+                    r, sends = measure(server, names, probs, a.threads, k, a.curve_settle,
+                                       a.curve_seconds, seed, budget, nbytes)
+                finally:
+                    server.stop()
+                r.update(configuration=key, binary=b, server_start_s=server.start_s,
+                         server_command=server.cmd)
+                if bi is not None and rnd == 0 and key == budgeted[0][0]:
+                    path = a.trace_dir / f"N{n}_{budget_label(a.curve_budgets[bi])}.csv"
+                    rows = write_trace(path, sends, names, a.trace_requests)
+                    entry["budgets"][bi]["trace"] = {
+                        "path": str(path.relative_to(ROOT) if path.is_relative_to(ROOT)
+                                    else path),
+                        "configuration": key, "requests": rows, "sent": len(sends)}
+                per_round.setdefault((key, bi), []).append(r)
+                log(f"  {r['requests_per_s']:.0f} requests/s, p50 {fmt(r['p50_ms'], '.2f')} "
+                    f"ms, p99 {fmt(r['p99_ms'], '.2f')} ms, hit rate "
+                    f"{fmt(r['hit_rate'], '.3f')} / execution "
+                    f"{fmt(r['hit_rate_per_execution'], '.3f')}, "
+                    f"{r['loads_per_s']:.0f} loads/s, loading {100 * r['load_busy']:.0f}% "
+                    f"of the time, server start {server.start_s:.1f} s")
+        def summed_up(key, bi):
+            runs = per_round[(key, bi)]
+            run = median_run(runs)
+            if len(runs) > 1:
+                run["rounds"] = runs
+            return run
+        # in the order of --configs, whichever order they ran in
+        entry["reference"] = {key: summed_up(key, None) for key, _, _ in references}
+        for bi, bud in enumerate(entry["budgets"]):
+            bud["runs"] = {key: summed_up(key, bi) for key, _, _ in budgeted}
+        for bud in entry["budgets"]:
+            for key, run in bud["runs"].items():
+                ref = entry["reference"][reference_key(run["binary"])]
+                run["throughput_ratio"] = (run["requests_per_s"] / ref["requests_per_s"]
+                                           if ref["requests_per_s"] else None)
+                run["p99_ratio"] = (run["p99_ms"] / ref["p99_ms"]
+                                    if run["p99_ms"] and ref["p99_ms"] else None)
+        out.append(entry)
+    return out
+
+
+def goal_rows(curve):
+    """The runs of the goal's setting: [(configuration, run)], [] when the
+    curve has no such N and budget."""
+    for e in curve:
+        if e["models"] != GOAL["models"]:
+            continue
+        for bud in e["budgets"]:
+            if abs(bud["fraction"] - GOAL["budget_fraction"]) < 1e-9:
+                return list(bud["runs"].items())
+    return []
+
+
+def meets_goal(run):
+    return (run.get("throughput_ratio") is not None and run.get("p99_ratio") is not None
+            and run["throughput_ratio"] >= GOAL["throughput_ratio"]
+            and run["p99_ratio"] <= GOAL["p99_ratio"])
+
+
+def goal_lines(curve):
+    rows = goal_rows(curve)
+    if not rows:
+        return []
+    lines = [f"The goal's setting: {GOAL['models']} models, budget "
+             f"{100 * GOAL['budget_fraction']:g} % of their weights; goal: at least "
+             f"{GOAL['throughput_ratio']} of the all-resident throughput with p99 at most "
+             f"{GOAL['p99_ratio']:g}x:"]
+    for key, r in rows:
+        lines.append(f"  {key:<14} {r['requests_per_s']:7.0f} requests/s = "
+                     f"{fmt(r['throughput_ratio'], '.2f')} of all-resident, p99 "
+                     f"{fmt(r['p99_ms'], '.1f')} ms = {fmt(r['p99_ratio'], '.2f')}x: "
+                     + ("goal met" if meets_goal(r) else "goal NOT met"))
+    return lines
+
+
 # ---- report ----------------------------------------------------------------------
 
 def markdown(result):
@@ -550,75 +790,224 @@ def markdown(result):
                 f"{u['requests_per_s']:.0f} | {fmt(u['p50_ms'], '.2f')} | "
                 f"{fmt(u['p99_ms'], '.2f')} |")
         lines.append("")
+    curve = result.get("curve")
+    if curve:
+        lines += curve_markdown(curve, result["settings"])
     return "\n".join(lines)
+
+
+def curve_markdown(curve, s):
+    lines = []
+    goal = goal_rows(curve)
+    if goal:
+        ref = next(e for e in curve if e["models"] == GOAL["models"])["reference"]
+        lines += [f"The goal's setting, {GOAL['models']} models and a budget of "
+                  f"{100 * GOAL['budget_fraction']:g} % of their weights: at least "
+                  f"{GOAL['throughput_ratio']} of the all-resident throughput with p99 at most "
+                  f"{GOAL['p99_ratio']:g}x ("
+                  + "; ".join(f"{key}: {r['requests_per_s']:.0f} requests/s, p99 "
+                              f"{fmt(r['p99_ms'], '.1f')} ms" for key, r in ref.items())
+                  + "):", "",
+                  "| configuration | requests/s | of all-resident | p50 ms | p99 ms | "
+                  "p99 / all-resident | hit rate | per execution | time loading | goal |",
+                  "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
+        for key, r in goal:
+            lines.append(
+                f"| {key} | {r['requests_per_s']:.0f} | **{fmt(r['throughput_ratio'], '.2f')}** "
+                f"| {fmt(r['p50_ms'], '.2f')} | {fmt(r['p99_ms'], '.2f')} | "
+                f"**{fmt(r['p99_ratio'], '.2f')}x** | {fmt(r['hit_rate'], '.3f')} | "
+                f"{fmt(r['hit_rate_per_execution'], '.3f')} | {100 * r['load_busy']:.0f}% | "
+                + ("met" if meets_goal(r) else "not met") + " |")
+        lines.append("")
+    rounds = s["curve_rounds"]
+    configs = "; ".join(f"`{name}`: " + (f"`{s['pjserve_baseline']}`" if b == "baseline"
+                                         else "build/pjserve")
+                        + (f" `{shlex.join(extra)}`" if extra else " with no extra arguments")
+                        for name, (b, extra) in s["configs"].items())
+    for bi, fraction in enumerate(s["curve_budgets"]):
+        lines += [f"N models of {curve[0]['model_bytes'] / MIB:.2f} MiB, budget "
+                  f"{100 * fraction:g} % of their weights; Zipf traffic (s = {s['zipf_s']}) from "
+                  f"{s['threads']} client threads (batch-1 gRPC requests, closed loop), "
+                  f"{s['curve_settle']:g} s settle + {s['curve_seconds']:g} s measured per run"
+                  + (f", median of {rounds} rounds" if rounds > 1 else "")
+                  + f"; {configs}; {REFERENCE}: no budget. Ratios against the "
+                  f"{REFERENCE} run of the same binary; hit rate = 1 - Δloads / Δrequests (per "
+                  "execution: / Δexecutions); time loading = Δ`pjserve_weight_load_seconds_total` "
+                  "/ wall time:", "",
+                  "| N | budget MiB (models) | configuration | requests/s | of all-resident | "
+                  "p50 ms | p99 ms | p99 / all-resident | hit rate | per execution | "
+                  "LRU simulated | most popular resident | time loading | loads/s | "
+                  "ms per load |",
+                  "|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+        for e in curve:
+            bud = e["budgets"][bi]
+            for key, r in e["reference"].items():
+                lines.append(f"| {e['models']} | - | {key} | {r['requests_per_s']:.0f} | 1 | "
+                             f"{fmt(r['p50_ms'], '.2f')} | {fmt(r['p99_ms'], '.2f')} | 1 | "
+                             "| | | | | | |")
+            for key, r in bud["runs"].items():
+                lines.append(
+                    f"| {e['models']} | {bud['budget_bytes'] / MIB:.1f} "
+                    f"({bud['models_fitting']}) | {key} | {r['requests_per_s']:.0f} | "
+                    f"**{fmt(r['throughput_ratio'], '.2f')}** | {fmt(r['p50_ms'], '.2f')} | "
+                    f"{fmt(r['p99_ms'], '.2f')} | {fmt(r['p99_ratio'], '.2f')} | "
+                    f"{fmt(r['hit_rate'], '.3f')} | {fmt(r['hit_rate_per_execution'], '.3f')} | "
+                    f"{bud['lru_simulated_hit_rate']:.3f} | {bud['top_models_hit_rate']:.3f} | "
+                    f"{100 * r['load_busy']:.0f}% | {r['loads_per_s']:.0f} | "
+                    f"{fmt(r['load_ms_mean'], '.2f')} |")
+        lines.append("")
+    return lines
 
 
 # ---- main ------------------------------------------------------------------------
 
+# Knobs whose default --quick changes: name -> (type, default, with --quick, help).
+KNOBS = {
+    "sizes": (str, "1,4,16,64,256", "1,16", "load: model sizes in MiB"),
+    "load_rounds": (int, 15, 3, "load: rounds of (miss, hit) on each of the two copies"),
+    "copy_reps": (int, 7, 3, "load: numpy copies per size, the median"),
+    "models": (str, "5,10,20,40", "5,10", "zipf: numbers of models"),
+    "settle": (float, 3.0, 1.0, "zipf: seconds of traffic before measuring"),
+    "seconds": (float, 12.0, 2.0, "zipf: seconds measured with the budget"),
+    "reference_seconds": (float, 6.0, 2.0, "zipf: seconds measured without a budget"),
+    "rounds": (int, 2, 1, "zipf: rounds, each on freshly started servers; the tables show "
+                          "the median"),
+    "curve_models": (str, "5,10,20,40,80,120,200", "5,40",
+                     "curve: numbers of models"),
+    "curve_settle": (float, 1.0, 0.5, "curve: seconds of traffic before measuring"),
+    "curve_seconds": (float, 4.0, 1.5, "curve: seconds measured per run (references too)"),
+    "curve_rounds": (int, 1, 1, "curve: rounds, each on freshly started servers; the "
+                                "tables show the median"),
+}
+QUICK_OUT = ROOT / "build" / "bench-residency-quick"
+
+
 def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0] + " Parts: load (cold loads against model "
+        "size), zipf (many models of 16 MiB at one budget), curve (throughput and p99 "
+        "against the number of models at budgets of 10 and 20 %%, per configuration); "
+        "the module's docstring says what each measures.")
     ap.add_argument("--parts", default=",".join(PARTS),
                     help=f"comma-separated subset of {','.join(PARTS)} (default: all)")
-    ap.add_argument("--sizes", default="1,4,16,64,256",
-                    help="load: model sizes in MiB (default %(default)s)")
-    ap.add_argument("--load-rounds", type=int, default=15,
-                    help="load: rounds of (miss, hit) on each of the two copies "
-                         "(default %(default)s)")
-    ap.add_argument("--copy-reps", type=int, default=7,
-                    help="load: numpy copies per size, the median (default %(default)s)")
-    ap.add_argument("--models", default="5,10,20,40",
-                    help="zipf: numbers of models (default %(default)s)")
+    ap.add_argument("--quick", action="store_true",
+                    help="a short run for development (the defaults after '--quick:' below); "
+                         f"results under {QUICK_OUT.relative_to(ROOT)}/")
+    for name, (typ, full, quick, text) in KNOBS.items():
+        ap.add_argument("--" + name.replace("_", "-"), type=typ, default=None,
+                        help=f"{text} (default {full}; --quick: {quick})")
     ap.add_argument("--zipf-size-mib", type=float, default=16,
                     help="zipf: weights per model, MiB (default %(default)s)")
     ap.add_argument("--zipf-s", type=float, default=1.1,
-                    help="zipf: exponent of the popularity law (default %(default)s)")
+                    help="zipf, curve: exponent of the popularity law (default %(default)s)")
     ap.add_argument("--budget-fraction", type=float, default=0.2,
                     help="zipf: budget as a share of all the models' weights "
                          "(default %(default)s)")
     ap.add_argument("--threads", type=int, default=8,
-                    help="zipf: client threads (default %(default)s)")
-    ap.add_argument("--settle", type=float, default=3.0,
-                    help="zipf: seconds of traffic before measuring (default %(default)s)")
-    ap.add_argument("--seconds", type=float, default=20.0,
-                    help="zipf: seconds measured with the budget (default %(default)s)")
-    ap.add_argument("--reference-seconds", type=float, default=10.0,
-                    help="zipf: seconds measured without a budget (default %(default)s)")
-    ap.add_argument("--rounds", type=int, default=2,
-                    help="zipf: rounds, each on freshly started servers; the tables show the "
-                         "median (default %(default)s)")
+                    help="zipf, curve: client threads (default %(default)s)")
+    ap.add_argument("--curve-size-mib", type=float, default=4.5,
+                    help="curve: weights per model, MiB (default %(default)s: K = 1086, "
+                         "4.50 MiB with the bias)")
+    ap.add_argument("--curve-budgets", default="0.1,0.2",
+                    help="curve: budgets as shares of all the models' weights "
+                         "(default %(default)s)")
+    ap.add_argument("--configs", default=DEFAULT_CONFIGS,
+                    help="curve: comma-separated configurations run at each N and budget "
+                         f"(default %(default)s; 'baseline' is added with --pjserve-baseline). "
+                         "Known: " + "; ".join(
+                             f"{n} = " + ("the --pjserve-baseline binary" if b == "baseline"
+                                          else "build/pjserve")
+                             + (" " + " ".join(x) if x else " with no extra arguments")
+                             for n, (b, x) in CONFIGS.items()))
+    ap.add_argument("--config", action="append", default=[], metavar="NAME=ARGS",
+                    help="curve: defines (or redefines) configuration NAME as build/pjserve "
+                         "with the extra serve arguments ARGS (split as a shell would), e.g. "
+                         "--config 'gdsf+defer5=--eviction-policy gdsf "
+                         "--cold-model-defer-ms 5'; repeatable; name it in --configs")
+    ap.add_argument("--pjserve-baseline", type=Path, metavar="BIN",
+                    help="curve: also run configuration 'baseline': the same traffic against "
+                         "this pjserve binary (an older build) with no extra arguments, and "
+                         "its own all-resident reference, interleaved with the others")
+    ap.add_argument("--trace-dir", type=Path,
+                    help="curve: where the request traces go, N<N>_<budget>pct.csv "
+                         "(default bench/results/residency_traces)")
+    ap.add_argument("--trace-requests", type=int, default=3000,
+                    help="curve: requests kept per trace, the first sent (default %(default)s)")
     ap.add_argument("--server-arg", action="append", default=[],
                     help="extra argument for every pjserve serve (repeatable), e.g. "
                          "--server-arg=--scheduler-discipline=fifo")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--reexport", action="store_true", help="export the bench models again")
-    ap.add_argument("--json", type=Path, default=ROOT / "bench" / "results" / "residency.json")
-    ap.add_argument("--plot-dir", type=Path, default=ROOT / "docs" / "img",
-                    help="where residency.png goes")
+    ap.add_argument("--json", type=Path,
+                    help="results (default bench/results/residency.json; the tables go next "
+                         "to it as .md)")
+    ap.add_argument("--plot-dir", type=Path,
+                    help="where residency.png and residency_curve.png go (default docs/img)")
     ap.add_argument("--keep", action="store_true", help="keep the temporary directory (logs)")
     a = ap.parse_args(argv)
+    for name, (_, full, quick, _) in KNOBS.items():
+        if getattr(a, name) is None:
+            setattr(a, name, quick if a.quick else full)
+    out = QUICK_OUT if a.quick else None
+    a.json = a.json or (out or ROOT / "bench" / "results") / "residency.json"
+    a.plot_dir = a.plot_dir or (out or ROOT / "docs" / "img")
+    a.trace_dir = (a.trace_dir or (out or ROOT / "bench" / "results") / "residency_traces")
     parts = parse_parts(ap, a.parts, PARTS)
     sizes = [float(s) if "." in s else int(s) for s in a.sizes.split(",")]
     ns = [int(n) for n in a.models.split(",")]
+    a.curve_models = [int(n) for n in a.curve_models.split(",")]
+    a.curve_budgets = [float(f) for f in a.curve_budgets.split(",")]
+    known = dict(CONFIGS)
+    for d in a.config:
+        name, sep, args = d.partition("=")
+        if not sep or not name or "," in name:
+            ap.error(f"--config {d!r}: expected NAME=ARGS, NAME without commas")
+        known[name] = ("new", shlex.split(args))
+    chosen = [c.strip() for c in a.configs.split(",") if c.strip()]
+    if a.pjserve_baseline and "baseline" not in chosen:
+        chosen.append("baseline")
+    unknown = [c for c in chosen if c not in known]
+    if unknown:
+        ap.error(f"--configs: unknown {unknown}; known: {', '.join(known)} "
+                 "(--config NAME=ARGS defines more)")
+    if "baseline" in chosen and not a.pjserve_baseline:
+        ap.error("--configs baseline needs --pjserve-baseline BIN")
+    configs = {c: known[c] for c in chosen}
+    binaries = {"new": PJSERVE}
+    if a.pjserve_baseline:
+        binaries["baseline"] = a.pjserve_baseline.resolve()
     if not PJSERVE.exists():
         sys.exit(f"residency: {PJSERVE.relative_to(ROOT)} is missing (cmake --build build)")
+    if "curve" in parts:
+        check_configs(configs, binaries, a.server_arg)
 
     started = time.time()
     work = Path(tempfile.mkdtemp(prefix="pjs-bench-residency-"))
     result = {"machine": machine_info(), "loadavg_start": os.getloadavg(),
-              "settings": {"parts": parts, "sizes_mib": sizes, "load_rounds": a.load_rounds,
+              "settings": {"parts": parts, "quick": a.quick, "sizes_mib": sizes,
+                           "load_rounds": a.load_rounds,
                            "copy_reps": a.copy_reps, "models": ns,
                            "zipf_size_mib": a.zipf_size_mib, "zipf_s": a.zipf_s,
                            "budget_fraction": a.budget_fraction, "threads": a.threads,
                            "settle": a.settle, "seconds": a.seconds,
                            "reference_seconds": a.reference_seconds, "rounds": a.rounds,
+                           "curve_models": a.curve_models, "curve_size_mib": a.curve_size_mib,
+                           "curve_budgets": a.curve_budgets, "curve_settle": a.curve_settle,
+                           "curve_seconds": a.curve_seconds, "curve_rounds": a.curve_rounds,
+                           "configs": configs,
+                           "pjserve_baseline": (str(a.pjserve_baseline)
+                                                if a.pjserve_baseline else None),
+                           "trace_requests": a.trace_requests,
                            "seed": a.seed,
                            "server_args": a.server_arg,
                            "protocol": "grpc", "request_batch": 1,
                            "host_copy": "numpy.copyto of uint8 arrays, one thread"},
-              "versions": {"pjserve": git_revision()}}
+              "versions": {"pjserve": git_revision(),
+                           "binaries": {b: binary_info(path) for b, path in binaries.items()}}}
     try:
         want = sorted(set((sizes if "load" in parts else [])
-                          + ([a.zipf_size_mib] if "zipf" in parts else [])))
+                          + ([a.zipf_size_mib] if "zipf" in parts else [])
+                          + ([a.curve_size_mib] if "curve" in parts else [])))
         log(f"exporting the bench models into {MODELS_DIR.relative_to(ROOT)}")
         paths = export_models(want, a.reexport)
         cache = MODELS_DIR / "cache"
@@ -628,19 +1017,27 @@ def main(argv=None):
         if "zipf" in parts:
             result["zipf"] = zipf_part(paths[a.zipf_size_mib], a.zipf_size_mib, ns, a, cache,
                                        work)
+        if "curve" in parts:
+            result["curve"] = curve_part(paths[a.curve_size_mib], a.curve_size_mib, a, configs,
+                                         binaries, cache, work)
     finally:
         remove_workdir(work, a.keep)
 
     write_report(result, started, a.json, markdown)
+    plots = ([("residency.png", [])] if {"load", "zipf"} & set(parts) else []) + \
+        ([("residency_curve.png", ["--curve"])] if "curve" in parts else [])
     plotter = find_plotter()
     if plotter is None:
         log("no plot: no Python with matplotlib (scripts/bootstrap-bench plot makes "
             ".venv-bench-plot)")
     else:
         a.plot_dir.mkdir(parents=True, exist_ok=True)
-        subprocess.run([str(plotter), str(PLOT), str(a.json), str(a.plot_dir / "residency.png")],
-                       check=True)
-        log(f"wrote {a.plot_dir / 'residency.png'}")
+        for name, which in plots:
+            subprocess.run([str(plotter), str(PLOT), *which, str(a.json),
+                            str(a.plot_dir / name)], check=True)
+            log(f"wrote {a.plot_dir / name}")
+    for line in goal_lines(result.get("curve") or []):
+        log(line)
     log(f"done in {result['elapsed_s'] / 60:.1f} min")
     return 0
 
