@@ -174,6 +174,8 @@ static const struct serve_flag {
     {"max-queue-depth", required_argument, TO_WORKERS},
     {"default-timeout-us", required_argument, TO_WORKERS},
     {"warmup-runs", required_argument, TO_WORKERS},
+    {"cold-model-defer-ms", required_argument, TO_WORKERS},
+    {"eviction-policy", required_argument, TO_WORKERS},
     {"meta-concurrency", required_argument, TO_WORKERS},
     {"meta-scratch-bytes", required_argument, TO_WORKERS},
     {"pjrt-plugin", required_argument, TO_WORKERS},

@@ -127,6 +127,17 @@ static const char help[] =
     "  --warmup-runs N         executions per variant and batch size at load, to\n"
     "                          measure costs, 0..100 (default 2)\n"
     "                          [PJSERVE_SCHEDULER_WARMUP_RUNS]\n"
+    "  --cold-model-defer-ms MS  how long requests for a model whose weights are not\n"
+    "                          on the device may wait while resident models have\n"
+    "                          work, so one load serves more of them; never past a\n"
+    "                          deadline; 0: off (default 10)\n"
+    "                          [PJSERVE_SCHEDULER_COLD_MODEL_DEFER_MS]\n"
+    "  --eviction-policy lfu|lru  which resident model's weights leave the device\n"
+    "                          when another must load: lfu the one least used\n"
+    "                          lately (uses decaying over 4096 requests) per what\n"
+    "                          reloading it costs per byte; lru the least recently\n"
+    "                          used (default lfu)\n"
+    "                          [PJSERVE_SCHEDULER_EVICTION_POLICY]\n"
     "  --model-weight NAME=W   fair-share weight of model NAME (default: its\n"
     "                          manifest's weight); repeatable; no environment form\n"
     "\n"
@@ -203,6 +214,8 @@ enum {
     OPT_MAX_QUEUE_DEPTH,
     OPT_DEFAULT_TIMEOUT,
     OPT_WARMUP_RUNS,
+    OPT_COLD_DEFER,
+    OPT_EVICTION,
     OPT_META_CONCURRENCY,
     OPT_META_SCRATCH_BYTES,
     OPT_SHARED_WEIGHTS,
@@ -224,6 +237,8 @@ static const struct {
     {OPT_MAX_QUEUE_DEPTH, "--max-queue-depth", "scheduler.max_queue_depth"},
     {OPT_DEFAULT_TIMEOUT, "--default-timeout-us", "scheduler.default_timeout_us"},
     {OPT_WARMUP_RUNS, "--warmup-runs", "scheduler.warmup_runs"},
+    {OPT_COLD_DEFER, "--cold-model-defer-ms", "scheduler.cold_model_defer_ms"},
+    {OPT_EVICTION, "--eviction-policy", "scheduler.eviction_policy"},
     {OPT_META_CONCURRENCY, "--meta-concurrency", "meta.concurrency"},
     {OPT_META_SCRATCH_BYTES, "--meta-scratch-bytes", "meta.scratch_bytes"},
 };
@@ -318,6 +333,8 @@ static int parse_args(int argc, char **argv, serve_args *a)
         {"max-queue-depth", required_argument, NULL, OPT_MAX_QUEUE_DEPTH},
         {"default-timeout-us", required_argument, NULL, OPT_DEFAULT_TIMEOUT},
         {"warmup-runs", required_argument, NULL, OPT_WARMUP_RUNS},
+        {"cold-model-defer-ms", required_argument, NULL, OPT_COLD_DEFER},
+        {"eviction-policy", required_argument, NULL, OPT_EVICTION},
         {"meta-concurrency", required_argument, NULL, OPT_META_CONCURRENCY},
         {"meta-scratch-bytes", required_argument, NULL, OPT_META_SCRATCH_BYTES},
         {"help", no_argument, NULL, 'h'},
@@ -389,6 +406,8 @@ static int parse_args(int argc, char **argv, serve_args *a)
         case OPT_MAX_QUEUE_DEPTH:
         case OPT_DEFAULT_TIMEOUT:
         case OPT_WARMUP_RUNS:
+        case OPT_COLD_DEFER:
+        case OPT_EVICTION:
         case OPT_META_CONCURRENCY:
         case OPT_META_SCRATCH_BYTES: bad = add_setting(a, opt, optarg); break;
         default: {

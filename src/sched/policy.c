@@ -38,6 +38,8 @@ void pjs_sched_config_defaults(pjs_sched_config *c)
         .max_queue_depth = 1024,
         .default_timeout_us = 0,
         .warmup_runs = 2,
+        .cold_model_defer_ms = 10.0,
+        .eviction = PJS_EVICTION_LFU,
     };
 }
 
@@ -62,6 +64,12 @@ int pjs_sched_config_check(const pjs_sched_config *c, pjs_error *err)
     if (c->max_queue_depth < 1)
         return pjs_error_set(err, PJS_ERR_INVALID_ARGUMENT,
                              "scheduler.max_queue_depth: must be at least 1");
+    if (!(c->cold_model_defer_ms >= 0 && c->cold_model_defer_ms <= 60000))
+        return pjs_error_set(err, PJS_ERR_INVALID_ARGUMENT,
+                             "scheduler.cold_model_defer_ms: must be between 0 and 60000");
+    if (c->eviction != PJS_EVICTION_LFU && c->eviction != PJS_EVICTION_LRU)
+        return pjs_error_set(err, PJS_ERR_INVALID_ARGUMENT,
+                             "scheduler.eviction_policy: expected lfu or lru");
     if (c->warmup_runs < 0 || c->warmup_runs > 100)
         return pjs_error_set(err, PJS_ERR_INVALID_ARGUMENT,
                              "scheduler.warmup_runs: must be between 0 and 100");
@@ -263,6 +271,16 @@ void pjs_sched_record(pjs_sched *s, pjs_sched_queue *q, size_t k, uint64_t now,
     sh->recent_at = now;
 }
 
+void pjs_sched_charge_load(pjs_sched *s, pjs_sched_share *sh, uint64_t now, uint64_t load_ns)
+{
+    if (sh->load_ns <= 0)
+        sh->load_ns = (double)load_ns;
+    else
+        sh->load_ns += s->cfg.cost_smoothing * ((double)load_ns - sh->load_ns);
+    sh->recent_ns = decayed(s, sh, now) + (double)load_ns;
+    sh->recent_at = now;
+}
+
 double pjs_sched_recent_utilization(const pjs_sched *s, const pjs_sched_share *sh, uint64_t now)
 {
     /* A device busy all the time accumulates half_life / ln 2 seconds. */
@@ -321,11 +339,18 @@ static pjs_sched_queue *select_committed(const pjs_sched *s)
     return best;
 }
 
-static pjs_sched_queue *select_fifo(const pjs_sched *s)
+/* Whether q is left out of a selection restricted to resident models. */
+static bool skipped(const pjs_sched_queue *q, bool resident_only)
 {
-    pjs_sched_queue *best = s->active;
+    return resident_only && q->share->cold;
+}
+
+/* The selections below return NULL when every queue was skipped. */
+static pjs_sched_queue *select_fifo(const pjs_sched *s, bool resident_only)
+{
+    pjs_sched_queue *best = NULL;
     for (pjs_sched_queue *q = s->active; q != NULL; q = q->next_active)
-        if (head_arrival(q) < head_arrival(best))
+        if (!skipped(q, resident_only) && (best == NULL || head_arrival(q) < head_arrival(best)))
             best = q;
     return best;
 }
@@ -339,11 +364,13 @@ static uint64_t most_urgent(const pjs_sched_queue *q)
     return d;
 }
 
-static pjs_sched_queue *select_edf(const pjs_sched *s)
+static pjs_sched_queue *select_edf(const pjs_sched *s, bool resident_only)
 {
     pjs_sched_queue *best = NULL;
     uint64_t best_deadline = 0;
     for (pjs_sched_queue *q = s->active; q != NULL; q = q->next_active) {
+        if (skipped(q, resident_only))
+            continue;
         uint64_t d = most_urgent(q);
         if (best == NULL || earlier(d, q, best_deadline, best)) {
             best = q;
@@ -353,8 +380,15 @@ static pjs_sched_queue *select_edf(const pjs_sched *s)
     return best;
 }
 
+/* What running q now costs on top of its execution: its model's load when
+ * its weights are not on the device. */
+static double load_cost(const pjs_sched_queue *q)
+{
+    return q->share->cold ? q->share->load_ns : 0.0;
+}
+
 /* Estimated cost of serving q's queue now, made cheaper per the coalescing
- * discount by the rows it would serve. */
+ * discount by the rows it would serve, plus its load if cold. */
 static double discounted_cost(const pjs_sched *s, const pjs_sched_queue *q)
 {
     int64_t rows = q->coalesce ? q->rows : q->head->rows;
@@ -362,7 +396,7 @@ static double discounted_cost(const pjs_sched *s, const pjs_sched_queue *q)
     if (rows > q->sizes[k])
         rows = q->sizes[k];
     double cost = pjs_sched_estimate(q, k);
-    return cost / (1.0 + s->cfg.coalesce_discount * (double)(rows - 1));
+    return cost / (1.0 + s->cfg.coalesce_discount * (double)(rows - 1)) + load_cost(q);
 }
 
 /* Sums the weights and recent device time of the models with queued work;
@@ -400,7 +434,7 @@ static void limit_idle_credit(pjs_sched *s, pjs_sched_queue *q, const pjs_sched_
     }
 }
 
-static pjs_sched_queue *select_fair(const pjs_sched *s, uint64_t now)
+static pjs_sched_queue *select_fair(const pjs_sched *s, uint64_t now, bool resident_only)
 {
     double total_weight, total_recent;
     fair_totals(s, now, &total_weight, &total_recent);
@@ -408,6 +442,8 @@ static pjs_sched_queue *select_fair(const pjs_sched *s, uint64_t now)
     double best_score = 0;
     double clamp = s->cfg.fair_clamp;
     for (pjs_sched_queue *q = s->active; q != NULL; q = q->next_active) {
+        if (skipped(q, resident_only))
+            continue;
         double owed = q->share->weight / total_weight * total_recent - decayed(s, q->share, now);
         double score = owed / discounted_cost(s, q);
         score = score > clamp ? clamp : score < -clamp ? -clamp : score;
@@ -467,7 +503,7 @@ static void shed_predicted_misses(pjs_sched *s, pjs_sched_queue *q, uint64_t now
         pjs_sched_job *next = j->next;
         bool miss = false;
         if (!j->committed && j->deadline_ns != 0) {
-            double cost = cheapest_measured(q, j->rows);
+            double cost = cheapest_measured(q, j->rows) + load_cost(q);
             miss = isfinite(cost) &&
                    (double)now + cost + (double)margin_ns > (double)j->deadline_ns;
             if (miss && ++q->shed_streak > PJS_SCHED_SHED_PROBE) {
@@ -577,6 +613,33 @@ static void take_prefix(pjs_sched *s, pjs_sched_queue *q, int64_t rows, pjs_sche
     }
 }
 
+static pjs_sched_queue *select_by_discipline(const pjs_sched *s, uint64_t now, bool resident_only)
+{
+    switch (s->cfg.discipline) {
+    case PJS_DISCIPLINE_FIFO: return select_fifo(s, resident_only);
+    case PJS_DISCIPLINE_EDF: return select_edf(s, resident_only);
+    default: return select_fair(s, now, resident_only);
+    }
+}
+
+/* Whether cold queue q may yield to `instead` (resident) now: its oldest
+ * job has waited less than the deferral bound, and each of its deadlines
+ * still holds after instead's execution, q's load and q's execution. */
+static bool may_defer(const pjs_sched *s, const pjs_sched_queue *q,
+                      const pjs_sched_queue *instead, uint64_t now)
+{
+    double waited_ns = (double)(now - head_arrival(q));
+    if (waited_ns >= s->cfg.cold_model_defer_ms * 1e6)
+        return false;
+    uint64_t d = most_urgent(q);
+    if (d == UINT64_MAX)
+        return true;
+    double ahead = pjs_sched_estimate(instead, size_for_rows(instead, instead->rows));
+    double own = pjs_sched_estimate(q, size_for_rows(q, q->rows)) + load_cost(q);
+    double margin = (double)s->cfg.edf_laxity_margin_us * 1e3;
+    return (double)now + ahead + own + margin <= (double)d;
+}
+
 bool pjs_sched_next(pjs_sched *s, uint64_t now, pjs_sched_plan *plan)
 {
     memset(plan, 0, sizeof *plan);
@@ -584,10 +647,11 @@ bool pjs_sched_next(pjs_sched *s, uint64_t now, pjs_sched_plan *plan)
         return false;
     pjs_sched_queue *q = s->committed > 0 ? select_committed(s) : NULL;
     if (q == NULL) {
-        switch (s->cfg.discipline) {
-        case PJS_DISCIPLINE_FIFO: q = select_fifo(s); break;
-        case PJS_DISCIPLINE_EDF: q = select_edf(s); break;
-        default: q = select_fair(s, now); break;
+        q = select_by_discipline(s, now, false);
+        if (q->share->cold && s->cfg.cold_model_defer_ms > 0) {
+            pjs_sched_queue *resident = select_by_discipline(s, now, true);
+            if (resident != NULL && may_defer(s, q, resident, now))
+                q = resident;
         }
     }
     drop_expired(s, q, now, plan);

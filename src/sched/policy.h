@@ -30,6 +30,16 @@
  *            executions, so time spent idle never buys a lockout of the
  *            others; since deficits sum to zero some queued model is always
  *            owed time, so none starves.
+ *      Residency: a queue whose model's weights are not on the device
+ *      (`cold`) costs its load on top of its execution wherever costs are
+ *      weighed (fair scores, edf's shedding), and fair shares are charged
+ *      the load time (pjs_sched_charge_load). When the discipline picks a
+ *      cold queue while some resident model has queued work, the resident
+ *      model's queue (the discipline's pick among resident ones) runs
+ *      instead, as long as the cold queue's oldest job has waited less than
+ *      cold_model_defer_ms and deferring cannot make any of its deadlines
+ *      miss; so a cold model's requests gather while the device stays busy
+ *      and one load serves them all.
  *   3. Coalescing: jobs are taken in FIFO order (committed jobs of the queue
  *      first), always including the oldest. When the queue holds at least
  *      the largest compiled size in rows, the largest size is filled. With
@@ -55,6 +65,7 @@
 
 #include "core/status.h"
 #include "core/job.h"
+#include "sched/weight_cache.h"
 
 /* Most compiled batch sizes a queue may have. */
 #define PJS_SCHED_MAX_SIZES 32
@@ -82,10 +93,13 @@ typedef struct pjs_sched_config {
     size_t max_queue_depth;       /* per model, requests; >= 1 */
     uint64_t default_timeout_us;  /* per model deadline when the request has none; 0 none */
     int warmup_runs;              /* executions per (variant, batch size) at load; >= 0 */
+    double cold_model_defer_ms;   /* longest a cold queue yields to resident work; 0 never */
+    pjs_eviction eviction;        /* the weight cache's policy */
 } pjs_sched_config;
 
 /* The defaults: fair, half-life 1 s, discount 0.5, clamp 4, smoothing 0.2,
- * margin 0, depth 1024, no default timeout, 2 warm-up runs. */
+ * margin 0, depth 1024, no default timeout, 2 warm-up runs, cold models
+ * deferred up to 10 ms, lfu eviction. */
 void pjs_sched_config_defaults(pjs_sched_config *c);
 /* Checks every field's range; the message names the field. */
 int pjs_sched_config_check(const pjs_sched_config *c, pjs_error *err);
@@ -98,6 +112,9 @@ typedef struct pjs_sched_share {
     double recent_ns;         /* decaying sum of device time, as of recent_at */
     uint64_t recent_at;
     size_t active_queues;     /* its non-empty queues */
+    bool cold;                /* its weights are not on the device and would be
+                                 loaded before it runs (set by the caller) */
+    double load_ns;           /* EMA of its measured loads (pjs_sched_charge_load) */
 } pjs_sched_share;
 
 typedef struct pjs_sched_cost {
@@ -168,6 +185,9 @@ bool pjs_sched_next(pjs_sched *s, uint64_t now, pjs_sched_plan *plan);
  * (q, size_index) and the model's recent device time. */
 void pjs_sched_record(pjs_sched *s, pjs_sched_queue *q, size_t size_index, uint64_t now,
                       uint64_t device_ns);
+/* Records a load of the share's weights that took load_ns: its load cost
+ * estimate, and its recent device time (fair shares pay for loads). */
+void pjs_sched_charge_load(pjs_sched *s, pjs_sched_share *sh, uint64_t now, uint64_t load_ns);
 /* Seeds the cost estimate (warm-up): replaces it with device_ns. */
 void pjs_sched_seed_cost(pjs_sched_queue *q, size_t size_index, uint64_t device_ns);
 

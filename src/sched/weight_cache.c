@@ -1,8 +1,11 @@
 /*
- * weight_cache.c - LRU residency of model weights under a byte budget (see
- * weight_cache.h).
+ * weight_cache.c - residency of model weights under a byte budget, evicting
+ * by LRU or by use and load cost (see weight_cache.h).
  *
- * The LRU list holds resident unpinned entries, newest first. Every change
+ * The LRU list holds resident unpinned entries, newest first, under either
+ * policy: lfu scans it for the least valuable entry (a handful to a few hundred
+ * models; a scan per eviction costs nothing next to the load it makes room
+ * for) and compaction and shutdown walk it. Every change
  * is done in the same order: the device work (a callback) with no lock held,
  * then the books under `lock`; an eviction commits the books first and frees
  * afterwards, so a reader never counts bytes as free that are not, for longer
@@ -14,12 +17,28 @@
 #include <math.h>
 #include <string.h>
 
-void pjs_wcache_init(pjs_wcache *c, uint64_t budget, bool autonomous, const pjs_wcache_ops *ops)
+const char *pjs_eviction_name(pjs_eviction p)
+{
+    return p == PJS_EVICTION_LRU ? "lru" : "lfu";
+}
+
+int pjs_eviction_parse(const char *s)
+{
+    if (strcmp(s, "lfu") == 0)
+        return PJS_EVICTION_LFU;
+    if (strcmp(s, "lru") == 0)
+        return PJS_EVICTION_LRU;
+    return -1;
+}
+
+void pjs_wcache_init(pjs_wcache *c, uint64_t budget, bool autonomous, pjs_eviction policy,
+                     const pjs_wcache_ops *ops)
 {
     memset(c, 0, sizeof *c);
     pthread_mutex_init(&c->lock, NULL);
     c->budget = budget;
     c->autonomous = autonomous;
+    c->policy = policy;
     c->ops = *ops;
 }
 
@@ -69,6 +88,22 @@ static void evict(pjs_wcache *c, pjs_wcache_entry *e)
     c->ops.evict(e, c->ops.ctx);
 }
 
+/* lfu: e's uses decayed to the cache's clock. */
+static double decayed_uses(const pjs_wcache *c, const pjs_wcache_entry *e)
+{
+    return e->uses * exp2(-(c->clock - e->uses_at) / PJS_WCACHE_LFU_HALF_LIFE);
+}
+
+/* lfu: what keeping e saves: its uses times what a reload of it costs per
+ * byte it holds. Before its first load is measured, a load is estimated at
+ * 20 us plus the bytes at 10 GB/s. */
+static double value(const pjs_wcache *c, const pjs_wcache_entry *e)
+{
+    double bytes = e->bytes > 0 ? (double)e->bytes : 1.0;
+    double ns = e->load_ns > 0 ? e->load_ns : 20e3 + bytes / 10.0;
+    return decayed_uses(c, e) * ns / bytes;
+}
+
 /* Loads e, then puts it in the books (pinned or newest). */
 static int load(pjs_wcache *c, pjs_wcache_entry *e, pjs_error *err)
 {
@@ -89,14 +124,24 @@ static int load(pjs_wcache *c, pjs_wcache_entry *e, pjs_error *err)
     return 0;
 }
 
-/* The least recently used resident entry that is not held, other than
- * `except`; NULL when none. */
+/* The resident unpinned entry the policy evicts first, among those not
+ * held and other than `except`; NULL when none. */
 static pjs_wcache_entry *victim(const pjs_wcache *c, const pjs_wcache_entry *except)
 {
-    for (pjs_wcache_entry *e = c->oldest; e != NULL; e = e->newer)
-        if (e != except && atomic_load(&e->holds) == 0)
+    pjs_wcache_entry *best = NULL;
+    double best_value = 0;
+    for (pjs_wcache_entry *e = c->oldest; e != NULL; e = e->newer) {
+        if (e == except || atomic_load(&e->holds) != 0)
+            continue;
+        if (c->policy == PJS_EVICTION_LRU)
             return e;
-    return NULL;
+        double v = value(c, e);
+        if (best == NULL || v < best_value) {
+            best = e;
+            best_value = v;
+        }
+    }
+    return best;
 }
 
 static bool fits(const pjs_wcache *c, uint64_t bytes)
@@ -105,9 +150,13 @@ static bool fits(const pjs_wcache *c, uint64_t bytes)
            (bytes <= c->budget && c->used <= c->budget - bytes);
 }
 
-int pjs_wcache_acquire(pjs_wcache *c, pjs_wcache_entry *e, bool *over_budget, pjs_error *err)
+int pjs_wcache_acquire(pjs_wcache *c, pjs_wcache_entry *e, uint64_t uses, bool *over_budget,
+                       pjs_error *err)
 {
     *over_budget = false;
+    c->clock += (double)uses;
+    e->uses = decayed_uses(c, e) + (double)uses;
+    e->uses_at = c->clock;
     if (e->resident) {
         if (!e->pinned && c->newest != e) {
             pthread_mutex_lock(&c->lock);

@@ -4,8 +4,22 @@
  *
  * Every model's weights live in host RAM (its host floor) and move to the
  * device when it runs. The cache keeps them there while there is room:
- * acquiring a model that is not resident evicts the least recently used
- * resident models until it fits the budget, then loads it. Device-pinned
+ * acquiring a model that is not resident evicts resident models until it
+ * fits the budget, then loads it. Which ones go is the eviction policy's
+ * choice:
+ *
+ *   lru   the least recently used first;
+ *   lfu   the least valuable first, valuing an entry at how often it is
+ *         used times what reloading it would cost per byte it holds:
+ *         uses * load time / bytes. Uses count the requests each acquire
+ *         serves and decay with a half-life of PJS_WCACHE_LFU_HALF_LIFE
+ *         requests to the whole cache, so a model that stopped being asked
+ *         for loses its place within a few half-lives. Ties go to the least
+ *         recently used. (On synthetic Zipf traffic it keeps close to the
+ *         most popular models resident, and a scan through every model does
+ *         not flush them as it flushes LRU: tests/unit/test_weight_cache.c.)
+ *
+ * Device-pinned
  * models are loaded once and never evicted; their bytes are counted apart
  * and do not use the budget. A held entry (pjs_wcache_entry.holds) is
  * skipped when making room, so a model loads over the budget rather than
@@ -32,6 +46,18 @@
 
 #define PJS_WCACHE_UNLIMITED UINT64_MAX
 
+typedef enum pjs_eviction {
+    PJS_EVICTION_LFU = 0,
+    PJS_EVICTION_LRU = 1,
+} pjs_eviction;
+
+/* lfu: requests to the whole cache over which an entry's use count halves. */
+#define PJS_WCACHE_LFU_HALF_LIFE 4096.0
+
+const char *pjs_eviction_name(pjs_eviction p); /* "lfu", "lru" */
+/* Parses "lfu" / "lru"; -1 for anything else. */
+int pjs_eviction_parse(const char *s);
+
 typedef struct pjs_wcache_entry {
     uint64_t bytes;
     bool pinned;     /* device-pinned: outside the budget, never evicted */
@@ -41,6 +67,10 @@ typedef struct pjs_wcache_entry {
     atomic_int holds;
     uint64_t loads;
     uint64_t evictions;
+    double uses;     /* requests served, decayed as of uses_at */
+    double uses_at;  /* the cache's clock when uses was last updated */
+    double load_ns;  /* a load's measured time (set by the load callback);
+                        0: estimated from bytes */
     struct pjs_wcache_entry *newer, *older; /* LRU list of resident unpinned entries */
 } pjs_wcache_entry;
 
@@ -60,19 +90,23 @@ typedef struct pjs_wcache {
     uint64_t changes;         /* loads + evictions so far (readers compare it
                                  before and after reading several entries) */
     bool autonomous;          /* false: never load or evict on its own */
+    pjs_eviction policy;
+    double clock;             /* requests served through acquire so far */
     pjs_wcache_entry *newest, *oldest;
     pjs_wcache_ops ops;
 } pjs_wcache;
 
-void pjs_wcache_init(pjs_wcache *c, uint64_t budget, bool autonomous, const pjs_wcache_ops *ops);
+void pjs_wcache_init(pjs_wcache *c, uint64_t budget, bool autonomous, pjs_eviction policy,
+                     const pjs_wcache_ops *ops);
 void pjs_wcache_destroy(pjs_wcache *c);
 
-/* Makes e resident before it runs: a resident entry becomes the most
- * recently used; otherwise (autonomous) least recently used entries are
- * evicted until e fits and e is loaded. *over_budget is set when e alone
+/* Makes e resident before it runs `uses` requests: a resident entry becomes
+ * the most recently used; otherwise (autonomous) entries are evicted by the
+ * policy until e fits and e is loaded. *over_budget is set when e alone
  * exceeds the budget. FAILED_PRECONDITION when not autonomous and e is not
  * resident; a load error otherwise. */
-int pjs_wcache_acquire(pjs_wcache *c, pjs_wcache_entry *e, bool *over_budget, pjs_error *err);
+int pjs_wcache_acquire(pjs_wcache *c, pjs_wcache_entry *e, uint64_t uses, bool *over_budget,
+                       pjs_error *err);
 
 /* Pins e on the device (loading it if needed, outside the budget) or unpins
  * it: it becomes the most recently used evictable entry (older entries are

@@ -29,7 +29,8 @@
 
 enum sched_key {
     S_DISCIPLINE, S_HALF_LIFE_MS, S_COALESCE_DISCOUNT, S_FAIR_CLAMP, S_COST_SMOOTHING,
-    S_EDF_LAXITY_MARGIN_US, S_MAX_QUEUE_DEPTH, S_DEFAULT_TIMEOUT_US, S_WARMUP_RUNS, S_COUNT
+    S_EDF_LAXITY_MARGIN_US, S_MAX_QUEUE_DEPTH, S_DEFAULT_TIMEOUT_US, S_WARMUP_RUNS,
+    S_COLD_MODEL_DEFER_MS, S_EVICTION_POLICY, S_COUNT
 };
 
 static const char *const sched_keys[S_COUNT] = {
@@ -42,6 +43,8 @@ static const char *const sched_keys[S_COUNT] = {
     [S_MAX_QUEUE_DEPTH] = "max_queue_depth",
     [S_DEFAULT_TIMEOUT_US] = "default_timeout_us",
     [S_WARMUP_RUNS] = "warmup_runs",
+    [S_COLD_MODEL_DEFER_MS] = "cold_model_defer_ms",
+    [S_EVICTION_POLICY] = "eviction_policy",
 };
 
 enum model_key { M_WEIGHT, M_MAX_QUEUE_DEPTH, M_DEFAULT_TIMEOUT_US, M_COUNT };
@@ -166,6 +169,26 @@ static int get_discipline(pjs_yaml *y, const yaml_node_t *n, const char *path,
     return 0;
 }
 
+static int get_eviction(pjs_yaml *y, const yaml_node_t *n, const char *path, pjs_eviction *out)
+{
+    int rc = pjs_yaml_get_string(y, n, path);
+    if (rc != 0)
+        return rc;
+    char text[16];
+    int p = -1;
+    if (n->data.scalar.length < sizeof text) {
+        memcpy(text, n->data.scalar.value, n->data.scalar.length);
+        text[n->data.scalar.length] = '\0';
+        p = pjs_eviction_parse(text);
+    }
+    char q[PJS_YAML_QUOTE_MAX];
+    if (p < 0)
+        return pjs_yaml_fail(y, n, path, "%s is not an eviction policy (expected lfu or lru)",
+                             pjs_yaml_quote_node(n, q, sizeof q));
+    *out = (pjs_eviction)p;
+    return 0;
+}
+
 /* Reads scheduler setting k from n into *s, which is left unchanged on
  * error (a value of the right type but out of range included). */
 static int set_sched_key(pjs_yaml *y, pjs_sched_config *s, enum sched_key k, const yaml_node_t *n)
@@ -201,6 +224,10 @@ static int set_sched_key(pjs_yaml *y, pjs_sched_config *s, enum sched_key k, con
         rc = get_int_in(y, n, path, 0, WARMUP_RUNS_MAX, &i);
         v.warmup_runs = (int)i;
         break;
+    case S_COLD_MODEL_DEFER_MS:
+        rc = pjs_yaml_get_number(y, n, path, &v.cold_model_defer_ms);
+        break;
+    case S_EVICTION_POLICY: rc = get_eviction(y, n, path, &v.eviction); break;
     case S_COUNT: break;
     }
     if (rc != 0)
@@ -657,10 +684,12 @@ void pjs_server_config_describe(const pjs_server_config *c, char *buf, size_t si
     snprintf(buf, size,
              "scheduler: %s, half-life %g ms, coalesce discount %g, fair clamp %g, cost "
              "smoothing %g, edf laxity margin %llu us, max queue depth %zu per model, default "
-             "timeout %s, warm-up runs %d, %zu model %s",
+             "timeout %s, warm-up runs %d, cold models deferred up to %g ms, %s eviction, "
+             "%zu model %s",
              pjs_discipline_name(s->discipline), s->half_life_s * 1000, s->coalesce_discount,
              s->fair_clamp, s->cost_smoothing, (unsigned long long)s->edf_laxity_margin_us,
-             s->max_queue_depth, timeout, s->warmup_runs, c->n_models,
+             s->max_queue_depth, timeout, s->warmup_runs, s->cold_model_defer_ms,
+             pjs_eviction_name(s->eviction), c->n_models,
              c->n_models == 1 ? "policy" : "policies");
 }
 

@@ -382,22 +382,34 @@ static void run_batch(owner_scratch *sc, const batch *bt, uint64_t start, exec_t
 /* ---- weight residency (token holder) ------------------------------------------ */
 
 /* The cache's callbacks: a resident model holds a reference, so it outlives
- * its device weights whatever thread drops the repository's reference. */
+ * its device weights whatever thread drops the repository's reference. They
+ * also keep the scheduler's view of residency (share.cold) and of load
+ * costs current, under the lock, and charge a load to the model's share. */
 static int cache_load(pjs_wcache_entry *e, void *ctx, pjs_error *err)
 {
-    (void)ctx;
+    pjs_dispatcher *d = ctx;
     pjs_model *m = pjs_model_of_wentry(e);
+    uint64_t start = pjs_now_ns();
     int rc = pjs_model_load_weights(m, err);
     if (rc != 0)
         return pjs_error_prefix(err, "loading its weights: ");
+    uint64_t end = pjs_now_ns();
     pjs_model_ref(m);
+    pthread_mutex_lock(&d->lock);
+    pjs_sched_charge_load(&d->sched, &m->share, end, end - start);
+    e->load_ns = m->share.load_ns;
+    m->share.cold = false;
+    pthread_mutex_unlock(&d->lock);
     return 0;
 }
 
 static void cache_evict(pjs_wcache_entry *e, void *ctx)
 {
-    (void)ctx;
+    pjs_dispatcher *d = ctx;
     pjs_model *m = pjs_model_of_wentry(e);
+    pthread_mutex_lock(&d->lock);
+    m->share.cold = d->cache.autonomous; /* explicit control: nothing to wait for */
+    pthread_mutex_unlock(&d->lock);
     pjs_model_free_weights(m);
     pjs_model_unref(m);
 }
@@ -407,11 +419,11 @@ static bool d_autonomous(const pjs_dispatcher *d)
     return d->cache.autonomous;
 }
 
-/* Makes m's weights resident before it runs. */
-static int acquire(pjs_dispatcher *d, pjs_model *m, pjs_error *err)
+/* Makes m's weights resident before it runs `uses` requests. */
+static int acquire(pjs_dispatcher *d, pjs_model *m, uint64_t uses, pjs_error *err)
 {
     bool over_budget = false;
-    int rc = pjs_wcache_acquire(&d->cache, &m->wentry, &over_budget, err);
+    int rc = pjs_wcache_acquire(&d->cache, &m->wentry, uses, &over_budget, err);
     if (rc != 0)
         return pjs_error_prefix(err, "model %s: ", m->name);
     if (over_budget) {
@@ -583,7 +595,7 @@ static void run_plan(pjs_dispatcher *d, pjs_sched_plan *plan, request_fifo *done
         row += j->rows;
     }
     pjs_error acquire_err;
-    if (acquire(d, bt.model, &acquire_err) != 0) {
+    if (acquire(d, bt.model, bt.n, &acquire_err) != 0) {
         fail_jobs(plan->jobs, &acquire_err, done);
     } else {
         uint64_t start = pjs_now_ns();
@@ -711,7 +723,6 @@ static void run_device_task(pjs_dispatcher *d, device_task *task)
 int pjs_dispatcher_attach(pjs_dispatcher *d, pjs_model *m, double weight, size_t max_queue_depth,
                           pjs_error *err)
 {
-    (void)d;
     const pjs_manifest *man = pjs_model_manifest(m);
     if (man->n_batch_sizes > PJS_SCHED_MAX_SIZES)
         return pjs_error_set(err, PJS_ERR_UNSUPPORTED,
@@ -722,6 +733,7 @@ int pjs_dispatcher_attach(pjs_dispatcher *d, pjs_model *m, double weight, size_t
         return pjs_error_set(err, PJS_ERR_NOMEM, "out of memory");
     bool coalesce = pjs_model_coalesces(man, m->max_batch_size);
     pjs_sched_share_init(&m->share, weight, max_queue_depth);
+    m->share.cold = d->cache.autonomous && !m->wentry.resident;
     for (size_t v = 0; v < man->n_variants; v++)
         pjs_sched_queue_init(&m->queues[v], &m->share, m, v, man->batch_sizes,
                              man->n_batch_sizes, coalesce);
@@ -750,7 +762,7 @@ static void warm_up_run(device_task *task)
         return;
     if (w->runs <= 0 && !m->wentry.pinned)
         return; /* nothing to measure; on-demand weights wait for a request */
-    if ((w->rc = acquire(w->dispatcher, m, &w->err)) != 0 || w->runs <= 0)
+    if ((w->rc = acquire(w->dispatcher, m, 0, &w->err)) != 0 || w->runs <= 0)
         return;
     const pjs_manifest *man = pjs_model_manifest(m);
     const void *inputs[PJS_INFER_MAX_TENSORS] = {0};
@@ -928,8 +940,8 @@ int pjs_dispatcher_create(int workers, const pjs_sched_config *cfg, uint64_t wei
     pthread_cond_init(&d->idle, NULL);
     pthread_cond_init(&d->task_done, NULL);
     pjs_sched_init(&d->sched, cfg);
-    pjs_wcache_init(&d->cache, weight_budget, autonomous,
-                    &(pjs_wcache_ops){.load = cache_load, .evict = cache_evict});
+    pjs_wcache_init(&d->cache, weight_budget, autonomous, cfg->eviction,
+                    &(pjs_wcache_ops){.load = cache_load, .evict = cache_evict, .ctx = d});
     d->accepting = true;
     d->workers = calloc((size_t)(workers > 0 ? workers : 1), sizeof *d->workers);
     if (d->workers == NULL) {

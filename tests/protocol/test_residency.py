@@ -304,7 +304,7 @@ def test_many_models_under_budget(start_server, residency_models):
     assert all(end.load_seconds.get(m, 0) > 0 for m in used_models)
 
 
-# ---- LRU order -------------------------------------------------------------------------
+# ---- eviction order --------------------------------------------------------------------
 
 def delta(after: Dict[str, float], before: Dict[str, float]) -> Dict[str, float]:
     """Per-model increase of a counter (models whose counter moved)."""
@@ -321,7 +321,8 @@ def test_lru_sequence_abac(start_server, residency_models):
     the device and are the two oldest entries when the sequence starts."""
     mb = residency_models.weight_bytes
     a, b, c, d, e = NAMES[:5]
-    server = start_server([a, b, c, d, e], int(2.5 * mb), ["--warmup-runs", "0"])
+    server = start_server([a, b, c, d, e], int(2.5 * mb),
+                          ["--warmup-runs", "0", "--eviction-policy", "lru"])
     g, h = clients(server)
     try:
         for model in (d, e):
@@ -346,6 +347,36 @@ def test_lru_sequence_abac(start_server, residency_models):
                 f"after {seq}: loads {got_loads}, evictions {got_ev}, resident " \
                 f"{v.resident_models()}; expected {loads}, {evictions}, {resident}"
             assert v.used == len(resident) * mb
+    finally:
+        g.close()
+        h.close()
+
+
+@serve_only("the weight budget and its eviction policy are per worker")
+def test_lfu_keeps_the_often_used(start_server, residency_models):
+    """Room for two, the default policy (lfu): A asked for six times, then B
+    and C taking turns. LRU would evict A for C; lfu keeps A resident (one
+    load in all) and lets B and C evict each other, answers correct
+    throughout."""
+    mb = residency_models.weight_bytes
+    a, b, c = NAMES[:3]
+    server = start_server([a, b, c], int(2.5 * mb), ["--warmup-runs", "0"])
+    g, h = clients(server)
+    try:
+        start = cache_view(server)
+        sequence = [a] * 6 + [b, c, b, c]
+        for k, model in enumerate(sequence):
+            proto = "grpc" if k % 2 == 0 else "http"
+            infer_checked(g if proto == "grpc" else h, proto,
+                          residency_models.cases[model][1 + 2 * (k % 2)], f"(step {k + 1})")
+            v = cache_view(server)
+            loads = delta(v.loads, start.loads)
+            assert loads.get(a) == 1, f"after {' '.join(sequence[:k + 1])}: loads {loads}"
+            assert a in v.resident_models(), v.resident_models()
+            assert v.used <= 2 * mb
+        # every B and C request missed: one place for the two of them
+        assert (loads.get(b), loads.get(c)) == (2, 2), loads
+        assert delta(v.evictions, start.evictions).get(a) is None
     finally:
         g.close()
         h.close()

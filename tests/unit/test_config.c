@@ -43,6 +43,8 @@ static void assert_same_sched(const pjs_sched_config *a, const pjs_sched_config 
     assert_int_equal(a->max_queue_depth, b->max_queue_depth);
     assert_int_equal(a->default_timeout_us, b->default_timeout_us);
     assert_int_equal(a->warmup_runs, b->warmup_runs);
+    assert_true(a->cold_model_defer_ms == b->cold_model_defer_ms);
+    assert_int_equal(a->eviction, b->eviction);
 }
 
 static void assert_same_config(const pjs_server_config *a, const pjs_server_config *b)
@@ -218,6 +220,10 @@ static void test_each_key(void **state)
         {"max_queue_depth: 16777216", F(max_queue_depth), {.z = 16777216}},
         {"default_timeout_us: 1", F(default_timeout_us), {.u = 1}},
         {"warmup_runs: 100", F(warmup_runs), {.i = 100}},
+        {"cold_model_defer_ms: 2.5", F(cold_model_defer_ms), {.x = 2.5}},
+        {"cold_model_defer_ms: 0", F(cold_model_defer_ms), {.x = 0}},
+        {"eviction_policy: lru", F(eviction), {.i = PJS_EVICTION_LRU}},
+        {"eviction_policy: lfu", F(eviction), {.i = PJS_EVICTION_LFU}},
 #undef F
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
@@ -399,6 +405,11 @@ REJECT(test_reject_negative_margin, "scheduler:\n  edf_laxity_margin_us: -5\n",
        LABEL ": scheduler.edf_laxity_margin_us: must be in 0..86400000000, got -5 (line 2)")
 REJECT(test_reject_warmup_runs, "scheduler:\n  warmup_runs: 101\n",
        LABEL ": scheduler.warmup_runs: must be in 0..100, got 101 (line 2)")
+REJECT(test_reject_cold_defer, "scheduler:\n  cold_model_defer_ms: 60001\n",
+       LABEL ": scheduler.cold_model_defer_ms: must be between 0 and 60000, got \"60001\" (line 2)")
+REJECT(test_reject_eviction_policy, "scheduler:\n  eviction_policy: gdsf\n",
+       LABEL ": scheduler.eviction_policy: \"gdsf\" is not an eviction policy (expected lfu or "
+             "lru) (line 2)")
 REJECT(test_reject_weight_zero, "models:\n  mlp: {weight: 0}\n",
        LABEL ": models.mlp.weight: must be a positive finite number, got \"0\" (line 2)")
 REJECT(test_reject_weight_negative, "models:\n  mlp:\n    weight: -2\n",
@@ -571,12 +582,14 @@ static void test_env_rejects(void **state)
                       "environment variable \"PJSERVE_SCHEDULER_HALFLIFE\" is not a scheduler "
                       "setting (expected PJSERVE_SCHEDULER_<KEY>, KEY one of DISCIPLINE, "
                       "HALF_LIFE_MS, COALESCE_DISCOUNT, FAIR_CLAMP, COST_SMOOTHING, "
-                      "EDF_LAXITY_MARGIN_US, MAX_QUEUE_DEPTH, DEFAULT_TIMEOUT_US, WARMUP_RUNS)");
+                      "EDF_LAXITY_MARGIN_US, MAX_QUEUE_DEPTH, DEFAULT_TIMEOUT_US, WARMUP_RUNS, "
+                      "COLD_MODEL_DEFER_MS, EVICTION_POLICY)");
     expect_env_reject("PJSERVE_SCHEDULER_discipline=fifo",
                       "environment variable \"PJSERVE_SCHEDULER_discipline\" is not a scheduler "
                       "setting (expected PJSERVE_SCHEDULER_<KEY>, KEY one of DISCIPLINE, "
                       "HALF_LIFE_MS, COALESCE_DISCOUNT, FAIR_CLAMP, COST_SMOOTHING, "
-                      "EDF_LAXITY_MARGIN_US, MAX_QUEUE_DEPTH, DEFAULT_TIMEOUT_US, WARMUP_RUNS)");
+                      "EDF_LAXITY_MARGIN_US, MAX_QUEUE_DEPTH, DEFAULT_TIMEOUT_US, WARMUP_RUNS, "
+                      "COLD_MODEL_DEFER_MS, EVICTION_POLICY)");
     expect_env_reject("PJSERVE_META_CONCURRENCY=0",
                       "PJSERVE_META_CONCURRENCY: meta.concurrency: must be in 1..1024, got 0");
     expect_env_reject("PJSERVE_META_CONCURRENCY=two",
@@ -786,14 +799,16 @@ static void test_describe(void **state)
     assert_string_equal(line,
                         "scheduler: fair, half-life 1000 ms, coalesce discount 0.5, fair clamp "
                         "4, cost smoothing 0.2, edf laxity margin 0 us, max queue depth 1024 "
-                        "per model, default timeout none, warm-up runs 2, 0 model policies");
+                        "per model, default timeout none, warm-up runs 2, cold models deferred "
+                        "up to 10 ms, lfu eviction, 0 model policies");
     pjs_error err;
     assert_int_equal(parse(&c, full_file, &err), 0);
     pjs_server_config_describe(&c, line, sizeof line);
     assert_string_equal(line,
                         "scheduler: edf, half-life 250 ms, coalesce discount 0.75, fair clamp 8, "
                         "cost smoothing 0.5, edf laxity margin 300 us, max queue depth 64 per "
-                        "model, default timeout 20000 us, warm-up runs 0, 4 model policies");
+                        "model, default timeout 20000 us, warm-up runs 0, cold models deferred "
+                        "up to 10 ms, lfu eviction, 4 model policies");
     pjs_model_policy_describe(pjs_server_config_model(&c, "mlp"), line, sizeof line);
     assert_string_equal(line, "model policy mlp: weight 2, max queue depth 16, default timeout "
                               "50000 us");
@@ -856,6 +871,8 @@ int main(void)
         cmocka_unit_test(test_reject_negative_timeout),
         cmocka_unit_test(test_reject_negative_margin),
         cmocka_unit_test(test_reject_warmup_runs),
+        cmocka_unit_test(test_reject_cold_defer),
+        cmocka_unit_test(test_reject_eviction_policy),
         cmocka_unit_test(test_reject_weight_zero),
         cmocka_unit_test(test_reject_weight_negative),
         cmocka_unit_test(test_reject_model_queue_depth_zero),

@@ -137,6 +137,12 @@ static void test_config_defaults_and_checks(void **state)
     c.max_queue_depth = 0;
     assert_int_equal(pjs_sched_config_check(&c, &err), PJS_ERR_INVALID_ARGUMENT);
     assert_non_null(strstr(err.msg, "max_queue_depth"));
+    pjs_sched_config_defaults(&c);
+    assert_true(c.cold_model_defer_ms == 10.0);
+    assert_int_equal(c.eviction, PJS_EVICTION_LFU);
+    c.cold_model_defer_ms = -1;
+    assert_int_equal(pjs_sched_config_check(&c, &err), PJS_ERR_INVALID_ARGUMENT);
+    assert_non_null(strstr(err.msg, "cold_model_defer_ms"));
 }
 
 /* ---- fifo ----------------------------------------------------------------------- */
@@ -771,6 +777,203 @@ static void test_costs(void **state)
     assert_true(fabs(later - u / 2) < 0.01);
 }
 
+/* ---- residency ------------------------------------------------------------------ */
+
+/* Two models of one compiled size each (1, 4, 8 rows), 1 ms per execution:
+ * `cold` with weights off the device (a 5 ms load), `warm` resident. */
+typedef struct residency_pair {
+    pjs_sched s;
+    tmodel cold, warm;
+} residency_pair;
+
+static void pair_init(residency_pair *r, pjs_discipline d, double defer_ms)
+{
+    pjs_sched_config c = config(d);
+    c.cold_model_defer_ms = defer_ms;
+    pjs_sched_init(&r->s, &c);
+    model_init(&r->cold, 1, 100, sizes_148, 3, true, 0, 1 * MS);
+    model_init(&r->warm, 1, 100, sizes_148, 3, true, 0, 1 * MS);
+    for (size_t k = 0; k < 3; k++) {
+        pjs_sched_seed_cost(&r->cold.q[0], k, 1 * MS);
+        pjs_sched_seed_cost(&r->warm.q[0], k, 1 * MS);
+    }
+    r->cold.share.cold = true;
+    r->cold.share.load_ns = 5 * MS;
+}
+
+/* Decides the next plan (there must be one) and checks which model runs it
+ * and with how many jobs; executes it on the fake device. */
+static void expect_next(residency_pair *r, uint64_t *now, tmodel *who, size_t n_jobs)
+{
+    pjs_sched_plan p;
+    assert_true(pjs_sched_next(&r->s, *now, &p));
+    assert_ptr_equal(p.queue, &who->q[0]);
+    assert_int_equal(p.n_jobs, n_jobs);
+    execute(&r->s, &p, now);
+    if (who->share.cold) { /* the dispatcher loads it */
+        *now += (uint64_t)who->share.load_ns;
+        pjs_sched_charge_load(&r->s, &who->share, *now, (uint64_t)who->share.load_ns);
+        who->share.cold = false;
+    }
+    free_plan(&p);
+}
+
+/* fifo would serve the cold model's older request first; deferred, it waits
+ * while the resident model has work, gathers a second request, and one
+ * load serves both. */
+static void test_cold_model_deferred_behind_resident_work(void **state)
+{
+    (void)state;
+    residency_pair r;
+    pair_init(&r, PJS_DISCIPLINE_FIFO, 10);
+    uint64_t now = 100 * MS;
+    enqueue_ok(&r.s, &r.cold.q[0], job(1, now, 0, 1), now);
+    enqueue_ok(&r.s, &r.warm.q[0], job(2, now + 1, 0, 1), now + 1);
+    now += 2;
+    expect_next(&r, &now, &r.warm, 1);
+    enqueue_ok(&r.s, &r.cold.q[0], job(3, now, 0, 1), now);
+    enqueue_ok(&r.s, &r.warm.q[0], job(4, now, 0, 1), now);
+    expect_next(&r, &now, &r.warm, 1);
+    expect_next(&r, &now, &r.cold, 2); /* no resident work left: one load, two requests */
+    assert_false(r.cold.share.cold);
+    pjs_sched_plan p;
+    assert_false(pjs_sched_next(&r.s, now, &p));
+
+    /* off: the discipline's choice stands */
+    pair_init(&r, PJS_DISCIPLINE_FIFO, 0);
+    now = 100 * MS;
+    enqueue_ok(&r.s, &r.cold.q[0], job(1, now, 0, 1), now);
+    enqueue_ok(&r.s, &r.warm.q[0], job(2, now + 1, 0, 1), now + 1);
+    now += 2;
+    expect_next(&r, &now, &r.cold, 1);
+    expect_next(&r, &now, &r.warm, 1);
+}
+
+/* The deferral ends once the cold model's oldest request has waited the
+ * bound, however much resident work is queued. */
+static void test_cold_deferral_bounded_by_wait(void **state)
+{
+    (void)state;
+    residency_pair r;
+    pair_init(&r, PJS_DISCIPLINE_FIFO, 3.5);
+    uint64_t now = 100 * MS;
+    enqueue_ok(&r.s, &r.cold.q[0], job(1, now, 0, 1), now);
+    int warm_runs = 0;
+    for (;;) {
+        /* the resident model always has a request queued */
+        if (r.warm.share.queued == 0)
+            enqueue_ok(&r.s, &r.warm.q[0], job(100 + warm_runs, now, 0, 1), now);
+        pjs_sched_plan p;
+        assert_true(pjs_sched_next(&r.s, now, &p));
+        bool cold_ran = p.queue == &r.cold.q[0];
+        warm_runs += !cold_ran;
+        execute(&r.s, &p, &now);
+        free_plan(&p);
+        if (cold_ran)
+            break;
+    }
+    /* 1 ms executions at 100, 101, 102 and 103 ms; at 104 the cold request
+     * has waited 4 >= 3.5 */
+    assert_int_equal(warm_runs, 4);
+    drain(&r.s);
+}
+
+/* Deferring never makes a deadline miss: a cold request whose deadline
+ * leaves no room for a resident execution ahead of its load runs first. */
+static void test_cold_deferral_keeps_deadlines(void **state)
+{
+    (void)state;
+    residency_pair r;
+    pair_init(&r, PJS_DISCIPLINE_FIFO, 10);
+    uint64_t now = 100 * MS;
+    /* load 5 + own 1 = 6 ms: with 1 ms ahead it needs 7 ms; it has 6.5 */
+    enqueue_ok(&r.s, &r.cold.q[0], job(1, now, now + 6 * MS + MS / 2, 1), now);
+    enqueue_ok(&r.s, &r.warm.q[0], job(2, now + 1, 0, 1), now + 1);
+    expect_next(&r, &now, &r.cold, 1);
+    expect_next(&r, &now, &r.warm, 1);
+
+    /* 7.5 ms leaves room: deferred */
+    pair_init(&r, PJS_DISCIPLINE_FIFO, 10);
+    now = 100 * MS;
+    enqueue_ok(&r.s, &r.cold.q[0], job(1, now, now + 7 * MS + MS / 2, 1), now);
+    enqueue_ok(&r.s, &r.warm.q[0], job(2, now + 1, 0, 1), now + 1);
+    expect_next(&r, &now, &r.warm, 1);
+    expect_next(&r, &now, &r.cold, 1);
+}
+
+/* When every queued model is cold, the discipline's choice runs at once. */
+static void test_all_cold_runs_the_disciplines_choice(void **state)
+{
+    (void)state;
+    residency_pair r;
+    pair_init(&r, PJS_DISCIPLINE_FIFO, 10);
+    r.warm.share.cold = true;
+    r.warm.share.load_ns = 5 * MS;
+    uint64_t now = 100 * MS;
+    enqueue_ok(&r.s, &r.warm.q[0], job(1, now, 0, 1), now);
+    enqueue_ok(&r.s, &r.cold.q[0], job(2, now + 1, 0, 1), now + 1);
+    now += 2;
+    expect_next(&r, &now, &r.warm, 1);
+    expect_next(&r, &now, &r.cold, 1);
+}
+
+/* edf counts a cold model's load in the laxity: a request that its
+ * execution alone would serve in time is shed when the load comes first. */
+static void test_edf_laxity_counts_the_load(void **state)
+{
+    (void)state;
+    for (int cold = 0; cold < 2; cold++) {
+        residency_pair r;
+        pair_init(&r, PJS_DISCIPLINE_EDF, 0);
+        r.cold.share.cold = cold;
+        uint64_t now = 100 * MS;
+        enqueue_ok(&r.s, &r.cold.q[0], job(1, now, now + 3 * MS, 1), now);
+        pjs_sched_plan p;
+        assert_true(pjs_sched_next(&r.s, now, &p));
+        if (cold) {
+            assert_null(p.queue);
+            assert_int_equal(id_of(p.shed), 1);
+        } else {
+            assert_int_equal(p.n_jobs, 1);
+            assert_null(p.shed);
+        }
+        free_plan(&p);
+    }
+}
+
+/* fair: a load is device time charged to the model that needed it, so a
+ * model that keeps missing gets fewer executions than one that hits, at
+ * equal weights, and its cost includes the load. */
+static void test_fair_charges_loads(void **state)
+{
+    (void)state;
+    residency_pair r;
+    pair_init(&r, PJS_DISCIPLINE_FAIR, 0);
+    uint64_t now = 100 * MS;
+    int served[2] = {0, 0};
+    for (int step = 0; step < 600; step++) {
+        /* both always have work queued */
+        if (r.cold.share.queued == 0)
+            enqueue_ok(&r.s, &r.cold.q[0], job(step, now, 0, 1), now);
+        if (r.warm.share.queued == 0)
+            enqueue_ok(&r.s, &r.warm.q[0], job(step, now, 0, 1), now);
+        pjs_sched_plan p;
+        assert_true(pjs_sched_next(&r.s, now, &p));
+        tmodel *who = p.queue->owner;
+        served[who == &r.cold]++;
+        execute(&r.s, &p, &now);
+        free_plan(&p);
+        if (who == &r.cold) { /* it misses every time: loads, then is evicted */
+            now += 5 * MS;
+            pjs_sched_charge_load(&r.s, &r.cold.share, now, 5 * MS);
+        }
+    }
+    /* equal device time: 1 ms per warm execution, 6 ms per cold one */
+    double ratio = (double)served[0] / served[1];
+    assert_true(ratio > 4.5 && ratio < 7.5);
+    assert_true(fabs(r.cold.share.load_ns - 5 * MS) < 1);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -790,6 +993,12 @@ int main(void)
         cmocka_unit_test(test_fair_never_starves),
         cmocka_unit_test(test_fair_newcomer),
         cmocka_unit_test(test_costs),
+        cmocka_unit_test(test_cold_model_deferred_behind_resident_work),
+        cmocka_unit_test(test_cold_deferral_bounded_by_wait),
+        cmocka_unit_test(test_cold_deferral_keeps_deadlines),
+        cmocka_unit_test(test_all_cold_runs_the_disciplines_choice),
+        cmocka_unit_test(test_edf_laxity_counts_the_load),
+        cmocka_unit_test(test_fair_charges_loads),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -15,7 +15,10 @@
  *
  * A randomized test runs long random sequences of acquire, pin, unpin,
  * release, compaction and failing loads in both modes (autonomous and not)
- * and checks the same invariants after every operation.
+ * and both eviction policies, and checks the same invariants after every
+ * operation. The lfu tests check its choices on small cases, then its hit
+ * rate on synthetic traces (Zipf draws, with and without scans) against LRU
+ * and against keeping the most popular models resident.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -23,6 +26,7 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
+#include <math.h>
 #include <pthread.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -104,19 +108,26 @@ static void fake_evict(pjs_wcache_entry *e, void *ctx)
     log_append(f, 'E', t->id);
 }
 
-static void fake_init(fake *f, uint64_t budget, bool autonomous, const uint64_t *sizes,
-                      size_t n)
+static void fake_init_policy(fake *f, uint64_t budget, bool autonomous, pjs_eviction policy,
+                             const uint64_t *sizes, size_t n)
 {
     assert_true(n <= MAX_ENTRIES);
     memset(f, 0, sizeof *f);
     f->fail_id = -1;
     pjs_wcache_ops ops = {.load = fake_load, .evict = fake_evict, .ctx = f};
-    pjs_wcache_init(&f->c, budget, autonomous, &ops);
+    pjs_wcache_init(&f->c, budget, autonomous, policy, &ops);
     f->n = n;
     for (size_t i = 0; i < n; i++) {
         f->t[i].id = (int)i;
         f->t[i].e.bytes = sizes[i];
     }
+}
+
+/* The tests of the books and of LRU order. */
+static void fake_init(fake *f, uint64_t budget, bool autonomous, const uint64_t *sizes,
+                      size_t n)
+{
+    fake_init_policy(f, budget, autonomous, PJS_EVICTION_LRU, sizes, n);
 }
 
 static void fake_destroy(fake *f)
@@ -225,7 +236,7 @@ static bool acquire_ok(fake *f, int id)
 {
     bool over = true;
     pjs_error err;
-    int rc = pjs_wcache_acquire(&f->c, E(f, id), &over, &err);
+    int rc = pjs_wcache_acquire(&f->c, E(f, id), 1, &over, &err);
     if (rc != 0)
         fail_msg("acquire %d: %s", id, err.msg);
     assert_true(E(f, id)->resident);
@@ -593,7 +604,7 @@ static void test_not_autonomous(void **state)
     /* acquiring a non-resident entry fails and touches nothing */
     bool over = true;
     pjs_error err;
-    assert_int_equal(pjs_wcache_acquire(&f.c, E(&f, 0), &over, &err),
+    assert_int_equal(pjs_wcache_acquire(&f.c, E(&f, 0), 1, &over, &err),
                      PJS_ERR_FAILED_PRECONDITION);
     assert_false(over);
     assert_non_null(strstr(err.msg, "not on the device"));
@@ -616,7 +627,7 @@ static void test_not_autonomous(void **state)
     assert_int_equal(f.c.pinned, 30);
     assert_int_equal(f.c.used, 0);
     assert_string_equal(lru(&f), "");
-    assert_int_equal(pjs_wcache_acquire(&f.c, E(&f, 0), &over, &err),
+    assert_int_equal(pjs_wcache_acquire(&f.c, E(&f, 0), 1, &over, &err),
                      PJS_ERR_FAILED_PRECONDITION);
 
     /* entries that compaction reloaded are resident unpinned: hits bump them */
@@ -653,7 +664,7 @@ static void test_load_failure_leaves_books(void **state)
     g.fail_id = 1;
     bool over = true;
     pjs_error err;
-    assert_int_equal(pjs_wcache_acquire(&g.c, E(&g, 1), &over, &err), PJS_ERR_RUNTIME);
+    assert_int_equal(pjs_wcache_acquire(&g.c, E(&g, 1), 1, &over, &err), PJS_ERR_RUNTIME);
     assert_non_null(strstr(err.msg, "cannot load entry 1"));
     assert_false(E(&g, 1)->resident);
     assert_int_equal(E(&g, 1)->loads, 0);
@@ -666,7 +677,7 @@ static void test_load_failure_leaves_books(void **state)
      * failed one is not counted anywhere */
     f.fail_id = 2;
     clear_log(&f);
-    assert_int_equal(pjs_wcache_acquire(&f.c, E(&f, 2), &over, &err), PJS_ERR_RUNTIME);
+    assert_int_equal(pjs_wcache_acquire(&f.c, E(&f, 2), 1, &over, &err), PJS_ERR_RUNTIME);
     assert_string_equal(f.log, "E0 X2");
     assert_false(E(&f, 2)->resident);
     assert_int_equal(E(&f, 2)->loads, 0);
@@ -869,7 +880,7 @@ static uint64_t rng_below(uint64_t *s, uint64_t n)
 /* One random run: `ops` operations on `n` entries, the books checked after
  * each. Entry sizes are up to 60 % of the budget, one in eight larger than
  * the whole budget. */
-static void random_run(uint64_t seed, bool autonomous, int ops)
+static void random_run(uint64_t seed, bool autonomous, pjs_eviction policy, int ops)
 {
     uint64_t rs = seed * 0x9E3779B97F4A7C15ull + 1;
     const uint64_t budget = 1000;
@@ -879,7 +890,7 @@ static void random_run(uint64_t seed, bool autonomous, int ops)
         sizes[i] = rng_below(&rs, 8) == 0 ? budget + 1 + rng_below(&rs, budget)
                                           : 1 + rng_below(&rs, budget * 6 / 10);
     fake f;
-    fake_init(&f, budget, autonomous, sizes, n);
+    fake_init_policy(&f, budget, autonomous, policy, sizes, n);
     uint64_t loads_ok = 0, evicts = 0;
     for (int op = 0; op < ops; op++) {
         int id = (int)rng_below(&rs, n);
@@ -893,7 +904,7 @@ static void random_run(uint64_t seed, bool autonomous, int ops)
         if (r < 60) {
             what = "acquire";
             bool over = false;
-            rc = pjs_wcache_acquire(&f.c, e, &over, &err);
+            rc = pjs_wcache_acquire(&f.c, e, 1, &over, &err);
             if (rc == 0) {
                 if (!was_resident && !e->pinned && e->bytes > budget && !over)
                     fail_msg("seed %llu op %d: acquire %d of %llu bytes not over budget",
@@ -948,8 +959,9 @@ static void random_run(uint64_t seed, bool autonomous, int ops)
         }
         const char *why = books_problem(&f);
         if (why != NULL)
-            fail_msg("seed %llu (%s), op %d (%s %d%s): %s (LRU: %s; log tail: %s)",
-                     (unsigned long long)seed, autonomous ? "autonomous" : "explicit", op,
+            fail_msg("seed %llu (%s, %s), op %d (%s %d%s): %s (LRU: %s; log tail: %s)",
+                     (unsigned long long)seed, autonomous ? "autonomous" : "explicit",
+                     pjs_eviction_name(policy), op,
                      what, id, f.fail_id == id ? ", its load failing" : "", why, lru(&f),
                      f.log);
     }
@@ -969,9 +981,214 @@ static void test_randomized(void **state)
 {
     (void)state;
     for (uint64_t seed = 1; seed <= 200; seed++) {
-        random_run(seed, true, 2000);
-        random_run(seed, false, 500);
+        random_run(seed, true, PJS_EVICTION_LRU, 2000);
+        random_run(seed, false, PJS_EVICTION_LRU, 500);
+        random_run(seed, true, PJS_EVICTION_LFU, 2000);
     }
+}
+
+/* ---- lfu ----------------------------------------------------------------------- */
+
+static void test_eviction_names(void **state)
+{
+    (void)state;
+    assert_int_equal(pjs_eviction_parse("lfu"), PJS_EVICTION_LFU);
+    assert_int_equal(pjs_eviction_parse("lru"), PJS_EVICTION_LRU);
+    assert_int_equal(pjs_eviction_parse("LRU"), -1);
+    assert_int_equal(pjs_eviction_parse(""), -1);
+    assert_string_equal(pjs_eviction_name(PJS_EVICTION_LFU), "lfu");
+    assert_string_equal(pjs_eviction_name(PJS_EVICTION_LRU), "lru");
+}
+
+/* Acquires id for `uses` requests (must succeed). */
+static void use(fake *f, int id, uint64_t uses)
+{
+    bool over;
+    pjs_error err;
+    if (pjs_wcache_acquire(&f->c, E(f, id), uses, &over, &err) != 0)
+        fail_msg("acquire %d: %s", id, err.msg);
+    const char *why = books_problem(f);
+    if (why != NULL)
+        fail_msg("after acquiring %d: %s", id, why);
+}
+
+/* Room for two: 0 is asked for three times in a row, then 1, then 2, over
+ * and over. LRU evicts 0 for 2 each round (0 is then the older), so 0
+ * misses every round; lfu keeps 0 and lets 1 and 2 evict each other. */
+static void test_lfu_keeps_the_frequently_used(void **state)
+{
+    (void)state;
+    const uint64_t sizes[] = {100, 100, 100};
+    for (int p = 0; p < 2; p++) {
+        fake f;
+        fake_init_policy(&f, 200, true, p == 0 ? PJS_EVICTION_LFU : PJS_EVICTION_LRU, sizes, 3);
+        for (int round = 0; round < 10; round++) {
+            use(&f, 0, 1);
+            use(&f, 0, 1);
+            use(&f, 0, 1);
+            use(&f, 1, 1);
+            use(&f, 2, 1);
+        }
+        assert_int_equal(E(&f, 0)->loads, p == 0 ? 1 : 10);
+        fake_destroy(&f);
+    }
+}
+
+/* Aging: an entry used heavily once loses its place to steadily used ones
+ * as its uses decay: 10000 uses against three entries sharing one request
+ * in three (each settling near half-life / ln 2 / 3, about 1970 uses) cross
+ * after about 2.6 half-lives. */
+static void test_lfu_ages_out_what_is_no_longer_used(void **state)
+{
+    (void)state;
+    const uint64_t sizes[] = {100, 100, 100, 100};
+    fake f;
+    fake_init_policy(&f, 200, true, PJS_EVICTION_LFU, sizes, 4);
+    use(&f, 0, 10000);
+    int round = 0;
+    while (E(&f, 0)->resident && round < 100000) {
+        use(&f, 1 + round % 3, 1);
+        round++;
+    }
+    assert_false(E(&f, 0)->resident);
+    assert_true(round > 2 * PJS_WCACHE_LFU_HALF_LIFE);
+    assert_true(round < 4 * PJS_WCACHE_LFU_HALF_LIFE);
+    fake_destroy(&f);
+}
+
+/* Equal use: the entry whose reload costs less per byte goes first. */
+static void test_lfu_weighs_load_cost_per_byte(void **state)
+{
+    (void)state;
+    const uint64_t sizes[] = {100, 100, 100};
+    for (int cheap = 0; cheap < 2; cheap++) {
+        fake f;
+        fake_init_policy(&f, 200, true, PJS_EVICTION_LFU, sizes, 3);
+        E(&f, 0)->load_ns = cheap == 0 ? 1000 : 50000;
+        E(&f, 1)->load_ns = cheap == 0 ? 50000 : 1000;
+        E(&f, 2)->load_ns = 1000;
+        use(&f, 0, 1);
+        use(&f, 1, 1);
+        use(&f, 2, 1);
+        assert_int_equal(E(&f, cheap)->resident, false);
+        assert_int_equal(E(&f, 1 - cheap)->resident, true);
+        fake_destroy(&f);
+    }
+}
+
+/* ---- hit rates on synthetic traces ---------------------------------------------- */
+
+#define SIM_MODELS 40
+#define SIM_ROOM 4 /* a budget of 10 % of the weights */
+
+typedef struct sim {
+    pjs_wcache c;
+    pjs_wcache_entry e[SIM_MODELS];
+    uint64_t loads;
+} sim;
+
+static int sim_load(pjs_wcache_entry *e, void *ctx, pjs_error *err)
+{
+    (void)e;
+    (void)err;
+    ((sim *)ctx)->loads++;
+    return 0;
+}
+
+static void sim_evict(pjs_wcache_entry *e, void *ctx)
+{
+    (void)e;
+    (void)ctx;
+}
+
+/* A Zipf(s) draw over n ranks (0 most popular) by inverting the CDF. */
+static int zipf_draw(uint64_t *rs, const double *cdf, int n)
+{
+    double u = (double)(rng_next(rs) >> 11) / 9007199254740992.0;
+    for (int i = 0; i < n; i++)
+        if (u < cdf[i])
+            return i;
+    return n - 1;
+}
+
+static void zipf_cdf(double s, double *cdf, int n)
+{
+    double total = 0;
+    for (int i = 0; i < n; i++)
+        total += 1.0 / pow(i + 1, s);
+    double acc = 0;
+    for (int i = 0; i < n; i++) {
+        acc += 1.0 / pow(i + 1, s) / total;
+        cdf[i] = acc;
+    }
+}
+
+/* The hit rate of `policy` on a trace of `length` requests: Zipf(1.1)
+ * draws, and, when scan_every > 0, a scan touching every model once in
+ * order after every scan_every draws. Only the draws are counted. */
+static double sim_hit_rate(pjs_eviction policy, int length, int scan_every)
+{
+    double cdf[SIM_MODELS];
+    zipf_cdf(1.1, cdf, SIM_MODELS);
+    sim sm;
+    memset(&sm, 0, sizeof sm);
+    pjs_wcache_ops ops = {.load = sim_load, .evict = sim_evict, .ctx = &sm};
+    pjs_wcache_init(&sm.c, SIM_ROOM * 100, true, policy, &ops);
+    for (int i = 0; i < SIM_MODELS; i++)
+        sm.e[i].bytes = 100;
+    uint64_t rs = 42;
+    uint64_t hits = 0;
+    bool over;
+    pjs_error err;
+    for (int r = 0; r < length; r++) {
+        pjs_wcache_entry *e = &sm.e[zipf_draw(&rs, cdf, SIM_MODELS)];
+        hits += e->resident;
+        assert_int_equal(pjs_wcache_acquire(&sm.c, e, 1, &over, &err), 0);
+        if (scan_every > 0 && r % scan_every == scan_every - 1)
+            for (int i = 0; i < SIM_MODELS; i++)
+                assert_int_equal(pjs_wcache_acquire(&sm.c, &sm.e[i], 1, &over, &err), 0);
+        assert_true(sm.c.used <= sm.c.budget);
+    }
+    pjs_wcache_destroy(&sm.c);
+    return (double)hits / length;
+}
+
+/* The share of Zipf(1.1) requests that go to the k most popular models:
+ * the hit rate of keeping them resident. */
+static double most_popular_share(int k)
+{
+    double cdf[SIM_MODELS];
+    zipf_cdf(1.1, cdf, SIM_MODELS);
+    return cdf[k - 1];
+}
+
+static void test_lfu_hit_rate_on_zipf(void **state)
+{
+    (void)state;
+    double lru = sim_hit_rate(PJS_EVICTION_LRU, 200000, 0);
+    double lfu = sim_hit_rate(PJS_EVICTION_LFU, 200000, 0);
+    double best = most_popular_share(SIM_ROOM);
+    /* A miss must load its model, so one place goes to whatever came last:
+     * the most a policy can keep is the SIM_ROOM - 1 most popular. */
+    double reachable = most_popular_share(SIM_ROOM - 1);
+    print_message("zipf 1.1, %d models, room for %d: lru %.3f, lfu %.3f, the %d most popular "
+                  "%.3f, the %d most popular %.3f\n",
+                  SIM_MODELS, SIM_ROOM, lru, lfu, SIM_ROOM, best, SIM_ROOM - 1, reachable);
+    assert_true(lfu > lru + 0.1);
+    assert_true(lfu > reachable);
+    assert_true(lfu < best); /* nothing beats knowing the law */
+}
+
+/* A scan through every model (a batch job, a health check touching each
+ * model) flushes LRU's resident set; lfu keeps the popular models. */
+static void test_lfu_hit_rate_with_scans(void **state)
+{
+    (void)state;
+    double lru = sim_hit_rate(PJS_EVICTION_LRU, 100000, 50);
+    double lfu = sim_hit_rate(PJS_EVICTION_LFU, 100000, 50);
+    print_message("zipf 1.1 with a scan every 50 requests: lru %.3f, lfu %.3f\n", lru, lfu);
+    assert_true(lfu > lru + 0.1);
+    assert_true(lfu > most_popular_share(SIM_ROOM - 1));
 }
 
 int main(void)
@@ -993,6 +1210,12 @@ int main(void)
         cmocka_unit_test(test_compact),
         cmocka_unit_test(test_budget_solve),
         cmocka_unit_test(test_randomized),
+        cmocka_unit_test(test_eviction_names),
+        cmocka_unit_test(test_lfu_keeps_the_frequently_used),
+        cmocka_unit_test(test_lfu_ages_out_what_is_no_longer_used),
+        cmocka_unit_test(test_lfu_weighs_load_cost_per_byte),
+        cmocka_unit_test(test_lfu_hit_rate_on_zipf),
+        cmocka_unit_test(test_lfu_hit_rate_with_scans),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
