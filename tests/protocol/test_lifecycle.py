@@ -33,7 +33,7 @@ import pjserve_export as pe
 from pjserve_export.jax_export import weight_names_and_arrays
 from pjserve_export.safetensors_io import encode_header
 from protocol_util import (Case, ServerFailure, ServerProcess, grpc_code, grpc_infer_case,
-                           http_infer_case, http_json, serve_only)
+                           http_infer_case, http_json, serve_only, NODE_WORKERS)
 
 POLL_MS = 100
 WAIT_S = 120            # bound on any change being acted on (slow 2-core machines)
@@ -353,7 +353,9 @@ def test_added_bundle_is_loaded(lc, exported):
 def _change(lc, exported, name, old_scale, new_scale, write):
     """Changes bundle `name` with write() while clients send to it: every
     request is answered with the old or the new weights, never an error, and
-    once a thread got the new weights it never gets the old again."""
+    once a thread got the new weights it never gets the old again (one serve
+    process; behind a node each worker swaps at its own poll, so answers may
+    alternate until the last one has)."""
     old, new = (mlp_case(exported, name, s) for s in (old_scale, new_scale))
     assert serves(lc.srv, old)
     probe = Clients(lc.srv, [("grpc", [old, new]), ("http", [old, new])])
@@ -366,6 +368,8 @@ def _change(lc, exported, name, old_scale, new_scale, write):
     finally:
         probe.stop()
     probe.check(f"the change of {name}")
+    if NODE_WORKERS:
+        return  # each worker swaps at its own poll: old and new alternate for a moment
     for tid, h in probe.history.items():
         first_new = h.index(1)
         assert 0 not in h[first_new:], f"thread {tid} got the old weights after the new"
