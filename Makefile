@@ -138,9 +138,10 @@ bench-scheduler: build
 	$(PYTHON) bench/scheduler.py
 
 # The device weight cache: cold-load time and bandwidth against model size
-# (vs a host memory copy), and N models under a budget of 20 % of their
-# weights with Zipf traffic (docs/benchmarks.md). Needs only matplotlib
-# besides .venv. About 7 minutes.
+# (vs a host memory copy), N models under a budget of 20 % of their weights
+# with Zipf traffic, and throughput and p99 against 5 to 200 models at budgets
+# of 10 and 20 % per eviction configuration (docs/benchmarks.md). Needs only
+# matplotlib besides .venv. About 11 minutes.
 bench-residency: build
 	scripts/bootstrap-bench plot
 	$(PYTHON) bench/residency.py
