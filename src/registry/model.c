@@ -144,14 +144,39 @@ static int shared_host_floor(pjs_model *m, void **host, pjs_error *err)
     return rc;
 }
 
+/* Bytes a weight takes in a private floor: whole 64-byte lines, so that
+ * each weight starts aligned for the plugin's copies. */
+static size_t floor_stride(const pjs_st_tensor *t) { return ((size_t)t->nbytes + 63) / 64 * 64; }
+
+/* The private host floor: one block from the runtime (page-locked where the
+ * plugin DMA-maps host memory), the weights in argument order. */
+static int private_host_floor(pjs_model *m, void **host, pjs_error *err)
+{
+    pjs_bundle *b = m->bundle;
+    size_t n = b->weights.n_tensors, total = 0;
+    for (size_t i = 0; i < n; i++)
+        total += floor_stride(&b->weights.tensors[i]);
+    int rc = pjs_rt_host_alloc(m->client, total, &m->host_block, err);
+    if (rc != 0)
+        return pjs_error_prefix(err, "model %s: ", m->name);
+    size_t at = 0;
+    for (size_t i = 0; rc == 0 && i < n; i++) {
+        host[i] = (char *)m->host_block.data + at;
+        at += floor_stride(&b->weights.tensors[i]);
+        rc = pjs_bundle_read_weight(b, i, host[i], err);
+    }
+    if (rc != 0)
+        pjs_rt_host_free(m->client, &m->host_block);
+    return rc;
+}
+
 int pjs_model_set_host_floor(pjs_model *m, bool present, pjs_error *err)
 {
     size_t n = m->bundle->weights.n_tensors;
     if (present == (m->host_weights != NULL))
         return 0;
     if (!present) {
-        for (size_t i = 0; m->host_segment == NULL && i < n; i++)
-            free(m->host_weights[i]);
+        pjs_rt_host_free(m->client, &m->host_block);
         free(m->host_weights);
         m->host_weights = NULL;
         pjs_wstore_release(m->weight_store, m->host_segment);
@@ -174,13 +199,10 @@ int pjs_model_set_host_floor(pjs_model *m, bool present, pjs_error *err)
         }
         pjs_warn("model %s: host weights kept in private memory: %s", m->name, err->msg);
     }
-    for (size_t i = 0; i < n; i++) {
-        if ((host[i] = pjs_bundle_host_weight(m->bundle, i, err)) == NULL) {
-            for (size_t k = 0; k < i; k++)
-                free(host[k]);
-            free(host);
-            return err->code;
-        }
+    int rc = private_host_floor(m, host, err);
+    if (rc != 0) {
+        free(host);
+        return rc;
     }
     m->host_weights = host;
     return 0;

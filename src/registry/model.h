@@ -92,6 +92,10 @@ typedef struct pjs_model {
     /* The host floor: every weight in aligned host memory, argument order,
      * or NULL (residency unpinned: read from the mapped file when loaded). */
     void **host_weights;
+    /* A private floor's memory, which host_weights point into: one block
+     * from the runtime, page-locked for DMA where the plugin maps host
+     * memory (pjs_rt_host_alloc). Zeroed for a shared floor or none. */
+    pjs_rt_host_memory host_block;
     /* The node's shared weight store, or NULL (the floor is private memory).
      * With one, the floor is a read-only segment (host_segment) that
      * host_weights point into, or private memory when the store failed. */

@@ -15,9 +15,11 @@
 #include <glob.h>
 #include <limits.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -48,7 +50,12 @@ struct pjs_rt_client {
     /* Threads of each XLA CPU pool (cpu_threads.h); 0 on other platforms.
      * Part of every executable cache key: it shapes the compiled code. */
     int cpu_threads;
+    /* What pjs_rt_host_alloc gives: HOST_UNDECIDED until the first call
+     * decides (and logs) it, then HOST_DMA_MAPPED or HOST_PAGEABLE. */
+    atomic_int host_memory;
 };
+
+enum { HOST_UNDECIDED = 0, HOST_DMA_MAPPED, HOST_PAGEABLE };
 
 static pthread_mutex_t plugins_lock = PTHREAD_MUTEX_INITIALIZER;
 static pjs_rt_plugin *plugins[MAX_PLUGINS];
@@ -475,6 +482,8 @@ int pjs_rt_client_create(pjs_rt_plugin *p, const pjs_rt_option *options, size_t 
     int cpu_threads = 0;
     bool has_device_count = false;
     pjs_rt_client *c = calloc(1, sizeof *c);
+    if (c != NULL)
+        atomic_init(&c->host_memory, HOST_UNDECIDED);
     int rc = 0;
     if (c == NULL || (values = calloc(n_options + 1, sizeof *values)) == NULL) {
         rc = pjs_error_set(err, PJS_ERR_NOMEM, "out of memory");
@@ -914,6 +923,91 @@ int pjs_rt_buffer_from_host(pjs_rt_client *c, pjs_dtype dtype, const pjs_shape *
     }
     *out = a.buffer;
     return 0;
+}
+
+/* ---- host memory of the transfer path ----------------------------------- */
+
+int pjs_rt_host_pin(pjs_rt_client *c, void *data, size_t size, pjs_error *err)
+{
+    const struct pjrt_api *api = c->plugin->api;
+    struct pjrt_client_dma_map_args a = {
+        .struct_size = sizeof a, .client = c->client, .data = data, .size = size};
+    return CALL(api, client_dma_map, &a, "page-locking host memory for the device", err);
+}
+
+void pjs_rt_host_unpin(pjs_rt_client *c, void *data)
+{
+    const struct pjrt_api *api = c->plugin->api;
+    struct pjrt_client_dma_unmap_args a = {.struct_size = sizeof a, .client = c->client, .data = data};
+    pjs_error err;
+    if (CALL(api, client_dma_unmap, &a, "unmapping host memory from the device", &err) != 0)
+        pjs_warn("%s", err.msg);
+}
+
+const char *pjs_rt_client_host_memory(const pjs_rt_client *c)
+{
+    switch (atomic_load(&c->host_memory)) {
+    case HOST_DMA_MAPPED: return "dma-mapped";
+    case HOST_PAGEABLE: return "pageable";
+    default: return "undecided";
+    }
+}
+
+/* The first answer of the plugin decides the client's path and logs it
+ * once: mapped, or UNSUPPORTED (pageable from then on, without asking
+ * again). A refusal of one range by a plugin that maps is a warning each
+ * time: that memory stays pageable, the next allocation tries again. */
+static void note_host_memory(pjs_rt_client *c, int pin_rc, size_t size, const pjs_error *why)
+{
+    int undecided = HOST_UNDECIDED;
+    if (pin_rc == 0) {
+        if (atomic_compare_exchange_strong(&c->host_memory, &undecided, HOST_DMA_MAPPED))
+            pjs_info("host weights: page-locked and DMA-mapped for the %s device "
+                     "(PJRT_Client_DmaMap); loads copy from them directly",
+                     c->platform);
+    } else if (pin_rc == PJS_ERR_UNSUPPORTED) {
+        if (atomic_compare_exchange_strong(&c->host_memory, &undecided, HOST_PAGEABLE))
+            pjs_info("host weights: pageable memory; the %s plugin maps no host memory for "
+                     "DMA (%s)",
+                     c->platform, why->msg);
+    } else {
+        pjs_warn("host weights: %zu bytes stay pageable, loads from them go through the "
+                 "plugin's staging copy: %s; raise the locked-memory limit (ulimit -l) if "
+                 "that is what refused",
+                 size, why->msg);
+    }
+}
+
+int pjs_rt_host_alloc(pjs_rt_client *c, size_t size, pjs_rt_host_memory *out, pjs_error *err)
+{
+    *out = (pjs_rt_host_memory){0};
+    if (size == 0)
+        return 0;
+    size_t page = (size_t)sysconf(_SC_PAGESIZE);
+    size_t rounded = (size + page - 1) / page * page;
+    void *data = mmap(NULL, rounded, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (data == MAP_FAILED)
+        return pjs_error_set(err, PJS_ERR_NOMEM,
+                             "out of memory for %zu bytes of host weights", rounded);
+    bool pinned = false;
+    if (atomic_load(&c->host_memory) != HOST_PAGEABLE) {
+        pjs_error why;
+        int rc = pjs_rt_host_pin(c, data, rounded, &why);
+        pinned = rc == 0;
+        note_host_memory(c, rc, rounded, &why);
+    }
+    *out = (pjs_rt_host_memory){.data = data, .size = rounded, .pinned = pinned};
+    return 0;
+}
+
+void pjs_rt_host_free(pjs_rt_client *c, pjs_rt_host_memory *m)
+{
+    if (m->data == NULL)
+        return;
+    if (m->pinned)
+        pjs_rt_host_unpin(c, m->data);
+    munmap(m->data, m->size);
+    *m = (pjs_rt_host_memory){0};
 }
 
 int pjs_rt_buffer_to_host(pjs_rt_client *c, pjrt_buffer *b, void *dst, size_t dst_size,

@@ -124,6 +124,37 @@ int pjs_rt_buffer_to_host(pjs_rt_client *c, pjrt_buffer *b, void *dst, size_t ds
                           pjs_error *err);
 void pjs_rt_buffer_destroy(pjs_rt_client *c, pjrt_buffer *b);
 
+/* Host memory the device reads again and again (a model's host floor).
+ * Where the plugin DMA-maps host memory (PJRT_Client_DmaMap: the CUDA
+ * plugin) it is page-locked and registered with the device, so host-to-device
+ * copies read it directly rather than through the plugin's own staging
+ * buffer; elsewhere (the CPU plugin) it is ordinary pageable memory. Either
+ * way it is page-aligned and zero-filled, and the first allocation of a
+ * client logs once which of the two its host memory is. */
+typedef struct pjs_rt_host_memory {
+    void *data;  /* NULL for a size of 0 */
+    size_t size; /* the size asked for, rounded up to whole pages */
+    bool pinned; /* DMA-mapped: pjs_rt_host_free unmaps it first */
+} pjs_rt_host_memory;
+
+/* Allocates; fails only when memory itself cannot be had (a plugin that
+ * refuses to map falls back to pageable memory). */
+int pjs_rt_host_alloc(pjs_rt_client *c, size_t size, pjs_rt_host_memory *out, pjs_error *err);
+/* Unmaps and frees; m is zeroed. A zeroed m is a no-op. */
+void pjs_rt_host_free(pjs_rt_client *c, pjs_rt_host_memory *m);
+
+/* DMA-maps [data, data + size) (page-aligned, not yet mapped) for the
+ * client's devices. UNSUPPORTED when the plugin maps nothing (no
+ * client_dma_map slot, or it answers UNIMPLEMENTED); another status, with the
+ * plugin's message, when it maps but refused this range (a locked-memory
+ * limit, say). */
+int pjs_rt_host_pin(pjs_rt_client *c, void *data, size_t size, pjs_error *err);
+/* Undoes pjs_rt_host_pin; the memory stays allocated. */
+void pjs_rt_host_unpin(pjs_rt_client *c, void *data);
+/* Which host memory the client's allocations got: "dma-mapped",
+ * "pageable", or "undecided" before the first one. */
+const char *pjs_rt_client_host_memory(const pjs_rt_client *c);
+
 /* Runs e on the client's device and waits for completion. args has
  * e->n_params buffers; outputs receives e->n_results new buffers owned by the
  * caller. */
