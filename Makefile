@@ -15,6 +15,7 @@
 #   make bench-meta  the detector as a meta vs client-orchestrated vs Triton BLS (same doc)
 #   make bench-shared-weights  memory of 1-4 workers with and without --shared-weights (same doc)
 #   make bench-gateway  one hop through pjserve gateway, and 1 vs 2 workers behind it (same doc)
+#   make gpu-check  package pjserve for a GPU machine (.gpu-check/) and check the CUDA path there
 #   make install    install pjserve, libpjserve-client (shared, static, header, pjserve-client.pc)
 #                   and the bundle ABI header under PREFIX (default /usr/local)
 #   make clean
@@ -24,7 +25,7 @@ FUZZ_SECONDS ?= 20
 PYTHON := .venv/bin/python
 PYTEST := $(PYTHON) -m pytest -q -p no:cacheprovider
 
-.PHONY: all bootstrap build test unit e2e e2e-node models demo serve asan tsan fuzz fuzz-build fuzz-smoke clean install bench bench-scheduler bench-residency bench-meta bench-shared-weights bench-gateway
+.PHONY: all bootstrap build test unit e2e e2e-node models demo serve asan tsan fuzz fuzz-build fuzz-smoke clean install bench bench-scheduler bench-residency bench-meta bench-shared-weights bench-gateway gpu-check
 
 all: build
 
@@ -165,3 +166,11 @@ bench-shared-weights: build
 # through a gateway over 1 and 2 workers (docs/benchmarks.md). A few minutes.
 bench-gateway: build
 	$(PYTHON) bench/gateway.py
+
+# The CUDA path end to end (docs/residency.md, On a GPU): packages build/pjserve,
+# the libraries it needs, a link probe and two bundles into .gpu-check/, then
+# checks info, check, serve and weight-load bandwidth against the link with the
+# CUDA plugin. Without a GPU it says so and fails (exit 2): carry .gpu-check/
+# to a GPU machine and run .gpu-check/gpu-check --run-only there.
+gpu-check: build
+	$(PYTHON) scripts/gpu-check
