@@ -142,7 +142,7 @@ bench-scheduler: build
 # (vs a host memory copy), N models under a budget of 20 % of their weights
 # with Zipf traffic, and throughput and p99 against 5 to 200 models at budgets
 # of 10 and 20 % per eviction configuration (docs/benchmarks.md). Needs only
-# matplotlib besides .venv. About 11 minutes.
+# matplotlib besides .venv. About 10 minutes.
 bench-residency: build
 	scripts/bootstrap-bench plot
 	$(PYTHON) bench/residency.py

@@ -134,7 +134,7 @@ def plot_zipf(r, ax_lat, ax_hit):
 
 
 # Lines of the curve: known configurations keep their colours from run to run.
-CONFIG_COLORS = {"lru": "#2b6cb0", "gdsf": "#2f855a", "gdsf+defer": "#9b2c2c",
+CONFIG_COLORS = {"lru": "#2b6cb0", "lfu": "#2f855a", "lfu+defer": "#9b2c2c",
                  "default": "#319795", "baseline": "#718096"}
 OTHER_COLORS = ("#805ad5", "#dd6b20", "#d53f8c", "#4a5568", "#38a169")
 REFERENCE_COLOR = "#d69e2e"

@@ -40,7 +40,7 @@ the least recently used evicted first. Two parts (each can be picked with
           budgets of --curve-budgets (10 % and 20 %) of their weights, the
           Zipf traffic of `zipf`. For every N and budget, one run of each
           configuration of --configs (extra `pjserve serve` arguments: lru,
-          gdsf, gdsf+defer; --config NAME=ARGS defines more), and, with
+          lfu, lfu+defer; --config NAME=ARGS defines more), and, with
           --pjserve-baseline BIN, the same traffic against that binary with
           no extra arguments ("baseline"), each on a freshly started server,
           their order rotating from one N and budget to the next. The
@@ -276,7 +276,7 @@ def host_copy(nbytes, reps):
     return statistics.median(warm), statistics.median(fresh)
 
 
-def load_part(paths, sizes, rounds, copy_reps, cache, work, server_args):
+def load_part(paths, sizes, rounds, copy_reps, cache, work, server_args, binary):
     rows = []
     copies = MODELS_DIR / "copies"
     for s in sizes:
@@ -288,7 +288,7 @@ def load_part(paths, sizes, rounds, copy_reps, cache, work, server_args):
         budget = int(1.5 * nbytes)
         server = Pjserve(repo, cache, work / f"pjserve-load-{a.name}.log",
                          ["--device-weight-budget", str(budget), "--warmup-runs", "0",
-                          *server_args])
+                          *server_args], binary=binary)
         log(f"load: {a.name} ({nbytes / MIB:.1f} MiB), budget {budget / MIB:.1f} MiB")
         server.start([a.name, b.name])
         client = Client(server, k)
@@ -499,7 +499,7 @@ def zipf_part(base, size_mib, ns, a, cache, work):
             # a fresh server per run; the order alternates between rounds
             for key, extra, b in (runs if rnd % 2 == 0 else runs[::-1]):
                 server = Pjserve(repo, cache, work / f"pjserve-zipf-{n}-{key}-{rnd + 1}.log",
-                                 extra + a.server_arg)
+                                 extra + a.server_arg, binary=a.pjserve)
                 log(f"zipf round {rnd + 1}/{a.rounds}: {n} models of {nbytes / MIB:.1f} MiB, "
                     + (f"budget {budget / MIB:.1f} MiB ({capacity} models)" if b
                        else "no budget")
@@ -541,17 +541,17 @@ def median_run(runs):
 # ---- part 3: the curve: throughput and p99 against the number of models ---------
 
 # Configurations of a budgeted run: name -> (binary, extra `pjserve serve`
-# arguments). Binary "new" is build/pjserve, "baseline" the one given with
+# arguments). Binary "new" is build/pjserve (or --pjserve), "baseline" the one given with
 # --pjserve-baseline (an older build, run without extra arguments).
 # --config NAME=ARGS adds one for build/pjserve or replaces one.
 CONFIGS = {
     "lru": ("new", ["--eviction-policy", "lru", "--cold-model-defer-ms", "0"]),
-    "gdsf": ("new", ["--eviction-policy", "gdsf", "--cold-model-defer-ms", "0"]),
-    "gdsf+defer": ("new", ["--eviction-policy", "gdsf"]),
+    "lfu": ("new", ["--eviction-policy", "lfu", "--cold-model-defer-ms", "0"]),
+    "lfu+defer": ("new", ["--eviction-policy", "lfu"]),
     "default": ("new", []),
     "baseline": ("baseline", []),
 }
-DEFAULT_CONFIGS = "lru,gdsf,gdsf+defer"
+DEFAULT_CONFIGS = "lru,lfu,lfu+defer"
 REFERENCE = "all-resident"        # no budget: every model stays on the device
 GOAL = {"models": 40, "budget_fraction": 0.1, "throughput_ratio": 0.8, "p99_ratio": 2.0}
 
@@ -584,6 +584,12 @@ def check_configs(configs, binaries, server_args):
                     sys.exit(f"residency: {path} serve has no {flag} (configuration {name!r}: "
                              f"{shlex.join(extra) or 'no extra arguments'}): rebuild it "
                              "(make) or leave the configuration out of --configs")
+
+
+def shown_path(path):
+    """path relative to the repository when it is inside it."""
+    path = Path(path).resolve()
+    return str(path.relative_to(ROOT) if path.is_relative_to(ROOT) else path)
 
 
 def binary_info(path):
@@ -637,14 +643,18 @@ def curve_part(base, size_mib, a, configs, binaries, cache, work):
         for rnd in range(a.curve_rounds):
             seed = a.seed + 100 * rnd + n                 # every run of a round: same draws
             # the references first, their order alternating; then per budget
-            # every configuration, the order rotating by one each time
-            plan = [(key, b, extra, None) for key, b, extra in
-                    (references if (ni + rnd) % 2 == 0 else references[::-1])]
+            # every configuration, the order rotating by one each time; with
+            # --curve-reference-runs 2 the references again at the end
+            refs = references if (ni + rnd) % 2 == 0 else references[::-1]
+            plan = [(key, b, extra, None) for key, b, extra in refs]
             for bi, fraction in enumerate(a.curve_budgets):
                 shift = turn % len(budgeted)
                 turn += 1
                 plan += [(key, b, extra, bi) for key, b, extra in
                          budgeted[shift:] + budgeted[:shift]]
+            if a.curve_reference_runs == 2:
+                plan += [(key, b, extra, None) for key, b, extra in refs[::-1]]
+            bracket = {}
             for key, b, extra, bi in plan:
                 budget = entry["budgets"][bi]["budget_bytes"] if bi is not None else 0
                 what = (f"budget {budget / MIB:.1f} MiB "
@@ -670,16 +680,26 @@ def curve_part(base, size_mib, a, configs, binaries, cache, work):
                     path = a.trace_dir / f"N{n}_{budget_label(a.curve_budgets[bi])}.csv"
                     rows = write_trace(path, sends, names, a.trace_requests)
                     entry["budgets"][bi]["trace"] = {
-                        "path": str(path.relative_to(ROOT) if path.is_relative_to(ROOT)
-                                    else path),
+                        "path": shown_path(path),
                         "configuration": key, "requests": rows, "sent": len(sends)}
-                per_round.setdefault((key, bi), []).append(r)
+                if bi is None:
+                    bracket.setdefault(key, []).append(r)
+                else:
+                    per_round.setdefault((key, bi), []).append(r)
                 log(f"  {r['requests_per_s']:.0f} requests/s, p50 {fmt(r['p50_ms'], '.2f')} "
                     f"ms, p99 {fmt(r['p99_ms'], '.2f')} ms, hit rate "
                     f"{fmt(r['hit_rate'], '.3f')} / execution "
                     f"{fmt(r['hit_rate_per_execution'], '.3f')}, "
                     f"{r['loads_per_s']:.0f} loads/s, loading {100 * r['load_busy']:.0f}% "
                     f"of the time, server start {server.start_s:.1f} s")
+            # a round's reference: the run of the most requests/s (the stricter
+            # comparison when something else slowed the other down)
+            for key, runs in bracket.items():
+                best = dict(max(runs, key=lambda r: r["requests_per_s"]))
+                best["reference_runs"] = [
+                    {f: r[f] for f in ("requests_per_s", "p50_ms", "p99_ms")} for r in runs]
+                per_round.setdefault((key, None), []).append(best)
+
         def summed_up(key, bi):
             runs = per_round[(key, bi)]
             run = median_run(runs)
@@ -821,7 +841,7 @@ def curve_markdown(curve, s):
         lines.append("")
     rounds = s["curve_rounds"]
     configs = "; ".join(f"`{name}`: " + (f"`{s['pjserve_baseline']}`" if b == "baseline"
-                                         else "build/pjserve")
+                                         else f"`{s['pjserve']}`")
                         + (f" `{shlex.join(extra)}`" if extra else " with no extra arguments")
                         for name, (b, extra) in s["configs"].items())
     for bi, fraction in enumerate(s["curve_budgets"]):
@@ -830,8 +850,11 @@ def curve_markdown(curve, s):
                   f"{s['threads']} client threads (batch-1 gRPC requests, closed loop), "
                   f"{s['curve_settle']:g} s settle + {s['curve_seconds']:g} s measured per run"
                   + (f", median of {rounds} rounds" if rounds > 1 else "")
-                  + f"; {configs}; {REFERENCE}: no budget. Ratios against the "
-                  f"{REFERENCE} run of the same binary; hit rate = 1 - Δloads / Δrequests (per "
+                  + f"; {configs}; {REFERENCE}: no budget"
+                  + (", the run of more requests/s of one before and one after the budgeted "
+                     "runs of that N (the other in parentheses)"
+                     if s.get("curve_reference_runs", 1) == 2 else "")
+                  + f". Ratios against the {REFERENCE} run of the same binary; hit rate = 1 - Δloads / Δrequests (per "
                   "execution: / Δexecutions); time loading = Δ`pjserve_weight_load_seconds_total` "
                   "/ wall time:", "",
                   "| N | budget MiB (models) | configuration | requests/s | of all-resident | "
@@ -842,9 +865,13 @@ def curve_markdown(curve, s):
         for e in curve:
             bud = e["budgets"][bi]
             for key, r in e["reference"].items():
-                lines.append(f"| {e['models']} | - | {key} | {r['requests_per_s']:.0f} | 1 | "
-                             f"{fmt(r['p50_ms'], '.2f')} | {fmt(r['p99_ms'], '.2f')} | 1 | "
-                             "| | | | | | |")
+                others = [x for x in r.get("reference_runs", [])
+                          if x["requests_per_s"] != r["requests_per_s"]]
+                lines.append(f"| {e['models']} | - | {key} | {r['requests_per_s']:.0f}"
+                             + "".join(f" ({x['requests_per_s']:.0f})" for x in others)
+                             + f" | 1 | {fmt(r['p50_ms'], '.2f')} | {fmt(r['p99_ms'], '.2f')}"
+                             + "".join(f" ({fmt(x['p99_ms'], '.2f')})" for x in others)
+                             + " | 1 | | | | | | | |")
             for key, r in bud["runs"].items():
                 lines.append(
                     f"| {e['models']} | {bud['budget_bytes'] / MIB:.1f} "
@@ -868,8 +895,8 @@ KNOBS = {
     "copy_reps": (int, 7, 3, "load: numpy copies per size, the median"),
     "models": (str, "5,10,20,40", "5,10", "zipf: numbers of models"),
     "settle": (float, 3.0, 1.0, "zipf: seconds of traffic before measuring"),
-    "seconds": (float, 12.0, 2.0, "zipf: seconds measured with the budget"),
-    "reference_seconds": (float, 6.0, 2.0, "zipf: seconds measured without a budget"),
+    "seconds": (float, 10.0, 2.0, "zipf: seconds measured with the budget"),
+    "reference_seconds": (float, 5.0, 2.0, "zipf: seconds measured without a budget"),
     "rounds": (int, 2, 1, "zipf: rounds, each on freshly started servers; the tables show "
                           "the median"),
     "curve_models": (str, "5,10,20,40,80,120,200", "5,40",
@@ -878,6 +905,9 @@ KNOBS = {
     "curve_seconds": (float, 4.0, 1.5, "curve: seconds measured per run (references too)"),
     "curve_rounds": (int, 1, 1, "curve: rounds, each on freshly started servers; the "
                                 "tables show the median"),
+    "curve_reference_runs": (int, 2, 1, "curve: all-resident runs per N, binary and round: "
+                                        "1 before the budgeted runs, 2 also after them; the "
+                                        "reference is the one of more requests/s"),
 }
 QUICK_OUT = ROOT / "build" / "bench-residency-quick"
 
@@ -922,8 +952,10 @@ def main(argv=None):
     ap.add_argument("--config", action="append", default=[], metavar="NAME=ARGS",
                     help="curve: defines (or redefines) configuration NAME as build/pjserve "
                          "with the extra serve arguments ARGS (split as a shell would), e.g. "
-                         "--config 'gdsf+defer5=--eviction-policy gdsf "
-                         "--cold-model-defer-ms 5'; repeatable; name it in --configs")
+                         "--config 'lfu+defer30=--eviction-policy lfu "
+                         "--cold-model-defer-ms 30'; repeatable; name it in --configs")
+    ap.add_argument("--pjserve", type=Path, default=PJSERVE, metavar="BIN",
+                    help="the pjserve binary of every part (default build/pjserve)")
     ap.add_argument("--pjserve-baseline", type=Path, metavar="BIN",
                     help="curve: also run configuration 'baseline': the same traffic against "
                          "this pjserve binary (an older build) with no extra arguments, and "
@@ -956,6 +988,8 @@ def main(argv=None):
     sizes = [float(s) if "." in s else int(s) for s in a.sizes.split(",")]
     ns = [int(n) for n in a.models.split(",")]
     a.curve_models = [int(n) for n in a.curve_models.split(",")]
+    if a.curve_reference_runs not in (1, 2):
+        ap.error("--curve-reference-runs: 1 or 2")
     a.curve_budgets = [float(f) for f in a.curve_budgets.split(",")]
     known = dict(CONFIGS)
     for d in a.config:
@@ -973,11 +1007,12 @@ def main(argv=None):
     if "baseline" in chosen and not a.pjserve_baseline:
         ap.error("--configs baseline needs --pjserve-baseline BIN")
     configs = {c: known[c] for c in chosen}
-    binaries = {"new": PJSERVE}
+    a.pjserve = a.pjserve.resolve()
+    binaries = {"new": a.pjserve}
     if a.pjserve_baseline:
         binaries["baseline"] = a.pjserve_baseline.resolve()
-    if not PJSERVE.exists():
-        sys.exit(f"residency: {PJSERVE.relative_to(ROOT)} is missing (cmake --build build)")
+    if not binaries["new"].exists():
+        sys.exit(f"residency: {a.pjserve} is missing (cmake --build build)")
     if "curve" in parts:
         check_configs(configs, binaries, a.server_arg)
 
@@ -994,8 +1029,9 @@ def main(argv=None):
                            "curve_models": a.curve_models, "curve_size_mib": a.curve_size_mib,
                            "curve_budgets": a.curve_budgets, "curve_settle": a.curve_settle,
                            "curve_seconds": a.curve_seconds, "curve_rounds": a.curve_rounds,
-                           "configs": configs,
-                           "pjserve_baseline": (str(a.pjserve_baseline)
+                           "curve_reference_runs": a.curve_reference_runs,
+                           "configs": configs, "pjserve": shown_path(a.pjserve),
+                           "pjserve_baseline": (shown_path(a.pjserve_baseline)
                                                 if a.pjserve_baseline else None),
                            "trace_requests": a.trace_requests,
                            "seed": a.seed,
@@ -1013,7 +1049,7 @@ def main(argv=None):
         cache = MODELS_DIR / "cache"
         if "load" in parts:
             result["load"] = load_part(paths, sizes, a.load_rounds, a.copy_reps, cache, work,
-                                       a.server_arg)
+                                       a.server_arg, a.pjserve)
         if "zipf" in parts:
             result["zipf"] = zipf_part(paths[a.zipf_size_mib], a.zipf_size_mib, ns, a, cache,
                                        work)
