@@ -12,11 +12,13 @@
  * has the same table). Its facts are written out below (api_0_116_*): the
  * PJRT_Api size, the byte offset of every slot from PJRT_Client_DmaMap on,
  * and the *_STRUCT_SIZE of each argument struct pjserve declares. They were
- * read from that plugin (GetPjrtApi()'s struct_size and pjrt_api_version, and
- * the size each function demands of a zeroed argument struct) and agree with
- * openxla/xla's xla/pjrt/c/pjrt_c_api.h, whose slots and structs only grew by
- * appending between 0.81 and 0.116 (CHANGELOG.md 0.82 to 0.95: no struct
- * pjserve declares gained a field). Nothing is fetched when this runs.
+ * read from that plugin: GetPjrtApi()'s struct_size and pjrt_api_version, and
+ * the size each function demands of an argument struct too small (its error
+ * names the struct and the size). openxla/xla's xla/pjrt/c/pjrt_c_api.h at
+ * 0.94 (commit 0882740a8496c82a8dc8a25fadba88ca342fb0aa) lists the slots up to
+ * PJRT_Device_GetAttributes in the same order, and every struct pjserve
+ * declares has the same size at 0.81 and at 0.116: nothing before our fields
+ * moved. Nothing is fetched when this runs.
  */
 #include <setjmp.h>
 #include <stdarg.h>
