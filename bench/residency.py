@@ -44,7 +44,9 @@ the least recently used evicted first. Two parts (each can be picked with
           --pjserve-baseline BIN, the same traffic against that binary with
           no extra arguments ("baseline"), each on a freshly started server,
           their order rotating from one N and budget to the next. The
-          reference, once per N and binary: no budget, every model resident.
+          reference: no budget, every model resident, run per N and binary
+          before and after the budgeted runs (--curve-reference-runs); the
+          run of more requests/s counts.
           Per run: requests/s, p50, p99, both against the reference of the
           same binary, hit rate per request and per execution, time loading,
           loads/s. The requests the clients sent in the first configuration's
@@ -617,6 +619,8 @@ def curve_part(base, size_mib, a, configs, binaries, cache, work):
     k = side(size_mib)
     nbytes = weight_bytes(k)
     copies = MODELS_DIR / "copies"
+    for stale in a.trace_dir.glob("N*_*pct.csv"):         # the traces of this run only
+        stale.unlink()
     all_names = [f"curve_{i:03d}" for i in range(max(a.curve_models))]
     all_bundles = [copy_bundle(base, nm, copies) for nm in all_names]
     used_binaries = sorted({configs[c][0] for c in configs}, key=lambda b: b != "new")
@@ -655,7 +659,7 @@ def curve_part(base, size_mib, a, configs, binaries, cache, work):
             if a.curve_reference_runs == 2:
                 plan += [(key, b, extra, None) for key, b, extra in refs[::-1]]
             bracket = {}
-            for key, b, extra, bi in plan:
+            for i, (key, b, extra, bi) in enumerate(plan):
                 budget = entry["budgets"][bi]["budget_bytes"] if bi is not None else 0
                 what = (f"budget {budget / MIB:.1f} MiB "
                         f"({100 * a.curve_budgets[bi]:g} %, "
@@ -664,8 +668,8 @@ def curve_part(base, size_mib, a, configs, binaries, cache, work):
                 log(f"curve round {rnd + 1}/{a.curve_rounds}: {n} models of "
                     f"{nbytes / MIB:.2f} MiB, {what}, {key}")
                 server = Pjserve(repo, cache,
-                                 work / f"pjserve-curve-{n}-{bi}-{key.replace(' ', '_')}"
-                                        f"-{rnd + 1}.log",
+                                 work / f"pjserve-curve-{n}-{rnd + 1}-{i:02d}-"
+                                        f"{key.replace(' ', '_')}.log",
                                  (["--device-weight-budget", str(budget)] if budget else [])
                                  + extra + a.server_arg, binary=binaries[b])
                 server.start(names)
@@ -854,9 +858,9 @@ def curve_markdown(curve, s):
                   + (", the run of more requests/s of one before and one after the budgeted "
                      "runs of that N (the other in parentheses)"
                      if s.get("curve_reference_runs", 1) == 2 else "")
-                  + f". Ratios against the {REFERENCE} run of the same binary; hit rate = 1 - Δloads / Δrequests (per "
-                  "execution: / Δexecutions); time loading = Δ`pjserve_weight_load_seconds_total` "
-                  "/ wall time:", "",
+                  + f". Ratios against the {REFERENCE} run of the same binary; hit rate = "
+                  "1 - Δloads / Δrequests (per execution: / Δexecutions); time loading = "
+                  "Δ`pjserve_weight_load_seconds_total` / wall time:", "",
                   "| N | budget MiB (models) | configuration | requests/s | of all-resident | "
                   "p50 ms | p99 ms | p99 / all-resident | hit rate | per execution | "
                   "LRU simulated | most popular resident | time loading | loads/s | "
@@ -916,7 +920,7 @@ def main(argv=None):
     ap = argparse.ArgumentParser(
         description=__doc__.split("\n\n")[0] + " Parts: load (cold loads against model "
         "size), zipf (many models of 16 MiB at one budget), curve (throughput and p99 "
-        "against the number of models at budgets of 10 and 20 %%, per configuration); "
+        "against the number of models at budgets of 10 and 20 %, per configuration); "
         "the module's docstring says what each measures.")
     ap.add_argument("--parts", default=",".join(PARTS),
                     help=f"comma-separated subset of {','.join(PARTS)} (default: all)")
