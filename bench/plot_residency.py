@@ -152,7 +152,7 @@ def plot_curve(r, dst):
     refs = list(curve[0]["reference"])
     colors = config_colors(configs)
     ns = [e["models"] for e in curve]
-    fig, axes = plt.subplots(4, len(budgets), figsize=(6.5 * len(budgets), 17), squeeze=False)
+    fig, axes = plt.subplots(4, len(budgets), figsize=(6.5 * len(budgets), 19), squeeze=False)
     for col, fraction in enumerate(budgets):
         ax_tp, ax_p99, ax_hit, ax_load = axes[:, col]
         for ref in refs:
@@ -200,7 +200,10 @@ def plot_curve(r, dst):
             ax.minorticks_off()
             ax.set_xlabel(f"models (each {curve[0]['model_bytes'] / 2**20:.2f} MiB of weights)")
             ax.grid(alpha=0.3)
-            ax.legend(fontsize=7)
+            if ax is not ax_hit:
+                ax.legend(fontsize=7)
+        # two lines per configuration: the legend goes below, out of their way
+        ax_hit.legend(fontsize=7, ncol=2, loc="upper center", bbox_to_anchor=(0.5, -0.14))
     fig.suptitle(f"pjserve: models per device, Zipf s={s['zipf_s']} traffic from "
                  f"{s['threads']} client threads, {s['curve_seconds']:g} s per run\n"
                  + subtitle(r), fontsize=9)

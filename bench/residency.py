@@ -626,6 +626,11 @@ def curve_part(base, size_mib, a, configs, binaries, cache, work):
     used_binaries = sorted({configs[c][0] for c in configs}, key=lambda b: b != "new")
     references = [(reference_key(b), b, []) for b in used_binaries]
     budgeted = [(name, b, extra) for name, (b, extra) in configs.items()]
+    runs = a.curve_rounds * len(a.curve_models) * (a.curve_reference_runs * len(references)
+                                                   + len(a.curve_budgets) * len(budgeted))
+    log(f"curve: {runs} runs of {a.curve_settle + a.curve_seconds:g} s of traffic, each on a "
+        f"server started for it ({', '.join(k for k, _, _ in budgeted)}; "
+        f"{', '.join(k for k, _, _ in references)})")
     out = []
     turn = 0
     for ni, n in enumerate(a.curve_models):
