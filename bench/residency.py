@@ -543,9 +543,9 @@ def median_run(runs):
 # ---- part 3: the curve: throughput and p99 against the number of models ---------
 
 # Configurations of a budgeted run: name -> (binary, extra `pjserve serve`
-# arguments). Binary "new" is build/pjserve (or --pjserve), "baseline" the one given with
-# --pjserve-baseline (an older build, run without extra arguments).
-# --config NAME=ARGS adds one for build/pjserve or replaces one.
+# arguments). Binary "new" is build/pjserve (or --pjserve), "baseline" the one
+# given with --pjserve-baseline (an older build, run without extra arguments).
+# --config NAME=ARGS adds one for the new binary or replaces one.
 CONFIGS = {
     "lru": ("new", ["--eviction-policy", "lru", "--cold-model-defer-ms", "0"]),
     "lfu": ("new", ["--eviction-policy", "lfu", "--cold-model-defer-ms", "0"]),
@@ -626,11 +626,11 @@ def curve_part(base, size_mib, a, configs, binaries, cache, work):
     used_binaries = sorted({configs[c][0] for c in configs}, key=lambda b: b != "new")
     references = [(reference_key(b), b, []) for b in used_binaries]
     budgeted = [(name, b, extra) for name, (b, extra) in configs.items()]
-    runs = a.curve_rounds * len(a.curve_models) * (a.curve_reference_runs * len(references)
-                                                   + len(a.curve_budgets) * len(budgeted))
-    log(f"curve: {runs} runs of {a.curve_settle + a.curve_seconds:g} s of traffic, each on a "
-        f"server started for it ({', '.join(k for k, _, _ in budgeted)}; "
-        f"{', '.join(k for k, _, _ in references)})")
+    planned = a.curve_rounds * len(a.curve_models) * (
+        a.curve_reference_runs * len(references) + len(a.curve_budgets) * len(budgeted))
+    log(f"curve: {planned} runs of {a.curve_settle + a.curve_seconds:g} s of traffic, each on "
+        f"a server started for it ({', '.join(key for key, _, _ in budgeted)}; "
+        f"{', '.join(key for key, _, _ in references)})")
     out = []
     turn = 0
     for ni, n in enumerate(a.curve_models):
@@ -640,7 +640,9 @@ def curve_part(base, size_mib, a, configs, binaries, cache, work):
         random.Random(a.seed + n).shuffle(ranks)          # model i has popularity rank ranks[i]
         probs_by_rank = zipf_probabilities(n, a.zipf_s)
         probs = [probs_by_rank[r] for r in ranks]
-        entry = {"models": n, "model_bytes": nbytes, "reference": {}, "budgets": []}
+        entry = {"models": n, "model_bytes": nbytes,
+                 "request_shares": dict(zip(names, probs)),   # what the traces draw from
+                 "reference": {}, "budgets": []}
         per_round = {}
         for fraction in a.curve_budgets:
             budget = int(fraction * n * nbytes)
@@ -656,7 +658,7 @@ def curve_part(base, size_mib, a, configs, binaries, cache, work):
             # --curve-reference-runs 2 the references again at the end
             refs = references if (ni + rnd) % 2 == 0 else references[::-1]
             plan = [(key, b, extra, None) for key, b, extra in refs]
-            for bi, fraction in enumerate(a.curve_budgets):
+            for bi in range(len(a.curve_budgets)):
                 shift = turn % len(budgeted)
                 turn += 1
                 plan += [(key, b, extra, bi) for key, b, extra in
@@ -1003,8 +1005,9 @@ def main(argv=None):
     known = dict(CONFIGS)
     for d in a.config:
         name, sep, args = d.partition("=")
-        if not sep or not name or "," in name:
-            ap.error(f"--config {d!r}: expected NAME=ARGS, NAME without commas")
+        if not sep or not name or "," in name or name == "baseline":
+            ap.error(f"--config {d!r}: expected NAME=ARGS, NAME without commas and not "
+                     "baseline (--pjserve-baseline's)")
         known[name] = ("new", shlex.split(args))
     chosen = [c.strip() for c in a.configs.split(",") if c.strip()]
     if a.pjserve_baseline and "baseline" not in chosen:
