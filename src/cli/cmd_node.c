@@ -176,6 +176,7 @@ static const struct serve_flag {
     {"warmup-runs", required_argument, TO_WORKERS},
     {"cold-model-defer-ms", required_argument, TO_WORKERS},
     {"eviction-policy", required_argument, TO_WORKERS},
+    {"weight-prefetch", required_argument, TO_WORKERS},
     {"meta-concurrency", required_argument, TO_WORKERS},
     {"meta-scratch-bytes", required_argument, TO_WORKERS},
     {"pjrt-plugin", required_argument, TO_WORKERS},

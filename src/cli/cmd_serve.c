@@ -138,6 +138,9 @@ static const char help[] =
     "                          reloading it costs per byte; lru the least recently\n"
     "                          used (default lfu)\n"
     "                          [PJSERVE_SCHEDULER_EVICTION_POLICY]\n"
+    "  --weight-prefetch true|false  while a model executes, copy the weights of the\n"
+    "                          cold model that runs next (default true)\n"
+    "                          [PJSERVE_SCHEDULER_WEIGHT_PREFETCH]\n"
     "  --model-weight NAME=W   fair-share weight of model NAME (default: its\n"
     "                          manifest's weight); repeatable; no environment form\n"
     "\n"
@@ -216,6 +219,7 @@ enum {
     OPT_WARMUP_RUNS,
     OPT_COLD_DEFER,
     OPT_EVICTION,
+    OPT_PREFETCH,
     OPT_META_CONCURRENCY,
     OPT_META_SCRATCH_BYTES,
     OPT_SHARED_WEIGHTS,
@@ -239,6 +243,7 @@ static const struct {
     {OPT_WARMUP_RUNS, "--warmup-runs", "scheduler.warmup_runs"},
     {OPT_COLD_DEFER, "--cold-model-defer-ms", "scheduler.cold_model_defer_ms"},
     {OPT_EVICTION, "--eviction-policy", "scheduler.eviction_policy"},
+    {OPT_PREFETCH, "--weight-prefetch", "scheduler.weight_prefetch"},
     {OPT_META_CONCURRENCY, "--meta-concurrency", "meta.concurrency"},
     {OPT_META_SCRATCH_BYTES, "--meta-scratch-bytes", "meta.scratch_bytes"},
 };
@@ -335,6 +340,7 @@ static int parse_args(int argc, char **argv, serve_args *a)
         {"warmup-runs", required_argument, NULL, OPT_WARMUP_RUNS},
         {"cold-model-defer-ms", required_argument, NULL, OPT_COLD_DEFER},
         {"eviction-policy", required_argument, NULL, OPT_EVICTION},
+        {"weight-prefetch", required_argument, NULL, OPT_PREFETCH},
         {"meta-concurrency", required_argument, NULL, OPT_META_CONCURRENCY},
         {"meta-scratch-bytes", required_argument, NULL, OPT_META_SCRATCH_BYTES},
         {"help", no_argument, NULL, 'h'},
@@ -408,6 +414,7 @@ static int parse_args(int argc, char **argv, serve_args *a)
         case OPT_WARMUP_RUNS:
         case OPT_COLD_DEFER:
         case OPT_EVICTION:
+        case OPT_PREFETCH:
         case OPT_META_CONCURRENCY:
         case OPT_META_SCRATCH_BYTES: bad = add_setting(a, opt, optarg); break;
         default: {

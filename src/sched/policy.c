@@ -40,6 +40,7 @@ void pjs_sched_config_defaults(pjs_sched_config *c)
         .warmup_runs = 2,
         .cold_model_defer_ms = 10.0,
         .eviction = PJS_EVICTION_LFU,
+        .weight_prefetch = true,
     };
 }
 
@@ -339,18 +340,20 @@ static pjs_sched_queue *select_committed(const pjs_sched *s)
     return best;
 }
 
-/* Whether q is left out of a selection restricted to resident models. */
-static bool skipped(const pjs_sched_queue *q, bool resident_only)
+/* Which queues a selection looks at. */
+typedef enum among { ALL, RESIDENT, COLD } among;
+
+static bool skipped(const pjs_sched_queue *q, among which)
 {
-    return resident_only && q->share->cold;
+    return (which == RESIDENT && q->share->cold) || (which == COLD && !q->share->cold);
 }
 
 /* The selections below return NULL when every queue was skipped. */
-static pjs_sched_queue *select_fifo(const pjs_sched *s, bool resident_only)
+static pjs_sched_queue *select_fifo(const pjs_sched *s, among which)
 {
     pjs_sched_queue *best = NULL;
     for (pjs_sched_queue *q = s->active; q != NULL; q = q->next_active)
-        if (!skipped(q, resident_only) && (best == NULL || head_arrival(q) < head_arrival(best)))
+        if (!skipped(q, which) && (best == NULL || head_arrival(q) < head_arrival(best)))
             best = q;
     return best;
 }
@@ -364,12 +367,12 @@ static uint64_t most_urgent(const pjs_sched_queue *q)
     return d;
 }
 
-static pjs_sched_queue *select_edf(const pjs_sched *s, bool resident_only)
+static pjs_sched_queue *select_edf(const pjs_sched *s, among which)
 {
     pjs_sched_queue *best = NULL;
     uint64_t best_deadline = 0;
     for (pjs_sched_queue *q = s->active; q != NULL; q = q->next_active) {
-        if (skipped(q, resident_only))
+        if (skipped(q, which))
             continue;
         uint64_t d = most_urgent(q);
         if (best == NULL || earlier(d, q, best_deadline, best)) {
@@ -434,7 +437,7 @@ static void limit_idle_credit(pjs_sched *s, pjs_sched_queue *q, const pjs_sched_
     }
 }
 
-static pjs_sched_queue *select_fair(const pjs_sched *s, uint64_t now, bool resident_only)
+static pjs_sched_queue *select_fair(const pjs_sched *s, uint64_t now, among which)
 {
     double total_weight, total_recent;
     fair_totals(s, now, &total_weight, &total_recent);
@@ -442,7 +445,7 @@ static pjs_sched_queue *select_fair(const pjs_sched *s, uint64_t now, bool resid
     double best_score = 0;
     double clamp = s->cfg.fair_clamp;
     for (pjs_sched_queue *q = s->active; q != NULL; q = q->next_active) {
-        if (skipped(q, resident_only))
+        if (skipped(q, which))
             continue;
         double owed = q->share->weight / total_weight * total_recent - decayed(s, q->share, now);
         double score = owed / discounted_cost(s, q);
@@ -613,12 +616,12 @@ static void take_prefix(pjs_sched *s, pjs_sched_queue *q, int64_t rows, pjs_sche
     }
 }
 
-static pjs_sched_queue *select_by_discipline(const pjs_sched *s, uint64_t now, bool resident_only)
+static pjs_sched_queue *select_by_discipline(const pjs_sched *s, uint64_t now, among which)
 {
     switch (s->cfg.discipline) {
-    case PJS_DISCIPLINE_FIFO: return select_fifo(s, resident_only);
-    case PJS_DISCIPLINE_EDF: return select_edf(s, resident_only);
-    default: return select_fair(s, now, resident_only);
+    case PJS_DISCIPLINE_FIFO: return select_fifo(s, which);
+    case PJS_DISCIPLINE_EDF: return select_edf(s, which);
+    default: return select_fair(s, now, which);
     }
 }
 
@@ -640,6 +643,13 @@ static bool may_defer(const pjs_sched *s, const pjs_sched_queue *q,
     return (double)now + ahead + own + margin <= (double)d;
 }
 
+pjs_sched_queue *pjs_sched_next_cold(const pjs_sched *s, uint64_t now)
+{
+    if (s->active == NULL || select_by_discipline(s, now, RESIDENT) != NULL)
+        return NULL;
+    return select_by_discipline(s, now, COLD);
+}
+
 bool pjs_sched_next(pjs_sched *s, uint64_t now, pjs_sched_plan *plan)
 {
     memset(plan, 0, sizeof *plan);
@@ -647,9 +657,9 @@ bool pjs_sched_next(pjs_sched *s, uint64_t now, pjs_sched_plan *plan)
         return false;
     pjs_sched_queue *q = s->committed > 0 ? select_committed(s) : NULL;
     if (q == NULL) {
-        q = select_by_discipline(s, now, false);
+        q = select_by_discipline(s, now, ALL);
         if (q->share->cold && s->cfg.cold_model_defer_ms > 0) {
-            pjs_sched_queue *resident = select_by_discipline(s, now, true);
+            pjs_sched_queue *resident = select_by_discipline(s, now, RESIDENT);
             if (resident != NULL && may_defer(s, q, resident, now))
                 q = resident;
         }

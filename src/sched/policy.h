@@ -95,11 +95,12 @@ typedef struct pjs_sched_config {
     int warmup_runs;              /* executions per (variant, batch size) at load; >= 0 */
     double cold_model_defer_ms;   /* longest a cold queue yields to resident work; 0 never */
     pjs_eviction eviction;        /* the weight cache's policy */
+    bool weight_prefetch;         /* copy the next cold model's weights during executions */
 } pjs_sched_config;
 
 /* The defaults: fair, half-life 1 s, discount 0.5, clamp 4, smoothing 0.2,
  * margin 0, depth 1024, no default timeout, 2 warm-up runs, cold models
- * deferred up to 10 ms, lfu eviction. */
+ * deferred up to 10 ms, lfu eviction, weight prefetch on. */
 void pjs_sched_config_defaults(pjs_sched_config *c);
 /* Checks every field's range; the message names the field. */
 int pjs_sched_config_check(const pjs_sched_config *c, pjs_error *err);
@@ -180,6 +181,13 @@ bool pjs_sched_promote(pjs_sched *s, pjs_sched_queue *q, pjs_sched_job *j);
  * It may return true with plan->queue NULL when every job it looked at was
  * dropped. */
 bool pjs_sched_next(pjs_sched *s, uint64_t now, pjs_sched_plan *plan);
+
+/* When no resident model has queued work, so that a cold model runs next:
+ * the queue the discipline would pick among the cold ones (the one worth
+ * prefetching). NULL otherwise: while resident work is queued, a cold
+ * model's requests keep gathering (see Residency above), and loading it
+ * early would serve fewer of them per load. Changes nothing. */
+pjs_sched_queue *pjs_sched_next_cold(const pjs_sched *s, uint64_t now);
 
 /* Records an execution's measured device time: the cost estimate of
  * (q, size_index) and the model's recent device time. */

@@ -125,23 +125,29 @@ static int load(pjs_wcache *c, pjs_wcache_entry *e, pjs_error *err)
 }
 
 /* The resident unpinned entry the policy evicts first, among those not
- * held and other than `except`; NULL when none. */
+ * held and other than `except`, without waiting requests if any; NULL when
+ * none. */
 static pjs_wcache_entry *victim(const pjs_wcache *c, const pjs_wcache_entry *except)
 {
-    pjs_wcache_entry *best = NULL;
-    double best_value = 0;
-    for (pjs_wcache_entry *e = c->oldest; e != NULL; e = e->newer) {
-        if (e == except || atomic_load(&e->holds) != 0)
-            continue;
-        if (c->policy == PJS_EVICTION_LRU)
-            return e;
-        double v = value(c, e);
-        if (best == NULL || v < best_value) {
-            best = e;
-            best_value = v;
+    for (int pass = c->ops.wanted != NULL ? 0 : 1; pass < 2; pass++) {
+        pjs_wcache_entry *best = NULL;
+        double best_value = 0;
+        for (pjs_wcache_entry *e = c->oldest; e != NULL; e = e->newer) {
+            if (e == except || atomic_load(&e->holds) != 0 ||
+                (pass == 0 && c->ops.wanted(e, c->ops.ctx)))
+                continue;
+            if (c->policy == PJS_EVICTION_LRU)
+                return e;
+            double v = value(c, e);
+            if (best == NULL || v < best_value) {
+                best = e;
+                best_value = v;
+            }
         }
+        if (best != NULL)
+            return best;
     }
-    return best;
+    return NULL;
 }
 
 static bool fits(const pjs_wcache *c, uint64_t bytes)
@@ -154,6 +160,9 @@ int pjs_wcache_acquire(pjs_wcache *c, pjs_wcache_entry *e, uint64_t uses, bool *
                        pjs_error *err)
 {
     *over_budget = false;
+    if (e->in_flight)
+        return pjs_error_set(err, PJS_ERR_INTERNAL,
+                             "its weights are still being copied (a prefetch not committed)");
     c->clock += (double)uses;
     e->uses = decayed_uses(c, e) + (double)uses;
     e->uses_at = c->clock;
@@ -177,6 +186,43 @@ int pjs_wcache_acquire(pjs_wcache *c, pjs_wcache_entry *e, uint64_t uses, bool *
         *over_budget = !fits(c, e->bytes);
     }
     return load(c, e, err);
+}
+
+bool pjs_wcache_reserve(pjs_wcache *c, pjs_wcache_entry *e, const pjs_wcache_entry *keep)
+{
+    if (!c->autonomous || e->resident || e->pinned || e->in_flight ||
+        c->budget == PJS_WCACHE_UNLIMITED || e->bytes > c->budget)
+        return false;
+    /* What could go: every resident unpinned entry but keep and held ones. */
+    uint64_t evictable = 0;
+    for (pjs_wcache_entry *x = c->oldest; x != NULL; x = x->newer)
+        if (x != keep && atomic_load(&x->holds) == 0)
+            evictable += x->bytes;
+    if (c->used - evictable > c->budget - e->bytes)
+        return false;
+    pjs_wcache_entry *v;
+    while (!fits(c, e->bytes) && (v = victim(c, keep)) != NULL)
+        evict(c, v);
+    pthread_mutex_lock(&c->lock);
+    e->in_flight = true;
+    c->used += e->bytes;
+    pthread_mutex_unlock(&c->lock);
+    return true;
+}
+
+void pjs_wcache_commit(pjs_wcache *c, pjs_wcache_entry *e, bool loaded)
+{
+    pthread_mutex_lock(&c->lock);
+    e->in_flight = false;
+    if (loaded) {
+        e->resident = true;
+        e->loads++;
+        c->changes++;
+        push_newest(c, e);
+    } else {
+        c->used -= e->bytes;
+    }
+    pthread_mutex_unlock(&c->lock);
 }
 
 int pjs_wcache_set_pinned(pjs_wcache *c, pjs_wcache_entry *e, bool pinned, pjs_error *err)

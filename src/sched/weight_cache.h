@@ -28,6 +28,14 @@
  * cache is not autonomous (explicit control mode), acquiring a model that
  * is not resident fails instead: a control plane decides residency.
  *
+ * Prefetch: the device owner may reserve room for an entry ahead of its
+ * run (pjs_wcache_reserve: victims evicted now, the entry's bytes counted
+ * as in flight, so the budget holds the transfer too), have its weights
+ * copied by another thread while executions go on, and commit the entry
+ * (pjs_wcache_commit) once the copy is done or failed. An entry in flight is
+ * neither resident nor evictable; nothing executes with its weights before
+ * the commit.
+ *
  * The cache does bookkeeping only; loading and freeing device buffers are
  * callbacks, so the policy is unit-tested without a device. Only one thread
  * (the device owner) mutates residency, and it calls the callbacks with no
@@ -62,6 +70,7 @@ typedef struct pjs_wcache_entry {
     uint64_t bytes;
     bool pinned;     /* device-pinned: outside the budget, never evicted */
     bool resident;
+    bool in_flight;  /* reserved for a prefetch, not committed yet */
     /* > 0: not evicted to make room for others (a meta whose run calls the
      * model is running); any thread changes it, atomically. */
     atomic_int holds;
@@ -79,13 +88,18 @@ typedef struct pjs_wcache_ops {
     int (*load)(pjs_wcache_entry *e, void *ctx, pjs_error *err);
     /* Frees e's device weights; e is no longer in the cache's books. */
     void (*evict)(pjs_wcache_entry *e, void *ctx);
+    /* Optional: whether requests for e are waiting. Victims are chosen
+     * among entries without waiting requests first, by the policy, and
+     * only then among the others: evicting a model that is about to run
+     * costs a load for nothing. */
+    bool (*wanted)(const pjs_wcache_entry *e, void *ctx);
     void *ctx;
 } pjs_wcache_ops;
 
 typedef struct pjs_wcache {
     pthread_mutex_t lock;
     uint64_t budget;          /* for unpinned entries; PJS_WCACHE_UNLIMITED */
-    uint64_t used;            /* resident unpinned bytes */
+    uint64_t used;            /* resident unpinned bytes, and those in flight */
     uint64_t pinned;          /* resident pinned bytes */
     uint64_t changes;         /* loads + evictions so far (readers compare it
                                  before and after reading several entries) */
@@ -107,6 +121,17 @@ void pjs_wcache_destroy(pjs_wcache *c);
  * resident; a load error otherwise. */
 int pjs_wcache_acquire(pjs_wcache *c, pjs_wcache_entry *e, uint64_t uses, bool *over_budget,
                        pjs_error *err);
+
+/* Prefetch, autonomous caches only: makes room for e under the budget by
+ * the policy, never evicting `keep` (the model about to run) or a held
+ * entry, and counts e's bytes as in flight. False, with nothing changed,
+ * when e is resident, pinned, in flight, larger than the budget, or would
+ * not fit without evicting `keep` or held entries. */
+bool pjs_wcache_reserve(pjs_wcache *c, pjs_wcache_entry *e, const pjs_wcache_entry *keep);
+
+/* Ends e's prefetch: loaded, it becomes resident (the most recently used);
+ * otherwise its bytes are given back. */
+void pjs_wcache_commit(pjs_wcache *c, pjs_wcache_entry *e, bool loaded);
 
 /* Pins e on the device (loading it if needed, outside the budget) or unpins
  * it: it becomes the most recently used evictable entry (older entries are

@@ -30,7 +30,7 @@
 enum sched_key {
     S_DISCIPLINE, S_HALF_LIFE_MS, S_COALESCE_DISCOUNT, S_FAIR_CLAMP, S_COST_SMOOTHING,
     S_EDF_LAXITY_MARGIN_US, S_MAX_QUEUE_DEPTH, S_DEFAULT_TIMEOUT_US, S_WARMUP_RUNS,
-    S_COLD_MODEL_DEFER_MS, S_EVICTION_POLICY, S_COUNT
+    S_COLD_MODEL_DEFER_MS, S_EVICTION_POLICY, S_WEIGHT_PREFETCH, S_COUNT
 };
 
 static const char *const sched_keys[S_COUNT] = {
@@ -45,6 +45,7 @@ static const char *const sched_keys[S_COUNT] = {
     [S_WARMUP_RUNS] = "warmup_runs",
     [S_COLD_MODEL_DEFER_MS] = "cold_model_defer_ms",
     [S_EVICTION_POLICY] = "eviction_policy",
+    [S_WEIGHT_PREFETCH] = "weight_prefetch",
 };
 
 enum model_key { M_WEIGHT, M_MAX_QUEUE_DEPTH, M_DEFAULT_TIMEOUT_US, M_COUNT };
@@ -228,6 +229,7 @@ static int set_sched_key(pjs_yaml *y, pjs_sched_config *s, enum sched_key k, con
         rc = pjs_yaml_get_number(y, n, path, &v.cold_model_defer_ms);
         break;
     case S_EVICTION_POLICY: rc = get_eviction(y, n, path, &v.eviction); break;
+    case S_WEIGHT_PREFETCH: rc = pjs_yaml_get_bool(y, n, path, &v.weight_prefetch); break;
     case S_COUNT: break;
     }
     if (rc != 0)
@@ -685,11 +687,11 @@ void pjs_server_config_describe(const pjs_server_config *c, char *buf, size_t si
              "scheduler: %s, half-life %g ms, coalesce discount %g, fair clamp %g, cost "
              "smoothing %g, edf laxity margin %llu us, max queue depth %zu per model, default "
              "timeout %s, warm-up runs %d, cold models deferred up to %g ms, %s eviction, "
-             "%zu model %s",
+             "weight prefetch %s, %zu model %s",
              pjs_discipline_name(s->discipline), s->half_life_s * 1000, s->coalesce_discount,
              s->fair_clamp, s->cost_smoothing, (unsigned long long)s->edf_laxity_margin_us,
              s->max_queue_depth, timeout, s->warmup_runs, s->cold_model_defer_ms,
-             pjs_eviction_name(s->eviction), c->n_models,
+             pjs_eviction_name(s->eviction), s->weight_prefetch ? "on" : "off", c->n_models,
              c->n_models == 1 ? "policy" : "policies");
 }
 

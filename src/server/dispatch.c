@@ -26,6 +26,19 @@
  * never takes the token (a hook or stream submitting from there), so owners
  * do not nest.
  *
+ * Prefetch. One weight copy may run beside executions: when the owner is
+ * about to execute a resident model and the scheduler names a cold model
+ * with queued work (pjs_sched_next_cold), the owner reserves its room in
+ * the weight cache (evicting by the policy, never the model about to run)
+ * and hands the copy to the transfer thread. The owner alone commits it,
+ * at its next decision once the copy is done, or waiting for it before a
+ * load, a device task, or running that model. So residency still changes
+ * only under the token, and no execution reads weights in flight. The
+ * prefetched model is held (pjs_wcache_entry.holds) until it runs, so no
+ * other load evicts it first, and there is one such lookahead at a time;
+ * the hold goes when it runs, when its copy failed, or when its queue
+ * emptied without it running (deadlines, cancellations).
+ *
  * A plan's inputs are gathered into one buffer per input (rows in plan
  * order, zero padding up to the compiled size) unless a single request fills
  * the batch, uploaded next to the model's weights, executed, and read back:
@@ -67,6 +80,19 @@ typedef struct owner_scratch {
     size_t rows_cap;
 } owner_scratch;
 
+/* The weight copy that may run beside executions (see top). */
+typedef struct transfer {
+    pthread_t thread;
+    bool started;
+    bool stopping;
+    pjs_model *model;        /* in flight (a reference held), NULL when idle */
+    bool done;               /* its copy finished, rc and err say how */
+    int rc;
+    pjs_error err;
+    pthread_cond_t wake;     /* a copy to make, or stopping */
+    pthread_cond_t finished; /* done became true */
+} transfer;
+
 struct pjs_dispatcher {
     pthread_mutex_t lock;  /* everything below but the token's own fields */
     pthread_cond_t work;   /* a request, task or finished request arrived,
@@ -83,6 +109,10 @@ struct pjs_dispatcher {
     bool accepting;
     bool stopping;
     uint64_t in_flight;
+    transfer xfer;          /* model, done, rc, err under the lock */
+    pjs_model *lookahead;   /* prefetched (or in flight), not run yet, held
+                               and referenced; token holder only */
+    uint64_t prefetches;    /* copies started beside executions */
     uint64_t inline_plans;  /* plans run by the submitting thread */
     uint64_t worker_plans;  /* plans run by a worker */
 
@@ -414,14 +444,136 @@ static void cache_evict(pjs_wcache_entry *e, void *ctx)
     pjs_model_unref(m);
 }
 
+static bool cache_wanted(const pjs_wcache_entry *e, void *ctx)
+{
+    pjs_dispatcher *d = ctx;
+    const pjs_model *m = pjs_model_of_wentry((pjs_wcache_entry *)e);
+    pthread_mutex_lock(&d->lock);
+    bool wanted = m->share.queued > 0;
+    pthread_mutex_unlock(&d->lock);
+    return wanted;
+}
+
 static bool d_autonomous(const pjs_dispatcher *d)
 {
     return d->cache.autonomous;
 }
 
-/* Makes m's weights resident before it runs `uses` requests. */
+/* A model that left the repository gives its device weights back once its
+ * last queued request ran. */
+static void release_if_retired(pjs_dispatcher *d, pjs_model *m);
+
+/* ---- prefetch (token holder, lock not held) ---------------------------------------- */
+
+/* The transfer thread: copies the weights of the model it is given. */
+static void *transfer_main(void *arg)
+{
+    pjs_dispatcher *d = arg;
+    pthread_mutex_lock(&d->lock);
+    for (;;) {
+        while (!d->xfer.stopping && (d->xfer.model == NULL || d->xfer.done))
+            pthread_cond_wait(&d->xfer.wake, &d->lock);
+        if (d->xfer.stopping)
+            break;
+        pjs_model *m = d->xfer.model;
+        pthread_mutex_unlock(&d->lock);
+        pjs_error err;
+        int rc = cache_load(&m->wentry, d, &err);
+        pthread_mutex_lock(&d->lock);
+        d->xfer.rc = rc;
+        if (rc != 0)
+            d->xfer.err = err;
+        d->xfer.done = true;
+        pthread_cond_broadcast(&d->xfer.finished);
+        pthread_cond_signal(&d->work); /* an owner commits it and may run the model */
+    }
+    pthread_mutex_unlock(&d->lock);
+    return NULL;
+}
+
+/* Lets go of the lookahead's hold and reference. */
+static void drop_lookahead(pjs_dispatcher *d)
+{
+    pjs_model *m = d->lookahead;
+    if (m == NULL)
+        return;
+    d->lookahead = NULL;
+    atomic_fetch_sub(&m->wentry.holds, 1);
+    pjs_model_unref(m);
+}
+
+/* Commits the prefetch in flight, if any, once its copy is done: waiting
+ * for the copy when `wait`, else only if it already finished. */
+static void transfer_settle(pjs_dispatcher *d, bool wait)
+{
+    pthread_mutex_lock(&d->lock);
+    pjs_model *m = d->xfer.model;
+    if (m == NULL || (!d->xfer.done && !wait)) {
+        pthread_mutex_unlock(&d->lock);
+        return;
+    }
+    while (!d->xfer.done)
+        pthread_cond_wait(&d->xfer.finished, &d->lock);
+    int rc = d->xfer.rc;
+    pjs_error err = d->xfer.err;
+    d->xfer.model = NULL;
+    d->xfer.done = false;
+    pthread_mutex_unlock(&d->lock);
+    pjs_wcache_commit(&d->cache, &m->wentry, rc == 0); /* cache_load marked it warm */
+    if (rc != 0)
+        pjs_warn("model %s: copying its weights ahead of its turn failed (%s); they are loaded "
+                 "again when it runs",
+                 m->name, err.msg);
+    if (rc != 0)
+        drop_lookahead(d);
+    release_if_retired(d, m);
+    pjs_model_unref(m);
+}
+
+/* Before `running` executes: starts copying the weights of the cold model
+ * the scheduler would pick next, if the transfer is idle and room can be
+ * made without evicting `running`. */
+static void maybe_prefetch(pjs_dispatcher *d, pjs_model *running)
+{
+    if (!d->sched.cfg.weight_prefetch)
+        return;
+    pthread_mutex_lock(&d->lock);
+    if (d->lookahead != NULL && d->lookahead->share.queued == 0 && d->xfer.model == NULL) {
+        pthread_mutex_unlock(&d->lock);
+        drop_lookahead(d); /* its requests went without it running */
+        pthread_mutex_lock(&d->lock);
+    }
+    pjs_model *m = NULL;
+    if (d->lookahead == NULL) {
+        pjs_sched_queue *q = pjs_sched_next_cold(&d->sched, pjs_now_ns());
+        if (q != NULL && q->owner != running)
+            m = pjs_model_ref(q->owner);
+    }
+    pthread_mutex_unlock(&d->lock);
+    if (m == NULL)
+        return;
+    if (!pjs_wcache_reserve(&d->cache, &m->wentry, &running->wentry)) {
+        pjs_model_unref(m);
+        return;
+    }
+    atomic_fetch_add(&m->wentry.holds, 1);
+    d->lookahead = pjs_model_ref(m);
+    pthread_mutex_lock(&d->lock);
+    d->xfer.model = m;
+    d->xfer.done = false;
+    d->prefetches++;
+    pthread_cond_signal(&d->xfer.wake);
+    pthread_mutex_unlock(&d->lock);
+}
+
+/* Makes m's weights resident before it runs `uses` requests. A copy in
+ * flight is committed first (it may be m's own): one copy at a time. */
 static int acquire(pjs_dispatcher *d, pjs_model *m, uint64_t uses, pjs_error *err)
 {
+    if (!m->wentry.resident)
+        transfer_settle(d, true);
+    if (m == d->lookahead)
+        drop_lookahead(d); /* it runs now */
     bool over_budget = false;
     int rc = pjs_wcache_acquire(&d->cache, &m->wentry, uses, &over_budget, err);
     if (rc != 0)
@@ -436,8 +588,6 @@ static int acquire(pjs_dispatcher *d, pjs_model *m, uint64_t uses, pjs_error *er
     return 0;
 }
 
-/* A model that left the repository gives its device weights back once its
- * last queued request ran. */
 static void release_if_retired(pjs_dispatcher *d, pjs_model *m)
 {
     if (!m->retired)
@@ -598,6 +748,7 @@ static void run_plan(pjs_dispatcher *d, pjs_sched_plan *plan, request_fifo *done
     if (acquire(d, bt.model, bt.n, &acquire_err) != 0) {
         fail_jobs(plan->jobs, &acquire_err, done);
     } else {
+        maybe_prefetch(d, bt.model);
         uint64_t start = pjs_now_ns();
         exec_times t;
         run_batch(sc, &bt, start, &t);
@@ -632,11 +783,18 @@ static void own_device_locked(pjs_dispatcher *d, bool on_submit)
     if (task != NULL) {
         d->tasks = task->next;
         pthread_mutex_unlock(&d->lock);
+        transfer_settle(d, true); /* tasks see no copy in flight, nothing held for it */
+        drop_lookahead(d);
         task->run(task);
         pthread_mutex_lock(&d->lock);
         task->done = true;
         pthread_cond_broadcast(&d->task_done);
     } else {
+        if (d->xfer.done) { /* the scheduler then sees the model resident */
+            pthread_mutex_unlock(&d->lock);
+            transfer_settle(d, false);
+            pthread_mutex_lock(&d->lock);
+        }
         pjs_sched_plan plan;
         pjs_sched_next(&d->sched, pjs_now_ns(), &plan);
         d->queued -= plan.n_jobs + list_length(plan.expired) + list_length(plan.shed);
@@ -941,7 +1099,21 @@ int pjs_dispatcher_create(int workers, const pjs_sched_config *cfg, uint64_t wei
     pthread_cond_init(&d->task_done, NULL);
     pjs_sched_init(&d->sched, cfg);
     pjs_wcache_init(&d->cache, weight_budget, autonomous, cfg->eviction,
-                    &(pjs_wcache_ops){.load = cache_load, .evict = cache_evict, .ctx = d});
+                    &(pjs_wcache_ops){.load = cache_load,
+                                      .evict = cache_evict,
+                                      .wanted = cache_wanted,
+                                      .ctx = d});
+    pthread_cond_init(&d->xfer.wake, NULL);
+    pthread_cond_init(&d->xfer.finished, NULL);
+    if (autonomous && cfg->weight_prefetch && weight_budget != PJS_WCACHE_UNLIMITED) {
+        if (pthread_create(&d->xfer.thread, NULL, transfer_main, d) != 0) {
+            pjs_dispatcher_destroy(d);
+            return pjs_error_set(err, PJS_ERR_INTERNAL, "cannot start the weight transfer thread");
+        }
+        d->xfer.started = true;
+    } else {
+        d->sched.cfg.weight_prefetch = false; /* nothing to copy ahead */
+    }
     d->accepting = true;
     d->workers = calloc((size_t)(workers > 0 ? workers : 1), sizeof *d->workers);
     if (d->workers == NULL) {
@@ -1044,9 +1216,11 @@ void pjs_dispatcher_drain(pjs_dispatcher *d)
 }
 
 void pjs_dispatcher_counters(pjs_dispatcher *d, uint64_t *queue_depth, uint64_t *in_flight,
-                             uint64_t *plans_inline, uint64_t *plans_worker)
+                             uint64_t *plans_inline, uint64_t *plans_worker,
+                             uint64_t *prefetches)
 {
     pthread_mutex_lock(&d->lock);
+    *prefetches = d->prefetches;
     *queue_depth = d->queued;
     *in_flight = d->in_flight;
     *plans_inline = d->inline_plans;
@@ -1091,6 +1265,17 @@ void pjs_dispatcher_destroy(pjs_dispatcher *d)
             pthread_join(d->workers[i], NULL);
         free(d->workers);
     }
+    if (d->xfer.started) {
+        transfer_settle(d, true);
+        drop_lookahead(d);
+        pthread_mutex_lock(&d->lock);
+        d->xfer.stopping = true;
+        pthread_cond_signal(&d->xfer.wake);
+        pthread_mutex_unlock(&d->lock);
+        pthread_join(d->xfer.thread, NULL);
+    }
+    pthread_cond_destroy(&d->xfer.finished);
+    pthread_cond_destroy(&d->xfer.wake);
     /* Whatever is still resident and evictable goes with the device. */
     while (d->cache.oldest != NULL)
         pjs_wcache_release(&d->cache, d->cache.oldest);

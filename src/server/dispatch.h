@@ -92,9 +92,11 @@ void pjs_dispatcher_cache_totals(pjs_dispatcher *d, uint64_t *budget, uint64_t *
 void pjs_dispatcher_drain(pjs_dispatcher *d);
 
 /* Requests queued and in flight now; plans run so far by the thread that
- * submitted a request (the device was free) and by workers. */
+ * submitted a request (the device was free) and by workers; weight copies
+ * started beside executions (prefetches). */
 void pjs_dispatcher_counters(pjs_dispatcher *d, uint64_t *queue_depth, uint64_t *in_flight,
-                             uint64_t *plans_inline, uint64_t *plans_worker);
+                             uint64_t *plans_inline, uint64_t *plans_worker,
+                             uint64_t *prefetches);
 /* A model's share and queues now. */
 typedef struct pjs_sched_model_view {
     double weight;

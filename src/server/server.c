@@ -1119,7 +1119,7 @@ int pjs_server_remove_model(pjs_server *s, const char *name, pjs_error *err)
 void pjs_server_get_counters(pjs_server *s, pjs_server_counters *out)
 {
     pjs_dispatcher_counters(s->dispatcher, &out->queue_depth, &out->in_flight,
-                            &out->plans_inline, &out->plans_worker);
+                            &out->plans_inline, &out->plans_worker, &out->weight_prefetches);
     pjs_meta_gate_counters g;
     pjs_meta_gate_get_counters(s->meta_gate, &g);
     out->meta_permits = g.permits;

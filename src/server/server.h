@@ -246,6 +246,7 @@ typedef struct pjs_server_counters {
     uint64_t in_flight;        /* accepted and not yet completed */
     uint64_t plans_inline;     /* executions (and drops) run by the submitting thread */
     uint64_t plans_worker;     /* ... run by a dispatcher worker */
+    uint64_t weight_prefetches; /* weight copies started beside executions */
     /* Meta runs (server/meta_gate.h) and their scratch pool. */
     uint64_t meta_permits;          /* --meta-concurrency */
     uint64_t meta_running_gated;    /* runs holding a permit now */

@@ -228,10 +228,15 @@ REQUESTS_PER_THREAD = 100
 
 
 @serve_only("the weight budget and its LRU are per worker")
-def test_many_models_under_budget(start_server, residency_models):
+@pytest.mark.parametrize("prefetch", ["true", "false"])
+def test_many_models_under_budget(start_server, residency_models, prefetch):
+    """Six clients over ten models in room for two and a half: every answer
+    right, the budget kept at every scrape (copies in flight included), the
+    books consistent at the end; with prefetch on (the default) some loads
+    were copies made while another model executed."""
     mb = residency_models.weight_bytes
     budget = int(2.5 * mb)
-    server = start_server(NAMES, budget)
+    server = start_server(NAMES, budget, ["--weight-prefetch", prefetch])
     first = cache_view(server)
     assert first.budget == budget
     assert first.pinned == 0
@@ -302,6 +307,13 @@ def test_many_models_under_budget(start_server, residency_models):
     # ten models through room for two: most requests missed
     assert sum(end.evictions.values()) >= len(used_models) - 2
     assert all(end.load_seconds.get(m, 0) > 0 for m in used_models)
+    samples, _ = parse_metrics(scrape(server.metrics_url))
+    prefetches = server_gauge(samples, "pjserve_weight_prefetches_total")
+    if prefetch == "true":
+        assert prefetches > 0, "no weight copy was made beside an execution"
+        assert prefetches < sum(end.loads.values())
+    else:
+        assert prefetches == 0
 
 
 # ---- eviction order --------------------------------------------------------------------

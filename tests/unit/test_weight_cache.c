@@ -14,7 +14,7 @@
  * consistent both ways), and the budget kept.
  *
  * A randomized test runs long random sequences of acquire, pin, unpin,
- * release, compaction and failing loads in both modes (autonomous and not)
+ * release, compaction, prefetches and failing loads in both modes (autonomous and not)
  * and both eviction policies, and checks the same invariants after every
  * operation. The lfu tests check its choices on small cases, then its hit
  * rate on synthetic traces (Zipf draws, with and without scans) against LRU
@@ -51,6 +51,7 @@ typedef struct fake {
     uint64_t device_bytes; /* bytes of the entries on the device */
     int fail_id;           /* load of this entry fails (-1: none) */
     int loads, evicts;     /* callback calls */
+    bool wanted[MAX_ENTRIES]; /* requests wait for the entry */
     char log[LOG_MAX];
 } fake;
 
@@ -108,13 +109,20 @@ static void fake_evict(pjs_wcache_entry *e, void *ctx)
     log_append(f, 'E', t->id);
 }
 
+static bool fake_wanted(const pjs_wcache_entry *e, void *ctx)
+{
+    fake *f = ctx;
+    return f->wanted[((const tentry *)e)->id];
+}
+
 static void fake_init_policy(fake *f, uint64_t budget, bool autonomous, pjs_eviction policy,
                              const uint64_t *sizes, size_t n)
 {
     assert_true(n <= MAX_ENTRIES);
     memset(f, 0, sizeof *f);
     f->fail_id = -1;
-    pjs_wcache_ops ops = {.load = fake_load, .evict = fake_evict, .ctx = f};
+    pjs_wcache_ops ops = {
+        .load = fake_load, .evict = fake_evict, .wanted = fake_wanted, .ctx = f};
     pjs_wcache_init(&f->c, budget, autonomous, policy, &ops);
     f->n = n;
     for (size_t i = 0; i < n; i++) {
@@ -161,10 +169,16 @@ static const char *lru(fake *f)
 static const char *books_problem(fake *f)
 {
     static char why[256];
-    uint64_t used = 0, pinned = 0;
+    uint64_t used = 0, pinned = 0, in_flight = 0;
     size_t lru_expected = 0;
     for (size_t i = 0; i < f->n; i++) {
         pjs_wcache_entry *e = &f->t[i].e;
+        if (e->in_flight) {
+            if (e->resident || e->pinned || f->t[i].on_device)
+                return "an entry in flight is resident, pinned or on the device";
+            in_flight += e->bytes;
+            continue;
+        }
         if (e->resident != f->t[i].on_device) {
             snprintf(why, sizeof why, "entry %zu: resident %d, on the device %d", i,
                      e->resident, f->t[i].on_device);
@@ -179,10 +193,11 @@ static const char *books_problem(fake *f)
             lru_expected++;
         }
     }
-    if (used != f->c.used || pinned != f->c.pinned) {
-        snprintf(why, sizeof why, "books used %llu pinned %llu, recount %llu / %llu",
+    if (used + in_flight != f->c.used || pinned != f->c.pinned) {
+        snprintf(why, sizeof why, "books used %llu pinned %llu, recount %llu (%llu in flight) / %llu",
                  (unsigned long long)f->c.used, (unsigned long long)f->c.pinned,
-                 (unsigned long long)used, (unsigned long long)pinned);
+                 (unsigned long long)(used + in_flight), (unsigned long long)in_flight,
+                 (unsigned long long)pinned);
         return why;
     }
     if (used + pinned != f->device_bytes)
@@ -215,7 +230,7 @@ static const char *books_problem(fake *f)
     }
     uint64_t b, u, p, changes, flips = 0;
     pjs_wcache_totals(&f->c, &b, &u, &p, &changes);
-    if (b != f->c.budget || u != used || p != pinned)
+    if (b != f->c.budget || u != used + in_flight || p != pinned)
         return "pjs_wcache_totals disagrees with the books";
     for (size_t i = 0; i < f->n; i++)
         flips += f->t[i].e.loads + f->t[i].e.evictions;
@@ -935,6 +950,29 @@ static void random_run(uint64_t seed, bool autonomous, pjs_eviction policy, int 
             what = "release";
             pjs_wcache_release(&f.c, e);
             assert_false(e->resident);
+        } else if (r < 97 && autonomous) {
+            what = "prefetch";
+            pjs_wcache_entry *keep = E(&f, (int)rng_below(&rs, n));
+            bool was_pinned = e->pinned, keep_resident = keep->resident && keep != e;
+            if (pjs_wcache_reserve(&f.c, e, keep)) {
+                assert_false(was_resident || was_pinned);
+                assert_true(e->in_flight);
+                assert_true(f.c.used <= f.c.budget);
+                if (keep_resident)
+                    assert_true(keep->resident);
+                const char *why = books_problem(&f);
+                if (why != NULL)
+                    fail_msg("seed %llu op %d: after reserving %d: %s", (unsigned long long)seed,
+                             op, id, why);
+                bool copied = f.fail_id != id;
+                if (copied) { /* the copy another thread makes */
+                    f.t[id].on_device = true;
+                    f.device_bytes += e->bytes;
+                }
+                pjs_wcache_commit(&f.c, e, copied);
+                assert_false(e->in_flight);
+                assert_int_equal(e->resident, copied);
+            }
         } else {
             /* reload a random subset of what is resident and unpinned now (what
              * a caller compacting the device reloads: it fit before) */
@@ -1072,6 +1110,89 @@ static void test_lfu_weighs_load_cost_per_byte(void **state)
         use(&f, 2, 1);
         assert_int_equal(E(&f, cheap)->resident, false);
         assert_int_equal(E(&f, 1 - cheap)->resident, true);
+        fake_destroy(&f);
+    }
+}
+
+/* Prefetch: room is made by the policy but never from `keep`; the bytes in
+ * flight count against the budget; the entry is neither resident nor
+ * evictable nor acquirable until committed; a failed copy gives its bytes
+ * back. */
+static void test_prefetch_books(void **state)
+{
+    (void)state;
+    const uint64_t sizes[] = {100, 100, 100, 100, 300};
+    fake f;
+    fake_init_policy(&f, 200, true, PJS_EVICTION_LRU, sizes, 5);
+    use(&f, 0, 1);
+    use(&f, 1, 1);
+    /* 0 is the least recently used, but it is about to run: 1 goes */
+    assert_true(pjs_wcache_reserve(&f.c, E(&f, 2), E(&f, 0)));
+    assert_true(E(&f, 0)->resident);
+    assert_false(E(&f, 1)->resident);
+    assert_true(E(&f, 2)->in_flight);
+    assert_false(E(&f, 2)->resident);
+    assert_int_equal(f.c.used, 200);
+    assert_null(books_problem(&f));
+    /* nothing more fits beside the one in flight without evicting 0 */
+    assert_false(pjs_wcache_reserve(&f.c, E(&f, 3), E(&f, 0)));
+    assert_false(pjs_wcache_reserve(&f.c, E(&f, 2), NULL)); /* already in flight */
+    bool over;
+    pjs_error err;
+    assert_int_equal(pjs_wcache_acquire(&f.c, E(&f, 2), 1, &over, &err), PJS_ERR_INTERNAL);
+    /* the copy is done: resident, the most recently used, counted once */
+    f.t[2].on_device = true;
+    f.device_bytes += 100;
+    pjs_wcache_commit(&f.c, E(&f, 2), true);
+    assert_true(E(&f, 2)->resident);
+    assert_int_equal(E(&f, 2)->loads, 1);
+    assert_ptr_equal(f.c.newest, E(&f, 2));
+    assert_null(books_problem(&f));
+    int loads = f.loads;
+    use(&f, 2, 1); /* a hit */
+    assert_int_equal(f.loads, loads);
+    /* a failed copy: the bytes come back, nothing is resident */
+    assert_true(pjs_wcache_reserve(&f.c, E(&f, 3), E(&f, 2)));
+    assert_false(E(&f, 0)->resident);
+    pjs_wcache_commit(&f.c, E(&f, 3), false);
+    assert_false(E(&f, 3)->resident);
+    assert_false(E(&f, 3)->in_flight);
+    assert_int_equal(f.c.used, 100);
+    assert_null(books_problem(&f));
+    /* never: larger than the budget, resident, pinned */
+    assert_false(pjs_wcache_reserve(&f.c, E(&f, 4), NULL));
+    assert_false(pjs_wcache_reserve(&f.c, E(&f, 2), NULL));
+    assert_int_equal(pjs_wcache_set_pinned(&f.c, E(&f, 1), true, &err), 0);
+    assert_false(pjs_wcache_reserve(&f.c, E(&f, 1), NULL));
+    fake_destroy(&f);
+
+    /* not autonomous (explicit control) or unlimited: never */
+    fake_init(&f, 200, false, sizes, 5);
+    assert_false(pjs_wcache_reserve(&f.c, E(&f, 0), NULL));
+    fake_destroy(&f);
+    fake_init(&f, PJS_WCACHE_UNLIMITED, true, sizes, 5);
+    assert_false(pjs_wcache_reserve(&f.c, E(&f, 0), NULL));
+    fake_destroy(&f);
+}
+
+/* A model with requests waiting is evicted only when nothing else can go,
+ * under either policy. */
+static void test_waiting_requests_protect(void **state)
+{
+    (void)state;
+    const uint64_t sizes[] = {100, 100, 100, 100};
+    for (int p = 0; p < 2; p++) {
+        fake f;
+        fake_init_policy(&f, 200, true, p == 0 ? PJS_EVICTION_LRU : PJS_EVICTION_LFU, sizes, 4);
+        use(&f, 0, 1);
+        use(&f, 1, 5); /* lfu and lru would both evict 0 */
+        f.wanted[0] = true;
+        use(&f, 2, 1);
+        assert_true(E(&f, 0)->resident);
+        assert_false(E(&f, 1)->resident);
+        f.wanted[2] = true; /* all wanted: the policy's choice */
+        use(&f, 3, 1);
+        assert_false(E(&f, 0)->resident); /* the older, and less used of late */
         fake_destroy(&f);
     }
 }
@@ -1214,6 +1335,8 @@ int main(void)
         cmocka_unit_test(test_lfu_keeps_the_frequently_used),
         cmocka_unit_test(test_lfu_ages_out_what_is_no_longer_used),
         cmocka_unit_test(test_lfu_weighs_load_cost_per_byte),
+        cmocka_unit_test(test_prefetch_books),
+        cmocka_unit_test(test_waiting_requests_protect),
         cmocka_unit_test(test_lfu_hit_rate_on_zipf),
         cmocka_unit_test(test_lfu_hit_rate_with_scans),
     };

@@ -445,6 +445,14 @@ static int render_server(const pjs_metrics_gauges *g, pjs_http_buf *b, pjs_error
                                  "pjserve_device_plans_total{owner=\"request_thread\"} %" PRIu64
                                  "\npjserve_device_plans_total{owner=\"worker\"} %" PRIu64 "\n",
                                  g->plans_inline, g->plans_worker);
+    if (rc == 0 && g->server != NULL)
+        rc = family_header(b, "pjserve_weight_prefetches_total",
+                           "Copies of a cold model's weights started while another model "
+                           "executed, so that it runs next without waiting for its load",
+                           "counter", err);
+    if (rc == 0 && g->server != NULL)
+        rc = pjs_http_buf_printf(b, err, "pjserve_weight_prefetches_total %" PRIu64 "\n",
+                                 g->server->weight_prefetches);
     if (rc == 0)
         rc = family_header(b, "pjserve_scheduler_info",
                            "The scheduler's discipline (the value is always 1)", "gauge", err);
