@@ -135,8 +135,8 @@ def plot_zipf(r, ax_lat, ax_hit):
 
 # Lines of the curve: known configurations keep their colours from run to run.
 CONFIG_COLORS = {"lru": "#2b6cb0", "lfu": "#2f855a", "lfu+defer": "#9b2c2c",
-                 "default": "#319795", "baseline": "#718096"}
-OTHER_COLORS = ("#805ad5", "#dd6b20", "#d53f8c", "#4a5568", "#38a169")
+                 "no-prefetch": "#d53f8c", "default": "#319795", "baseline": "#718096"}
+OTHER_COLORS = ("#805ad5", "#dd6b20", "#4a5568", "#38a169", "#00b5d8")
 REFERENCE_COLOR = "#d69e2e"
 
 

@@ -40,7 +40,8 @@ the least recently used evicted first. Two parts (each can be picked with
           budgets of --curve-budgets (10 % and 20 %) of their weights, the
           Zipf traffic of `zipf`. For every N and budget, one run of each
           configuration of --configs (extra `pjserve serve` arguments: lru,
-          lfu, lfu+defer; --config NAME=ARGS defines more), and, with
+          lfu, lfu+defer; also known: no-prefetch, default; --config
+          NAME=ARGS defines more), and, with
           --pjserve-baseline BIN, the same traffic against that binary with
           no extra arguments ("baseline"), each on a freshly started server,
           their order rotating from one N and budget to the next. The
@@ -550,6 +551,7 @@ CONFIGS = {
     "lru": ("new", ["--eviction-policy", "lru", "--cold-model-defer-ms", "0"]),
     "lfu": ("new", ["--eviction-policy", "lfu", "--cold-model-defer-ms", "0"]),
     "lfu+defer": ("new", ["--eviction-policy", "lfu"]),
+    "no-prefetch": ("new", ["--weight-prefetch", "false"]),
     "default": ("new", []),
     "baseline": ("baseline", []),
 }
