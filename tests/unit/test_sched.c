@@ -972,6 +972,7 @@ static void test_fair_charges_loads(void **state)
     double ratio = (double)served[0] / served[1];
     assert_true(ratio > 4.5 && ratio < 7.5);
     assert_true(fabs(r.cold.share.load_ns - 5 * MS) < 1);
+    drain(&r.s);
 }
 
 int main(void)
