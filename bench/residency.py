@@ -40,8 +40,9 @@ the least recently used evicted first. Two parts (each can be picked with
           budgets of --curve-budgets (10 % and 20 %) of their weights, the
           Zipf traffic of `zipf`. For every N and budget, one run of each
           configuration of --configs (extra `pjserve serve` arguments: lru,
-          lfu, lfu+defer; also known: no-prefetch, default; --config
-          NAME=ARGS defines more), and, with
+          lfu, lfu+defer, each without prefetch, and default, the server's
+          defaults: lfu, deferral and prefetch; --config NAME=ARGS defines
+          more), and, with
           --pjserve-baseline BIN, the same traffic against that binary with
           no extra arguments ("baseline"), each on a freshly started server,
           their order rotating from one N and budget to the next. The
@@ -548,14 +549,17 @@ def median_run(runs):
 # given with --pjserve-baseline (an older build, run without extra arguments).
 # --config NAME=ARGS adds one for the new binary or replaces one.
 CONFIGS = {
-    "lru": ("new", ["--eviction-policy", "lru", "--cold-model-defer-ms", "0"]),
-    "lfu": ("new", ["--eviction-policy", "lfu", "--cold-model-defer-ms", "0"]),
-    "lfu+defer": ("new", ["--eviction-policy", "lfu"]),
-    "no-prefetch": ("new", ["--weight-prefetch", "false"]),
+    # one mechanism added at a time: lru alone (the policy before lfu), lfu,
+    # lfu with cold-model deferral, and the defaults (lfu, deferral, prefetch)
+    "lru": ("new", ["--eviction-policy", "lru", "--cold-model-defer-ms", "0",
+                    "--weight-prefetch", "false"]),
+    "lfu": ("new", ["--eviction-policy", "lfu", "--cold-model-defer-ms", "0",
+                    "--weight-prefetch", "false"]),
+    "lfu+defer": ("new", ["--eviction-policy", "lfu", "--weight-prefetch", "false"]),
     "default": ("new", []),
     "baseline": ("baseline", []),
 }
-DEFAULT_CONFIGS = "lru,lfu,lfu+defer"
+DEFAULT_CONFIGS = "lru,lfu,lfu+defer,default"
 REFERENCE = "all-resident"        # no budget: every model stays on the device
 GOAL = {"models": 40, "budget_fraction": 0.1, "throughput_ratio": 0.8, "p99_ratio": 2.0}
 
