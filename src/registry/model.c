@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "core/log.h"
+#include "sched/coalesce.h"
 
 static void model_free(pjs_model *m)
 {
@@ -67,6 +68,8 @@ int pjs_model_create(pjs_bundle *b, pjs_rt_client *c, pjs_exec_cache *cache, pjs
     for (size_t i = 0; i < man->n_inputs; i++)
         batched = batched || man->inputs[i].batched;
     m->max_batch_size = batched ? man->batch_sizes[man->n_batch_sizes - 1] : 0;
+    m->n_served_sizes = man->n_batch_sizes;
+    m->coalesce = pjs_model_coalesces(man, m->max_batch_size);
     m->weights = calloc(b->weights.n_tensors + 1, sizeof *m->weights);
     if (m->weights == NULL) {
         model_free(m);

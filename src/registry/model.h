@@ -108,7 +108,16 @@ typedef struct pjs_model {
     atomic_uint_fast64_t load_ns; /* total time of weight loads */
     bool retired;                 /* left the repository (device owner) */
     pjs_rt_client *client;
-    int64_t max_batch_size;       /* largest compiled size; 0 when no input is batched */
+    /* Rows a request may have: the largest compiled size, 0 when no input
+     * is batched, or a load's configuration override (server/load_config.h:
+     * a smaller compiled size). Set before the model is attached. */
+    int64_t max_batch_size;
+    /* Executions run at batch_sizes[0 .. n_served_sizes): every compiled
+     * size, or those up to an override's max_batch_size. */
+    size_t n_served_sizes;
+    /* Its requests are coalesced: pjs_model_coalesces (sched/coalesce.h),
+     * unless a load's override left dynamic_batching out. */
+    bool coalesce;
     atomic_int refs;
 
     pthread_mutex_t stats_lock;

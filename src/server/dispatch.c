@@ -53,7 +53,6 @@
 #include <string.h>
 
 #include "core/log.h"
-#include "sched/coalesce.h"
 
 typedef struct request_fifo {
     pjs_infer_request *head;
@@ -889,12 +888,11 @@ int pjs_dispatcher_attach(pjs_dispatcher *d, pjs_model *m, double weight, size_t
     m->queues = calloc(man->n_variants, sizeof *m->queues);
     if (m->queues == NULL)
         return pjs_error_set(err, PJS_ERR_NOMEM, "out of memory");
-    bool coalesce = pjs_model_coalesces(man, m->max_batch_size);
     pjs_sched_share_init(&m->share, weight, max_queue_depth);
     m->share.cold = d->cache.autonomous && !m->wentry.resident;
     for (size_t v = 0; v < man->n_variants; v++)
         pjs_sched_queue_init(&m->queues[v], &m->share, m, v, man->batch_sizes,
-                             man->n_batch_sizes, coalesce);
+                             m->n_served_sizes, m->coalesce);
     m->n_queues = man->n_variants;
     return 0;
 }

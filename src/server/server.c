@@ -21,6 +21,9 @@
  * for the model, else the manifest's weight and the scheduler's defaults)
  * and runs the warm-up pass under the device token, which seeds the
  * scheduler's cost estimates; only then is the model swapped in and ready.
+ * A load may carry a configuration override (load_config.h: a served batch
+ * cap, coalescing on or off, queue depth and default timeout), checked
+ * against the bundle before compiling and applied to that version only.
  *
  * In dynamic mode the repository watcher (watcher.c) loads, reloads and
  * removes bundles as they change on disk through the same functions; its
@@ -44,6 +47,7 @@
 #include "runtime/exec_cache.h"
 #include "server/dispatch.h"
 #include "server/hooked.h"
+#include "server/load_config.h"
 #include "server/meta.h"
 #include "server/server_internal.h"
 #include "server/watcher.h"
@@ -286,8 +290,10 @@ static bool is_bundle_dir(const char *repository, const char *name)
 }
 
 /* Attaches m to the dispatcher with its configured policy, the defaults
- * filling what the configuration leaves out. */
-static int attach_model(pjs_server *s, pjs_model *m, pjs_error *err)
+ * filling what the configuration leaves out, and a load's override (ov,
+ * NULL: none) over both. */
+static int attach_model(pjs_server *s, pjs_model *m, const pjs_load_override *ov,
+                        pjs_error *err)
 {
     const server_policies *p = &s->policies;
     double weight = pjs_model_manifest(m)->weight;
@@ -304,6 +310,10 @@ static int attach_model(pjs_server *s, pjs_model *m, pjs_error *err)
         if (mp->default_timeout_us >= 0)
             timeout_us = (uint64_t)mp->default_timeout_us;
     }
+    if (ov != NULL && ov->max_queue_depth > 0)
+        depth = ov->max_queue_depth;
+    if (ov != NULL && ov->default_timeout_us >= 0)
+        timeout_us = (uint64_t)ov->default_timeout_us;
     atomic_store(&m->default_timeout_ns, timeout_us * 1000);
     return pjs_dispatcher_attach(s->dispatcher, m, weight, depth, err);
 }
@@ -349,11 +359,39 @@ static void log_ready(pjs_server *s, pjs_model *m, const char *progress, const u
              h != NULL && h->postprocess != NULL ? " postprocess" : "", seconds);
 }
 
-/* Compiles bundle `name` and swaps it in. On failure the entry turns
- * UNAVAILABLE with the error, unless keep_serving and a version of it is
- * serving: that one stays. load_lock held. */
+/* Checks a load's config against the bundle opened (b), into *ov. */
+static int check_override(pjs_server *s, const char *name, const pjs_load_config *config,
+                          const pjs_bundle *b, pjs_load_override *ov, pjs_error *err)
+{
+    char platform[64];
+    snprintf(platform, sizeof platform, "pjrt_%s", pjs_server_platform(s));
+    return pjs_load_config_apply(config, name, platform, &b->manifest, ov, err);
+}
+
+/* Applies a load's override to the model just created (before it is
+ * attached) and says so in the log. */
+static void override_model(pjs_model *m, const pjs_load_override *ov)
+{
+    m->max_batch_size = ov->max_batch_size;
+    m->n_served_sizes = ov->n_served_sizes;
+    m->coalesce = ov->coalesce;
+    char timeout[64] = "", depth[64] = "";
+    if (ov->default_timeout_us >= 0)
+        snprintf(timeout, sizeof timeout, ", default timeout %lld us",
+                 (long long)ov->default_timeout_us);
+    if (ov->max_queue_depth > 0)
+        snprintf(depth, sizeof depth, ", max queue depth %zu", ov->max_queue_depth);
+    pjs_info("model %s: configuration override for this version: max_batch_size %lld, dynamic "
+             "batching %s%s%s",
+             m->name, (long long)ov->max_batch_size, ov->coalesce ? "on" : "off", timeout, depth);
+}
+
+/* Compiles bundle `name` and swaps it in, with `config`'s override (NULL:
+ * the bundle as it is). On failure the entry turns UNAVAILABLE with the
+ * error, unless keep_serving and a version of it is serving: that one
+ * stays. load_lock held. */
 static int load_locked(pjs_server *s, const char *name, const char *progress, bool keep_serving,
-                       pjs_error *err)
+                       const pjs_load_config *config, pjs_error *err)
 {
     char dir[PJS_BUNDLE_DIR_MAX];
     if (strchr(name, '/') != NULL || strlen(name) >= 256 || !is_bundle_dir(s->repository, name))
@@ -367,13 +405,18 @@ static int load_locked(pjs_server *s, const char *name, const char *progress, bo
     pjs_bundle *b = NULL;
     pjs_model *m = NULL;
     uint64_t *costs = NULL;
+    pjs_load_override ov;
     int rc = pjs_bundle_open(dir, &b, err);
     if (rc == 0 && b->manifest.kind == PJS_KIND_META && (rc = check_meta_calls(s, b, err)) != 0)
         pjs_bundle_close(b);
+    if (rc == 0 && config != NULL && (rc = check_override(s, name, config, b, &ov, err)) != 0)
+        pjs_bundle_close(b);
     if (rc == 0)
         rc = pjs_model_create(b, s->client, s->cache, s->weight_store, &m, err);
+    if (rc == 0 && config != NULL)
+        override_model(m, &ov);
     if (rc == 0)
-        rc = attach_model(s, m, err);
+        rc = attach_model(s, m, config != NULL ? &ov : NULL, err);
     if (rc == 0 && (costs = calloc(m->bundle->n_modules + 1, sizeof *costs)) == NULL)
         rc = pjs_error_set(err, PJS_ERR_NOMEM, "out of memory");
     if (rc == 0)
@@ -463,7 +506,7 @@ static int load_repository(pjs_server *s, pjs_error *err)
                 snprintf(progress, sizeof progress, "[%zu/%zu] ", ++done, n);
                 pjs_error load_err;
                 pthread_mutex_lock(&s->load_lock);
-                loaded += load_locked(s, names[i], progress, false, &load_err) == 0;
+                loaded += load_locked(s, names[i], progress, false, NULL, &load_err) == 0;
                 pthread_mutex_unlock(&s->load_lock);
             }
         }
@@ -493,6 +536,7 @@ typedef struct load_waiter {
 typedef struct load_job {
     pjs_server *server;
     char name[256];
+    pjs_load_config *config;  /* the load's override, owned; NULL: none */
     load_waiter *waiters; /* guarded by jobs_lock */
     size_t n_waiters;
     struct load_job *next;
@@ -524,7 +568,7 @@ static void run_load_job(void *arg, bool cancelled)
                       "model %s: not loaded, the server is shutting down", job->name);
     } else {
         pthread_mutex_lock(&s->load_lock);
-        load_locked(s, job->name, "", true, &err);
+        load_locked(s, job->name, "", true, job->config, &err);
         pthread_mutex_unlock(&s->load_lock);
     }
     pthread_mutex_lock(&s->jobs_lock);
@@ -537,11 +581,28 @@ static void run_load_job(void *arg, bool cancelled)
         free(w);
         w = next;
     }
+    pjs_load_config_free(job->config);
     free(job);
+}
+
+/* Whether a queued job loads what a caller with `config` asks for. */
+static bool job_matches(const load_job *job, const char *name, const pjs_load_config *config)
+{
+    if (strcmp(job->name, name) != 0 || (job->config == NULL) != (config == NULL))
+        return false;
+    return config == NULL ||
+           strcmp(pjs_load_config_text(job->config), pjs_load_config_text(config)) == 0;
 }
 
 int pjs_server_load_model_async(pjs_server *s, const char *name, pjs_server_load_done done,
                                 void *arg, pjs_error *err)
+{
+    return pjs_server_load_model_config_async(s, name, NULL, 0, done, arg, err);
+}
+
+int pjs_server_load_model_config_async(pjs_server *s, const char *name, const char *config_text,
+                                       size_t config_len, pjs_server_load_done done, void *arg,
+                                       pjs_error *err)
 {
     if (name == NULL || name[0] == '\0')
         return pjs_error_set(err, PJS_ERR_INVALID_ARGUMENT, "no model name given");
@@ -552,14 +613,20 @@ int pjs_server_load_model_async(pjs_server *s, const char *name, pjs_server_load
     if (atomic_load(&s->draining))
         return pjs_error_set(err, PJS_ERR_UNAVAILABLE,
                              "model %s: not loaded, the server is shutting down", name);
+    pjs_load_config *config = NULL;
+    if (config_text != NULL &&
+        pjs_load_config_parse(name, config_text, config_len, &config, err) != 0)
+        return err->code;
     load_waiter *w = calloc(1, sizeof *w);
-    if (w == NULL)
+    if (w == NULL) {
+        pjs_load_config_free(config);
         return pjs_error_set(err, PJS_ERR_NOMEM, "model %s: out of memory", name);
+    }
     *w = (load_waiter){done, arg, NULL};
     int rc = 0;
     pthread_mutex_lock(&s->jobs_lock);
     load_job *job = s->load_jobs;
-    while (job != NULL && strcmp(job->name, name) != 0)
+    while (job != NULL && !job_matches(job, name, config))
         job = job->next;
     if (s->n_load_waiters >= LOAD_WAITERS_PER_JOB * s->max_pending_loads) {
         rc = pjs_error_set(err, PJS_ERR_RESOURCE_EXHAUSTED,
@@ -573,6 +640,7 @@ int pjs_server_load_model_async(pjs_server *s, const char *name, pjs_server_load
         } else {
             job->server = s;
             snprintf(job->name, sizeof job->name, "%s", name);
+            job->config = config;
             rc = pjs_work_pool_submit(s->loads, run_load_job, job, err);
             if (rc == PJS_ERR_RESOURCE_EXHAUSTED)
                 pjs_error_set(err, PJS_ERR_RESOURCE_EXHAUSTED,
@@ -580,11 +648,12 @@ int pjs_server_load_model_async(pjs_server *s, const char *name, pjs_server_load
                               "they completed, or raise --max-pending-loads",
                               name, s->max_pending_loads);
             if (rc != 0) {
-                free(job);
+                free(job); /* config is freed below */
                 job = NULL;
             } else {
                 job->next = s->load_jobs;
                 s->load_jobs = job;
+                config = NULL; /* the job's now */
             }
         }
     } else {
@@ -601,6 +670,7 @@ int pjs_server_load_model_async(pjs_server *s, const char *name, pjs_server_load
     }
     pthread_mutex_unlock(&s->jobs_lock);
     free(w);
+    pjs_load_config_free(config);
     return rc;
 }
 

@@ -230,6 +230,16 @@ typedef void (*pjs_server_load_done)(void *arg, const pjs_error *err);
  * (--max-pending-loads), UNAVAILABLE once draining. */
 int pjs_server_load_model_async(pjs_server *s, const char *name, pjs_server_load_done done,
                                 void *arg, pjs_error *err);
+/* The same with a configuration override: `config` (config_len bytes of
+ * Triton's ModelConfig as JSON, see server/load_config.h) applies to the
+ * version this load serves, and a later load without one returns to the
+ * bundle's settings. A config that does not parse, or names what pjserve
+ * cannot apply, is refused at once (INVALID_ARGUMENT); one that disagrees
+ * with the bundle fails the load (INVALID_ARGUMENT, before compiling). A
+ * load joins a queued one only when both have the same config (or none). */
+int pjs_server_load_model_config_async(pjs_server *s, const char *name, const char *config,
+                                       size_t config_len, pjs_server_load_done done, void *arg,
+                                       pjs_error *err);
 /* The same, waiting for the result; for threads that may block (the
  * repository watcher), never a front end's. */
 int pjs_server_load_model(pjs_server *s, const char *name, pjs_error *err);

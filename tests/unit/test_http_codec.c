@@ -859,7 +859,7 @@ static void test_model_metadata_and_config(void **state)
     free(text);
     json_decref(meta);
 
-    json_t *config = pjs_model_config_json("dtypes", "pjrt_cpu", &manifest, 4);
+    json_t *config = pjs_model_config_json("dtypes", "pjrt_cpu", &manifest, 4, false);
     assert_string_equal(json_string_value(json_object_get(config, "backend")), "pjserve");
     assert_int_equal(json_integer_value(json_object_get(config, "max_batch_size")), 4);
     json_t *first = json_array_get(json_object_get(config, "input"), 0);
@@ -874,7 +874,7 @@ static void test_model_metadata_and_config(void **state)
     assert_null(json_object_get(config, "dynamic_batching"));
     json_decref(config);
 
-    config = pjs_model_config_json("dtypes", "pjrt_cpu", &manifest, 0);
+    config = pjs_model_config_json("dtypes", "pjrt_cpu", &manifest, 0, false);
     first = json_array_get(json_object_get(config, "input"), 0);
     text = json_dumps(json_object_get(first, "dims"), JSON_COMPACT);
     assert_string_equal(text, "[-1,2]"); /* unbatched config: dims as the manifest says */
@@ -893,13 +893,13 @@ static void test_model_metadata_and_config(void **state)
     pjs_error err;
     assert_int_equal(
         pjs_manifest_parse(&batched, batched_yaml, sizeof batched_yaml - 1, "mlp", &err), 0);
-    config = pjs_model_config_json("mlp", "pjrt_cpu", &batched, 8);
+    config = pjs_model_config_json("mlp", "pjrt_cpu", &batched, 8, false);
     text = json_dumps(json_object_get(config, "dynamic_batching"), JSON_COMPACT | JSON_SORT_KEYS);
     assert_string_equal(text, "{\"max_queue_delay_microseconds\":0,"
                               "\"preferred_batch_size\":[1,4,8]}");
     free(text);
     json_decref(config);
-    config = pjs_model_config_json("mlp", "pjrt_cpu", &batched, 0);
+    config = pjs_model_config_json("mlp", "pjrt_cpu", &batched, 0, false);
     assert_null(json_object_get(config, "dynamic_batching"));
     json_decref(config);
     pjs_manifest_free(&batched);
@@ -1497,7 +1497,7 @@ static void test_bytes_documents(void **state)
                                  "\"datatype\":\"FP32\",\"shape\":[-1]}]"));
     free(text);
     json_decref(meta);
-    json_t *config = pjs_model_config_json("texts", "pjrt_cpu", &m, 4);
+    json_t *config = pjs_model_config_json("texts", "pjrt_cpu", &m, 4, false);
     json_t *input = json_array_get(json_object_get(config, "input"), 0);
     assert_string_equal(json_string_value(json_object_get(input, "name")), "TEXT");
     assert_string_equal(json_string_value(json_object_get(input, "data_type")), "TYPE_STRING");

@@ -171,9 +171,10 @@ static Inference__ModelOutput **config_outputs(const pjs_grpc_model_desc *m, pjs
     return list;
 }
 
-/* preferred_batch_size = the compiled batch sizes, no queue delay (see
- * sched/coalesce.h). */
+/* preferred_batch_size = the compiled batch sizes up to max_batch_size,
+ * no queue delay (see sched/coalesce.h). */
 static Inference__ModelDynamicBatching *dynamic_batching(const pjs_manifest *mf,
+                                                         int64_t max_batch_size,
                                                          pjs_grpc_arena *a)
 {
     Inference__ModelDynamicBatching *d = pjs_grpc_arena_alloc(a, sizeof *d);
@@ -181,10 +182,11 @@ static Inference__ModelDynamicBatching *dynamic_batching(const pjs_manifest *mf,
     if (d == NULL || sizes == NULL)
         return NULL;
     *d = (Inference__ModelDynamicBatching)INFERENCE__MODEL_DYNAMIC_BATCHING__INIT;
-    for (size_t i = 0; i < mf->n_batch_sizes; i++)
-        sizes[i] = (int32_t)mf->batch_sizes[i];
+    size_t n = 0;
+    for (size_t i = 0; i < mf->n_batch_sizes && mf->batch_sizes[i] <= max_batch_size; i++)
+        sizes[n++] = (int32_t)mf->batch_sizes[i];
     d->preferred_batch_size = sizes;
-    d->n_preferred_batch_size = mf->n_batch_sizes;
+    d->n_preferred_batch_size = n;
     d->max_queue_delay_microseconds = 0;
     return d;
 }
@@ -202,8 +204,8 @@ int pjs_grpc_model_config(const pjs_grpc_model_desc *m, pjs_grpc_arena *a,
     c->max_batch_size = (int32_t)m->max_batch_size;
     c->input = config_inputs(m, a, &c->n_input);
     c->output = config_outputs(m, a, &c->n_output);
-    if (pjs_model_coalesces(m->manifest, m->max_batch_size)) {
-        c->dynamic_batching = dynamic_batching(m->manifest, a);
+    if (!m->batching_off && pjs_model_coalesces(m->manifest, m->max_batch_size)) {
+        c->dynamic_batching = dynamic_batching(m->manifest, m->max_batch_size, a);
         if (c->dynamic_batching == NULL)
             return no_memory(m, err);
         c->scheduling_choice_case = INFERENCE__MODEL_CONFIG__SCHEDULING_CHOICE_DYNAMIC_BATCHING;

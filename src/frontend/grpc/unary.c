@@ -21,6 +21,7 @@
 #include "grpc_service.pb-c.h"
 #include "health.pb-c.h"
 #include "pjserve_control.pb-c.h"
+#include "server/load_config.h"
 
 /* A zeroed message of type d with its defaults, in the arena; NULL when out
  * of memory. */
@@ -123,6 +124,7 @@ static int hold_model(pjs_grpc_unary_ctx *ctx, const char *name, const char *ver
     out->platform = pjs_server_platform(ctx->frontend->server);
     out->max_batch_size = ctx->model->max_batch_size;
     out->manifest = pjs_model_manifest(ctx->model);
+    out->batching_off = !ctx->model->coalesce;
     return 0;
 }
 
@@ -347,25 +349,38 @@ static void repository_load_done(void *arg, const pjs_error *err)
 
 /* Queues the load and answers when it finished (the call is deferred: no
  * completion-queue thread waits for a compile); a refused queue answers at
- * once. */
+ * once. A "config" parameter (a string: ModelConfig as JSON) overrides the
+ * bundle's settings for this load (server/load_config.h); "file:"
+ * parameters are refused. */
 static int repository_load(pjs_grpc_unary_ctx *ctx, const ProtobufCMessage *request,
                            ProtobufCMessage **response, pjs_error *err)
 {
     (void)response;
     const Inference__RepositoryModelLoadRequest *req =
         (const Inference__RepositoryModelLoadRequest *)request;
+    const char *config = NULL;
     for (size_t i = 0; i < req->n_parameters; i++) {
         const char *key = req->parameters[i]->key;
-        if (strcmp(key, "config") == 0 || strncmp(key, "file:", 5) == 0)
-            return pjs_error_set(err, PJS_ERR_UNSUPPORTED,
-                                 "model %.256s: load parameter \"%.256s\" is not supported; "
-                                 "pjserve loads bundles as they are in the repository",
-                                 req->model_name, key);
+        const Inference__ModelRepositoryParameter *v = req->parameters[i]->value;
+        int rc = pjs_load_parameter_check(req->model_name, key, err);
+        if (rc != 0)
+            return rc;
+        if (strcmp(key, "config") != 0)
+            continue;
+        if (v == NULL ||
+            v->parameter_choice_case !=
+                INFERENCE__MODEL_REPOSITORY_PARAMETER__PARAMETER_CHOICE_STRING_PARAM)
+            return pjs_error_set(err, PJS_ERR_INVALID_ARGUMENT,
+                                 "model %.256s: load parameter \"config\" must be a "
+                                 "string_param holding the ModelConfig as JSON",
+                                 req->model_name);
+        config = v->string_param;
     }
     pjs_grpc_deferred *call = pjs__grpc_unary_defer(ctx);
     pjs_error refused;
-    if (pjs_server_load_model_async(ctx->frontend->server, req->model_name, repository_load_done,
-                                    call, &refused) != 0)
+    if (pjs_server_load_model_config_async(ctx->frontend->server, req->model_name, config,
+                                           config != NULL ? strlen(config) : 0,
+                                           repository_load_done, call, &refused) != 0)
         pjs__grpc_unary_answer(call, NULL, &refused);
     return 0;
 }

@@ -29,6 +29,7 @@
 #include "frontend/http/metrics_render.h"
 #include "frontend/http/model_json.h"
 #include "server/control.h"
+#include "server/load_config.h"
 #include "server/server.h"
 
 /* Size of the metrics text buffer. */
@@ -175,7 +176,8 @@ static void model_document(pjs__http_call *c, const char *name, const char *vers
     platform_name(s, platform, sizeof platform);
     json_t *doc;
     if (is(what, "config")) {
-        doc = pjs_model_config_json(m->name, platform, pjs_model_manifest(m), m->max_batch_size);
+        doc = pjs_model_config_json(m->name, platform, pjs_model_manifest(m), m->max_batch_size,
+                                    !m->coalesce);
     } else if (is(what, "stats")) {
         pjs_model_stats st;
         pjs_model_stats_snapshot(m, &st);
@@ -294,23 +296,29 @@ static void load_model_done(void *arg, const pjs_error *err)
     pjs__http_resume(c);
 }
 
-/* Queues the load with the connection suspended; the server's load thread
- * answers (no thread waits for a compile). A refused queue answers at
- * once. */
-static void load_model(pjs__http_call *c, const char *name)
+/* Queues the load, with its config override (NULL: none), with the
+ * connection suspended; the server's load thread answers (no thread waits
+ * for a compile). A refused queue or config answers at once. */
+static void load_model(pjs__http_call *c, const char *name, const json_t *config)
 {
     pjs_error err;
     pjs__http_suspend(c);
-    if (pjs_server_load_model_async(server_of(c), name, load_model_done, c, &err) != 0) {
+    if (pjs_server_load_model_config_async(server_of(c), name, json_string_value(config),
+                                           json_string_length(config), load_model_done, c,
+                                           &err) != 0) {
         pjs__http_reply_error(c, &err);
         pjs__http_resume(c);
     }
 }
 
-/* Refuses load parameters that would change what is loaded. */
-static bool load_parameters_ok(pjs__http_call *c, const json_t *doc)
+/* A load's "parameters": "config" (a string, ModelConfig as JSON) into
+ * *config (borrowed from doc; NULL when absent); "file:" overrides are
+ * refused, other keys ignored. */
+static bool load_parameters(pjs__http_call *c, const char *name, const json_t *doc,
+                            const json_t **config)
 {
     const json_t *params = doc ? json_object_get(doc, "parameters") : NULL;
+    *config = NULL;
     if (params == NULL)
         return true;
     if (!json_is_object(params)) {
@@ -320,14 +328,21 @@ static bool load_parameters_ok(pjs__http_call *c, const json_t *doc)
     const char *key;
     const json_t *value;
     json_object_foreach((json_t *)params, key, value) {
-        (void)value;
-        if (is(key, "config") || strncmp(key, "file:", 5) == 0) {
-            pjs__http_reply_message(c, 400,
-                                    "load parameter \"%.64s\" is not supported: pjserve loads "
-                                    "bundles from its repository as they are",
-                                    key);
+        pjs_error err;
+        if (pjs_load_parameter_check(name, key, &err) != 0) {
+            pjs__http_reply_error(c, &err);
             return false;
         }
+        if (!is(key, "config"))
+            continue;
+        if (!json_is_string(value)) {
+            pjs__http_reply_message(c, 400,
+                                    "model %.256s: load parameter \"config\" must be a string "
+                                    "holding the ModelConfig as JSON",
+                                    name);
+            return false;
+        }
+        *config = value;
     }
     return true;
 }
@@ -338,14 +353,14 @@ static void repository_model(pjs__http_call *c, const char *name, const char *ac
     pjs_error err;
     if (!pjs__http_body_object(c, &doc))
         return;
-    bool ok = load_parameters_ok(c, doc);
-    json_decref(doc);
-    if (!ok)
-        return;
     if (is(action, "load")) {
-        load_model(c, name);
+        const json_t *config;
+        if (load_parameters(c, name, doc, &config))
+            load_model(c, name, config);
+        json_decref(doc);
         return;
     }
+    json_decref(doc); /* unload_dependents and the like: pjserve models have none */
     if (pjs_server_unload_model(server_of(c), name, &err) != 0)
         pjs__http_reply_error(c, &err);
     else

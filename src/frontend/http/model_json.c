@@ -86,12 +86,13 @@ static json_t *tensor_config_json(const pjs_manifest *m, int64_t max_batch_size,
     return list;
 }
 
-/* {"preferred_batch_size": [compiled sizes], "max_queue_delay_microseconds": 0}
- * (see sched/coalesce.h). */
-static json_t *dynamic_batching_json(const pjs_manifest *m)
+/* {"preferred_batch_size": [compiled sizes up to max_batch_size],
+ * "max_queue_delay_microseconds": 0} (see sched/coalesce.h). */
+static json_t *dynamic_batching_json(const pjs_manifest *m, int64_t max_batch_size)
 {
     json_t *sizes = json_array();
-    for (size_t i = 0; sizes != NULL && i < m->n_batch_sizes; i++)
+    for (size_t i = 0; sizes != NULL && i < m->n_batch_sizes && m->batch_sizes[i] <= max_batch_size;
+         i++)
         if (json_array_append_new(sizes, json_integer(m->batch_sizes[i])) != 0) {
             json_decref(sizes);
             return NULL;
@@ -101,7 +102,7 @@ static json_t *dynamic_batching_json(const pjs_manifest *m)
 }
 
 json_t *pjs_model_config_json(const char *name, const char *platform, const pjs_manifest *m,
-                              int64_t max_batch_size)
+                              int64_t max_batch_size, bool batching_off)
 {
     json_t *config = json_pack(
         "{s:s, s:s, s:s, s:{s:{s:i}}, s:I, s:o, s:o}", "name", name, "platform", platform,
@@ -109,8 +110,9 @@ json_t *pjs_model_config_json(const char *name, const char *platform, const pjs_
         (json_int_t)max_batch_size, "input",
         tensor_config_json(m, max_batch_size, true), "output",
         tensor_config_json(m, max_batch_size, false));
-    if (config != NULL && pjs_model_coalesces(m, max_batch_size) &&
-        json_object_set_new(config, "dynamic_batching", dynamic_batching_json(m)) != 0) {
+    if (config != NULL && !batching_off && pjs_model_coalesces(m, max_batch_size) &&
+        json_object_set_new(config, "dynamic_batching",
+                            dynamic_batching_json(m, max_batch_size)) != 0) {
         json_decref(config);
         return NULL;
     }

@@ -11,6 +11,7 @@
 #define PJS_FRONTEND_HTTP_MODEL_JSON_H
 
 #include <jansson.h>
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "core/manifest.h"
@@ -28,10 +29,12 @@ json_t *pjs_model_metadata_json(const char *name, const char *platform,
 /* Triton's model configuration: name, platform, backend "pjserve",
  * max_batch_size, input and output (data_type "TYPE_FP32", dims without the
  * batch axis when max_batch_size > 0) and, when the model's requests are
- * coalesced (sched/coalesce.h), dynamic_batching with the compiled batch
- * sizes as preferred_batch_size and max_queue_delay_microseconds 0. */
+ * coalesced (sched/coalesce.h; batching_off: a load's configuration
+ * override left dynamic_batching out), dynamic_batching with the compiled
+ * batch sizes up to max_batch_size as preferred_batch_size and
+ * max_queue_delay_microseconds 0. */
 json_t *pjs_model_config_json(const char *name, const char *platform, const pjs_manifest *m,
-                              int64_t max_batch_size);
+                              int64_t max_batch_size, bool batching_off);
 
 /* One entry of "model_stats": name, version, last_inference, inference_count,
  * execution_count, inference_stats (success, fail, queue, compute_input,
