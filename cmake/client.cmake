@@ -1,7 +1,7 @@
 # client.cmake - libpjserve-client (include/pjserve/client.h, src/client/):
 # the C client library of KServe V2 over gRPC (the gRPC C core) and REST
 # (libcurl), its C example, its test program, its fuzzer, and the client
-# commands of `pjserve` (infer, models, load, unload, status).
+# commands of `pjserve` (infer, models, load, unload, status, top).
 #
 #   pjs_client_obj        the library's sources, position-independent
 #   pjs_client_deps       what it reuses: core's status, dtype and BYTES
@@ -77,6 +77,18 @@ install(FILES ${CMAKE_BINARY_DIR}/pjserve-client.pc
 # ---- the pjserve client commands -----------------------------------------------
 target_sources(pjserve PRIVATE src/cli/cmd_client.c src/cli/cmd_infer.c src/cli/cmd_models.c)
 target_link_libraries(pjserve PRIVATE pjs_client)
+
+# ---- pjserve top ----------------------------------------------------------------
+# The Prometheus text reader and the view (snapshots, rates, screen, JSON):
+# no network and no terminal, so unit-tested and fuzzed alone; cmd_top.c
+# fetches with libcurl and draws.
+add_library(pjs_top STATIC src/cli/prom_text.c src/cli/top_view.c)
+target_link_libraries(pjs_top PUBLIC pjs_core PkgConfig::JANSSON m)
+target_sources(pjserve PRIVATE src/cli/cmd_top.c)
+target_link_libraries(pjserve PRIVATE pjs_top PkgConfig::CURL)
+pjs_unit_test(test_top tests/unit/test_top.c LIBS pjs_top)
+# A server's /metrics as `pjserve top` reads it (src/cli/prom_text.c, top_view.c).
+pjs_fuzzer(fuzz_prom_text fuzz/fuzz_prom_text.c LIBS pjs_top)
 
 # ---- example, test program, fuzzer -------------------------------
 # The example and the test program link the shared library, as users do.

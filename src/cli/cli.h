@@ -119,5 +119,6 @@ int pjs_cmd_models(int argc, char **argv);
 int pjs_cmd_load(int argc, char **argv);
 int pjs_cmd_unload(int argc, char **argv);
 int pjs_cmd_status(int argc, char **argv);
+int pjs_cmd_top(int argc, char **argv);
 
 #endif

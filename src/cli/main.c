@@ -40,6 +40,9 @@ static const char usage[] =
     "  load MODEL, unload MODEL\n"
     "                  load (or reload) or unload a model\n"
     "  status          health, models by state, the device weight cache\n"
+    "  top             a live view of the models' queues, rates, latency and\n"
+    "                  residency, the weight cache and the device (REST and\n"
+    "                  metrics ports)\n"
     "\n"
     "Run 'pjserve COMMAND --help' for a command's options. A bundle is a directory\n"
     "with manifest.yaml, weights.safetensors and model.b{N}.mlir files; see\n"
@@ -94,6 +97,8 @@ int main(int argc, char **argv)
         return pjs_cmd_unload(argc - 1, argv + 1);
     if (strcmp(cmd, "status") == 0)
         return pjs_cmd_status(argc - 1, argv + 1);
+    if (strcmp(cmd, "top") == 0)
+        return pjs_cmd_top(argc - 1, argv + 1);
     fprintf(stderr, "pjserve: unknown command '%s'\n\n%s", cmd, usage);
     return PJS_EXIT_USAGE;
 }
