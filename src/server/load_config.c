@@ -51,7 +51,7 @@ typedef struct walk {
     const char *model;
     pjs_error *err;
     pjs_load_config *c;
-    char refused[512];           /* "'a', 'b.c'" */
+    char refused[640];           /* "'a', 'b.c'": fits a message with the rest */
     size_t n_refused;
     bool refused_truncated;
 } walk;
@@ -492,11 +492,10 @@ int pjs_load_config_parse(const char *model, const char *text, size_t len,
     if (rc == 0 && w.n_refused > 0)
         rc = pjs_error_set(err, PJS_ERR_INVALID_ARGUMENT,
                            "config override: model %s: pjserve cannot apply %s%s; it honours "
-                           "max_batch_size, dynamic_batching (present: requests are coalesced; "
-                           "absent: they are not) with default_queue_policy's "
-                           "default_timeout_microseconds and max_queue_size, and accepts name, "
-                           "platform, backend, version_policy, input and output where they "
-                           "restate the model",
+                           "max_batch_size, dynamic_batching (present: coalesce; absent: do "
+                           "not) with default_queue_policy's default_timeout_microseconds and "
+                           "max_queue_size, and accepts name, platform, backend, "
+                           "version_policy, input and output that restate the model",
                            model, w.refused, w.refused_truncated ? " and more" : "");
     if (rc != 0) {
         pjs_load_config_free(c);
