@@ -46,12 +46,13 @@ unit: build
 
 # End-to-end (pjserve run vs JAX), protocol (pjserve serve vs tritonclient),
 # gateway, deployment (deploy/: manifests, Dockerfile; plain build only) and
-# client (libpjserve-client, its example and pjserve infer/models/...) tests.
-PYTESTS := tests/e2e tests/protocol tests/gateway tests/deploy tests/node tests/client
+# client (libpjserve-client, its example and pjserve infer/models/...) and
+# command-line (pjserve top, under tmux) tests.
+PYTESTS := tests/e2e tests/protocol tests/gateway tests/deploy tests/node tests/client tests/cli
 # The sanitizer builds skip the hostile-client suite (bombs and floods: heavy,
 # and its memory bounds are the plain build's) and the node's (worker processes
 # killed, stopped and restarted: fault injection runs once, in the plain build).
-SANITIZER_PYTESTS := tests/e2e tests/protocol tests/gateway tests/client \
+SANITIZER_PYTESTS := tests/e2e tests/protocol tests/gateway tests/client tests/cli \
                      --ignore=tests/protocol/hostile
 
 e2e: build

@@ -570,7 +570,8 @@ static int run_once(const top_options *o, fetcher *f, body *b)
     }
     char clock[16];
     clock_text(clock, sizeof clock);
-    pjs_top_context ctx = {.url = o->url, .metrics_url = o->metrics_url, .clock = clock,
+    pjs_top_context ctx = {.url = o->url, .metrics_url = o->metrics_url,
+                           .every_s = o->interval_s, .clock = clock,
                            .control_note = r[1]->control_note[0] ? r[1]->control_note : NULL};
     pjs_top_lines lines = {0};
     json_t *json = NULL;
@@ -685,7 +686,8 @@ static void redraw(live *l)
     terminal_size(&cols, &rows);
     char clock[16];
     clock_text(clock, sizeof clock);
-    pjs_top_context ctx = {.url = l->o.url, .metrics_url = l->o.metrics_url, .clock = clock,
+    pjs_top_context ctx = {.url = l->o.url, .metrics_url = l->o.metrics_url,
+                           .every_s = l->o.interval_s, .clock = clock,
                            .note = l->note[0] ? l->note : NULL, .keys = true,
                            .editing_filter = l->editing ? l->edit : NULL};
     pjs_top_lines lines = {0};

@@ -533,7 +533,7 @@ static int header(const pjs_top_snapshot *cur, const pjs_top_view *v, const pjs_
 {
     char busy[32], used[32], budget[32], pinned[32];
     int rc = add_line(out, width, err, "pjserve top - %s   every %.1f s%s%s%s%s", ctx->url,
-                      v->interval_s, ctx->clock ? "   " : "", ctx->clock ? ctx->clock : "",
+                      ctx->every_s, ctx->clock ? "   " : "", ctx->clock ? ctx->clock : "",
                       cur->discipline[0] ? "   scheduler " : "", cur->discipline);
     figure(v->busy * 100, "%.1f%%", busy, sizeof busy);
     if (rc == 0)
@@ -736,6 +736,7 @@ json_t *pjs_top_view_json(const pjs_top_snapshot *cur, const pjs_top_view *v,
     json_t *doc = json_object();
     json_object_set_new(doc, "url", json_string(ctx->url));
     json_object_set_new(doc, "metrics_url", json_string(ctx->metrics_url));
+    json_object_set_new(doc, "every_s", json_real(ctx->every_s));
     json_object_set_new(doc, "interval_s", json_real(v->interval_s));
     json_object_set_new(doc, "latency", json_string("mean over the interval"));
     json_object_set_new(doc, "scheduler",

@@ -143,6 +143,7 @@ typedef struct pjs_top_lines {
 /* What the header says besides the figures. */
 typedef struct pjs_top_context {
     const char *url, *metrics_url;
+    double every_s;      /* the refresh interval asked for (the view's own is measured) */
     const char *clock;   /* "07:01:02", or NULL */
     const char *note;    /* a problem to show (a failed scrape), or NULL */
     const char *control_note; /* why residency is missing, or NULL */
