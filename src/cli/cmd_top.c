@@ -401,8 +401,8 @@ static double monotonic_s(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
-static void why_unreachable(const top_options *o, const char *url, const char *why,
-                            bool metrics, char *out, size_t cap)
+static void why_unreachable(const char *url, const char *why, bool metrics, char *out,
+                            size_t cap)
 {
     char port[16];
     port_of(url, port, sizeof port);
@@ -411,7 +411,6 @@ static void why_unreachable(const top_options *o, const char *url, const char *w
              "server's %s with %s",
              url, why, metrics ? "--metrics-port" : "--http-port", port,
              metrics ? "metrics port" : "REST port", metrics ? "--metrics-url" : "--url");
-    (void)o;
 }
 
 static void why_status(const char *url, long status, const body *b, bool metrics, char *out,
@@ -433,7 +432,7 @@ static void scrape_metrics(fetcher *f, body *b, scrape_result *r)
     char why[CURL_ERROR_SIZE + 128];
     long status = 0;
     if (fetch(f, o->metrics_url, METRICS_MAX_BYTES, b, &status, why, sizeof why) != 0) {
-        why_unreachable(o, o->metrics_url, why, true, r->error, sizeof r->error);
+        why_unreachable(o->metrics_url, why, true, r->error, sizeof r->error);
         return;
     }
     if (status != 200) {
@@ -464,7 +463,7 @@ static json_t *rest_document(fetcher *f, body *b, const char *path, char *why, s
     long status = 0;
     *not_found = false;
     if (fetch(f, url, DOC_MAX_BYTES, b, &status, reason, sizeof reason) != 0) {
-        why_unreachable(f->o, f->o->url, reason, false, why, cap);
+        why_unreachable(f->o->url, reason, false, why, cap);
         return NULL;
     }
     if (status != 200) {
@@ -534,18 +533,14 @@ static int draw_lines(const top_options *o, const pjs_top_snapshot *prev,
     return rc;
 }
 
-/* Sleeps s seconds; false when a signal asked to stop. */
-static volatile sig_atomic_t stop_requested; /* set by the signal handler only */
-static volatile sig_atomic_t resized;
-
-static bool sleep_s(double s)
+/* Sleeps s seconds (one view: no handlers, a signal ends the process). */
+static void sleep_s(double s)
 {
     double until = monotonic_s() + s;
-    for (double left = s; left > 0 && !stop_requested; left = until - monotonic_s()) {
+    for (double left = s; left > 0; left = until - monotonic_s()) {
         struct timespec ts = {(time_t)left, (long)((left - floor(left)) * 1e9)};
         nanosleep(&ts, NULL);
     }
-    return !stop_requested;
 }
 
 static int run_once(const top_options *o, fetcher *f, body *b)
@@ -561,8 +556,7 @@ static int run_once(const top_options *o, fetcher *f, body *b)
         pjs_cli_fail("%s", r[0]->error);
         goto out;
     }
-    if (!sleep_s(o->interval_s))
-        goto out;
+    sleep_s(o->interval_s);
     scrape(f, b, r[1]);
     if (r[1]->error[0] != '\0') {
         pjs_cli_fail("%s", r[1]->error);
@@ -595,6 +589,11 @@ out:
 }
 
 /* ---- the terminal --------------------------------------------------------------- */
+
+/* The only process-wide state: what the signal handlers of the live view
+ * set, since a handler can reach nothing else. */
+static volatile sig_atomic_t stop_requested; /* SIGINT or SIGTERM came */
+static volatile sig_atomic_t resized;        /* SIGWINCH came */
 
 typedef struct terminal {
     bool keys;               /* stdin is a terminal in non-canonical mode */
