@@ -149,44 +149,27 @@ static int get_int_in(pjs_yaml *y, const yaml_node_t *n, const char *path, int64
     return rc;
 }
 
-static int get_discipline(pjs_yaml *y, const yaml_node_t *n, const char *path,
-                          pjs_discipline *out)
+/* A keyword setting: the scalar's text through parse (-1: not one of its
+ * words), refused as "X is not <what> (expected <words>)". */
+static int get_keyword(pjs_yaml *y, const yaml_node_t *n, const char *path,
+                       int (*parse)(const char *), const char *what, const char *words,
+                       int *out)
 {
     int rc = pjs_yaml_get_string(y, n, path);
     if (rc != 0)
         return rc;
     char text[16];
-    int d = -1;
+    int v = -1;
     if (n->data.scalar.length < sizeof text) {
         memcpy(text, n->data.scalar.value, n->data.scalar.length);
         text[n->data.scalar.length] = '\0';
-        d = pjs_discipline_parse(text);
+        v = parse(text);
     }
     char q[PJS_YAML_QUOTE_MAX];
-    if (d < 0)
-        return pjs_yaml_fail(y, n, path, "%s is not a discipline (expected fair, fifo or edf)",
-                             pjs_yaml_quote_node(n, q, sizeof q));
-    *out = (pjs_discipline)d;
-    return 0;
-}
-
-static int get_eviction(pjs_yaml *y, const yaml_node_t *n, const char *path, pjs_eviction *out)
-{
-    int rc = pjs_yaml_get_string(y, n, path);
-    if (rc != 0)
-        return rc;
-    char text[16];
-    int p = -1;
-    if (n->data.scalar.length < sizeof text) {
-        memcpy(text, n->data.scalar.value, n->data.scalar.length);
-        text[n->data.scalar.length] = '\0';
-        p = pjs_eviction_parse(text);
-    }
-    char q[PJS_YAML_QUOTE_MAX];
-    if (p < 0)
-        return pjs_yaml_fail(y, n, path, "%s is not an eviction policy (expected lfu or lru)",
-                             pjs_yaml_quote_node(n, q, sizeof q));
-    *out = (pjs_eviction)p;
+    if (v < 0)
+        return pjs_yaml_fail(y, n, path, "%s is not %s (expected %s)",
+                             pjs_yaml_quote_node(n, q, sizeof q), what, words);
+    *out = v;
     return 0;
 }
 
@@ -198,10 +181,15 @@ static int set_sched_key(pjs_yaml *y, pjs_sched_config *s, enum sched_key k, con
     pjs_yaml_path_key(path, "scheduler", sched_keys[k]);
     pjs_sched_config v = *s;
     int64_t i = 0;
+    int i32 = 0;
     double ms = 0;
     int rc = 0;
     switch (k) {
-    case S_DISCIPLINE: rc = get_discipline(y, n, path, &v.discipline); break;
+    case S_DISCIPLINE:
+        rc = get_keyword(y, n, path, pjs_discipline_parse, "a discipline", "fair, fifo or edf",
+                         &i32);
+        v.discipline = (pjs_discipline)i32;
+        break;
     case S_HALF_LIFE_MS:
         rc = pjs_yaml_get_number(y, n, path, &ms);
         v.half_life_s = ms / 1000;
@@ -228,7 +216,10 @@ static int set_sched_key(pjs_yaml *y, pjs_sched_config *s, enum sched_key k, con
     case S_COLD_MODEL_DEFER_MS:
         rc = pjs_yaml_get_number(y, n, path, &v.cold_model_defer_ms);
         break;
-    case S_EVICTION_POLICY: rc = get_eviction(y, n, path, &v.eviction); break;
+    case S_EVICTION_POLICY:
+        rc = get_keyword(y, n, path, pjs_eviction_parse, "an eviction policy", "lfu or lru", &i32);
+        v.eviction = (pjs_eviction)i32;
+        break;
     case S_WEIGHT_PREFETCH: rc = pjs_yaml_get_bool(y, n, path, &v.weight_prefetch); break;
     case S_COUNT: break;
     }
