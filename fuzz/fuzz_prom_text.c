@@ -8,7 +8,7 @@
  * inside the document's copy and hold no NUL before their end; a failure
  * must say why. Accepted text is then turned into two snapshots (the same
  * text twice, a second apart), a view sorted by every column, its screen
- * at a narrow width (no line wider) and its JSON. Seeds in
+ * at a narrow width (no line wider, no control byte in one) and its JSON. Seeds in
  * fuzz/corpus/fuzz_prom_text/: a pjserve server's and a gateway's metrics,
  * and malformed lines.
  */
@@ -42,8 +42,9 @@ static void view_of(const pjs_prom_doc *doc)
         pjs_top_lines lines;
         if (pjs_top_render(&b, &v, &o, &ctx, 40, &lines, &err) == 0)
             for (size_t i = 0; i < lines.n; i++)
-                if (strlen(lines.line[i]) > 40)
-                    abort();
+                for (const char *p = lines.line[i]; *p != '\0'; p++)
+                    if ((unsigned char)*p < 0x20 || *p == 0x7f || p - lines.line[i] >= 40)
+                        abort();
         pjs_top_lines_free(&lines);
         json_decref(pjs_top_view_json(&b, &v, &o, &ctx));
         pjs_top_view_free(&v);

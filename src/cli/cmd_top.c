@@ -8,10 +8,10 @@
  * /v2/pjserve/node, 404 outside a node) on the REST port, and turns the
  * last two scrapes into rates (top_view.c). The screen is plain ANSI
  * escapes on the alternate screen; keys are read from the terminal in
- * non-canonical mode, whose settings are restored on every way out: q,
- * SIGINT, SIGTERM, a failure. Without a terminal on stdout, or with
- * --once or --json, it prints one view of two scrapes an interval apart
- * and exits. One thread.
+ * non-canonical mode, whose settings are restored on every way out (q,
+ * SIGINT, SIGTERM, a failure) and while ctrl-z has the view stopped.
+ * Without a terminal on stdout, or with --once or --json, it prints one
+ * view of two scrapes an interval apart and exits. One thread.
  */
 #include <curl/curl.h>
 #include <errno.h>
@@ -383,6 +383,9 @@ static void answer_message(const body *b, char *out, size_t cap)
     const char *msg = json_string_value(json_object_get(doc, "error"));
     snprintf(out, cap, "%.200s", msg != NULL ? msg : b->data != NULL ? b->data : "");
     out[strcspn(out, "\r\n")] = '\0';
+    for (char *c = out; *c != '\0'; c++) /* no escape sequences from the server */
+        if ((unsigned char)*c < 0x20 || *c == 0x7f)
+            *c = '?';
     json_decref(doc);
 }
 
@@ -594,11 +597,13 @@ out:
  * set, since a handler can reach nothing else. */
 static volatile sig_atomic_t stop_requested; /* SIGINT or SIGTERM came */
 static volatile sig_atomic_t resized;        /* SIGWINCH came */
+static volatile sig_atomic_t suspend_requested; /* SIGTSTP came (ctrl-z) */
 
 typedef struct terminal {
     bool keys;               /* stdin is a terminal in non-canonical mode */
+    bool tty;                /* stdin is a terminal: its settings are saved */
     struct termios saved;    /* its settings before, restored at the end */
-    struct sigaction old_int, old_term, old_winch;
+    struct sigaction old_int, old_term, old_winch, old_tstp;
 } terminal;
 
 static void on_stop(int sig)
@@ -612,17 +617,17 @@ static void on_winch(int sig)
     resized = 1;
 }
 
-static void terminal_enter(terminal *t)
+static void on_tstp(int sig)
 {
-    struct sigaction sa = {0};
-    sigemptyset(&sa.sa_mask);
-    sa.sa_handler = on_stop; /* no SA_RESTART: poll() returns at once */
-    sigaction(SIGINT, &sa, &t->old_int);
-    sigaction(SIGTERM, &sa, &t->old_term);
-    sa.sa_handler = on_winch;
-    sigaction(SIGWINCH, &sa, &t->old_winch);
-    t->keys = isatty(STDIN_FILENO) && tcgetattr(STDIN_FILENO, &t->saved) == 0;
-    if (t->keys) {
+    (void)sig;
+    suspend_requested = 1;
+}
+
+/* Non-canonical input without echo, and the alternate screen. */
+static void screen_take(terminal *t)
+{
+    t->keys = false;
+    if (t->tty) {
         struct termios raw = t->saved;
         raw.c_lflag &= ~(tcflag_t)(ICANON | ECHO); /* ISIG stays: ctrl-c is SIGINT */
         raw.c_cc[VMIN] = 0;
@@ -633,15 +638,51 @@ static void terminal_enter(terminal *t)
     fflush(stdout);
 }
 
-static void terminal_leave(terminal *t)
+/* The screen and the terminal's settings as they were. */
+static void screen_give_back(terminal *t)
 {
     fputs("\033[?25h\033[?1049l", stdout);
     fflush(stdout);
-    if (t->keys)
+    if (t->tty)
         tcsetattr(STDIN_FILENO, TCSANOW, &t->saved);
+}
+
+static void terminal_enter(terminal *t)
+{
+    struct sigaction sa = {0};
+    sigemptyset(&sa.sa_mask);
+    sa.sa_handler = on_stop; /* no SA_RESTART: poll() returns at once */
+    sigaction(SIGINT, &sa, &t->old_int);
+    sigaction(SIGTERM, &sa, &t->old_term);
+    sa.sa_handler = on_winch;
+    sigaction(SIGWINCH, &sa, &t->old_winch);
+    sa.sa_handler = on_tstp;
+    sigaction(SIGTSTP, &sa, &t->old_tstp);
+    t->tty = isatty(STDIN_FILENO) && tcgetattr(STDIN_FILENO, &t->saved) == 0;
+    screen_take(t);
+}
+
+/* ctrl-z: the terminal as it was, stopped as SIGTSTP's default stops a
+ * process; on SIGCONT the view takes the screen again. */
+static void terminal_suspend(terminal *t)
+{
+    screen_give_back(t);
+    struct sigaction dfl = {0}, ours;
+    sigemptyset(&dfl.sa_mask);
+    dfl.sa_handler = SIG_DFL;
+    sigaction(SIGTSTP, &dfl, &ours);
+    raise(SIGTSTP);
+    sigaction(SIGTSTP, &ours, NULL);
+    screen_take(t);
+}
+
+static void terminal_leave(terminal *t)
+{
+    screen_give_back(t);
     sigaction(SIGINT, &t->old_int, NULL);
     sigaction(SIGTERM, &t->old_term, NULL);
     sigaction(SIGWINCH, &t->old_winch, NULL);
+    sigaction(SIGTSTP, &t->old_tstp, NULL);
 }
 
 static void terminal_size(size_t *cols, size_t *rows)
@@ -787,6 +828,11 @@ static int run_live(const top_options *o, fetcher *f, body *b)
         double left = next_at - monotonic_s();
         struct pollfd pfd = {.fd = STDIN_FILENO, .events = POLLIN};
         int ready = poll(&pfd, t.keys ? 1 : 0, left > 0 ? (int)ceil(left * 1000) : 0);
+        if (suspend_requested) {
+            suspend_requested = 0;
+            terminal_suspend(&t);
+            resized = 1;
+        }
         if (resized) {
             resized = 0;
             redraw(l);

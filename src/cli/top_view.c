@@ -31,6 +31,18 @@ typedef struct builder {
     bool recognised;           /* a pjserve or Triton sample was seen */
 } builder;
 
+/* Copies src as text a terminal shows as it is: control bytes (an escape
+ * sequence in a model's name, say) become '?'. */
+static void printable_copy(char *dst, size_t cap, const char *src)
+{
+    size_t i = 0;
+    for (; src[i] != '\0' && i + 1 < cap; i++) {
+        unsigned char c = (unsigned char)src[i];
+        dst[i] = c < 0x20 || c == 0x7f ? '?' : (char)c;
+    }
+    dst[i] = '\0';
+}
+
 static uint32_t hash_name(const char *s)
 {
     uint32_t h = 2166136261u;
@@ -44,7 +56,7 @@ static uint32_t hash_name(const char *s)
 static pjs_top_model *model_of(builder *b, const char *name)
 {
     char key[PJS_TOP_NAME_MAX];
-    snprintf(key, sizeof key, "%s", name);
+    printable_copy(key, sizeof key, name);
     for (uint32_t i = hash_name(key) & (TABLE_SLOTS - 1);; i = (i + 1) & (TABLE_SLOTS - 1)) {
         if (b->slot[i] != 0) {
             pjs_top_model *m = &b->s->models[b->slot[i] - 1];
@@ -195,7 +207,7 @@ static void add_server_sample(builder *b, const pjs_prom_sample *x)
     if (strcmp(n, "pjserve_scheduler_info") == 0) {
         const char *d = pjs_prom_label_value(x, "discipline");
         if (d != NULL)
-            snprintf(s->discipline, sizeof s->discipline, "%s", d);
+            printable_copy(s->discipline, sizeof s->discipline, d);
         return;
     }
     bool budget = strcmp(n, "pjserve_weight_cache_budget_bytes") == 0;
@@ -269,7 +281,7 @@ int pjs_top_snapshot_from_metrics(const pjs_prom_doc *doc, double at_s, pjs_top_
 static pjs_top_model *find_model(const pjs_top_snapshot *s, const char *name)
 {
     pjs_top_model key;
-    snprintf(key.name, sizeof key.name, "%s", name);
+    printable_copy(key.name, sizeof key.name, name);
     return bsearch(&key, s->models, s->n_models, sizeof *s->models, by_model_name);
 }
 
@@ -283,10 +295,9 @@ void pjs_top_snapshot_apply_control(pjs_top_snapshot *s, const json_t *control)
         pjs_top_model *m = name != NULL ? find_model(s, name) : NULL;
         if (m == NULL || residency == NULL)
             continue;
-        size_t k = 0;
-        for (; residency[k] != '\0' && k + 1 < sizeof m->residency; k++)
-            m->residency[k] = (char)(residency[k] | 0x20); /* "HOST" -> "host" */
-        m->residency[k] = '\0';
+        printable_copy(m->residency, sizeof m->residency, residency);
+        for (char *c = m->residency; *c != '\0'; c++)
+            *c = (char)(*c >= 'A' && *c <= 'Z' ? *c + ('a' - 'A') : *c); /* "HOST" -> "host" */
         const json_t *bytes = json_object_get(e, "weight_bytes");
         if (json_is_number(bytes) && json_number_value(bytes) >= 0)
             m->weight_bytes = json_number_value(bytes);
@@ -307,8 +318,8 @@ void pjs_top_snapshot_apply_node(pjs_top_snapshot *s, const json_t *node)
             continue;
         const char *state = json_string_value(json_object_get(e, "state"));
         const char *device = json_string_value(json_object_get(e, "device"));
-        snprintf(w->state, sizeof w->state, "%s", state != NULL ? state : "?");
-        snprintf(w->device, sizeof w->device, "%s", device != NULL ? device : "?");
+        printable_copy(w->state, sizeof w->state, state != NULL ? state : "?");
+        printable_copy(w->device, sizeof w->device, device != NULL ? device : "?");
         const json_t *pid = json_object_get(e, "pid");
         w->pid = json_is_integer(pid) ? (long long)json_integer_value(pid) : -1;
         w->restarts = (long long)json_integer_value(json_object_get(e, "restarts"));

@@ -2,8 +2,8 @@
 without a terminal) as a table and as JSON, the values checked against the
 server's own metrics and control status; sorting, filtering and a pinned
 model; a node's workers; errors that say what to do; and the live view under
-tmux: the screen's text, the keys s, r, / and q, and the terminal restored
-after q, SIGINT and SIGTERM.
+tmux: the screen's text, the keys s, r, / and q, the terminal restored
+after q, SIGINT and SIGTERM, and ctrl-z and fg in an interactive shell.
 """
 
 import json
@@ -239,6 +239,13 @@ class Tmux:
         r = self.tmux("new-session", "-d", "-x", "160", "-y", "40", "-s", "top", script)
         assert r.returncode == 0, r.stderr
 
+    def start_shell(self):
+        """An interactive bash without profile files, prompt '$ '."""
+        r = self.tmux("new-session", "-d", "-x", "160", "-y", "40", "-s", "top",
+                      "env PS1='$ ' bash --norc --noprofile -i")
+        assert r.returncode == 0, r.stderr
+        self.wait_for("the prompt", lambda s: s.strip().endswith("$"))
+
     def top_pid(self) -> int:
         self.wait_for("top's pid", lambda s: self.pid_file.exists()
                       and self.pid_file.read_text().strip().isdigit())
@@ -329,3 +336,23 @@ def test_signal_restores_the_terminal(pjserve_bin, server, tmux, sig):
     os.kill(tmux.top_pid(), sig)
     screen = tmux.wait_for("top's exit and the terminal's settings", restored)
     assert "MODEL" not in screen
+
+
+def test_ctrl_z_in_a_shell_gives_the_terminal_back(pjserve_bin, server, tmux):
+    """Under an interactive bash (job control: ctrl-z stops the job and fg
+    resumes it), the stopped view leaves the alternate screen, and fg
+    brings it back."""
+    tmux.start_shell()
+    command = " ".join([str(pjserve_bin), "top", *urls(server), "--interval", "0.3"])
+    tmux.keys(command, "Enter")
+    tmux.wait_for("the model table", lambda s: set(screen_rows(s)) == set(MODELS))
+    tmux.keys("C-z")
+    screen = tmux.wait_for("the stopped job at the prompt",
+                           lambda s: "Stopped" in s and "top" in s)
+    assert "MODEL" not in screen
+    tmux.keys("fg", "Enter")
+    tmux.wait_for("the view again", lambda s: set(screen_rows(s)) == set(MODELS))
+    tmux.keys("q")
+    tmux.wait_for("the prompt after q", lambda s: "MODEL" not in s)
+    tmux.keys('echo "top exited $?"; stty -a', "Enter")
+    tmux.wait_for("top's exit and the terminal's settings", restored)

@@ -4,7 +4,8 @@
  * every refusal with its line), snapshots built from pjserve's metrics
  * (one serve process, and several workers behind a gateway), rates between
  * two snapshots, sorting and filtering, the control and node documents,
- * the screen's text and the JSON view.
+ * the screen's text (no control bytes from the server in it) and the JSON
+ * view.
  */
 #include <math.h>
 #include <setjmp.h>
@@ -355,6 +356,39 @@ static void other_metrics_are_not_a_server(void **state)
     pjs_prom_free(&doc);
 }
 
+static void names_cannot_drive_the_terminal(void **state)
+{
+    (void)state;
+    const char *text = "nv_inference_request_success{model=\"evil\\n\x1b[2J\x07\"} 1\n"
+                       "pjserve_scheduler_info{discipline=\"\x1b]0;x\x07\"} 1\n";
+    pjs_top_snapshot a, b;
+    snapshot_of(text, 0, &a);
+    snapshot_of(text, 1, &b);
+    assert_int_equal(b.n_models, 1);
+    assert_string_equal(b.models[0].name, "evil??[2J?");
+    assert_string_equal(b.discipline, "?]0;x?");
+    json_t *control = json_loads("{\"models\": [{\"name\": \"evil\\n\\u001b[2J\\u0007\", "
+                                 "\"residency\": \"HOST\\u001b\"}]}",
+                                 0, NULL);
+    pjs_top_snapshot_apply_control(&b, control);
+    json_decref(control);
+    assert_string_equal(b.models[0].residency, "host?");
+    pjs_top_options o = {.sort = PJS_TOP_COL_RATE};
+    pjs_top_view v;
+    pjs_error err;
+    assert_int_equal(pjs_top_view_build(&a, &b, &o, &v, &err), 0);
+    pjs_top_context ctx = {.url = "http://h:8000", .metrics_url = "http://h:8002/metrics"};
+    pjs_top_lines lines;
+    assert_int_equal(pjs_top_render(&b, &v, &o, &ctx, 0, &lines, &err), 0);
+    for (size_t i = 0; i < lines.n; i++)
+        for (const char *c = lines.line[i]; *c != '\0'; c++)
+            assert_true((unsigned char)*c >= 0x20 && *c != 0x7f);
+    pjs_top_lines_free(&lines);
+    pjs_top_view_free(&v);
+    pjs_top_snapshot_free(&a);
+    pjs_top_snapshot_free(&b);
+}
+
 static void columns_by_name(void **state)
 {
     (void)state;
@@ -374,6 +408,7 @@ int main(void)
         cmocka_unit_test(workers_behind_a_gateway_are_summed),
         cmocka_unit_test(screen_and_json),
         cmocka_unit_test(other_metrics_are_not_a_server),
+        cmocka_unit_test(names_cannot_drive_the_terminal),
         cmocka_unit_test(columns_by_name),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
