@@ -27,7 +27,8 @@ static const char help[] =
     "or any KServe V2 server) and shows or saves the outputs.\n"
     "\n"
     "  --input NAME=FILE.npy  an input tensor from a .npy file (its dtype and shape\n"
-    "                         are sent as they are); repeat for every input\n"
+    "                         are sent as they are; numpy strings, |S or <U, as\n"
+    "                         BYTES, unicode in UTF-8); repeat for every input\n"
     "  --output NAME          ask for this output only; repeatable (default: all)\n"
     "  --output-dir DIR       write each output to DIR/NAME.npy (DIR is created)\n"
     "  --id ID                the request id the server echoes\n"
@@ -35,13 +36,16 @@ static const char help[] =
     "\n" PJS_CLI_CONN_HELP
     "\n"
     "Without --output-dir the outputs are shown: a table with the first values, or\n"
-    "every value with --json. BYTES outputs are shown as strings (.npy files hold\n"
-    "only numbers here).\n"
+    "every value with --json. BYTES outputs are shown as strings and saved as\n"
+    "numpy byte strings (|S, the longest element's width; one ending in a NUL byte\n"
+    "is refused, since numpy would drop it).\n"
     "\n"
     "example:\n"
     "  python -c \"import numpy as np; np.save('x.npy', np.ones((2, 16), np.float32))\"\n"
     "  pjserve infer mlp --input x=x.npy --output-dir out/\n"
     "  pjserve infer mlp --input x=x.npy --url http://localhost:8000 --json\n"
+    "  python -c \"import numpy as np; np.save('s.npy', np.array([['1'] * 16]))\"\n"
+    "  pjserve infer simple_string --input INPUT0=s.npy --input INPUT1=s.npy\n"
     "\n"
     "exit status: 0 answered, 1 the call failed (the server's reason is printed),\n"
     "2 usage error.\n";
@@ -271,10 +275,6 @@ static void shape_text(const pjs_client_tensor *t, char *out, size_t cap)
 static int save_output(const char *dir, const pjs_client_tensor *t, char *path, size_t cap)
 {
     pjs_dtype dt = pjs_dtype_from_kserve(t->datatype, strlen(t->datatype));
-    if (dt == PJS_DTYPE_BYTES)
-        return pjs_cli_fail("output %s is BYTES (strings), which .npy files here do not hold; "
-                            "run without --output-dir (add --json for every value)",
-                            t->name);
     if (t->rank > PJS_MAX_RANK)
         return pjs_cli_fail("output %s has %zu dimensions; .npy files here hold at most %d",
                             t->name, t->rank, PJS_MAX_RANK);
@@ -287,7 +287,9 @@ static int save_output(const char *dir, const pjs_client_tensor *t, char *path, 
     snprintf(path, cap, "%.*s/%s.npy", (int)(n > 1 && dir[n - 1] == '/' ? n - 1 : n), dir,
              t->name);
     pjs_error err;
-    if (pjs_npy_save(path, dt, &shape, t->data, &err) != 0)
+    int rc = dt == PJS_DTYPE_BYTES ? pjs_npy_save_bytes(path, &shape, t->data, t->nbytes, &err)
+                                   : pjs_npy_save(path, dt, &shape, t->data, &err);
+    if (rc != 0)
         return pjs_cli_fail("output %s: %s", t->name, err.msg);
     return 0;
 }

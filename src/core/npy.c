@@ -32,6 +32,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/bytes.h"
 #include "core/mapped_file.h"
 
 #define NPY_MAGIC "\x93NUMPY"
@@ -297,6 +298,113 @@ static int descr_dtype(const struct hdr_fields *f, pjs_dtype void2_as, const cha
     return 0;
 }
 
+/* Numpy's fixed-width strings: "|S<n>" (bytes) and "<U<n>" (UTF-32LE code
+ * points). *width is n; 0 when descr is neither (width 0 is refused). */
+enum str_kind { STR_NONE, STR_BYTES, STR_UTF32 };
+
+static int descr_string(const struct hdr_fields *f, const char *label, enum str_kind *kind,
+                        uint32_t *width, pjs_error *err)
+{
+    const char *d = f->descr;
+    size_t n = f->descr_len;
+    *kind = STR_NONE;
+    if (n < 3 || (d[1] != 'S' && d[1] != 'U') || !(d[0] == '|' || d[0] == '<' || d[0] == '='))
+        return 0;
+    uint64_t w = 0;
+    for (size_t i = 2; i < n; i++) {
+        if (d[i] < '0' || d[i] > '9' || w > UINT32_MAX / 10)
+            return 0; /* not a width: left to the dtype table, which refuses it */
+        w = w * 10 + (uint64_t)(d[i] - '0');
+    }
+    char shown[40];
+    if (w == 0 || w > INT32_MAX)
+        return pjs_error_set(err, PJS_ERR_INVALID_ARGUMENT,
+                             "%s: header field 'descr': string width in '%s' must be 1..%d",
+                             label, printable(d, n, shown, sizeof shown), INT32_MAX);
+    *kind = d[1] == 'S' ? STR_BYTES : STR_UTF32;
+    *width = (uint32_t)w;
+    return 0;
+}
+
+static uint32_t le32(const unsigned char *p)
+{
+    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
+/* Appends code point c as UTF-8; false for surrogates and c > 0x10FFFF. */
+static bool put_utf8(unsigned char **out, uint32_t c)
+{
+    unsigned char *o = *out;
+    if ((c >= 0xD800 && c <= 0xDFFF) || c > 0x10FFFF)
+        return false;
+    if (c < 0x80) {
+        *o++ = (unsigned char)c;
+    } else if (c < 0x800) {
+        *o++ = (unsigned char)(0xC0 | (c >> 6));
+        *o++ = (unsigned char)(0x80 | (c & 0x3F));
+    } else if (c < 0x10000) {
+        *o++ = (unsigned char)(0xE0 | (c >> 12));
+        *o++ = (unsigned char)(0x80 | ((c >> 6) & 0x3F));
+        *o++ = (unsigned char)(0x80 | (c & 0x3F));
+    } else {
+        *o++ = (unsigned char)(0xF0 | (c >> 18));
+        *o++ = (unsigned char)(0x80 | ((c >> 12) & 0x3F));
+        *o++ = (unsigned char)(0x80 | ((c >> 6) & 0x3F));
+        *o++ = (unsigned char)(0x80 | (c & 0x3F));
+    }
+    *out = o;
+    return true;
+}
+
+/* Turns `count` fixed-width strings at raw into a BYTES tensor (each
+ * element without numpy's trailing NUL padding; UTF-32 as UTF-8). */
+static int strings_to_bytes(const unsigned char *raw, uint64_t count, enum str_kind kind,
+                            uint32_t width, const char *label, pjs_npy *a, pjs_error *err)
+{
+    size_t unit = kind == STR_UTF32 ? 4 : 1;
+    /* UTF-8 takes at most 4 bytes per code point: never more than the raw size */
+    size_t cap = (size_t)count * (PJS_BYTES_PREFIX + (size_t)width * unit);
+    unsigned char *out = malloc(cap > 0 ? cap : 1);
+    unsigned char *elem = malloc((size_t)width * unit);
+    if (out == NULL || elem == NULL) {
+        free(out);
+        free(elem);
+        return pjs_error_set(err, PJS_ERR_NOMEM, "%s: out of memory for %llu strings", label,
+                             (unsigned long long)count);
+    }
+    pjs_bytes_writer w = pjs_bytes_writer_init(out, cap);
+    for (uint64_t i = 0; i < count; i++) {
+        const unsigned char *s = raw + i * width * unit;
+        size_t len = width;
+        if (kind == STR_BYTES) {
+            while (len > 0 && s[len - 1] == 0)
+                len--;
+            pjs_bytes_put(&w, s, len);
+            continue;
+        }
+        while (len > 0 && le32(s + 4 * (len - 1)) == 0)
+            len--;
+        unsigned char *o = elem;
+        for (size_t k = 0; k < len; k++) {
+            uint32_t c = le32(s + 4 * k);
+            if (!put_utf8(&o, c)) {
+                free(out);
+                free(elem);
+                return pjs_error_set(err, PJS_ERR_INVALID_ARGUMENT,
+                                     "%s: data: element %llu, character %zu: U+%X is not a "
+                                     "Unicode scalar value",
+                                     label, (unsigned long long)i, k, (unsigned)c);
+            }
+        }
+        pjs_bytes_put(&w, elem, (size_t)(o - elem));
+    }
+    free(elem);
+    a->dtype = PJS_DTYPE_BYTES;
+    a->data = out;
+    a->nbytes = (size_t)(w.at - out);
+    return 0;
+}
+
 /* ---- reading ------------------------------------------------------------- */
 
 static uint32_t read_le(const unsigned char *p, int n)
@@ -365,15 +473,22 @@ int pjs_npy_parse(pjs_npy *a, const unsigned char *bytes, size_t size, pjs_dtype
                            "supported (save a C-contiguous array)", label);
         goto out;
     }
-    pjs_dtype dtype;
-    rc = descr_dtype(&f, void2_as, label, &dtype, err);
+    enum str_kind str;
+    uint32_t width = 0;
+    rc = descr_string(&f, label, &str, &width, err);
     if (rc != 0)
         goto out;
+    pjs_dtype dtype = PJS_DTYPE_BYTES;
+    if (str == STR_NONE && (rc = descr_dtype(&f, void2_as, label, &dtype, err)) != 0)
+        goto out;
+    size_t elem_size = str == STR_NONE    ? pjs_dtype_size(dtype)
+                       : str == STR_BYTES ? (size_t)width
+                                          : 4 * (size_t)width;
 
     char shape_str[256];
     pjs_shape_format(&f.shape, shape_str, sizeof shape_str);
     uint64_t nbytes;
-    if (!pjs_shape_nbytes(&f.shape, pjs_dtype_size(dtype), &nbytes) || nbytes > SIZE_MAX) {
+    if (!pjs_shape_nbytes(&f.shape, elem_size, &nbytes) || nbytes > SIZE_MAX / 2) {
         rc = pjs_error_set(err, PJS_ERR_INVALID_ARGUMENT,
                            "%s: header field 'shape': %s of %s overflows the byte count", label,
                            shape_str, pjs_dtype_name(dtype));
@@ -385,6 +500,14 @@ int pjs_npy_parse(pjs_npy *a, const unsigned char *bytes, size_t size, pjs_dtype
                            "%s: data: shape %s of %s needs %llu bytes, the file has %zu (%s)",
                            label, shape_str, pjs_dtype_name(dtype), (unsigned long long)nbytes,
                            have, have < nbytes ? "truncated" : "trailing bytes");
+        goto out;
+    }
+    if (str != STR_NONE) {
+        uint64_t count = 0;
+        pjs_shape_nbytes(&f.shape, 1, &count);
+        rc = strings_to_bytes(bytes + hdr_off + hdr_len, count, str, width, label, a, err);
+        if (rc == 0)
+            a->shape = f.shape;
         goto out;
     }
     if (nbytes > 0) {
@@ -467,6 +590,54 @@ static size_t format_header(char *buf, size_t bufsize, const char *descr, const 
 
 /* Written atomically (pjs_write_file_atomic_parts): no reader ever sees a
  * half-written file and a failed save leaves nothing behind. */
+/* numpy strips trailing NULs when it reads "|S<n>", so an element ending
+ * in one is refused rather than changed. */
+int pjs_npy_save_bytes(const char *path, const pjs_shape *shape, const void *data, size_t nbytes,
+                       pjs_error *err)
+{
+    uint64_t count = 0, have = 0;
+    if (shape == NULL || !pjs_shape_nbytes(shape, 1, &count))
+        return pjs_error_set(err, PJS_ERR_INVALID_ARGUMENT, "%s: invalid shape for BYTES", path);
+    if (pjs_bytes_count(data, nbytes, &have, err) != 0)
+        return pjs_error_prefix(err, "%s: ", path);
+    if (have != count)
+        return pjs_error_set(err, PJS_ERR_INVALID_ARGUMENT,
+                             "%s: the shape holds %llu strings, the data %llu", path,
+                             (unsigned long long)count, (unsigned long long)have);
+    size_t width = 1;
+    const unsigned char *s;
+    uint32_t len;
+    uint64_t i = 0;
+    pjs_bytes_reader r = pjs_bytes_reader_init(data, nbytes);
+    while (pjs_bytes_next(&r, &s, &len)) {
+        if (len > 0 && s[len - 1] == 0)
+            return pjs_error_set(err, PJS_ERR_INVALID_ARGUMENT,
+                                 "%s: string %llu ends with a NUL byte, which numpy's "
+                                 "fixed-width strings drop when read",
+                                 path, (unsigned long long)i);
+        if (len > width)
+            width = len;
+        i++;
+    }
+    if (count > 0 && width > (SIZE_MAX - 1) / count)
+        return pjs_error_set(err, PJS_ERR_INVALID_ARGUMENT, "%s: too large", path);
+    unsigned char *fixed = calloc(count > 0 ? (size_t)count : 1, width);
+    if (fixed == NULL)
+        return pjs_error_set(err, PJS_ERR_NOMEM, "%s: out of memory", path);
+    r = pjs_bytes_reader_init(data, nbytes);
+    for (i = 0; pjs_bytes_next(&r, &s, &len); i++)
+        memcpy(fixed + i * width, s, len);
+    char descr[24], header[1024];
+    snprintf(descr, sizeof descr, "|S%zu", width);
+    size_t hlen = format_header(header, sizeof header, descr, shape);
+    int rc = hlen == 0 ? pjs_error_set(err, PJS_ERR_INTERNAL, "%s: header does not fit", path)
+                       : pjs_write_file_atomic_parts(
+                             path, (pjs_file_part[]){{header, hlen}, {fixed, count * width}}, 2,
+                             err);
+    free(fixed);
+    return rc;
+}
+
 int pjs_npy_save(const char *path, pjs_dtype dtype, const pjs_shape *shape, const void *data,
                  pjs_error *err)
 {

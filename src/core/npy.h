@@ -4,8 +4,11 @@
  * Reads format versions 1.0, 2.0 and 3.0, C order, little-endian, the dtypes
  * of dtype.h. bf16 arrays are written by ml_dtypes with the descr "<V2" and
  * no further marker, so they are read as bf16 only when the caller expects
- * bf16 (see pjs_npy_parse). Everything else is refused with a message that
- * names the file and the header field.
+ * bf16 (see pjs_npy_parse). numpy's fixed-width strings ("|S<n>" bytes,
+ * "<U<n>" unicode) are read as a BYTES tensor in pjserve's serialized form
+ * (core/bytes.h): each element without its trailing NUL padding, unicode as
+ * UTF-8. Everything else is refused with a message that names the file and
+ * the header field.
  */
 #ifndef PJS_CORE_NPY_H
 #define PJS_CORE_NPY_H
@@ -34,6 +37,11 @@ int pjs_npy_load(pjs_npy *a, const char *path, pjs_dtype void2_as, pjs_error *er
 /* Writes a version 1.0 file; bf16 is written as "<V2" like ml_dtypes does. */
 int pjs_npy_save(const char *path, pjs_dtype dtype, const pjs_shape *shape, const void *data,
                  pjs_error *err);
+/* Writes a BYTES tensor (serialized, nbytes long, shape's element count of
+ * strings) as "|S<n>", n its longest element; refuses an element that ends
+ * with a NUL byte (numpy would drop it when reading). */
+int pjs_npy_save_bytes(const char *path, const pjs_shape *shape, const void *data, size_t nbytes,
+                       pjs_error *err);
 void pjs_npy_free(pjs_npy *a);
 
 #endif

@@ -97,9 +97,36 @@ def test_infer_protocol_flag_and_environment(tools, server, cases, tmp_path, mon
 
 
 @pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_infer_strings_in_and_out(tools, server, tmp_path, protocol):
+    """numpy string arrays are BYTES inputs (unicode as UTF-8, byte strings as
+    they are) and BYTES outputs are saved as byte strings: simple_string adds
+    and subtracts numerals, simple_identity returns binary strings (a NUL
+    inside) unchanged."""
+    a, b = tmp_path / "a.npy", tmp_path / "b.npy"
+    np.save(a, np.array([[str(i) for i in range(16)]]))                 # <U2
+    np.save(b, np.array([[str(3 * i).encode() for i in range(16)]]))    # |S2
+    out = tmp_path / "out"
+    r = pjserve(tools, "infer", "simple_string", "--input", f"INPUT0={a}", "--input",
+                f"INPUT1={b}", "--output-dir", out, "--url", url_of(server, protocol))
+    assert r.returncode == 0, r.stderr
+    sums, diffs = np.load(out / "OUTPUT0.npy"), np.load(out / "OUTPUT1.npy")
+    assert sums.dtype.kind == "S" and sums.shape == (1, 16)
+    assert [int(x) for x in sums[0]] == [4 * i for i in range(16)]
+    assert [int(x) for x in diffs[0]] == [-2 * i for i in range(16)]
+
+    blobs = np.array([[b"\x00\x01binary\xff", b"text", b"a\x00b"]])
+    np.save(a, blobs)
+    r = pjserve(tools, "infer", "simple_identity", "--input", f"INPUT0={a}", "--output-dir",
+                out, "--url", url_of(server, protocol))
+    assert r.returncode == 0, r.stderr
+    back = np.load(out / "OUTPUT0.npy")
+    assert back.shape == blobs.shape and (back == blobs).all(), back
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
 def test_infer_numbers_for_a_bytes_input_are_refused(tools, server, tmp_path, protocol):
-    """.npy files carry numbers only: a BYTES input given one is refused by
-    the server, which names the input and its datatype."""
+    """A numeric .npy for a BYTES input is refused by the server, which names
+    the input and its datatype."""
     a, b = tmp_path / "a.npy", tmp_path / "b.npy"
     np.save(a, np.arange(16, dtype=np.int32)[None, :])
     np.save(b, np.ones((1, 16), np.int32))

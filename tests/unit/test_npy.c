@@ -447,8 +447,8 @@ static void test_reject_dtypes(void **state)
                        "(big-endian)");
     expect_reject_dict("{'descr': '<c8', 'fortran_order': False, 'shape': (2,), }", v, 16,
                        "header field 'descr': unsupported dtype '<c8'");
-    expect_reject_dict("{'descr': '<U3', 'fortran_order': False, 'shape': (2,), }", v, 16,
-                       "unsupported dtype '<U3'");
+    expect_reject_dict("{'descr': '>U3', 'fortran_order': False, 'shape': (2,), }", v, 16,
+                       "unsupported dtype '>U3' (big-endian)");
     expect_reject_dict("{'descr': '|O', 'fortran_order': False, 'shape': (2,), }", v, 16,
                        "unsupported dtype '|O'");
     expect_reject_dict("{'descr': '', 'fortran_order': False, 'shape': (2,), }", v, 16,
@@ -763,6 +763,147 @@ static void test_numpy_cross_check(void **state)
     assert_int_equal(run_python(c, script, "check"), 0);
 }
 
+/* ---- strings ------------------------------------------------------------------ */
+
+/* The serialized BYTES form of NUL-free C strings. */
+static size_t serialized(const char *const *elems, size_t n, unsigned char *out)
+{
+    size_t at = 0;
+    for (size_t i = 0; i < n; i++) {
+        uint32_t len = (uint32_t)strlen(elems[i]);
+        memcpy(out + at, &len, 4); /* little-endian host */
+        memcpy(out + at + 4, elems[i], len);
+        at += 4 + len;
+    }
+    return at;
+}
+
+/* "|S3" and "<U2" arrays become BYTES without their NUL padding, unicode
+ * as UTF-8; a NUL inside an element stays. */
+static void test_strings_read_as_bytes(void **state)
+{
+    (void)state;
+    struct blob b;
+    craft(&b, 1, "{'descr': '|S3', 'fortran_order': False, 'shape': (2, 2), }",
+          "ab\0\0x\0z\0\0abc", 12);
+    pjs_npy a;
+    expect_parse(&b, PJS_DTYPE_INVALID, &a);
+    assert_int_equal(a.dtype, PJS_DTYPE_BYTES);
+    assert_int_equal(a.shape.rank, 2);
+    const unsigned char want[] = {2, 0, 0, 0, 'a', 'b', 2, 0, 0, 0, 0, 'x',
+                                  1, 0, 0, 0, 'z', 3, 0, 0, 0, 'a', 'b', 'c'};
+    assert_int_equal(a.nbytes, sizeof want);
+    assert_memory_equal(a.data, want, sizeof want);
+    pjs_npy_free(&a);
+
+    /* "é" (U+E9), "" and U+1F600 in <U2 */
+    const uint32_t u[] = {0xE9, 0, 0, 0, 0x1F600, 0x41};
+    craft(&b, 1, "{'descr': '<U2', 'fortran_order': False, 'shape': (3,), }", u, sizeof u);
+    expect_parse(&b, PJS_DTYPE_INVALID, &a);
+    const unsigned char want_u[] = {2, 0, 0, 0, 0xC3, 0xA9, 0, 0, 0, 0,
+                                    5, 0, 0, 0, 0xF0, 0x9F, 0x98, 0x80, 'A'};
+    assert_int_equal(a.nbytes, sizeof want_u);
+    assert_memory_equal(a.data, want_u, sizeof want_u);
+    pjs_npy_free(&a);
+
+    /* not characters, no width, short data */
+    const uint32_t bad[] = {0xD800};
+    expect_reject_dict("{'descr': '<U1', 'fortran_order': False, 'shape': (1,), }", bad, 4,
+                       "element 0, character 0: U+D800 is not a Unicode scalar value");
+    const uint32_t big[] = {0x110000};
+    expect_reject_dict("{'descr': '<U1', 'fortran_order': False, 'shape': (1,), }", big, 4,
+                       "U+110000");
+    expect_reject_dict("{'descr': '|S0', 'fortran_order': False, 'shape': (1,), }", "", 0,
+                       "string width in '|S0' must be 1..");
+    expect_reject_dict("{'descr': '|S4', 'fortran_order': False, 'shape': (2,), }", "abcdef", 6,
+                       "needs 8 bytes, the file has 6 (truncated)");
+}
+
+static void test_strings_saved_fixed_width(void **state)
+{
+    struct ctx *c = *state;
+    char path[128];
+    path_in(c, "s.npy", path, sizeof path);
+    const char *elems[] = {"a", "", "longer", "x\xffy"};
+    unsigned char buf[64];
+    size_t n = serialized(elems, 4, buf);
+    pjs_shape s = {.rank = 2, .dims = {2, 2}};
+    pjs_error err;
+    assert_int_equal(pjs_npy_save_bytes(path, &s, buf, n, &err), 0);
+    pjs_npy a;
+    assert_int_equal(pjs_npy_load(&a, path, PJS_DTYPE_INVALID, &err), 0);
+    assert_int_equal(a.dtype, PJS_DTYPE_BYTES);
+    assert_int_equal(a.nbytes, n);
+    assert_memory_equal(a.data, buf, n);
+    pjs_npy_free(&a);
+
+    /* a trailing NUL would be lost; counts must agree; the buffer must be well formed */
+    const unsigned char nul_end[] = {2, 0, 0, 0, 'a', 0};
+    pjs_shape one = {.rank = 1, .dims = {1}};
+    assert_int_equal(pjs_npy_save_bytes(path, &one, nul_end, sizeof nul_end, &err),
+                     PJS_ERR_INVALID_ARGUMENT);
+    assert_non_null(strstr(err.msg, "string 0 ends with a NUL byte"));
+    assert_int_equal(pjs_npy_save_bytes(path, &s, buf, 5, &err), PJS_ERR_INVALID_ARGUMENT);
+    assert_int_equal(pjs_npy_save_bytes(path, &one, buf, n, &err), PJS_ERR_INVALID_ARGUMENT);
+    assert_non_null(strstr(err.msg, "the shape holds 1 strings, the data 4"));
+}
+
+static const char strings_script[] =
+    "import sys, numpy as np\n"
+    "d, mode = sys.argv[1], sys.argv[2]\n"
+    "s = np.array([[b'ab', b''], [b'\\x00x', b'hello']])\n"
+    "u = np.array(['h\\u00e9llo', '', '\\u65e5\\u672c', '\\U0001F600'])\n"
+    "if mode == 'save':\n"
+    "    np.save(f'{d}/np_s.npy', s); np.save(f'{d}/np_u.npy', u)\n"
+    "else:\n"
+    "    a = np.load(f'{d}/c_s.npy')\n"
+    "    assert a.dtype == s.dtype and (a == s).all(), (a, s)\n"
+    "    b = np.load(f'{d}/c_u.npy')\n"
+    "    assert [x.decode() for x in b] == list(u), b\n";
+
+/* numpy's own files read as the strings numpy holds, and what we write
+ * numpy reads back equal. */
+static void test_strings_numpy_cross_check(void **state)
+{
+    struct ctx *c = *state;
+    if (access(PJS_VENV "/bin/python", X_OK) != 0) {
+        print_message("no %s; skipping the numpy cross-check\n", PJS_VENV "/bin/python");
+        skip();
+    }
+    char script[128], path[128], out[128];
+    path_in(c, "strings.py", script, sizeof script);
+    pjs_error err;
+    assert_int_equal(
+        pjs_write_file_atomic(script, strings_script, strlen(strings_script), &err), 0);
+    assert_int_equal(run_python(c, script, "save"), 0);
+    const char *s_elems[] = {"ab", "", NULL, "hello"};
+    const char *u_elems[] = {"h\xc3\xa9llo", "", "\xe6\x97\xa5\xe6\x9c\xac",
+                             "\xf0\x9f\x98\x80"};
+    unsigned char want[128];
+    for (int k = 0; k < 2; k++) {
+        path_in(c, k == 0 ? "np_s.npy" : "np_u.npy", path, sizeof path);
+        pjs_npy a;
+        assert_int_equal(pjs_npy_load(&a, path, PJS_DTYPE_INVALID, &err), 0);
+        assert_int_equal(a.dtype, PJS_DTYPE_BYTES);
+        size_t n;
+        if (k == 0) {
+            n = serialized(s_elems, 2, want);
+            const unsigned char nul_x[] = {2, 0, 0, 0, 0, 'x'};
+            memcpy(want + n, nul_x, sizeof nul_x);
+            n += sizeof nul_x;
+            n += serialized(s_elems + 3, 1, want + n);
+        } else {
+            n = serialized(u_elems, 4, want);
+        }
+        assert_int_equal(a.nbytes, n);
+        assert_memory_equal(a.data, want, n);
+        path_in(c, k == 0 ? "c_s.npy" : "c_u.npy", out, sizeof out);
+        assert_int_equal(pjs_npy_save_bytes(out, &a.shape, a.data, a.nbytes, &err), 0);
+        pjs_npy_free(&a);
+    }
+    assert_int_equal(run_python(c, script, "check"), 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -778,6 +919,9 @@ int main(void)
         cmocka_unit_test(test_reject_short_and_trailing_data),
         cmocka_unit_test(test_reject_fortran_order),
         cmocka_unit_test(test_reject_dtypes),
+        cmocka_unit_test(test_strings_read_as_bytes),
+        cmocka_unit_test_setup_teardown(test_strings_saved_fixed_width, setup_dir, teardown_dir),
+        cmocka_unit_test_setup_teardown(test_strings_numpy_cross_check, setup_dir, teardown_dir),
         cmocka_unit_test(test_reject_missing_and_extra_keys),
         cmocka_unit_test(test_reject_malformed_dict),
         cmocka_unit_test(test_reject_huge_shapes),
