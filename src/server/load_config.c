@@ -260,7 +260,7 @@ static int read_dims(walk *w, const char *path, json_t *v)
 /* A flag that restates the model when false. */
 static int read_false_flag(walk *w, const char *path, json_t *v)
 {
-    bool b;
+    bool b = false;
     int rc = get_bool(w, path, v, &b);
     if (rc == 0 && b)
         refuse(w, path);
@@ -383,7 +383,7 @@ static int read_default_timeout(walk *w, const char *path, json_t *v)
 /* A request's own timeout always counts in pjserve: true restates it. */
 static int read_allow_override(walk *w, const char *path, json_t *v)
 {
-    bool b;
+    bool b = false;
     int rc = get_bool(w, path, v, &b);
     if (rc == 0 && !b)
         refuse(w, path);
