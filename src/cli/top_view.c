@@ -229,8 +229,11 @@ static void add_server_sample(builder *b, const pjs_prom_sample *x)
         s->queue_depth += x->value;
     } else if (strcmp(n, "pjserve_requests_in_flight") == 0) {
         s->in_flight += x->value;
+    } else if (strcmp(n, "pjserve_gateway_worker_ready") == 0) {
+        /* A gateway's word on its worker; a node's status, read later, has more. */
+        snprintf(w->state, sizeof w->state, "%s", x->value == 1 ? "ready" : "not ready");
     }
-    /* pjserve_gateway_worker_ready and the rest: the worker is known now. */
+    /* Any other family: the worker is known now. */
 }
 
 static int by_model_name(const void *a, const void *b)
@@ -624,7 +627,7 @@ int pjs_top_render(const pjs_top_snapshot *cur, const pjs_top_view *v, const pjs
 {
     memset(out, 0, sizeof *out);
     int rc = header(cur, v, o, ctx, width, out, err);
-    if (rc == 0 && cur->node)
+    if (rc == 0 && (cur->node || cur->gateway))
         rc = workers_table(cur, v, width, out, err);
     int name_w = 5;
     for (size_t i = 0; i < v->n_rows; i++) {

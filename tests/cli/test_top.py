@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from protocol_util import RELOAD_MODEL, free_ports
-from top_util import BUDGET_BYTES, MODELS
+from top_util import BUDGET_BYTES, MODELS, Traffic
 
 COLUMNS = ["MODEL", "QUEUE", "INFLT", "REQ/S", "FAIL/S", "LAT ms", "QWAIT p50", "QWAIT p99",
            "BUSY%", "WEIGHTS", "SIZE", "LOADS/S", "EVICT/S"]
@@ -178,6 +178,23 @@ def test_node_shows_its_workers(pjserve_bin, node):
     assert doc["node"] is True
     assert [(w["id"], w["state"]) for w in doc["workers"]] == [(0, "ready"), (1, "ready")]
     assert {m["name"]: m["workers"] for m in doc["models"]} == {"mlp": 2, "two_io": 2}
+
+
+def test_gateway_shows_its_workers(pjserve_bin, gateway):
+    with Traffic(gateway, models=("mlp",)) as t:
+        r = top(pjserve_bin, *urls(gateway), "--once", "--interval", "0.5")
+        done = t.done
+    assert r.returncode == 0, r.stderr
+    print(r.stdout)
+    lines = r.stdout.splitlines()
+    at = next(i for i, ln in enumerate(lines) if ln.startswith("WORKER "))
+    workers = [re.split(r"\s{2,}", ln.strip()) for ln in lines[at + 1:at + 3]]
+    # No node status: the gateway's word on each worker; no device or pid.
+    assert [w[:4] for w in workers] == [["0", "-", "ready", "-"], ["1", "-", "ready", "-"]]
+    rows = model_rows(r.stdout)
+    assert set(rows) == {"mlp", "two_io"}
+    assert float(rows["mlp"]["REQ/S"]) > 0 and done > 0
+    assert "(mean of the workers)" in lines[1]
 
 
 # ---- errors -------------------------------------------------------------------------
