@@ -2,7 +2,8 @@
 bundles (mlp, a renamed copy of it, two_io) with a device weight budget that
 holds one mlp at a time, so traffic that alternates the two loads and
 evicts their weights; a thread of tritonclient traffic; a `pjserve node`
-with two workers, and a `pjserve gateway` over two serve processes.
+with two workers; a `pjserve gateway` over two serve processes; and a server
+whose REST and metrics ports take HTTPS and an inference token.
 
 Run:  PJSERVE_BIN=$PWD/build/pjserve .venv/bin/python -m pytest -q tests/cli
 
@@ -11,7 +12,11 @@ The bundles, the executable cache and the binary are the protocol suite's
 """
 
 import importlib.util
+import ssl
 import sys
+import time
+import urllib.error
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -22,8 +27,8 @@ sys.path.insert(0, str(HERE.parent / "node"))
 sys.path.insert(0, str(HERE.parent / "gateway"))
 sys.path.insert(0, str(HERE.parent))
 
-from protocol_util import (ServerProcess, finish_checked, guard_alive,  # noqa: E402
-                           start_or_fail)
+from protocol_util import (ServerFailure, ServerProcess, finish_checked,  # noqa: E402
+                           guard_alive, make_ca, make_cert, start_or_fail)
 from top_util import BUDGET, MODELS, Traffic  # noqa: E402
 
 _spec = importlib.util.spec_from_file_location("protocol_conftest",
@@ -94,3 +99,51 @@ def gateway(pjserve_bin, plugin_path, exported, cache_dir, tmp_path):
     finally:
         for p in started:
             p.kill()
+
+
+class SecureServer(ServerProcess):
+    """REST and metrics over HTTPS (a throwaway CA), every inference call
+    (metrics and control status included) behind a token: ready when the
+    health probe answers over HTTPS."""
+
+    def __init__(self, *args, certs: Path, **kw):
+        self.infer_token = certs / "infer.token"
+        admin = certs / "admin.token"
+        for f, text in ((self.infer_token, "infer-token-0123\n"), (admin, "admin-token-4567\n")):
+            f.write_text(text)
+            f.chmod(0o600)
+        extra = ["--http-tls-cert", certs / "server.pem", "--http-tls-key", certs / "server.key",
+                 "--admin-token-file", admin, "--infer-token-file", self.infer_token]
+        super().__init__(*args, extra_args=[str(x) for x in extra], **kw)
+        self.ca = certs / "ca.pem"
+
+    def wait_ready(self, timeout: float):
+        ctx = ssl.create_default_context(cafile=str(self.ca))
+        url = f"https://{self.http_url}/v2/health/ready"
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise ServerFailure(f"the HTTPS server exited\n{self.describe()}")
+            try:
+                with urllib.request.urlopen(url, timeout=2, context=ctx) as r:
+                    if r.status == 200:
+                        return
+            except (urllib.error.URLError, OSError):
+                pass
+            time.sleep(0.1)
+        self.kill()
+        raise ServerFailure(f"the HTTPS server was not ready within {timeout:.0f} s\n"
+                            f"{self.describe()}")
+
+
+@pytest.fixture
+def secure_server(pjserve_bin, plugin_path, exported, cache_dir, tmp_path):
+    certs = tmp_path / "certs"
+    certs.mkdir()
+    make_ca(certs, "ca")
+    make_cert(certs, "server", "ca", server=True)
+    repo = small_repository(exported, tmp_path / "repo-secure", ("mlp",))
+    s = start_or_fail(SecureServer(pjserve_bin, plugin_path, repo, cache_dir, tmp_path / "secure",
+                                   name="secure", certs=certs))
+    yield s
+    finish_checked(s)

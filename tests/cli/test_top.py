@@ -231,6 +231,23 @@ def test_errors_say_what_to_do(pjserve_bin, server):
     assert r.returncode == 0 and r.stdout.startswith("usage: pjserve top")
 
 
+def test_https_and_a_token(pjserve_bin, secure_server):
+    s = secure_server
+    args = ["--url", f"https://{s.http_url}", "--metrics-url",
+            f"https://127.0.0.1:{s.metrics_port}", "--once", "--interval", "0.2"]
+    r = top(pjserve_bin, *args)
+    assert r.returncode == 1
+    assert "https://127.0.0.1" in r.stderr and "certificate" in r.stderr.lower(), r.stderr
+    r = top(pjserve_bin, *args, "--tls-ca", s.ca)
+    assert r.returncode == 1
+    assert (f"https://127.0.0.1:{s.metrics_port}/metrics answered HTTP 401" in r.stderr
+            and "give the server's token with --token-file" in r.stderr), r.stderr
+    r = top(pjserve_bin, *args, "--tls-ca", s.ca, "--token-file", s.infer_token)
+    assert r.returncode == 0, r.stderr
+    assert model_rows(r.stdout)["mlp"]["SIZE"] == "2.6 KiB"  # the control status was read
+    assert "! " not in r.stdout
+
+
 # ---- the live view under tmux --------------------------------------------------------
 
 class Tmux:
