@@ -817,6 +817,7 @@ static int run_live(const top_options *o, fetcher *f, body *b)
     l->spare = r[2];
     terminal t;
     terminal_enter(&t);
+    redraw(l); /* says what it waits for while the first scrape runs */
     bool running = true;
     double next_at = monotonic_s();
     while (running && !stop_requested) {

@@ -147,3 +147,15 @@ def secure_server(pjserve_bin, plugin_path, exported, cache_dir, tmp_path):
                                    name="secure", certs=certs))
     yield s
     finish_checked(s)
+
+
+@pytest.fixture
+def own_server(pjserve_bin, plugin_path, exported, cache_dir, tmp_path):
+    """A server of the test's own over mlp, which the test may stop."""
+    repo = small_repository(exported, tmp_path / "repo-own", ("mlp",))
+    s = start_or_fail(ServerProcess(pjserve_bin, plugin_path, repo, cache_dir, tmp_path / "own",
+                                    [], "own"))
+    try:
+        yield s
+    finally:
+        s.kill()

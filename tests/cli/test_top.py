@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from protocol_util import RELOAD_MODEL, free_ports
+from protocol_util import RELOAD_MODEL, finish_checked, free_ports
 from top_util import BUDGET_BYTES, MODELS, Traffic
 
 COLUMNS = ["MODEL", "QUEUE", "INFLT", "REQ/S", "FAIL/S", "LAT ms", "QWAIT p50", "QWAIT p99",
@@ -370,6 +370,18 @@ def test_signal_restores_the_terminal(pjserve_bin, server, tmux, sig):
     os.kill(tmux.top_pid(), sig)
     screen = tmux.wait_for("top's exit and the terminal's settings", restored)
     assert "MODEL" not in screen
+
+
+def test_a_server_that_goes_away_is_reported_on_the_screen(pjserve_bin, own_server, tmux):
+    tmux.start([str(pjserve_bin), "top", *urls(own_server), "--interval", "0.3"])
+    tmux.wait_for("the model table", lambda s: list(screen_rows(s)) == ["mlp"])
+    finish_checked(own_server)
+    note = (f"! cannot reach {own_server.metrics_url}: Connection refused; is pjserve serve "
+            f"(or node) running with --metrics-port {own_server.metrics_port}?")
+    screen = tmux.wait_for("the failed scrape", lambda s: note in s)
+    assert list(screen_rows(screen)) == ["mlp"]  # the last view stays
+    tmux.keys("q")
+    tmux.wait_for("top's exit and the terminal's settings", restored)
 
 
 def test_ctrl_z_in_a_shell_gives_the_terminal_back(pjserve_bin, server, tmux):
