@@ -233,12 +233,17 @@ static void workers_behind_a_gateway_are_summed(void **state)
     char *w0 = server_metrics("0", 1), *w1 = server_metrics("1", 2);
     char *w0b = server_metrics("0", 2), *w1b = server_metrics("1", 4);
     char *t0, *t1;
-    assert_true(asprintf(&t0, "%s%s", w0, w1) > 0 && asprintf(&t1, "%s%s", w0b, w1b) > 0);
+    assert_true(asprintf(&t0, "%s%s", w0, w1) > 0 &&
+                asprintf(&t1, "%s%spjserve_gateway_worker_ready{worker=\"0\"} 1\n"
+                              "pjserve_gateway_worker_ready{worker=\"1\"} 0\n",
+                         w0b, w1b) > 0);
     pjs_top_snapshot a, b;
     snapshot_of(t0, 0, &a);
     snapshot_of(t1, 1, &b);
     assert_true(b.gateway);
     assert_int_equal(b.n_workers, 2);
+    assert_string_equal(b.workers[0].state, "ready"); /* the gateway's word, until a node's */
+    assert_string_equal(b.workers[1].state, "not ready");
     pjs_top_options o = {.sort = PJS_TOP_COL_RATE};
     pjs_top_view v;
     pjs_error err;
