@@ -138,6 +138,12 @@ static int get_int(walk *w, const char *path, json_t *v, int64_t min, int64_t ma
     return 0;
 }
 
+/* The value of an integer get_int accepted (a number or a decimal string). */
+static int64_t checked_int(const json_t *v)
+{
+    return json_is_integer(v) ? json_integer_value(v) : strtoll(json_string_value(v), NULL, 10);
+}
+
 static int get_bool(walk *w, const char *path, json_t *v, bool *out)
 {
     if (!json_is_boolean(v))
@@ -590,8 +596,7 @@ static int check_dynamic_batching(const pjs_load_config *c, const char *model,
     size_t i;
     const json_t *s;
     json_array_foreach(c->preferred, i, s) {
-        int64_t want = json_is_integer(s) ? json_integer_value(s)
-                                          : strtoll(json_string_value(s), NULL, 10);
+        int64_t want = checked_int(s);
         size_t k = 0;
         while (k < n_served && man->batch_sizes[k] != want)
             k++;
@@ -608,17 +613,7 @@ static int check_dynamic_batching(const pjs_load_config *c, const char *model,
     return 0;
 }
 
-/* The string field `key` of object t in either spelling, or NULL. */
-static const char *string_field(const json_t *t, const char *snake)
-{
-    const char *key;
-    json_t *value;
-    json_object_foreach((json_t *)t, key, value)
-        if (field_is(key, snake))
-            return json_string_value(value);
-    return NULL;
-}
-
+/* Field `snake` of object t in either spelling, or NULL. */
 static const json_t *field_value(const json_t *t, const char *snake)
 {
     const char *key;
@@ -627,6 +622,13 @@ static const json_t *field_value(const json_t *t, const char *snake)
         if (field_is(key, snake))
             return value;
     return NULL;
+}
+
+/* A string field the parse checked, or NULL when absent. */
+static const char *string_field(const json_t *t, const char *snake)
+{
+    const json_t *v = field_value(t, snake);
+    return v != NULL ? json_string_value(v) : NULL;
 }
 
 static int restate_error(pjs_error *err, const char *model, const char *what, size_t i,
@@ -670,10 +672,7 @@ static int check_tensor(const json_t *t, size_t i, bool output, const pjs_tensor
     if (dims != NULL) {
         bool same = json_array_size(dims) == (size_t)(shape.rank - first);
         for (size_t d = 0; same && d < json_array_size(dims); d++) {
-            const json_t *x = json_array_get(dims, d);
-            int64_t v = json_is_integer(x) ? json_integer_value(x)
-                                           : strtoll(json_string_value(x), NULL, 10);
-            same = v == shape.dims[first + (int)d];
+            same = checked_int(json_array_get(dims, d)) == shape.dims[first + (int)d];
         }
         if (!same) {
             char g[96];
