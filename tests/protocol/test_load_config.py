@@ -19,7 +19,8 @@ batch sizes 1, 4 and 8):
     version serving keeps serving at its settings; a name that is not the
     model's, a cap that is no compiled size, and max_batch_size 0 on a model
     with a batch axis are refused with the reason;
-  - `file:` overrides are refused as writing into the repository;
+  - `file:` overrides are refused as writing into the repository; over REST
+    the config must be a string of JSON (an object in its place is refused);
   - default_queue_policy sets the model's default timeout and queue bound
     (read from the control surface of one serve process).
 """
@@ -253,3 +254,21 @@ def test_queue_policy(proto):
     status, doc, raw = http_json(proto.server.http_url, "GET", "/v2/pjserve/control")
     mlp = next(m for m in doc["models"] if m["name"] == MODEL)
     assert (mlp["default_timeout_us"], mlp["max_queue_depth"]) == (0, 1024), mlp
+
+
+def test_config_must_be_a_string(server_factory):
+    """REST: the config is JSON text in a string, as tritonclient sends it; an
+    object in its place is refused, naming the parameter."""
+    srv = server_factory(names=(MODEL,))
+    if NODE_WORKERS:
+        wait_gateway_sees_workers(srv)
+    status, doc, raw = http_json(srv.http_url, "POST", f"/v2/repository/models/{MODEL}/load",
+                                 {"parameters": {"config": {"max_batch_size": 4}}})
+    assert status == 400, raw
+    assert "\"config\" must be a string" in doc["error"], doc
+    status, _, raw = http_json(srv.http_url, "POST", f"/v2/repository/models/{MODEL}/load",
+                               {"parameters": {"config": json.dumps({"max_batch_size": 4})}})
+    assert status == 200, raw
+    status, doc, raw = http_json(srv.http_url, "GET", f"/v2/models/{MODEL}/config")
+    assert status == 200 and doc["max_batch_size"] == 4 and "dynamic_batching" not in doc, raw
+    finish_checked(srv)
