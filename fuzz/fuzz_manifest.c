@@ -8,7 +8,9 @@
  * strictly ascending, ranks in range; bytes and extents of -1 only in client
  * tensors, which a meta always has; variant 0 is the top level, every
  * variant has its names, dtypes, ranks and batch axes, and no two have the
- * same input shapes); a broken one aborts. The seed corpus is
+ * same input shapes; an ensemble's steps in an order where each reads only
+ * what is written before it, every tensor written once); a broken one
+ * aborts. The seed corpus is
  * fuzz/corpus/fuzz_manifest/, replayed by fuzz_manifest_replay in `make test`.
  */
 #include <stdbool.h>
@@ -53,7 +55,7 @@ static void check_like(const pjs_tensor_spec *v, const pjs_tensor_spec *top, siz
 
 static void check_variants(const pjs_manifest *m)
 {
-    if (m->kind == PJS_KIND_META) {
+    if (m->kind != PJS_KIND_MODEL) {
         if (m->n_variants != 0 || m->variants != NULL)
             abort();
         return;
@@ -77,6 +79,58 @@ static void check_variants(const pjs_manifest *m)
     }
 }
 
+/* Whether ensemble tensor `name` is a client input or written by one of
+ * the steps order[0..k). */
+static bool written_before(const pjs_manifest *m, size_t k, const char *name)
+{
+    for (size_t i = 0; i < m->n_client_inputs; i++)
+        if (strcmp(m->client_inputs[i].name, name) == 0)
+            return true;
+    for (size_t j = 0; j < k; j++) {
+        const pjs_ensemble_step *s = &m->steps[m->step_order[j]];
+        for (size_t e = 0; e < s->n_outputs; e++)
+            if (strcmp(s->outputs[e].ensemble_tensor, name) == 0)
+                return true;
+    }
+    return false;
+}
+
+/* An ensemble's steps: step_order a permutation in which every step reads
+ * only client inputs and what earlier steps wrote, no tensor written twice
+ * (nor a client input written), every client output written; calls lists
+ * each step model once. Other kinds have no steps. */
+static void check_ensemble(const pjs_manifest *m)
+{
+    if (m->kind != PJS_KIND_ENSEMBLE) {
+        if (m->n_steps != 0 || m->steps != NULL || m->step_order != NULL)
+            abort();
+        return;
+    }
+    if (m->n_steps == 0 || m->n_steps > PJS_ENSEMBLE_MAX_STEPS || m->n_calls == 0 ||
+        m->n_calls > m->n_steps)
+        abort();
+    bool seen[PJS_ENSEMBLE_MAX_STEPS] = {false};
+    for (size_t k = 0; k < m->n_steps; k++) {
+        size_t s = m->step_order[k];
+        if (s >= m->n_steps || seen[s])
+            abort();
+        seen[s] = true;
+        const pjs_ensemble_step *st = &m->steps[s];
+        if (st->n_inputs == 0 || st->n_outputs == 0 || st->n_inputs > PJS_ENSEMBLE_MAX_MAP ||
+            st->n_outputs > PJS_ENSEMBLE_MAX_MAP || (st->version < 1 && st->version != -1))
+            abort();
+        for (size_t e = 0; e < st->n_inputs; e++)
+            if (!written_before(m, k, st->inputs[e].ensemble_tensor))
+                abort();
+        for (size_t e = 0; e < st->n_outputs; e++)
+            if (written_before(m, k, st->outputs[e].ensemble_tensor))
+                abort();
+    }
+    for (size_t i = 0; i < m->n_client_outputs; i++)
+        if (!written_before(m, m->n_steps, m->client_outputs[i].name))
+            abort();
+}
+
 static void check_manifest(const pjs_manifest *m)
 {
     if (m->name == NULL || !(m->weight > 0))
@@ -91,7 +145,7 @@ static void check_manifest(const pjs_manifest *m)
     check_tensor_list(m->client_outputs, m->n_client_outputs, true);
     if (m->kind == PJS_KIND_MODEL && (m->n_batch_sizes == 0 || m->n_calls != 0))
         abort();
-    if (m->kind == PJS_KIND_META && m->n_batch_sizes != 0)
+    if (m->kind != PJS_KIND_MODEL && m->n_batch_sizes != 0)
         abort();
     for (size_t i = 0; i < m->n_batch_sizes; i++)
         if (m->batch_sizes[i] < 1 || (i > 0 && m->batch_sizes[i] <= m->batch_sizes[i - 1]))
@@ -100,6 +154,7 @@ static void check_manifest(const pjs_manifest *m)
         if (m->calls[i] == NULL)
             abort();
     check_variants(m);
+    check_ensemble(m);
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)

@@ -37,8 +37,32 @@ static void print_specs(const char *indent, const char *label, const pjs_tensor_
     }
 }
 
+/* "  step 0: two_io (a <- a, b <- b) -> (sum -> s1)", in the order run. */
+static void print_steps(const pjs_manifest *m)
+{
+    for (size_t k = 0; k < m->n_steps; k++) {
+        const pjs_ensemble_step *st = &m->steps[m->step_order[k]];
+        printf("  step %zu: %s (", m->step_order[k], st->model);
+        for (size_t e = 0; e < st->n_inputs; e++)
+            printf("%s%s <- %s", e ? ", " : "", st->inputs[e].model_tensor,
+                   st->inputs[e].ensemble_tensor);
+        printf(") -> (");
+        for (size_t e = 0; e < st->n_outputs; e++)
+            printf("%s%s -> %s", e ? ", " : "", st->outputs[e].model_tensor,
+                   st->outputs[e].ensemble_tensor);
+        printf(")\n");
+    }
+}
+
 void pjs_cli_print_manifest(const pjs_manifest *m)
 {
+    if (m->kind == PJS_KIND_ENSEMBLE) {
+        printf("  kind: ensemble, %zu steps, in the order they run:\n", m->n_steps);
+        print_steps(m);
+        print_specs("  ", "client inputs:", m->client_inputs, m->n_client_inputs);
+        print_specs("  ", "client outputs:", m->client_outputs, m->n_client_outputs);
+        return;
+    }
     if (m->kind == PJS_KIND_META) {
         printf("  kind: meta, calls: [");
         for (size_t i = 0; i < m->n_calls; i++)

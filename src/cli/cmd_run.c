@@ -389,10 +389,11 @@ int pjs_cmd_run(int argc, char **argv)
         rc = pjs_cli_fail("%s", err.msg);
         goto out;
     }
-    if (b->manifest.kind == PJS_KIND_META) {
-        rc = pjs_cli_fail("%s is a meta model: its run calls other models, which only a server "
-                          "has; serve the repository (pjserve serve) and call it",
-                          a.bundle_dir);
+    if (b->manifest.kind != PJS_KIND_MODEL) {
+        rc = pjs_cli_fail("%s is %s: its run calls other models, which only a server has; "
+                          "serve the repository (pjserve serve) and call it",
+                          a.bundle_dir,
+                          b->manifest.kind == PJS_KIND_META ? "a meta model" : "an ensemble");
         goto out;
     }
     if (b->hooks != NULL)

@@ -7,8 +7,9 @@
  * errors with their line, and gives the typed getters and key tables that
  * this file's schema walk is made of. What is the manifest's own lives here:
  * the top-level keys and the two kinds, format_version, dtypes, shapes with
- * their `batch` axis, batch_sizes, meta calls, residency, the variants
- * section, and the labels files of classification outputs (named by the
+ * their `batch` axis, batch_sizes, meta calls, an ensemble's steps and
+ * the checks of its tensor graph, residency, the variants section, and the
+ * labels files of classification outputs (named by the
  * parse, read by pjs_manifest_load from beside the manifest). Every mapping
  * is read through a table of the keys allowed there, so the walk never
  * descends further than the schema goes.
@@ -238,9 +239,11 @@ static int parse_kind(pjs_yaml *y, yaml_node_t *n, pjs_model_kind *out)
         *out = PJS_KIND_MODEL;
     else if (pjs_yaml_scalar_is(n, "meta"))
         *out = PJS_KIND_META;
+    else if (pjs_yaml_scalar_is(n, "ensemble"))
+        *out = PJS_KIND_ENSEMBLE;
     else {
         char q[PJS_YAML_QUOTE_MAX];
-        return pjs_yaml_fail(y, n, "kind", "unknown kind %s (expected model or meta)",
+        return pjs_yaml_fail(y, n, "kind", "unknown kind %s (expected model, meta or ensemble)",
                              pjs_yaml_quote_node(n, q, sizeof q));
     }
     return 0;
@@ -558,36 +561,355 @@ static int parse_variants(pjs_yaml *y, yaml_node_t *n, pjs_manifest *m)
     return rc;
 }
 
-enum top_key {
-    K_FORMAT_VERSION, K_NAME, K_KIND, K_DESCRIPTION, K_BATCH_SIZES, K_INPUTS, K_OUTPUTS,
-    K_VARIANTS, K_RESIDENCY, K_WEIGHT, K_META, K_CLIENT_INPUTS, K_CLIENT_OUTPUTS, K_COUNT
+/* ---- ensembles --------------------------------------------------------------- */
+
+/* A step's input_map or output_map: a mapping from the step model's tensor
+ * names to ensemble tensor names, both names, 1..PJS_ENSEMBLE_MAX_MAP of
+ * them. *out and *out_n are set as soon as the array exists. */
+static int parse_step_map(pjs_yaml *y, yaml_node_t *n, const char *path, pjs_ensemble_map **out,
+                          size_t *out_n)
+{
+    size_t count = 0;
+    int rc = pjs_yaml_get_map(y, n, path, &count);
+    if (rc != 0)
+        return rc;
+    if (count == 0)
+        return pjs_yaml_fail(y, n, path, "must map at least one tensor");
+    if (count > PJS_ENSEMBLE_MAX_MAP)
+        return pjs_yaml_fail(y, n, path, "%zu entries, more than the %d allowed", count,
+                             PJS_ENSEMBLE_MAX_MAP);
+    pjs_ensemble_map *v = calloc(count, sizeof *v);
+    if (v == NULL)
+        return pjs_yaml_fail_nomem(y, path);
+    *out = v;
+    *out_n = count;
+    for (size_t i = 0; rc == 0 && i < count; i++) {
+        yaml_node_t *key = NULL, *value = NULL;
+        char sub[PJS_YAML_PATH_MAX];
+        pjs_yaml_map_entry(y, n, i, &key, &value);
+        if ((rc = pjs_yaml_get_name(y, key, path, &v[i].model_tensor)) != 0)
+            break;
+        pjs_yaml_path_key(sub, path, v[i].model_tensor);
+        rc = pjs_yaml_get_name(y, value, sub, &v[i].ensemble_tensor);
+    }
+    return rc;
+}
+
+/* One of ensemble.steps: {model, version?, input_map, output_map}. */
+static int parse_step(pjs_yaml *y, yaml_node_t *n, const char *path, const char *ensemble,
+                      pjs_ensemble_step *s)
+{
+    pjs_yaml_field f[] = {{"model", NULL}, {"input_map", NULL}, {"output_map", NULL},
+                          {"version", NULL}};
+    char sub[PJS_YAML_PATH_MAX];
+    int rc = pjs_yaml_get_fields(y, n, path, f, 4);
+    for (size_t i = 0; rc == 0 && i < 3; i++)
+        rc = pjs_yaml_require(y, &f[i], path, n);
+    if (rc != 0)
+        return rc;
+    pjs_yaml_path_key(sub, path, "model");
+    if ((rc = pjs_yaml_get_name(y, f[0].value, sub, &s->model)) != 0)
+        return rc;
+    if (strcmp(s->model, ensemble) == 0)
+        return pjs_yaml_fail(y, f[0].value, sub, "an ensemble cannot call itself");
+    s->version = -1;
+    pjs_yaml_path_key(sub, path, "version");
+    if (f[3].value != NULL && (rc = pjs_yaml_get_int(y, f[3].value, sub, &s->version)) != 0)
+        return rc;
+    if (s->version == 0 || s->version < -1)
+        return pjs_yaml_fail(y, f[3].value, sub,
+                             "must be a version number (1 or more) or -1 (the version served), "
+                             "got %lld", (long long)s->version);
+    pjs_yaml_path_key(sub, path, "input_map");
+    if ((rc = parse_step_map(y, f[1].value, sub, &s->inputs, &s->n_inputs)) != 0)
+        return rc;
+    pjs_yaml_path_key(sub, path, "output_map");
+    return parse_step_map(y, f[2].value, sub, &s->outputs, &s->n_outputs);
+}
+
+/* Where an ensemble tensor comes from: a client input, or the output_map
+ * entry `entry` of step `step`. */
+struct ens_source {
+    const char *name;
+    size_t step;  /* SIZE_MAX: a client input */
+    size_t entry; /* client input index, or the output_map entry */
 };
 
-/* Keys that only one kind may carry, and what to say to the other. The first
- * three of each list are required for their kind. A model may declare
- * client_inputs / client_outputs too (a hooked bundle); a meta may not carry
- * what describes an executable. */
+static int cmp_source(const void *a, const void *b)
+{
+    return strcmp(((const struct ens_source *)a)->name, ((const struct ens_source *)b)->name);
+}
+
+static const struct ens_source *find_source(const struct ens_source *v, size_t n,
+                                            const char *name)
+{
+    struct ens_source key = {name, 0, 0};
+    return bsearch(&key, v, n, sizeof *v, cmp_source);
+}
+
+/* "client_inputs[0]" or "ensemble.steps[1].output_map.y", for messages. */
+static void source_path(const struct ens_source *src, const pjs_manifest *m, char *buf,
+                        size_t size)
+{
+    if (src->step == SIZE_MAX)
+        snprintf(buf, size, "client_inputs[%zu]", src->entry);
+    else
+        snprintf(buf, size, "ensemble.steps[%zu].output_map.%s", src->step,
+                 m->steps[src->step].outputs[src->entry].model_tensor);
+}
+
+/* Every ensemble tensor with its one writer, sorted by name: a second
+ * writer of a name is an error naming both. */
+static int collect_sources(pjs_yaml *y, yaml_node_t *steps_node, const pjs_manifest *m,
+                           struct ens_source **out, size_t *out_n)
+{
+    size_t n = m->n_client_inputs;
+    for (size_t s = 0; s < m->n_steps; s++)
+        n += m->steps[s].n_outputs;
+    struct ens_source *v = calloc(n + 1, sizeof *v);
+    if (v == NULL)
+        return pjs_yaml_fail_nomem(y, "ensemble.steps");
+    *out = v;
+    *out_n = n;
+    size_t k = 0;
+    for (size_t i = 0; i < m->n_client_inputs; i++)
+        v[k++] = (struct ens_source){m->client_inputs[i].name, SIZE_MAX, i};
+    for (size_t s = 0; s < m->n_steps; s++)
+        for (size_t e = 0; e < m->steps[s].n_outputs; e++)
+            v[k++] = (struct ens_source){m->steps[s].outputs[e].ensemble_tensor, s, e};
+    qsort(v, n, sizeof *v, cmp_source);
+    for (size_t i = 1; i < n; i++) {
+        if (strcmp(v[i].name, v[i - 1].name) != 0)
+            continue;
+        /* Report the later writer in manifest order (client inputs first). */
+        const struct ens_source *a = &v[i - 1], *b = &v[i];
+        if (a->step != SIZE_MAX && (b->step == SIZE_MAX || b->step < a->step ||
+                                    (b->step == a->step && b->entry < a->entry))) {
+            const struct ens_source *t = a;
+            a = b;
+            b = t;
+        }
+        char first[PJS_YAML_PATH_MAX], second[PJS_YAML_PATH_MAX];
+        source_path(a, m, first, sizeof first);
+        source_path(b, m, second, sizeof second);
+        return pjs_yaml_fail(y, pjs_yaml_list_item(y, steps_node, b->step), second,
+                             "ensemble tensor \"%s\" is written already by %s; each ensemble "
+                             "tensor has one writer (rename one of them)",
+                             b->name, first);
+    }
+    return 0;
+}
+
+/* Every tensor a step or a client output reads has a writer, and every
+ * client input is read by some step. */
+static int check_reads(pjs_yaml *y, yaml_node_t *steps_node, const pjs_manifest *m,
+                       const struct ens_source *src, size_t n_src)
+{
+    char path[PJS_YAML_PATH_MAX];
+    for (size_t s = 0; s < m->n_steps; s++) {
+        const pjs_ensemble_step *st = &m->steps[s];
+        for (size_t e = 0; e < st->n_inputs; e++) {
+            if (find_source(src, n_src, st->inputs[e].ensemble_tensor) != NULL)
+                continue;
+            pjs_yaml_path_set(path, "ensemble.steps[%zu].input_map.%s", s,
+                              st->inputs[e].model_tensor);
+            return pjs_yaml_fail(y, pjs_yaml_list_item(y, steps_node, s), path,
+                                 "step %zu (model %s) reads ensemble tensor \"%s\", which is "
+                                 "neither a client input nor any step's output",
+                                 s, st->model, st->inputs[e].ensemble_tensor);
+        }
+    }
+    for (size_t i = 0; i < m->n_client_outputs; i++) {
+        const struct ens_source *w = find_source(src, n_src, m->client_outputs[i].name);
+        pjs_yaml_path_index(path, "client_outputs", i);
+        if (w == NULL)
+            return pjs_yaml_fail(y, NULL, path,
+                                 "no step writes \"%s\" (name it in some step's output_map)",
+                                 m->client_outputs[i].name);
+        if (w->step == SIZE_MAX)
+            return pjs_yaml_fail(y, NULL, path,
+                                 "\"%s\" is a client input; a client output is written by a "
+                                 "step", m->client_outputs[i].name);
+    }
+    for (size_t i = 0; i < m->n_client_inputs; i++) {
+        bool read = false;
+        for (size_t s = 0; !read && s < m->n_steps; s++)
+            for (size_t e = 0; !read && e < m->steps[s].n_inputs; e++)
+                read = strcmp(m->steps[s].inputs[e].ensemble_tensor,
+                              m->client_inputs[i].name) == 0;
+        pjs_yaml_path_index(path, "client_inputs", i);
+        if (!read)
+            return pjs_yaml_fail(y, NULL, path,
+                                 "no step reads \"%s\" (map it in some step's input_map, or "
+                                 "remove it)", m->client_inputs[i].name);
+    }
+    return 0;
+}
+
+/* m->step_order: steps in waves, each step once every tensor it reads is
+ * written. A step never ready reads, directly or not, its own output. */
+static int order_steps(pjs_yaml *y, yaml_node_t *steps_node, pjs_manifest *m,
+                       const struct ens_source *src, size_t n_src)
+{
+    bool *done = calloc(m->n_steps + 1, sizeof *done);
+    m->step_order = calloc(m->n_steps + 1, sizeof *m->step_order);
+    if (done == NULL || m->step_order == NULL) {
+        free(done);
+        return pjs_yaml_fail_nomem(y, "ensemble.steps");
+    }
+    size_t placed = 0;
+    for (bool progress = true; progress && placed < m->n_steps;) {
+        progress = false;
+        size_t wave_start = placed;
+        for (size_t s = 0; s < m->n_steps; s++) {
+            bool ready = !done[s];
+            for (size_t e = 0; ready && e < m->steps[s].n_inputs; e++) {
+                const struct ens_source *w =
+                    find_source(src, n_src, m->steps[s].inputs[e].ensemble_tensor);
+                /* Written by a step of an earlier wave (this wave's are not
+                 * marked done yet). */
+                ready = w->step == SIZE_MAX || done[w->step];
+            }
+            if (ready)
+                m->step_order[placed++] = s;
+        }
+        for (size_t k = wave_start; k < placed; k++)
+            done[m->step_order[k]] = true;
+        progress = placed > wave_start;
+    }
+    int rc = 0;
+    for (size_t s = 0; rc == 0 && s < m->n_steps; s++) {
+        if (done[s])
+            continue;
+        const pjs_ensemble_step *st = &m->steps[s];
+        /* The first input whose writer is a step that never ran (there is
+         * one: a step whose writers all ran would have run). */
+        size_t e = 0;
+        for (; e + 1 < st->n_inputs; e++) {
+            size_t w = find_source(src, n_src, st->inputs[e].ensemble_tensor)->step;
+            if (w != SIZE_MAX && !done[w])
+                break;
+        }
+        char path[PJS_YAML_PATH_MAX];
+        pjs_yaml_path_set(path, "ensemble.steps[%zu].input_map.%s", s,
+                          st->inputs[e].model_tensor);
+        rc = pjs_yaml_fail(y, pjs_yaml_list_item(y, steps_node, s), path,
+                           "step %zu (model %s) reads \"%s\", which depends on the step's own "
+                           "output: the steps form a cycle",
+                           s, st->model, st->inputs[e].ensemble_tensor);
+    }
+    free(done);
+    return rc;
+}
+
+/* m->calls: each step model once, in the order of first use. */
+static int collect_step_models(pjs_yaml *y, pjs_manifest *m)
+{
+    m->calls = calloc(m->n_steps, sizeof *m->calls);
+    if (m->calls == NULL)
+        return pjs_yaml_fail_nomem(y, "ensemble.steps");
+    for (size_t s = 0; s < m->n_steps; s++) {
+        bool seen = false;
+        for (size_t k = 0; !seen && k < m->n_calls; k++)
+            seen = strcmp(m->calls[k], m->steps[s].model) == 0;
+        if (!seen && (m->calls[m->n_calls++] = strdup(m->steps[s].model)) == NULL)
+            return pjs_yaml_fail_nomem(y, "ensemble.steps");
+    }
+    return 0;
+}
+
+/* `ensemble: {steps: [...]}`, after client_inputs and client_outputs. */
+static int parse_ensemble(pjs_yaml *y, yaml_node_t *n, pjs_manifest *m)
+{
+    pjs_yaml_field f[] = {{"steps", NULL}};
+    size_t count = 0;
+    int rc = pjs_yaml_get_fields(y, n, "ensemble", f, 1);
+    if (rc == 0)
+        rc = pjs_yaml_require(y, &f[0], "ensemble", n);
+    if (rc == 0)
+        rc = pjs_yaml_get_list(y, f[0].value, "ensemble.steps", true, &count);
+    if (rc != 0)
+        return rc;
+    if (count > PJS_ENSEMBLE_MAX_STEPS)
+        return pjs_yaml_fail(y, f[0].value, "ensemble.steps", "%zu steps, more than the %d allowed",
+                             count, PJS_ENSEMBLE_MAX_STEPS);
+    if ((m->steps = calloc(count, sizeof *m->steps)) == NULL)
+        return pjs_yaml_fail_nomem(y, "ensemble.steps");
+    for (size_t s = 0; s < count; s++) {
+        char sub[PJS_YAML_PATH_MAX];
+        pjs_yaml_path_index(sub, "ensemble.steps", s);
+        m->n_steps++; /* counted first, so that a partly built step is freed */
+        if ((rc = parse_step(y, pjs_yaml_list_item(y, f[0].value, s), sub, m->name,
+                             &m->steps[s])) != 0)
+            return rc;
+    }
+    struct ens_source *src = NULL;
+    size_t n_src = 0;
+    rc = collect_sources(y, f[0].value, m, &src, &n_src);
+    if (rc == 0)
+        rc = check_reads(y, f[0].value, m, src, n_src);
+    if (rc == 0)
+        rc = order_steps(y, f[0].value, m, src, n_src);
+    free(src);
+    return rc != 0 ? rc : collect_step_models(y, m);
+}
+
+static void free_step_map(pjs_ensemble_map *v, size_t n)
+{
+    for (size_t i = 0; v != NULL && i < n; i++) {
+        free(v[i].model_tensor);
+        free(v[i].ensemble_tensor);
+    }
+    free(v);
+}
+
+enum top_key {
+    K_FORMAT_VERSION, K_NAME, K_KIND, K_DESCRIPTION, K_BATCH_SIZES, K_INPUTS, K_OUTPUTS,
+    K_VARIANTS, K_RESIDENCY, K_WEIGHT, K_META, K_CLIENT_INPUTS, K_CLIENT_OUTPUTS, K_ENSEMBLE,
+    K_COUNT
+};
+
+static const char *kind_name(pjs_model_kind kind)
+{
+    return kind == PJS_KIND_MODEL ? "model" : kind == PJS_KIND_META ? "meta" : "ensemble";
+}
+
+/* Keys that only some kinds may carry, and what to say to the others. A
+ * model may declare client_inputs / client_outputs too (a hooked bundle); a
+ * meta or an ensemble may not carry what describes an executable. */
 static int check_kind_keys(pjs_yaml *y, const pjs_yaml_field *f, pjs_model_kind kind)
 {
-    static const enum top_key model_only[] = {K_BATCH_SIZES, K_INPUTS, K_OUTPUTS, K_VARIANTS};
-    static const enum top_key meta_only[] = {K_META, K_CLIENT_INPUTS, K_CLIENT_OUTPUTS};
-    const enum top_key *forbidden = kind == PJS_KIND_MODEL ? meta_only : model_only;
-    const enum top_key *required = kind == PJS_KIND_MODEL ? model_only : meta_only;
-    size_t n_forbidden = kind == PJS_KIND_MODEL ? 1 : 4;
-    for (size_t i = 0; i < n_forbidden; i++) {
-        const pjs_yaml_field *x = &f[forbidden[i]];
+    static const enum top_key model_keys[] = {K_BATCH_SIZES, K_INPUTS, K_OUTPUTS, K_VARIANTS};
+    static const enum top_key meta_keys[] = {K_META, K_CLIENT_INPUTS, K_CLIENT_OUTPUTS};
+    static const enum top_key ensemble_keys[] = {K_ENSEMBLE, K_CLIENT_INPUTS, K_CLIENT_OUTPUTS};
+    static const struct {
+        const enum top_key *required; /* the first three of it are */
+        enum top_key forbidden[6];
+        size_t n_forbidden;
+    } rules[] = {
+        [PJS_KIND_MODEL] = {model_keys, {K_META, K_ENSEMBLE}, 2},
+        [PJS_KIND_META] = {meta_keys, {K_BATCH_SIZES, K_INPUTS, K_OUTPUTS, K_VARIANTS,
+                                       K_ENSEMBLE}, 5},
+        [PJS_KIND_ENSEMBLE] = {ensemble_keys, {K_BATCH_SIZES, K_INPUTS, K_OUTPUTS, K_VARIANTS,
+                                               K_META}, 5},
+    };
+    for (size_t i = 0; i < rules[kind].n_forbidden; i++) {
+        enum top_key k = rules[kind].forbidden[i];
+        const pjs_yaml_field *x = &f[k];
         if (x->value != NULL)
             return pjs_yaml_fail(y, x->value, x->key, "not allowed in a manifest of kind %s%s",
-                                 kind == PJS_KIND_MODEL ? "model" : "meta",
-                                 forbidden[i] == K_INPUTS    ? " (use client_inputs)"
-                                 : forbidden[i] == K_OUTPUTS ? " (use client_outputs)"
-                                                             : "");
+                                 kind_name(kind),
+                                 k == K_INPUTS      ? " (use client_inputs)"
+                                 : k == K_OUTPUTS   ? " (use client_outputs)"
+                                 : k == K_META      ? " (an ensemble lists ensemble.steps)"
+                                 : k == K_ENSEMBLE  ? " (only kind: ensemble has steps)"
+                                                    : "");
     }
     for (size_t i = 0; i < 3; i++) {
-        const pjs_yaml_field *x = &f[required[i]];
+        const pjs_yaml_field *x = &f[rules[kind].required[i]];
         if (x->value == NULL)
             return pjs_yaml_fail(y, NULL, x->key, "required key is missing (kind %s)",
-                                 kind == PJS_KIND_MODEL ? "model" : "meta");
+                                 kind_name(kind));
     }
     return 0;
 }
@@ -602,6 +924,7 @@ static int parse_root(pjs_yaml *y, yaml_node_t *root, pjs_manifest *m)
         [K_RESIDENCY] = {"residency", NULL},
         [K_WEIGHT] = {"weight", NULL},                 [K_META] = {"meta", NULL},
         [K_CLIENT_INPUTS] = {"client_inputs", NULL},   [K_CLIENT_OUTPUTS] = {"client_outputs", NULL},
+        [K_ENSEMBLE] = {"ensemble", NULL},
     };
     if (root->type != YAML_MAPPING_NODE)
         return pjs_yaml_fail(y, root, "", "the top level must be a mapping, got %s",
@@ -643,7 +966,7 @@ static int parse_root(pjs_yaml *y, yaml_node_t *root, pjs_manifest *m)
             return rc;
         if ((rc = parse_variants(y, f[K_VARIANTS].value, m)) != 0)
             return rc;
-    } else if ((rc = parse_meta(y, f[K_META].value, m)) != 0) {
+    } else if (m->kind == PJS_KIND_META && (rc = parse_meta(y, f[K_META].value, m)) != 0) {
         return rc;
     }
     if (f[K_CLIENT_INPUTS].value != NULL &&
@@ -654,6 +977,8 @@ static int parse_root(pjs_yaml *y, yaml_node_t *root, pjs_manifest *m)
         (rc = parse_tensors(y, f[K_CLIENT_OUTPUTS].value, "client_outputs", false,
                             &m->client_outputs, &m->n_client_outputs)) != 0)
         return rc;
+    if (m->kind == PJS_KIND_ENSEMBLE)
+        return parse_ensemble(y, f[K_ENSEMBLE].value, m);
     return 0;
 }
 
@@ -834,6 +1159,13 @@ void pjs_manifest_free(pjs_manifest *m)
     for (size_t i = 0; m->calls != NULL && i < m->n_calls; i++)
         free(m->calls[i]);
     free(m->calls);
+    for (size_t s = 0; m->steps != NULL && s < m->n_steps; s++) {
+        free(m->steps[s].model);
+        free_step_map(m->steps[s].inputs, m->steps[s].n_inputs);
+        free_step_map(m->steps[s].outputs, m->steps[s].n_outputs);
+    }
+    free(m->steps);
+    free(m->step_order);
     memset(m, 0, sizeof *m);
 }
 

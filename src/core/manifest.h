@@ -25,7 +25,16 @@
 /* Most variants a model may declare besides its top-level shapes ("default"). */
 #define PJS_MANIFEST_MAX_VARIANTS 16
 
-typedef enum pjs_model_kind { PJS_KIND_MODEL = 0, PJS_KIND_META = 1 } pjs_model_kind;
+typedef enum pjs_model_kind {
+    PJS_KIND_MODEL = 0,
+    PJS_KIND_META = 1,
+    PJS_KIND_ENSEMBLE = 2, /* declarative steps, run by the meta engine (no model.so) */
+} pjs_model_kind;
+
+/* Most steps an ensemble may have, and most entries of one step's input_map
+ * or output_map (a step's inputs travel as one sub-call). */
+#define PJS_ENSEMBLE_MAX_STEPS 64
+#define PJS_ENSEMBLE_MAX_MAP 64
 
 /* Where a model's weights live between executions (see docs/bundle-format.md). */
 typedef enum pjs_residency {
@@ -87,6 +96,24 @@ typedef struct pjs_variant {
     pjs_tensor_spec *outputs;  /* n_outputs */
 } pjs_variant;
 
+/* One entry of a step's input_map or output_map: the step model's tensor
+ * and the ensemble tensor it reads or writes. */
+typedef struct pjs_ensemble_map {
+    char *model_tensor;
+    char *ensemble_tensor;
+} pjs_ensemble_map;
+
+/* One of ensemble.steps: call `model` with the ensemble tensors input_map
+ * names, and publish the outputs output_map names. */
+typedef struct pjs_ensemble_step {
+    char *model;
+    int64_t version;              /* -1: the version served (`version` left out) */
+    size_t n_inputs;
+    pjs_ensemble_map *inputs;     /* input_map, in manifest order */
+    size_t n_outputs;
+    pjs_ensemble_map *outputs;    /* output_map, in manifest order */
+} pjs_ensemble_step;
+
 typedef struct pjs_manifest {
     char *name;
     pjs_model_kind kind;
@@ -109,7 +136,15 @@ typedef struct pjs_manifest {
     pjs_residency residency;
     double weight;                 /* scheduler share, > 0; default 1 */
     size_t n_calls;
-    char **calls;                  /* meta.calls (kind meta only) */
+    char **calls;                  /* meta.calls; an ensemble's step models, each once */
+    /* Kind ensemble only (else 0 and NULL). The parse checked the graph:
+     * every step input is a client input or some step's output, every
+     * ensemble tensor is written once, every client output is written and
+     * every client input read, and no cycle; step_order lists the steps so
+     * that each comes after the steps writing its inputs. */
+    size_t n_steps;
+    pjs_ensemble_step *steps;
+    size_t *step_order;
 } pjs_manifest;
 
 /* Bytes of one example (one batch row) of a tensor; the whole tensor when it

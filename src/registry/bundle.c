@@ -123,8 +123,8 @@ int pjs_bundle_open(const char *dir, pjs_bundle **out, pjs_error *err)
         rc = pjs_hooks_open(dir, &b->manifest, &b->hooks, err);
     if (rc != 0)
         goto fail;
-    if (b->manifest.kind == PJS_KIND_META) {
-        /* No executable: no weights, no modules. */
+    if (b->manifest.kind != PJS_KIND_MODEL) {
+        /* A meta or an ensemble has no executable: no weights, no modules. */
         *out = b;
         return 0;
     }

@@ -256,6 +256,11 @@ static int check_files(const char *dir, const pjs_manifest *m, bool *has_so, pjs
     struct stat so, src;
     *has_so = stat_file(dir, PJS_HOOKS_FILE, &so);
     bool has_src = stat_file(dir, PJS_HOOKS_SOURCE, &src);
+    if (m->kind == PJS_KIND_ENSEMBLE && (*has_so || has_src))
+        return pjs_error_set(err, PJS_ERR_INVALID_ARGUMENT,
+                             "a kind: ensemble bundle runs no C code (its steps are the "
+                             "manifest's ensemble.steps): remove %s, or make it kind: meta",
+                             *has_so ? PJS_HOOKS_FILE : PJS_HOOKS_SOURCE);
     if (has_src && !*has_so)
         return pjs_error_set(err, PJS_ERR_FAILED_PRECONDITION,
                              "%s has no %s beside it: run `pjserve build-hooks %s`",
@@ -269,7 +274,8 @@ static int check_files(const char *dir, const pjs_manifest *m, bool *has_so, pjs
                              "a kind: meta bundle needs %s (its pjserve_run): write %s and run "
                              "`pjserve build-hooks %s`",
                              PJS_HOOKS_FILE, PJS_HOOKS_SOURCE, dir);
-    if (!*has_so && (m->client_inputs != NULL || m->client_outputs != NULL))
+    if (!*has_so && m->kind == PJS_KIND_MODEL &&
+        (m->client_inputs != NULL || m->client_outputs != NULL))
         return pjs_error_set(err, PJS_ERR_INVALID_ARGUMENT,
                              "manifest.yaml declares %s, which only hooks in %s can produce",
                              m->client_inputs != NULL ? "client_inputs" : "client_outputs",

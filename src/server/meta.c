@@ -10,7 +10,9 @@
  * committed part completes, the oldest part still waiting as an ordinary
  * request is promoted (server.h, pjs_committed_caller), so the run's parts
  * jump the line one after another. That is all those threads touch;
- * everything else belongs to the thread running pjserve_run.
+ * everything else belongs to the thread running pjserve_run. An ensemble's
+ * run is ensemble.c's pjs_ensemble_run in place of a model.so's pjserve_run,
+ * its steps' models standing for meta.calls.
  */
 #include "server/meta.h"
 
@@ -20,6 +22,7 @@
 
 #include "core/log.h"
 #include "registry/model.h"
+#include "server/ensemble.h"
 #include "server/meta_gate.h"
 #include "server/server.h"
 #include "server/server_internal.h"
@@ -413,10 +416,13 @@ static void run_meta(pjs_meta_job *job)
     pjs_hook_view_inputs(r, in);
     for (size_t i = 0; i < man->n_client_outputs; i++)
         out[i] = slots[i] = pjs_hook_slot(&man->client_outputs[i], NULL);
-    run->ctx.stage = "run";
+    bool ensemble = man->kind == PJS_KIND_ENSEMBLE;
+    run->ctx.stage = ensemble ? "ensemble" : "run";
     hold_calls(run);
-    int status = r->model->bundle->hooks->run(&run->ctx.base, in, r->n_inputs, out,
-                                               man->n_client_outputs);
+    int status = ensemble ? pjs_ensemble_run(&run->ctx, in, r->n_inputs, out,
+                                             man->n_client_outputs)
+                          : r->model->bundle->hooks->run(&run->ctx.base, in, r->n_inputs, out,
+                                                         man->n_client_outputs);
     /* Sub-calls the run started and never waited for end before their
      * inputs (the run's memory) go. */
     for (pjserve_subcall *c = run->calls; c != NULL; c = c->next)

@@ -46,6 +46,7 @@
 #include "registry/bundle.h"
 #include "runtime/exec_cache.h"
 #include "server/dispatch.h"
+#include "server/ensemble.h"
 #include "server/hooked.h"
 #include "server/load_config.h"
 #include "server/meta.h"
@@ -140,7 +141,14 @@ static bool is_meta(const pjs_model *m)
     return m != NULL && m->bundle->manifest.kind == PJS_KIND_META;
 }
 
-/* Marks the models a loaded meta calls as internal, and only those. */
+/* A meta or an ensemble: a model that calls others (manifest.calls). */
+static bool calls_models(const pjs_model *m)
+{
+    return m != NULL && m->bundle->manifest.kind != PJS_KIND_MODEL;
+}
+
+/* Marks the models a loaded meta calls as internal, and only those (an
+ * ensemble's steps stay addressable, as in Triton). */
 static void mark_internal_locked(pjs_server *s)
 {
     for (size_t i = 0; i < s->n_entries; i++)
@@ -157,15 +165,15 @@ static void mark_internal_locked(pjs_server *s)
     }
 }
 
-/* Whether bundle `name` declares kind: meta (a manifest that does not
- * parse is not: its load will say what is wrong). */
+/* Whether bundle `name` declares kind: meta or ensemble (a manifest that
+ * does not parse is not: its load will say what is wrong). */
 static bool names_meta_bundle(pjs_server *s, const char *name)
 {
     char path[PJS_BUNDLE_DIR_MAX + 300];
     snprintf(path, sizeof path, "%s/%s/manifest.yaml", s->repository, name);
     pjs_manifest m;
     pjs_error err;
-    bool meta = pjs_manifest_load(&m, path, &err) == 0 && m.kind == PJS_KIND_META;
+    bool meta = pjs_manifest_load(&m, path, &err) == 0 && m.kind != PJS_KIND_MODEL;
     pjs_manifest_free(&m);
     return meta;
 }
@@ -182,52 +190,91 @@ static call_target find_call_target(pjs_server *s, const char *name, char *reaso
     repo_entry *e = find_entry_locked(s, name);
     call_target t = e == NULL                         ? CALL_MISSING
                     : e->model == NULL                ? CALL_NOT_LOADED
-                    : is_meta(e->model)               ? CALL_META
+                    : calls_models(e->model)          ? CALL_META
                     : e->model->bundle->hooks != NULL ? CALL_HOOKED
                                                       : CALL_MODEL;
     snprintf(reason, size, "%s", e != NULL ? e->info.reason : "");
     pthread_mutex_unlock(&s->repo_lock);
-    /* Metas load after models, in name order: one not loaded yet is known
+    /* Metas and ensembles load after models, in name order: one not loaded
+     * yet is known
      * by its manifest (read without the lock). */
     if ((t == CALL_MISSING || t == CALL_NOT_LOADED) && names_meta_bundle(s, name))
         t = CALL_META;
     return t;
 }
 
+/* Where calls[i] is declared: "meta.calls[i]", or for an ensemble the
+ * first step calling it, "ensemble.steps[s].model". */
+static void call_path(const pjs_manifest *man, size_t i, char *buf, size_t size)
+{
+    size_t s = 0;
+    while (s < man->n_steps && strcmp(man->steps[s].model, man->calls[i]) != 0)
+        s++;
+    if (man->kind == PJS_KIND_ENSEMBLE)
+        snprintf(buf, size, "ensemble.steps[%zu].model", s);
+    else
+        snprintf(buf, size, "meta.calls[%zu]", i);
+}
+
+/* An ensemble's steps against the models they call, which check_meta_calls
+ * found loaded (a model unloaded meanwhile fails here as not loaded). */
+static int check_ensemble_steps(pjs_server *s, const pjs_manifest *man, pjs_error *err)
+{
+    pjs_model *models[PJS_ENSEMBLE_MAX_STEPS] = {NULL};
+    const pjs_manifest *manifests[PJS_ENSEMBLE_MAX_STEPS];
+    int rc = 0;
+    for (size_t k = 0; rc == 0 && k < man->n_steps; k++) {
+        rc = pjs__server_get_internal_model(s, man->steps[k].model, &models[k], err);
+        if (rc == 0)
+            manifests[k] = pjs_model_manifest(models[k]);
+    }
+    if (rc == 0)
+        rc = pjs_ensemble_check(man, manifests, err);
+    for (size_t k = 0; k < man->n_steps; k++)
+        pjs_model_unref(models[k]);
+    return rc;
+}
+
 static int check_meta_calls(pjs_server *s, const pjs_bundle *b, pjs_error *err)
 {
     const pjs_manifest *man = &b->manifest;
+    const char *caller = man->kind == PJS_KIND_ENSEMBLE ? "an ensemble" : "a meta";
     int rc = 0;
     for (size_t i = 0; rc == 0 && i < man->n_calls; i++) {
         const char *name = man->calls[i];
-        char reason[sizeof ((repo_entry *)0)->info.reason];
+        char reason[sizeof ((repo_entry *)0)->info.reason], where[64];
+        call_path(man, i, where, sizeof where);
         switch (find_call_target(s, name, reason, sizeof reason)) {
         case CALL_MODEL: break;
         case CALL_MISSING:
             rc = pjs_error_set(err, PJS_ERR_NOT_FOUND,
-                               "manifest.yaml: meta.calls[%zu]: no model \"%s\" in the "
-                               "repository",
-                               i, name);
+                               "manifest.yaml: %s: no model \"%s\" in the repository", where,
+                               name);
             break;
         case CALL_NOT_LOADED:
             rc = pjs_error_set(err, PJS_ERR_UNAVAILABLE,
-                               "manifest.yaml: meta.calls[%zu]: model \"%s\" is not loaded%s%s",
-                               i, name, reason[0] ? ": " : "", reason);
+                               "manifest.yaml: %s: model \"%s\" is not loaded%s%s", where, name,
+                               reason[0] ? ": " : "", reason);
             break;
         case CALL_META:
             rc = pjs_error_set(err, PJS_ERR_INVALID_ARGUMENT,
-                               "manifest.yaml: meta.calls[%zu]: \"%s\" is a meta model, and a "
-                               "meta may not call a meta (call its sub-models directly)",
-                               i, name);
+                               "manifest.yaml: %s: \"%s\" is a meta model (or an ensemble), and "
+                               "%s may not call a meta (call its sub-models directly)",
+                               where, name, caller);
             break;
         case CALL_HOOKED:
             rc = pjs_error_set(err, PJS_ERR_INVALID_ARGUMENT,
-                               "manifest.yaml: meta.calls[%zu]: model \"%s\" has hooks; a meta "
-                               "calls executables directly (do the conversion in pjserve_run)",
-                               i, name);
+                               "manifest.yaml: %s: model \"%s\" has hooks; %s calls "
+                               "executables directly (%s)",
+                               where, name, caller,
+                               man->kind == PJS_KIND_ENSEMBLE
+                                   ? "call the model's executable, or use a meta"
+                                   : "do the conversion in pjserve_run");
             break;
         }
     }
+    if (rc == 0 && man->kind == PJS_KIND_ENSEMBLE)
+        rc = check_ensemble_steps(s, man, err);
     if (rc != 0)
         pjs_error_prefix(err, "bundle %s: ", b->dir);
     return rc;
@@ -340,6 +387,11 @@ static void log_ready(pjs_server *s, pjs_model *m, const char *progress, const u
             break;
         used += (size_t)n;
     }
+    if (man->kind == PJS_KIND_ENSEMBLE) {
+        pjs_info("%smodel %s ready: an ensemble of %zu steps calling %zu models; %.2f s",
+                 progress, m->name, man->n_steps, man->n_calls, seconds);
+        return;
+    }
     if (man->kind == PJS_KIND_META) {
         char calls[512] = "";
         size_t at = 0;
@@ -407,7 +459,7 @@ static int load_locked(pjs_server *s, const char *name, const char *progress, bo
     uint64_t *costs = NULL;
     pjs_load_override ov;
     int rc = pjs_bundle_open(dir, &b, err);
-    if (rc == 0 && b->manifest.kind == PJS_KIND_META && (rc = check_meta_calls(s, b, err)) != 0)
+    if (rc == 0 && b->manifest.kind != PJS_KIND_MODEL && (rc = check_meta_calls(s, b, err)) != 0)
         pjs_bundle_close(b);
     if (rc == 0 && config != NULL && (rc = check_override(s, name, config, b, &ov, err)) != 0)
         pjs_bundle_close(b);
@@ -494,7 +546,7 @@ static int load_repository(pjs_server *s, pjs_error *err)
             pjs_warn("model repository %s has no bundle directories; serving no models",
                      s->repository);
         size_t loaded = 0, done = 0;
-        /* Metas last: they need the models they call loaded. */
+        /* Metas and ensembles last: they need the models they call loaded. */
         bool *meta = calloc(n + 1, sizeof *meta);
         for (size_t i = 0; meta != NULL && i < n; i++)
             meta[i] = names_meta_bundle(s, names[i]);
@@ -956,10 +1008,10 @@ static bool is_version_number(const char *v)
     return n > 0 && n <= 18 && v[n] == '\0' && v[0] != '0';
 }
 
-/* A meta serves when every model it calls does. */
+/* A meta or an ensemble serves when every model it calls does. */
 static int meta_calls_serving_locked(pjs_server *s, const pjs_model *m, pjs_error *err)
 {
-    for (size_t k = 0; is_meta(m) && k < m->bundle->manifest.n_calls; k++) {
+    for (size_t k = 0; calls_models(m) && k < m->bundle->manifest.n_calls; k++) {
         repo_entry *e = find_entry_locked(s, m->bundle->manifest.calls[k]);
         if (e == NULL || e->model == NULL)
             return pjs_error_set(err, PJS_ERR_UNAVAILABLE,
@@ -1065,7 +1117,7 @@ int pjs_server_submit(pjs_server *s, pjs_infer_request *r, pjs_error *err)
     if (atomic_load(&s->draining))
         return pjs_error_set(err, PJS_ERR_UNAVAILABLE,
                              "pjserve is shutting down and accepts no new requests");
-    if (b->manifest.kind == PJS_KIND_META)
+    if (b->manifest.kind != PJS_KIND_MODEL) /* a meta, or an ensemble's steps */
         return pjs_meta_submit(s, r, err);
     if (b->hooks != NULL)
         return pjs_hooked_submit(s, r, err);

@@ -6,7 +6,8 @@
  * tensors clients see (pjs_manifest_client_tensors: a hooked or meta model's
  * client_inputs and client_outputs, with -1 where they vary); an
  * executable's shapes have -1 for every extent that differs between the
- * model's variants.
+ * model's variants. An ensemble reports platform "ensemble" and its steps
+ * as ensemble_scheduling.
  */
 #include "frontend/grpc/model_info.h"
 
@@ -43,9 +44,12 @@ static int no_memory(const pjs_grpc_model_desc *m, pjs_error *err)
     return pjs_error_set(err, PJS_ERR_NOMEM, "model %s: no memory to describe it", m->name);
 }
 
-/* "pjrt_<platform>" in the arena. */
+/* "pjrt_<platform>" in the arena; "ensemble" for an ensemble, as Triton
+ * names its ensembles' platform. */
 static char *platform_name(const pjs_grpc_model_desc *m, pjs_grpc_arena *a)
 {
+    if (m->manifest->kind == PJS_KIND_ENSEMBLE)
+        return "ensemble";
     size_t len = strlen("pjrt_") + strlen(m->platform) + 1;
     char *s = pjs_grpc_arena_alloc(a, len);
     if (s != NULL)
@@ -191,6 +195,57 @@ static Inference__ModelDynamicBatching *dynamic_batching(const pjs_manifest *mf,
     return d;
 }
 
+/* fn(a, map, n): one of a step's maps as protobuf map entries of type
+ * ENTRY (model tensor -> ensemble tensor); NULL when out of memory. The two
+ * maps have entry types of their own with the same fields. */
+#define DEFINE_STEP_MAP(fn, ENTRY, INIT)                                                    \
+    static ENTRY **fn(pjs_grpc_arena *a, const pjs_ensemble_map *map, size_t n)             \
+    {                                                                                       \
+        ENTRY **list = pjs_grpc_arena_alloc(a, sizeof *list * n);                           \
+        for (size_t e = 0; list != NULL && e < n; e++) {                                    \
+            if ((list[e] = pjs_grpc_arena_alloc(a, sizeof *list[e])) == NULL)               \
+                return NULL;                                                                \
+            *list[e] = (ENTRY)INIT;                                                         \
+            list[e]->key = map[e].model_tensor;                                             \
+            list[e]->value = map[e].ensemble_tensor;                                        \
+        }                                                                                   \
+        return list;                                                                        \
+    }
+DEFINE_STEP_MAP(input_map_entries, Inference__ModelEnsembling__Step__InputMapEntry,
+                INFERENCE__MODEL_ENSEMBLING__STEP__INPUT_MAP_ENTRY__INIT)
+DEFINE_STEP_MAP(output_map_entries, Inference__ModelEnsembling__Step__OutputMapEntry,
+                INFERENCE__MODEL_ENSEMBLING__STEP__OUTPUT_MAP_ENTRY__INIT)
+
+/* An ensemble's steps as Triton's ensemble_scheduling, in manifest order. */
+static Inference__ModelEnsembling *ensemble_scheduling(const pjs_manifest *mf, pjs_grpc_arena *a)
+{
+    Inference__ModelEnsembling *e = pjs_grpc_arena_alloc(a, sizeof *e);
+    Inference__ModelEnsembling__Step **steps =
+        pjs_grpc_arena_alloc(a, sizeof *steps * mf->n_steps);
+    if (e == NULL || steps == NULL)
+        return NULL;
+    *e = (Inference__ModelEnsembling)INFERENCE__MODEL_ENSEMBLING__INIT;
+    for (size_t s = 0; s < mf->n_steps; s++) {
+        const pjs_ensemble_step *st = &mf->steps[s];
+        Inference__ModelEnsembling__Step *t = pjs_grpc_arena_alloc(a, sizeof *t);
+        if (t == NULL)
+            return NULL;
+        *t = (Inference__ModelEnsembling__Step)INFERENCE__MODEL_ENSEMBLING__STEP__INIT;
+        t->model_name = st->model;
+        t->model_version = st->version;
+        t->n_input_map = st->n_inputs;
+        t->input_map = input_map_entries(a, st->inputs, st->n_inputs);
+        t->n_output_map = st->n_outputs;
+        t->output_map = output_map_entries(a, st->outputs, st->n_outputs);
+        if (t->input_map == NULL || t->output_map == NULL)
+            return NULL;
+        steps[s] = t;
+    }
+    e->step = steps;
+    e->n_step = mf->n_steps;
+    return e;
+}
+
 int pjs_grpc_model_config(const pjs_grpc_model_desc *m, pjs_grpc_arena *a,
                           Inference__ModelConfig **out, pjs_error *err)
 {
@@ -204,7 +259,12 @@ int pjs_grpc_model_config(const pjs_grpc_model_desc *m, pjs_grpc_arena *a,
     c->max_batch_size = (int32_t)m->max_batch_size;
     c->input = config_inputs(m, a, &c->n_input);
     c->output = config_outputs(m, a, &c->n_output);
-    if (!m->batching_off && pjs_model_coalesces(m->manifest, m->max_batch_size)) {
+    if (m->manifest->kind == PJS_KIND_ENSEMBLE) {
+        c->ensemble_scheduling = ensemble_scheduling(m->manifest, a);
+        if (c->ensemble_scheduling == NULL)
+            return no_memory(m, err);
+        c->scheduling_choice_case = INFERENCE__MODEL_CONFIG__SCHEDULING_CHOICE_ENSEMBLE_SCHEDULING;
+    } else if (!m->batching_off && pjs_model_coalesces(m->manifest, m->max_batch_size)) {
         c->dynamic_batching = dynamic_batching(m->manifest, m->max_batch_size, a);
         if (c->dynamic_batching == NULL)
             return no_memory(m, err);

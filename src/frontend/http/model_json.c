@@ -5,7 +5,9 @@
  * Built with jansson's json_pack; a NULL anywhere (out of memory) makes the
  * whole pack fail, so every function returns a complete document or NULL.
  * Inputs and outputs are the tensors clients see (pjs_manifest_client_tensors:
- * a hooked or meta model's client_inputs and client_outputs).
+ * a hooked or meta model's client_inputs and client_outputs). An ensemble's
+ * platform is "ensemble" and its configuration lists its steps as Triton's
+ * ensemble_scheduling.
  */
 #include "frontend/http/model_json.h"
 
@@ -46,6 +48,8 @@ static json_t *tensor_metadata_json(const pjs_manifest *m, bool output)
 
 json_t *pjs_model_metadata_json(const char *name, const char *platform, const pjs_manifest *m)
 {
+    if (m->kind == PJS_KIND_ENSEMBLE)
+        platform = "ensemble";
     return json_pack("{s:s, s:[s], s:s, s:o, s:o}", "name", name, "versions",
                      PJS_MODEL_VERSION, "platform", platform, "inputs",
                      tensor_metadata_json(m, false), "outputs", tensor_metadata_json(m, true));
@@ -101,16 +105,54 @@ static json_t *dynamic_batching_json(const pjs_manifest *m, int64_t max_batch_si
                      0);
 }
 
+/* {"model_name": ..., "model_version": -1, "input_map": {...}, "output_map":
+ * {...}} per step, in manifest order: Triton's ensemble_scheduling. */
+static json_t *step_map_json(const pjs_ensemble_map *map, size_t n)
+{
+    json_t *o = json_object();
+    for (size_t e = 0; o != NULL && e < n; e++)
+        if (json_object_set_new(o, map[e].model_tensor, json_string(map[e].ensemble_tensor)) != 0) {
+            json_decref(o);
+            return NULL;
+        }
+    return o;
+}
+
+static json_t *ensemble_scheduling_json(const pjs_manifest *m)
+{
+    json_t *steps = json_array();
+    for (size_t s = 0; steps != NULL && s < m->n_steps; s++) {
+        const pjs_ensemble_step *st = &m->steps[s];
+        json_t *step = json_pack("{s:s, s:I, s:o, s:o}", "model_name", st->model,
+                                 "model_version", (json_int_t)st->version, "input_map",
+                                 step_map_json(st->inputs, st->n_inputs), "output_map",
+                                 step_map_json(st->outputs, st->n_outputs));
+        if (step == NULL || json_array_append_new(steps, step) != 0) {
+            json_decref(steps);
+            return NULL;
+        }
+    }
+    return json_pack("{s:o}", "step", steps);
+}
+
 json_t *pjs_model_config_json(const char *name, const char *platform, const pjs_manifest *m,
                               int64_t max_batch_size, bool batching_off)
 {
+    if (m->kind == PJS_KIND_ENSEMBLE)
+        platform = "ensemble"; /* Triton's name for an ensemble's platform */
     json_t *config = json_pack(
         "{s:s, s:s, s:s, s:{s:{s:i}}, s:I, s:o, s:o}", "name", name, "platform", platform,
         "backend", "pjserve", "version_policy", "latest", "num_versions", 1, "max_batch_size",
         (json_int_t)max_batch_size, "input",
         tensor_config_json(m, max_batch_size, true), "output",
         tensor_config_json(m, max_batch_size, false));
-    if (config != NULL && !batching_off && pjs_model_coalesces(m, max_batch_size) &&
+    if (config != NULL && m->kind == PJS_KIND_ENSEMBLE &&
+        json_object_set_new(config, "ensemble_scheduling", ensemble_scheduling_json(m)) != 0) {
+        json_decref(config);
+        return NULL;
+    }
+    if (config != NULL && m->kind != PJS_KIND_ENSEMBLE && !batching_off &&
+        pjs_model_coalesces(m, max_batch_size) &&
         json_object_set_new(config, "dynamic_batching",
                             dynamic_batching_json(m, max_batch_size)) != 0) {
         json_decref(config);
