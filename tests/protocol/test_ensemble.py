@@ -13,9 +13,11 @@ two_io (a f32 [batch,8], b i32 [batch,3] -> sum f32 [batch,8], argmax i32
     loose      mlp(x) with x declared f32 [-1, -1]: any shape reaches the
                step, whose refusal becomes the request's error
     ens_*      refused at load (a missing model, an input not mapped, a
-               dtype that differs, C code in the bundle, a cycle)
+               dtype or an extent that differs, an output or a version the
+               model lacks, C code in the bundle, a cycle)
 
-The last test unloads mlp and loads it again: chain is not ready meanwhile.
+The last tests load chain again (a reload) and unload mlp and load it
+again: chain is not ready meanwhile.
 """
 
 import numpy as np
@@ -77,6 +79,12 @@ REFUSED = {
                   "    - {model: two_io, input_map: {a: r, b: q}, output_map: {sum: p, "
                   "argmax: q}}\n",
                   ["ensemble.steps[1].input_map.a", "the steps form a cycle"]),
+    "ens_extent": (X_IN, tensor_yaml("y", "f32", ["batch", 5]), MLP_STEP,
+                   ['client_outputs[0]: ensemble tensor "y" is f32 [-1, 4] (written by '
+                    "ensemble.steps[0].output_map.y (model mlp)) but client output \"y\" is "
+                    "f32 [-1, 5]"]),
+    "ens_version": (X_IN, Y_OUT, MLP_STEP.replace("{model: mlp,", "{model: mlp, version: 2,"),
+                    ["ensemble.steps[0].version: model mlp has no version 2"]),
     "ens_with_code": (X_IN, Y_OUT, MLP_STEP,
                       ["a kind: ensemble bundle runs no C code", "remove model.c"]),
 }
@@ -306,7 +314,18 @@ def test_step_models_keep_their_own_config(srv):
     assert g.WhichOneof("scheduling_choice") != "ensemble_scheduling"
 
 
-# ---- a step model unloaded ------------------------------------------------------------
+# ---- reloads and a step model unloaded ------------------------------------------------
+
+def test_reload_keeps_serving(srv):
+    v = chain_inputs(2, seed=8)
+    before = infer(srv.grpc_url, "chain", v, ["s2", "am1", "y"])
+    with grpcclient.InferenceServerClient(srv.grpc_url) as c:
+        c.load_model("chain")
+        assert c.is_model_ready("chain")
+    after = infer(srv.grpc_url, "chain", v, ["s2", "am1", "y"])
+    for name in before:
+        np.testing.assert_array_equal(after[name], before[name])
+
 
 def test_unloaded_step_makes_the_ensemble_not_ready(srv):
     v = chain_inputs(1, seed=3)
