@@ -84,7 +84,7 @@ static int check_step_inputs(const pjs_manifest *ens, size_t s, const pjs_manife
                              const written_tensor *w, size_t n_w, pjs_error *err)
 {
     const pjs_ensemble_step *st = &ens->steps[s];
-    char where[PJS_ENSEMBLE_MAX_MAP * 4 + 256], names[512], reader[300];
+    char where[256], names[512], reader[300];
     for (size_t e = 0; e < st->n_inputs; e++) {
         const pjs_ensemble_map *map = &st->inputs[e];
         snprintf(where, sizeof where, "ensemble.steps[%zu].input_map.%s", s, map->model_tensor);

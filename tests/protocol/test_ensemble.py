@@ -20,6 +20,8 @@ The last tests load chain again (a reload) and unload mlp and load it
 again: chain is not ready meanwhile.
 """
 
+from concurrent.futures import ThreadPoolExecutor
+
 import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
@@ -185,6 +187,29 @@ def test_chain_matches_the_steps_called_one_by_one(srv, proto, rows):
     np.testing.assert_allclose(got["s2"], second["sum"], rtol=1e-6, atol=1e-6)
     np.testing.assert_array_equal(got["am1"], first["argmax"])
     np.testing.assert_allclose(got["y"], y, rtol=1e-6, atol=1e-6)
+
+
+def test_concurrent_requests_each_get_their_own_answer(srv):
+    """Requests of several clients at once (more than the meta gate's two
+    permits), of different sizes: each answer is its own inputs' chain (to
+    float rounding: a sub-call may be coalesced with other requests into
+    another compiled batch size than the direct call)."""
+    def one(seed):
+        proto = PROTOS[seed % len(PROTOS)]
+        v = chain_inputs(1 + seed % 9, seed=1000 + seed)
+        return v, infer(url_of(srv, proto), "chain", v, ["s2", "am1", "y"], proto)
+
+    with ThreadPoolExecutor(8) as pool:
+        answers = list(pool.map(one, range(24)))
+    for v, got in answers:
+        first = infer_direct(srv.grpc_url, "two_io", {"a": v["a"], "b": v["b"]},
+                             ["sum", "argmax"], "grpc")
+        second = infer_direct(srv.grpc_url, "two_io", {"a": first["sum"], "b": v["b"]}, ["sum"],
+                              "grpc")
+        y = infer_direct(srv.grpc_url, "mlp", {"x": v["x"]}, ["y"], "grpc")["y"]
+        np.testing.assert_allclose(got["s2"], second["sum"], rtol=1e-5, atol=1e-5)
+        np.testing.assert_array_equal(got["am1"], first["argmax"])
+        np.testing.assert_allclose(got["y"], y, rtol=1e-5, atol=1e-5)
 
 
 def test_chain_matches_jax(srv, exported):
