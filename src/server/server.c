@@ -415,8 +415,11 @@ static void log_ready(pjs_server *s, pjs_model *m, const char *progress, const u
 static int check_override(pjs_server *s, const char *name, const pjs_load_config *config,
                           const pjs_bundle *b, pjs_load_override *ov, pjs_error *err)
 {
-    char platform[64];
-    snprintf(platform, sizeof platform, "pjrt_%s", pjs_server_platform(s));
+    char platform[64]; /* as ModelConfig reports it, so that it may be restated */
+    if (b->manifest.kind == PJS_KIND_ENSEMBLE)
+        snprintf(platform, sizeof platform, "ensemble");
+    else
+        snprintf(platform, sizeof platform, "pjrt_%s", pjs_server_platform(s));
     return pjs_load_config_apply(config, name, platform, &b->manifest, ov, err);
 }
 

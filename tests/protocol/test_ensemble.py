@@ -20,6 +20,7 @@ The last tests load chain again (a reload) and unload mlp and load it
 again: chain is not ready meanwhile.
 """
 
+import json
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -341,11 +342,19 @@ def test_step_models_keep_their_own_config(srv):
 
 # ---- reloads and a step model unloaded ------------------------------------------------
 
-def test_reload_keeps_serving(srv):
+def test_reload_and_config_override_keep_serving(srv):
     v = chain_inputs(2, seed=8)
     before = infer(srv.grpc_url, "chain", v, ["s2", "am1", "y"])
     with grpcclient.InferenceServerClient(srv.grpc_url) as c:
         c.load_model("chain")
+        assert c.is_model_ready("chain")
+        # A config override may restate the platform ModelConfig reports.
+        c.load_model("chain", config=json.dumps({"name": "chain", "platform": "ensemble"}))
+        assert c.is_model_ready("chain")
+        with pytest.raises(InferenceServerException) as e:
+            c.load_model("chain", config=json.dumps({"name": "chain", "platform": "pjrt_cpu"}))
+        assert grpc_code(e.value) == "INVALID_ARGUMENT", e.value
+        assert 'platform "pjrt_cpu"' in e.value.message() and '"ensemble"' in e.value.message()
         assert c.is_model_ready("chain")
     after = infer(srv.grpc_url, "chain", v, ["s2", "am1", "y"])
     for name in before:
