@@ -15,7 +15,9 @@ The composition examples (image_classifier, detector, greedy_decoder) get
 inputs made for them: an image, a threshold, a prompt; Triton's string
 examples (simple_string, simple_identity) get numerals and strings. The
 convnet is also asked for its top 3 classes (the classification extension:
-"score:index:label" strings, the labels from its labels.txt).
+"score:index:label" strings, the labels from its labels.txt). The ensemble
+two_io_chain's answer is compared with calling its steps, two_io twice,
+one by one.
 """
 
 import argparse
@@ -82,6 +84,33 @@ def show_classified(name, output, grpc_c, http_c, batch, rng):
     return True
 
 
+def infer_grpc(c, name, arrays):
+    """{output: array} of one gRPC call with arrays {input: array}."""
+    inputs = []
+    for tname, arr in arrays.items():
+        t = grpcclient.InferInput(tname, list(arr.shape), "FP32" if arr.dtype == np.float32
+                                  else "INT32")
+        t.set_data_from_numpy(arr)
+        inputs.append(t)
+    r = c.infer(name, inputs)
+    return {o.name: r.as_numpy(o.name) for o in r.get_response().outputs}
+
+
+def check_chain(grpc_c, batch, rng):
+    """two_io_chain against its two steps called one by one."""
+    a = rng.standard_normal((batch, 8)).astype(np.float32)
+    b = rng.integers(0, 8, (batch, 3)).astype(np.int32)
+    got = infer_grpc(grpc_c, "two_io_chain", {"a": a, "b": b})
+    first = infer_grpc(grpc_c, "two_io", {"a": a, "b": b})
+    second = infer_grpc(grpc_c, "two_io", {"a": first["sum"], "b": b})
+    if np.array_equal(got["sum"], second["sum"]) and \
+            np.array_equal(got["first_argmax"], first["argmax"]):
+        print("  the same as calling two_io, then two_io on its sum")
+        return True
+    print("  two_io_chain differs from calling two_io twice", file=sys.stderr)
+    return False
+
+
 def infer_both(name, grpc_c, http_c, batch, rng):
     meta = grpc_c.get_model_metadata(name, as_json=True)
     arrays = example_inputs(name, rng) or {}
@@ -140,6 +169,8 @@ def main():
         print(f"{entry['name']}:" if entry["name"] in EXAMPLES else
               f"{entry['name']} (batch {args.batch}):")
         ok = infer_both(entry["name"], grpc_c, http_c, args.batch, rng) and ok
+        if entry["name"] == "two_io_chain":
+            ok = check_chain(grpc_c, args.batch, rng) and ok
         if entry["name"] in CLASSIFIED:
             ok = show_classified(entry["name"], CLASSIFIED[entry["name"]], grpc_c, http_c,
                                  args.batch, rng) and ok

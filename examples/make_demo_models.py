@@ -14,7 +14,8 @@ with C hooks), detector (a meta over detector_stage1 and detector_stage2) and
 greedy_decoder (a meta over decoder_step), and the string models Triton's
 example clients call (python/pjserve_export/triton_examples.py):
 simple_string (hooks around an adder) and simple_identity (a compute-only
-meta). Each model.so is built with `pjserve build-hooks` when --pjserve is
+meta), and two_io_chain, an ensemble (a manifest alone, no code) calling
+two_io twice: two_io(a, b) -> s1, first_argmax; two_io(s1, b) -> sum. Each model.so is built with `pjserve build-hooks` when --pjserve is
 given, else with cc directly. Weights come from fixed PRNG keys, so the
 bundles are byte-for-byte reproducible (model.so aside). Run a plain bundle
 with `build/pjserve run`, or all of them with examples/run_demo.py; serve them
@@ -29,12 +30,44 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "python"))
 
 from pjserve_export import default_target_version, hooks_builder, read_manifest  # noqa: E402
+from pjserve_export.bundle import MANIFEST_FILE  # noqa: E402
 from pjserve_export.demo import BATCH_SIZES, DEMO_MODEL_NAMES, demo_models  # noqa: E402
 from pjserve_export.pipelines import PIPELINE_NAMES, export_pipeline  # noqa: E402
 from pjserve_export.triton_examples import (  # noqa: E402
     TRITON_EXAMPLE_NAMES, export_triton_example)
 
-ALL_NAMES = DEMO_MODEL_NAMES + PIPELINE_NAMES + TRITON_EXAMPLE_NAMES
+ENSEMBLE_NAMES = ("two_io_chain",)
+ALL_NAMES = DEMO_MODEL_NAMES + PIPELINE_NAMES + TRITON_EXAMPLE_NAMES + ENSEMBLE_NAMES
+
+# two_io_chain: two_io's sum fed back as its `a`, `b` given to both steps
+# (docs/serving.md § Ensembles). Serve it beside two_io.
+TWO_IO_CHAIN = """\
+format_version: "2.0"
+name: two_io_chain
+kind: ensemble
+description: "two_io twice: sum = two_io(two_io(a, b).sum, b).sum; first_argmax of the first"
+client_inputs:
+  - {name: a, dtype: f32, shape: [batch, 8]}
+  - {name: b, dtype: i32, shape: [batch, 3]}
+client_outputs:
+  - {name: sum, dtype: f32, shape: [batch, 8]}
+  - {name: first_argmax, dtype: i32, shape: [batch]}
+ensemble:
+  steps:
+    - model: two_io
+      input_map: {a: a, b: b}
+      output_map: {sum: s1, argmax: first_argmax}
+    - model: two_io
+      input_map: {a: s1, b: b}
+      output_map: {sum: sum}
+"""
+
+
+def export_ensemble(name, out_dir: Path) -> Path:
+    d = out_dir / name
+    d.mkdir(parents=True, exist_ok=True)
+    (d / MANIFEST_FILE).write_text(TWO_IO_CHAIN)
+    return d
 
 
 def _shape(spec):
@@ -107,6 +140,11 @@ def main(argv=None):
             if m.kind == "model" and m.client_inputs:
                 print(f"  {'':<16} clients: {_client_signature(m)}", flush=True)
         print(f"  {'':<16} ({time.perf_counter() - t0:.1f} s)", flush=True)
+    for name in [n for n in only if n in ENSEMBLE_NAMES]:
+        m = read_manifest(export_ensemble(name, a.out_dir))
+        steps = " -> ".join(s["model"] for s in m.extra["ensemble"]["steps"])
+        print(f"  {name:<16} {_tensors(m.client_inputs)} -> {_tensors(m.client_outputs)}  "
+              f"(ensemble: {steps})", flush=True)
     return 0
 
 

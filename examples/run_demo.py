@@ -13,8 +13,8 @@ saves them as .npy, runs
 
 and prints each output's shape, dtype and first values. Exits 1 if any run
 fails. Needs only numpy and PyYAML (no jax). A model with C hooks runs its
-executable alone here (`pjserve run` says so); meta models are skipped: their
-runs call other models, which only a server has (`make serve`, then
+executable alone here (`pjserve run` says so); meta models and ensembles are
+skipped: their runs call other models, which only a server has (`make serve`, then
 examples/client.py).
 """
 
@@ -37,9 +37,10 @@ def run_bundle(pjserve, bundle, n, seed, work, extra):
     except Exception as e:  # the server reports the details; here just do not crash
         print(f"== {bundle.name}: FAILED: cannot read {MANIFEST_FILE}: {e}", flush=True)
         return False
-    if manifest.kind == "meta":
-        print(f"== {bundle.name}: skipped: a meta model runs inside the server (make serve, "
-              "then examples/client.py)", flush=True)
+    if manifest.kind in ("meta", "ensemble"):
+        what = "a meta model" if manifest.kind == "meta" else "an ensemble"
+        print(f"== {bundle.name}: skipped: {what} runs inside the server (make serve, then "
+              "examples/client.py)", flush=True)
         return True
     results = [run_variant(pjserve, bundle, manifest, variant, n, seed, work / variant, extra)
                for variant in manifest.variant_names()]
