@@ -400,8 +400,10 @@ static int strings_to_bytes(const unsigned char *raw, uint64_t count, enum str_k
     }
     free(elem);
     a->dtype = PJS_DTYPE_BYTES;
-    a->data = out;
     a->nbytes = (size_t)(w.at - out);
+    a->data = a->nbytes > 0 ? out : NULL;
+    if (a->data == NULL)
+        free(out);
     return 0;
 }
 
