@@ -29,6 +29,7 @@ sys.path.insert(0, str(HERE.parent))
 
 from protocol_util import (ServerFailure, ServerProcess, finish_checked,  # noqa: E402
                            guard_alive, make_ca, make_cert, start_or_fail)
+from gateway_util import gateway_over_two_workers  # noqa: E402
 from top_util import BUDGET, MODELS, Traffic  # noqa: E402
 
 _spec = importlib.util.spec_from_file_location("protocol_conftest",
@@ -84,21 +85,9 @@ def node(pjserve_bin, plugin_path, cache_dir, exported, tmp_path):
 @pytest.fixture
 def gateway(pjserve_bin, plugin_path, exported, cache_dir, tmp_path):
     """`pjserve gateway` over two `pjserve serve` workers with mlp and two_io."""
-    from gateway_util import GatewayProcess
     repo = small_repository(exported, tmp_path / "repo-gateway", ("mlp", "two_io"))
-    started = []
-    try:
-        for i in range(2):
-            started.append(start_or_fail(ServerProcess(pjserve_bin, plugin_path, repo, cache_dir,
-                                                       tmp_path / f"w{i}", [], f"worker{i}")))
-        g = start_or_fail(GatewayProcess(pjserve_bin, list(started), tmp_path / "gw"))
-        started.insert(0, g)
+    with gateway_over_two_workers(pjserve_bin, plugin_path, repo, cache_dir, tmp_path) as g:
         yield g
-        for p in started:
-            finish_checked(p)
-    finally:
-        for p in started:
-            p.kill()
 
 
 class SecureServer(ServerProcess):

@@ -31,7 +31,7 @@ from protocol_util import (ServerFailure, ServerProcess, finish_checked,  # noqa
                            guard_alive, start_or_fail, make_ca, make_cert)
 
 sys.path.insert(0, str(HERE.parent / "gateway"))
-from gateway_util import GatewayProcess  # noqa: E402
+from gateway_util import gateway_over_two_workers  # noqa: E402
 
 from pjserve_export import hooks as H  # noqa: E402
 from pjserve_export.triton_examples import export_triton_example  # noqa: E402
@@ -168,16 +168,5 @@ def tls_server(pjserve_bin, plugin_path, exported, cache_dir, certs, tmp_path_fa
 def gateway(pjserve_bin, plugin_path, exported, cache_dir, tmp_path):
     """`pjserve gateway` over two workers serving mlp and two_io."""
     repo = small_repository(exported, tmp_path / "repo-gateway", ("mlp", "two_io"))
-    started = []
-    try:
-        for i in range(2):
-            started.append(start_or_fail(ServerProcess(pjserve_bin, plugin_path, repo, cache_dir,
-                                                       tmp_path / f"w{i}", [], f"worker{i}")))
-        g = start_or_fail(GatewayProcess(pjserve_bin, list(started), tmp_path / "gw"))
-        started.insert(0, g)
+    with gateway_over_two_workers(pjserve_bin, plugin_path, repo, cache_dir, tmp_path) as g:
         yield g
-        for p in started:
-            finish_checked(p)
-    finally:
-        for p in started:
-            p.kill()

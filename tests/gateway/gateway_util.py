@@ -1,6 +1,7 @@
 """Gateway test helpers: a `pjserve gateway` process and a cluster of
 workers behind one."""
 
+import contextlib
 import os
 import subprocess
 import time
@@ -9,7 +10,7 @@ from typing import List
 
 import pytest
 
-from protocol_util import ServerProcess, finish_checked, free_ports
+from protocol_util import ServerProcess, finish_checked, free_ports, start_or_fail
 
 
 class GatewayProcess(ServerProcess):
@@ -80,3 +81,22 @@ def wait_for(predicate, timeout: float, what: str, describe):
             return
         time.sleep(0.1)
     pytest.fail(f"{what} within {timeout} s\n{describe()}", pytrace=False)
+
+
+@contextlib.contextmanager
+def gateway_over_two_workers(pjserve_bin, plugin_path, repo, cache_dir, work: Path):
+    """A started `pjserve gateway` over two `pjserve serve` workers of one
+    repository; at the end every process is stopped and its exit checked."""
+    started = []
+    try:
+        for i in range(2):
+            started.append(start_or_fail(ServerProcess(pjserve_bin, plugin_path, repo, cache_dir,
+                                                       work / f"w{i}", [], f"worker{i}")))
+        g = start_or_fail(GatewayProcess(pjserve_bin, list(started), work / "gw"))
+        started.insert(0, g)
+        yield g
+        for p in started:
+            finish_checked(p)
+    finally:
+        for p in started:
+            p.kill()
