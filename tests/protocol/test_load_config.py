@@ -26,16 +26,14 @@ batch sizes 1, 4 and 8):
 """
 
 import json
-import time
 
 import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
-from protocol_util import (NODE_WORKERS, finish_checked, grpc_code, grpc_infer_case,
-                           http_infer_case, http_json, parse_metrics, run_threads, scrape,
-                           serve_only)
+from protocol_util import (finish_checked, grpc_code, grpc_infer_case, http_infer_case,
+                           http_json, run_threads, serve_only)
 
 MODEL = "mlp"
 COMPILED = [1, 4, 8]
@@ -79,25 +77,9 @@ INVALID = {"grpc": "INVALID_ARGUMENT", "http": "400"}
 UNSUPPORTED = {"grpc": "UNIMPLEMENTED", "http": "501"}
 
 
-def wait_gateway_sees_workers(srv, timeout=60):
-    """Behind a node: until its gateway counts every worker ready (the node
-    reports a worker ready when it serves; the gateway learns it at its next
-    probe, and a load fans out to every worker)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        samples, _ = parse_metrics(scrape(srv.metrics_url))
-        ready = [v for (n, _), v in samples.items() if n == "pjserve_gateway_worker_ready"]
-        if len(ready) == int(NODE_WORKERS) and all(v == 1 for v in ready):
-            return
-        assert time.monotonic() < deadline, f"the gateway sees workers ready: {ready}"
-        time.sleep(0.1)
-
-
 @pytest.fixture(params=["grpc", "http"])
 def proto(request, server_factory):
     srv = server_factory(names=(MODEL,))
-    if NODE_WORKERS:
-        wait_gateway_sees_workers(srv)
     p = Proto(request.param, srv)
     p.server = srv
     yield p
@@ -260,8 +242,6 @@ def test_config_must_be_a_string(server_factory):
     """REST: the config is JSON text in a string, as tritonclient sends it; an
     object in its place is refused, naming the parameter."""
     srv = server_factory(names=(MODEL,))
-    if NODE_WORKERS:
-        wait_gateway_sees_workers(srv)
     status, doc, raw = http_json(srv.http_url, "POST", f"/v2/repository/models/{MODEL}/load",
                                  {"parameters": {"config": {"max_batch_size": 4}}})
     assert status == 400, raw
