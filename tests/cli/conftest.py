@@ -14,9 +14,6 @@ The bundles, the executable cache and the binary are the protocol suite's
 import importlib.util
 import ssl
 import sys
-import time
-import urllib.error
-import urllib.request
 from pathlib import Path
 
 import pytest
@@ -27,8 +24,8 @@ sys.path.insert(0, str(HERE.parent / "node"))
 sys.path.insert(0, str(HERE.parent / "gateway"))
 sys.path.insert(0, str(HERE.parent))
 
-from protocol_util import (ServerFailure, ServerProcess, finish_checked,  # noqa: E402
-                           guard_alive, make_ca, make_cert, start_or_fail)
+from protocol_util import (ServerProcess, finish_checked,  # noqa: E402
+                           guard_alive, make_ca, make_cert, start_or_fail, wait_https_ready)
 from gateway_util import gateway_over_two_workers  # noqa: E402
 from top_util import BUDGET, MODELS, Traffic  # noqa: E402
 
@@ -108,21 +105,7 @@ class SecureServer(ServerProcess):
 
     def wait_ready(self, timeout: float):
         ctx = ssl.create_default_context(cafile=str(self.ca))
-        url = f"https://{self.http_url}/v2/health/ready"
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise ServerFailure(f"the HTTPS server exited\n{self.describe()}")
-            try:
-                with urllib.request.urlopen(url, timeout=2, context=ctx) as r:
-                    if r.status == 200:
-                        return
-            except (urllib.error.URLError, OSError):
-                pass
-            time.sleep(0.1)
-        self.kill()
-        raise ServerFailure(f"the HTTPS server was not ready within {timeout:.0f} s\n"
-                            f"{self.describe()}")
+        wait_https_ready(self, ctx, "HTTPS", timeout)
 
 
 @pytest.fixture

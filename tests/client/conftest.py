@@ -16,9 +16,6 @@ import shutil
 import ssl
 import subprocess
 import sys
-import time
-import urllib.error
-import urllib.request
 from pathlib import Path
 
 import pytest
@@ -27,8 +24,8 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / "protocol"))
 sys.path.insert(0, str(HERE.parent))
 
-from protocol_util import (ServerFailure, ServerProcess, finish_checked,  # noqa: E402
-                           guard_alive, start_or_fail, make_ca, make_cert)
+from protocol_util import (ServerProcess, finish_checked,  # noqa: E402
+                           guard_alive, start_or_fail, make_ca, make_cert, wait_https_ready)
 
 sys.path.insert(0, str(HERE.parent / "gateway"))
 from gateway_util import gateway_over_two_workers  # noqa: E402
@@ -133,21 +130,7 @@ class MutualTlsServer(ServerProcess):
     def wait_ready(self, timeout: float):
         ctx = ssl.create_default_context(cafile=str(self.certs / "ca.pem"))
         ctx.load_cert_chain(str(self.certs / "client.pem"), str(self.certs / "client.key"))
-        url = f"https://{self.http_url}/v2/health/ready"
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise ServerFailure(f"the TLS server exited\n{self.describe()}")
-            try:
-                with urllib.request.urlopen(url, timeout=2, context=ctx) as r:
-                    if r.status == 200:
-                        return
-            except (urllib.error.URLError, OSError):
-                pass
-            time.sleep(0.1)
-        self.kill()
-        raise ServerFailure(f"the TLS server was not ready within {timeout:.0f} s\n"
-                            f"{self.describe()}")
+        wait_https_ready(self, ctx, "TLS", timeout)
 
 
 @pytest.fixture(scope="session")

@@ -661,3 +661,23 @@ def guard_alive(s: ServerProcess):
     yield s
     if not s.alive():
         pytest.fail(f"the server died during this test\n{s.describe()}", pytrace=False)
+
+
+def wait_https_ready(server: "ServerProcess", ctx, what: str, timeout: float):
+    """Waits until `server` answers GET /v2/health/ready over HTTPS with the
+    SSL context ctx (a server whose plain-HTTP probe cannot reach it)."""
+    url = f"https://{server.http_url}/v2/health/ready"
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if server.proc.poll() is not None:
+            raise ServerFailure(f"the {what} server exited\n{server.describe()}")
+        try:
+            with urllib.request.urlopen(url, timeout=2, context=ctx) as r:
+                if r.status == 200:
+                    return
+        except (urllib.error.URLError, OSError):
+            pass
+        time.sleep(0.1)
+    server.kill()
+    raise ServerFailure(f"the {what} server was not ready within {timeout:.0f} s\n"
+                        f"{server.describe()}")
