@@ -119,7 +119,10 @@ def serialize_portable_artifact(module_text, target_version: str,
 def deserialize_portable_artifact(artifact: bytes) -> str:
     """Portable artifact -> StableHLO module text (for checks and debugging)."""
     from jax._src.lib import xla_client
-    return xla_client._xla.mlir.deserialize_portable_artifact(artifact)
+    # jaxlib 0.8 returns the text; newer ones return a module in the caller's context
+    with _ir_context():
+        module = xla_client._xla.mlir.deserialize_portable_artifact(artifact)
+        return module if isinstance(module, str) else str(module)
 
 
 def artifact_version(artifact: bytes) -> str:
