@@ -6,6 +6,7 @@
  * the ring before running it, so a full queue means `cap` jobs not yet
  * started (jobs running do not count).
  */
+#include "core/thread_name.h"
 #include "core/work_pool.h"
 
 #include <pthread.h>
@@ -77,7 +78,7 @@ int pjs_work_pool_create(const char *name, size_t threads, size_t max_queued,
         if (pthread_create(&p->threads[p->n_threads], NULL, worker, p) != 0)
             rc = pjs_error_set(err, PJS_ERR_INTERNAL, "%s: cannot start a thread", name);
         else
-            p->n_threads++;
+            pjs_thread_name(p->threads[p->n_threads++], p->name);
     }
     if (rc != 0) {
         pjs_work_pool_destroy(p);

@@ -27,6 +27,7 @@
  * `lock`; only the proxy thread touches the multi handle and running
  * transfers.
  */
+#include "core/thread_name.h"
 #include "gateway/http_proxy.h"
 
 #include <curl/curl.h>
@@ -1023,6 +1024,7 @@ int pjs_gw_http_start(pjs_gw_pool *pool, const pjs_http_options *rest,
         proxy_free(h);
         return pjs_error_set(err, PJS_ERR_INTERNAL, "cannot start the HTTP proxy thread");
     }
+    pjs_thread_name(h->thread, "pjs-http-proxy");
     h->thread_running = true;
     int rc = 0;
     if (rest != NULL && rest->port != 0)

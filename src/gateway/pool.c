@@ -20,6 +20,7 @@
  * Channels reconnect after at most a second of backoff, so a restarted
  * worker is reached again quickly.
  */
+#include "core/thread_name.h"
 #include "gateway/pool.h"
 
 #include <arpa/inet.h>
@@ -863,6 +864,7 @@ int pjs_gw_pool_create(const pjs_gw_pool_options *o, pjs_gw_pool **out, pjs_erro
         return pjs_error_set(err, PJS_ERR_RESOURCE_EXHAUSTED, "cannot start the probe thread: %s",
                              strerror(e));
     }
+    pjs_thread_name(p->prober, "pjs-probe");
     p->prober_running = true;
     *out = p;
     return 0;

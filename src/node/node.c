@@ -8,6 +8,7 @@
  * node->lock, and every change ends in status_changed, which rewrites the
  * status file.
  */
+#include "core/thread_name.h"
 #include "node/node.h"
 
 #include <errno.h>
@@ -738,8 +739,10 @@ int pjs_node_start(const pjs_node_options *o, pjs_node **out, pjs_error *err)
         worker *w = &n->workers[i];
         if (pthread_create(&w->thread, NULL, supervise, w) != 0)
             rc = pjs_error_set(err, PJS_ERR_IO, "worker %zu: cannot start its thread", i);
-        else
+        else {
+            pjs_thread_name(w->thread, "pjs-supervise");
             w->thread_started = true;
+        }
     }
     if (rc != 0) {
         pjs_node_destroy(n);

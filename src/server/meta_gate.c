@@ -18,6 +18,7 @@
  * counts jobs accepted and not yet finished (waiting, running or being
  * expired); drain waits for it to reach zero.
  */
+#include "core/thread_name.h"
 #include "server/meta_gate.h"
 
 #include <pthread.h>
@@ -209,6 +210,7 @@ static int start_thread(pjs_meta_gate *g, void *(*fn)(void *), void *arg, pjs_er
 {
     if (pthread_create(&g->threads[g->n_threads], NULL, fn, arg) != 0)
         return pjs_error_set(err, PJS_ERR_INTERNAL, "%s: cannot start a thread", g->name);
+    pjs_thread_name(g->threads[g->n_threads], "pjs-meta");
     g->n_threads++;
     return 0;
 }

@@ -12,6 +12,7 @@
  * A fingerprint sums one mixed hash per loaded file, so it does not depend
  * on the order readdir lists them in.
  */
+#include "core/thread_name.h"
 #include "server/watcher.h"
 
 #include <dirent.h>
@@ -282,6 +283,8 @@ int pjs_watcher_start(pjs_server *s, const char *repository, uint64_t poll_ms,
     pthread_condattr_destroy(&attr);
     pthread_mutex_init(&w->lock, NULL);
     int e = rc == 0 ? pthread_create(&w->thread, NULL, watch, w) : 0;
+    if (rc == 0 && e == 0)
+        pjs_thread_name(w->thread, "pjs-watch");
     if (e != 0)
         rc = pjs_error_set(err, PJS_ERR_RESOURCE_EXHAUSTED,
                            "repository watcher: cannot start its thread: %s", strerror(e));

@@ -16,6 +16,7 @@
  * Stop is described in internal.h; it leaves nothing allocated, and ends
  * with grpc_shutdown_blocking so the library's own threads are gone too.
  */
+#include "core/thread_name.h"
 #include "frontend/grpc/internal.h"
 
 #include <errno.h>
@@ -427,6 +428,7 @@ static int start_threads(pjs_grpc_frontend *f, size_t n, pjs_error *err)
         if (e != 0)
             return pjs_error_set(err, PJS_ERR_RESOURCE_EXHAUSTED, "cannot start thread %zu: %s", i,
                                  strerror(e));
+        pjs_thread_name(f->threads[i], "pjs-grpc");
         f->n_threads = i + 1;
     }
     return 0;

@@ -27,6 +27,7 @@
  * Threads: the notifications and phase changes run on libmicrohttpd's
  * connection threads; the watchdog on its own; all share conn_lock.
  */
+#include "core/thread_name.h"
 #include "frontend/http/http_internal.h"
 
 #include <gnutls/gnutls.h>
@@ -211,6 +212,7 @@ int pjs__http_watchdog_start(pjs_http_frontend *fe, pjs_error *err)
     fe->watchdog_stop = false;
     if (pthread_create(&fe->watchdog, NULL, watchdog_main, fe) != 0)
         return pjs_error_set(err, PJS_ERR_NOMEM, "cannot start the connection watchdog thread");
+    pjs_thread_name(fe->watchdog, "pjs-http-watch");
     fe->watchdog_running = true;
     return 0;
 }
