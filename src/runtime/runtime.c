@@ -47,6 +47,9 @@ struct pjs_rt_client {
     size_t n_devices;
     char platform[64];
     char platform_version[256];
+    /* Whether pjs_rt_execute_read starts the output copies before the
+     * execution is done (every plugin but the CPU one; see there). */
+    bool reads_ahead;
     /* Threads of each XLA CPU pool (cpu_threads.h); 0 on other platforms.
      * Part of every executable cache key: it shapes the compiled code. */
     int cpu_threads;
@@ -388,6 +391,7 @@ static int describe_client(pjs_rt_client *c, pjs_error *err)
     if (rc != 0)
         return rc;
     snprintf(c->platform, sizeof c->platform, "%.*s", (int)pn.platform_name_size, pn.platform_name);
+    c->reads_ahead = strcmp(c->platform, "cpu") != 0;
     struct pjrt_client_platform_version_args pv = {.struct_size = sizeof pv, .client = c->client};
     if (CALL(api, client_platform_version, &pv, "reading the platform version", NULL) == 0)
         snprintf(c->platform_version, sizeof c->platform_version, "%.*s",
@@ -904,6 +908,13 @@ int pjs_rt_buffer_from_host(pjs_rt_client *c, pjs_dtype dtype, const pjs_shape *
                             const void *data, pjrt_buffer **out, pjs_error *err)
 {
     const struct pjrt_api *api = c->plugin->api;
+    /* A small input is copied by the plugin within the call (into its own
+     * staging memory on a device), so no wait for the transfer follows; a
+     * large one is read in place until the transfer completes, sparing a
+     * second host copy. */
+    uint64_t nbytes = 0;
+    bool staged = pjs_shape_nbytes(shape, pjs_dtype_size(dtype), &nbytes) &&
+                  nbytes <= PJS_RT_STAGED_UPLOAD_MAX;
     struct pjrt_client_buffer_from_host_buffer_args a = {
         .struct_size = sizeof a,
         .client = c->client,
@@ -911,11 +922,13 @@ int pjs_rt_buffer_from_host(pjs_rt_client *c, pjs_dtype dtype, const pjs_shape *
         .type = pjs_dtype_to_pjrt(dtype),
         .dims = shape->dims,
         .num_dims = (size_t)shape->rank,
-        .host_buffer_semantics = PJRT_HOST_IMMUTABLE_UNTIL_TRANSFER_COMPLETES,
+        .host_buffer_semantics = staged ? PJRT_HOST_IMMUTABLE_ONLY_DURING_CALL
+                                        : PJRT_HOST_IMMUTABLE_UNTIL_TRANSFER_COMPLETES,
         .device = c->device};
     int rc = CALL(api, client_buffer_from_host_buffer, &a, "copying to the device", err);
     if (rc != 0)
         return rc;
+    /* NULL when the plugin was done with the host data within the call */
     rc = await_event(api, a.done_with_host_buffer, "copying to the device", err);
     if (rc != 0) {
         pjs_rt_buffer_destroy(c, a.buffer);
@@ -1039,8 +1052,37 @@ void pjs_rt_buffer_destroy(pjs_rt_client *c, pjrt_buffer *b)
         pjs_warn("%s", err.msg);
 }
 
+/* Starts copying b into dst (dst_size its exact size); *ev completes when
+ * dst is written. */
+static int read_start(pjs_rt_client *c, pjrt_buffer *b, void *dst, size_t dst_size,
+                      pjrt_event **ev, pjs_error *err)
+{
+    const struct pjrt_api *api = c->plugin->api;
+    *ev = NULL;
+    struct pjrt_buffer_to_host_buffer_args q = {.struct_size = sizeof q, .src = b};
+    int rc = CALL(api, buffer_to_host_buffer, &q, "sizing a device buffer", err);
+    if (rc != 0)
+        return rc;
+    if (q.dst_size != dst_size)
+        return pjs_error_set(err, PJS_ERR_INTERNAL,
+                             "device buffer holds %zu bytes, expected %zu", q.dst_size, dst_size);
+    struct pjrt_buffer_to_host_buffer_args a = {
+        .struct_size = sizeof a, .src = b, .dst = dst, .dst_size = dst_size};
+    rc = CALL(api, buffer_to_host_buffer, &a, "copying from the device", err);
+    if (rc == 0)
+        *ev = a.event;
+    return rc;
+}
+
 int pjs_rt_execute(pjs_rt_executable *e, pjrt_buffer *const *args, pjrt_buffer **outputs,
                    pjs_error *err)
+{
+    return pjs_rt_execute_read(e, args, outputs, NULL, NULL, NULL, err);
+}
+
+int pjs_rt_execute_read(pjs_rt_executable *e, pjrt_buffer *const *args, pjrt_buffer **outputs,
+                        void *const *dst, const size_t *dst_size, uint64_t *executed_ns,
+                        pjs_error *err)
 {
     const struct pjrt_api *api = e->client->plugin->api;
     struct pjrt_execute_options opts = {.struct_size = sizeof opts};
@@ -1058,10 +1100,43 @@ int pjs_rt_execute(pjs_rt_executable *e, pjrt_buffer *const *args, pjrt_buffer *
                                                     .output_lists = out_lists,
                                                     .device_complete_events = &done};
     int rc = CALL(api, loaded_executable_execute, &a, "executing", err);
-    if (rc == 0)
-        rc = await_event(api, done, "executing", err);
-    else
+    if (rc != 0) {
         destroy_event(api, done);
+        done = NULL;
+    }
+    /* A device plugin queues each copy behind the execution on its stream, so
+     * starting the reads before waiting saves a round trip to the device per
+     * output. The CPU plugin copies a ready buffer inline but hands a pending
+     * one to its thread pool: there the reads start once the execution is done. */
+    bool read_ahead = e->client->reads_ahead;
+    size_t started = 0;
+    pjrt_event *reads[PJS_RT_MAX_READS_AHEAD];
+    if (rc == 0 && dst != NULL && read_ahead && e->n_results <= PJS_RT_MAX_READS_AHEAD) {
+        for (; started < e->n_results && rc == 0; started++) {
+            reads[started] = NULL;
+            if (dst[started] != NULL)
+                rc = read_start(e->client, outputs[started], dst[started], dst_size[started],
+                                &reads[started], err);
+        }
+    } else {
+        read_ahead = false;
+    }
+    /* every started copy is waited for, failed or not: dst must not be
+     * written after we return */
+    int waited = await_event(api, done, "executing", rc == 0 ? err : NULL);
+    rc = rc != 0 ? rc : waited;
+    if (executed_ns != NULL) {
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        *executed_ns = (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+    }
+    for (size_t o = 0; o < started; o++) {
+        waited = await_event(api, reads[o], "copying from the device", rc == 0 ? err : NULL);
+        rc = rc != 0 ? rc : waited;
+    }
+    for (size_t o = 0; rc == 0 && dst != NULL && !read_ahead && o < e->n_results; o++)
+        if (dst[o] != NULL)
+            rc = pjs_rt_buffer_to_host(e->client, outputs[o], dst[o], dst_size[o], err);
     if (rc != 0) {
         for (size_t i = 0; i < e->n_results; i++) {
             pjs_rt_buffer_destroy(e->client, outputs[i]);

@@ -116,7 +116,13 @@ int pjs_rt_compile(pjs_rt_client *c, const void *module, size_t module_size, pjs
                    const char *label, pjs_rt_executable **out, pjs_error *err);
 void pjs_rt_executable_destroy(pjs_rt_executable *e);
 
-/* Copies host data to a new device buffer and waits until the copy is done. */
+/* Inputs of at most this many bytes are uploaded with the plugin copying them
+ * during the call (PJRT's "immutable only during call"); larger ones are read
+ * in place and waited for. */
+#define PJS_RT_STAGED_UPLOAD_MAX (256u << 10)
+
+/* Copies host data to a new device buffer; when it returns, the data may be
+ * changed or freed. */
 int pjs_rt_buffer_from_host(pjs_rt_client *c, pjs_dtype dtype, const pjs_shape *shape,
                             const void *data, pjrt_buffer **out, pjs_error *err);
 /* Copies a buffer back to host memory (dst_size must be its exact size). */
@@ -160,5 +166,19 @@ const char *pjs_rt_client_host_memory(const pjs_rt_client *c);
  * caller. */
 int pjs_rt_execute(pjs_rt_executable *e, pjrt_buffer *const *args, pjrt_buffer **outputs,
                    pjs_error *err);
+
+/* The most outputs whose copies pjs_rt_execute_read starts ahead; an
+ * executable with more reads them after the execution. */
+#define PJS_RT_MAX_READS_AHEAD 64
+
+/* pjs_rt_execute, then output o copied into dst[o] (dst_size[o] bytes, its
+ * exact size) where dst[o] is not NULL; dst may be NULL (no copies). On a
+ * device plugin the copies are queued behind the execution before waiting
+ * for it, so one wait covers both. *executed_ns (if not NULL) is the
+ * CLOCK_MONOTONIC time the execution was seen done. On error every output
+ * buffer is destroyed and nothing more is written into dst. */
+int pjs_rt_execute_read(pjs_rt_executable *e, pjrt_buffer *const *args, pjrt_buffer **outputs,
+                        void *const *dst, const size_t *dst_size, uint64_t *executed_ns,
+                        pjs_error *err);
 
 #endif

@@ -46,6 +46,7 @@
  * compiled size, else whole and sliced per request. A request counts in
  * `in_flight` from submit until its on_done returned; drain waits for 0.
  */
+#include "core/thread_name.h"
 #include "server/dispatch.h"
 
 #include <pthread.h>
@@ -73,6 +74,8 @@ typedef struct owner_scratch {
     size_t args_cap;
     pjrt_buffer **results;
     size_t results_cap;
+    size_t *result_bytes; /* each output's size at the module's batch size */
+    size_t result_bytes_cap;
     pjs_infer_request **reqs; /* a plan's requests in row order */
     size_t reqs_cap;
     int64_t *first_row;       /* where each one's rows start */
@@ -187,7 +190,9 @@ static int device_execute(owner_scratch *sc, pjs_model *m, size_t variant, size_
     size_t n_w = b->weights.n_tensors;
     if (grow((void **)&sc->args, &sc->args_cap, n_w + man->n_inputs + 1, sizeof *sc->args) != 0 ||
         grow((void **)&sc->results, &sc->results_cap, man->n_outputs + 1,
-             sizeof *sc->results) != 0)
+             sizeof *sc->results) != 0 ||
+        grow((void **)&sc->result_bytes, &sc->result_bytes_cap, man->n_outputs + 1,
+             sizeof *sc->result_bytes) != 0)
         return pjs_error_set(err, PJS_ERR_NOMEM, "out of memory");
     pjrt_buffer **args = sc->args;
     pjrt_buffer **results = sc->results;
@@ -208,18 +213,15 @@ static int device_execute(owner_scratch *sc, pjs_model *m, size_t variant, size_
         }
     }
     t->input_done = pjs_now_ns();
-    if ((rc = pjs_rt_execute(mod->exec, args, results, err)) != 0) {
-        pjs_error_prefix(err, "model %s: ", m->name);
-        goto out;
-    }
-    t->infer_done = pjs_now_ns();
-    for (size_t o = 0; o < man->n_outputs && rc == 0; o++) {
+    for (size_t o = 0; o < man->n_outputs; o++) {
         const pjs_tensor_spec *s = &var->outputs[o];
         size_t rb = pjs_tensor_spec_row_bytes(s);
-        size_t bytes = s->batched ? rb * (size_t)mod->batch_size : rb;
-        if (outputs[o] != NULL &&
-            (rc = pjs_rt_buffer_to_host(m->client, results[o], outputs[o], bytes, err)) != 0)
-            pjs_error_prefix(err, "model %s: output \"%s\": ", m->name, s->name);
+        sc->result_bytes[o] = s->batched ? rb * (size_t)mod->batch_size : rb;
+    }
+    if ((rc = pjs_rt_execute_read(mod->exec, args, results, outputs, sc->result_bytes,
+                                  &t->infer_done, err)) != 0) {
+        pjs_error_prefix(err, "model %s: ", m->name);
+        goto out;
     }
     for (size_t o = 0; o < man->n_outputs; o++)
         pjs_rt_buffer_destroy(m->client, results[o]);
@@ -1108,6 +1110,7 @@ int pjs_dispatcher_create(int workers, const pjs_sched_config *cfg, uint64_t wei
             pjs_dispatcher_destroy(d);
             return pjs_error_set(err, PJS_ERR_INTERNAL, "cannot start the weight transfer thread");
         }
+        pjs_thread_name(d->xfer.thread, "pjs-prefetch");
         d->xfer.started = true;
     } else {
         d->sched.cfg.weight_prefetch = false; /* nothing to copy ahead */
@@ -1121,6 +1124,7 @@ int pjs_dispatcher_create(int workers, const pjs_sched_config *cfg, uint64_t wei
     for (int i = 0; i < workers; i++) {
         if (pthread_create(&d->workers[i], NULL, worker_main, d) != 0)
             break;
+        pjs_thread_name(d->workers[i], "pjs-device");
         d->n_workers++;
     }
     if (d->n_workers == 0) {
@@ -1280,6 +1284,7 @@ void pjs_dispatcher_destroy(pjs_dispatcher *d)
     pjs_wcache_destroy(&d->cache);
     free(d->scratch.args);
     free(d->scratch.results);
+    free(d->scratch.result_bytes);
     free(d->scratch.reqs);
     free(d->scratch.first_row);
     pthread_cond_destroy(&d->task_done);
