@@ -1074,6 +1074,11 @@ static int read_start(pjs_rt_client *c, pjrt_buffer *b, void *dst, size_t dst_si
     return rc;
 }
 
+void pjs_rt_client_set_read_ahead(pjs_rt_client *c, bool read_ahead)
+{
+    c->reads_ahead = read_ahead;
+}
+
 int pjs_rt_execute(pjs_rt_executable *e, pjrt_buffer *const *args, pjrt_buffer **outputs,
                    pjs_error *err)
 {

@@ -180,5 +180,9 @@ int pjs_rt_execute(pjs_rt_executable *e, pjrt_buffer *const *args, pjrt_buffer *
 int pjs_rt_execute_read(pjs_rt_executable *e, pjrt_buffer *const *args, pjrt_buffer **outputs,
                         void *const *dst, const size_t *dst_size, uint64_t *executed_ns,
                         pjs_error *err);
+/* Whether pjs_rt_execute_read starts the copies before the execution is done:
+ * by default on every plugin but the CPU one (see runtime.c); changed for a
+ * client (tests run the device plugins' order on the CPU plugin). */
+void pjs_rt_client_set_read_ahead(pjs_rt_client *c, bool read_ahead);
 
 #endif

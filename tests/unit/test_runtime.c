@@ -194,6 +194,89 @@ static void test_execute_with_wrong_argument_shape_fails_cleanly(void **state)
     pjs_rt_executable_destroy(e);
 }
 
+/* pjs_rt_execute_read in both orders (copies after the execution, the CPU
+ * plugin's default; copies queued before waiting, the device plugins'): the
+ * same values, an output left out, and a wrong size refused with nothing
+ * left behind. */
+static void test_execute_read_in_both_orders(void **state)
+{
+    (void)state;
+    pjs_rt_executable *e;
+    pjs_error err;
+    assert_int_equal(pjs_rt_compile(client, add_module, strlen(add_module), NULL, "add", &e, &err), 0);
+    float w[6] = {1, 2, 3, 4, 5, 6}, x[6] = {0.5f, -1, 10, 20, 30, 1e6f};
+    for (int ahead = 0; ahead < 2; ahead++) {
+        pjs_rt_client_set_read_ahead(client, ahead);
+        pjrt_buffer *args[2], *out[3];
+        assert_int_equal(pjs_rt_buffer_from_host(client, PJS_DTYPE_F32, &e->params[0].shape, w, &args[0], &err), 0);
+        assert_int_equal(pjs_rt_buffer_from_host(client, PJS_DTYPE_F32, &e->params[1].shape, x, &args[1], &err), 0);
+        float sum[6] = {0};
+        uint16_t xb[6] = {0};
+        void *dst[3] = {sum, NULL, xb};
+        size_t sizes[3] = {sizeof sum, sizeof(int32_t), sizeof xb};
+        uint64_t executed = 0;
+        assert_int_equal(pjs_rt_execute_read(e, args, out, dst, sizes, &executed, &err), 0);
+        assert_true(executed > 0);
+        for (int i = 0; i < 6; i++)
+            assert_true(sum[i] == w[i] + x[i]);
+        assert_int_equal(xb[1], 0xbf80); /* -1 in bf16 */
+        for (int i = 0; i < 3; i++)
+            pjs_rt_buffer_destroy(client, out[i]);
+
+        sizes[2] = 4; /* wrong: the bf16 output holds 12 bytes */
+        assert_int_equal(pjs_rt_execute_read(e, args, out, dst, sizes, NULL, &err), PJS_ERR_INTERNAL);
+        assert_non_null(strstr(err.msg, "12 bytes"));
+        for (int i = 0; i < 3; i++)
+            assert_null(out[i]);
+        for (int i = 0; i < 2; i++)
+            pjs_rt_buffer_destroy(client, args[i]);
+    }
+    pjs_rt_client_set_read_ahead(client, false);
+    pjs_rt_executable_destroy(e);
+}
+
+/* An input above PJS_RT_STAGED_UPLOAD_MAX is read in place until its transfer
+ * completes; below, the plugin copies it within the call: the same values. */
+static void test_upload_either_side_of_the_staging_limit(void **state)
+{
+    (void)state;
+    enum { N = PJS_RT_STAGED_UPLOAD_MAX / 8 + 8 }; /* i64: just over the limit */
+    static const char fmt[] =
+        "module @neg {\n"
+        "  func.func public @main(%%x: tensor<%dxi64>) -> tensor<%dxi64> {\n"
+        "    %%0 = stablehlo.negate %%x : tensor<%dxi64>\n"
+        "    return %%0 : tensor<%dxi64>\n"
+        "  }\n"
+        "}\n";
+    int sizes[2] = {16, N};
+    int64_t *v = malloc(N * sizeof *v), *got = malloc(N * sizeof *got);
+    assert_non_null(v);
+    assert_non_null(got);
+    for (int k = 0; k < 2; k++) {
+        int n = sizes[k];
+        char text[512];
+        snprintf(text, sizeof text, fmt, n, n, n, n);
+        pjs_rt_executable *e;
+        pjs_error err;
+        assert_int_equal(pjs_rt_compile(client, text, strlen(text), NULL, "neg", &e, &err), 0);
+        for (int i = 0; i < n; i++)
+            v[i] = i * 3 - 7;
+        pjrt_buffer *arg, *out[1];
+        assert_int_equal(pjs_rt_buffer_from_host(client, PJS_DTYPE_I64, &e->params[0].shape, v, &arg, &err), 0);
+        memset(v, 0, (size_t)n * sizeof *v); /* the upload may not read it any more */
+        void *dst[1] = {got};
+        size_t bytes[1] = {(size_t)n * sizeof *got};
+        assert_int_equal(pjs_rt_execute_read(e, &arg, out, dst, bytes, NULL, &err), 0);
+        for (int i = 0; i < n; i++)
+            assert_true(got[i] == -(int64_t)(i * 3 - 7));
+        pjs_rt_buffer_destroy(client, out[0]);
+        pjs_rt_buffer_destroy(client, arg);
+        pjs_rt_executable_destroy(e);
+    }
+    free(v);
+    free(got);
+}
+
 static void test_compile_error_carries_plugin_message(void **state)
 {
     (void)state;
@@ -240,6 +323,8 @@ int main(void)
         cmocka_unit_test(test_compile_reads_signature),
         cmocka_unit_test(test_execute_values),
         cmocka_unit_test(test_execute_with_wrong_argument_shape_fails_cleanly),
+        cmocka_unit_test(test_execute_read_in_both_orders),
+        cmocka_unit_test(test_upload_either_side_of_the_staging_limit),
         cmocka_unit_test(test_compile_error_carries_plugin_message),
         cmocka_unit_test(test_option_parse),
     };
