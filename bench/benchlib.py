@@ -27,6 +27,11 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
+# A benchmark's own JAX (exporting, reference answers) shares the device with
+# the server under test: on a GPU it must not take three quarters of the
+# device's memory up front, as XLA's client does by default.
+os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
+
 ROOT = Path(__file__).resolve().parents[1]
 PJSERVE = ROOT / "build" / "pjserve"
 RAW = ROOT / "build" / "pjs_bench_raw_execute"
@@ -326,6 +331,15 @@ def machine_info(glibc=False):
         info["debian"] = open("/etc/debian_version").read().strip()
     except OSError:
         pass
+    # what the servers run on: $PJSERVE_PJRT_PLUGIN (pjserve's default is the
+    # .venv's XLA CPU plugin) and the GPU, where nvidia-smi names one
+    info["pjrt_plugin"] = os.environ.get("PJSERVE_PJRT_PLUGIN") or "xla-cpu-pjrt (.venv)"
+    info["accelerator"] = None
+    if shutil.which("nvidia-smi"):
+        out = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"],
+                             capture_output=True, text=True)
+        if out.returncode == 0 and out.stdout.strip():
+            info["accelerator"] = out.stdout.strip().splitlines()[0]
     return info
 
 

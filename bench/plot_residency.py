@@ -42,8 +42,10 @@ UNLIMITED = "#d69e2e"
 
 def subtitle(r):
     m = r["machine"]
-    return (f"{m.get('cores')} cores ({m.get('cpu')}), CPU only: the XLA CPU PJRT plugin's "
-            f"\"device\" is host memory; load average {r['loadavg_start'][0]:.1f} at start, "
+    where = (f"{m['accelerator']}" if m.get("accelerator") else
+             "CPU only: the XLA CPU PJRT plugin's \"device\" is host memory")
+    return (f"{m.get('cores')} cores ({m.get('cpu')}), {where}; "
+            f"load average {r['loadavg_start'][0]:.1f} at start, "
             f"{r['loadavg_end'][0]:.1f} at end; {r['date']}")
 
 

@@ -65,7 +65,8 @@ def main(src, dst):
     ax_tp.set_title("throughput (higher is better)")
     m = r["machine"]
     fig.suptitle(f"mlp x[1,16] -> y[1,4], batch-1 requests from perf_analyzer; "
-                 f"{m.get('cores')} cores ({m.get('cpu')}), CPU only; load average "
+                 f"{m.get('cores')} cores ({m.get('cpu')}), {m.get('accelerator') or 'CPU only'}; "
+                 f"load average "
                  f"{r['loadavg_start'][0]:.1f} at start, {r['loadavg_end'][0]:.1f} at end",
                  fontsize=10)
     fig.tight_layout()

@@ -244,9 +244,11 @@ def time_jax_inprocess(infer, iterations):
 
 
 def run_raw(raw, bundle, iterations):
-    out = subprocess.run([str(raw), str(bundle), "--batch-size", "1", "--iterations",
-                          str(iterations), "--warmup", str(max(100, iterations // 10)), "--json"],
-                         check=True, capture_output=True, text=True, cwd=ROOT)
+    cmd = [str(raw), str(bundle), "--batch-size", "1", "--iterations", str(iterations),
+           "--warmup", str(max(100, iterations // 10)), "--json"]
+    out = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
+    if out.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd)} failed (exit {out.returncode}):\n{out.stderr}")
     return json.loads(out.stdout)
 
 
