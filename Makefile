@@ -10,7 +10,9 @@
 #   make tsan       the same tests on a ThreadSanitizer build (build-tsan/)
 #   make fuzz       build the libFuzzer drivers (build-fuzz/) and fuzz each for FUZZ_SECONDS
 #   make bench      server overhead vs the raw limit and the peers (docs/benchmarks.md)
-#   make bench-scheduler  coalescing and fair shares on a compute-bound convnet (same doc)
+#   make bench-scheduler  coalescing and fair shares on a compute-bound convnet (same doc);
+#                   bench/scheduler.py --model resnet50 the same on ResNet-50
+#   make models-large  export ResNet-50 and ResNet-18 (random weights) into models-large/
 #   make bench-residency  weight loads vs size and many models under a weight budget (same doc)
 #   make bench-meta  the detector as a meta vs client-orchestrated vs Triton BLS (same doc)
 #   make bench-shared-weights  memory of 1-4 workers with and without --shared-weights (same doc)
@@ -25,7 +27,7 @@ FUZZ_SECONDS ?= 20
 PYTHON := .venv/bin/python
 PYTEST := $(PYTHON) -m pytest -q -p no:cacheprovider
 
-.PHONY: all bootstrap build test unit e2e e2e-node models demo serve asan tsan fuzz fuzz-build fuzz-smoke clean install bench bench-scheduler bench-residency bench-meta bench-shared-weights bench-gateway gpu-check
+.PHONY: all bootstrap build test unit e2e e2e-node models models-large demo serve asan tsan fuzz fuzz-build fuzz-smoke clean install bench bench-scheduler bench-residency bench-meta bench-shared-weights bench-gateway gpu-check
 
 all: build
 
@@ -69,6 +71,11 @@ test: unit e2e e2e-node fuzz-smoke
 
 models: build
 	$(PYTHON) examples/make_demo_models.py models --pjserve build/pjserve
+
+# ResNet-50 and ResNet-18 (random weights, JAX) for benchmarks: not built by
+# `make test`; about 150 MiB of bundles in models-large/.
+models-large: build
+	$(PYTHON) examples/make_large_models.py models-large
 
 demo: models
 	$(PYTHON) examples/run_demo.py --pjserve build/pjserve models

@@ -3,7 +3,8 @@
 
     .venv-bench-plot/bin/python bench/plot_scheduler.py RESULTS.json OUT_DIR
 
-OUT_DIR/scheduler_throughput.png: left, images/s against perf_analyzer
+OUT_DIR/scheduler_throughput.png (scheduler_throughput_MODEL.png for a run of
+another --model): left, images/s against perf_analyzer
 concurrency for pjserve with coalescing (each point labelled with the mean
 rows per execution) and without (the batch-size-1 bundle), under dashed lines
 at the raw PJRT limit of each compiled batch size; right, p50 and p99 latency.
@@ -31,7 +32,7 @@ MODEL_COLORS = ("#2b6cb0", "#d69e2e")
 
 def subtitle(r):
     m = r["machine"]
-    return (f"{m.get('cores')} cores ({m.get('cpu')}), CPU only, XLA CPU PJRT plugin; load "
+    return (f"{m.get('cores')} cores ({m.get('cpu')}), {m.get('accelerator') or 'CPU only'}; load "
             f"average {r['loadavg_start'][0]:.1f} at start, {r['loadavg_end'][0]:.1f} at end; "
             f"{r['date']}")
 
@@ -95,8 +96,9 @@ def plot_throughput(r, dst):
     ax_lat.set_ylabel("latency, ms")
     ax_lat.set_title("latency per request (perf_analyzer)", fontsize=9.5)
     ax_lat.legend(loc="upper left", fontsize=8)
-    model = r.get("models", {}).get("convnet", {}).get("input", "convnet")
-    fig.suptitle(f"convnet, {model}, batch-1 requests over gRPC; " + subtitle(r), fontsize=9)
+    name = r["settings"].get("main_model", "convnet")
+    model = r.get("models", {}).get(name, {}).get("input", name)
+    fig.suptitle(f"{name}, {model}, batch-1 requests over gRPC; " + subtitle(r), fontsize=9)
     fig.tight_layout()
     fig.savefig(dst, dpi=110, bbox_inches="tight")
     plt.close(fig)
@@ -149,7 +151,9 @@ def main(src, out_dir):
     r = json.load(open(src))
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    plot_throughput(r, out / "scheduler_throughput.png")
+    model = r["settings"].get("model", "convnet")
+    suffix = "" if model == "convnet" else f"_{model}"
+    plot_throughput(r, out / f"scheduler_throughput{suffix}.png")
     plot_fair(r, out / "scheduler_fair_share.png")
 
 

@@ -36,6 +36,13 @@ What runs, in order (each part can be picked with --parts):
               share; queue depths are sampled to show whether both stayed
               backlogged.
 
+--model resnet50 runs raw, sweep and unbatched on ResNet-50 instead
+(python/pjserve_export/resnet.py: x f32 [batch,224,224,3] -> logits
+[batch,1000], 25.6 M parameters, random weights; compiled for batch sizes 1,
+2, 4, 8, 16 by default; exported into build/bench-models/resnet50/) and
+writes bench/results/scheduler_resnet50.{json,md} and
+docs/img/scheduler_throughput_resnet50.png.
+
 Writes bench/results/scheduler.json (everything), bench/results/scheduler.md
 (the tables of docs/benchmarks.md), docs/img/scheduler_throughput.png and
 docs/img/scheduler_fair_share.png (bench/plot_scheduler.py, run with a Python
@@ -153,6 +160,43 @@ def export_models(specs, force):
                    batch_sizes=sizes, input_names=["x"], output_names=["logits"],
                    description="scheduler benchmark convnet: " + describe_model(image))
         log(f"exported {name} (batch sizes {list(sizes)}) in {time.monotonic() - t0:.1f} s")
+    stamp.write_text(want + "\n")
+    return bundles
+
+
+RESNET = "resnet50"
+RESNET_UNBATCHED = "resnet50_unbatched"
+RESNET_BATCH_SIZES = (1, 2, 4, 8, 16)
+RESNET_DIR = ROOT / "build" / "bench-models" / RESNET
+
+
+def export_resnet(batch_sizes, force):
+    """ResNet-50 at `batch_sizes` and at batch size 1 alone (as
+    RESNET_UNBATCHED) into RESNET_DIR/bundles, skipped when up to date.
+    Returns the bundles' directory."""
+    import dataclasses
+
+    import jax
+    from pjserve_export.resnet import resnet_model
+
+    bundles = RESNET_DIR / "bundles"
+    _, exporter = model_fingerprint(__file__)  # the exporter's sources hold resnet.py
+    want = hashlib.sha256(json.dumps({"sizes": list(batch_sizes), "jax": jax.__version__,
+                                      "exporter": exporter},
+                                     sort_keys=True).encode()).hexdigest()
+    stamp = bundles / ".stamp"
+    if not force and stamp.exists() and stamp.read_text().strip() == want and all(
+            (bundles / n / "manifest.yaml").exists() for n in (RESNET, RESNET_UNBATCHED)):
+        log(f"bench models up to date in {bundles.relative_to(ROOT)}")
+        return bundles
+    bundles.mkdir(parents=True, exist_ok=True)
+    stamp.unlink(missing_ok=True)
+    model = resnet_model(50)
+    for m, sizes in ((model, tuple(batch_sizes)),
+                     (dataclasses.replace(model, name=RESNET_UNBATCHED), (1,))):
+        t0 = time.monotonic()
+        m.export(bundles, batch_sizes=sizes)
+        log(f"exported {m.name} (batch sizes {list(sizes)}) in {time.monotonic() - t0:.1f} s")
     stamp.write_text(want + "\n")
     return bundles
 
@@ -431,10 +475,12 @@ def markdown(result):
     raw_by = {r["batch_size"]: r["images_per_s_mean"] for r in raw or []}
     best_b = max(raw_by, key=raw_by.get) if raw_by else None
     rounds = result["settings"].get("rounds", 1)
-    for key, title in (("sweep", f"pjserve, `{MAIN}` (batch sizes "
+    main_model = result["settings"].get("main_model", MAIN)
+    unbatched_model = result["settings"].get("unbatched_model", UNBATCHED)
+    for key, title in (("sweep", f"pjserve, `{main_model}` (batch sizes "
                         f"{', '.join(map(str, result['settings']['batch_sizes']))}), "
                         "perf_analyzer gRPC batch-1 requests"),
-                       ("unbatched", f"pjserve, `{UNBATCHED}` (batch size 1 only: nothing "
+                       ("unbatched", f"pjserve, `{unbatched_model}` (batch size 1 only: nothing "
                         "coalesces), the same sweep")):
         steps = result.get(key)
         if not steps:
@@ -497,8 +543,13 @@ def main(argv=None):
     ap.add_argument("--stability", type=float, default=25.0,
                     help="perf_analyzer --stability-percentage (default %(default)s; retried "
                          "once at twice that)")
-    ap.add_argument("--batch-sizes", default=",".join(map(str, BATCH_SIZES)),
-                    help="compiled batch sizes of the convnet (default %(default)s)")
+    ap.add_argument("--model", choices=("convnet", RESNET), default="convnet",
+                    help="the model of the raw limit and the sweeps: the bench convnet "
+                         "(default) or ResNet-50 (no fair part)")
+    ap.add_argument("--batch-sizes", default=None,
+                    help="compiled batch sizes (default: "
+                         f"{','.join(map(str, BATCH_SIZES))}; ResNet-50: "
+                         f"{','.join(map(str, RESNET_BATCH_SIZES))})")
     ap.add_argument("--rounds", type=int, default=2,
                     help="sweeps: rounds, each on a freshly started server; the tables show "
                          "the median (default %(default)s)")
@@ -522,17 +573,30 @@ def main(argv=None):
                     help="extra argument for every pjserve serve (repeatable), e.g. "
                          "--server-arg=--coalesce-discount=0.8")
     ap.add_argument("--reexport", action="store_true", help="export the bench models again")
-    ap.add_argument("--json", type=Path, default=ROOT / "bench" / "results" / "scheduler.json")
+    ap.add_argument("--json", type=Path, default=None,
+                    help="default bench/results/scheduler.json (ResNet-50: "
+                         "scheduler_resnet50.json)")
     ap.add_argument("--plot-dir", type=Path, default=ROOT / "docs" / "img",
-                    help="where scheduler_throughput.png and scheduler_fair_share.png go")
+                    help="where scheduler_throughput.png and scheduler_fair_share.png go "
+                         "(ResNet-50: scheduler_throughput_resnet50.png)")
     ap.add_argument("--keep", action="store_true", help="keep the temporary directory (logs)")
     a = ap.parse_args(argv)
+    resnet = a.model == RESNET
+    if resnet and a.parts == ",".join(PARTS):
+        a.parts = "raw,sweep,unbatched"
     parts = parse_parts(ap, a.parts, PARTS)
+    if resnet and "fair" in parts:
+        ap.error("--model resnet50 runs raw, sweep and unbatched; the fair part is the convnet's")
+    if a.json is None:
+        a.json = ROOT / "bench" / "results" / ("scheduler_resnet50.json" if resnet
+                                               else "scheduler.json")
+    main_model, unbatched_model = (RESNET, RESNET_UNBATCHED) if resnet else (MAIN, UNBATCHED)
     concurrencies = [int(c) for c in a.concurrency.split(",")]
     unbatched_conc = ([int(c) for c in a.unbatched_concurrency.split(",")]
                       if a.unbatched_concurrency else concurrencies)
     fair_conc = [int(c) for c in a.fair_concurrency.split(",")]
-    batch_sizes = sorted(int(b) for b in a.batch_sizes.split(","))
+    batch_sizes = (sorted(int(b) for b in a.batch_sizes.split(",")) if a.batch_sizes else
+                   list(RESNET_BATCH_SIZES if resnet else BATCH_SIZES))
     try:
         weights = parse_weights(a.weights, [MODEL_A, MODEL_B])
     except ValueError as e:
@@ -554,23 +618,33 @@ def main(argv=None):
                            "raw_rounds": a.raw_rounds, "fair_concurrency": fair_conc,
                            "fair_seconds": a.fair_seconds, "fair_settle": a.fair_settle,
                            "server_args": a.server_arg, "request_batch": 1,
-                           "protocol": "grpc"},
-              "models": {n: {"input": f"x f32 [batch,{img},{img},3]", "batch_sizes": list(sz),
-                             "function": describe_model(img)} for n, (img, sz) in specs.items()},
+                           "protocol": "grpc", "model": a.model, "main_model": main_model,
+                           "unbatched_model": unbatched_model},
+              "models": ({RESNET: {"input": "x f32 [batch,224,224,3]", "batch_sizes": batch_sizes,
+                                   "function": "ResNet-50 v1.5 (python/pjserve_export/resnet.py), "
+                                               "random weights: logits f32 [batch,1000]"}}
+                         if resnet else
+                         {n: {"input": f"x f32 [batch,{img},{img},3]", "batch_sizes": list(sz),
+                              "function": describe_model(img)} for n, (img, sz) in specs.items()}),
               "versions": {"pjserve": git_revision()}}
     server = None
     try:
-        log(f"exporting the bench models into {MODELS_DIR.relative_to(ROOT)}")
-        bundles = export_models(specs, a.reexport)
-        cache = MODELS_DIR / "cache"
+        if resnet:
+            log(f"exporting ResNet-50 into {RESNET_DIR.relative_to(ROOT)}")
+            bundles = export_resnet(batch_sizes, a.reexport)
+        else:
+            log(f"exporting the bench models into {MODELS_DIR.relative_to(ROOT)}")
+            bundles = export_models(specs, a.reexport)
+        cache = (RESNET_DIR if resnet else MODELS_DIR) / "cache"
 
         if "raw" in parts:
             log(f"raw limit: {len(batch_sizes)} batch sizes x {a.raw_rounds} rounds of about "
                 f"{a.raw_seconds:g} s")
-            result["raw"] = raw_limits(bundles / MAIN, batch_sizes, a.raw_rounds, a.raw_seconds)
+            result["raw"] = raw_limits(bundles / main_model, batch_sizes, a.raw_rounds,
+                                       a.raw_seconds)
 
-        sweeps = [(k, m, c) for k, m, c in (("sweep", MAIN, concurrencies),
-                                            ("unbatched", UNBATCHED, unbatched_conc))
+        sweeps = [(k, m, c) for k, m, c in (("sweep", main_model, concurrencies),
+                                            ("unbatched", unbatched_model, unbatched_conc))
                   if k in parts]
         if sweeps:
             window_ms = int(a.seconds * 1000 / 3)
@@ -578,11 +652,12 @@ def main(argv=None):
             result["warmup_ms"] = []
             for rnd in range(a.rounds):
                 # A fresh server per round: its warm-up measures the costs anew.
-                repo = make_repository(bundles, [MAIN, UNBATCHED], MODELS_DIR / "repo-sweep")
+                repo = make_repository(bundles, [main_model, unbatched_model],
+                                       bundles.parent / "repo-sweep")
                 server = Pjserve(repo, cache, work / f"pjserve-sweep{rnd + 1}.log", a.server_arg)
                 log(f"round {rnd + 1}/{a.rounds}: starting pjserve on "
                     f"{repo.relative_to(ROOT)}")
-                server.start([MAIN, UNBATCHED])
+                server.start([main_model, unbatched_model])
                 result["server_command_sweep"] = server.cmd
                 result["warmup_ms"].append(warmup_costs(server.log_path.read_text()))
                 order = sweeps if rnd % 2 == 0 else sweeps[::-1]
