@@ -698,6 +698,13 @@ static void gateway_restarted(void *ctx, size_t worker)
     pjs_gw_pool_probe_now(pjs_gateway_pool(g->gw));
 }
 
+/* A worker is ready for the node once the gateway routes to it. */
+static bool gateway_worker_ready(void *ctx, size_t worker)
+{
+    node_gateway *g = ctx;
+    return pjs_gw_pool_probe_worker(pjs_gateway_pool(g->gw), worker);
+}
+
 /* Fills the gateway's options from the public flags. */
 static int gateway_options(const node_args *a, const node_plan *p, pjs_gw_worker_addr *addrs,
                            node_gateway *ng, pjs_gateway_options *o)
@@ -793,6 +800,7 @@ static int run(const node_args *a, node_plan *p, const sigset_t *stop_signals)
         snprintf(where, sizeof where, "%s:%d", go.http.host, go.http.port);
         o.models = gateway_models;
         o.restarted = gateway_restarted;
+        o.ready = gateway_worker_ready;
         o.ctx = &ng;
     }
     pjs_node *node = NULL;

@@ -13,7 +13,9 @@
  * ready again. A failed probe of a worker that answered requests since its
  * last probe does not count (it is busy, not down). A forward that could
  * not reach its worker (NOT_SENT) marks it unhealthy at once and wakes the
- * thread, so traffic moves before the next round. Under lpt_packing every PLACEMENT_EVERY_MS the thread also
+ * thread, so traffic moves before the next round. The node probes a
+ * worker it has just seen start answering in its own thread
+ * (pjs_gw_pool_probe_worker) before it reports it ready. Under lpt_packing every PLACEMENT_EVERY_MS the thread also
  * reads each worker's statistics, turns the growth of each model's compute
  * time into a cost per second and rebalances (placement.h).
  *
@@ -773,6 +775,22 @@ void pjs_gw_pool_probe_now(pjs_gw_pool *p)
     p->probe_now = true;
     pthread_cond_signal(&p->wake);
     pthread_mutex_unlock(&p->lock);
+}
+
+bool pjs_gw_pool_probe_worker(pjs_gw_pool *p, size_t i)
+{
+    if (i >= p->n)
+        return false;
+    char **names;
+    size_t n;
+    pjs_error err;
+    int rc = probe_worker(p, i, &names, &n, &err);
+    pthread_mutex_lock(&p->lock);
+    record_probe(p, i, rc, names, n, &err);
+    rebuild_models(p);
+    bool ready = p->w[i].state == PJS_GW_WORKER_READY;
+    pthread_mutex_unlock(&p->lock);
+    return ready;
 }
 
 /* ---- life ------------------------------------------------------------------------ */

@@ -138,5 +138,9 @@ char **pjs_gw_pool_models(pjs_gw_pool *p, size_t i, size_t *n);
 void pjs_gw_free_names(char **names, size_t n);
 /* Wakes the probe thread now (after the node restarted a worker). */
 void pjs_gw_pool_probe_now(pjs_gw_pool *p);
+/* Probes worker i now, in the caller's thread, and records the result as
+ * the probe thread would; true when the pool then counts it ready (the
+ * node asks this before it reports a worker ready). */
+bool pjs_gw_pool_probe_worker(pjs_gw_pool *p, size_t i);
 
 #endif

@@ -486,6 +486,13 @@ static bool probe_once(worker *w, unsigned *misses)
                      (int)w->pid);
         *misses = 0;
         if (w->ready_since < 0) {
+            /* With a gateway: ready once the gateway routes to it, so that
+             * "node ready" never precedes it. */
+            if (n->o.ready != NULL && !n->o.ready(n->o.ctx, w->id)) {
+                pjs_debug("worker %zu (%s) pid %d answers; waiting for the gateway to take it",
+                          w->id, w->device, (int)w->pid);
+                return true;
+            }
             w->ready_since = now_ms();
             w->ever_ready = true;
             pjs_info("worker %zu (%s) ready: pid %d, REST %s, gRPC %s", w->id, w->device,

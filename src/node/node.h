@@ -11,6 +11,9 @@
  * process: the kernel still accepts its connections), is killed (SIGTERM,
  * SIGKILL after kill_grace_ms) and started again after a backoff, within a
  * restart budget (restart.h); past the budget it is `failed` and left down.
+ * Under a gateway a worker is reported ready only once the gateway routes
+ * to it (pjs_node_options.ready): "node ready" means the gateway reaches
+ * every ready worker, so a change fanned out right after it reaches them.
  *
  * The state of every worker is kept under one lock, read by
  * pjs_node_status_json from any thread (the gateway's REST threads), and,
@@ -28,6 +31,7 @@
 #define PJS_NODE_NODE_H
 
 #include <signal.h>
+#include <stdbool.h>
 #include <stddef.h>
 
 #include "core/status.h"
@@ -59,6 +63,11 @@ typedef struct pjs_node_worker_spec {
 typedef char **(*pjs_node_models_fn)(void *ctx, size_t worker, size_t *n);
 /* Called after worker i was started again. */
 typedef void (*pjs_node_restarted_fn)(void *ctx, size_t worker);
+/* Called from worker i's supervising thread when the worker, just started,
+ * answers its first health probe; the node reports it ready only once this
+ * returns true (the gateway has taken it into its routing), and asks again
+ * at each probe until then. */
+typedef bool (*pjs_node_ready_fn)(void *ctx, size_t worker);
 
 typedef struct pjs_node_options {
     const pjs_node_worker_spec *workers;
@@ -72,11 +81,13 @@ typedef struct pjs_node_options {
     unsigned kill_grace_ms;     /* SIGTERM to SIGKILL for a worker killed as unhealthy [2000] */
     unsigned stop_timeout_ms;   /* SIGTERM to SIGKILL when the node stops [30000] */
     pjs_node_restart_policy restart;
-    /* With a gateway: where the models come from, and whom to tell of a
-     * restart. NULL models: the worker's own repository index (POST
-     * /v2/repository/index, ready models), read at every probe. */
+    /* With a gateway: where the models come from, whom to tell of a
+     * restart, and who must agree that a worker is ready. NULL models: the
+     * worker's own repository index (POST /v2/repository/index, ready
+     * models), read at every probe. NULL ready: the health probe decides. */
     pjs_node_models_fn models;
     pjs_node_restarted_fn restarted;
+    pjs_node_ready_fn ready;
     void *ctx;
 } pjs_node_options;
 

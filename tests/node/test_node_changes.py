@@ -1,0 +1,68 @@
+"""`pjserve node --workers 2` and changes fanned out by its gateway.
+
+Readiness: the node reports a worker ready only once its gateway routes to
+it, so the moment GET /v2/pjserve/node shows every worker ready (at start,
+and again after one was killed with SIGKILL and restarted) the gateway's
+own view agrees (pjserve_gateway_worker_ready is 1 for each) and a
+repository load fanned out through the gateway succeeds on every worker.
+
+    PJSERVE_BIN=build/pjserve .venv/bin/python -m pytest -q tests/node/test_node_changes.py
+"""
+
+import os
+import signal
+import time
+
+from protocol_util import finish_checked, http_json, parse_metrics, scrape
+
+# Restarts of each worker in the readiness test.
+KILL_ROUNDS = 2
+
+
+def wait_all_ready(node, victim_pid=None, timeout=240):
+    """Polls the node's status until every worker is ready (and none runs
+    as victim_pid any more); a hang guard, not a timed assertion."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if node.proc.poll() is not None:
+            raise AssertionError(f"the node exited ({node.proc.returncode})\n{node.describe()}")
+        try:
+            code, doc, _ = http_json(node.http_url, "GET", "/v2/pjserve/node", timeout=5)
+        except OSError:
+            code, doc = None, None
+        if code == 200 and doc["workers"] and all(
+                w["state"] == "ready" and w["pid"] not in (None, victim_pid)
+                for w in doc["workers"]):
+            return doc
+        time.sleep(0.02)
+    raise AssertionError(f"the node's workers were not all ready within {timeout} s\n"
+                         f"{node.describe()}")
+
+
+def check_gateway_takes_every_worker(node, doc, what):
+    """Right after the node reported every worker ready: the gateway routes
+    to each, and a load fanned out through it succeeds everywhere."""
+    samples, _ = parse_metrics(scrape(node.metrics_url))
+    ready = {dict(labels)["worker"]: v for (name, labels), v in samples.items()
+             if name == "pjserve_gateway_worker_ready"}
+    assert ready == {str(w["id"]): 1.0 for w in doc["workers"]}, \
+        f"{what}: node ready, gateway's view {ready}\n{node.describe()}"
+    code, body, raw = http_json(node.http_url, "POST", "/v2/repository/models/two_io/load", {})
+    assert code == 200, f"{what}: load through the gateway: {code} {raw[:300]!r}\n" \
+                        f"{node.describe()}"
+
+
+def test_node_ready_means_the_gateway_routes_to_every_worker(node_factory):
+    node = node_factory(["--workers", "2"], ready=False)
+    doc = wait_all_ready(node)
+    check_gateway_takes_every_worker(node, doc, "at start")
+    for round_ in range(KILL_ROUNDS):
+        for i in range(2):
+            victim = doc["workers"][i]["pid"]
+            node.known_worker_pids.add(victim)
+            os.kill(victim, signal.SIGKILL)
+            doc = wait_all_ready(node, victim_pid=victim)
+            node.remember_workers()
+            check_gateway_takes_every_worker(node, doc, f"round {round_}, worker {i} restarted")
+            assert doc["workers"][i]["restarts"] == round_ + 1
+    finish_checked(node)
