@@ -691,11 +691,12 @@ static char **gateway_models(void *ctx, size_t worker, size_t *n)
     return pjs_gw_pool_models(pjs_gateway_pool(g->gw), worker, n);
 }
 
+/* A restarted worker gets no traffic until the gateway has sent it the
+ * changes made through it (pjs_gw_pool_probe_worker, when it answers). */
 static void gateway_restarted(void *ctx, size_t worker)
 {
     node_gateway *g = ctx;
-    (void)worker;
-    pjs_gw_pool_probe_now(pjs_gateway_pool(g->gw));
+    pjs_gw_pool_worker_restarted(pjs_gateway_pool(g->gw), worker);
 }
 
 /* A worker is ready for the node once the gateway routes to it. */

@@ -49,7 +49,7 @@ typedef struct pjs_gateway pjs_gateway;
 /* Creates the pool, binds the public ports and starts serving. Errors name
  * the address and the reason. */
 int pjs_gateway_start(const pjs_gateway_options *o, pjs_gateway **out, pjs_error *err);
-/* The worker pool (for the node: probe_now after a restart, views). */
+/* The worker pool (for the node: readiness, restarts, views). */
 pjs_gw_pool *pjs_gateway_pool(pjs_gateway *g);
 /* Refuses new requests, lets those in flight finish, closes the ports. */
 void pjs_gateway_stop(pjs_gateway *g);

@@ -28,6 +28,7 @@
 #include "gateway/route_key.h"
 #include "grpc_service.pb-c.h"
 #include "health.pb-c.h"
+#include "pjserve_control.pb-c.h"
 
 #define SVC "/inference.GRPCInferenceService/"
 #define CONTROL "/pjserve.control.v1.ModelControl/"
@@ -181,13 +182,68 @@ static void done(void *ctx, int worker, pjs_grpc_proxy_outcome o)
                                                     : PJS_GW_BROKEN);
 }
 
+/* The change a repository load, unload or residency call makes, for the
+ * pool to remember (its strings point into *unpacked, which the caller
+ * frees); false for other calls and messages that do not decode (the
+ * workers refuse those themselves). */
+static bool change_of(const char *m, const uint8_t *msg, size_t len, pjs_gw_change *c,
+                      ProtobufCMessage **unpacked)
+{
+    memset(c, 0, sizeof *c);
+    *unpacked = NULL;
+    if (method_is(m, SVC, "RepositoryModelLoad")) {
+        Inference__RepositoryModelLoadRequest *rq =
+            inference__repository_model_load_request__unpack(NULL, len, msg);
+        if (rq == NULL)
+            return false;
+        *unpacked = &rq->base;
+        c->kind = PJS_GW_CHANGE_LOAD;
+        c->model = rq->model_name;
+        for (size_t i = 0; i < rq->n_parameters; i++) {
+            const Inference__RepositoryModelLoadRequest__ParametersEntry *e = rq->parameters[i];
+            if (e->key != NULL && strcmp(e->key, "config") == 0 && e->value != NULL &&
+                e->value->parameter_choice_case ==
+                    INFERENCE__MODEL_REPOSITORY_PARAMETER__PARAMETER_CHOICE_STRING_PARAM)
+                c->config = e->value->string_param;
+        }
+    } else if (method_is(m, SVC, "RepositoryModelUnload")) {
+        Inference__RepositoryModelUnloadRequest *rq =
+            inference__repository_model_unload_request__unpack(NULL, len, msg);
+        if (rq == NULL)
+            return false;
+        *unpacked = &rq->base;
+        c->kind = PJS_GW_CHANGE_UNLOAD;
+        c->model = rq->model_name;
+    } else if (method_is(m, CONTROL, "SetModelResidency")) {
+        Pjserve__Control__V1__SetModelResidencyRequest *rq =
+            pjserve__control__v1__set_model_residency_request__unpack(NULL, len, msg);
+        if (rq == NULL)
+            return false;
+        *unpacked = &rq->base;
+        c->kind = PJS_GW_CHANGE_RESIDENCY;
+        c->model = rq->name;
+        c->residency = (int)rq->residency;
+    } else {
+        return false;
+    }
+    return c->model != NULL && c->model[0] != '\0';
+}
+
 /* Reads (index, statistics) from the available workers; changes to every
- * worker not known to be down, so none is left behind by a breaker. */
-static uint64_t fanout(void *ctx, const char *m, pjs_error *err)
+ * worker not known to be down, so none is left behind by a breaker, and
+ * those a restarted worker must get again remembered by the pool. */
+static uint64_t fanout(void *ctx, const char *m, const uint8_t *msg, size_t len, pjs_error *err)
 {
     pjs_gw_pool *pool = ((pjs_gw_grpc_routes *)ctx)->pool;
-    if (!merged(m))
-        return pjs_gw_pool_take_not_down(pool, err);
+    if (!merged(m)) {
+        pjs_gw_change change;
+        ProtobufCMessage *unpacked;
+        bool remembered = change_of(m, msg, len, &change, &unpacked);
+        uint64_t mask = pjs_gw_pool_take_not_down(pool, remembered ? &change : NULL, err);
+        if (unpacked != NULL)
+            protobuf_c_message_free_unpacked(unpacked, NULL);
+        return mask;
+    }
     uint64_t mask = 0;
     int w;
     /* Each worker taken like a pick, so done() balances it. */

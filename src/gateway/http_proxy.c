@@ -451,18 +451,60 @@ static uint64_t scrapable(pjs_gw_http *h)
     return mask;
 }
 
+static bool is(const char *a, const char *b);
+
+/* The change a repository load or unload, or a residency call, makes (its
+ * strings point into *doc, which the caller releases); false for other
+ * calls and bodies that do not read (the workers refuse those). */
+static bool rest_change(pjs__http_call *c, const pjs__http_path *p, pjs_gw_change *out,
+                        json_t **doc)
+{
+    memset(out, 0, sizeof *out);
+    *doc = NULL;
+    if (p->n != 5 || !is(p->seg[2], "models") || p->seg[3][0] == '\0')
+        return false;
+    out->model = p->seg[3];
+    bool repository = is(p->seg[1], "repository");
+    if (repository && is(p->seg[4], "unload")) {
+        out->kind = PJS_GW_CHANGE_UNLOAD;
+        return true;
+    }
+    bool load = repository && is(p->seg[4], "load");
+    bool residency = is(p->seg[1], "pjserve") && is(p->seg[4], "residency");
+    if (!load && !residency)
+        return false;
+    if (c->body.len > 0)
+        *doc = json_loadb(c->body.data, c->body.len, 0, NULL);
+    if (load) {
+        out->kind = PJS_GW_CHANGE_LOAD;
+        json_t *config = json_object_get(json_object_get(*doc, "parameters"), "config");
+        out->config = json_string_value(config);
+        return c->body.len == 0 || *doc != NULL;
+    }
+    static const char *const names[] = {"device", "host", "unpinned"};
+    const char *value = json_string_value(json_object_get(*doc, "residency"));
+    out->kind = PJS_GW_CHANGE_RESIDENCY;
+    for (int i = 0; value != NULL && i < 3; i++)
+        if (strcmp(value, names[i]) == 0) {
+            out->residency = i + 1; /* pjserve.control.v1.Residency: DEVICE, HOST, UNPINNED */
+            return true;
+        }
+    return false;
+}
+
 /* The workers a change must reach: every one not known to be down (a
  * worker still starting is included, so a change made while the gateway
- * starts is not lost on it; if it cannot take it, the answer says so). */
-static uint64_t not_down(pjs_gw_http *h)
+ * starts is not lost on it; if it cannot take it, the answer says so),
+ * but for a restarted one still being sent the earlier changes: the pool
+ * remembers this one for it. */
+static uint64_t change_targets(pjs__http_call *c, const pjs__http_path *p)
 {
-    uint64_t mask = 0;
-    for (size_t i = 0; i < pjs_gw_pool_size(h->pool); i++) {
-        pjs_gw_worker_view v;
-        pjs_gw_pool_view(h->pool, i, &v);
-        if (v.state != PJS_GW_WORKER_UNHEALTHY)
-            mask |= (uint64_t)1 << i;
-    }
+    pjs_gw_http *h = c->fe->routes_ctx;
+    pjs_gw_change change;
+    json_t *doc;
+    bool remembered = rest_change(c, p, &change, &doc);
+    uint64_t mask = pjs_gw_pool_change_targets(h->pool, remembered ? &change : NULL);
+    json_decref(doc);
     return mask;
 }
 
@@ -474,7 +516,7 @@ static void to_every_worker(pjs__http_call *c, const pjs__http_path *p, job_kind
     if (!body_ready(c))
         return;
     uint64_t available = kind == JOB_METRICS  ? scrapable(h)
-                         : kind == JOB_FAN_OUT ? not_down(h)
+                         : kind == JOB_FAN_OUT ? change_targets(c, p)
                                                : pjs_gw_pool_available(h->pool);
     int workers[PJS_GW_MAX_WORKERS];
     size_t n = 0;

@@ -42,10 +42,14 @@
 #include "gateway/grpc_unary.h"
 #include "gateway/placement.h"
 #include "grpc_service.pb-c.h"
+#include "pjserve_control.pb-c.h"
 
 #define PLACEMENT_EVERY_MS 5000
 /* Device seconds per second counted for a model with no traffic. */
 #define IDLE_MODEL_COST 1e-6
+/* How long a change sent again to a restarted worker may take (a load
+ * compiles). */
+#define REPLAY_TIMEOUT_MS (600u * 1000u)
 /* Sequences remembered at once; the oldest pin of a slot window goes first. */
 #define SEQUENCE_SLOTS 4096
 #define SEQUENCE_WINDOW 8
@@ -66,7 +70,20 @@ typedef struct worker {
     uint64_t answered; /* forwards it answered since its last probe */
     char **models; /* ready on it, sorted */
     size_t n_models;
+    /* Restarted and not yet sent the remembered changes up to the last:
+     * no traffic, no new change (those are remembered for it instead). */
+    bool needs_replay;
+    uint64_t replayed_seq; /* changes up to this one were sent again */
 } worker;
+
+/* A remembered change (pjs_gw_change), numbered in the order made. */
+typedef struct change_entry {
+    uint64_t seq;
+    pjs_gw_change_kind kind;
+    char *model;
+    char *config;
+    int residency;
+} change_entry;
 
 typedef struct model_entry {
     char *name;
@@ -102,6 +119,9 @@ struct pjs_gw_pool {
     sequence_pin *pins; /* SEQUENCE_SLOTS */
     uint64_t pin_clock;
     uint64_t last_placement_ms;
+    change_entry *changes; /* in the order made; one per model and class */
+    size_t n_changes, cap_changes;
+    uint64_t change_seq;
     pthread_t prober;
     bool prober_running;
 };
@@ -276,7 +296,7 @@ static void rebuild_models(pjs_gw_pool *p)
 
 static bool available(const worker *w, uint64_t now)
 {
-    if (w->state != PJS_GW_WORKER_READY || w->gone)
+    if (w->state != PJS_GW_WORKER_READY || w->gone || w->needs_replay)
         return false;
     if (!w->breaker_open)
         return true;
@@ -419,22 +439,89 @@ uint64_t pjs_gw_pool_available(pjs_gw_pool *p)
     return mask;
 }
 
-uint64_t pjs_gw_pool_take_not_down(pjs_gw_pool *p, pjs_error *err)
+static bool change_class(pjs_gw_change_kind k)
+{
+    return k == PJS_GW_CHANGE_RESIDENCY; /* loads and unloads replace each other */
+}
+
+static void free_change(change_entry *e)
+{
+    free(e->model);
+    free(e->config);
+}
+
+/* Remembers `c`, replacing the model's earlier change of its class (the
+ * last one decides what a worker ends with). Lock held. */
+static void remember_change(pjs_gw_pool *p, const pjs_gw_change *c)
+{
+    size_t k = 0;
+    for (size_t j = 0; j < p->n_changes; j++) {
+        change_entry *e = &p->changes[j];
+        if (strcmp(e->model, c->model) == 0 && change_class(e->kind) == change_class(c->kind))
+            free_change(e);
+        else
+            p->changes[k++] = *e;
+    }
+    p->n_changes = k;
+    if (p->n_changes == p->cap_changes) {
+        size_t cap = p->cap_changes ? 2 * p->cap_changes : 16;
+        change_entry *grown = realloc(p->changes, cap * sizeof *grown);
+        if (grown == NULL) {
+            pjs_warn("gateway: no memory to remember the change of model '%s'; a worker "
+                     "restarted later will not get it",
+                     c->model);
+            return;
+        }
+        p->changes = grown;
+        p->cap_changes = cap;
+    }
+    change_entry e = {.seq = ++p->change_seq, .kind = c->kind, .model = strdup(c->model),
+                      .config = c->config ? strdup(c->config) : NULL,
+                      .residency = c->residency};
+    if (e.model == NULL || (c->config != NULL && e.config == NULL)) {
+        free_change(&e);
+        pjs_warn("gateway: no memory to remember the change of model '%s'; a worker "
+                 "restarted later will not get it",
+                 c->model);
+        return;
+    }
+    p->changes[p->n_changes++] = e;
+}
+
+/* The targets of a change, each counted in flight when `count`; the change
+ * remembered in the same step, so a worker being brought up to date either
+ * gets it sent here or finds it among those to send it again. */
+static uint64_t change_targets(pjs_gw_pool *p, const pjs_gw_change *change, bool count)
 {
     pthread_mutex_lock(&p->lock);
+    if (change != NULL)
+        remember_change(p, change);
     uint64_t mask = 0;
     for (size_t i = 0; i < p->n; i++) {
         worker *w = &p->w[i];
-        if (w->state == PJS_GW_WORKER_UNHEALTHY || w->gone)
+        if (w->state == PJS_GW_WORKER_UNHEALTHY || w->gone || w->needs_replay)
             continue;
-        w->in_flight++;
-        w->forwarded++;
+        if (count) {
+            w->in_flight++;
+            w->forwarded++;
+        }
         mask |= 1ull << i;
     }
     pthread_mutex_unlock(&p->lock);
+    return mask;
+}
+
+uint64_t pjs_gw_pool_take_not_down(pjs_gw_pool *p, const pjs_gw_change *change, pjs_error *err)
+{
+    uint64_t mask = change_targets(p, change, true);
     if (mask == 0)
         pjs_error_set(err, PJS_ERR_UNAVAILABLE, "no worker is up; retry later");
     return mask;
+}
+
+uint64_t pjs_gw_pool_change_targets(pjs_gw_pool *p, const pjs_gw_change *change)
+{
+    return change_targets(p, change, false);
 }
 
 void pjs_gw_pool_done(pjs_gw_pool *p, int i, pjs_gw_outcome o)
@@ -539,6 +626,13 @@ static void record_probe(pjs_gw_pool *p, size_t i, int rc, char **names, size_t 
                          const pjs_error *err)
 {
     worker *w = &p->w[i];
+    if (rc == 0 && w->needs_replay) {
+        /* Answers, but lacks the changes made through the gateway: it waits
+         * for pjs_gw_pool_probe_worker to send them. */
+        w->probe_failures = 0;
+        free_names(names, n);
+        return;
+    }
     if (rc == 0) {
         w->answered = 0;
         if (w->state != PJS_GW_WORKER_READY) {
@@ -769,9 +863,120 @@ static void *probe_thread(void *arg)
     return NULL;
 }
 
-void pjs_gw_pool_probe_now(pjs_gw_pool *p)
+static const char *change_name(pjs_gw_change_kind k)
 {
+    return k == PJS_GW_CHANGE_LOAD ? "load" : k == PJS_GW_CHANGE_UNLOAD ? "unload" : "residency";
+}
+
+/* Sends one remembered change to worker i; its answer as pjs_gw_unary's. */
+static int send_change(pjs_gw_pool *p, size_t i, const change_entry *e, pjs_error *err)
+{
+    grpc_channel *ch = p->w[i].channel;
+    ProtobufCMessage *resp = NULL;
+    int rc;
+    if (e->kind == PJS_GW_CHANGE_LOAD) {
+        Inference__RepositoryModelLoadRequest rq = INFERENCE__REPOSITORY_MODEL_LOAD_REQUEST__INIT;
+        Inference__ModelRepositoryParameter value = INFERENCE__MODEL_REPOSITORY_PARAMETER__INIT;
+        Inference__RepositoryModelLoadRequest__ParametersEntry entry =
+            INFERENCE__REPOSITORY_MODEL_LOAD_REQUEST__PARAMETERS_ENTRY__INIT;
+        Inference__RepositoryModelLoadRequest__ParametersEntry *entries[1] = {&entry};
+        rq.model_name = e->model;
+        if (e->config != NULL) {
+            value.parameter_choice_case =
+                INFERENCE__MODEL_REPOSITORY_PARAMETER__PARAMETER_CHOICE_STRING_PARAM;
+            value.string_param = e->config;
+            entry.key = "config";
+            entry.value = &value;
+            rq.n_parameters = 1;
+            rq.parameters = entries;
+        }
+        rc = pjs_gw_unary(ch, "/inference.GRPCInferenceService/RepositoryModelLoad", &rq.base,
+                          &inference__repository_model_load_response__descriptor, p->token,
+                          REPLAY_TIMEOUT_MS, &resp, err);
+    } else if (e->kind == PJS_GW_CHANGE_UNLOAD) {
+        Inference__RepositoryModelUnloadRequest rq =
+            INFERENCE__REPOSITORY_MODEL_UNLOAD_REQUEST__INIT;
+        rq.model_name = e->model;
+        rc = pjs_gw_unary(ch, "/inference.GRPCInferenceService/RepositoryModelUnload", &rq.base,
+                          &inference__repository_model_unload_response__descriptor, p->token,
+                          REPLAY_TIMEOUT_MS, &resp, err);
+    } else {
+        Pjserve__Control__V1__SetModelResidencyRequest rq =
+            PJSERVE__CONTROL__V1__SET_MODEL_RESIDENCY_REQUEST__INIT;
+        rq.name = e->model;
+        rq.residency = (Pjserve__Control__V1__Residency)e->residency;
+        rc = pjs_gw_unary(ch, "/pjserve.control.v1.ModelControl/SetModelResidency", &rq.base,
+                          &pjserve__control__v1__model_status__descriptor, p->token,
+                          REPLAY_TIMEOUT_MS, &resp, err);
+    }
+    if (rc == 0 && resp != NULL)
+        protobuf_c_message_free_unpacked(resp, NULL);
+    return rc;
+}
+
+/* Sends a restarted worker the remembered changes it has not had, in order,
+ * then lets it take new ones; false when it could not be reached (the rest
+ * is sent at the next call). */
+static bool replay_changes(pjs_gw_pool *p, size_t i)
+{
+    worker *w = &p->w[i];
+    unsigned sent = 0, refused = 0;
+    for (;;) {
+        pthread_mutex_lock(&p->lock);
+        const change_entry *next = NULL;
+        for (size_t j = 0; j < p->n_changes && next == NULL; j++)
+            if (p->changes[j].seq > w->replayed_seq)
+                next = &p->changes[j];
+        if (next == NULL) {
+            w->needs_replay = false;
+            pthread_mutex_unlock(&p->lock);
+            if (sent > 0)
+                pjs_info("gateway: worker %zu (gRPC %s) restarted: sent it again the %u "
+                         "changes made through the gateway (%u refused)",
+                         i, w->addr.grpc, sent, refused);
+            return true;
+        }
+        bool has_config = next->config != NULL;
+        change_entry e = {.seq = next->seq, .kind = next->kind, .model = strdup(next->model),
+                          .config = has_config ? strdup(next->config) : NULL,
+                          .residency = next->residency};
+        pthread_mutex_unlock(&p->lock);
+        if (e.model == NULL || (has_config && e.config == NULL)) {
+            free_change(&e);
+            return false;
+        }
+        pjs_error err;
+        int rc = send_change(p, i, &e, &err);
+        if (rc != 0 && (err.code == PJS_ERR_UNAVAILABLE || err.code == PJS_ERR_DEADLINE_EXCEEDED)) {
+            pjs_debug("gateway: worker %zu: the %s of model '%s' not sent again yet: %s", i,
+                      change_name(e.kind), e.model, err.msg);
+            free_change(&e);
+            return false;
+        }
+        if (rc != 0) {
+            pjs_warn("gateway: worker %zu (gRPC %s) refused the %s of model '%s' made through "
+                     "the gateway before it restarted: %s",
+                     i, w->addr.grpc, change_name(e.kind), e.model, err.msg);
+            refused++;
+        }
+        sent++;
+        pthread_mutex_lock(&p->lock);
+        if (w->replayed_seq < e.seq)
+            w->replayed_seq = e.seq;
+        pthread_mutex_unlock(&p->lock);
+        free_change(&e);
+    }
+}
+
+void pjs_gw_pool_worker_restarted(pjs_gw_pool *p, size_t i)
+{
+    if (i >= p->n)
+        return;
     pthread_mutex_lock(&p->lock);
+    worker *w = &p->w[i];
+    w->needs_replay = true;
+    w->replayed_seq = 0;
+    w->state = PJS_GW_WORKER_STARTING;
     p->probe_now = true;
     pthread_cond_signal(&p->wake);
     pthread_mutex_unlock(&p->lock);
@@ -780,6 +985,11 @@ void pjs_gw_pool_probe_now(pjs_gw_pool *p)
 bool pjs_gw_pool_probe_worker(pjs_gw_pool *p, size_t i)
 {
     if (i >= p->n)
+        return false;
+    pthread_mutex_lock(&p->lock);
+    bool behind = p->w[i].needs_replay;
+    pthread_mutex_unlock(&p->lock);
+    if (behind && !replay_changes(p, i))
         return false;
     char **names;
     size_t n;
@@ -906,6 +1116,9 @@ void pjs_gw_pool_destroy(pjs_gw_pool *p)
     for (size_t k = 0; k < p->n_models; k++)
         free(p->models[k].name);
     free(p->models);
+    for (size_t k = 0; k < p->n_changes; k++)
+        free_change(&p->changes[k]);
+    free(p->changes);
     for (size_t s = 0; s < SEQUENCE_SLOTS; s++)
         free(p->pins[s].key);
     free(p->pins);

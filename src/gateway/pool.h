@@ -115,11 +115,33 @@ int pjs_gw_pool_pick(pjs_gw_pool *p, const char *model, const char *sequence_key
 int pjs_gw_pool_pick_any(pjs_gw_pool *p, uint64_t tried, pjs_error *err);
 /* The available workers as a bit mask. */
 uint64_t pjs_gw_pool_available(pjs_gw_pool *p);
+/* A change the pool remembers, to bring a restarted worker up to date:
+ * the last repository load or unload of each model (a load with its
+ * `config` override) and its last residency, in the order they were made. */
+typedef enum pjs_gw_change_kind {
+    PJS_GW_CHANGE_LOAD,
+    PJS_GW_CHANGE_UNLOAD,
+    PJS_GW_CHANGE_RESIDENCY,
+} pjs_gw_change_kind;
+
+typedef struct pjs_gw_change {
+    pjs_gw_change_kind kind;
+    const char *model;
+    const char *config; /* LOAD: the override's JSON text; NULL: none */
+    int residency;      /* RESIDENCY: a pjserve.control.v1.Residency value */
+} pjs_gw_change;
+
 /* Every worker not known to be down (starting, or ready whatever its
- * breaker says), each counted in flight like a pick: the targets of a
- * change (load, unload, shared memory registration). 0 with UNAVAILABLE
- * when there is none. */
-uint64_t pjs_gw_pool_take_not_down(pjs_gw_pool *p, pjs_error *err);
+ * breaker says) and not a restarted one still being brought up to date,
+ * each counted in flight like a pick: the targets of a change (load,
+ * unload, shared memory registration). `change` (NULL: one not
+ * remembered) is remembered, in the same step, for the workers restarted
+ * later. 0 with UNAVAILABLE when there is none. */
+uint64_t pjs_gw_pool_take_not_down(pjs_gw_pool *p, const pjs_gw_change *change,
+                                   pjs_error *err);
+/* The same targets, not counted in flight (REST fan-outs, which the probes
+ * watch). */
+uint64_t pjs_gw_pool_change_targets(pjs_gw_pool *p, const pjs_gw_change *change);
 /* Reports the outcome of a forward begun with a pick. */
 void pjs_gw_pool_done(pjs_gw_pool *p, int worker, pjs_gw_outcome o);
 
@@ -136,11 +158,16 @@ void pjs_gw_pool_view(pjs_gw_pool *p, size_t i, pjs_gw_worker_view *out);
  * malloc'd strings (free with pjs_gw_free_names). */
 char **pjs_gw_pool_models(pjs_gw_pool *p, size_t i, size_t *n);
 void pjs_gw_free_names(char **names, size_t n);
-/* Wakes the probe thread now (after the node restarted a worker). */
-void pjs_gw_pool_probe_now(pjs_gw_pool *p);
 /* Probes worker i now, in the caller's thread, and records the result as
  * the probe thread would; true when the pool then counts it ready (the
- * node asks this before it reports a worker ready). */
+ * node asks this before it reports a worker ready). A restarted worker is
+ * first sent the remembered changes, in order; it is ready once it has
+ * taken them all (a change it refuses is logged and passed over; one it
+ * cannot be reached for is sent again at the next call). */
 bool pjs_gw_pool_probe_worker(pjs_gw_pool *p, size_t i);
+/* Worker i was started again (a new process, without the changes made
+ * through the gateway): it gets no traffic and no new change until
+ * pjs_gw_pool_probe_worker has brought it up to date. */
+void pjs_gw_pool_worker_restarted(pjs_gw_pool *p, size_t i);
 
 #endif

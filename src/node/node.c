@@ -314,6 +314,10 @@ static int spawn(worker *w, pjs_error *err)
     if (devnull >= 0)
         close(devnull);
     close(pipefd[1]);
+    /* Room for what it logs while this thread waits on the gateway sending
+     * it earlier changes (pjs_node_options.ready); best effort. */
+    if (pid > 0)
+        (void)fcntl(pipefd[0], F_SETPIPE_SZ, 1 << 20);
     if (pid < 0) {
         close(pipefd[0]);
         return pjs_error_set(err, PJS_ERR_IO, "fork: %s", strerror(fork_errno));

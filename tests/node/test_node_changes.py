@@ -6,14 +6,23 @@ and again after one was killed with SIGKILL and restarted) the gateway's
 own view agrees (pjserve_gateway_worker_ready is 1 for each) and a
 repository load fanned out through the gateway succeeds on every worker.
 
+Replay: in explicit mode, a load with a configuration override (gRPC), a
+residency pin and an unload (REST) made through the gateway are sent again
+to a worker killed and restarted before it is ready: each worker, asked
+directly, then serves the same models with the same configuration, and
+answers correctly, directly and through the gateway.
+
     PJSERVE_BIN=build/pjserve .venv/bin/python -m pytest -q tests/node/test_node_changes.py
 """
 
+import json
 import os
 import signal
 import time
 
-from protocol_util import finish_checked, http_json, parse_metrics, scrape
+import tritonclient.grpc as grpcclient
+
+from protocol_util import finish_checked, grpc_infer_case, http_json, parse_metrics, scrape
 
 # Restarts of each worker in the readiness test.
 KILL_ROUNDS = 2
@@ -65,4 +74,57 @@ def test_node_ready_means_the_gateway_routes_to_every_worker(node_factory):
             node.remember_workers()
             check_gateway_takes_every_worker(node, doc, f"round {round_}, worker {i} restarted")
             assert doc["workers"][i]["restarts"] == round_ + 1
+    finish_checked(node)
+
+
+def worker_state(w):
+    """What one worker serves, asked on its own REST port: {model: state}
+    from its index and mlp's max_batch_size."""
+    code, index, raw = http_json(w["http"], "POST", "/v2/repository/index", {})
+    assert code == 200, raw
+    code, config, raw = http_json(w["http"], "GET", "/v2/models/mlp/config")
+    assert code == 200, raw
+    return {m["name"]: m["state"] for m in index}, config.get("max_batch_size")
+
+
+def test_changes_through_the_gateway_are_replayed_to_a_restarted_worker(node_factory, cases):
+    node = node_factory(["--workers", "2", "--model-control-mode", "explicit"])
+    g = grpcclient.InferenceServerClient(node.grpc_url)
+    try:
+        # gRPC: a load with a configuration override; REST: a pin on the
+        # device (without it explicit mode serves nothing), an unload.
+        g.load_model("mlp", config=json.dumps({"name": "mlp", "max_batch_size": 4}))
+        code, _, raw = http_json(node.http_url, "POST", "/v2/pjserve/models/mlp/residency",
+                                 {"residency": "device"})
+        assert code == 200, raw
+        code, _, raw = http_json(node.http_url, "POST", "/v2/repository/models/two_io/unload", {})
+        assert code == 200, raw
+        expected = ({"mlp": "READY", "two_io": "UNAVAILABLE"}, 4)
+        doc = node.status()
+        assert [worker_state(w) for w in doc["workers"]] == [expected, expected]
+        case = cases.get("mlp", 4)
+        for i in range(2):
+            victim = doc["workers"][i]["pid"]
+            node.known_worker_pids.add(victim)
+            os.kill(victim, signal.SIGKILL)
+            doc = wait_all_ready(node, victim_pid=victim)
+            node.remember_workers()
+            # Ready means up to date: each worker, asked directly, serves
+            # what the gateway's changes made of it, and answers mlp.
+            assert [worker_state(w) for w in doc["workers"]] == [expected, expected], \
+                f"after worker {i} restarted\n{node.describe()}"
+            for w in doc["workers"]:
+                direct = grpcclient.InferenceServerClient(w["grpc"])
+                try:
+                    got, _ = grpc_infer_case(direct, case)
+                    case.check(got, f"worker {w['id']} directly, after worker {i} restarted")
+                finally:
+                    direct.close()
+            for k in range(6):  # round robin over both workers
+                got, _ = grpc_infer_case(g, case)
+                case.check(got, f"through the gateway #{k}, after worker {i} restarted")
+            assert doc["workers"][i]["restarts"] == 1
+        assert node.log_lines("sent it again the 3 changes made through the gateway")
+    finally:
+        g.close()
     finish_checked(node)

@@ -74,9 +74,11 @@ typedef struct pjs_grpc_proxy_ops {
     int (*pick)(void *ctx, const char *method, const uint8_t *msg, size_t len, uint64_t tried,
                 pjs_error *err);
     void (*done)(void *ctx, int worker, pjs_grpc_proxy_outcome outcome);
-    /* PJS_GRPC_PROXY_FANOUT: the workers to send a call of `method` to,
-     * each counted in flight until done (0 with err when there is none). */
-    uint64_t (*fanout)(void *ctx, const char *method, pjs_error *err);
+    /* PJS_GRPC_PROXY_FANOUT: the workers to send a call of `method`, whose
+     * message is msg, to, each counted in flight until done (0 with err
+     * when there is none). */
+    uint64_t (*fanout)(void *ctx, const char *method, const uint8_t *msg, size_t len,
+                       pjs_error *err);
     /* Combines the n answers (all OK) of a fan-out into one (malloc'd). */
     int (*merge)(void *ctx, const char *method, const uint8_t *const *answers,
                  const size_t *lengths, size_t n, uint8_t **out, size_t *out_len, pjs_error *err);

@@ -481,7 +481,8 @@ static void fanout_send(proxy_call *p)
 {
     const pjs_grpc_proxy_ops *ops = p->f->proxy;
     pjs_error err;
-    uint64_t mask = ops->fanout(ops->ctx, p->method, &err);
+    uint64_t mask = ops->fanout(ops->ctx, p->method, GRPC_SLICE_START_PTR(p->first),
+                                GRPC_SLICE_LENGTH(p->first), &err);
     if (mask == 0) {
         reply_error(p, &err);
         return;
