@@ -3,7 +3,8 @@
 #   make            build everything into build/ (bootstraps dependencies first)
 #   make serve      export the demo models and serve them (gRPC :8001, HTTP :8000, metrics :8002)
 #   make test       unit tests, corpus replays, end-to-end, protocol (against serve and against
-#                   a two-worker node), gateway, node and deployment tests, a short fuzz run
+#                   a two-worker node), gateway, node and deployment tests, PyTorch exports
+#                   (in .venv-torch), a short fuzz run
 #   make models     export the demo model bundles into models/
 #   make demo       export the demo models and run each once with pjserve run
 #   make asan       the same tests on an AddressSanitizer+UBSan build (build-asan/)
@@ -27,12 +28,16 @@ FUZZ_SECONDS ?= 20
 PYTHON := .venv/bin/python
 PYTEST := $(PYTHON) -m pytest -q -p no:cacheprovider
 
-.PHONY: all bootstrap build test unit e2e e2e-node models models-large demo serve asan tsan fuzz fuzz-build fuzz-smoke clean install bench bench-scheduler bench-residency bench-meta bench-shared-weights bench-gateway gpu-check
+.PHONY: all bootstrap bootstrap-torch build test unit e2e e2e-node e2e-torch models models-large demo serve asan tsan fuzz fuzz-build fuzz-smoke clean install bench bench-scheduler bench-residency bench-meta bench-shared-weights bench-gateway gpu-check
 
 all: build
 
 bootstrap:
 	@scripts/bootstrap --check >/dev/null 2>&1 || scripts/bootstrap
+
+# .venv-torch (PyTorch, about 3 GB): only the PyTorch exporter's tests need it.
+bootstrap-torch: bootstrap
+	@scripts/bootstrap --check --torch >/dev/null 2>&1 || scripts/bootstrap --torch
 
 # $(1): build directory, $(2): extra CMake arguments
 define cmake_build
@@ -50,15 +55,22 @@ unit: build
 # gateway, deployment (deploy/: manifests, Dockerfile; plain build only) and
 # client (libpjserve-client, its example and pjserve infer/models/...) and
 # command-line (pjserve top, under tmux) tests.
-PYTESTS := tests/e2e tests/protocol tests/gateway tests/deploy tests/node tests/client tests/cli
+PYTESTS := tests/e2e tests/protocol tests/gateway tests/deploy tests/node tests/client tests/cli \
+           --ignore=tests/e2e/test_torch_export.py
 # The sanitizer builds skip the hostile-client suite (bombs and floods: heavy,
 # and its memory bounds are the plain build's) and the node's (worker processes
 # killed, stopped and restarted: fault injection runs once, in the plain build).
 SANITIZER_PYTESTS := tests/e2e tests/protocol tests/gateway tests/client tests/cli \
-                     --ignore=tests/protocol/hostile
+                     --ignore=tests/protocol/hostile --ignore=tests/e2e/test_torch_export.py
 
 e2e: build
 	PJSERVE_BIN=$(CURDIR)/build/pjserve $(PYTEST) -s $(PYTESTS)
+
+# PyTorch exports (export_torch: torchvision's ResNet-18 and a tiny BERT against
+# eager PyTorch), in .venv-torch, once, in the plain build.
+e2e-torch: build bootstrap-torch
+	PJSERVE_BIN=$(CURDIR)/build/pjserve .venv-torch/bin/python -m pytest -q -p no:cacheprovider \
+	  -s tests/e2e/test_torch_export.py
 
 # The protocol suite again, against `pjserve node --workers 2`: every call
 # through the gateway to two workers (tests of one serve process's own
@@ -67,7 +79,7 @@ e2e-node: build
 	PJSERVE_PROTOCOL_NODE_WORKERS=2 PJSERVE_BIN=$(CURDIR)/build/pjserve \
 	  $(PYTEST) tests/protocol --ignore=tests/protocol/hostile
 
-test: unit e2e e2e-node fuzz-smoke
+test: unit e2e e2e-node e2e-torch fuzz-smoke
 
 models: build
 	$(PYTHON) examples/make_demo_models.py models --pjserve build/pjserve

@@ -1,0 +1,116 @@
+"""PyTorch modules to pjserve bundles, through torchax and jax.export.
+
+    export_torch(module, example_inputs, out_dir, *, name, batch_sizes,
+                 input_names, output_names, **export_jax_options) -> Path
+
+torchax runs a module's forward on tensors backed by JAX arrays, so the
+forward becomes a JAX-traceable function of the module's state and inputs
+(torchax.extract_jax). export_jax then does what it does for any JAX
+function: one trace and one StableHLO module per compiled batch size, the
+weights as module arguments written once. So:
+
+- the weights are the module's parameters and buffers, named as in
+  module.state_dict() ("layer1.0.conv1.weight", "bn1.running_mean") and
+  passed in the order of those names, sorted: the same for every export of
+  the same architecture;
+- each batch size is its own trace of forward, so a forward that reshapes by
+  its input's batch size is exported correctly at every size (a single
+  torch.export graph would have to be exported with a symbolic batch
+  dimension for that);
+- the module runs in eval mode (batch norm from its running statistics, no
+  dropout) and without gradients; export_torch puts it there and leaves it so.
+
+forward may return one tensor, a tuple or list of them (output_names name
+them in order), or a mapping such as a transformers ModelOutput (output_names
+pick its entries by key). Inputs are numpy arrays or CPU tensors with a
+leading batch axis of any size; only their per-example shapes and dtypes are
+used. 64-bit integers become 32-bit ones, as JAX computes without x64: give
+token ids as int32 (torch's embeddings accept them).
+
+torch, torchax and friends are heavy, so they live in their own environment
+(.venv-torch, made by scripts/bootstrap); importing this module elsewhere
+fails with a message that says so.
+"""
+
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+from .jax_export import export_jax
+
+_MISSING = ("export_torch needs torch and torchax, which live in .venv-torch "
+            "(scripts/bootstrap makes it): run .venv-torch/bin/python")
+
+
+def _modules():
+    try:
+        import torch
+        import torchax
+    except ImportError as e:
+        raise ImportError(f"{_MISSING} ({e})") from e
+    return torch, torchax
+
+
+def _as_numpy(x) -> np.ndarray:
+    torch, _ = _modules()
+    if isinstance(x, torch.Tensor):
+        x = x.detach().cpu().numpy()
+    a = np.asarray(x)
+    if a.dtype == np.int64:
+        a = a.astype(np.int32)
+    elif a.dtype == np.uint64:
+        a = a.astype(np.uint32)
+    return a
+
+
+def pick_outputs(result: Any, output_names: Sequence[str]):
+    """forward's result as a tuple in output_names order: a mapping by key, a
+    sequence by position, a single array as the only output."""
+    if isinstance(result, Mapping) or (hasattr(result, "keys") and hasattr(result, "__getitem__")):
+        missing = [n for n in output_names if n not in result.keys()]
+        if missing:
+            raise ValueError(f"forward returned the entries {sorted(result.keys())}; "
+                             f"output_names asks for {missing}")
+        return tuple(result[n] for n in output_names)
+    if isinstance(result, (tuple, list)):
+        if len(result) != len(output_names):
+            raise ValueError(f"forward returned {len(result)} outputs; output_names names "
+                             f"{len(output_names)}")
+        return tuple(result)
+    if len(output_names) != 1:
+        raise ValueError(f"forward returned one output; output_names names {len(output_names)}")
+    return (result,)
+
+
+def export_torch(module, example_inputs: Sequence[Any], out_dir, *, name: str,
+                 batch_sizes: Sequence[int], input_names: Sequence[str],
+                 output_names: Sequence[str], **options):
+    """Exports module.forward(*inputs) as the bundle out_dir/name/; returns its
+    path. options are export_jax's (description, residency, input_formats,
+    variants, target_stablehlo_version, ...)."""
+    torch, torchax = _modules()
+    if not isinstance(module, torch.nn.Module):
+        raise TypeError(f"module: expected a torch.nn.Module, got {type(module).__name__}")
+    module.eval()
+    with torch.no_grad():
+        states, forward = torchax.extract_jax(module)
+
+    def fn(params, *inputs):
+        return pick_outputs(forward(params, inputs), output_names)
+
+    options.setdefault("description", f"{type(module).__name__} exported from PyTorch "
+                                      f"{torch.__version__} with torchax {torchax.__version__}")
+    return export_jax(fn, dict(states), [_as_numpy(x) for x in example_inputs], out_dir,
+                      name=name, batch_sizes=batch_sizes, input_names=input_names,
+                      output_names=output_names, **options)
+
+
+def torch_reference(module, inputs: Sequence[Any], output_names: Sequence[str]):
+    """The module's own answer in eager PyTorch, as numpy arrays in
+    output_names order (integer inputs as the exported model takes them)."""
+    torch, _ = _modules()
+    module.eval()
+    with torch.no_grad():
+        args = [torch.from_numpy(np.ascontiguousarray(_as_numpy(x))) for x in inputs]
+        result = module(*args)
+    return tuple(t.detach().cpu().numpy() for t in pick_outputs(result, output_names))

@@ -1,0 +1,174 @@
+"""PyTorch models exported with export_torch: eager PyTorch, `pjserve run` and the server agree.
+
+Runs in .venv-torch (torch, torchvision, transformers, torchax; `make
+e2e-torch`). Two real architectures with random weights from a fixed seed
+(nothing is downloaded): torchvision's ResNet-18 (x f32 [batch,3,224,224]
+NCHW -> logits [batch,1000]) and a tiny BERT encoder from transformers
+(2 layers, hidden 64: input_ids and attention_mask int32 [batch,16] ->
+last_hidden_state [batch,16,64] and pooler_output [batch,64]). Each is
+exported at batch sizes 1 and 4 and compared with eager PyTorch on the same
+inputs: through `pjserve run` at 1 and 3 rows (padded to 4 by the server and
+sliced back) and served, over gRPC at 4 rows and HTTP at 1. The max absolute
+error of every output is printed (pytest -s). Also: the weights are the
+module's state_dict by name, in a stable order, and bad calls say what is
+wrong.
+"""
+
+import json
+import struct
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "protocol"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import common  # noqa: E402,F401  (puts python/ on sys.path)
+from e2e_util import describe, save_inputs  # noqa: E402
+from protocol_util import ServerProcess, finish_checked, start_or_fail  # noqa: E402
+
+torch = pytest.importorskip("torch", reason="PyTorch lives in .venv-torch: make e2e-torch")
+import torchvision  # noqa: E402
+import transformers  # noqa: E402
+import tritonclient.grpc as grpcclient  # noqa: E402
+import tritonclient.http as httpclient  # noqa: E402
+
+from pjserve_export import export_torch, torch_reference  # noqa: E402
+
+SEQ = 16
+VOCAB = 1000
+BATCH_SIZES = (1, 4)
+# f32 in both, but different kernels: PyTorch's CPU convolutions and matrix
+# products against XLA's, with other summation orders
+ATOL = RTOL = 2e-4
+
+
+class Case:
+    def __init__(self, name, module, make_inputs, input_names, output_names, kserve_types):
+        self.name, self.module, self.make_inputs = name, module, make_inputs
+        self.input_names, self.output_names = input_names, output_names
+        self.kserve_types = kserve_types
+
+
+def resnet18():
+    torch.manual_seed(0)
+    m = torchvision.models.resnet18(weights=None)
+    return Case("resnet18", m,
+                lambda n, seed: [np.random.default_rng(seed).standard_normal((n, 3, 224, 224))
+                                 .astype(np.float32)],
+                ["x"], ["logits"], ["FP32"])
+
+
+def tiny_bert():
+    torch.manual_seed(0)
+    config = transformers.BertConfig(vocab_size=VOCAB, hidden_size=64, num_hidden_layers=2,
+                                     num_attention_heads=4, intermediate_size=128,
+                                     max_position_embeddings=64, attn_implementation="eager")
+    m = transformers.BertModel(config)
+
+    def inputs(n, seed):
+        rng = np.random.default_rng(seed)
+        ids = rng.integers(1, VOCAB, (n, SEQ), dtype=np.int32)
+        # each row padded at its end by 0 to 3 tokens
+        lengths = SEQ - rng.integers(0, 4, n)
+        mask = (np.arange(SEQ)[None, :] < lengths[:, None]).astype(np.int32)
+        return [ids, mask]
+    return Case("tiny_bert", m, inputs, ["input_ids", "attention_mask"],
+                ["last_hidden_state", "pooler_output"], ["INT32", "INT32"])
+
+
+CASES = {"resnet18": resnet18, "tiny_bert": tiny_bert}
+
+
+@pytest.fixture(scope="module", params=sorted(CASES))
+def exported(request, tmp_path_factory):
+    case = CASES[request.param]()
+    path = export_torch(case.module, case.make_inputs(1, 0), tmp_path_factory.mktemp("torch"),
+                        name=case.name, batch_sizes=BATCH_SIZES, input_names=case.input_names,
+                        output_names=case.output_names)
+    return case, path
+
+
+def compare(what, got, want):
+    err = float(np.max(np.abs(got.astype(np.float64) - want.astype(np.float64))))
+    print(f"{what}: max abs error {err:.3g} (scale {float(np.abs(want).max()):.3g})")
+    assert got.shape == want.shape, f"{what}: shape {got.shape}, PyTorch's {want.shape}"
+    assert got.dtype == want.dtype
+    np.testing.assert_allclose(got, want, atol=ATOL, rtol=RTOL, err_msg=what)
+
+
+@pytest.mark.parametrize("n", [1, 3])
+def test_run_matches_pytorch(pjserve, exported, tmp_path, n):
+    case, path = exported
+    inputs = case.make_inputs(n, seed=10 + n)
+    out = tmp_path / "out"
+    out.mkdir()
+    r = pjserve("run", path, *save_inputs(dict(zip(case.input_names, inputs)), tmp_path / "in"),
+                "--output-dir", out, "--cache-dir", tmp_path / "cache")
+    assert r.returncode == 0, describe(r)
+    want = torch_reference(case.module, inputs, case.output_names)
+    for name, w in zip(case.output_names, want):
+        compare(f"pjserve run {case.name} n={n} {name}", np.load(out / f"{name}.npy"), w)
+
+
+def test_served_matches_pytorch(pjserve_bin, plugin_path, exported, tmp_path):
+    case, path = exported
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    (repo / case.name).symlink_to(path)
+    s = start_or_fail(ServerProcess(pjserve_bin, plugin_path, repo, tmp_path / "cache",
+                                    tmp_path / "srv", [], case.name))
+    try:
+        inputs = case.make_inputs(4, seed=21)
+        want = torch_reference(case.module, inputs, case.output_names)
+        g = grpcclient.InferenceServerClient(s.grpc_url)
+        g_in = []
+        for name, x, t in zip(case.input_names, inputs, case.kserve_types):
+            g_in.append(grpcclient.InferInput(name, list(x.shape), t))
+            g_in[-1].set_data_from_numpy(x)
+        result = g.infer(case.name, g_in)
+        for name, w in zip(case.output_names, want):
+            compare(f"gRPC {case.name} n=4 {name}", result.as_numpy(name), w)
+
+        h = httpclient.InferenceServerClient(s.http_url)
+        h_in = []
+        for name, x, t in zip(case.input_names, inputs, case.kserve_types):
+            h_in.append(httpclient.InferInput(name, [1, *x.shape[1:]], t))
+            h_in[-1].set_data_from_numpy(x[:1], binary_data=True)
+        result = h.infer(case.name, h_in)
+        for name, w in zip(case.output_names, want):
+            compare(f"HTTP {case.name} n=1 {name}", result.as_numpy(name), w[:1])
+    finally:
+        finish_checked(s)
+
+
+def safetensors_names(path):
+    with open(path / "weights.safetensors", "rb") as f:
+        (n,) = struct.unpack("<Q", f.read(8))
+        header = json.loads(f.read(n))
+    return [k for k in header if k != "__metadata__"]
+
+
+def test_weights_are_the_state_dict_in_a_stable_order(tmp_path):
+    case = resnet18()
+    a = export_torch(case.module, case.make_inputs(1, 0), tmp_path / "a", name="r",
+                     batch_sizes=(1,), input_names=["x"], output_names=["logits"])
+    b = export_torch(resnet18().module, case.make_inputs(1, 0), tmp_path / "b", name="r",
+                     batch_sizes=(1,), input_names=["x"], output_names=["logits"])
+    names = safetensors_names(a)
+    assert set(names) == set(case.module.state_dict())
+    assert names == safetensors_names(b)
+    assert (a / "weights.safetensors").read_bytes() == (b / "weights.safetensors").read_bytes()
+    assert (a / "model.b1.mlir").read_bytes() == (b / "model.b1.mlir").read_bytes()
+
+
+def test_bad_calls_say_what_is_wrong(tmp_path):
+    case = tiny_bert()
+    with pytest.raises(TypeError, match="torch.nn.Module"):
+        export_torch(lambda x: x, [np.zeros((1, 4), np.float32)], tmp_path, name="f",
+                     batch_sizes=(1,), input_names=["x"], output_names=["y"])
+    with pytest.raises(ValueError, match="output_names asks for"):
+        export_torch(case.module, case.make_inputs(1, 0), tmp_path, name="b", batch_sizes=(1,),
+                     input_names=case.input_names, output_names=["last_hidden_state", "nope"])
