@@ -13,7 +13,8 @@
 #   make bench      server overhead vs the raw limit and the peers (docs/benchmarks.md)
 #   make bench-scheduler  coalescing and fair shares on a compute-bound convnet (same doc);
 #                   bench/scheduler.py --model resnet50 the same on ResNet-50
-#   make models-large  export ResNet-50 and ResNet-18 (random weights) into models-large/
+#   make models-large  export ResNet-50 and -18 (JAX), ResNet-50 and BERT-base (PyTorch), random
+#                   weights, into models-large/
 #   make bench-residency  weight loads vs size and many models under a weight budget (same doc)
 #   make bench-meta  the detector as a meta vs client-orchestrated vs Triton BLS (same doc)
 #   make bench-shared-weights  memory of 1-4 workers with and without --shared-weights (same doc)
@@ -84,10 +85,11 @@ test: unit e2e e2e-node e2e-torch fuzz-smoke
 models: build
 	$(PYTHON) examples/make_demo_models.py models --pjserve build/pjserve
 
-# ResNet-50 and ResNet-18 (random weights, JAX) for benchmarks: not built by
-# `make test`; about 150 MiB of bundles in models-large/.
-models-large: build
-	$(PYTHON) examples/make_large_models.py models-large
+# ResNet-50 and ResNet-18 (JAX), ResNet-50 and BERT-base (PyTorch), random
+# weights, for benchmarks: not built by `make test`; about 700 MiB of bundles
+# in models-large/.
+models-large: build bootstrap-torch
+	.venv-torch/bin/python examples/make_large_models.py models-large
 
 demo: models
 	$(PYTHON) examples/run_demo.py --pjserve build/pjserve models

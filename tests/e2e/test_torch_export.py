@@ -11,7 +11,8 @@ inputs: through `pjserve run` at 1 and 3 rows (padded to 4 by the server and
 sliced back) and served, over gRPC at 4 rows and HTTP at 1. The max absolute
 error of every output is printed (pytest -s). Also: the weights are the
 module's state_dict by name, in a stable order, and bad calls say what is
-wrong.
+wrong, and torchvision's ResNet-50 itself is exported and served at batch
+size 1.
 """
 
 import json
@@ -140,6 +141,29 @@ def test_served_matches_pytorch(pjserve_bin, plugin_path, exported, tmp_path):
         result = h.infer(case.name, h_in)
         for name, w in zip(case.output_names, want):
             compare(f"HTTP {case.name} n=1 {name}", result.as_numpy(name), w[:1])
+    finally:
+        finish_checked(s)
+
+
+def test_resnet50_served_matches_pytorch(pjserve_bin, plugin_path, tmp_path):
+    """The full-size architecture the benchmarks use, at batch size 1."""
+    torch.manual_seed(0)
+    module = torchvision.models.resnet50(weights=None)
+    x = np.random.default_rng(50).standard_normal((1, 3, 224, 224)).astype(np.float32)
+    repo = tmp_path / "repo"
+    export_torch(module, [x], repo, name="resnet50_torch", batch_sizes=(1,),
+                 input_names=["x"], output_names=["logits"], input_formats={"x": "NCHW"})
+    s = start_or_fail(ServerProcess(pjserve_bin, plugin_path, repo, tmp_path / "cache",
+                                    tmp_path / "srv", [], "resnet50"))
+    try:
+        g = grpcclient.InferenceServerClient(s.grpc_url)
+        inp = grpcclient.InferInput("x", list(x.shape), "FP32")
+        inp.set_data_from_numpy(x)
+        (want,) = torch_reference(module, [x], ["logits"])
+        compare("gRPC resnet50_torch n=1 logits", g.infer("resnet50_torch", [inp]).as_numpy("logits"),
+                want)
+        config = g.get_model_config("resnet50_torch").config
+        assert config.input[0].format == config.input[0].FORMAT_NCHW
     finally:
         finish_checked(s)
 
