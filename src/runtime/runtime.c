@@ -1023,35 +1023,6 @@ void pjs_rt_host_free(pjs_rt_client *c, pjs_rt_host_memory *m)
     *m = (pjs_rt_host_memory){0};
 }
 
-int pjs_rt_buffer_to_host(pjs_rt_client *c, pjrt_buffer *b, void *dst, size_t dst_size,
-                          pjs_error *err)
-{
-    const struct pjrt_api *api = c->plugin->api;
-    struct pjrt_buffer_to_host_buffer_args q = {.struct_size = sizeof q, .src = b};
-    int rc = CALL(api, buffer_to_host_buffer, &q, "sizing a device buffer", err);
-    if (rc != 0)
-        return rc;
-    if (q.dst_size != dst_size)
-        return pjs_error_set(err, PJS_ERR_INTERNAL,
-                             "device buffer holds %zu bytes, expected %zu", q.dst_size, dst_size);
-    struct pjrt_buffer_to_host_buffer_args a = {
-        .struct_size = sizeof a, .src = b, .dst = dst, .dst_size = dst_size};
-    rc = CALL(api, buffer_to_host_buffer, &a, "copying from the device", err);
-    if (rc != 0)
-        return rc;
-    return await_event(api, a.event, "copying from the device", err);
-}
-
-void pjs_rt_buffer_destroy(pjs_rt_client *c, pjrt_buffer *b)
-{
-    if (b == NULL)
-        return;
-    struct pjrt_buffer_destroy_args d = {.struct_size = sizeof d, .buffer = b};
-    pjs_error err;
-    if (CALL(c->plugin->api, buffer_destroy, &d, "destroying a buffer", &err) != 0)
-        pjs_warn("%s", err.msg);
-}
-
 /* Starts copying b into dst (dst_size its exact size); *ev completes when
  * dst is written. */
 static int read_start(pjs_rt_client *c, pjrt_buffer *b, void *dst, size_t dst_size,
@@ -1073,6 +1044,27 @@ static int read_start(pjs_rt_client *c, pjrt_buffer *b, void *dst, size_t dst_si
         *ev = a.event;
     return rc;
 }
+
+int pjs_rt_buffer_to_host(pjs_rt_client *c, pjrt_buffer *b, void *dst, size_t dst_size,
+                          pjs_error *err)
+{
+    pjrt_event *ev;
+    int rc = read_start(c, b, dst, dst_size, &ev, err);
+    if (rc != 0)
+        return rc;
+    return await_event(c->plugin->api, ev, "copying from the device", err);
+}
+
+void pjs_rt_buffer_destroy(pjs_rt_client *c, pjrt_buffer *b)
+{
+    if (b == NULL)
+        return;
+    struct pjrt_buffer_destroy_args d = {.struct_size = sizeof d, .buffer = b};
+    pjs_error err;
+    if (CALL(c->plugin->api, buffer_destroy, &d, "destroying a buffer", &err) != 0)
+        pjs_warn("%s", err.msg);
+}
+
 
 void pjs_rt_client_set_read_ahead(pjs_rt_client *c, bool read_ahead)
 {

@@ -1,22 +1,25 @@
 """Helpers of the end-to-end tests (their fixtures are in conftest.py): a
-private copy of a bundle, inputs saved as .npy, and a failed command's
-error and description. A module of its own so that test files import it by
+private copy of a bundle, inputs saved as .npy, a failed command's
+error and description, and a server over a few bundles. A module of its own so that test files import it by
 a name no other test directory shares.
 """
 
+import contextlib
 import shutil
 import subprocess
 import sys
 from pathlib import Path
-from typing import Dict, List, Optional
+from typing import Dict, Iterator, List, Optional, Sequence
 
 import numpy as np
 import pytest
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "protocol"))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import pjserve_export as pe  # noqa: E402
 from common import REPO, ExportedModel  # noqa: E402, F401 (REPO: for the tests)
+from protocol_util import ServerProcess, finish_checked, start_or_fail  # noqa: E402
 
 ERROR_PREFIX = "pjserve: error:"
 
@@ -61,3 +64,20 @@ def error_text(result: subprocess.CompletedProcess) -> str:
 def describe(result: subprocess.CompletedProcess) -> str:
     return (f"command: {' '.join(result.args)}\nexit code: {result.returncode}\n"
             f"--- stdout ---\n{result.stdout}\n--- stderr ---\n{result.stderr}")
+
+
+@contextlib.contextmanager
+def serving(pjserve_bin: Path, plugin_path: Path, bundles: Sequence[Path], workdir: Path,
+            name: str = "server") -> Iterator[ServerProcess]:
+    """`pjserve serve` over a repository of links to `bundles`, ready; on exit
+    stopped, and the test fails unless it shut down cleanly."""
+    repo = workdir / "repo"
+    repo.mkdir(parents=True)
+    for b in bundles:
+        (repo / Path(b).name).symlink_to(Path(b).resolve())
+    s = start_or_fail(ServerProcess(pjserve_bin, plugin_path, repo, workdir / "cache",
+                                    workdir / "srv", [], name))
+    try:
+        yield s
+    finally:
+        finish_checked(s)

@@ -17,13 +17,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "protocol"))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import common  # noqa: E402,F401  (puts python/ on sys.path)
-from e2e_util import describe, save_inputs  # noqa: E402
+from e2e_util import describe, save_inputs, serving  # noqa: E402
 from pjserve_export.resnet import LAYOUTS, ResNetSpec, parameter_count, resnet_model, resnet_params  # noqa: E402
-from protocol_util import ServerProcess, finish_checked, start_or_fail  # noqa: E402
 
 import tritonclient.grpc as grpcclient  # noqa: E402
 import tritonclient.http as httpclient  # noqa: E402
@@ -95,12 +93,7 @@ def test_run_matches_jax(pjserve, small, tmp_path, n):
 
 def test_served_matches_jax(pjserve_bin, plugin_path, small, tmp_path):
     m, path = small
-    repo = tmp_path / "repo"
-    repo.mkdir()
-    (repo / m.name).symlink_to(path)
-    s = start_or_fail(ServerProcess(pjserve_bin, plugin_path, repo, tmp_path / "cache",
-                                    tmp_path / "srv", [], "resnet"))
-    try:
+    with serving(pjserve_bin, plugin_path, [path], tmp_path, "resnet") as s:
         x = images(4, seed=7)
         (want,) = m.reference(x)
         g = grpcclient.InferenceServerClient(s.grpc_url)
@@ -115,5 +108,3 @@ def test_served_matches_jax(pjserve_bin, plugin_path, small, tmp_path):
         hin = httpclient.InferInput("x", [1, *x.shape[1:]], "FP32")
         hin.set_data_from_numpy(x[:1], binary_data=True)
         compare(f"HTTP {m.name} n=1", h.infer(m.name, [hin]).as_numpy("logits"), want[:1])
-    finally:
-        finish_checked(s)

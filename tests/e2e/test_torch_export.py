@@ -23,12 +23,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "protocol"))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import common  # noqa: E402,F401  (puts python/ on sys.path)
-from e2e_util import describe, save_inputs  # noqa: E402
-from protocol_util import ServerProcess, finish_checked, start_or_fail  # noqa: E402
+from e2e_util import describe, save_inputs, serving  # noqa: E402
 
 torch = pytest.importorskip("torch", reason="PyTorch lives in .venv-torch: make e2e-torch")
 import torchvision  # noqa: E402
@@ -116,12 +114,7 @@ def test_run_matches_pytorch(pjserve, exported, tmp_path, n):
 
 def test_served_matches_pytorch(pjserve_bin, plugin_path, exported, tmp_path):
     case, path = exported
-    repo = tmp_path / "repo"
-    repo.mkdir()
-    (repo / case.name).symlink_to(path)
-    s = start_or_fail(ServerProcess(pjserve_bin, plugin_path, repo, tmp_path / "cache",
-                                    tmp_path / "srv", [], case.name))
-    try:
+    with serving(pjserve_bin, plugin_path, [path], tmp_path, case.name) as s:
         inputs = case.make_inputs(4, seed=21)
         want = torch_reference(case.module, inputs, case.output_names)
         g = grpcclient.InferenceServerClient(s.grpc_url)
@@ -141,8 +134,6 @@ def test_served_matches_pytorch(pjserve_bin, plugin_path, exported, tmp_path):
         result = h.infer(case.name, h_in)
         for name, w in zip(case.output_names, want):
             compare(f"HTTP {case.name} n=1 {name}", result.as_numpy(name), w[:1])
-    finally:
-        finish_checked(s)
 
 
 def test_resnet50_served_matches_pytorch(pjserve_bin, plugin_path, tmp_path):
@@ -150,12 +141,10 @@ def test_resnet50_served_matches_pytorch(pjserve_bin, plugin_path, tmp_path):
     torch.manual_seed(0)
     module = torchvision.models.resnet50(weights=None)
     x = np.random.default_rng(50).standard_normal((1, 3, 224, 224)).astype(np.float32)
-    repo = tmp_path / "repo"
-    export_torch(module, [x], repo, name="resnet50_torch", batch_sizes=(1,),
-                 input_names=["x"], output_names=["logits"], input_formats={"x": "NCHW"})
-    s = start_or_fail(ServerProcess(pjserve_bin, plugin_path, repo, tmp_path / "cache",
-                                    tmp_path / "srv", [], "resnet50"))
-    try:
+    path = export_torch(module, [x], tmp_path / "bundles", name="resnet50_torch",
+                        batch_sizes=(1,), input_names=["x"], output_names=["logits"],
+                        input_formats={"x": "NCHW"})
+    with serving(pjserve_bin, plugin_path, [path], tmp_path, "resnet50") as s:
         g = grpcclient.InferenceServerClient(s.grpc_url)
         inp = grpcclient.InferInput("x", list(x.shape), "FP32")
         inp.set_data_from_numpy(x)
@@ -164,8 +153,6 @@ def test_resnet50_served_matches_pytorch(pjserve_bin, plugin_path, tmp_path):
                 want)
         config = g.get_model_config("resnet50_torch").config
         assert config.input[0].format == config.input[0].FORMAT_NCHW
-    finally:
-        finish_checked(s)
 
 
 def safetensors_names(path):
