@@ -61,17 +61,24 @@ def check_gateway_takes_every_worker(node, doc, what):
                         f"{node.describe()}"
 
 
+def kill_and_wait_ready(node, doc, i):
+    """SIGKILLs worker i (pid from the status `doc`); the status once the node
+    reports every worker ready again."""
+    victim = doc["workers"][i]["pid"]
+    node.known_worker_pids.add(victim)
+    os.kill(victim, signal.SIGKILL)
+    doc = wait_all_ready(node, victim_pid=victim)
+    node.remember_workers()
+    return doc
+
+
 def test_node_ready_means_the_gateway_routes_to_every_worker(node_factory):
     node = node_factory(["--workers", "2"], ready=False)
     doc = wait_all_ready(node)
     check_gateway_takes_every_worker(node, doc, "at start")
     for round_ in range(KILL_ROUNDS):
         for i in range(2):
-            victim = doc["workers"][i]["pid"]
-            node.known_worker_pids.add(victim)
-            os.kill(victim, signal.SIGKILL)
-            doc = wait_all_ready(node, victim_pid=victim)
-            node.remember_workers()
+            doc = kill_and_wait_ready(node, doc, i)
             check_gateway_takes_every_worker(node, doc, f"round {round_}, worker {i} restarted")
             assert doc["workers"][i]["restarts"] == round_ + 1
     finish_checked(node)
@@ -104,11 +111,7 @@ def test_changes_through_the_gateway_are_replayed_to_a_restarted_worker(node_fac
         assert [worker_state(w) for w in doc["workers"]] == [expected, expected]
         case = cases.get("mlp", 4)
         for i in range(2):
-            victim = doc["workers"][i]["pid"]
-            node.known_worker_pids.add(victim)
-            os.kill(victim, signal.SIGKILL)
-            doc = wait_all_ready(node, victim_pid=victim)
-            node.remember_workers()
+            doc = kill_and_wait_ready(node, doc, i)
             # Ready means up to date: each worker, asked directly, serves
             # what the gateway's changes made of it, and answers mlp.
             assert [worker_state(w) for w in doc["workers"]] == [expected, expected], \
