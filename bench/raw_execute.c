@@ -2,7 +2,7 @@
  * raw_execute.c - the in-process limit for serving a bundle: time PJRT alone.
  *
  *   pjs_bench_raw_execute BUNDLE [--batch-size N] [--iterations N] [--warmup N]
- *                         [--pjrt-plugin PATH] [--json]
+ *                         [--pjrt-plugin PATH] [--cpu-intra-op-threads N|auto] [--json]
  *
  * Opens and compiles the bundle's module for batch size N (default 1) with
  * the same library calls `pjserve run` and the server use, uploads the weights
@@ -17,7 +17,10 @@
  * values (floats in [-1, 1), other types zero). Prints p50, p90, p99, mean
  * and min in microseconds of both, as a table or (--json) as one JSON object.
  * No network, no protocol, no queueing: what is left between this and a
- * server's latency is the server's own overhead (plus the client's).
+ * server's latency is the server's own overhead (plus the client's). The
+ * client is the server's too: on the CPU plugin one device and the thread
+ * count `pjserve serve` would pick for this bundle alone (auto, or
+ * --cpu-intra-op-threads).
  */
 #include <errno.h>
 #include <getopt.h>
@@ -28,10 +31,11 @@
 #include <time.h>
 
 #include "registry/bundle.h"
+#include "runtime/cpu_threads.h"
 
 static const char usage[] =
     "usage: pjs_bench_raw_execute BUNDLE [--batch-size N] [--iterations N] [--warmup N]\n"
-    "                             [--pjrt-plugin PATH] [--json]\n";
+    "                             [--pjrt-plugin PATH] [--cpu-intra-op-threads N|auto] [--json]\n";
 
 static double now_us(void)
 {
@@ -119,18 +123,26 @@ int main(int argc, char **argv)
                                          {"iterations", required_argument, NULL, 'n'},
                                          {"warmup", required_argument, NULL, 'w'},
                                          {"pjrt-plugin", required_argument, NULL, 'p'},
+                                         {"cpu-intra-op-threads", required_argument, NULL, 't'},
                                          {"json", no_argument, NULL, 'j'},
                                          {"help", no_argument, NULL, 'h'},
                                          {NULL, 0, NULL, 0}};
     long batch = 1, iterations = 10000, warmup = 1000;
     const char *plugin_path = NULL;
-    int json = 0, opt;
-    while ((opt = getopt_long(argc, argv, "b:n:w:p:jh", opts, NULL)) != -1) {
+    int json = 0, opt, threads = 0; /* 0: auto */
+    pjs_error err;
+    while ((opt = getopt_long(argc, argv, "b:n:w:p:t:jh", opts, NULL)) != -1) {
         switch (opt) {
         case 'b': batch = parse_positive("--batch-size", optarg); break;
         case 'n': iterations = parse_positive("--iterations", optarg); break;
         case 'w': warmup = parse_positive("--warmup", optarg); break;
         case 'p': plugin_path = optarg; break;
+        case 't':
+            if (pjs_rt_cpu_threads_parse(optarg, &threads, &err) != 0) {
+                fprintf(stderr, "pjs_bench_raw_execute: %s\n", err.msg);
+                return 2;
+            }
+            break;
         case 'j': json = 1; break;
         case 'h': fputs(usage, stdout); return 0;
         default: fputs(usage, stderr); return 2;
@@ -142,16 +154,20 @@ int main(int argc, char **argv)
     }
     const char *dir = argv[optind];
 
-    pjs_error err;
     pjs_bundle *b = NULL;
     pjs_rt_plugin *plugin = NULL;
     pjs_rt_client *client = NULL;
     char path[4096];
     int rc = 1;
-    if (pjs_bundle_open(dir, &b, &err) != 0 ||
+    pjs_rt_option cpu = {.key = PJS_RT_OPTION_CPU_THREADS, .type = PJRT_NAMED_INT64};
+    if (pjs_bundle_open(dir, &b, &err) == 0)
+        cpu.int_value = threads > 0 ? threads
+                                    : pjs_rt_cpu_threads_auto(
+                                          pjs_rt_cpu_flops_estimate(&b->manifest, &b->weights));
+    if (b == NULL ||
         pjs_rt_plugin_resolve(plugin_path, path, sizeof path, &err) != 0 ||
         pjs_rt_plugin_load(path, &plugin, &err) != 0 ||
-        pjs_rt_client_create(plugin, NULL, 0, &client, &err) != 0) {
+        pjs_rt_client_create(plugin, &cpu, 1, &client, &err) != 0) {
         fprintf(stderr, "pjs_bench_raw_execute: %s\n", err.msg);
         pjs_bundle_close(b);
         return 1;
@@ -243,8 +259,9 @@ int main(int argc, char **argv)
     summary st = summarize(total, iterations), se = summarize(exec, iterations);
     if (json) {
         printf("{\"bundle\": \"%s\", \"model\": \"%s\", \"batch_size\": %ld, \"iterations\": %ld, "
-               "\"warmup\": %ld, \"platform\": \"%s\",\n",
-               dir, m->name, batch, iterations, warmup, pjs_rt_client_platform(client));
+               "\"warmup\": %ld, \"platform\": \"%s\", \"cpu_threads\": %lld,\n",
+               dir, m->name, batch, iterations, warmup, pjs_rt_client_platform(client),
+               (long long)cpu.int_value);
         printf(" \"round_trip_us\": {\"p50\": %.2f, \"p90\": %.2f, \"p99\": %.2f, \"mean\": %.2f, "
                "\"min\": %.2f},\n",
                st.p50, st.p90, st.p99, st.mean, st.min);
@@ -253,8 +270,9 @@ int main(int argc, char **argv)
                se.p50, se.p90, se.p99, se.mean, se.min);
     } else {
         printf("bundle %s (model %s), batch size %ld, %ld iterations after %ld warm-up, "
-               "platform %s\n",
-               dir, m->name, batch, iterations, warmup, pjs_rt_client_platform(client));
+               "platform %s (CPU plugin threads: %lld)\n",
+               dir, m->name, batch, iterations, warmup, pjs_rt_client_platform(client),
+               (long long)cpu.int_value);
         printf("%-40s %9s %9s %9s %9s %9s\n", "microseconds", "p50", "p90", "p99", "mean", "min");
         printf("%-40s %9.2f %9.2f %9.2f %9.2f %9.2f\n", "upload + execute + read back (round trip)",
                st.p50, st.p90, st.p99, st.mean, st.min);
