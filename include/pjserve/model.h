@@ -247,9 +247,14 @@ static inline int pjserve_call(pjserve_ctx *ctx, const char *model, const pjserv
     return rc != PJSERVE_OK ? rc : pjserve_call_wait(ctx, c, outputs, n_outputs);
 }
 
-/* Sends one response now, before the run returns (a decoupled model over a
- * ModelStreamInfer stream may send zero, one or many; `final` marks the
- * last). Outside such a stream it is refused with PJSERVE_UNSUPPORTED. */
+/* Sends one response now, before the run returns (a decoupled meta, manifest
+ * `decoupled: true`, over a ModelStreamInfer stream may send zero, one or
+ * many; `final` marks the last). outputs: every client output, checked as
+ * returned outputs are, copied before the call returns; or none (n_outputs
+ * 0) with `final`. May wait while the client reads slowly, until the
+ * request's deadline (PJSERVE_DEADLINE_EXCEEDED); PJSERVE_UNAVAILABLE once
+ * the client closed the stream. Outside such a stream it is refused with
+ * PJSERVE_UNSUPPORTED. See docs/meta-models.md, "Decoupled models". */
 static inline int pjserve_respond(pjserve_ctx *ctx, const pjserve_tensor *outputs,
                                   size_t n_outputs, bool final)
 {

@@ -99,6 +99,7 @@ class Manifest:
     client_inputs: List[TensorSpec] = field(default_factory=list)
     client_outputs: List[TensorSpec] = field(default_factory=list)
     calls: Optional[List[str]] = None  # kind meta: the sub-models its run may call
+    decoupled: bool = False  # kind meta: may send many responses per request (ModelStreamInfer)
     extra: dict = field(default_factory=dict)  # keys this reader does not know
 
     def variant_names(self) -> List[str]:
@@ -334,6 +335,8 @@ def manifest_yaml(m: Manifest) -> str:
         out += _yaml_tensors("client_outputs", m.client_outputs)
     out.append(f"residency: {m.residency}\n")
     out.append(f"weight: {m.weight!r}\n")
+    if m.decoupled:
+        out.append("decoupled: true\n")
     return "".join(out)
 
 
@@ -423,7 +426,7 @@ def read_manifest(bundle_dir) -> Manifest:
     doc = yaml.safe_load(path.read_text())
     known = {"format_version", "name", "kind", "description", "batch_sizes", "inputs",
              "outputs", "variants", "residency", "weight", "client_inputs", "client_outputs",
-             "meta"}
+             "meta", "decoupled"}
 
     def tensors(key):
         return [_parse_tensor(e, f"{key}[{i}]") for i, e in enumerate(doc.get(key) or [])]
@@ -444,6 +447,7 @@ def read_manifest(bundle_dir) -> Manifest:
         client_inputs=tensors("client_inputs"),
         client_outputs=tensors("client_outputs"),
         calls=None if meta is None else [str(c) for c in meta.get("calls") or []],
+        decoupled=bool(doc.get("decoupled", False)),
         extra={k: v for k, v in doc.items() if k not in known},
     )
 

@@ -118,7 +118,8 @@ def _run(argv: Sequence[str], bundle_dir: Path) -> None:
 def export_meta(out_dir, *, name: str, calls: Sequence[str], client_inputs, client_outputs,
                 source: FileSource, extra_files: Optional[Mapping[str, FileSource]] = None,
                 description: Optional[str] = None, residency: str = "host",
-                weight: float = 1.0, build: Optional[Builder] = None) -> Path:
+                weight: float = 1.0, build: Optional[Builder] = None,
+                decoupled: bool = False) -> Path:
     """Writes the meta bundle ``out_dir/name/``; returns its path.
 
     calls: the sub-models ``pjserve_run`` may call (distinct names, not the
@@ -131,9 +132,13 @@ def export_meta(out_dir, *, name: str, calls: Sequence[str], client_inputs, clie
     build: run on the staged bundle before it is published, e.g.
         ``hooks_builder("build/pjserve")``; None leaves model.so to
         ``pjserve build-hooks``.
+    decoupled: the run may send zero, one or many responses per request with
+        ``pjserve_respond`` (served over gRPC ModelStreamInfer only).
 
     An existing bundle of the same name is replaced atomically."""
     B.check_name("name", name)
+    if not isinstance(decoupled, bool):
+        raise ValueError(f"decoupled must be True or False, got {decoupled!r}")
     calls = B.check_names("calls", calls)
     if name in calls:
         raise ValueError(f"meta {name!r} may not call itself")
@@ -152,7 +157,7 @@ def export_meta(out_dir, *, name: str, calls: Sequence[str], client_inputs, clie
     manifest = B.Manifest(name=name, kind="meta", description=description, batch_sizes=[],
                           inputs=[], outputs=[], client_inputs=ins, client_outputs=outs,
                           calls=calls, residency=B.check_residency(residency),
-                          weight=B.check_weight(weight))
+                          weight=B.check_weight(weight), decoupled=decoupled)
     with B.StagedBundle(out_dir, name) as staging:
         (staging / B.MANIFEST_FILE).write_text(B.manifest_yaml(manifest))
         add_bundle_files(staging, source, extra_files, build)

@@ -28,6 +28,10 @@
                        length limit: PROMPT i32 [-1], MAX_TOKENS i32 [1] ->
                        TOKENS i32 [-1] (the generated tokens, without the end
                        token)
+    greedy_decoder_stream
+                       the same loop as a decoupled meta: one response TOKENS
+                       i32 [1] per generated token over ModelStreamInfer, then
+                       the final response
 
 The C code is examples/bundles/<name>/model.c; the pure numpy references of
 each whole pipeline are in pipeline_reference.py (the constants below are the
@@ -88,7 +92,7 @@ PIPELINE_NAMES = ("image_classifier", "detector", "greedy_decoder")
 PIPELINE_BUNDLES = {
     "image_classifier": ("image_classifier",),
     "detector": ("detector_stage1", "detector_stage2", "detector"),
-    "greedy_decoder": ("decoder_step", "greedy_decoder"),
+    "greedy_decoder": ("decoder_step", "greedy_decoder_stream", "greedy_decoder"),
 }
 
 
@@ -269,6 +273,13 @@ def export_pipeline(name: str, out_dir, build: Optional[H.Builder] = None,
             client_outputs=[("TOKENS", "i32", [-1])], source=_source(name), build=build,
             description=f"greedy decoding with decoder_step until token {DEC_END} or a length "
                         "limit")
+        out["greedy_decoder_stream"] = H.export_meta(
+            out_dir, name="greedy_decoder_stream", calls=["decoder_step"],
+            client_inputs=[("PROMPT", "i32", [-1]), ("MAX_TOKENS", "i32", [1])],
+            client_outputs=[("TOKENS", "i32", [-1])], source=_source("greedy_decoder_stream"),
+            build=build, decoupled=True,
+            description="greedy_decoder streaming one token per response (decoupled; "
+                        "ModelStreamInfer)")
     else:
         raise ValueError(f"unknown example {name!r}; known: {list(PIPELINE_NAMES)}")
     return out

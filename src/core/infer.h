@@ -77,6 +77,12 @@ typedef struct pjs_infer_times {
 
 typedef struct pjs_infer_request pjs_infer_request;
 typedef void (*pjs_infer_done_fn)(pjs_infer_request *r);
+/* Sends one response of a decoupled model's request now (see `respond`):
+ * n outputs in client_outputs order, each owned by the callee from the call
+ * on (data malloc'd, NULL for an output the client did not request; freed
+ * whatever the result); n is 0 for a response carrying only the final flag. */
+typedef int (*pjs_infer_respond_fn)(pjs_infer_request *r, pjs_infer_output *outputs, size_t n,
+                                    bool final, pjs_error *err);
 
 struct pjs_infer_request {
     struct pjs_model *model;  /* a reference the request holds */
@@ -107,6 +113,12 @@ struct pjs_infer_request {
     /* Called once when outputs or error are set (see the top of this file). */
     pjs_infer_done_fn on_done;
     void *frontend_ctx;
+    /* Set by a front end that can carry many responses per request (gRPC
+     * ModelStreamInfer), NULL elsewhere: a decoupled model's request needs
+     * it (pjs_server_submit refuses one without). Called on the thread
+     * running the model's code, before on_done; it may block while the
+     * stream's write queue is full, until deadline_ns. */
+    pjs_infer_respond_fn respond;
 
     pjs_sched_job job;       /* the scheduler's view while queued */
     /* Committed requests: their caller's in-flight flag, cleared just before

@@ -866,7 +866,7 @@ static void free_step_map(pjs_ensemble_map *v, size_t n)
 enum top_key {
     K_FORMAT_VERSION, K_NAME, K_KIND, K_DESCRIPTION, K_BATCH_SIZES, K_INPUTS, K_OUTPUTS,
     K_VARIANTS, K_RESIDENCY, K_WEIGHT, K_META, K_CLIENT_INPUTS, K_CLIENT_OUTPUTS, K_ENSEMBLE,
-    K_COUNT
+    K_DECOUPLED, K_COUNT
 };
 
 static const char *kind_name(pjs_model_kind kind)
@@ -914,6 +914,22 @@ static int check_kind_keys(pjs_yaml *y, const pjs_yaml_field *f, pjs_model_kind 
     return 0;
 }
 
+/* `decoupled: true|false`: a meta whose pjserve_run may send zero, one or
+ * many responses per request (pjserve_respond). A model's responses are its
+ * executable's (or its hooks') one answer, and an ensemble's its last
+ * steps', so only a meta may be decoupled. */
+static int parse_decoupled(pjs_yaml *y, const yaml_node_t *n, pjs_manifest *m)
+{
+    int rc = pjs_yaml_get_bool(y, n, "decoupled", &m->decoupled);
+    if (rc != 0 || !m->decoupled || m->kind == PJS_KIND_META)
+        return rc;
+    return pjs_yaml_fail(y, n, "decoupled",
+                         "only a manifest of kind meta may be decoupled (kind %s answers each "
+                         "request once): move the streaming loop into a meta's pjserve_run, "
+                         "which sends each response with pjserve_respond",
+                         kind_name(m->kind));
+}
+
 static int parse_root(pjs_yaml *y, yaml_node_t *root, pjs_manifest *m)
 {
     pjs_yaml_field f[K_COUNT] = {
@@ -924,7 +940,7 @@ static int parse_root(pjs_yaml *y, yaml_node_t *root, pjs_manifest *m)
         [K_RESIDENCY] = {"residency", NULL},
         [K_WEIGHT] = {"weight", NULL},                 [K_META] = {"meta", NULL},
         [K_CLIENT_INPUTS] = {"client_inputs", NULL},   [K_CLIENT_OUTPUTS] = {"client_outputs", NULL},
-        [K_ENSEMBLE] = {"ensemble", NULL},
+        [K_ENSEMBLE] = {"ensemble", NULL},             [K_DECOUPLED] = {"decoupled", NULL},
     };
     if (root->type != YAML_MAPPING_NODE)
         return pjs_yaml_fail(y, root, "", "the top level must be a mapping, got %s",
@@ -976,6 +992,8 @@ static int parse_root(pjs_yaml *y, yaml_node_t *root, pjs_manifest *m)
     if (f[K_CLIENT_OUTPUTS].value != NULL &&
         (rc = parse_tensors(y, f[K_CLIENT_OUTPUTS].value, "client_outputs", false,
                             &m->client_outputs, &m->n_client_outputs)) != 0)
+        return rc;
+    if (f[K_DECOUPLED].value != NULL && (rc = parse_decoupled(y, f[K_DECOUPLED].value, m)) != 0)
         return rc;
     if (m->kind == PJS_KIND_ENSEMBLE)
         return parse_ensemble(y, f[K_ENSEMBLE].value, m);

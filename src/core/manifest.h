@@ -135,6 +135,10 @@ typedef struct pjs_manifest {
     pjs_variant *variants;
     pjs_residency residency;
     double weight;                 /* scheduler share, > 0; default 1 */
+    /* `decoupled: true` (kind meta only): the run may send zero, one or many
+     * responses per request with pjserve_respond, over ModelStreamInfer
+     * alone; Triton's decoupled transaction policy. */
+    bool decoupled;
     size_t n_calls;
     char **calls;                  /* meta.calls; an ensemble's step models, each once */
     /* Kind ensemble only (else 0 and NULL). The parse checked the graph:

@@ -37,6 +37,10 @@ void *pjs_hook_ctx_alloc(pjs_hook_ctx *ctx, size_t nbytes)
     return (char *)b + ARENA_ALIGN;
 }
 
+static int copy_outputs(const pjs_infer_request *r, const pjs_tensor_spec *specs,
+                        const pjserve_tensor *got, size_t n, pjs_infer_output *outs,
+                        pjs_error *err);
+
 /* ---- the pjserve_api table ---------------------------------------------- */
 
 static void *api_alloc(pjserve_ctx *c, size_t n) { return pjs_hook_ctx_alloc(as_ctx(c), n); }
@@ -119,12 +123,53 @@ static int api_call_wait(pjserve_ctx *c, pjserve_subcall *call, const pjserve_te
     return pjs_meta_call_wait(ctx, call, out, n);
 }
 
+/* A decoupled meta's response: every client output, checked as the run's
+ * returned outputs are, or none with `final`; copied and handed to the
+ * front end, which sends it now (or waits for room in its write queue). */
 static int api_respond(pjserve_ctx *c, const pjserve_tensor *out, size_t n, bool final)
 {
-    (void)out, (void)n, (void)final;
-    api_set_error(c, "pjserve_respond: this model is not served as a decoupled model over "
-                     "ModelStreamInfer; return the outputs from the hook instead");
-    return PJSERVE_UNSUPPORTED;
+    pjs_hook_ctx *ctx = as_ctx(c);
+    pjs_infer_request *r = ctx->request;
+    const pjs_manifest *man = &ctx->model->bundle->manifest;
+    if (!man->decoupled || r->respond == NULL || ctx->meta == NULL) {
+        api_set_error(c, "pjserve_respond: this model is not served as a decoupled model over "
+                         "ModelStreamInfer; return the outputs from the hook instead");
+        return PJSERVE_UNSUPPORTED;
+    }
+    if (ctx->final_sent) {
+        api_set_error(c, "pjserve_respond: the final response was sent already; send nothing "
+                         "after it");
+        return PJSERVE_INVALID_ARGUMENT;
+    }
+    if (n != man->n_client_outputs && !(n == 0 && final)) {
+        snprintf(ctx->message, sizeof ctx->message,
+                 "pjserve_respond: %zu outputs; a response carries all %zu client outputs "
+                 "(or none, with final set)",
+                 n, man->n_client_outputs);
+        return PJSERVE_INVALID_ARGUMENT;
+    }
+    pjs_error err;
+    pjs_error_clear(&err);
+    pjserve_tensor slots[PJS_INFER_MAX_TENSORS], got[PJS_INFER_MAX_TENSORS];
+    pjs_infer_output outs[PJS_INFER_MAX_TENSORS];
+    for (size_t i = 0; i < n; i++) {
+        slots[i] = pjs_hook_slot(&man->client_outputs[i], NULL);
+        got[i] = out[i];
+    }
+    const char *stage = ctx->stage;
+    ctx->stage = "pjserve_respond";
+    int rc = pjs_hook_check_produced(ctx, slots, got, n, &err);
+    ctx->stage = stage;
+    if (rc == 0)
+        rc = copy_outputs(r, man->client_outputs, got, n, outs, &err);
+    if (rc == 0)
+        rc = r->respond(r, outs, n, final, &err);
+    if (rc != 0) {
+        api_set_error(c, err.msg);
+        return pjs_hook_status_from_pjs(err.code);
+    }
+    ctx->final_sent = final;
+    return PJSERVE_OK;
 }
 
 static const pjserve_api request_api = {
@@ -318,15 +363,15 @@ int pjs_hook_requested_index(const pjs_infer_request *r, const char *name, bool 
     return -1;
 }
 
-/* Replaces r's raw outputs by copies of the client outputs in `got` (slots
- * give the names), in client_outputs order. */
-int pjs_hook_take_outputs(pjs_infer_request *r, const pjs_tensor_spec *specs,
-                        const pjserve_tensor *got, size_t n, pjs_error *err)
+/* outs[0..n) := copies of the client outputs in `got` (slots give the
+ * names) that r's client requested, in client_outputs order; unrequested
+ * ones keep their shape and no data. On failure nothing is left allocated. */
+static int copy_outputs(const pjs_infer_request *r, const pjs_tensor_spec *specs,
+                        const pjserve_tensor *got, size_t n, pjs_infer_output *outs,
+                        pjs_error *err)
 {
-    pjs_infer_output outs[PJS_INFER_MAX_TENSORS];
     memset(outs, 0, n * sizeof outs[0]);
-    int rc = 0;
-    for (size_t i = 0; i < n && rc == 0; i++) {
+    for (size_t i = 0; i < n; i++) {
         bool wanted;
         outs[i].spec = &specs[i];
         outs[i].requested = pjs_hook_requested_index(r, specs[i].name, &wanted);
@@ -336,21 +381,39 @@ int pjs_hook_take_outputs(pjs_infer_request *r, const pjs_tensor_spec *specs,
         if (!wanted)
             continue;
         outs[i].data = malloc(got[i].nbytes > 0 ? got[i].nbytes : 1);
-        if (outs[i].data == NULL)
-            rc = pjs_error_set(err, PJS_ERR_NOMEM, "model %s: out of memory for output \"%s\"",
-                               r->model->name, specs[i].name);
-        else if (got[i].nbytes > 0)
+        if (outs[i].data == NULL) {
+            for (size_t k = 0; k < i; k++)
+                free(outs[k].data);
+            return pjs_error_set(err, PJS_ERR_NOMEM, "model %s: out of memory for output \"%s\"",
+                                 r->model->name, specs[i].name);
+        }
+        if (got[i].nbytes > 0)
             memcpy(outs[i].data, got[i].data, got[i].nbytes);
     }
-    if (rc != 0) {
-        for (size_t i = 0; i < n; i++)
-            free(outs[i].data);
+    return 0;
+}
+
+/* Replaces r's raw outputs by copies of the client outputs in `got` (slots
+ * give the names), in client_outputs order. */
+int pjs_hook_take_outputs(pjs_infer_request *r, const pjs_tensor_spec *specs,
+                        const pjserve_tensor *got, size_t n, pjs_error *err)
+{
+    pjs_infer_output outs[PJS_INFER_MAX_TENSORS];
+    int rc = copy_outputs(r, specs, got, n, outs, err);
+    if (rc != 0)
         return rc;
-    }
     pjs_infer_request_release(r);
     memcpy(r->outputs, outs, n * sizeof outs[0]);
     r->n_outputs = n;
     return 0;
+}
+
+bool pjs_hook_outputs_unset(const pjserve_tensor *out, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (out[i].data != NULL || out[i].nbytes != 0)
+            return false;
+    return true;
 }
 
 /* ---- statuses -------------------------------------------------------------- */

@@ -48,6 +48,7 @@ typedef struct pjs_hook_ctx {
     void **scratch;               /* the buffers handed out, to give back */
     size_t *scratch_sizes;
     struct pjs_meta_run *meta;    /* a meta's run; NULL in hooks */
+    bool final_sent;              /* a decoupled run sent its final response */
 } pjs_hook_ctx;
 
 /* Sets up ctx for request r of model m (r->model) at stage `stage`. */
@@ -98,6 +99,10 @@ int pjs_hook_requested_index(const pjs_infer_request *r, const char *name, bool 
  * client did not request. */
 int pjs_hook_take_outputs(pjs_infer_request *r, const pjs_tensor_spec *specs,
                           const pjserve_tensor *got, size_t n, pjs_error *err);
+
+/* True when bundle code left every one of the n output slots untouched (no
+ * data): a decoupled run that returns nothing more to send. */
+bool pjs_hook_outputs_unset(const pjserve_tensor *out, size_t n);
 
 /* pjserve_status <-> pjs_status. */
 int pjs_hook_status_to_pjs(int status);

@@ -429,10 +429,15 @@ static void run_meta(pjs_meta_job *job)
         wait_parts(run, c);
     pjs_error err;
     pjs_error_clear(&err);
-    int rc = status != PJSERVE_OK
-                 ? pjs_hook_fail(&run->ctx, status, &err)
+    /* A decoupled run that sent its final response, or returned no outputs,
+     * leaves the request without outputs: the front end closes it. */
+    bool nothing_more = man->decoupled && (run->ctx.final_sent ||
+                                           pjs_hook_outputs_unset(out, man->n_client_outputs));
+    int rc = status != PJSERVE_OK ? pjs_hook_fail(&run->ctx, status, &err)
+             : nothing_more
+                 ? 0
                  : pjs_hook_check_produced(&run->ctx, slots, out, man->n_client_outputs, &err);
-    if (rc == 0)
+    if (rc == 0 && !nothing_more)
         rc = pjs_hook_take_outputs(r, man->client_outputs, out, man->n_client_outputs, &err);
     if (rc != 0)
         r->error = err;

@@ -1120,6 +1120,11 @@ int pjs_server_submit(pjs_server *s, pjs_infer_request *r, pjs_error *err)
     if (atomic_load(&s->draining))
         return pjs_error_set(err, PJS_ERR_UNAVAILABLE,
                              "pjserve is shutting down and accepts no new requests");
+    if (b->manifest.decoupled && r->respond == NULL)
+        return pjs_error_set(err, PJS_ERR_UNSUPPORTED,
+                             "model %s is decoupled (it may send zero, one or many responses per "
+                             "request): send its requests over gRPC ModelStreamInfer",
+                             r->model->name);
     if (b->manifest.kind != PJS_KIND_MODEL) /* a meta, or an ensemble's steps */
         return pjs_meta_submit(s, r, err);
     if (b->hooks != NULL)

@@ -13,6 +13,7 @@ calls, the box limit; the end token at step one, MAX_TOKENS, the context
 filled, MAX_TOKENS 0), and the hooks' own errors reach the client.
 """
 
+import queue
 import sys
 import time
 import urllib.request
@@ -292,6 +293,55 @@ def test_decoder_matches_reference(clients, decoder_ref, protocol):
         np.testing.assert_array_equal(got["TOKENS"], want.tokens, err_msg=edge)
         print(f"greedy_decoder over {protocol}, {edge}: {prompt} -> {want.tokens.tolist()} "
               f"({want.steps} steps, exact)")
+
+
+def stream_decoder(url, prompt, max_tokens):
+    """[(TOKENS, final flag)] of greedy_decoder_stream's responses to one
+    request, read through its final response, or the stream's error."""
+    got: "queue.Queue" = queue.Queue()
+    c = grpcclient.InferenceServerClient(url)
+    c.start_stream(callback=lambda result, error: got.put((result, error)))
+    ins = []
+    for name, v in (("PROMPT", prompt), ("MAX_TOKENS", [max_tokens])):
+        t = grpcclient.InferInput(name, [len(v)], "INT32")
+        t.set_data_from_numpy(np.array(v, np.int32))
+        ins.append(t)
+    responses = []
+    try:
+        c.async_stream_infer("greedy_decoder_stream", ins, enable_empty_final_response=True)
+        while not responses or not responses[-1][1]:
+            result, error = got.get(timeout=60)
+            if error is not None:
+                return responses, error
+            final = result.get_response().parameters["triton_final_response"].bool_param
+            responses.append((result.as_numpy("TOKENS"), final))
+    finally:
+        c.stop_stream()
+        c.close()
+    return responses, None
+
+
+def test_decoder_stream_matches_the_unary_decoder(server, clients, decoder_ref):
+    for prompt, max_tokens, edge in R.decoder_cases(decoder_ref):
+        unary = infer(clients, "grpc", "greedy_decoder",
+                      {"PROMPT": ("INT32", np.array(prompt, np.int32)),
+                       "MAX_TOKENS": ("INT32", np.array([max_tokens], np.int32))}, ["TOKENS"])
+        responses, error = stream_decoder(server.grpc_url, prompt, max_tokens)
+        assert error is None, (edge, error)
+        *tokens, (last, final) = responses
+        assert final and last is None, edge  # the empty final response
+        assert all(t.shape == (1,) and not f for t, f in tokens), (edge, tokens)
+        streamed = np.array([int(t[0]) for t, _ in tokens], np.int32)
+        np.testing.assert_array_equal(streamed, unary["TOKENS"], err_msg=edge)
+        np.testing.assert_array_equal(streamed, decoder_ref(prompt, max_tokens).tokens,
+                                      err_msg=edge)
+        print(f"greedy_decoder_stream, {edge}: {prompt} -> {streamed.tolist()} in "
+              f"{len(tokens)} responses + the final one")
+
+
+def test_decoder_stream_error_reaches_the_stream(server):
+    responses, error = stream_decoder(server.grpc_url, [3, 32], 4)
+    assert responses == [] and "PROMPT[1] is 32; token ids are 0 to 31" in str(error)
 
 
 @pytest.mark.parametrize("protocol", PROTOCOLS)

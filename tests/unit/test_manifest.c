@@ -270,6 +270,22 @@ static void test_meta_empty_calls(void **state)
     pjs_manifest_free(&m);
 }
 
+static void test_meta_decoupled(void **state)
+{
+    (void)state;
+    pjs_manifest m;
+    pjs_error err;
+    assert_int_equal(parse(&m, HEAD META_BODY "decoupled: true\n", &err), 0);
+    assert_true(m.decoupled);
+    pjs_manifest_free(&m);
+    assert_int_equal(parse(&m, HEAD META_BODY "decoupled: false\n", &err), 0);
+    assert_false(m.decoupled);
+    pjs_manifest_free(&m);
+    assert_int_equal(parse(&m, HEAD META_BODY, &err), 0);
+    assert_false(m.decoupled);
+    pjs_manifest_free(&m);
+}
+
 static void test_kserve_dtype_names(void **state)
 {
     (void)state;
@@ -522,6 +538,10 @@ REJECT(test_reject_unknown_meta_key,
             "client_inputs: [{name: a, dtype: f32, shape: []}]\n"
             "client_outputs: [{name: b, dtype: f32, shape: []}]\n",
        "meta: unknown key \"call\"", NULL)
+REJECT(test_reject_decoupled_model, MODEL "decoupled: true\n",
+       "decoupled: only a manifest of kind meta may be decoupled (kind model", "pjserve_respond")
+REJECT(test_reject_decoupled_not_bool, HEAD META_BODY "decoupled: yes please\n", "decoupled",
+       NULL)
 REJECT(test_reject_unknown_key_is_quoted_safely, MODEL "\"\\x01\\n\": 1\n", "unknown key \"??\"",
        NULL)
 
@@ -1222,6 +1242,9 @@ int main(void)
         cmocka_unit_test(test_load_from_file),
         cmocka_unit_test(test_load_missing_file),
         cmocka_unit_test(test_load_labels),
+        cmocka_unit_test(test_meta_decoupled),
+        cmocka_unit_test(test_reject_decoupled_model),
+        cmocka_unit_test(test_reject_decoupled_not_bool),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -219,6 +219,8 @@ REJECT(test_reject_unread_client_input, HEAD
        "  - {name: unused, dtype: f32, shape: [batch, 16]}\n" ONE_OUT
        "ensemble:\n  steps:\n" STEP_XY,
        "client_inputs[1]: no step reads \"unused\"", NULL)
+REJECT(test_reject_decoupled, ENSEMBLE "decoupled: true\n",
+       "decoupled: only a manifest of kind meta may be decoupled (kind ensemble", NULL)
 REJECT(test_reject_cycle, HEAD ONE_IN ONE_OUT "ensemble:\n  steps:\n"
        "    - {model: mlp, input_map: {x: x}, output_map: {y: y}}\n"
        "    - {model: f, input_map: {p: x, q: w}, output_map: {r: v}}\n"
@@ -270,6 +272,7 @@ int main(void)
         cmocka_unit_test(test_reject_cycle),
         cmocka_unit_test(test_reject_self_loop),
         cmocka_unit_test(test_reject_too_many_steps),
+        cmocka_unit_test(test_reject_decoupled),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -89,6 +89,8 @@ int pjs__grpc_infer_job_submit(pjs_grpc_infer_job *j, grpc_byte_buffer **payload
     r->deadline_ns = pjs_deadline_earlier(r->deadline_ns, pjs__grpc_deadline_ns(deadline));
     r->on_done = job_on_done;
     r->frontend_ctx = j;
+    if (j->model->bundle->manifest.decoupled)
+        r->respond = j->respond;
     j->done = done;
     pjs__grpc_dispatch_begin(f);
     rc = pjs_server_submit(f->server, r, err); /* j may be gone once this succeeded */

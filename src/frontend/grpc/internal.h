@@ -269,6 +269,10 @@ struct pjs_grpc_infer_job {
     pjs_model *model;                /* a reference, from the lookup until release; or NULL */
     uint64_t charged;                /* request bytes taken from the server's budget */
     pjs_grpc_infer_job_done_fn done; /* set by submit */
+    /* Set before submit by a call that carries many responses per request
+     * (ModelStreamInfer); handed to a decoupled model's request. NULL:
+     * decoupled models are refused (pjs_server_submit). */
+    pjs_infer_respond_fn respond;
 };
 
 void pjs__grpc_infer_job_init(pjs_grpc_infer_job *j, pjs_grpc_frontend *f);

@@ -7,7 +7,8 @@
  * client_inputs and client_outputs, with -1 where they vary); an
  * executable's shapes have -1 for every extent that differs between the
  * model's variants. An ensemble reports platform "ensemble" and its steps
- * as ensemble_scheduling.
+ * as ensemble_scheduling. A decoupled meta reports
+ * model_transaction_policy { decoupled: true }.
  */
 #include "frontend/grpc/model_info.h"
 
@@ -269,6 +270,15 @@ int pjs_grpc_model_config(const pjs_grpc_model_desc *m, pjs_grpc_arena *a,
         if (c->dynamic_batching == NULL)
             return no_memory(m, err);
         c->scheduling_choice_case = INFERENCE__MODEL_CONFIG__SCHEDULING_CHOICE_DYNAMIC_BATCHING;
+    }
+    if (m->manifest->decoupled) {
+        c->model_transaction_policy =
+            pjs_grpc_arena_alloc(a, sizeof *c->model_transaction_policy);
+        if (c->model_transaction_policy == NULL)
+            return no_memory(m, err);
+        *c->model_transaction_policy =
+            (Inference__ModelTransactionPolicy)INFERENCE__MODEL_TRANSACTION_POLICY__INIT;
+        c->model_transaction_policy->decoupled = true;
     }
     if (c->platform == NULL || c->input == NULL || c->output == NULL)
         return no_memory(m, err);

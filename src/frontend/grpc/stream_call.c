@@ -17,6 +17,21 @@
  * With PJS_GRPC_STREAM_MAX_IN_FLIGHT items queued, reading pauses until a
  * response is written: a client cannot queue unbounded work on one stream.
  *
+ * A decoupled model (manifest `decoupled: true`) answers a request with
+ * zero, one or many responses: each pjserve_respond of its run encodes one
+ * at once and appends it to the stream's write queue, ahead of earlier
+ * requests' answers still running (match responses by request id, as with
+ * Triton). Each carries the parameter triton_final_response. When the
+ * client sent triton_enable_empty_final_response, a final flag with no
+ * outputs goes out as an empty final response; otherwise the request's
+ * latest data response is held back until the next one comes, so that the
+ * final flag can ride on it. When the run returns without having sent its
+ * final response, the returned outputs (or nothing) go out as the final
+ * one; an error after some responses goes out as error_message. The write
+ * queue holds at most STREAM_MAX_QUEUED_WRITES messages: pjserve_respond
+ * waits for room, until the request's deadline, so a slow reader slows the
+ * run instead of growing memory.
+ *
  * A caller the access rules refuse gets the refusal as the stream's status
  * before anything is read.
  *
@@ -28,14 +43,30 @@
  */
 #include "frontend/grpc/internal.h"
 
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "core/log.h"
 #include "frontend/deadline.h"
 #include "frontend/grpc/codec.h"
 
+/* Messages waiting for their write, at most, per stream. */
+#define STREAM_MAX_QUEUED_WRITES 64
+
 typedef struct stream_call stream_call;
+
+/* One packed ModelStreamInferResponse (malloc'd bytes). */
+typedef struct packed_response {
+    uint8_t *bytes;
+    size_t len;
+} packed_response;
+
+typedef struct queued_write {
+    struct queued_write *next;
+    grpc_byte_buffer *message;
+} queued_write;
 
 typedef struct stream_item {
     struct stream_item *next;
@@ -43,6 +74,10 @@ typedef struct stream_item {
     bool ready;                 /* response is set */
     grpc_byte_buffer *response; /* ModelStreamInferResponse; NULL if it could not be made */
     pjs_grpc_infer_job job;
+    /* A decoupled model's request (job.decoded.req.respond set); touched
+     * only by the thread running it. */
+    bool final_sent;
+    packed_response held;       /* !empty_final: the latest data response (bytes NULL: none) */
 } stream_item;
 
 struct stream_call {
@@ -63,12 +98,22 @@ struct stream_call {
     bool status_started;
     size_t n_items;
     stream_item *head, *tail;
+    queued_write *queue_head, *queue_tail; /* messages to write, in order */
+    size_t n_queued;
+    pthread_cond_t room; /* n_queued went down, or the stream died */
 };
 
 static void stream_free(stream_call *s)
 {
     if (s->incoming != NULL)
         grpc_byte_buffer_destroy(s->incoming);
+    while (s->queue_head != NULL) {
+        queued_write *q = s->queue_head;
+        s->queue_head = q->next;
+        grpc_byte_buffer_destroy(q->message);
+        free(q);
+    }
+    pthread_cond_destroy(&s->room);
     pthread_mutex_destroy(&s->lock);
     pjs__grpc_call_destroy(&s->base);
     free(s);
@@ -79,6 +124,7 @@ static void item_free(stream_item *it)
     pjs__grpc_infer_job_release(&it->job);
     if (it->response != NULL)
         grpc_byte_buffer_destroy(it->response);
+    free(it->held.bytes);
     free(it);
 }
 
@@ -96,22 +142,61 @@ static void start_read_locked(stream_call *s)
     }
 }
 
-/* Writes the head item if it is ready and nothing is being written. */
+/* Appends a message to the write queue (dropped on a dead stream). */
+static void queue_write_locked(stream_call *s, grpc_byte_buffer *bb)
+{
+    queued_write *q = s->dead ? NULL : malloc(sizeof *q);
+    if (q == NULL) {
+        if (!s->dead)
+            pjs_error("grpc ModelStreamInfer: no memory to queue a response; dropped");
+        grpc_byte_buffer_destroy(bb);
+        return;
+    }
+    q->next = NULL;
+    q->message = bb;
+    if (s->queue_tail != NULL)
+        s->queue_tail->next = q;
+    else
+        s->queue_head = q;
+    s->queue_tail = q;
+    s->n_queued++;
+}
+
+static grpc_byte_buffer *dequeue_write_locked(stream_call *s)
+{
+    queued_write *q = s->queue_head;
+    s->queue_head = q->next;
+    if (s->queue_head == NULL)
+        s->queue_tail = NULL;
+    s->n_queued--;
+    pthread_cond_broadcast(&s->room);
+    grpc_byte_buffer *bb = q->message;
+    free(q);
+    return bb;
+}
+
+/* Moves the answers of ready head items to the write queue (request
+ * order), then writes the queue's first message if nothing is being
+ * written. A dead stream drops what is queued. */
 static void write_next_locked(stream_call *s)
 {
-    while (s->writing == NULL && s->head != NULL && s->head->ready) {
+    while (s->head != NULL && s->head->ready) {
         stream_item *it = s->head;
         s->head = it->next;
         if (s->head == NULL)
             s->tail = NULL;
         s->n_items--;
-        s->refs--; /* the item's reference; the write takes its own */
+        s->refs--; /* the item's reference; a write takes its own */
         grpc_byte_buffer *bb = it->response;
         it->response = NULL;
         item_free(it);
-        if (s->dead || bb == NULL) {
-            if (bb != NULL)
-                grpc_byte_buffer_destroy(bb);
+        if (bb != NULL)
+            queue_write_locked(s, bb);
+    }
+    while (s->writing == NULL && s->queue_head != NULL) {
+        grpc_byte_buffer *bb = dequeue_write_locked(s);
+        if (s->dead) {
+            grpc_byte_buffer_destroy(bb);
             continue;
         }
         grpc_op ops[2];
@@ -124,6 +209,7 @@ static void write_next_locked(stream_call *s)
         if (pjs__grpc_start_batch(s->base.call, ops, n, &s->on_write) != GRPC_CALL_OK) {
             grpc_byte_buffer_destroy(bb);
             s->dead = true;
+            pthread_cond_broadcast(&s->room);
             continue;
         }
         s->metadata_sent = true;
@@ -138,7 +224,8 @@ static void advance_locked(stream_call *s)
 {
     if (!s->read_done && !s->reading && !s->dead && s->n_items < PJS_GRPC_STREAM_MAX_IN_FLIGHT)
         start_read_locked(s);
-    if (!s->read_done || s->n_items > 0 || s->writing != NULL || s->status_started)
+    if (!s->read_done || s->n_items > 0 || s->writing != NULL || s->queue_head != NULL ||
+        s->status_started)
         return;
     s->status_started = true;
     grpc_op ops[2];
@@ -188,6 +275,173 @@ static void item_encode(stream_item *it, const pjs_error *err)
     it->response = pjs__grpc_pack(&out.base, &pack_err);
 }
 
+/* ---- decoupled responses ------------------------------------------------------ */
+
+/* ModelStreamInferResponse { infer_response { parameters {
+ * triton_final_response: final } } }: appended to a packed response, it
+ * merges into its infer_response (protobuf concatenation). */
+static int final_flag_bytes(bool final, packed_response *out, pjs_error *err)
+{
+    Inference__InferParameter value = INFERENCE__INFER_PARAMETER__INIT;
+    value.parameter_choice_case = INFERENCE__INFER_PARAMETER__PARAMETER_CHOICE_BOOL_PARAM;
+    value.bool_param = final;
+    Inference__ModelInferResponse__ParametersEntry entry =
+        INFERENCE__MODEL_INFER_RESPONSE__PARAMETERS_ENTRY__INIT;
+    entry.key = "triton_final_response";
+    entry.value = &value;
+    Inference__ModelInferResponse__ParametersEntry *entries[1] = {&entry};
+    Inference__ModelInferResponse resp = INFERENCE__MODEL_INFER_RESPONSE__INIT;
+    resp.parameters = entries;
+    resp.n_parameters = 1;
+    Inference__ModelStreamInferResponse msg = INFERENCE__MODEL_STREAM_INFER_RESPONSE__INIT;
+    msg.infer_response = &resp;
+    return pjs_grpc_pack(&msg.base, &out->bytes, &out->len, err);
+}
+
+/* Queues p (consumed) with its final flag. `wait`: while the write queue is
+ * full, wait for room until the request's deadline. */
+static int queue_response(stream_item *it, packed_response *p, bool final, bool wait,
+                          pjs_error *err)
+{
+    stream_call *s = it->stream;
+    packed_response flag = {0};
+    int rc = final_flag_bytes(final, &flag, err);
+    if (rc != 0) {
+        free(p->bytes);
+        p->bytes = NULL;
+        return rc;
+    }
+    grpc_slice parts[2] = {grpc_slice_new(p->bytes, p->len, free),
+                           grpc_slice_new(flag.bytes, flag.len, free)};
+    p->bytes = NULL;
+    grpc_byte_buffer *bb = grpc_raw_byte_buffer_create(parts, 2);
+    grpc_slice_unref(parts[0]);
+    grpc_slice_unref(parts[1]);
+    uint64_t deadline = it->job.decoded.req.deadline_ns;
+    struct timespec until = {.tv_sec = (time_t)(deadline / 1000000000u),
+                             .tv_nsec = (long)(deadline % 1000000000u)};
+    pthread_mutex_lock(&s->lock);
+    bool timed_out = false;
+    while (wait && !s->dead && !timed_out && s->n_queued >= STREAM_MAX_QUEUED_WRITES) {
+        if (deadline == 0)
+            pthread_cond_wait(&s->room, &s->lock);
+        else
+            timed_out = pthread_cond_timedwait(&s->room, &s->lock, &until) == ETIMEDOUT;
+    }
+    if (s->dead)
+        rc = pjs_error_set(err, PJS_ERR_UNAVAILABLE,
+                           "the client closed the ModelStreamInfer stream: stop responding");
+    else if (timed_out)
+        rc = pjs_error_set(err, PJS_ERR_DEADLINE_EXCEEDED,
+                           "the request's deadline passed while its responses waited for the "
+                           "client to read them");
+    if (rc != 0)
+        grpc_byte_buffer_destroy(bb);
+    else
+        queue_write_locked(s, bb);
+    write_next_locked(s);
+    pthread_mutex_unlock(&s->lock);
+    return rc;
+}
+
+/* Packs a response of the item's request: its outputs as they are in
+ * d->req (none when n_outputs is 0). The response is built in an arena of
+ * its own, so a long stream does not grow the request's. */
+static int pack_response(stream_item *it, packed_response *out, pjs_error *err)
+{
+    pjs_grpc_infer *d = &it->job.decoded;
+    pjs_grpc_arena own, kept = d->arena;
+    pjs_grpc_arena_init(&own, PJS_GRPC_DECODE_SLACK);
+    d->arena = own;
+    Inference__ModelStreamInferResponse msg = INFERENCE__MODEL_STREAM_INFER_RESPONSE__INIT;
+    int rc = pjs_grpc_infer_response(d, PJS_MODEL_VERSION, &msg.infer_response, err);
+    if (rc == 0)
+        rc = pjs_grpc_pack(&msg.base, &out->bytes, &out->len, err);
+    pjs_grpc_arena_reset(&d->arena);
+    d->arena = kept;
+    return rc;
+}
+
+/* The request's triton_enable_empty_final_response parameter. */
+static bool wants_empty_final(const stream_item *it)
+{
+    const Inference__ModelInferRequest *msg = it->job.decoded.msg;
+    for (size_t i = 0; i < msg->n_parameters; i++) {
+        const Inference__ModelInferRequest__ParametersEntry *e = msg->parameters[i];
+        if (strcmp(e->key, "triton_enable_empty_final_response") == 0 && e->value != NULL &&
+            e->value->parameter_choice_case ==
+                INFERENCE__INFER_PARAMETER__PARAMETER_CHOICE_BOOL_PARAM)
+            return e->value->bool_param;
+    }
+    return false;
+}
+
+/* Sends a decoupled request's response: `data` (consumed; NULL: none) and
+ * the final flag, as the client's triton_enable_empty_final_response asks. */
+static int item_send(stream_item *it, packed_response *data, bool final, bool wait,
+                     pjs_error *err)
+{
+    int rc = 0;
+    if (wants_empty_final(it)) {
+        packed_response empty = {0};
+        if (data != NULL)
+            rc = queue_response(it, data, final, wait, err);
+        else if (final && (rc = pack_response(it, &empty, err)) == 0)
+            rc = queue_response(it, &empty, true, wait, err);
+    } else {
+        if (data != NULL) {
+            if (it->held.bytes != NULL)
+                rc = queue_response(it, &it->held, false, wait, err);
+            free(it->held.bytes);
+            it->held = *data;
+            data->bytes = NULL;
+        }
+        if (rc == 0 && final && it->held.bytes != NULL)
+            rc = queue_response(it, &it->held, true, wait, err);
+    }
+    if (data != NULL)
+        free(data->bytes);
+    if (rc == 0 && final)
+        it->final_sent = true;
+    return rc;
+}
+
+/* pjserve_respond of a decoupled model's run (pjs_infer_respond_fn). */
+static int item_respond(pjs_infer_request *r, pjs_infer_output *outputs, size_t n, bool final,
+                        pjs_error *err)
+{
+    stream_item *it = PJS_GRPC_CONTAINER(r->frontend_ctx, stream_item, job);
+    memcpy(r->outputs, outputs, n * sizeof outputs[0]);
+    r->n_outputs = n;
+    packed_response data = {0};
+    int rc = n > 0 ? pack_response(it, &data, err) : 0;
+    pjs_infer_request_release(r);
+    if (rc != 0)
+        return rc;
+    return item_send(it, n > 0 ? &data : NULL, final, true, err);
+}
+
+/* A decoupled request's run returned: the final response (the returned
+ * outputs, or none) unless the run sent it; an error after the responses
+ * sent so far. */
+static void item_finish_decoupled(stream_item *it, const pjs_error *err)
+{
+    pjs_error send_err;
+    pjs_error_clear(&send_err);
+    if (err == NULL && !it->final_sent) {
+        packed_response data = {0};
+        bool any = it->job.decoded.req.n_outputs > 0;
+        if ((any && pack_response(it, &data, &send_err) != 0) ||
+            item_send(it, any ? &data : NULL, true, false, &send_err) != 0)
+            err = &send_err;
+    }
+    if (err != NULL && it->held.bytes != NULL &&
+        queue_response(it, &it->held, false, false, &send_err) != 0)
+        err = &send_err;
+    if (err != NULL && send_err.code != PJS_ERR_UNAVAILABLE)
+        item_encode(it, err);
+}
+
 /* The thread that ran the item's request, or the reading thread after a
  * failed submit: the item's answer is ready. */
 static void item_complete(stream_item *it, const pjs_error *err)
@@ -196,7 +450,9 @@ static void item_complete(stream_item *it, const pjs_error *err)
     pthread_mutex_lock(&s->lock);
     bool dead = s->dead;
     pthread_mutex_unlock(&s->lock);
-    if (!dead)
+    if (!dead && it->job.decoded.req.respond != NULL)
+        item_finish_decoupled(it, err);
+    else if (!dead)
         item_encode(it, err);
     pjs__grpc_infer_job_release(&it->job);
     pthread_mutex_lock(&s->lock);
@@ -239,6 +495,7 @@ static void stream_on_read(pjs_grpc_tag *tag, bool ok)
     if (it != NULL) {
         pjs_error err;
         pjs_error_clear(&err);
+        it->job.respond = item_respond;
         if (pjs__grpc_infer_job_submit(&it->job, &payload, s->base.deadline, item_on_done, &err) !=
             0) {
             pjs_debug("grpc ModelStreamInfer: %s", err.msg);
@@ -259,8 +516,10 @@ static void stream_on_write(pjs_grpc_tag *tag, bool ok)
     grpc_byte_buffer_destroy(s->writing);
     s->writing = NULL;
     s->refs--;
-    if (!ok)
+    if (!ok) {
         s->dead = true;
+        pthread_cond_broadcast(&s->room);
+    }
     write_next_locked(s);
     stream_step_done_locked(s);
 }
@@ -271,8 +530,10 @@ static void stream_on_close(pjs_grpc_tag *tag, bool ok)
     stream_call *s = PJS_GRPC_CONTAINER(tag, stream_call, on_close);
     pthread_mutex_lock(&s->lock);
     s->refs--;
-    if (s->base.cancelled)
+    if (s->base.cancelled) {
         s->dead = true;
+        pthread_cond_broadcast(&s->room);
+    }
     write_next_locked(s);
     stream_step_done_locked(s);
 }
@@ -326,6 +587,11 @@ void pjs__grpc_request_stream(pjs_grpc_frontend *f, size_t index)
     s->on_close.fn = stream_on_close;
     s->on_status.fn = stream_on_status;
     pthread_mutex_init(&s->lock, NULL);
+    pthread_condattr_t monotonic;
+    pthread_condattr_init(&monotonic);
+    pthread_condattr_setclock(&monotonic, CLOCK_MONOTONIC); /* deadlines are pjs_now_ns */
+    pthread_cond_init(&s->room, &monotonic);
+    pthread_condattr_destroy(&monotonic);
     if (pjs__grpc_call_request(&s->base, NULL) != GRPC_CALL_OK)
         stream_free(s);
 }

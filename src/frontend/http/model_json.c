@@ -7,7 +7,8 @@
  * Inputs and outputs are the tensors clients see (pjs_manifest_client_tensors:
  * a hooked or meta model's client_inputs and client_outputs). An ensemble's
  * platform is "ensemble" and its configuration lists its steps as Triton's
- * ensemble_scheduling.
+ * ensemble_scheduling; a decoupled meta's has model_transaction_policy
+ * {"decoupled": true}.
  */
 #include "frontend/http/model_json.h"
 
@@ -155,6 +156,12 @@ json_t *pjs_model_config_json(const char *name, const char *platform, const pjs_
         pjs_model_coalesces(m, max_batch_size) &&
         json_object_set_new(config, "dynamic_batching",
                             dynamic_batching_json(m, max_batch_size)) != 0) {
+        json_decref(config);
+        return NULL;
+    }
+    if (config != NULL && m->decoupled &&
+        json_object_set_new(config, "model_transaction_policy",
+                            json_pack("{s:b}", "decoupled", 1)) != 0) {
         json_decref(config);
         return NULL;
     }
