@@ -353,14 +353,24 @@ static void release_calls(pjs_meta_run *run)
     }
 }
 
+/* A run's statistics: success or fail from arrival to the end, and, for a
+ * request whose run started, its wait for the meta gate as the queue time
+ * (Triton counts every executed request in queue; perf_analyzer finds the
+ * version it measures by the queue count that grew). */
 static void record(pjs_infer_request *r)
 {
     pjs_model *m = r->model;
     uint64_t now = pjs_now_ns(), took = now > r->times.received ? now - r->times.received : 0;
+    uint64_t waited_from = r->times.queued != 0 ? r->times.queued : r->times.received;
     pthread_mutex_lock(&m->stats_lock);
     pjs_duration_stat *d = r->error.code == 0 ? &m->stats.success : &m->stats.fail;
     d->count++;
     d->ns += took;
+    if (r->times.exec_start != 0) {
+        m->stats.queue.count++;
+        m->stats.queue.ns += r->times.exec_start > waited_from ? r->times.exec_start - waited_from
+                                                               : 0;
+    }
     if (r->error.code == 0) {
         m->stats.inference_count += (uint64_t)(r->batch > 0 ? r->batch : 1);
         m->stats.last_inference_ms = pjs_wall_ms();
@@ -411,6 +421,7 @@ static void run_meta(pjs_meta_job *job)
     pjs_meta_run *run = (pjs_meta_run *)((char *)job - offsetof(pjs_meta_run, job));
     pjs_infer_request *r = run->ctx.request;
     const pjs_manifest *man = &r->model->bundle->manifest;
+    r->times.exec_start = pjs_now_ns();
     pjserve_tensor in[PJS_INFER_MAX_TENSORS], slots[PJS_INFER_MAX_TENSORS],
         out[PJS_INFER_MAX_TENSORS];
     pjs_hook_view_inputs(r, in);
@@ -472,6 +483,7 @@ int pjs_meta_submit(pjs_server *s, pjs_infer_request *r, pjs_error *err)
     pthread_cond_init(&run->done, NULL);
     run->job.run = run_meta;
     run->job.expire = expire_meta;
+    r->times.queued = pjs_now_ns();
     rc = pjs_meta_gate_submit(pjs__server_meta_gate(s), &run->job, man->n_calls > 0,
                               r->deadline_ns, err);
     if (rc != 0) {

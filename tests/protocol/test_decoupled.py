@@ -10,7 +10,10 @@ one, else the last data response carries the flag), zero responses, an error
 after some, refusal over unary gRPC and HTTP, the model configuration on both
 protocols, and many concurrent streams.
 """
+import json
 import queue
+import re
+import subprocess
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -20,6 +23,7 @@ import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
 from bundle_code import start_server, stop_server, tensor_yaml, write_meta
+from protocol_util import REPO, tail
 
 COUNTER_C = r"""
 #include <pjserve/model.h>
@@ -181,3 +185,20 @@ def test_config_says_decoupled(server):
     assert g.model_transaction_policy.decoupled is True
     h = httpclient.InferenceServerClient(server.http_url).get_model_config(MODEL)
     assert h["model_transaction_policy"] == {"decoupled": True}
+
+
+def test_perf_analyzer_streaming_without_a_version(server, tmp_path):
+    """perf_analyzer --streaming against the decoupled meta, no -x: it finds the
+    version to report by the queue count that grew, which a meta's runs count."""
+    data = tmp_path / "input.json"
+    data.write_text(json.dumps({"data": [{"COUNT": [3], "FAIL_AFTER": [-1]}]}))
+    args = [str(REPO / "scripts" / "perf_analyzer"), "-m", MODEL, "-i", "grpc", "--streaming",
+            "-u", server.grpc_url, "--input-data", str(data), "--concurrency-range", "1:2",
+            "--measurement-interval", "500", "--stability-percentage", "1000",
+            "--max-trials", "6"]
+    r = subprocess.run(args, capture_output=True, text=True, timeout=120, cwd=REPO)
+    out = r.stdout + "\n" + r.stderr
+    assert r.returncode == 0, f"{' '.join(args)} exited {r.returncode}\n{tail(out, 60)}"
+    assert "failed to find the requested model version" not in out
+    lines = re.findall(r"Concurrency: (\d+), throughput: ([0-9.]+) infer/sec", out)
+    assert [c for c, _ in lines] == ["1", "2"], tail(out, 60)
