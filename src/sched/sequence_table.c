@@ -1,0 +1,268 @@
+/*
+ * sequence_table.c - live sequences in a chained hash table keyed by
+ * sequence_id (FNV-1a over the integer's bytes or the string), each with its
+ * state bytes allocated behind it and a FIFO of waiting steps. Freed ids go
+ * to a ring of the last PJS_SEQUENCE_RECENT, searched only to word the error
+ * of a step that came too late.
+ */
+#include "sched/sequence_table.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef enum freed_reason { FREED_ENDED, FREED_EXPIRED } freed_reason;
+
+struct pjs_sequence {
+    pjs_sequence_id id;
+    bool running;          /* a step of it runs */
+    bool ended;            /* a step with sequence_end was admitted, no start since */
+    uint64_t last_used_ns; /* admission or finish of its latest step */
+    pjs_sequence_step *waiting_head, *waiting_tail;
+    pjs_sequence *bucket_next;
+    unsigned char state[]; /* state_bytes */
+};
+
+typedef struct recent_id {
+    pjs_sequence_id id;
+    freed_reason reason;
+} recent_id;
+
+struct pjs_sequence_table {
+    char model[256];
+    size_t state_bytes;
+    unsigned char *initial; /* state_bytes */
+    uint64_t idle_timeout_ns;
+    size_t max_sequences;
+    size_t count;
+    size_t n_buckets; /* a power of two */
+    pjs_sequence **buckets;
+    recent_id recent[PJS_SEQUENCE_RECENT];
+    size_t n_recent, recent_next;
+};
+
+const char *pjs_sequence_id_format(const pjs_sequence_id *id, char *buf, size_t size)
+{
+    if (id->is_string)
+        snprintf(buf, size, "\"%s\"", id->string);
+    else
+        snprintf(buf, size, "%" PRIu64, id->number);
+    return buf;
+}
+
+bool pjs_sequence_id_equal(const pjs_sequence_id *a, const pjs_sequence_id *b)
+{
+    if (a->is_string != b->is_string)
+        return false;
+    return a->is_string ? strcmp(a->string, b->string) == 0 : a->number == b->number;
+}
+
+static uint64_t id_hash(const pjs_sequence_id *id)
+{
+    uint64_t h = 1469598103934665603u;
+    const unsigned char *p = id->is_string ? (const unsigned char *)id->string
+                                           : (const unsigned char *)&id->number;
+    size_t n = id->is_string ? strlen(id->string) : sizeof id->number;
+    for (size_t i = 0; i < n; i++)
+        h = (h ^ p[i]) * 1099511628211u;
+    return h ^ (uint64_t)id->is_string;
+}
+
+pjs_sequence_table *pjs_sequence_table_create(const char *model, size_t state_bytes,
+                                              const void *initial_state,
+                                              uint64_t idle_timeout_ns, size_t max_sequences)
+{
+    pjs_sequence_table *t = calloc(1, sizeof *t);
+    if (t == NULL)
+        return NULL;
+    snprintf(t->model, sizeof t->model, "%s", model);
+    t->state_bytes = state_bytes;
+    t->idle_timeout_ns = idle_timeout_ns;
+    t->max_sequences = max_sequences;
+    t->n_buckets = 16;
+    while (t->n_buckets < 2 * max_sequences && t->n_buckets < ((size_t)1 << 20))
+        t->n_buckets *= 2;
+    t->buckets = calloc(t->n_buckets, sizeof *t->buckets);
+    t->initial = calloc(1, state_bytes ? state_bytes : 1);
+    if (t->buckets == NULL || t->initial == NULL) {
+        pjs_sequence_table_destroy(t);
+        return NULL;
+    }
+    if (initial_state != NULL && state_bytes > 0)
+        memcpy(t->initial, initial_state, state_bytes);
+    return t;
+}
+
+void pjs_sequence_table_destroy(pjs_sequence_table *t)
+{
+    if (t == NULL)
+        return;
+    for (size_t b = 0; t->buckets != NULL && b < t->n_buckets; b++) {
+        pjs_sequence *s = t->buckets[b];
+        while (s != NULL) {
+            pjs_sequence *next = s->bucket_next;
+            free(s);
+            s = next;
+        }
+    }
+    free(t->buckets);
+    free(t->initial);
+    free(t);
+}
+
+static pjs_sequence **find_slot(pjs_sequence_table *t, const pjs_sequence_id *id)
+{
+    pjs_sequence **slot = &t->buckets[id_hash(id) & (t->n_buckets - 1)];
+    while (*slot != NULL && !pjs_sequence_id_equal(&(*slot)->id, id))
+        slot = &(*slot)->bucket_next;
+    return slot;
+}
+
+static void remember_freed(pjs_sequence_table *t, const pjs_sequence_id *id, freed_reason why)
+{
+    t->recent[t->recent_next] = (recent_id){.id = *id, .reason = why};
+    t->recent_next = (t->recent_next + 1) % PJS_SEQUENCE_RECENT;
+    if (t->n_recent < PJS_SEQUENCE_RECENT)
+        t->n_recent++;
+}
+
+static void free_sequence(pjs_sequence_table *t, pjs_sequence **slot, freed_reason why)
+{
+    pjs_sequence *s = *slot;
+    *slot = s->bucket_next;
+    remember_freed(t, &s->id, why);
+    free(s);
+    t->count--;
+}
+
+/* The error of a step without sequence_start on a sequence that is not
+ * live: why it is not (ended, expired, or never seen among the recent). */
+static int not_live(const pjs_sequence_table *t, const pjs_sequence_id *id, bool ending,
+                    pjs_error *err)
+{
+    char name[PJS_SEQUENCE_ID_MAX + 8];
+    pjs_sequence_id_format(id, name, sizeof name);
+    const char *why = NULL;
+    if (ending) {
+        why = "it was ended by an earlier request with sequence_end";
+    } else {
+        for (size_t k = 1; k <= t->n_recent && why == NULL; k++) {
+            const recent_id *r =
+                &t->recent[(t->recent_next + PJS_SEQUENCE_RECENT - k) % PJS_SEQUENCE_RECENT];
+            if (pjs_sequence_id_equal(&r->id, id))
+                why = r->reason == FREED_ENDED
+                          ? "it was ended by an earlier request with sequence_end"
+                          : "it was freed after being idle longer than the model's "
+                            "idle_timeout_ms";
+        }
+    }
+    if (why == NULL)
+        why = "no sequence with this id is live";
+    return pjs_error_set(err, PJS_ERR_INVALID_ARGUMENT,
+                         "model %s: sequence %s is not active (%s); start a sequence with "
+                         "sequence_start set on its first request",
+                         t->model, name, why);
+}
+
+static void begin_run(pjs_sequence_table *t, pjs_sequence *s, pjs_sequence_step *step)
+{
+    s->running = true;
+    if (step->start)
+        memcpy(s->state, t->initial, t->state_bytes);
+}
+
+int pjs_sequence_admit(pjs_sequence_table *t, pjs_sequence_step *step, uint64_t now_ns,
+                       bool *run_now, pjs_error *err)
+{
+    *run_now = false;
+    step->next = NULL;
+    step->sequence = NULL;
+    pjs_sequence **slot = find_slot(t, &step->id);
+    pjs_sequence *s = *slot;
+    if (s == NULL) {
+        if (!step->start)
+            return not_live(t, &step->id, false, err);
+        if (t->count >= t->max_sequences)
+            return pjs_error_set(err, PJS_ERR_UNAVAILABLE,
+                                 "model %s: %zu sequences are live, the most it keeps; end "
+                                 "sequences with sequence_end or retry once idle ones expire",
+                                 t->model, t->count);
+        s = calloc(1, sizeof *s + t->state_bytes);
+        if (s == NULL)
+            return pjs_error_set(err, PJS_ERR_RESOURCE_EXHAUSTED,
+                                 "model %s: out of memory starting a sequence", t->model);
+        s->id = step->id;
+        *slot = s;
+        t->count++;
+    } else if (s->ended && !step->start) {
+        return not_live(t, &step->id, true, err);
+    }
+    s->ended = step->end;
+    s->last_used_ns = now_ns;
+    step->sequence = s;
+    if (s->running || s->waiting_head != NULL) {
+        if (s->waiting_tail != NULL)
+            s->waiting_tail->next = step;
+        else
+            s->waiting_head = step;
+        s->waiting_tail = step;
+        return 0;
+    }
+    begin_run(t, s, step);
+    *run_now = true;
+    return 0;
+}
+
+void *pjs_sequence_state(pjs_sequence_step *step)
+{
+    return step->sequence->state;
+}
+
+pjs_sequence_step *pjs_sequence_finish(pjs_sequence_table *t, pjs_sequence_step *step,
+                                       uint64_t now_ns)
+{
+    pjs_sequence *s = step->sequence;
+    s->running = false;
+    s->last_used_ns = now_ns;
+    pjs_sequence_step *next = s->waiting_head;
+    if (next != NULL) {
+        s->waiting_head = next->next;
+        if (s->waiting_head == NULL)
+            s->waiting_tail = NULL;
+        next->next = NULL;
+        begin_run(t, s, next);
+        return next;
+    }
+    if (step->end && s->ended)
+        free_sequence(t, find_slot(t, &s->id), FREED_ENDED);
+    return NULL;
+}
+
+size_t pjs_sequence_expire(pjs_sequence_table *t, uint64_t now_ns, pjs_sequence_id *expired,
+                           size_t max)
+{
+    size_t freed = 0;
+    for (size_t b = 0; b < t->n_buckets; b++) {
+        pjs_sequence **slot = &t->buckets[b];
+        while (*slot != NULL) {
+            pjs_sequence *s = *slot;
+            bool idle = !s->running && s->waiting_head == NULL && now_ns > s->last_used_ns &&
+                        now_ns - s->last_used_ns > t->idle_timeout_ns;
+            if (!idle) {
+                slot = &s->bucket_next;
+                continue;
+            }
+            if (freed < max)
+                expired[freed] = s->id;
+            freed++;
+            free_sequence(t, slot, FREED_EXPIRED);
+        }
+    }
+    return freed;
+}
+
+size_t pjs_sequence_count(const pjs_sequence_table *t)
+{
+    return t->count;
+}

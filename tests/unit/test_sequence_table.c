@@ -1,0 +1,261 @@
+/*
+ * test_sequence_table.c - unit tests of the live-sequence table
+ * (src/sched/sequence_table.c) on a virtual clock: a sequence starts from
+ * its initial state, its steps run one at a time in arrival order, it is
+ * freed on sequence_end or after its idle timeout, a step on a sequence that
+ * is not live is refused with the id and the reason in the message, a
+ * sequence_start on a live sequence starts it over, and the limit on live
+ * sequences holds.
+ */
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <setjmp.h>
+#include <cmocka.h>
+
+#include <stdbool.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "sched/sequence_table.h"
+
+#define MS 1000000u
+
+static pjs_sequence_id int_id(uint64_t n)
+{
+    pjs_sequence_id id = {.is_string = false, .number = n};
+    return id;
+}
+
+static pjs_sequence_id str_id(const char *s)
+{
+    pjs_sequence_id id = {.is_string = true};
+    snprintf(id.string, sizeof id.string, "%s", s);
+    return id;
+}
+
+static pjs_sequence_step step_of(pjs_sequence_id id, bool start, bool end)
+{
+    pjs_sequence_step st = {.id = id, .start = start, .end = end};
+    return st;
+}
+
+/* An accumulator's step: state += x, as the model would. */
+static float run_step(pjs_sequence_step *st, float x)
+{
+    float *state = pjs_sequence_state(st);
+    *state += x;
+    return *state;
+}
+
+static pjs_sequence_table *accumulator_table(size_t max_sequences)
+{
+    float initial = 0.0f;
+    pjs_sequence_table *t =
+        pjs_sequence_table_create("acc", sizeof(float), &initial, 100 * MS, max_sequences);
+    assert_non_null(t);
+    return t;
+}
+
+static void admit_ok(pjs_sequence_table *t, pjs_sequence_step *st, uint64_t now, bool run_now)
+{
+    pjs_error err = {0};
+    bool runs = false;
+    assert_int_equal(pjs_sequence_admit(t, st, now, &runs, &err), 0);
+    assert_int_equal(runs, run_now);
+}
+
+static void admit_fails(pjs_sequence_table *t, pjs_sequence_step *st, uint64_t now,
+                        pjs_status code, const char *words)
+{
+    pjs_error err = {0};
+    bool runs = true;
+    assert_int_not_equal(pjs_sequence_admit(t, st, now, &runs, &err), 0);
+    assert_false(runs);
+    assert_int_equal(err.code, code);
+    if (strstr(err.msg, words) == NULL)
+        fail_msg("message \"%s\" lacks \"%s\"", err.msg, words);
+}
+
+static void test_interleaved_sequences_keep_their_own_state(void **unused)
+{
+    (void)unused;
+    pjs_sequence_table *t = accumulator_table(8);
+    pjs_sequence_step a1 = step_of(int_id(7), true, false);
+    pjs_sequence_step b1 = step_of(str_id("abc"), true, false);
+    admit_ok(t, &a1, 0, true);
+    admit_ok(t, &b1, 0, true);
+    assert_true(run_step(&a1, 1.0f) == 1.0f);
+    assert_true(run_step(&b1, 10.0f) == 10.0f);
+    assert_null(pjs_sequence_finish(t, &a1, 1));
+    assert_null(pjs_sequence_finish(t, &b1, 1));
+    pjs_sequence_step a2 = step_of(int_id(7), false, false);
+    pjs_sequence_step b2 = step_of(str_id("abc"), false, true);
+    admit_ok(t, &a2, 2, true);
+    admit_ok(t, &b2, 2, true);
+    assert_true(run_step(&a2, 2.0f) == 3.0f);
+    assert_true(run_step(&b2, 5.0f) == 15.0f);
+    assert_int_equal(pjs_sequence_count(t), 2);
+    assert_null(pjs_sequence_finish(t, &b2, 3));
+    assert_int_equal(pjs_sequence_count(t), 1); /* "abc" ended */
+    assert_null(pjs_sequence_finish(t, &a2, 3));
+    pjs_sequence_table_destroy(t);
+}
+
+static void test_integer_and_string_ids_differ(void **unused)
+{
+    (void)unused;
+    pjs_sequence_table *t = accumulator_table(8);
+    pjs_sequence_step n = step_of(int_id(42), true, false);
+    admit_ok(t, &n, 0, true);
+    pjs_sequence_finish(t, &n, 0);
+    pjs_sequence_step s = step_of(str_id("42"), false, false);
+    admit_fails(t, &s, 0, PJS_ERR_INVALID_ARGUMENT, "sequence \"42\" is not active");
+    pjs_sequence_table_destroy(t);
+}
+
+static void test_steps_of_one_sequence_run_in_order(void **unused)
+{
+    (void)unused;
+    pjs_sequence_table *t = accumulator_table(8);
+    pjs_sequence_step s1 = step_of(int_id(1), true, false);
+    pjs_sequence_step s2 = step_of(int_id(1), false, false);
+    pjs_sequence_step s3 = step_of(int_id(1), false, true);
+    admit_ok(t, &s1, 0, true);
+    admit_ok(t, &s2, 0, false); /* s1 still runs */
+    admit_ok(t, &s3, 0, false);
+    assert_true(run_step(&s1, 1.0f) == 1.0f);
+    assert_ptr_equal(pjs_sequence_finish(t, &s1, 1), &s2);
+    assert_true(run_step(&s2, 2.0f) == 3.0f);
+    assert_ptr_equal(pjs_sequence_finish(t, &s2, 2), &s3);
+    assert_true(run_step(&s3, 3.0f) == 6.0f);
+    assert_null(pjs_sequence_finish(t, &s3, 3));
+    assert_int_equal(pjs_sequence_count(t), 0);
+    pjs_sequence_table_destroy(t);
+}
+
+static void test_unknown_and_ended_sequences_are_refused(void **unused)
+{
+    (void)unused;
+    pjs_sequence_table *t = accumulator_table(8);
+    pjs_sequence_step never = step_of(int_id(99), false, false);
+    admit_fails(t, &never, 0, PJS_ERR_INVALID_ARGUMENT,
+                "model acc: sequence 99 is not active (no sequence with this id is live)");
+    pjs_sequence_step only = step_of(int_id(5), true, true);
+    admit_ok(t, &only, 0, true);
+    /* Admitted behind a step that ends the sequence: refused at once. */
+    pjs_sequence_step behind = step_of(int_id(5), false, false);
+    admit_fails(t, &behind, 0, PJS_ERR_INVALID_ARGUMENT, "ended by an earlier request");
+    assert_null(pjs_sequence_finish(t, &only, 1));
+    pjs_sequence_step late = step_of(int_id(5), false, false);
+    admit_fails(t, &late, 2, PJS_ERR_INVALID_ARGUMENT,
+                "sequence 5 is not active (it was ended by an earlier request with "
+                "sequence_end); start a sequence with sequence_start");
+    pjs_sequence_table_destroy(t);
+}
+
+static void test_idle_sequences_expire(void **unused)
+{
+    (void)unused;
+    pjs_sequence_table *t = accumulator_table(8);
+    pjs_sequence_step a = step_of(str_id("idle"), true, false);
+    pjs_sequence_step b = step_of(int_id(2), true, false);
+    admit_ok(t, &a, 0, true);
+    run_step(&a, 4.0f);
+    pjs_sequence_finish(t, &a, 10 * MS);
+    admit_ok(t, &b, 50 * MS, true); /* still running at expiry time: kept */
+    pjs_sequence_id expired[4];
+    assert_int_equal(pjs_sequence_expire(t, 110 * MS, expired, 4), 0); /* exactly 100 ms */
+    assert_int_equal(pjs_sequence_expire(t, 111 * MS, expired, 4), 1);
+    assert_true(pjs_sequence_id_equal(&expired[0], &a.id));
+    assert_int_equal(pjs_sequence_count(t), 1);
+    pjs_sequence_step again = step_of(str_id("idle"), false, false);
+    admit_fails(t, &again, 112 * MS, PJS_ERR_INVALID_ARGUMENT,
+                "sequence \"idle\" is not active (it was freed after being idle longer than "
+                "the model's idle_timeout_ms)");
+    /* A new start of the same id begins from the initial state. */
+    pjs_sequence_step restart = step_of(str_id("idle"), true, false);
+    admit_ok(t, &restart, 113 * MS, true);
+    assert_true(run_step(&restart, 1.0f) == 1.0f);
+    pjs_sequence_finish(t, &restart, 113 * MS);
+    pjs_sequence_finish(t, &b, 1000 * MS);
+    assert_int_equal(pjs_sequence_expire(t, 1000 * MS, expired, 4), 1); /* only "idle" */
+    assert_int_equal(pjs_sequence_expire(t, 1101 * MS, expired, 0), 1); /* 2, not listed */
+    assert_int_equal(pjs_sequence_count(t), 0);
+    pjs_sequence_table_destroy(t);
+}
+
+static void test_start_on_a_live_sequence_starts_it_over(void **unused)
+{
+    (void)unused;
+    pjs_sequence_table *t = accumulator_table(8);
+    pjs_sequence_step s1 = step_of(int_id(3), true, false);
+    admit_ok(t, &s1, 0, true);
+    run_step(&s1, 5.0f);
+    pjs_sequence_step again = step_of(int_id(3), true, false);
+    admit_ok(t, &again, 0, false); /* waits for s1 */
+    assert_ptr_equal(pjs_sequence_finish(t, &s1, 1), &again);
+    assert_true(run_step(&again, 2.0f) == 2.0f);
+    pjs_sequence_finish(t, &again, 2);
+    /* After an end, a start revives the id while the ending step runs. */
+    pjs_sequence_step end = step_of(int_id(3), false, true);
+    pjs_sequence_step revive = step_of(int_id(3), true, false);
+    admit_ok(t, &end, 3, true);
+    admit_ok(t, &revive, 3, false);
+    assert_true(run_step(&end, 1.0f) == 3.0f);
+    assert_ptr_equal(pjs_sequence_finish(t, &end, 4), &revive);
+    assert_true(run_step(&revive, 1.0f) == 1.0f);
+    pjs_sequence_finish(t, &revive, 5);
+    assert_int_equal(pjs_sequence_count(t), 1);
+    pjs_sequence_table_destroy(t);
+}
+
+static void test_live_sequences_are_limited(void **unused)
+{
+    (void)unused;
+    pjs_sequence_table *t = accumulator_table(2);
+    pjs_sequence_step a = step_of(int_id(1), true, false);
+    pjs_sequence_step b = step_of(int_id(2), true, true);
+    pjs_sequence_step c = step_of(int_id(3), true, false);
+    admit_ok(t, &a, 0, true);
+    admit_ok(t, &b, 0, true);
+    admit_fails(t, &c, 0, PJS_ERR_UNAVAILABLE, "2 sequences are live, the most it keeps");
+    pjs_sequence_finish(t, &b, 1); /* ends 2 */
+    admit_ok(t, &c, 1, true);
+    pjs_sequence_table_destroy(t);
+}
+
+static void test_many_sequences_in_one_table(void **unused)
+{
+    (void)unused;
+    enum { N = 1000 };
+    pjs_sequence_table *t = accumulator_table(N);
+    static pjs_sequence_step steps[N];
+    for (int round = 0; round < 3; round++) {
+        for (int i = 0; i < N; i++) {
+            steps[i] = step_of(int_id((uint64_t)i + 1), round == 0, round == 2);
+            admit_ok(t, &steps[i], (uint64_t)round, true);
+            float sum = run_step(&steps[i], (float)i);
+            assert_true(sum == (float)i * (float)(round + 1));
+        }
+        for (int i = 0; i < N; i++)
+            assert_null(pjs_sequence_finish(t, &steps[i], (uint64_t)round));
+    }
+    assert_int_equal(pjs_sequence_count(t), 0);
+    pjs_sequence_table_destroy(t);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_interleaved_sequences_keep_their_own_state),
+        cmocka_unit_test(test_integer_and_string_ids_differ),
+        cmocka_unit_test(test_steps_of_one_sequence_run_in_order),
+        cmocka_unit_test(test_unknown_and_ended_sequences_are_refused),
+        cmocka_unit_test(test_idle_sequences_expire),
+        cmocka_unit_test(test_start_on_a_live_sequence_starts_it_over),
+        cmocka_unit_test(test_live_sequences_are_limited),
+        cmocka_unit_test(test_many_sequences_in_one_table),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
