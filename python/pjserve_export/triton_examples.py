@@ -1,8 +1,16 @@
-"""Triton's string example models, as pjserve bundles.
+"""Triton's example models, as pjserve bundles.
 
-Triton's example clients (simple_*_string_infer_client.py,
-simple_*_shm_string_client.py) call two models by name; these are they,
-with the names, tensors, datatypes and shapes those clients use:
+Triton's example clients call models by name; these are they, with the
+names, tensors, datatypes and shapes those clients use:
+
+    simple           plain model: INPUT0, INPUT1 i32 [batch, 16] -> OUTPUT0 =
+                     INPUT0 + INPUT1, OUTPUT1 = INPUT0 - INPUT1, i32 [batch,
+                     16]; batch sizes up to 16 (Triton's simple says 8; its
+                     model control example reloads it with max_batch_size 16).
+                     The model most of the clients call (simple_*_infer,
+                     async, aio, shared memory, model control, keepalive,
+                     custom args, health and metadata, explicit int content).
+    simple_int8      the same in i8 (grpc_explicit_int8_content_client.py).
 
     simple_string    hooked model. Client: INPUT0, INPUT1 bytes [batch, 16]
                      (decimal numerals) -> OUTPUT0 = INPUT0 + INPUT1,
@@ -32,9 +40,10 @@ from . import hooks as H
 from .jax_export import export_jax
 
 EXAMPLES_DIR = Path(__file__).resolve().parents[2] / "examples" / "bundles"
-TRITON_EXAMPLE_NAMES = ("simple_string", "simple_identity")
+TRITON_EXAMPLE_NAMES = ("simple", "simple_int8", "simple_string", "simple_identity")
 STRING_WIDTH = 16                # numerals per row
 STRING_BATCH_SIZES = (1, 2, 4, 8)  # the largest is MAX_ROWS in its model.c: change both
+SIMPLE_BATCH_SIZES = (1, 2, 4, 8, 16)
 
 
 def add_and_subtract(params, a, b):
@@ -48,6 +57,16 @@ def export_triton_example(name: str, out_dir, build: Optional[H.Builder] = None,
     """Exports example `name` (TRITON_EXAMPLE_NAMES) into out_dir; returns
     {bundle name: path}. `build` builds model.so (`hooks.hooks_builder`);
     None leaves it to `pjserve build-hooks`."""
+    if name in ("simple", "simple_int8"):
+        dtype = np.int8 if name == "simple_int8" else np.int32
+        row = np.zeros((1, STRING_WIDTH), dtype)
+        return {name: export_jax(
+            add_and_subtract, {}, [row, row], out_dir, name=name,
+            batch_sizes=SIMPLE_BATCH_SIZES, input_names=["INPUT0", "INPUT1"],
+            output_names=["OUTPUT0", "OUTPUT1"],
+            description=f"OUTPUT0 = INPUT0 + INPUT1, OUTPUT1 = INPUT0 - INPUT1, "
+                        f"{np.dtype(dtype).name} (Triton's {name})",
+            target_stablehlo_version=target_stablehlo_version)}
     source = EXAMPLES_DIR / name / H.HOOKS_SOURCE
     if name == "simple_string":
         row = np.zeros((1, STRING_WIDTH), np.int32)

@@ -609,6 +609,13 @@ static void unlink_job_locked(pjs_server *s, load_job *job)
     s->n_load_waiters -= job->n_waiters;
 }
 
+/* Load refusals and failures say "failed to load 'NAME': ..." first, as
+ * Triton's do: its clients (the model control examples) look for the prefix. */
+static void prefix_load_failure(pjs_error *err, const char *name)
+{
+    pjs_error_prefix(err, "failed to load '%.256s': ", name);
+}
+
 /* The load thread's job: loads the model unless cancelled (shutdown), then
  * answers every waiter. Callers arriving after the job left the list start
  * a new load. */
@@ -626,6 +633,8 @@ static void run_load_job(void *arg, bool cancelled)
         load_locked(s, job->name, "", true, job->config, &err);
         pthread_mutex_unlock(&s->load_lock);
     }
+    if (err.code != 0)
+        prefix_load_failure(&err, job->name);
     pthread_mutex_lock(&s->jobs_lock);
     unlink_job_locked(s, job);
     load_waiter *w = job->waiters;
@@ -655,9 +664,21 @@ int pjs_server_load_model_async(pjs_server *s, const char *name, pjs_server_load
     return pjs_server_load_model_config_async(s, name, NULL, 0, done, arg, err);
 }
 
+static int load_async(pjs_server *s, const char *name, const char *config_text, size_t config_len,
+                      pjs_server_load_done done, void *arg, pjs_error *err);
+
 int pjs_server_load_model_config_async(pjs_server *s, const char *name, const char *config_text,
                                        size_t config_len, pjs_server_load_done done, void *arg,
                                        pjs_error *err)
+{
+    int rc = load_async(s, name, config_text, config_len, done, arg, err);
+    if (rc != 0)
+        prefix_load_failure(err, name != NULL ? name : "");
+    return rc;
+}
+
+static int load_async(pjs_server *s, const char *name, const char *config_text, size_t config_len,
+                      pjs_server_load_done done, void *arg, pjs_error *err)
 {
     if (name == NULL || name[0] == '\0')
         return pjs_error_set(err, PJS_ERR_INVALID_ARGUMENT, "no model name given");

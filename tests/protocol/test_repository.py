@@ -136,11 +136,19 @@ def test_load_unknown_model(gclient, server):
     with pytest.raises(InferenceServerException) as ei:
         gclient.load_model("no_such_model")
     assert grpc_code(ei.value) in ("NOT_FOUND", "INVALID_ARGUMENT"), ei.value
-    assert "no_such_model" in ei.value.message()
+    # Triton's wording first: its model control examples look for "failed to load"
+    assert ei.value.message().startswith("failed to load 'no_such_model': "), ei.value
     status, doc, raw = http_json(server.http_url, "POST",
                                  "/v2/repository/models/no_such_model/load", {})
     assert status in (400, 404), raw
-    assert "no_such_model" in doc["error"]
+    assert doc["error"].startswith("failed to load 'no_such_model': "), raw
+
+
+def test_refused_config_override_says_failed_to_load(gclient, hclient, reload_model):
+    for client in (gclient, hclient):
+        with pytest.raises(InferenceServerException) as ei:
+            client.load_model(reload_model, config='"parameters": {"config": {}}')
+        assert ei.value.message().startswith(f"failed to load '{reload_model}': "), ei.value
 
 
 

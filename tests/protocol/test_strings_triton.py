@@ -1,5 +1,10 @@
-"""The string models Triton's example clients call, driven the way those
-clients drive them, over gRPC and HTTP, with tritonclient.
+"""The models Triton's example clients call, driven the way those clients
+drive them, over gRPC and HTTP, with tritonclient.
+
+simple and simple_int8 (plain adders in i32 and i8): INPUT0 = 0..15, INPUT1 =
+ones -> OUTPUT0 the sum and OUTPUT1 the difference, with and without
+requested outputs, one model in the statistics, and simple_int8 through
+gRPC's typed int_contents as grpc_explicit_int8_content_client.py sends it.
 
 simple_string (hooks around an adder) and simple_identity (a compute-only
 meta) are exported by python/pjserve_export/triton_examples.py, as `make
@@ -19,12 +24,14 @@ naming the element.
 
 from concurrent.futures import ThreadPoolExecutor
 
+import grpc
 import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 import tritonclient.utils.shared_memory as shm
 from tritonclient import utils
+from tritonclient.grpc import service_pb2, service_pb2_grpc
 from tritonclient.utils import InferenceServerException
 
 from pjserve_export import hooks as H
@@ -38,7 +45,7 @@ WIDTH = 16
 def strings_server(pjserve_bin, plugin_path, cache_dir, tmp_path_factory):
     repo = tmp_path_factory.mktemp("repository-triton-strings")
     build = H.hooks_builder(pjserve_bin)
-    for name in ("simple_string", "simple_identity"):
+    for name in ("simple", "simple_int8", "simple_string", "simple_identity"):
         export_triton_example(name, repo, build=build)
     s = ServerProcess(pjserve_bin, plugin_path, repo, cache_dir,
                       tmp_path_factory.mktemp("server-triton-strings"), ["--allow-client-shm"],
@@ -51,6 +58,41 @@ def strings_server(pjserve_bin, plugin_path, cache_dir, tmp_path_factory):
 @pytest.fixture
 def server(strings_server):
     yield from guard_alive(strings_server)
+
+
+@pytest.mark.parametrize("model,dtype,kserve", [("simple", np.int32, "INT32"),
+                                                 ("simple_int8", np.int8, "INT8")])
+@pytest.mark.parametrize("requested", [True, False], ids=["outputs", "no-outputs"])
+def test_simple_sum_and_difference(gclient, hclient, model, dtype, kserve, requested):
+    a = np.arange(16, dtype=dtype).reshape(1, 16)
+    b = np.ones((1, 16), dtype)
+    for mod, client in ((grpcclient, gclient), (httpclient, hclient)):
+        inputs = [mod.InferInput("INPUT0", [1, 16], kserve), mod.InferInput("INPUT1", [1, 16], kserve)]
+        inputs[0].set_data_from_numpy(a)
+        inputs[1].set_data_from_numpy(b)
+        outputs = ([mod.InferRequestedOutput("OUTPUT0"), mod.InferRequestedOutput("OUTPUT1")]
+                   if requested else None)
+        r = client.infer(model, inputs, outputs=outputs)
+        np.testing.assert_array_equal(r.as_numpy("OUTPUT0"), a + b)
+        np.testing.assert_array_equal(r.as_numpy("OUTPUT1"), a - b)
+    assert len(gclient.get_inference_statistics(model_name=model).model_stats) == 1
+
+
+def test_simple_int8_typed_int_contents(server):
+    """INT8 elements in gRPC's int_contents (32-bit slots), as Triton's example sends them."""
+    with grpc.insecure_channel(server.grpc_url) as channel:
+        stub = service_pb2_grpc.GRPCInferenceServiceStub(channel)
+        req = service_pb2.ModelInferRequest(model_name="simple_int8")
+        for name, values in (("INPUT0", list(range(16))), ("INPUT1", [1] * 16)):
+            t = req.inputs.add(name=name, datatype="INT8", shape=[1, 16])
+            t.contents.int_contents[:] = values
+        for name in ("OUTPUT0", "OUTPUT1"):
+            req.outputs.add(name=name)
+        resp = stub.ModelInfer(req)
+    got = {o.name: np.frombuffer(raw, np.int8)
+           for o, raw in zip(resp.outputs, resp.raw_output_contents)}
+    np.testing.assert_array_equal(got["OUTPUT0"], np.arange(16) + 1)
+    np.testing.assert_array_equal(got["OUTPUT1"], np.arange(16) - 1)
 
 
 def numerals(values) -> np.ndarray:
