@@ -100,6 +100,12 @@ class Manifest:
     client_outputs: List[TensorSpec] = field(default_factory=list)
     calls: Optional[List[str]] = None  # kind meta: the sub-models its run may call
     decoupled: bool = False  # kind meta: may send many responses per request (ModelStreamInfer)
+    # A stateful model (kind model): (state input, state output) pairs the
+    # server carries from one request of a sequence to the next, and the
+    # sequence section's limits (None: the server's defaults).
+    sequence_state: List[Tuple[str, str]] = field(default_factory=list)
+    idle_timeout_ms: Optional[int] = None
+    max_sequences: Optional[int] = None
     extra: dict = field(default_factory=dict)  # keys this reader does not know
 
     def variant_names(self) -> List[str]:
@@ -337,7 +343,37 @@ def manifest_yaml(m: Manifest) -> str:
     out.append(f"weight: {m.weight!r}\n")
     if m.decoupled:
         out.append("decoupled: true\n")
+    if m.sequence_state:
+        out.append("sequence:\n  state:\n")
+        out += [f"    - {{input: {_yaml_str(i)}, output: {_yaml_str(o)}, initial: zeros}}\n"
+                for i, o in m.sequence_state]
+        if m.idle_timeout_ms is not None:
+            out.append(f"  idle_timeout_ms: {int(m.idle_timeout_ms)}\n")
+        if m.max_sequences is not None:
+            out.append(f"  max_sequences: {int(m.max_sequences)}\n")
     return "".join(out)
+
+
+def check_sequence_state(sequence_state, input_names: Sequence[str],
+                         output_names: Sequence[str]) -> List[Tuple[str, str]]:
+    """[(state input, state output)], each naming an input and an output once."""
+    pairs = []
+    for entry in sequence_state:
+        if not (isinstance(entry, (tuple, list)) and len(entry) == 2):
+            raise ValueError(f"sequence_state entries are (input name, output name) pairs, "
+                             f"got {entry!r}")
+        i, o = str(entry[0]), str(entry[1])
+        if i not in input_names:
+            raise ValueError(f"sequence_state: {i!r} is not one of the inputs {list(input_names)}")
+        if o not in output_names:
+            raise ValueError(f"sequence_state: {o!r} is not one of the outputs "
+                             f"{list(output_names)}")
+        if any(i == a or o == b for a, b in pairs):
+            raise ValueError(f"sequence_state: {entry!r} reuses a tensor of another pair")
+        pairs.append((i, o))
+    if pairs and len(pairs) == len(input_names):
+        raise ValueError("sequence_state: every input is state; clients must send at least one")
+    return pairs
 
 
 class StagedBundle:
@@ -426,12 +462,13 @@ def read_manifest(bundle_dir) -> Manifest:
     doc = yaml.safe_load(path.read_text())
     known = {"format_version", "name", "kind", "description", "batch_sizes", "inputs",
              "outputs", "variants", "residency", "weight", "client_inputs", "client_outputs",
-             "meta", "decoupled"}
+             "meta", "decoupled", "sequence"}
 
     def tensors(key):
         return [_parse_tensor(e, f"{key}[{i}]") for i, e in enumerate(doc.get(key) or [])]
 
     meta = doc.get("meta")
+    sequence = doc.get("sequence") or {}
     return Manifest(
         name=str(doc["name"]),
         kind=str(doc.get("kind", "model")),
@@ -448,6 +485,9 @@ def read_manifest(bundle_dir) -> Manifest:
         client_outputs=tensors("client_outputs"),
         calls=None if meta is None else [str(c) for c in meta.get("calls") or []],
         decoupled=bool(doc.get("decoupled", False)),
+        sequence_state=[(str(e["input"]), str(e["output"])) for e in sequence.get("state") or []],
+        idle_timeout_ms=sequence.get("idle_timeout_ms"),
+        max_sequences=sequence.get("max_sequences"),
         extra={k: v for k, v in doc.items() if k not in known},
     )
 

@@ -361,7 +361,10 @@ def export_jax(fn: Callable, params: Any, example_inputs: Sequence[Any], out_dir
                extra_files: Optional[Mapping[str, H.FileSource]] = None,
                build_hooks: Optional[H.Builder] = None,
                target_stablehlo_version: Optional[str] = None,
-               strip_debug_info: bool = True) -> Path:
+               strip_debug_info: bool = True,
+               sequence_state: Optional[Sequence[Tuple[str, str]]] = None,
+               idle_timeout_ms: Optional[int] = None,
+               max_sequences: Optional[int] = None) -> Path:
     """Exports ``fn(params, *inputs)`` as the bundle ``out_dir/name/``; returns its path.
 
     fn: a jax-traceable function returning one array or a tuple of arrays, each
@@ -399,6 +402,14 @@ def export_jax(fn: Callable, params: Any, example_inputs: Sequence[Any], out_dir
     target_stablehlo_version: StableHLO version of the portable artifacts;
         default `default_target_version()`.
     strip_debug_info: drop source locations so exports are reproducible.
+    sequence_state: a stateful model's [(state input, state output)] pairs:
+        fn takes each sequence's state as the input and returns the next as
+        the output (same dtype and shape). The server keeps the state per
+        sequence (requests with sequence_id, sequence_start, sequence_end);
+        clients never send or see these tensors. Not with variants or hooks.
+    idle_timeout_ms, max_sequences: a stateful model's limits (a sequence
+        idle this long is freed; live sequences at once); None: the server's
+        defaults (60000 ms, 1024).
 
     An existing bundle of the same name is replaced atomically.
     """
@@ -430,6 +441,12 @@ def export_jax(fn: Callable, params: Any, example_inputs: Sequence[Any], out_dir
     if build_hooks is not None and hooks_source is None:
         raise ValueError("build_hooks needs hooks_source (a model.c)")
     H.check_bundle_files(hooks_source, extra_files)
+    state_pairs = B.check_sequence_state(sequence_state or [], input_names, output_names)
+    if (idle_timeout_ms is not None or max_sequences is not None) and not state_pairs:
+        raise ValueError("idle_timeout_ms / max_sequences need sequence_state")
+    if state_pairs and (variants or client_ins or client_outs):
+        raise ValueError("a stateful model (sequence_state) has no variants, client_inputs "
+                         "or client_outputs")
 
     weight_names, weight_arrays = weight_names_and_arrays(params)
     treedef = jax.tree_util.tree_structure(params)
@@ -472,7 +489,16 @@ def export_jax(fn: Callable, params: Any, example_inputs: Sequence[Any], out_dir
                 for nm, (shape, dt) in zip(input_names, input_specs)],
         outputs=outputs,
         variants=manifest_variants, residency=residency, weight=weight,
-        client_inputs=client_ins, client_outputs=client_outs)
+        client_inputs=client_ins, client_outputs=client_outs,
+        sequence_state=state_pairs, idle_timeout_ms=idle_timeout_ms,
+        max_sequences=max_sequences)
+    by_name = {t.name: t for t in manifest.inputs + manifest.outputs}
+    for i, o in state_pairs:
+        a, b = by_name[i], by_name[o]
+        if (a.dtype, tuple(a.shape)) != (b.dtype, tuple(b.shape)):
+            raise ValueError(f"sequence_state: input {i!r} is {a.dtype} {a.shape} but output "
+                             f"{o!r} is {b.dtype} {b.shape}; the output is the next step's "
+                             "input, so they must match")
 
     with B.StagedBundle(out_dir, name) as staging:
         write_safetensors(staging / B.WEIGHTS_FILE, dict(zip(weight_names, weight_arrays)),

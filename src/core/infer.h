@@ -75,6 +75,18 @@ typedef struct pjs_infer_times {
     uint64_t output_done;   /* outputs back on the host, sliced */
 } pjs_infer_times;
 
+/* The sequence batching parameters of a request (sequence_id,
+ * sequence_start, sequence_end), as front ends decode them. sequence_id 0
+ * or "" means none, as in Triton. */
+typedef struct pjs_infer_sequence {
+    bool has_id;        /* a sequence_id other than 0 or "" */
+    bool is_string;
+    uint64_t number;    /* the id when it is an integer */
+    const char *string; /* the id when it is a string: borrowed, NUL-terminated */
+    bool start;         /* sequence_start: true */
+    bool end;           /* sequence_end: true */
+} pjs_infer_sequence;
+
 typedef struct pjs_infer_request pjs_infer_request;
 typedef void (*pjs_infer_done_fn)(pjs_infer_request *r);
 /* Sends one response of a decoupled model's request now (see `respond`):
@@ -94,6 +106,9 @@ struct pjs_infer_request {
     size_t n_requested;
     pjs_infer_requested_output requested[PJS_INFER_MAX_TENSORS];
     bool binary_data_output; /* HTTP parameter: every output binary by default */
+    /* A stateful model's requests name their sequence (server/sequence.h);
+     * other models accept and ignore these, as Triton does. */
+    pjs_infer_sequence sequence;
 
     /* Set by validation: rows in the batch axis (1 for unbatched models) and
      * the manifest variant (input shapes) the request resolved to. */

@@ -866,7 +866,7 @@ static void free_step_map(pjs_ensemble_map *v, size_t n)
 enum top_key {
     K_FORMAT_VERSION, K_NAME, K_KIND, K_DESCRIPTION, K_BATCH_SIZES, K_INPUTS, K_OUTPUTS,
     K_VARIANTS, K_RESIDENCY, K_WEIGHT, K_META, K_CLIENT_INPUTS, K_CLIENT_OUTPUTS, K_ENSEMBLE,
-    K_DECOUPLED, K_COUNT
+    K_DECOUPLED, K_SEQUENCE, K_COUNT
 };
 
 static const char *kind_name(pjs_model_kind kind)
@@ -889,9 +889,9 @@ static int check_kind_keys(pjs_yaml *y, const pjs_yaml_field *f, pjs_model_kind 
     } rules[] = {
         [PJS_KIND_MODEL] = {model_keys, {K_META, K_ENSEMBLE}, 2},
         [PJS_KIND_META] = {meta_keys, {K_BATCH_SIZES, K_INPUTS, K_OUTPUTS, K_VARIANTS,
-                                       K_ENSEMBLE}, 5},
+                                       K_ENSEMBLE, K_SEQUENCE}, 6},
         [PJS_KIND_ENSEMBLE] = {ensemble_keys, {K_BATCH_SIZES, K_INPUTS, K_OUTPUTS, K_VARIANTS,
-                                               K_META}, 5},
+                                               K_META, K_SEQUENCE}, 6},
     };
     for (size_t i = 0; i < rules[kind].n_forbidden; i++) {
         enum top_key k = rules[kind].forbidden[i];
@@ -903,6 +903,7 @@ static int check_kind_keys(pjs_yaml *y, const pjs_yaml_field *f, pjs_model_kind 
                                  : k == K_OUTPUTS   ? " (use client_outputs)"
                                  : k == K_META      ? " (an ensemble lists ensemble.steps)"
                                  : k == K_ENSEMBLE  ? " (only kind: ensemble has steps)"
+                                 : k == K_SEQUENCE  ? " (only kind: model keeps state)"
                                                     : "");
     }
     for (size_t i = 0; i < 3; i++) {
@@ -930,6 +931,160 @@ static int parse_decoupled(pjs_yaml *y, const yaml_node_t *n, pjs_manifest *m)
                          kind_name(m->kind));
 }
 
+/* ---- sequence (stateful models) ------------------------------------------- */
+
+static size_t tensor_index(const pjs_tensor_spec *t, size_t n, const char *name)
+{
+    size_t i = 0;
+    while (i < n && strcmp(t[i].name, name) != 0)
+        i++;
+    return i;
+}
+
+/* sequence.state[i]: {input: NAME, output: NAME, initial: zeros}. */
+static int parse_state(pjs_yaml *y, yaml_node_t *n, const char *path, pjs_manifest *m,
+                       pjs_state_pair *out)
+{
+    enum { S_INPUT, S_OUTPUT, S_INITIAL, S_COUNT };
+    pjs_yaml_field f[S_COUNT] = {
+        [S_INPUT] = {"input", NULL}, [S_OUTPUT] = {"output", NULL}, [S_INITIAL] = {"initial", NULL}};
+    int rc = pjs_yaml_get_fields(y, n, path, f, S_COUNT);
+    if (rc == 0)
+        rc = pjs_yaml_require(y, &f[S_INPUT], path, n);
+    if (rc == 0)
+        rc = pjs_yaml_require(y, &f[S_OUTPUT], path, n);
+    if (rc == 0 && f[S_INITIAL].value != NULL && !pjs_yaml_scalar_is(f[S_INITIAL].value, "zeros"))
+        return pjs_yaml_fail(y, f[S_INITIAL].value, path,
+                             "initial: only \"zeros\" is supported (a sequence's state starts "
+                             "as zeros)");
+    char *in_name = NULL, *out_name = NULL;
+    if (rc == 0)
+        rc = pjs_yaml_get_name(y, f[S_INPUT].value, path, &in_name);
+    if (rc == 0)
+        rc = pjs_yaml_get_name(y, f[S_OUTPUT].value, path, &out_name);
+    if (rc == 0) {
+        out->input = tensor_index(m->inputs, m->n_inputs, in_name);
+        out->output = tensor_index(m->outputs, m->n_outputs, out_name);
+        if (out->input == m->n_inputs)
+            rc = pjs_yaml_fail(y, f[S_INPUT].value, path,
+                               "input \"%s\" is not one of the model's inputs", in_name);
+        else if (out->output == m->n_outputs)
+            rc = pjs_yaml_fail(y, f[S_OUTPUT].value, path,
+                               "output \"%s\" is not one of the model's outputs", out_name);
+    }
+    if (rc == 0) {
+        const pjs_tensor_spec *a = &m->inputs[out->input], *b = &m->outputs[out->output];
+        char sa[160], sb[160];
+        if (!a->batched || !b->batched)
+            rc = pjs_yaml_fail(y, n, path,
+                               "state tensors must have the batch axis (each sequence's state "
+                               "is one row of the batch)");
+        else if (a->dtype != b->dtype || !pjs_shape_equal(&a->shape, &b->shape))
+            rc = pjs_yaml_fail(y, n, path,
+                               "input \"%s\" (%s %s) and output \"%s\" (%s %s) must have the "
+                               "same dtype and shape: the output is the next step's input",
+                               a->name, pjs_dtype_name(a->dtype),
+                               pjs_shape_format(&a->shape, sa, sizeof sa), b->name,
+                               pjs_dtype_name(b->dtype), pjs_shape_format(&b->shape, sb, sizeof sb));
+    }
+    free(in_name);
+    free(out_name);
+    return rc;
+}
+
+/* The client's view of a stateful model: inputs and outputs without the
+ * state tensors. */
+static int sequence_client_view(pjs_yaml *y, pjs_manifest *m, bool output)
+{
+    pjs_sequence_spec *q = &m->sequence;
+    size_t n = output ? m->n_outputs : m->n_inputs;
+    pjs_tensor_spec *all = output ? m->outputs : m->inputs;
+    pjs_tensor_spec *view = calloc(n ? n : 1, sizeof *view);
+    if (view == NULL)
+        return pjs_yaml_fail_nomem(y, "sequence");
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++) {
+        bool state = false;
+        for (size_t j = 0; j < q->n_state; j++)
+            state = state || (output ? q->state[j].output : q->state[j].input) == i;
+        if (!state)
+            view[k++] = all[i];
+    }
+    if (output) {
+        q->client_outputs = view;
+        q->n_client_outputs = k;
+    } else {
+        q->client_inputs = view;
+        q->n_client_inputs = k;
+    }
+    return 0;
+}
+
+/* `sequence: {state: [...], idle_timeout_ms: N, max_sequences: N}`. */
+static int parse_sequence(pjs_yaml *y, yaml_node_t *n, pjs_manifest *m)
+{
+    enum { Q_STATE, Q_IDLE, Q_MAX, Q_COUNT };
+    pjs_yaml_field f[Q_COUNT] = {[Q_STATE] = {"state", NULL},
+                                 [Q_IDLE] = {"idle_timeout_ms", NULL},
+                                 [Q_MAX] = {"max_sequences", NULL}};
+    pjs_sequence_spec *q = &m->sequence;
+    q->idle_timeout_ms = 60000;
+    q->max_sequences = 1024;
+    int rc = pjs_yaml_get_fields(y, n, "sequence", f, Q_COUNT);
+    if (rc == 0)
+        rc = pjs_yaml_require(y, &f[Q_STATE], "sequence", n);
+    if (rc != 0)
+        return rc;
+    if (m->client_inputs != NULL || m->client_outputs != NULL)
+        return pjs_yaml_fail(y, n, "sequence",
+                             "a stateful model takes no client_inputs or client_outputs (hooks "
+                             "and sequence state do not combine)");
+    if (m->n_variants > 1)
+        return pjs_yaml_fail(y, n, "sequence",
+                             "a stateful model has no variants (its state rows have one shape)");
+    if (f[Q_IDLE].value != NULL &&
+        (rc = pjs_yaml_get_int(y, f[Q_IDLE].value, "sequence.idle_timeout_ms",
+                               &q->idle_timeout_ms)) != 0)
+        return rc;
+    if (q->idle_timeout_ms < 1 || q->idle_timeout_ms > 86400000)
+        return pjs_yaml_fail(y, f[Q_IDLE].value, "sequence.idle_timeout_ms",
+                             "must be 1..86400000 (milliseconds), got %lld",
+                             (long long)q->idle_timeout_ms);
+    if (f[Q_MAX].value != NULL &&
+        (rc = pjs_yaml_get_int(y, f[Q_MAX].value, "sequence.max_sequences",
+                               &q->max_sequences)) != 0)
+        return rc;
+    if (q->max_sequences < 1 || q->max_sequences > 1000000)
+        return pjs_yaml_fail(y, f[Q_MAX].value, "sequence.max_sequences",
+                             "must be 1..1000000, got %lld", (long long)q->max_sequences);
+    size_t count = 0;
+    if ((rc = pjs_yaml_get_list(y, f[Q_STATE].value, "sequence.state", true, &count)) != 0)
+        return rc;
+    if (count > PJS_SEQUENCE_MAX_STATE)
+        return pjs_yaml_fail(y, f[Q_STATE].value, "sequence.state",
+                             "%zu state tensors, more than the %d allowed", count,
+                             PJS_SEQUENCE_MAX_STATE);
+    for (size_t i = 0; i < count; i++) {
+        char path[64];
+        snprintf(path, sizeof path, "sequence.state[%zu]", i);
+        pjs_state_pair *st = &q->state[i];
+        if ((rc = parse_state(y, pjs_yaml_list_item(y, f[Q_STATE].value, i), path, m, st)) != 0)
+            return rc;
+        for (size_t j = 0; j < i; j++)
+            if (q->state[j].input == st->input || q->state[j].output == st->output)
+                return pjs_yaml_fail(y, f[Q_STATE].value, path,
+                                     "input or output already used by sequence.state[%zu]", j);
+        q->n_state = i + 1;
+    }
+    if (q->n_state == m->n_inputs)
+        return pjs_yaml_fail(y, f[Q_STATE].value, "sequence.state",
+                             "every input is state: a client must send at least one input");
+    m->stateful = true;
+    if ((rc = sequence_client_view(y, m, false)) != 0)
+        return rc;
+    return sequence_client_view(y, m, true);
+}
+
 static int parse_root(pjs_yaml *y, yaml_node_t *root, pjs_manifest *m)
 {
     pjs_yaml_field f[K_COUNT] = {
@@ -941,6 +1096,7 @@ static int parse_root(pjs_yaml *y, yaml_node_t *root, pjs_manifest *m)
         [K_WEIGHT] = {"weight", NULL},                 [K_META] = {"meta", NULL},
         [K_CLIENT_INPUTS] = {"client_inputs", NULL},   [K_CLIENT_OUTPUTS] = {"client_outputs", NULL},
         [K_ENSEMBLE] = {"ensemble", NULL},             [K_DECOUPLED] = {"decoupled", NULL},
+        [K_SEQUENCE] = {"sequence", NULL},
     };
     if (root->type != YAML_MAPPING_NODE)
         return pjs_yaml_fail(y, root, "", "the top level must be a mapping, got %s",
@@ -994,6 +1150,8 @@ static int parse_root(pjs_yaml *y, yaml_node_t *root, pjs_manifest *m)
                             &m->client_outputs, &m->n_client_outputs)) != 0)
         return rc;
     if (f[K_DECOUPLED].value != NULL && (rc = parse_decoupled(y, f[K_DECOUPLED].value, m)) != 0)
+        return rc;
+    if (f[K_SEQUENCE].value != NULL && (rc = parse_sequence(y, f[K_SEQUENCE].value, m)) != 0)
         return rc;
     if (m->kind == PJS_KIND_ENSEMBLE)
         return parse_ensemble(y, f[K_ENSEMBLE].value, m);
@@ -1184,6 +1342,8 @@ void pjs_manifest_free(pjs_manifest *m)
     }
     free(m->steps);
     free(m->step_order);
+    free(m->sequence.client_inputs);
+    free(m->sequence.client_outputs);
     memset(m, 0, sizeof *m);
 }
 
@@ -1218,6 +1378,10 @@ int64_t pjs_tensor_spec_row_elements(const pjs_tensor_spec *s)
 
 const pjs_tensor_spec *pjs_manifest_client_tensors(const pjs_manifest *m, bool output, size_t *n)
 {
+    if (m->stateful) {
+        *n = output ? m->sequence.n_client_outputs : m->sequence.n_client_inputs;
+        return output ? m->sequence.client_outputs : m->sequence.client_inputs;
+    }
     if (output ? m->client_outputs != NULL : m->client_inputs != NULL) {
         *n = output ? m->n_client_outputs : m->n_client_inputs;
         return output ? m->client_outputs : m->client_inputs;
@@ -1228,6 +1392,8 @@ const pjs_tensor_spec *pjs_manifest_client_tensors(const pjs_manifest *m, bool o
 
 pjs_shape pjs_manifest_client_shape(const pjs_manifest *m, bool output, size_t i)
 {
+    if (m->stateful) /* no variants */
+        return (output ? m->sequence.client_outputs : m->sequence.client_inputs)[i].shape;
     if (output ? m->client_outputs != NULL : m->client_inputs != NULL)
         return (output ? m->client_outputs : m->client_inputs)[i].shape;
     pjs_shape s = (output ? m->outputs : m->inputs)[i].shape;

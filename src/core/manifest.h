@@ -114,6 +114,32 @@ typedef struct pjs_ensemble_step {
     pjs_ensemble_map *outputs;    /* output_map, in manifest order */
 } pjs_ensemble_step;
 
+/* One state tensor pair of a stateful model (`sequence.state`): the
+ * executable's input inputs[input] takes a sequence's state, its output
+ * outputs[output] returns the next; both batched, the same dtype and shape. */
+typedef struct pjs_state_pair {
+    size_t input;
+    size_t output;
+} pjs_state_pair;
+
+/* Most state tensors a stateful model may declare. */
+#define PJS_SEQUENCE_MAX_STATE 16
+
+/* A stateful model's `sequence:` section (docs/bundle-format.md). */
+typedef struct pjs_sequence_spec {
+    size_t n_state;
+    pjs_state_pair state[PJS_SEQUENCE_MAX_STATE];
+    int64_t idle_timeout_ms; /* a sequence idle this long is freed; > 0 */
+    int64_t max_sequences;   /* live at once; > 0 */
+    /* The tensors clients see: the executable's without the state tensors,
+     * in manifest order (shallow copies: names and labels belong to
+     * inputs[] and outputs[]). */
+    size_t n_client_inputs;
+    pjs_tensor_spec *client_inputs;
+    size_t n_client_outputs;
+    pjs_tensor_spec *client_outputs;
+} pjs_sequence_spec;
+
 typedef struct pjs_manifest {
     char *name;
     pjs_model_kind kind;
@@ -139,6 +165,10 @@ typedef struct pjs_manifest {
      * responses per request with pjserve_respond, over ModelStreamInfer
      * alone; Triton's decoupled transaction policy. */
     bool decoupled;
+    /* A `sequence:` section (kind model only): the server keeps each
+     * sequence's state tensors between its requests. */
+    bool stateful;
+    pjs_sequence_spec sequence;
     size_t n_calls;
     char **calls;                  /* meta.calls; an ensemble's step models, each once */
     /* Kind ensemble only (else 0 and NULL). The parse checked the graph:
@@ -167,7 +197,8 @@ bool pjs_manifest_find_variant(const pjs_manifest *m, const pjs_shape *const *sh
 const char *pjs_manifest_format_variants(const pjs_manifest *m, char *buf, size_t size);
 
 /* The tensors clients see: the declared client_inputs (client_outputs with
- * `output`), else the executable's inputs (outputs). *n is their count. */
+ * `output`), a stateful model's inputs (outputs) without its state tensors,
+ * else the executable's inputs (outputs). *n is their count. */
 const pjs_tensor_spec *pjs_manifest_client_tensors(const pjs_manifest *m, bool output, size_t *n);
 
 /* The shape clients are shown for client input (or, with `output`, output)

@@ -402,6 +402,11 @@ int pjs_gw_pool_pick(pjs_gw_pool *p, const char *model, const char *sequence_key
         if (found && pin->worker >= 0 && (candidates & (1ull << pin->worker)))
             chosen = pin->worker;
     }
+    /* A new sequence goes where its id hashes among the candidates, so one
+     * whose pin was forgotten still lands on the same worker while the
+     * workers are unchanged (its state lives there). */
+    if (chosen < 0 && pin != NULL)
+        chosen = (int)nth_of(candidates, hash_str(sequence_key));
     if (chosen < 0)
         chosen = (int)nth_of(candidates, p->rr++);
     if (pin != NULL) {

@@ -12,7 +12,9 @@
  * Routing per model: round_robin over the available workers that hold the
  * model ready; lpt_packing over the workers the model is placed on
  * (placement.h). A request carrying a sequence key always goes to the
- * worker the first request of that sequence went to, while it is available.
+ * worker the first request of that sequence went to, while it is available;
+ * a sequence's first request goes to the worker its key hashes to among
+ * those available.
  *
  * Every function is thread-safe.
  */

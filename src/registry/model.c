@@ -10,6 +10,7 @@
 
 #include "core/log.h"
 #include "sched/coalesce.h"
+#include "sched/sequence_table.h"
 
 static void model_free(pjs_model *m)
 {
@@ -22,6 +23,8 @@ static void model_free(pjs_model *m)
     pjs_model_stats_release(&m->stats);
     free(m->queues);
     pthread_mutex_destroy(&m->stats_lock);
+    pjs_sequence_table_destroy(m->sequences);
+    pthread_mutex_destroy(&m->sequences_lock);
     free(m);
 }
 
@@ -53,8 +56,21 @@ int pjs_model_create(pjs_bundle *b, pjs_rt_client *c, pjs_exec_cache *cache, pjs
     m->client = c;
     m->weight_store = store;
     pthread_mutex_init(&m->stats_lock, NULL);
+    pthread_mutex_init(&m->sequences_lock, NULL);
     atomic_init(&m->refs, 1);
     snprintf(m->name, sizeof m->name, "%s", man->name);
+    if (man->stateful) {
+        size_t state_bytes = 0;
+        for (size_t j = 0; j < man->sequence.n_state; j++)
+            state_bytes += pjs_tensor_spec_row_bytes(&man->inputs[man->sequence.state[j].input]);
+        m->sequences = pjs_sequence_table_create(
+            man->name, state_bytes, NULL, (uint64_t)man->sequence.idle_timeout_ms * 1000000u,
+            (size_t)man->sequence.max_sequences);
+        if (m->sequences == NULL) {
+            model_free(m);
+            return pjs_error_set(err, PJS_ERR_NOMEM, "out of memory");
+        }
+    }
     for (size_t v = 0; v < man->n_variants; v++) {
         for (size_t i = 0; i < man->n_batch_sizes; i++) {
             int rc = pjs_bundle_compile_module(b, pjs_bundle_module_at(b, v, i), c, cache, err);

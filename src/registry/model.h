@@ -133,6 +133,13 @@ typedef struct pjs_model {
                                     under its lock */
     size_t n_queues;
     pjs_sched_queue *queues;
+
+    /* A stateful model's live sequences and their state (manifest
+     * `sequence:`; server/sequence.h), under sequences_lock; NULL for
+     * other models. */
+    struct pjs_sequence_table *sequences;
+    pthread_mutex_t sequences_lock;
+    uint64_t sequences_swept_ns; /* last idle sweep, under sequences_lock */
 } pjs_model;
 
 /* Compiles every module of an opened bundle (taking ownership of it, also on

@@ -50,6 +50,7 @@
 #include "server/hooked.h"
 #include "server/load_config.h"
 #include "server/meta.h"
+#include "server/sequence.h"
 #include "server/server_internal.h"
 #include "server/watcher.h"
 
@@ -1150,6 +1151,8 @@ int pjs_server_submit(pjs_server *s, pjs_infer_request *r, pjs_error *err)
         return pjs_meta_submit(s, r, err);
     if (b->hooks != NULL)
         return pjs_hooked_submit(s, r, err);
+    if (b->manifest.stateful)
+        return pjs_sequence_submit(s, r, err);
     return pjs__server_submit_executable(s, r, false, err);
 }
 

@@ -311,6 +311,61 @@ static void test_priority_and_timeout(void **state)
     pjs_grpc_infer_release(&d);
 }
 
+static void set_bool(param *p, bool v)
+{
+    p->parameter_choice_case = INFERENCE__INFER_PARAMETER__PARAMETER_CHOICE_BOOL_PARAM;
+    p->bool_param = v;
+}
+
+/* sequence_id as int64, uint64 or string (0 and "": none), the two flags
+ * as bool_param; other types refused. */
+static void test_sequence_parameters(void **state)
+{
+    (void)state;
+    builder b;
+    pjs_grpc_infer d;
+    pjs_error err;
+    demo_request(&b);
+    set_int(add_request_param(&b, "sequence_id"), 42);
+    set_bool(add_request_param(&b, "sequence_start"), true);
+    set_bool(add_request_param(&b, "sequence_end"), false);
+    assert_int_equal(decode(&b, &d, NULL, &err), 0);
+    assert_true(d.req.sequence.has_id);
+    assert_false(d.req.sequence.is_string);
+    assert_int_equal(d.req.sequence.number, 42);
+    assert_true(d.req.sequence.start);
+    assert_false(d.req.sequence.end);
+    pjs_grpc_infer_release(&d);
+
+    demo_request(&b);
+    set_string(add_request_param(&b, "sequence_id"), "abc");
+    set_bool(add_request_param(&b, "sequence_end"), true);
+    assert_int_equal(decode(&b, &d, NULL, &err), 0);
+    assert_true(d.req.sequence.has_id && d.req.sequence.is_string);
+    assert_string_equal(d.req.sequence.string, "abc");
+    assert_false(d.req.sequence.start);
+    assert_true(d.req.sequence.end);
+    pjs_grpc_infer_release(&d);
+
+    demo_request(&b);
+    set_uint(add_request_param(&b, "sequence_id"), 0);
+    assert_int_equal(decode(&b, &d, NULL, &err), 0);
+    assert_false(d.req.sequence.has_id);
+    pjs_grpc_infer_release(&d);
+
+    demo_request(&b);
+    set_int(add_request_param(&b, "sequence_id"), -3);
+    assert_int_equal(decode(&b, &d, NULL, &err), PJS_ERR_INVALID_ARGUMENT);
+    assert_non_null(strstr(err.msg, "\"sequence_id\" must be a non-negative int64_param"));
+    pjs_grpc_infer_release(&d);
+
+    demo_request(&b);
+    set_int(add_request_param(&b, "sequence_start"), 1);
+    assert_int_equal(decode(&b, &d, NULL, &err), PJS_ERR_INVALID_ARGUMENT);
+    assert_non_null(strstr(err.msg, "\"sequence_start\" must be a bool_param"));
+    pjs_grpc_infer_release(&d);
+}
+
 static void test_timeout_without_deadline(void **state)
 {
     (void)state;
@@ -1441,6 +1496,7 @@ int main(void)
         cmocka_unit_test(test_decode_malformed),
         cmocka_unit_test(test_decode_empty_message),
         cmocka_unit_test(test_priority_and_timeout),
+        cmocka_unit_test(test_sequence_parameters),
         cmocka_unit_test(test_timeout_without_deadline),
         cmocka_unit_test(test_deadline_arithmetic),
         cmocka_unit_test(test_priority_wrong_type),

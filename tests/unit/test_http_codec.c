@@ -235,6 +235,42 @@ static void test_decode_nested_batch(void **state)
     pjs_http_infer_free(&d);
 }
 
+/* sequence_id as an integer or a string (0 and "": none), the two flags as
+ * booleans. */
+static void test_sequence_parameters(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *params;
+        bool has_id, is_string;
+        uint64_t number;
+        const char *string;
+        bool start, end;
+    } cases[] = {
+        {"{\"sequence_id\":7,\"sequence_start\":true}", true, false, 7, NULL, true, false},
+        {"{\"sequence_id\":\"u-1\",\"sequence_end\":true}", true, true, 0, "u-1", false, true},
+        {"{\"sequence_id\":0,\"sequence_start\":false,\"sequence_end\":false}", false, false, 0,
+         NULL, false, false},
+        {"{\"sequence_id\":\"\"}", false, true, 0, "", false, false},
+        {"{}", false, false, 0, NULL, false, false},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char body[256];
+        snprintf(body, sizeof body, "{\"parameters\":%s,\"inputs\":[]}", cases[i].params);
+        pjs_http_infer d;
+        pjs_error err;
+        assert_int_equal(pjs_http_infer_decode(&d, body, strlen(body), NULL, &err), 0);
+        assert_int_equal(d.req.sequence.has_id, cases[i].has_id);
+        assert_int_equal(d.req.sequence.is_string, cases[i].is_string);
+        assert_int_equal(d.req.sequence.number, cases[i].number);
+        if (cases[i].string != NULL)
+            assert_string_equal(d.req.sequence.string, cases[i].string);
+        assert_int_equal(d.req.sequence.start, cases[i].start);
+        assert_int_equal(d.req.sequence.end, cases[i].end);
+        pjs_http_infer_free(&d);
+    }
+}
+
 static void test_timeout_sets_deadline(void **state)
 {
     (void)state;
@@ -318,6 +354,16 @@ static void test_refuse_malformed_requests(void **state)
          "parameter \"priority\" must be a non-negative integer"},
         {"{\"parameters\":{\"binary_data_output\":1},\"inputs\":[]}",
          "\"binary_data_output\" must be true or false"},
+        {"{\"parameters\":{\"sequence_id\":-1},\"inputs\":[]}",
+         "parameter \"sequence_id\" must be a non-negative integer or a string"},
+        {"{\"parameters\":{\"sequence_id\":1.5},\"inputs\":[]}",
+         "parameter \"sequence_id\" must be a non-negative integer or a string"},
+        {"{\"parameters\":{\"sequence_id\":\"a\\u0000b\"},\"inputs\":[]}",
+         "\"sequence_id\" must not hold NUL characters"},
+        {"{\"parameters\":{\"sequence_start\":1},\"inputs\":[]}",
+         "\"sequence_start\" must be true or false"},
+        {"{\"parameters\":{\"sequence_end\":\"yes\"},\"inputs\":[]}",
+         "\"sequence_end\" must be true or false"},
         {"{\"inputs\":[7]}", "inputs[0] must be an object"},
         {"{\"inputs\":[{\"datatype\":\"FP32\"}]}", "inputs[0]: \"name\" must be a string"},
         {"{\"inputs\":[],\"outputs\":{}}", "\"outputs\" must be a list"},
@@ -1519,6 +1565,7 @@ int main(void)
         cmocka_unit_test(test_bf16_conversions),
         cmocka_unit_test(test_decode_every_dtype),
         cmocka_unit_test(test_decode_nested_batch),
+        cmocka_unit_test(test_sequence_parameters),
         cmocka_unit_test(test_timeout_sets_deadline),
         cmocka_unit_test(test_refuse_values_a_dtype_cannot_hold),
         cmocka_unit_test(test_refuse_malformed_requests),

@@ -286,6 +286,88 @@ static void test_meta_decoupled(void **state)
     pjs_manifest_free(&m);
 }
 
+/* ---- stateful models (sequence:) ----------------------------------------- */
+
+#define ACC_TENSORS                                                                           \
+    "batch_sizes: [1, 4]\n"                                                                   \
+    "inputs:\n  - {name: x, dtype: f32, shape: [batch, 3]}\n"                                 \
+    "  - {name: state_in, dtype: f32, shape: [batch, 3]}\n"                                   \
+    "outputs:\n  - {name: state_out, dtype: f32, shape: [batch, 3]}\n"                        \
+    "  - {name: sum, dtype: f32, shape: [batch, 3]}\n"
+#define ACC HEAD ACC_TENSORS
+
+static void test_sequence_state(void **state)
+{
+    (void)state;
+    pjs_manifest m;
+    pjs_error err;
+    assert_int_equal(parse(&m, ACC "sequence:\n  state:\n    - {input: state_in, output: "
+                                   "state_out, initial: zeros}\n  idle_timeout_ms: 500\n"
+                                   "  max_sequences: 8\n",
+                           &err),
+                     0);
+    assert_true(m.stateful);
+    assert_int_equal(m.sequence.n_state, 1);
+    assert_int_equal(m.sequence.state[0].input, 1);
+    assert_int_equal(m.sequence.state[0].output, 0);
+    assert_int_equal(m.sequence.idle_timeout_ms, 500);
+    assert_int_equal(m.sequence.max_sequences, 8);
+    size_t n = 0;
+    const pjs_tensor_spec *t = pjs_manifest_client_tensors(&m, false, &n);
+    assert_int_equal(n, 1);
+    assert_string_equal(t[0].name, "x");
+    t = pjs_manifest_client_tensors(&m, true, &n);
+    assert_int_equal(n, 1);
+    assert_string_equal(t[0].name, "sum");
+    assert_int_equal(pjs_manifest_client_shape(&m, true, 0).dims[1], 3);
+    pjs_manifest_free(&m);
+    /* Defaults. */
+    assert_int_equal(parse(&m, ACC "sequence:\n  state: [{input: state_in, output: state_out}]\n",
+                           &err),
+                     0);
+    assert_int_equal(m.sequence.idle_timeout_ms, 60000);
+    assert_int_equal(m.sequence.max_sequences, 1024);
+    pjs_manifest_free(&m);
+    assert_int_equal(parse(&m, ACC, &err), 0);
+    assert_false(m.stateful);
+    pjs_manifest_free(&m);
+}
+
+REJECT(test_reject_sequence_unknown_input,
+       ACC "sequence:\n  state: [{input: nope, output: state_out}]\n", "sequence.state[0]",
+       "input \"nope\" is not one of the model's inputs")
+REJECT(test_reject_sequence_unknown_output,
+       ACC "sequence:\n  state: [{input: state_in, output: nope}]\n", "sequence.state[0]",
+       "output \"nope\" is not one of the model's outputs")
+REJECT(test_reject_sequence_mismatch,
+       HEAD "batch_sizes: [1]\ninputs:\n  - {name: x, dtype: f32, shape: [batch, 3]}\n"
+            "  - {name: s, dtype: f32, shape: [batch, 3]}\n"
+            "outputs:\n  - {name: t, dtype: f32, shape: [batch, 4]}\n"
+            "sequence:\n  state: [{input: s, output: t}]\n",
+       "sequence.state[0]", "must have the same dtype and shape")
+REJECT(test_reject_sequence_initial,
+       ACC "sequence:\n  state: [{input: state_in, output: state_out, initial: ones}]\n",
+       "sequence.state[0]", "only \"zeros\"")
+REJECT(test_reject_sequence_no_state, ACC "sequence:\n  idle_timeout_ms: 5\n", "sequence.state",
+       "required")
+REJECT(test_reject_sequence_timeout,
+       ACC "sequence:\n  state: [{input: state_in, output: state_out}]\n  idle_timeout_ms: 0\n",
+       "sequence.idle_timeout_ms", "must be 1..86400000")
+REJECT(test_reject_sequence_unknown_key,
+       ACC "sequence:\n  state: [{input: state_in, output: state_out}]\n  slots: 3\n",
+       "slots", NULL)
+REJECT(test_reject_sequence_twice,
+       ACC "sequence:\n  state: [{input: state_in, output: state_out}, "
+           "{input: state_in, output: sum}]\n",
+       "sequence.state[1]", "already used")
+REJECT(test_reject_sequence_on_meta, HEAD META_BODY "sequence:\n  state: []\n", "sequence",
+       "only kind: model keeps state")
+REJECT(test_reject_sequence_all_state,
+       HEAD "batch_sizes: [1]\ninputs:\n  - {name: s, dtype: f32, shape: [batch, 3]}\n"
+            "outputs:\n  - {name: t, dtype: f32, shape: [batch, 3]}\n"
+            "sequence:\n  state: [{input: s, output: t}]\n",
+       "sequence.state", "at least one input")
+
 static void test_kserve_dtype_names(void **state)
 {
     (void)state;
@@ -1243,6 +1325,17 @@ int main(void)
         cmocka_unit_test(test_load_missing_file),
         cmocka_unit_test(test_load_labels),
         cmocka_unit_test(test_meta_decoupled),
+        cmocka_unit_test(test_sequence_state),
+        cmocka_unit_test(test_reject_sequence_unknown_input),
+        cmocka_unit_test(test_reject_sequence_unknown_output),
+        cmocka_unit_test(test_reject_sequence_mismatch),
+        cmocka_unit_test(test_reject_sequence_initial),
+        cmocka_unit_test(test_reject_sequence_no_state),
+        cmocka_unit_test(test_reject_sequence_timeout),
+        cmocka_unit_test(test_reject_sequence_unknown_key),
+        cmocka_unit_test(test_reject_sequence_twice),
+        cmocka_unit_test(test_reject_sequence_on_meta),
+        cmocka_unit_test(test_reject_sequence_all_state),
         cmocka_unit_test(test_reject_decoupled_model),
         cmocka_unit_test(test_reject_decoupled_not_bool),
     };

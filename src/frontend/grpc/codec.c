@@ -100,12 +100,52 @@ static int param_string(const infer_param *p, const char *what, const char **out
     return 0;
 }
 
+static int param_bool(const infer_param *p, const char *what, bool *out, pjs_error *err)
+{
+    if (p->parameter_choice_case != INFERENCE__INFER_PARAMETER__PARAMETER_CHOICE_BOOL_PARAM)
+        return pjs_error_set(err, PJS_ERR_INVALID_ARGUMENT, "%s must be a bool_param", what);
+    *out = p->bool_param;
+    return 0;
+}
+
+/* sequence_id (int64, uint64 or string), sequence_start, sequence_end. */
+static int decode_sequence_parameters(pjs_grpc_infer *d, pjs_error *err)
+{
+    const Inference__ModelInferRequest *msg = d->msg;
+    pjs_infer_sequence *q = &d->req.sequence;
+    const infer_param *p;
+    int rc;
+    FIND_PARAM(p, msg->parameters, msg->n_parameters, "sequence_id");
+    if (p != NULL) {
+        if (p->parameter_choice_case == INFERENCE__INFER_PARAMETER__PARAMETER_CHOICE_STRING_PARAM) {
+            q->is_string = true;
+            q->string = p->string_param;
+            q->has_id = p->string_param[0] != '\0';
+        } else if (param_uint(p, "parameter \"sequence_id\"", &q->number, err) != 0) {
+            return pjs_error_set(err, PJS_ERR_INVALID_ARGUMENT,
+                                 "parameter \"sequence_id\" must be a non-negative int64_param, "
+                                 "a uint64_param or a string_param");
+        } else {
+            q->has_id = q->number != 0;
+        }
+    }
+    FIND_PARAM(p, msg->parameters, msg->n_parameters, "sequence_start");
+    if (p != NULL && (rc = param_bool(p, "parameter \"sequence_start\"", &q->start, err)) != 0)
+        return rc;
+    FIND_PARAM(p, msg->parameters, msg->n_parameters, "sequence_end");
+    if (p != NULL && (rc = param_bool(p, "parameter \"sequence_end\"", &q->end, err)) != 0)
+        return rc;
+    return 0;
+}
+
 /* The request-level parameters pjserve reads; every other one is ignored. */
 static int decode_request_parameters(pjs_grpc_infer *d, pjs_error *err)
 {
     const Inference__ModelInferRequest *msg = d->msg;
     const infer_param *p;
-    int rc;
+    int rc = decode_sequence_parameters(d, err);
+    if (rc != 0)
+        return rc;
     FIND_PARAM(p, msg->parameters, msg->n_parameters, "priority");
     if (p != NULL) {
         if ((rc = param_uint(p, "parameter \"priority\"", &d->priority, err)) != 0)

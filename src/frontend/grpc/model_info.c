@@ -8,7 +8,9 @@
  * executable's shapes have -1 for every extent that differs between the
  * model's variants. An ensemble reports platform "ensemble" and its steps
  * as ensemble_scheduling. A decoupled meta reports
- * model_transaction_policy { decoupled: true }.
+ * model_transaction_policy { decoupled: true }. A stateful model reports
+ * sequence_batching (Triton's field numbers) with its state tensors, which
+ * are not among its inputs and outputs.
  */
 #include "frontend/grpc/model_info.h"
 
@@ -196,6 +198,66 @@ static Inference__ModelDynamicBatching *dynamic_batching(const pjs_manifest *mf,
     return d;
 }
 
+/* A stateful model's sequence_batching: the idle timeout, the oldest
+ * strategy over the compiled sizes, and each state tensor (dims without the
+ * batch axis, initial zeros). NULL when out of memory. */
+static Inference__ModelSequenceBatching *sequence_batching(const pjs_manifest *mf,
+                                                           int64_t max_batch_size,
+                                                           pjs_grpc_arena *a)
+{
+    typedef Inference__ModelSequenceBatching__State state_msg;
+    typedef Inference__ModelSequenceBatching__InitialState initial_msg;
+    const pjs_sequence_spec *q = &mf->sequence;
+    Inference__ModelSequenceBatching *sb = pjs_grpc_arena_alloc(a, sizeof *sb);
+    Inference__ModelSequenceBatching__StrategyOldest *old = pjs_grpc_arena_alloc(a, sizeof *old);
+    Inference__ModelDynamicBatching *sizes = dynamic_batching(mf, max_batch_size, a);
+    state_msg **states = pjs_grpc_arena_alloc(a, sizeof *states * q->n_state);
+    if (sb == NULL || old == NULL || sizes == NULL || states == NULL)
+        return NULL;
+    *sb = (Inference__ModelSequenceBatching)INFERENCE__MODEL_SEQUENCE_BATCHING__INIT;
+    *old = (Inference__ModelSequenceBatching__StrategyOldest)
+        INFERENCE__MODEL_SEQUENCE_BATCHING__STRATEGY_OLDEST__INIT;
+    old->max_candidate_sequences = (int32_t)q->max_sequences;
+    old->preferred_batch_size = sizes->preferred_batch_size;
+    old->n_preferred_batch_size = sizes->n_preferred_batch_size;
+    old->preserve_ordering = true;
+    sb->max_sequence_idle_microseconds = (uint64_t)q->idle_timeout_ms * 1000u;
+    sb->strategy_choice_case = INFERENCE__MODEL_SEQUENCE_BATCHING__STRATEGY_CHOICE_OLDEST;
+    sb->oldest = old;
+    for (size_t j = 0; j < q->n_state; j++) {
+        const pjs_tensor_spec *in = &mf->inputs[q->state[j].input];
+        state_msg *st = pjs_grpc_arena_alloc(a, sizeof *st);
+        initial_msg *init = pjs_grpc_arena_alloc(a, sizeof *init);
+        initial_msg **inits = pjs_grpc_arena_alloc(a, sizeof *inits);
+        int64_t *dims = pjs_grpc_arena_alloc(a, sizeof *dims * (size_t)(in->shape.rank + 1));
+        if (st == NULL || init == NULL || inits == NULL || dims == NULL)
+            return NULL;
+        *st = (state_msg)INFERENCE__MODEL_SEQUENCE_BATCHING__STATE__INIT;
+        *init = (initial_msg)INFERENCE__MODEL_SEQUENCE_BATCHING__INITIAL_STATE__INIT;
+        size_t n_dims = 0;
+        for (int d = 1; d < in->shape.rank; d++) /* the batch axis left out */
+            dims[n_dims++] = in->shape.dims[d];
+        st->input_name = in->name;
+        st->output_name = mf->outputs[q->state[j].output].name;
+        st->data_type = pjs_grpc_config_dtype(in->dtype);
+        st->dims = dims;
+        st->n_dims = n_dims;
+        init->data_type = st->data_type;
+        init->dims = dims;
+        init->n_dims = n_dims;
+        init->state_data_case = INFERENCE__MODEL_SEQUENCE_BATCHING__INITIAL_STATE__STATE_DATA_ZERO_DATA;
+        init->zero_data = true;
+        init->name = "zeros";
+        inits[0] = init;
+        st->initial_state = inits;
+        st->n_initial_state = 1;
+        states[j] = st;
+    }
+    sb->state = states;
+    sb->n_state = q->n_state;
+    return sb;
+}
+
 /* fn(a, map, n): one of a step's maps as protobuf map entries of type
  * ENTRY (model tensor -> ensemble tensor); NULL when out of memory. The two
  * maps have entry types of their own with the same fields. */
@@ -265,6 +327,11 @@ int pjs_grpc_model_config(const pjs_grpc_model_desc *m, pjs_grpc_arena *a,
         if (c->ensemble_scheduling == NULL)
             return no_memory(m, err);
         c->scheduling_choice_case = INFERENCE__MODEL_CONFIG__SCHEDULING_CHOICE_ENSEMBLE_SCHEDULING;
+    } else if (m->manifest->stateful) {
+        c->sequence_batching = sequence_batching(m->manifest, m->max_batch_size, a);
+        if (c->sequence_batching == NULL)
+            return no_memory(m, err);
+        c->scheduling_choice_case = INFERENCE__MODEL_CONFIG__SCHEDULING_CHOICE_SEQUENCE_BATCHING;
     } else if (!m->batching_off && pjs_model_coalesces(m->manifest, m->max_batch_size)) {
         c->dynamic_batching = dynamic_batching(m->manifest, m->max_batch_size, a);
         if (c->dynamic_batching == NULL)

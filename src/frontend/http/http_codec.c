@@ -179,6 +179,34 @@ static int get_shm_ref(const json_t *params, const char *what, pjs_http_shm_ref 
 
 /* ---- request ----------------------------------------------------------------- */
 
+/* sequence_id (a non-negative integer or a string), sequence_start and
+ * sequence_end (booleans). */
+static int decode_sequence_parameters(pjs_http_infer *d, const json_t *params, pjs_error *err)
+{
+    pjs_infer_sequence *q = &d->req.sequence;
+    const json_t *id = json_object_get(params, "sequence_id");
+    if (id != NULL && json_is_string(id)) {
+        if (has_nul(id))
+            return pjs_error_set(err, PJS_ERR_INVALID_ARGUMENT,
+                                 "request: parameter \"sequence_id\" must not hold NUL "
+                                 "characters");
+        q->is_string = true;
+        q->string = json_string_value(id); /* owned by the decoded document */
+        q->has_id = q->string[0] != '\0';
+    } else if (id != NULL) {
+        if (!json_is_integer(id) || json_integer_value(id) < 0)
+            return pjs_error_set(err, PJS_ERR_INVALID_ARGUMENT,
+                                 "request: parameter \"sequence_id\" must be a non-negative "
+                                 "integer or a string");
+        q->number = (uint64_t)json_integer_value(id);
+        q->has_id = q->number != 0;
+    }
+    int rc = get_flag(params, "sequence_start", "request", &q->start, err);
+    if (rc == 0)
+        rc = get_flag(params, "sequence_end", "request", &q->end, err);
+    return rc;
+}
+
 /* binary_data_output; timeout (microseconds, 0: none), which sets the
  * deadline; priority, checked as gRPC checks it and then ignored. */
 static int decode_request_parameters(pjs_http_infer *d, const json_t *root, pjs_error *err)
@@ -188,6 +216,8 @@ static int decode_request_parameters(pjs_http_infer *d, const json_t *root, pjs_
     if (rc != 0 || params == NULL)
         return rc;
     rc = get_flag(params, "binary_data_output", "request", &d->req.binary_data_output, err);
+    if (rc == 0)
+        rc = decode_sequence_parameters(d, params, err);
     bool has_timeout = false, has_priority = false;
     uint64_t timeout_us = 0, priority = 0;
     if (rc == 0)

@@ -8,7 +8,8 @@
  * a hooked or meta model's client_inputs and client_outputs). An ensemble's
  * platform is "ensemble" and its configuration lists its steps as Triton's
  * ensemble_scheduling; a decoupled meta's has model_transaction_policy
- * {"decoupled": true}.
+ * {"decoupled": true}; a stateful model's has sequence_batching with its
+ * state tensors (which are not among its inputs and outputs).
  */
 #include "frontend/http/model_json.h"
 
@@ -106,6 +107,46 @@ static json_t *dynamic_batching_json(const pjs_manifest *m, int64_t max_batch_si
                      0);
 }
 
+/* A stateful model's Triton sequence_batching: the idle timeout, the oldest
+ * strategy over the compiled sizes, and each state tensor (dims without the
+ * batch axis, initial zeros). */
+static json_t *sequence_batching_json(const pjs_manifest *m, int64_t max_batch_size)
+{
+    const pjs_sequence_spec *q = &m->sequence;
+    json_t *states = json_array();
+    for (size_t j = 0; states != NULL && j < q->n_state; j++) {
+        const pjs_tensor_spec *in = &m->inputs[q->state[j].input];
+        char type[32];
+        json_t *dims = json_array();
+        for (int d = 1; dims != NULL && d < in->shape.rank; d++)
+            if (json_array_append_new(dims, json_integer(in->shape.dims[d])) != 0) {
+                json_decref(dims);
+                dims = NULL;
+            }
+        json_t *st = json_pack(
+            "{s:s, s:s, s:s, s:O, s:[{s:s, s:O, s:b, s:s}]}", "input_name", in->name,
+            "output_name", m->outputs[q->state[j].output].name, "data_type",
+            config_data_type(in->dtype, type, sizeof type), "dims", dims, "initial_state",
+            "data_type", type, "dims", dims, "zero_data", 1, "name", "zeros");
+        json_decref(dims);
+        if (st == NULL || json_array_append_new(states, st) != 0) {
+            json_decref(states);
+            return NULL;
+        }
+    }
+    json_t *sizes = dynamic_batching_json(m, max_batch_size);
+    json_t *oldest = sizes == NULL ? NULL
+                                   : json_pack("{s:I, s:O, s:i, s:b}", "max_candidate_sequences",
+                                               (json_int_t)q->max_sequences,
+                                               "preferred_batch_size",
+                                               json_object_get(sizes, "preferred_batch_size"),
+                                               "max_queue_delay_microseconds", 0,
+                                               "preserve_ordering", 1);
+    json_decref(sizes);
+    return json_pack("{s:I, s:o, s:o}", "max_sequence_idle_microseconds",
+                     (json_int_t)q->idle_timeout_ms * 1000, "oldest", oldest, "state", states);
+}
+
 /* {"model_name": ..., "model_version": -1, "input_map": {...}, "output_map":
  * {...}} per step, in manifest order: Triton's ensemble_scheduling. */
 static json_t *step_map_json(const pjs_ensemble_map *map, size_t n)
@@ -152,7 +193,13 @@ json_t *pjs_model_config_json(const char *name, const char *platform, const pjs_
         json_decref(config);
         return NULL;
     }
-    if (config != NULL && m->kind != PJS_KIND_ENSEMBLE && !batching_off &&
+    if (config != NULL && m->stateful &&
+        json_object_set_new(config, "sequence_batching",
+                            sequence_batching_json(m, max_batch_size)) != 0) {
+        json_decref(config);
+        return NULL;
+    }
+    if (config != NULL && m->kind != PJS_KIND_ENSEMBLE && !m->stateful && !batching_off &&
         pjs_model_coalesces(m, max_batch_size) &&
         json_object_set_new(config, "dynamic_batching",
                             dynamic_batching_json(m, max_batch_size)) != 0) {

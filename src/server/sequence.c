@@ -1,0 +1,281 @@
+/*
+ * sequence.c - requests to a stateful model.
+ *
+ * The front end's request arrives with the client's tensors: the model's
+ * inputs without its state inputs, one row. On the request thread it is
+ * checked against those tensors and admitted to the model's sequence table
+ * (sched/sequence_table.h), which either lets it run now or keeps it
+ * waiting behind the sequence's running step. To run, the request gets the
+ * sequence's state rows as its state inputs (pointing into the table, which
+ * keeps them while a step runs) and asks for every output, and is submitted
+ * to the executable like any request: steps of different sequences coalesce
+ * into one batched execution, each bringing its own state row.
+ *
+ * When the execution is done (the dispatcher's completion, on a request or
+ * worker thread) the state outputs are copied into the sequence's state and
+ * taken out of the response, the client's requested outputs are restored,
+ * the step is finished in the table (which frees an ended sequence) and the
+ * sequence's next waiting step, if any, is submitted before the front end's
+ * completion runs. A step that fails leaves the state as it was.
+ *
+ * Idle sequences are swept on admission, at most every quarter of the idle
+ * timeout, with each expiry logged.
+ */
+#include "server/sequence.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/log.h"
+#include "registry/model.h"
+#include "sched/sequence_table.h"
+#include "server/server_internal.h"
+
+typedef struct sequence_request {
+    pjs_sequence_step step; /* step.owner == this */
+    struct pjs_server *server;
+    pjs_infer_request *request;
+    /* What the front end gave, restored before its completion runs. */
+    pjs_infer_done_fn client_done;
+    void *client_ctx;
+    size_t n_client_inputs;
+    pjs_infer_input client_inputs[PJS_INFER_MAX_TENSORS];
+    size_t n_requested;
+    pjs_infer_requested_output requested[PJS_INFER_MAX_TENSORS];
+} sequence_request;
+
+static const pjs_sequence_spec *spec_of(const pjs_model *m)
+{
+    return &m->bundle->manifest.sequence;
+}
+
+/* Puts back the client's inputs, requested outputs and completion. */
+static void restore(sequence_request *sr)
+{
+    pjs_infer_request *r = sr->request;
+    r->on_done = sr->client_done;
+    r->frontend_ctx = sr->client_ctx;
+    memcpy(r->inputs, sr->client_inputs, sr->n_client_inputs * sizeof r->inputs[0]);
+    r->n_inputs = sr->n_client_inputs;
+    memcpy(r->requested, sr->requested, sr->n_requested * sizeof r->requested[0]);
+    r->n_requested = sr->n_requested;
+}
+
+static void sequence_done(pjs_infer_request *r);
+
+/* The state row of state tensor j within a sequence's state bytes. */
+static unsigned char *state_row(const pjs_manifest *man, unsigned char *state, size_t j,
+                                size_t *row_bytes)
+{
+    size_t offset = 0;
+    for (size_t k = 0; k < j; k++)
+        offset += pjs_tensor_spec_row_bytes(&man->inputs[man->sequence.state[k].input]);
+    *row_bytes = pjs_tensor_spec_row_bytes(&man->inputs[man->sequence.state[j].input]);
+    return state + offset;
+}
+
+/* Adds the state inputs and submits the request to the executable. */
+static int submit_step(sequence_request *sr, pjs_error *err)
+{
+    pjs_infer_request *r = sr->request;
+    const pjs_manifest *man = &r->model->bundle->manifest;
+    unsigned char *state = pjs_sequence_state(&sr->step);
+    for (size_t j = 0; j < man->sequence.n_state; j++) {
+        const pjs_tensor_spec *spec = &man->inputs[man->sequence.state[j].input];
+        pjs_infer_input *in = &r->inputs[r->n_inputs++];
+        memset(in, 0, sizeof *in);
+        in->name = spec->name;
+        in->datatype = pjs_dtype_kserve_name(spec->dtype);
+        in->shape = spec->shape;
+        in->shape.dims[0] = 1;
+        in->data = state_row(man, state, j, &in->nbytes);
+    }
+    r->n_requested = 0; /* every output: the state outputs too */
+    r->on_done = sequence_done;
+    r->frontend_ctx = sr;
+    int rc = pjs__server_submit_executable(sr->server, r, false, err);
+    if (rc != 0)
+        restore(sr);
+    return rc; /* on success sr belongs to sequence_done, which may have run already */
+}
+
+static pjs_sequence_step *finish_step(sequence_request *sr)
+{
+    pjs_model *m = sr->request->model;
+    pthread_mutex_lock(&m->sequences_lock);
+    pjs_sequence_step *next = pjs_sequence_finish(m->sequences, &sr->step, pjs_now_ns());
+    pthread_mutex_unlock(&m->sequences_lock);
+    return next;
+}
+
+/* Submits the sequence's waiting steps handed back by the table until one
+ * is under way; one that cannot be submitted is answered with the error. */
+static void run_waiting(pjs_sequence_step *next)
+{
+    while (next != NULL) {
+        sequence_request *sr = next->owner;
+        pjs_error err;
+        pjs_error_clear(&err);
+        if (submit_step(sr, &err) == 0)
+            return;
+        next = finish_step(sr);
+        pjs_infer_request *r = sr->request;
+        r->error = err;
+        free(sr);
+        r->on_done(r);
+    }
+}
+
+/* Copies the state outputs into the sequence's state (on success) and
+ * takes them out of r->outputs; then marks what the client asked for. */
+static void take_state_outputs(sequence_request *sr)
+{
+    pjs_infer_request *r = sr->request;
+    const pjs_manifest *man = &r->model->bundle->manifest;
+    unsigned char *state = pjs_sequence_state(&sr->step);
+    size_t kept = 0;
+    for (size_t i = 0; i < r->n_outputs; i++) {
+        pjs_infer_output *out = &r->outputs[i];
+        size_t j = 0;
+        while (j < man->sequence.n_state &&
+               strcmp(man->outputs[man->sequence.state[j].output].name, out->spec->name) != 0)
+            j++;
+        if (j < man->sequence.n_state) {
+            size_t row_bytes = 0;
+            unsigned char *row = state_row(man, state, j, &row_bytes);
+            if (r->error.code == 0 && out->data != NULL && out->nbytes == row_bytes)
+                memcpy(row, out->data, row_bytes);
+            free(out->data);
+            continue;
+        }
+        r->outputs[kept++] = *out;
+    }
+    r->n_outputs = kept;
+    memcpy(r->requested, sr->requested, sr->n_requested * sizeof r->requested[0]);
+    r->n_requested = sr->n_requested;
+    for (size_t i = 0; i < r->n_outputs; i++) {
+        pjs_infer_output *out = &r->outputs[i];
+        out->requested = -1;
+        bool wanted = r->n_requested == 0;
+        for (size_t k = 0; k < r->n_requested; k++)
+            if (strcmp(r->requested[k].name, out->spec->name) == 0) {
+                out->requested = (int)k;
+                wanted = true;
+            }
+        if (!wanted) {
+            free(out->data);
+            out->data = NULL;
+        }
+    }
+}
+
+static void sequence_done(pjs_infer_request *r)
+{
+    sequence_request *sr = r->frontend_ctx;
+    take_state_outputs(sr);
+    pjs_sequence_step *next = finish_step(sr);
+    restore(sr);
+    free(sr);
+    run_waiting(next);
+    r->on_done(r);
+}
+
+/* Frees sequences idle past the timeout, at most every quarter of it.
+ * Called with sequences_lock held. */
+static void sweep_idle(pjs_model *m, uint64_t now)
+{
+    uint64_t timeout = (uint64_t)spec_of(m)->idle_timeout_ms * 1000000u;
+    if (now - m->sequences_swept_ns < timeout / 4)
+        return;
+    m->sequences_swept_ns = now;
+    pjs_sequence_id expired[8];
+    size_t n = pjs_sequence_expire(m->sequences, now, expired, 8);
+    for (size_t i = 0; i < n && i < 8; i++) {
+        char name[PJS_SEQUENCE_ID_MAX + 8];
+        pjs_log(PJS_LOG_INFO, "model %s: sequence %s freed after %lld ms idle", m->name,
+                pjs_sequence_id_format(&expired[i], name, sizeof name),
+                (long long)spec_of(m)->idle_timeout_ms);
+    }
+    if (n > 8)
+        pjs_log(PJS_LOG_INFO, "model %s: %zu more idle sequences freed", m->name, n - 8);
+}
+
+static int sequence_id_of(const pjs_infer_request *r, pjs_sequence_id *id, pjs_error *err)
+{
+    const pjs_infer_sequence *q = &r->sequence;
+    memset(id, 0, sizeof *id);
+    if (!q->has_id)
+        return pjs_error_set(err, PJS_ERR_INVALID_ARGUMENT,
+                             "model %s keeps state per sequence: send the sequence_id "
+                             "parameter (a non-zero integer or a non-empty string), with "
+                             "sequence_start on a sequence's first request and sequence_end "
+                             "on its last",
+                             r->model->name);
+    id->is_string = q->is_string;
+    id->number = q->number;
+    if (q->is_string) {
+        size_t len = strlen(q->string);
+        if (len > PJS_SEQUENCE_ID_MAX)
+            return pjs_error_set(err, PJS_ERR_INVALID_ARGUMENT,
+                                 "model %s: sequence_id is %zu bytes long; at most %d are "
+                                 "accepted",
+                                 r->model->name, len, PJS_SEQUENCE_ID_MAX);
+        memcpy(id->string, q->string, len + 1);
+    }
+    return 0;
+}
+
+int pjs_sequence_submit(struct pjs_server *s, pjs_infer_request *r, pjs_error *err)
+{
+    pjs_model *m = r->model;
+    const pjs_manifest *man = &m->bundle->manifest;
+    pjs_sequence_id id;
+    int rc = sequence_id_of(r, &id, err);
+    if (rc == 0)
+        rc = pjs_infer_validate_client(r, man, m->max_batch_size, err);
+    if (rc == 0 && r->batch != 1)
+        rc = pjs_error_set(err, PJS_ERR_INVALID_ARGUMENT,
+                           "model %s: a sequence's request carries one row (batch size 1), "
+                           "got %lld; send each step of a sequence as its own request",
+                           m->name, (long long)r->batch);
+    if (rc == 0 && r->n_inputs + man->sequence.n_state > PJS_INFER_MAX_TENSORS)
+        rc = pjs_error_set(err, PJS_ERR_INVALID_ARGUMENT, "model %s: too many tensors",
+                           m->name);
+    if (rc != 0)
+        return rc;
+    sequence_request *sr = calloc(1, sizeof *sr);
+    if (sr == NULL)
+        return pjs_error_set(err, PJS_ERR_NOMEM, "model %s: out of memory", m->name);
+    sr->step.id = id;
+    sr->step.start = r->sequence.start;
+    sr->step.end = r->sequence.end;
+    sr->step.owner = sr;
+    sr->server = s;
+    sr->request = r;
+    sr->client_done = r->on_done;
+    sr->client_ctx = r->frontend_ctx;
+    sr->n_client_inputs = r->n_inputs;
+    memcpy(sr->client_inputs, r->inputs, r->n_inputs * sizeof r->inputs[0]);
+    sr->n_requested = r->n_requested;
+    memcpy(sr->requested, r->requested, r->n_requested * sizeof r->requested[0]);
+
+    bool run_now = false;
+    uint64_t now = pjs_now_ns();
+    pthread_mutex_lock(&m->sequences_lock);
+    sweep_idle(m, now);
+    rc = pjs_sequence_admit(m->sequences, &sr->step, now, &run_now, err);
+    pthread_mutex_unlock(&m->sequences_lock);
+    if (rc != 0) {
+        free(sr);
+        return rc;
+    }
+    if (!run_now)
+        return 0; /* handed back by the running step's completion */
+    rc = submit_step(sr, err);
+    if (rc == 0)
+        return 0;
+    pjs_sequence_step *next = finish_step(sr);
+    free(sr);
+    run_waiting(next);
+    return rc;
+}

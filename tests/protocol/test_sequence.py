@@ -1,0 +1,332 @@
+"""Sequence batching (stateful models) against the real server with
+tritonclient, on both protocols.
+
+The model is an accumulator exported with JAX and sequence_state: it takes
+x and its state (f32 [batch, 4]) and returns the running sum as both `sum`
+and the next state. Clients send only x with sequence_id, sequence_start and
+sequence_end; every answer must equal the running sum numpy computes for
+that sequence. Covered: interleaved sequences with integer and string ids
+(one protocol and both mixed on one sequence), a sequence_start on a live
+sequence starting it over, steps of one sequence sent back to back without
+waiting (answered in order), many sequences stepping at once coalescing
+into fewer executions than requests, refusals naming the sequence id (a
+request without sequence_start on an unknown id, after sequence_end, after
+the idle timeout, no sequence_id at all, more than one row), the state
+tensors absent from metadata and refused as inputs, and sequence parameters
+on a model without state accepted and ignored as Triton does.
+"""
+
+import functools
+import queue
+import shutil
+import time
+
+import numpy as np
+import pytest
+import tritonclient.grpc as grpcclient
+import tritonclient.http as httpclient
+from tritonclient.utils import InferenceServerException
+
+import pjserve_export as pe
+from protocol_util import (NODE_WORKERS, ServerProcess, finish_checked, grpc_code, guard_alive,
+                           metric, parse_metrics, scrape, start_or_fail)
+
+MODEL = "accumulator"
+SHORT = "accumulator_short"  # idle_timeout_ms: 300
+SHORT_IDLE_MS = 300
+WIDTH = 4
+
+
+def accumulate(params, x, state):
+    new = state + x * params["scale"]
+    return new, new
+
+
+def export_accumulator(repo, name, **kw):
+    import jax.numpy as jnp
+    x = np.zeros((1, WIDTH), np.float32)
+    return pe.export_jax(accumulate, {"scale": jnp.ones(WIDTH, jnp.float32)}, [x, x], repo,
+                         name=name, batch_sizes=(1, 4, 16), input_names=["x", "state_in"],
+                         output_names=["sum", "state_out"],
+                         sequence_state=[("state_in", "state_out")], **kw)
+
+
+@pytest.fixture(scope="module")
+def seq_server(pjserve_bin, plugin_path, exported, cache_dir, tmp_path_factory):
+    repo = tmp_path_factory.mktemp("repository-sequence")
+    export_accumulator(repo, MODEL, idle_timeout_ms=60000, max_sequences=256)
+    export_accumulator(repo, SHORT, idle_timeout_ms=SHORT_IDLE_MS)
+    shutil.copytree(exported["mlp"].path, repo / "mlp")
+    s = ServerProcess(pjserve_bin, plugin_path, repo, cache_dir,
+                      tmp_path_factory.mktemp("server-sequence"), [], "sequence")
+    start_or_fail(s)
+    yield s
+    finish_checked(s)
+
+
+@pytest.fixture
+def server(seq_server):
+    yield from guard_alive(seq_server)
+
+
+def step_inputs(proto, x):
+    mod = grpcclient if proto == "grpc" else httpclient
+    i = mod.InferInput("x", list(x.shape), "FP32")
+    i.set_data_from_numpy(x)
+    return [i]
+
+
+class Clients:
+    def __init__(self, server):
+        self.grpc = grpcclient.InferenceServerClient(server.grpc_url)
+        self.http = httpclient.InferenceServerClient(server.http_url, network_timeout=60)
+
+    def step(self, proto, model, seq, x, start=False, end=False):
+        client = self.grpc if proto == "grpc" else self.http
+        r = client.infer(model, step_inputs(proto, x), sequence_id=seq, sequence_start=start,
+                         sequence_end=end)
+        return r.as_numpy("sum")
+
+    def close(self):
+        self.grpc.close()
+        self.http.close()
+
+
+@pytest.fixture
+def clients(server):
+    c = Clients(server)
+    yield c
+    c.close()
+
+
+def row(rng):
+    return rng.standard_normal((1, WIDTH)).astype(np.float32)
+
+
+def refused(call, words):
+    with pytest.raises(InferenceServerException) as e:
+        call()
+    text = str(e.value)
+    for w in words:
+        assert w in text, f"{w!r} not in {text!r}"
+    return e.value
+
+
+@pytest.mark.parametrize("proto", ["grpc", "http"])
+def test_interleaved_sequences_get_their_running_sums(clients, proto):
+    rng = np.random.default_rng(1 if proto == "grpc" else 2)
+    ids = [1001, 1002, "alpha", "beta-" + proto] if proto == "grpc" else [2001, "gamma", 2002]
+    sums = {s: np.zeros((1, WIDTH), np.float32) for s in ids}
+    steps = 5
+    for k in range(steps):
+        for s in ids:
+            x = row(rng)
+            sums[s] = sums[s] + x
+            got = clients.step(proto, MODEL, s, x, start=k == 0, end=k == steps - 1)
+            np.testing.assert_allclose(got, sums[s], rtol=1e-6, atol=1e-6,
+                                       err_msg=f"sequence {s!r} step {k}")
+    for s in ids:  # all ended
+        refused(lambda: clients.step(proto, MODEL, s, row(rng)),
+                [f"sequence {s!r}".replace("'", '"') if isinstance(s, str) else
+                 f"sequence {s}", "ended"])
+
+
+def test_one_sequence_across_both_protocols(clients):
+    rng = np.random.default_rng(3)
+    total = np.zeros((1, WIDTH), np.float32)
+    for k, proto in enumerate(["grpc", "http", "grpc", "http"]):
+        x = row(rng)
+        total = total + x
+        got = clients.step(proto, MODEL, "mixed", x, start=k == 0, end=k == 3)
+        np.testing.assert_allclose(got, total, rtol=1e-6, atol=1e-6)
+
+
+def test_start_on_a_live_sequence_starts_over(clients):
+    rng = np.random.default_rng(4)
+    clients.step("grpc", MODEL, 77, row(rng), start=True)
+    x = row(rng)
+    np.testing.assert_allclose(clients.step("http", MODEL, 77, x, start=True), x, atol=1e-6)
+    clients.step("grpc", MODEL, 77, row(rng), end=True)
+
+
+def test_steps_streamed_back_to_back_run_in_order(server):
+    """Every step of a sequence in flight at once on one ModelStreamInfer
+    stream (which submits in arrival order, as Triton's clients rely on):
+    each answer is the running sum up to that step, so the server ran the
+    waiting steps in order."""
+    rng = np.random.default_rng(5)
+    xs = [row(rng) for _ in range(12)]
+    c = grpcclient.InferenceServerClient(server.grpc_url)
+    results = {}
+    done = queue.Queue()
+    c.start_stream(callback=lambda result, error: done.put((result, error)))
+    try:
+        for k, x in enumerate(xs):
+            c.async_stream_infer(MODEL, step_inputs("grpc", x), request_id=str(k),
+                                 sequence_id="ordered", sequence_start=k == 0,
+                                 sequence_end=k == len(xs) - 1)
+        for _ in xs:
+            r, e = done.get(timeout=120)
+            assert e is None, f"a step failed: {e}"
+            results[int(r.get_response().id)] = r.as_numpy("sum")
+    finally:
+        c.stop_stream()
+        c.close()
+    got = np.concatenate([results[k] for k in range(len(xs))])
+    np.testing.assert_allclose(got, np.cumsum(np.concatenate(xs), axis=0), rtol=1e-5, atol=1e-5)
+
+
+def exec_and_requests(server, model):
+    samples, _ = parse_metrics(scrape(server.metrics_url))
+    return (metric(samples, "nv_inference_exec_count", model=model, version="1"),
+            metric(samples, "nv_inference_request_success", model=model, version="1"))
+
+
+def test_steps_of_many_sequences_coalesce(server):
+    """48 sequences step at once (each round's 48 steps sent together,
+    async over 8 connections, then awaited), four rounds: each answer is its sequence's running
+    sum, and the executions are fewer than the requests (rows of different
+    sequences, each with its own state row, ran in one batch)."""
+    n_seq, steps = 48, 4
+    rng = np.random.default_rng(6)
+    xs = rng.standard_normal((n_seq, steps, 1, WIDTH)).astype(np.float32)
+    totals = np.cumsum(xs, axis=1)
+    exec0, req0 = exec_and_requests(server, MODEL)
+    conns = [grpcclient.InferenceServerClient(server.grpc_url) for _ in range(8)]
+    done = queue.Queue()
+
+    def finished(i, result, error):
+        done.put((i, result, error))
+
+    try:
+        for k in range(steps):
+            for i in range(n_seq):
+                conns[i % len(conns)].async_infer(MODEL, step_inputs("grpc", xs[i, k]),
+                              callback=functools.partial(finished, i),
+                              sequence_id=50000 + i, sequence_start=k == 0,
+                              sequence_end=k == steps - 1)
+            for _ in range(n_seq):
+                i, r, e = done.get(timeout=120)
+                assert e is None, f"sequence {50000 + i} step {k}: {e}"
+                np.testing.assert_allclose(r.as_numpy("sum"), totals[i, k], rtol=1e-5,
+                                           atol=1e-5, err_msg=f"sequence {50000 + i} step {k}")
+    finally:
+        for c in conns:
+            c.close()
+    exec1, req1 = exec_and_requests(server, MODEL)
+    requests, executions = req1 - req0, exec1 - exec0
+    assert requests == n_seq * steps
+    if NODE_WORKERS:
+        # Behind a node the gateway hands each worker its calls one by one
+        # (see test_scheduler's coalescing counts there): a worker rarely
+        # has a queue to coalesce, so only the accounting is checked.
+        assert executions <= requests
+    else:
+        assert executions < requests, f"{executions} executions for {requests} steps"
+
+
+@pytest.mark.parametrize("proto", ["grpc", "http"])
+def test_unknown_sequence_is_refused(clients, proto):
+    e = refused(lambda: clients.step(proto, MODEL, 987654, row(np.random.default_rng(7))),
+                ["sequence 987654 is not active", "sequence_start"])
+    if proto == "grpc":
+        assert grpc_code(e) == "INVALID_ARGUMENT"
+    else:
+        assert e.status() == "400"
+    refused(lambda: clients.step(proto, MODEL, "nobody", row(np.random.default_rng(7))),
+            ['sequence "nobody" is not active'])
+
+
+@pytest.mark.parametrize("proto", ["grpc", "http"])
+def test_idle_sequence_expires(clients, proto):
+    rng = np.random.default_rng(8)
+    seq = f"idle-{proto}"
+    clients.step(proto, SHORT, seq, row(rng), start=True)
+    time.sleep(4 * SHORT_IDLE_MS / 1000)  # idle well past the timeout
+    clients.step(proto, SHORT, "sweeper-" + proto, row(rng), start=True, end=True)
+    refused(lambda: clients.step(proto, SHORT, seq, row(rng)),
+            [f'sequence "{seq}" is not active', "idle longer than the model's idle_timeout_ms"])
+
+
+@pytest.mark.parametrize("proto", ["grpc", "http"])
+def test_request_without_sequence_id_is_refused(server, proto):
+    x = row(np.random.default_rng(9))
+    if proto == "grpc":
+        c = grpcclient.InferenceServerClient(server.grpc_url)
+    else:
+        c = httpclient.InferenceServerClient(server.http_url)
+    try:
+        refused(lambda: c.infer(MODEL, step_inputs(proto, x)),
+                [f"model {MODEL} keeps state per sequence", "sequence_id"])
+        two = np.zeros((2, WIDTH), np.float32)
+        refused(lambda: c.infer(MODEL, step_inputs(proto, two), sequence_id=5,
+                                sequence_start=True),
+                ["one row (batch size 1), got 2"])
+    finally:
+        c.close()
+
+
+def test_state_tensors_are_not_client_tensors(server, clients):
+    meta = clients.grpc.get_model_metadata(MODEL, as_json=True)
+    assert [t["name"] for t in meta["inputs"]] == ["x"]
+    assert [t["name"] for t in meta["outputs"]] == ["sum"]
+    hmeta = clients.http.get_model_metadata(MODEL)
+    assert [t["name"] for t in hmeta["inputs"]] == ["x"]
+    assert [t["name"] for t in hmeta["outputs"]] == ["sum"]
+    x = row(np.random.default_rng(10))
+    state = grpcclient.InferInput("state_in", [1, WIDTH], "FP32")
+    state.set_data_from_numpy(x)
+    with pytest.raises(InferenceServerException) as e:
+        clients.grpc.infer(MODEL, step_inputs("grpc", x) + [state], sequence_id=3,
+                           sequence_start=True)
+    assert 'unexpected input "state_in"' in str(e.value)
+    with pytest.raises(InferenceServerException) as e:
+        clients.grpc.infer(MODEL, step_inputs("grpc", x), sequence_id=3, sequence_start=True,
+                           outputs=[grpcclient.InferRequestedOutput("state_out")])
+    assert 'unknown output "state_out"' in str(e.value)
+
+
+def test_model_config_reports_sequence_batching(clients):
+    cfg = clients.grpc.get_model_config(MODEL, as_json=True)["config"]
+    seq = cfg["sequence_batching"]
+    assert int(seq["max_sequence_idle_microseconds"]) == 60000 * 1000
+    assert seq["state"][0]["input_name"] == "state_in"
+    assert seq["state"][0]["output_name"] == "state_out"
+    assert [int(d) for d in seq["state"][0]["dims"]] == [WIDTH]
+    assert [t["name"] for t in cfg["input"]] == ["x"]
+    hcfg = clients.http.get_model_config(MODEL)
+    assert hcfg["sequence_batching"]["state"][0]["input_name"] == "state_in"
+    assert int(hcfg["sequence_batching"]["max_sequence_idle_microseconds"]) == 60000 * 1000
+    assert "sequence_batching" not in clients.grpc.get_model_config("mlp", as_json=True)["config"]
+
+
+@pytest.mark.parametrize("proto", ["grpc", "http"])
+def test_sequence_parameters_on_a_stateless_model_are_ignored(clients, proto):
+    """As Triton: a model without sequence state answers as if they were
+    not there."""
+    x = np.random.default_rng(11).standard_normal((1, 16)).astype(np.float32)
+    client = clients.grpc if proto == "grpc" else clients.http
+    plain = client.infer("mlp", step_inputs(proto, x)).as_numpy("y")
+    with_seq = client.infer("mlp", step_inputs(proto, x), sequence_id=12, sequence_start=True,
+                            sequence_end=True).as_numpy("y")
+    np.testing.assert_array_equal(plain, with_seq)
+
+
+def test_exporter_refuses_what_the_server_would(tmp_path):
+    import jax.numpy as jnp
+    x = np.zeros((1, WIDTH), np.float32)
+    kw = dict(name="bad", batch_sizes=(1,), input_names=["x", "state_in"],
+              output_names=["sum", "state_out"])
+    with pytest.raises(ValueError, match="not one of the inputs"):
+        pe.export_jax(accumulate, {"scale": jnp.ones(WIDTH)}, [x, x], tmp_path,
+                      sequence_state=[("nope", "state_out")], **kw)
+    with pytest.raises(ValueError, match="must match"):
+        pe.export_jax(lambda p, a, b: (a, b[:, :2]), {"scale": jnp.ones(WIDTH)}, [x, x],
+                      tmp_path, sequence_state=[("state_in", "state_out")], **kw)
+    with pytest.raises(ValueError, match="need sequence_state"):
+        pe.export_jax(accumulate, {"scale": jnp.ones(WIDTH)}, [x, x], tmp_path,
+                      idle_timeout_ms=5, **kw)
+    path = export_accumulator(tmp_path, "good", idle_timeout_ms=1234)
+    m = pe.read_manifest(path)
+    assert m.sequence_state == [("state_in", "state_out")]
+    assert m.idle_timeout_ms == 1234
