@@ -104,6 +104,9 @@ class Manifest:
     # server carries from one request of a sequence to the next, and the
     # sequence section's limits (None: the server's defaults).
     sequence_state: List[Tuple[str, str]] = field(default_factory=list)
+    # Control inputs the server fills per step: {"start"|"end"|"ready"|
+    # "corrid": input name}.
+    sequence_controls: Dict[str, str] = field(default_factory=dict)
     idle_timeout_ms: Optional[int] = None
     max_sequences: Optional[int] = None
     extra: dict = field(default_factory=dict)  # keys this reader does not know
@@ -343,10 +346,16 @@ def manifest_yaml(m: Manifest) -> str:
     out.append(f"weight: {m.weight!r}\n")
     if m.decoupled:
         out.append("decoupled: true\n")
+    if m.sequence_state or m.sequence_controls:
+        out.append("sequence:\n")
     if m.sequence_state:
-        out.append("sequence:\n  state:\n")
+        out.append("  state:\n")
         out += [f"    - {{input: {_yaml_str(i)}, output: {_yaml_str(o)}, initial: zeros}}\n"
                 for i, o in m.sequence_state]
+    if m.sequence_controls:
+        out.append("  controls:\n")
+        out += [f"    {k}: {_yaml_str(v)}\n" for k, v in m.sequence_controls.items()]
+    if m.sequence_state or m.sequence_controls:
         if m.idle_timeout_ms is not None:
             out.append(f"  idle_timeout_ms: {int(m.idle_timeout_ms)}\n")
         if m.max_sequences is not None:
@@ -371,9 +380,40 @@ def check_sequence_state(sequence_state, input_names: Sequence[str],
         if any(i == a or o == b for a, b in pairs):
             raise ValueError(f"sequence_state: {entry!r} reuses a tensor of another pair")
         pairs.append((i, o))
-    if pairs and len(pairs) == len(input_names):
-        raise ValueError("sequence_state: every input is state; clients must send at least one")
     return pairs
+
+
+SEQUENCE_CONTROLS = ("start", "end", "ready", "corrid")
+
+
+def check_sequence_controls(controls, input_names: Sequence[str],
+                            state_pairs: Sequence[Tuple[str, str]]) -> Dict[str, str]:
+    """{control: input name} (controls in SEQUENCE_CONTROLS, each naming an
+    input that is neither state nor another control), in SEQUENCE_CONTROLS
+    order; checks that clients still send at least one input."""
+    controls = dict(controls or {})
+    unknown = sorted(set(controls) - set(SEQUENCE_CONTROLS))
+    if unknown:
+        raise ValueError(f"sequence_controls: unknown controls {unknown}; known: "
+                         f"{list(SEQUENCE_CONTROLS)}")
+    taken = {i for i, _ in state_pairs}
+    out = {}
+    for k in SEQUENCE_CONTROLS:
+        if k not in controls:
+            continue
+        name = str(controls[k])
+        if name not in input_names:
+            raise ValueError(f"sequence_controls: {k}: {name!r} is not one of the inputs "
+                             f"{list(input_names)}")
+        if name in taken:
+            raise ValueError(f"sequence_controls: {k}: {name!r} already takes state or "
+                             "another control")
+        taken.add(name)
+        out[k] = name
+    if taken and len(taken) == len(input_names):
+        raise ValueError("sequence_state / sequence_controls take every input; clients must "
+                         "send at least one")
+    return out
 
 
 class StagedBundle:
@@ -486,6 +526,7 @@ def read_manifest(bundle_dir) -> Manifest:
         calls=None if meta is None else [str(c) for c in meta.get("calls") or []],
         decoupled=bool(doc.get("decoupled", False)),
         sequence_state=[(str(e["input"]), str(e["output"])) for e in sequence.get("state") or []],
+        sequence_controls={str(k): str(v) for k, v in (sequence.get("controls") or {}).items()},
         idle_timeout_ms=sequence.get("idle_timeout_ms"),
         max_sequences=sequence.get("max_sequences"),
         extra={k: v for k, v in doc.items() if k not in known},

@@ -363,6 +363,7 @@ def export_jax(fn: Callable, params: Any, example_inputs: Sequence[Any], out_dir
                target_stablehlo_version: Optional[str] = None,
                strip_debug_info: bool = True,
                sequence_state: Optional[Sequence[Tuple[str, str]]] = None,
+               sequence_controls: Optional[Mapping[str, str]] = None,
                idle_timeout_ms: Optional[int] = None,
                max_sequences: Optional[int] = None) -> Path:
     """Exports ``fn(params, *inputs)`` as the bundle ``out_dir/name/``; returns its path.
@@ -407,6 +408,13 @@ def export_jax(fn: Callable, params: Any, example_inputs: Sequence[Any], out_dir
         the output (same dtype and shape). The server keeps the state per
         sequence (requests with sequence_id, sequence_start, sequence_end);
         clients never send or see these tensors. Not with variants or hooks.
+    sequence_controls: {"start" | "end" | "ready" | "corrid": input name},
+        inputs the server fills in each step's row as Triton's control
+        inputs: 1 on a sequence's first (start) or last (end) request, else
+        0; 1 in every request's row (ready; rows that only pad a batch hold
+        0); the sequence id (corrid: an integer input). Each input has one
+        element per row, bool, i32 or f32 for a flag. Makes the model
+        stateful with or without sequence_state.
     idle_timeout_ms, max_sequences: a stateful model's limits (a sequence
         idle this long is freed; live sequences at once); None: the server's
         defaults (60000 ms, 1024).
@@ -442,11 +450,14 @@ def export_jax(fn: Callable, params: Any, example_inputs: Sequence[Any], out_dir
         raise ValueError("build_hooks needs hooks_source (a model.c)")
     H.check_bundle_files(hooks_source, extra_files)
     state_pairs = B.check_sequence_state(sequence_state or [], input_names, output_names)
-    if (idle_timeout_ms is not None or max_sequences is not None) and not state_pairs:
-        raise ValueError("idle_timeout_ms / max_sequences need sequence_state")
-    if state_pairs and (variants or client_ins or client_outs):
-        raise ValueError("a stateful model (sequence_state) has no variants, client_inputs "
-                         "or client_outputs")
+    controls = B.check_sequence_controls(sequence_controls, input_names, state_pairs)
+    stateful = bool(state_pairs or controls)
+    if (idle_timeout_ms is not None or max_sequences is not None) and not stateful:
+        raise ValueError("idle_timeout_ms / max_sequences need sequence_state or "
+                         "sequence_controls")
+    if stateful and (variants or client_ins or client_outs):
+        raise ValueError("a stateful model (sequence_state, sequence_controls) has no variants, "
+                         "client_inputs or client_outputs")
 
     weight_names, weight_arrays = weight_names_and_arrays(params)
     treedef = jax.tree_util.tree_structure(params)
@@ -490,7 +501,7 @@ def export_jax(fn: Callable, params: Any, example_inputs: Sequence[Any], out_dir
         outputs=outputs,
         variants=manifest_variants, residency=residency, weight=weight,
         client_inputs=client_ins, client_outputs=client_outs,
-        sequence_state=state_pairs, idle_timeout_ms=idle_timeout_ms,
+        sequence_state=state_pairs, sequence_controls=controls, idle_timeout_ms=idle_timeout_ms,
         max_sequences=max_sequences)
     by_name = {t.name: t for t in manifest.inputs + manifest.outputs}
     for i, o in state_pairs:

@@ -23,6 +23,22 @@ names, tensors, datatypes and shapes those clients use:
                      bytes [batch, -1] -> OUTPUT0, the same strings, byte for
                      byte.
 
+    simple_sequence  sequence model with the control inputs START and READY
+                     (the server fills them; clients send sequence_id,
+                     sequence_start, sequence_end): INPUT i32 [batch, 1] ->
+                     OUTPUT = INPUT + START, as Triton's (its
+                     simple_*_sequence_* clients: 1 + the first value, then
+                     each value as sent).
+    simple_dyna_sequence
+                     as simple_sequence, plus the sequence id (CORRID, u32) on
+                     the last request: OUTPUT = INPUT + START + END * CORRID
+                     (the clients' -d mode with integer ids).
+    simple_string_dyna_sequence
+                     keeps a running sum per sequence (state) and adds the id
+                     on the last request: OUTPUT = sum of the inputs so far +
+                     END * CORRID (the clients' -d mode with a string id, which
+                     must be decimal digits).
+
 simple_string is a hooked model rather than a meta because its arithmetic
 is a tensor program: the scheduler batches concurrent requests into one
 execution, and the model configuration reports max_batch_size 8 as Triton's
@@ -40,10 +56,61 @@ from . import hooks as H
 from .jax_export import export_jax
 
 EXAMPLES_DIR = Path(__file__).resolve().parents[2] / "examples" / "bundles"
-TRITON_EXAMPLE_NAMES = ("simple", "simple_int8", "simple_string", "simple_identity")
+SEQUENCE_EXAMPLE_NAMES = ("simple_sequence", "simple_dyna_sequence", "simple_string_dyna_sequence")
+TRITON_EXAMPLE_NAMES = ("simple", "simple_int8", "simple_string", "simple_identity") + \
+    SEQUENCE_EXAMPLE_NAMES
 STRING_WIDTH = 16                # numerals per row
 STRING_BATCH_SIZES = (1, 2, 4, 8)  # the largest is MAX_ROWS in its model.c: change both
 SIMPLE_BATCH_SIZES = (1, 2, 4, 8, 16)
+SEQUENCE_BATCH_SIZES = (1, 2, 4, 8)  # Triton's max_batch_size 8: steps of 8 sequences at once
+
+
+def sequence_step(params, value, start, ready):
+    """simple_sequence: INPUT + START in the rows that hold a request."""
+    del params
+    return (value + start) * ready
+
+
+def dyna_sequence_step(params, value, start, end, ready, corrid):
+    """simple_dyna_sequence: INPUT + START, plus the id on the last request."""
+    del params
+    return (value + start + end * corrid.astype(jnp.int32)) * ready
+
+
+def running_sum_step(params, value, total, end, corrid):
+    """simple_string_dyna_sequence: (the sum so far + END * CORRID, the sum)."""
+    del params
+    total = total + value
+    return total + end * corrid.astype(jnp.int32), total
+
+
+def _export_sequence_example(name: str, out_dir, target_stablehlo_version) -> Path:
+    col = np.zeros((1, 1), np.int32)
+    ids = np.zeros((1, 1), np.uint32)  # JAX without x64 has no u64
+    common = dict(batch_sizes=SEQUENCE_BATCH_SIZES, output_names=["OUTPUT"],
+                  target_stablehlo_version=target_stablehlo_version)
+    if name == "simple_sequence":
+        return export_jax(
+            sequence_step, {}, [col, col, col], out_dir, name=name,
+            input_names=["INPUT", "START", "READY"],
+            sequence_controls={"start": "START", "ready": "READY"},
+            description="OUTPUT = INPUT + START (Triton's simple_sequence)", **common)
+    if name == "simple_dyna_sequence":
+        return export_jax(
+            dyna_sequence_step, {}, [col, col, col, col, ids], out_dir, name=name,
+            input_names=["INPUT", "START", "END", "READY", "CORRID"],
+            sequence_controls={"start": "START", "end": "END", "ready": "READY",
+                               "corrid": "CORRID"},
+            description="OUTPUT = INPUT + START + END * CORRID (Triton's simple_dyna_sequence)",
+            **common)
+    return export_jax(
+        running_sum_step, {}, [col, col, col, ids], out_dir, name=name,
+        input_names=["INPUT", "TOTAL", "END", "CORRID"], output_names=["OUTPUT", "TOTAL_NEXT"],
+        sequence_state=[("TOTAL", "TOTAL_NEXT")],
+        sequence_controls={"end": "END", "corrid": "CORRID"},
+        batch_sizes=SEQUENCE_BATCH_SIZES, target_stablehlo_version=target_stablehlo_version,
+        description="running sum of INPUT per sequence, plus END * CORRID "
+                    "(Triton's simple_string_dyna_sequence)")
 
 
 def add_and_subtract(params, a, b):
@@ -67,6 +134,8 @@ def export_triton_example(name: str, out_dir, build: Optional[H.Builder] = None,
             description=f"OUTPUT0 = INPUT0 + INPUT1, OUTPUT1 = INPUT0 - INPUT1, "
                         f"{np.dtype(dtype).name} (Triton's {name})",
             target_stablehlo_version=target_stablehlo_version)}
+    if name in SEQUENCE_EXAMPLE_NAMES:
+        return {name: _export_sequence_example(name, out_dir, target_stablehlo_version)}
     source = EXAMPLES_DIR / name / H.HOOKS_SOURCE
     if name == "simple_string":
         row = np.zeros((1, STRING_WIDTH), np.int32)

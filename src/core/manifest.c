@@ -993,7 +993,7 @@ static int parse_state(pjs_yaml *y, yaml_node_t *n, const char *path, pjs_manife
 }
 
 /* The client's view of a stateful model: inputs and outputs without the
- * state tensors. */
+ * state and control tensors. */
 static int sequence_client_view(pjs_yaml *y, pjs_manifest *m, bool output)
 {
     pjs_sequence_spec *q = &m->sequence;
@@ -1004,10 +1004,12 @@ static int sequence_client_view(pjs_yaml *y, pjs_manifest *m, bool output)
         return pjs_yaml_fail_nomem(y, "sequence");
     size_t k = 0;
     for (size_t i = 0; i < n; i++) {
-        bool state = false;
+        bool server_fills = false;
         for (size_t j = 0; j < q->n_state; j++)
-            state = state || (output ? q->state[j].output : q->state[j].input) == i;
-        if (!state)
+            server_fills = server_fills || (output ? q->state[j].output : q->state[j].input) == i;
+        for (int c = 0; c < PJS_CONTROL_COUNT && !output; c++)
+            server_fills = server_fills || q->control[c] == i;
+        if (!server_fills)
             view[k++] = all[i];
     }
     if (output) {
@@ -1020,21 +1022,93 @@ static int sequence_client_view(pjs_yaml *y, pjs_manifest *m, bool output)
     return 0;
 }
 
-/* `sequence: {state: [...], idle_timeout_ms: N, max_sequences: N}`. */
+const char *pjs_sequence_control_name(pjs_sequence_control k)
+{
+    static const char *const names[PJS_CONTROL_COUNT] = {
+        [PJS_CONTROL_START] = "start", [PJS_CONTROL_END] = "end",
+        [PJS_CONTROL_READY] = "ready", [PJS_CONTROL_CORRID] = "corrid"};
+    return k < PJS_CONTROL_COUNT ? names[k] : "?";
+}
+
+/* Whether a control input may have dtype t: flags are bool, i32 or f32
+ * (0 and 1), as Triton's *_false_true; the id is an integer. */
+static bool control_dtype_ok(pjs_sequence_control k, pjs_dtype t)
+{
+    if (k == PJS_CONTROL_CORRID)
+        return t == PJS_DTYPE_I32 || t == PJS_DTYPE_I64 || t == PJS_DTYPE_U32 ||
+               t == PJS_DTYPE_U64;
+    return t == PJS_DTYPE_BOOL || t == PJS_DTYPE_I32 || t == PJS_DTYPE_F32;
+}
+
+/* sequence.controls: {start: NAME, end: NAME, ready: NAME, corrid: NAME},
+ * each optional, each naming an input no other control or state uses. */
+static int parse_controls(pjs_yaml *y, yaml_node_t *n, pjs_manifest *m)
+{
+    pjs_sequence_spec *q = &m->sequence;
+    pjs_yaml_field f[PJS_CONTROL_COUNT];
+    for (int k = 0; k < PJS_CONTROL_COUNT; k++)
+        f[k] = (pjs_yaml_field){pjs_sequence_control_name(k), NULL};
+    int rc = pjs_yaml_get_fields(y, n, "sequence.controls", f, PJS_CONTROL_COUNT);
+    for (int k = 0; rc == 0 && k < PJS_CONTROL_COUNT; k++) {
+        if (f[k].value == NULL)
+            continue;
+        char path[64], *name = NULL;
+        snprintf(path, sizeof path, "sequence.controls.%s", pjs_sequence_control_name(k));
+        if ((rc = pjs_yaml_get_name(y, f[k].value, path, &name)) != 0)
+            break;
+        size_t i = tensor_index(m->inputs, m->n_inputs, name);
+        const pjs_tensor_spec *t = i < m->n_inputs ? &m->inputs[i] : NULL;
+        bool taken = false;
+        for (size_t j = 0; j < q->n_state; j++)
+            taken = taken || q->state[j].input == i;
+        for (int c = 0; c < k; c++)
+            taken = taken || q->control[c] == i;
+        if (t == NULL)
+            rc = pjs_yaml_fail(y, f[k].value, path, "input \"%s\" is not one of the model's inputs",
+                               name);
+        else if (taken)
+            rc = pjs_yaml_fail(y, f[k].value, path,
+                               "input \"%s\" already takes sequence state or another control",
+                               name);
+        else if (!t->batched || pjs_tensor_spec_row_elements(t) != 1)
+            rc = pjs_yaml_fail(y, f[k].value, path,
+                               "input \"%s\" must have the batch axis and one element per row "
+                               "(shape [batch] or [batch, 1]): the server writes each request's "
+                               "row",
+                               name);
+        else if (!control_dtype_ok(k, t->dtype))
+            rc = pjs_yaml_fail(y, f[k].value, path,
+                               k == PJS_CONTROL_CORRID
+                                   ? "input \"%s\" is %s; the sequence id goes into i32, i64, u32 "
+                                     "or u64"
+                                   : "input \"%s\" is %s; a flag goes into bool, i32 or f32 (0 or 1)",
+                               name, pjs_dtype_name(t->dtype));
+        else
+            q->control[k] = i;
+        free(name);
+    }
+    return rc;
+}
+
+/* `sequence: {state: [...], controls: {...}, idle_timeout_ms: N,
+ * max_sequences: N}`. */
 static int parse_sequence(pjs_yaml *y, yaml_node_t *n, pjs_manifest *m)
 {
-    enum { Q_STATE, Q_IDLE, Q_MAX, Q_COUNT };
+    enum { Q_STATE, Q_CONTROLS, Q_IDLE, Q_MAX, Q_COUNT };
     pjs_yaml_field f[Q_COUNT] = {[Q_STATE] = {"state", NULL},
+                                 [Q_CONTROLS] = {"controls", NULL},
                                  [Q_IDLE] = {"idle_timeout_ms", NULL},
                                  [Q_MAX] = {"max_sequences", NULL}};
     pjs_sequence_spec *q = &m->sequence;
     q->idle_timeout_ms = 60000;
     q->max_sequences = 1024;
     int rc = pjs_yaml_get_fields(y, n, "sequence", f, Q_COUNT);
-    if (rc == 0)
-        rc = pjs_yaml_require(y, &f[Q_STATE], "sequence", n);
     if (rc != 0)
         return rc;
+    if (f[Q_STATE].value == NULL && f[Q_CONTROLS].value == NULL)
+        return pjs_yaml_fail(y, n, "sequence",
+                             "declare the sequence's state (state: [{input, output}]), its "
+                             "control inputs (controls: {start, end, ready, corrid}) or both");
     if (m->client_inputs != NULL || m->client_outputs != NULL)
         return pjs_yaml_fail(y, n, "sequence",
                              "a stateful model takes no client_inputs or client_outputs (hooks "
@@ -1058,7 +1132,8 @@ static int parse_sequence(pjs_yaml *y, yaml_node_t *n, pjs_manifest *m)
         return pjs_yaml_fail(y, f[Q_MAX].value, "sequence.max_sequences",
                              "must be 1..1000000, got %lld", (long long)q->max_sequences);
     size_t count = 0;
-    if ((rc = pjs_yaml_get_list(y, f[Q_STATE].value, "sequence.state", true, &count)) != 0)
+    if (f[Q_STATE].value != NULL &&
+        (rc = pjs_yaml_get_list(y, f[Q_STATE].value, "sequence.state", true, &count)) != 0)
         return rc;
     if (count > PJS_SEQUENCE_MAX_STATE)
         return pjs_yaml_fail(y, f[Q_STATE].value, "sequence.state",
@@ -1076,9 +1151,15 @@ static int parse_sequence(pjs_yaml *y, yaml_node_t *n, pjs_manifest *m)
                                      "input or output already used by sequence.state[%zu]", j);
         q->n_state = i + 1;
     }
-    if (q->n_state == m->n_inputs)
-        return pjs_yaml_fail(y, f[Q_STATE].value, "sequence.state",
-                             "every input is state: a client must send at least one input");
+    if (f[Q_CONTROLS].value != NULL && (rc = parse_controls(y, f[Q_CONTROLS].value, m)) != 0)
+        return rc;
+    size_t n_controls = 0;
+    for (int k = 0; k < PJS_CONTROL_COUNT; k++)
+        n_controls += q->control[k] != PJS_CONTROL_NONE;
+    if (q->n_state + n_controls == m->n_inputs)
+        return pjs_yaml_fail(y, n, "sequence",
+                             "every input is state or a control: a client must send at least "
+                             "one input");
     m->stateful = true;
     if ((rc = sequence_client_view(y, m, false)) != 0)
         return rc;
@@ -1164,6 +1245,8 @@ int pjs_manifest_parse(pjs_manifest *m, const char *yaml, size_t len, const char
                        pjs_error *err)
 {
     pjs_manifest tmp = {.kind = PJS_KIND_MODEL, .residency = PJS_RESIDENCY_HOST, .weight = 1.0};
+    for (int k = 0; k < PJS_CONTROL_COUNT; k++)
+        tmp.sequence.control[k] = PJS_CONTROL_NONE;
     pjs_yaml y = {0};
     yaml_node_t *root = NULL;
     int rc;

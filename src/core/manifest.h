@@ -125,15 +125,35 @@ typedef struct pjs_state_pair {
 /* Most state tensors a stateful model may declare. */
 #define PJS_SEQUENCE_MAX_STATE 16
 
+/* The control inputs a stateful model may declare (`sequence.controls`,
+ * Triton's control_input kinds): inputs the server fills in each step's
+ * row, which clients do not send. */
+typedef enum pjs_sequence_control {
+    PJS_CONTROL_START,  /* 1 on a sequence's first request, else 0 */
+    PJS_CONTROL_END,    /* 1 on its last request, else 0 */
+    PJS_CONTROL_READY,  /* 1 in every request's row (padding rows stay 0) */
+    PJS_CONTROL_CORRID, /* the sequence's id, a number */
+    PJS_CONTROL_COUNT
+} pjs_sequence_control;
+
+/* pjs_sequence_spec.control[k] when control k is not declared. */
+#define PJS_CONTROL_NONE ((size_t)-1)
+
+/* "start", "end", "ready", "corrid": the manifest's keys. */
+const char *pjs_sequence_control_name(pjs_sequence_control k);
+
 /* A stateful model's `sequence:` section (docs/bundle-format.md). */
 typedef struct pjs_sequence_spec {
     size_t n_state;
     pjs_state_pair state[PJS_SEQUENCE_MAX_STATE];
+    /* inputs[control[k]] takes control k, or PJS_CONTROL_NONE; a control
+     * input has the batch axis and one element per row. */
+    size_t control[PJS_CONTROL_COUNT];
     int64_t idle_timeout_ms; /* a sequence idle this long is freed; > 0 */
     int64_t max_sequences;   /* live at once; > 0 */
-    /* The tensors clients see: the executable's without the state tensors,
-     * in manifest order (shallow copies: names and labels belong to
-     * inputs[] and outputs[]). */
+    /* The tensors clients see: the executable's without the state and
+     * control tensors, in manifest order (shallow copies: names and labels
+     * belong to inputs[] and outputs[]). */
     size_t n_client_inputs;
     pjs_tensor_spec *client_inputs;
     size_t n_client_outputs;

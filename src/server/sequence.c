@@ -7,7 +7,9 @@
  * (sched/sequence_table.h), which either lets it run now or keeps it
  * waiting behind the sequence's running step. To run, the request gets the
  * sequence's state rows as its state inputs (pointing into the table, which
- * keeps them while a step runs) and asks for every output, and is submitted
+ * keeps them while a step runs), a row for each control input the model
+ * declares (start, end, ready, the sequence id; written when the step is
+ * submitted) and asks for every output, and is submitted
  * to the executable like any request: steps of different sequences coalesce
  * into one batched execution, each bringing its own state row.
  *
@@ -23,6 +25,7 @@
  */
 #include "server/sequence.h"
 
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -42,6 +45,9 @@ typedef struct sequence_request {
     pjs_infer_input client_inputs[PJS_INFER_MAX_TENSORS];
     size_t n_requested;
     pjs_infer_requested_output requested[PJS_INFER_MAX_TENSORS];
+    uint64_t corrid; /* the id as a number, for a `corrid` control */
+    /* The step's row of each control input the model declares. */
+    unsigned char controls[PJS_CONTROL_COUNT][8];
 } sequence_request;
 
 static const pjs_sequence_spec *spec_of(const pjs_model *m)
@@ -74,21 +80,75 @@ static unsigned char *state_row(const pjs_manifest *man, unsigned char *state, s
     return state + offset;
 }
 
-/* Adds the state inputs and submits the request to the executable. */
+/* Appends one row of the executable's input `spec`, data borrowed. */
+static void add_row_input(pjs_infer_request *r, const pjs_tensor_spec *spec, const void *data,
+                          size_t nbytes)
+{
+    pjs_infer_input *in = &r->inputs[r->n_inputs++];
+    memset(in, 0, sizeof *in);
+    in->name = spec->name;
+    in->datatype = pjs_dtype_kserve_name(spec->dtype);
+    in->shape = spec->shape;
+    in->shape.dims[0] = 1;
+    in->data = data;
+    in->nbytes = nbytes;
+}
+
+/* Writes value into a control input's one element of dtype t. */
+static void write_control(unsigned char *dst, pjs_dtype t, uint64_t value)
+{
+    union {
+        bool b;
+        int32_t i32;
+        int64_t i64;
+        uint32_t u32;
+        uint64_t u64;
+        float f32;
+    } v;
+    memset(&v, 0, sizeof v);
+    switch (t) {
+    case PJS_DTYPE_BOOL: v.b = value != 0; break;
+    case PJS_DTYPE_I32: v.i32 = (int32_t)value; break;
+    case PJS_DTYPE_U32: v.u32 = (uint32_t)value; break;
+    case PJS_DTYPE_I64: v.i64 = (int64_t)value; break;
+    case PJS_DTYPE_U64: v.u64 = value; break;
+    case PJS_DTYPE_F32: v.f32 = (float)value; break;
+    default: break; /* the manifest admits no other control dtype */
+    }
+    memcpy(dst, &v, pjs_dtype_size(t));
+}
+
+/* The value of control k in this step. */
+static uint64_t control_value(const sequence_request *sr, pjs_sequence_control k)
+{
+    switch (k) {
+    case PJS_CONTROL_START: return sr->step.start;
+    case PJS_CONTROL_END: return sr->step.end;
+    case PJS_CONTROL_READY: return 1;
+    case PJS_CONTROL_CORRID: return sr->corrid;
+    default: return 0;
+    }
+}
+
+/* Adds the state and control inputs and submits the request to the
+ * executable. */
 static int submit_step(sequence_request *sr, pjs_error *err)
 {
     pjs_infer_request *r = sr->request;
     const pjs_manifest *man = &r->model->bundle->manifest;
+    const pjs_sequence_spec *q = &man->sequence;
     unsigned char *state = pjs_sequence_state(&sr->step);
-    for (size_t j = 0; j < man->sequence.n_state; j++) {
-        const pjs_tensor_spec *spec = &man->inputs[man->sequence.state[j].input];
-        pjs_infer_input *in = &r->inputs[r->n_inputs++];
-        memset(in, 0, sizeof *in);
-        in->name = spec->name;
-        in->datatype = pjs_dtype_kserve_name(spec->dtype);
-        in->shape = spec->shape;
-        in->shape.dims[0] = 1;
-        in->data = state_row(man, state, j, &in->nbytes);
+    for (size_t j = 0; j < q->n_state; j++) {
+        size_t row_bytes = 0;
+        unsigned char *row = state_row(man, state, j, &row_bytes);
+        add_row_input(r, &man->inputs[q->state[j].input], row, row_bytes);
+    }
+    for (int k = 0; k < PJS_CONTROL_COUNT; k++) {
+        if (q->control[k] == PJS_CONTROL_NONE)
+            continue;
+        const pjs_tensor_spec *spec = &man->inputs[q->control[k]];
+        write_control(sr->controls[k], spec->dtype, control_value(sr, k));
+        add_row_input(r, spec, sr->controls[k], pjs_dtype_size(spec->dtype));
     }
     r->n_requested = 0; /* every output: the state outputs too */
     r->on_done = sequence_done;
@@ -225,6 +285,38 @@ static int sequence_id_of(const pjs_infer_request *r, pjs_sequence_id *id, pjs_e
     return 0;
 }
 
+/* The id a `corrid` control input takes: the integer id, or a string id
+ * made of decimal digits; it must fit the input's dtype. */
+static int corrid_of(const pjs_infer_request *r, const pjs_tensor_spec *spec, uint64_t *out,
+                     pjs_error *err)
+{
+    const pjs_infer_sequence *q = &r->sequence;
+    uint64_t id = q->number;
+    bool ok = true;
+    if (q->is_string) {
+        const char *p = q->string;
+        id = 0;
+        ok = *p != '\0';
+        for (; ok && *p != '\0'; p++) {
+            ok = *p >= '0' && *p <= '9' && id <= (UINT64_MAX - (uint64_t)(*p - '0')) / 10;
+            id = id * 10 + (uint64_t)(*p - '0');
+        }
+    }
+    uint64_t max = spec->dtype == PJS_DTYPE_I32   ? INT32_MAX
+                   : spec->dtype == PJS_DTYPE_U32 ? UINT32_MAX
+                   : spec->dtype == PJS_DTYPE_I64 ? INT64_MAX
+                                                  : UINT64_MAX;
+    if (!ok || id > max)
+        return pjs_error_set(err, PJS_ERR_INVALID_ARGUMENT,
+                             "model %s passes the sequence id to its input %s (%s): send a "
+                             "sequence_id that is an integer from 1 to %llu (a string of "
+                             "decimal digits is read as one)",
+                             r->model->name, spec->name, pjs_dtype_name(spec->dtype),
+                             (unsigned long long)max);
+    *out = id;
+    return 0;
+}
+
 int pjs_sequence_submit(struct pjs_server *s, pjs_infer_request *r, pjs_error *err)
 {
     pjs_model *m = r->model;
@@ -238,9 +330,14 @@ int pjs_sequence_submit(struct pjs_server *s, pjs_infer_request *r, pjs_error *e
                            "model %s: a sequence's request carries one row (batch size 1), "
                            "got %lld; send each step of a sequence as its own request",
                            m->name, (long long)r->batch);
-    if (rc == 0 && r->n_inputs + man->sequence.n_state > PJS_INFER_MAX_TENSORS)
+    if (rc == 0 &&
+        r->n_inputs + man->sequence.n_state + PJS_CONTROL_COUNT > PJS_INFER_MAX_TENSORS)
         rc = pjs_error_set(err, PJS_ERR_INVALID_ARGUMENT, "model %s: too many tensors",
                            m->name);
+    size_t corrid_input = man->sequence.control[PJS_CONTROL_CORRID];
+    uint64_t corrid = 0;
+    if (rc == 0 && corrid_input != PJS_CONTROL_NONE)
+        rc = corrid_of(r, &man->inputs[corrid_input], &corrid, err);
     if (rc != 0)
         return rc;
     sequence_request *sr = calloc(1, sizeof *sr);
@@ -250,6 +347,7 @@ int pjs_sequence_submit(struct pjs_server *s, pjs_infer_request *r, pjs_error *e
     sr->step.start = r->sequence.start;
     sr->step.end = r->sequence.end;
     sr->step.owner = sr;
+    sr->corrid = corrid;
     sr->server = s;
     sr->request = r;
     sr->client_done = r->on_done;

@@ -348,8 +348,8 @@ REJECT(test_reject_sequence_mismatch,
 REJECT(test_reject_sequence_initial,
        ACC "sequence:\n  state: [{input: state_in, output: state_out, initial: ones}]\n",
        "sequence.state[0]", "only \"zeros\"")
-REJECT(test_reject_sequence_no_state, ACC "sequence:\n  idle_timeout_ms: 5\n", "sequence.state",
-       "required")
+REJECT(test_reject_sequence_no_state, ACC "sequence:\n  idle_timeout_ms: 5\n", "sequence",
+       "declare the sequence's state")
 REJECT(test_reject_sequence_timeout,
        ACC "sequence:\n  state: [{input: state_in, output: state_out}]\n  idle_timeout_ms: 0\n",
        "sequence.idle_timeout_ms", "must be 1..86400000")
@@ -366,7 +366,78 @@ REJECT(test_reject_sequence_all_state,
        HEAD "batch_sizes: [1]\ninputs:\n  - {name: s, dtype: f32, shape: [batch, 3]}\n"
             "outputs:\n  - {name: t, dtype: f32, shape: [batch, 3]}\n"
             "sequence:\n  state: [{input: s, output: t}]\n",
-       "sequence.state", "at least one input")
+       "sequence", "at least one input")
+
+/* Triton's simple_dyna_sequence: control inputs the server fills. */
+#define CONTROLLED                                                                            \
+    HEAD "batch_sizes: [1, 8]\n"                                                              \
+         "inputs:\n  - {name: INPUT, dtype: i32, shape: [batch, 1]}\n"                        \
+         "  - {name: START, dtype: i32, shape: [batch, 1]}\n"                                  \
+         "  - {name: END, dtype: bool, shape: [batch]}\n"                                      \
+         "  - {name: READY, dtype: f32, shape: [batch, 1]}\n"                                  \
+         "  - {name: CORRID, dtype: u64, shape: [batch, 1]}\n"                                 \
+         "  - {name: WIDE, dtype: i32, shape: [batch, 2]}\n"                                   \
+         "  - {name: FIXED, dtype: i32, shape: [1]}\n"                                         \
+         "outputs:\n  - {name: OUTPUT, dtype: i32, shape: [batch, 1]}\n"
+
+static void test_sequence_controls(void **state)
+{
+    (void)state;
+    pjs_manifest m;
+    pjs_error err;
+    assert_int_equal(parse(&m, CONTROLLED "sequence:\n  controls: {start: START, end: END, "
+                                          "ready: READY, corrid: CORRID}\n",
+                           &err),
+                     0);
+    assert_true(m.stateful);
+    assert_int_equal(m.sequence.n_state, 0);
+    assert_int_equal(m.sequence.control[PJS_CONTROL_START], 1);
+    assert_int_equal(m.sequence.control[PJS_CONTROL_END], 2);
+    assert_int_equal(m.sequence.control[PJS_CONTROL_READY], 3);
+    assert_int_equal(m.sequence.control[PJS_CONTROL_CORRID], 4);
+    size_t n = 0;
+    const pjs_tensor_spec *t = pjs_manifest_client_tensors(&m, false, &n);
+    assert_int_equal(n, 3); /* INPUT, WIDE, FIXED: the controls are the server's */
+    assert_string_equal(t[0].name, "INPUT");
+    assert_string_equal(t[1].name, "WIDE");
+    t = pjs_manifest_client_tensors(&m, true, &n);
+    assert_int_equal(n, 1);
+    pjs_manifest_free(&m);
+    /* Some controls, with state. */
+    assert_int_equal(parse(&m, ACC "sequence:\n  state: [{input: state_in, output: state_out}]\n",
+                           &err),
+                     0);
+    for (int k = 0; k < PJS_CONTROL_COUNT; k++)
+        assert_true(m.sequence.control[k] == PJS_CONTROL_NONE);
+    pjs_manifest_free(&m);
+    assert_string_equal(pjs_sequence_control_name(PJS_CONTROL_CORRID), "corrid");
+}
+
+REJECT(test_reject_control_unknown_input,
+       CONTROLLED "sequence:\n  controls: {start: NOPE}\n", "sequence.controls.start",
+       "input \"NOPE\" is not one of the model's inputs")
+REJECT(test_reject_control_unknown_kind, CONTROLLED "sequence:\n  controls: {begin: START}\n",
+       "begin", NULL)
+REJECT(test_reject_control_wide, CONTROLLED "sequence:\n  controls: {start: WIDE}\n",
+       "sequence.controls.start", "one element per row")
+REJECT(test_reject_control_unbatched, CONTROLLED "sequence:\n  controls: {ready: FIXED}\n",
+       "sequence.controls.ready", "batch axis")
+REJECT(test_reject_control_flag_dtype, CONTROLLED "sequence:\n  controls: {start: CORRID}\n",
+       "sequence.controls.start", "bool, i32 or f32")
+REJECT(test_reject_control_id_dtype, CONTROLLED "sequence:\n  controls: {corrid: READY}\n",
+       "sequence.controls.corrid", "i32, i64, u32 or u64")
+REJECT(test_reject_control_twice,
+       CONTROLLED "sequence:\n  controls: {start: START, end: START}\n",
+       "sequence.controls.end", "already takes")
+REJECT(test_reject_control_on_state,
+       ACC "sequence:\n  state: [{input: state_in, output: state_out}]\n"
+           "  controls: {start: state_in}\n",
+       "sequence.controls.start", "already takes")
+REJECT(test_reject_control_every_input,
+       HEAD "batch_sizes: [1]\ninputs:\n  - {name: s, dtype: i32, shape: [batch, 1]}\n"
+            "outputs:\n  - {name: t, dtype: i32, shape: [batch, 1]}\n"
+            "sequence:\n  controls: {start: s}\n",
+       "sequence", "at least one input")
 
 static void test_kserve_dtype_names(void **state)
 {
@@ -1326,6 +1397,16 @@ int main(void)
         cmocka_unit_test(test_load_labels),
         cmocka_unit_test(test_meta_decoupled),
         cmocka_unit_test(test_sequence_state),
+        cmocka_unit_test(test_sequence_controls),
+        cmocka_unit_test(test_reject_control_unknown_input),
+        cmocka_unit_test(test_reject_control_unknown_kind),
+        cmocka_unit_test(test_reject_control_wide),
+        cmocka_unit_test(test_reject_control_unbatched),
+        cmocka_unit_test(test_reject_control_flag_dtype),
+        cmocka_unit_test(test_reject_control_id_dtype),
+        cmocka_unit_test(test_reject_control_twice),
+        cmocka_unit_test(test_reject_control_on_state),
+        cmocka_unit_test(test_reject_control_every_input),
         cmocka_unit_test(test_reject_sequence_unknown_input),
         cmocka_unit_test(test_reject_sequence_unknown_output),
         cmocka_unit_test(test_reject_sequence_mismatch),

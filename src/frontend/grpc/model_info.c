@@ -9,8 +9,8 @@
  * model's variants. An ensemble reports platform "ensemble" and its steps
  * as ensemble_scheduling. A decoupled meta reports
  * model_transaction_policy { decoupled: true }. A stateful model reports
- * sequence_batching (Triton's field numbers) with its state tensors, which
- * are not among its inputs and outputs.
+ * sequence_batching (Triton's field numbers) with its state tensors and
+ * control inputs, which are not among its inputs and outputs.
  */
 #include "frontend/grpc/model_info.h"
 
@@ -198,9 +198,50 @@ static Inference__ModelDynamicBatching *dynamic_batching(const pjs_manifest *mf,
     return d;
 }
 
+/* A control input (`sequence.controls`) as Triton's ControlInput: its
+ * kind, and the false/true values of a flag or the dtype of the id. NULL
+ * when out of memory. */
+static Inference__ModelSequenceBatching__ControlInput *
+control_input(const pjs_tensor_spec *in, pjs_sequence_control k, pjs_grpc_arena *a)
+{
+    typedef Inference__ModelSequenceBatching__Control control_msg;
+    static const Inference__ModelSequenceBatching__Control__Kind kinds[PJS_CONTROL_COUNT] = {
+        [PJS_CONTROL_START] = INFERENCE__MODEL_SEQUENCE_BATCHING__CONTROL__KIND__CONTROL_SEQUENCE_START,
+        [PJS_CONTROL_END] = INFERENCE__MODEL_SEQUENCE_BATCHING__CONTROL__KIND__CONTROL_SEQUENCE_END,
+        [PJS_CONTROL_READY] = INFERENCE__MODEL_SEQUENCE_BATCHING__CONTROL__KIND__CONTROL_SEQUENCE_READY,
+        [PJS_CONTROL_CORRID] =
+            INFERENCE__MODEL_SEQUENCE_BATCHING__CONTROL__KIND__CONTROL_SEQUENCE_CORRID};
+    static int32_t i32_flags[2] = {0, 1};
+    static float f32_flags[2] = {0, 1};
+    static protobuf_c_boolean bool_flags[2] = {0, 1};
+    Inference__ModelSequenceBatching__ControlInput *ci = pjs_grpc_arena_alloc(a, sizeof *ci);
+    control_msg *c = pjs_grpc_arena_alloc(a, sizeof *c);
+    control_msg **cs = pjs_grpc_arena_alloc(a, sizeof *cs);
+    if (ci == NULL || c == NULL || cs == NULL)
+        return NULL;
+    *ci = (Inference__ModelSequenceBatching__ControlInput)
+        INFERENCE__MODEL_SEQUENCE_BATCHING__CONTROL_INPUT__INIT;
+    *c = (control_msg)INFERENCE__MODEL_SEQUENCE_BATCHING__CONTROL__INIT;
+    c->kind = kinds[k];
+    if (k == PJS_CONTROL_CORRID)
+        c->data_type = pjs_grpc_config_dtype(in->dtype);
+    else if (in->dtype == PJS_DTYPE_F32)
+        c->fp32_false_true = f32_flags, c->n_fp32_false_true = 2;
+    else if (in->dtype == PJS_DTYPE_BOOL)
+        c->bool_false_true = bool_flags, c->n_bool_false_true = 2;
+    else
+        c->int32_false_true = i32_flags, c->n_int32_false_true = 2;
+    cs[0] = c;
+    ci->name = in->name;
+    ci->control = cs;
+    ci->n_control = 1;
+    return ci;
+}
+
 /* A stateful model's sequence_batching: the idle timeout, the oldest
- * strategy over the compiled sizes, and each state tensor (dims without the
- * batch axis, initial zeros). NULL when out of memory. */
+ * strategy over the compiled sizes, each control input and each state
+ * tensor (dims without the batch axis, initial zeros). NULL when out of
+ * memory. */
 static Inference__ModelSequenceBatching *sequence_batching(const pjs_manifest *mf,
                                                            int64_t max_batch_size,
                                                            pjs_grpc_arena *a)
@@ -255,6 +296,18 @@ static Inference__ModelSequenceBatching *sequence_batching(const pjs_manifest *m
     }
     sb->state = states;
     sb->n_state = q->n_state;
+    Inference__ModelSequenceBatching__ControlInput **controls =
+        pjs_grpc_arena_alloc(a, sizeof *controls * PJS_CONTROL_COUNT);
+    if (controls == NULL)
+        return NULL;
+    sb->control_input = controls;
+    for (int k = 0; k < PJS_CONTROL_COUNT; k++) {
+        if (q->control[k] == PJS_CONTROL_NONE)
+            continue;
+        if ((controls[sb->n_control_input++] = control_input(&mf->inputs[q->control[k]], k, a)) ==
+            NULL)
+            return NULL;
+    }
     return sb;
 }
 

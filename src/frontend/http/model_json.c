@@ -9,7 +9,8 @@
  * platform is "ensemble" and its configuration lists its steps as Triton's
  * ensemble_scheduling; a decoupled meta's has model_transaction_policy
  * {"decoupled": true}; a stateful model's has sequence_batching with its
- * state tensors (which are not among its inputs and outputs).
+ * state tensors and control inputs (which are not among its inputs and
+ * outputs).
  */
 #include "frontend/http/model_json.h"
 
@@ -107,9 +108,42 @@ static json_t *dynamic_batching_json(const pjs_manifest *m, int64_t max_batch_si
                      0);
 }
 
+/* Triton's control_input entries of a stateful model's control inputs:
+ * each one's kind, and the false/true values of a flag or the id's dtype. */
+static json_t *control_inputs_json(const pjs_manifest *m)
+{
+    static const char *const kinds[PJS_CONTROL_COUNT] = {
+        [PJS_CONTROL_START] = "CONTROL_SEQUENCE_START", [PJS_CONTROL_END] = "CONTROL_SEQUENCE_END",
+        [PJS_CONTROL_READY] = "CONTROL_SEQUENCE_READY",
+        [PJS_CONTROL_CORRID] = "CONTROL_SEQUENCE_CORRID"};
+    const pjs_sequence_spec *q = &m->sequence;
+    json_t *list = json_array();
+    for (int k = 0; list != NULL && k < PJS_CONTROL_COUNT; k++) {
+        if (q->control[k] == PJS_CONTROL_NONE)
+            continue;
+        const pjs_tensor_spec *in = &m->inputs[q->control[k]];
+        char type[32];
+        json_t *control =
+            k == PJS_CONTROL_CORRID ? json_pack("{s:s, s:s}", "kind", kinds[k], "data_type",
+                                                config_data_type(in->dtype, type, sizeof type))
+            : in->dtype == PJS_DTYPE_F32  ? json_pack("{s:s, s:[f,f]}", "kind", kinds[k],
+                                                      "fp32_false_true", 0.0, 1.0)
+            : in->dtype == PJS_DTYPE_BOOL ? json_pack("{s:s, s:[b,b]}", "kind", kinds[k],
+                                                      "bool_false_true", 0, 1)
+                                          : json_pack("{s:s, s:[i,i]}", "kind", kinds[k],
+                                                      "int32_false_true", 0, 1);
+        json_t *entry = json_pack("{s:s, s:[o]}", "name", in->name, "control", control);
+        if (entry == NULL || json_array_append_new(list, entry) != 0) {
+            json_decref(list);
+            return NULL;
+        }
+    }
+    return list;
+}
+
 /* A stateful model's Triton sequence_batching: the idle timeout, the oldest
- * strategy over the compiled sizes, and each state tensor (dims without the
- * batch axis, initial zeros). */
+ * strategy over the compiled sizes, its control inputs and each state tensor
+ * (dims without the batch axis, initial zeros). */
 static json_t *sequence_batching_json(const pjs_manifest *m, int64_t max_batch_size)
 {
     const pjs_sequence_spec *q = &m->sequence;
@@ -143,8 +177,9 @@ static json_t *sequence_batching_json(const pjs_manifest *m, int64_t max_batch_s
                                                "max_queue_delay_microseconds", 0,
                                                "preserve_ordering", 1);
     json_decref(sizes);
-    return json_pack("{s:I, s:o, s:o}", "max_sequence_idle_microseconds",
-                     (json_int_t)q->idle_timeout_ms * 1000, "oldest", oldest, "state", states);
+    return json_pack("{s:I, s:o, s:o, s:o}", "max_sequence_idle_microseconds",
+                     (json_int_t)q->idle_timeout_ms * 1000, "control_input",
+                     control_inputs_json(m), "oldest", oldest, "state", states);
 }
 
 /* {"model_name": ..., "model_version": -1, "input_map": {...}, "output_map":
