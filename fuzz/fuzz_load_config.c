@@ -11,9 +11,12 @@
  * override the server can serve: a cap of 0 exactly when the model has no
  * batch axis, else a compiled size with the served sizes ending at it;
  * coalescing only where the model's tensors allow it; a queue bound and
- * default timeout in the configuration's ranges. Seeds:
- * fuzz/corpus/fuzz_load_config/.
+ * default timeout in the configuration's ranges. The same text (up to its
+ * first NUL) as the key of a load parameter: ignored unless it begins
+ * "file:", which is refused UNSUPPORTED or, for a path no model directory
+ * could hold, IO. Seeds: fuzz/corpus/fuzz_load_config/.
  */
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -82,6 +85,15 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (rc != 0)
         check_refusal(rc, &err);
     pjs_load_config_free(c);
+
+    char *key = strndup(text, len);
+    if (key == NULL)
+        abort();
+    rc = pjs_load_parameter_check(names[which], key, &err);
+    bool is_file = strncmp(key, "file:", 5) == 0;
+    if (is_file ? rc != PJS_ERR_UNSUPPORTED && rc != PJS_ERR_IO : rc != 0)
+        abort();
+    free(key);
     pjs_manifest_free(&m);
     return 0;
 }

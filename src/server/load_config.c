@@ -774,10 +774,40 @@ int pjs_load_config_apply(const pjs_load_config *c, const char *model, const cha
     return 0;
 }
 
+/* Why the path of a `file:` override could not be a file inside a model
+ * directory (empty, absolute, a ".." or empty component, a component longer
+ * than a file name may be), or NULL when it could. */
+static const char *file_path_problem(const char *path)
+{
+    if (*path == '\0')
+        return "it is empty";
+    if (*path == '/')
+        return "it is absolute";
+    if (strlen(path) > 4095)
+        return "it is longer than 4095 bytes";
+    for (const char *p = path; *p != '\0';) {
+        size_t len = strcspn(p, "/");
+        if (len == 0 || (len == 2 && p[0] == '.' && p[1] == '.'))
+            return "it has an empty or \"..\" component";
+        if (len > 255)
+            return "a component is longer than the 255 bytes a file name may have";
+        p += len + (p[len] == '/');
+    }
+    return NULL;
+}
+
 int pjs_load_parameter_check(const char *model, const char *key, pjs_error *err)
 {
     if (strncmp(key, "file:", 5) != 0)
         return 0;
+    /* A path no model directory could hold fails as Triton's does when it
+     * writes the files (INTERNAL, the words its clients look for). */
+    const char *problem = file_path_problem(key + 5);
+    if (problem != NULL)
+        return pjs_error_set(err, PJS_ERR_IO,
+                             "model %s: failed to poll from model repository: load parameter "
+                             "\"%.64s%s\" cannot name a file in a model directory: %s",
+                             model, key, strlen(key) > 64 ? "..." : "", problem);
     return pjs_error_set(err, PJS_ERR_UNSUPPORTED,
                          "model %s: load parameter \"%.128s\" refused: pjserve takes no model "
                          "files in a load request, since that would let a client write files "

@@ -60,8 +60,10 @@ int pjs_load_config_apply(const pjs_load_config *c, const char *model, const cha
                           const pjs_manifest *man, pjs_load_override *out, pjs_error *err);
 
 /* Load parameters other than `config`: a `file:` override (model files
- * sent in the request) is refused with UNSUPPORTED saying why; other keys
- * are ignored (0), as Triton's clients may send their own. */
+ * sent in the request) is refused with UNSUPPORTED saying why, or IO
+ * ("failed to poll from model repository", as Triton) when its path could
+ * not name a file in a model directory; other keys are ignored (0), as
+ * Triton's clients may send their own. */
 int pjs_load_parameter_check(const char *model, const char *key, pjs_error *err);
 
 #endif

@@ -218,6 +218,31 @@ def test_file_override_refused(proto):
     assert "file:1/model.onnx" in msg and "model repository" in msg, msg
 
 
+@pytest.mark.parametrize("path", ["A" * 256, "1/" + "B" * 300 + "/model.onnx", "/etc/passwd",
+                                  "1/../../x", ""])
+def test_file_override_with_impossible_path(proto, path):
+    """A `file:` path no model directory could hold is answered as Triton
+    answers it (gRPC INTERNAL, "failed to poll from model repository"; its
+    model control example checks both), and the server stays up with the
+    model as it was."""
+    key = "file:" + path
+    if proto.name == "grpc":
+        with pytest.raises(InferenceServerException) as ei:
+            proto.client.load_model(MODEL, config="{}", files={key: b"a"})
+        code, msg = grpc_code(ei.value), ei.value.message()
+        assert code == "INTERNAL", msg
+    else:
+        status, doc, raw = http_json(proto.server.http_url, "POST",
+                                     f"/v2/repository/models/{MODEL}/load",
+                                     {"parameters": {"config": "{}", key: "YQ=="}})
+        code, msg = str(status), (doc or {}).get("error", raw.decode())
+        assert code == "500", msg
+    assert "failed to poll from model repository" in msg, msg
+    assert "cannot name a file in a model directory" in msg, msg
+    assert proto.client.is_server_live()
+    assert int(proto.config()["max_batch_size"]) == 8
+
+
 @serve_only("the control surface is each worker's")
 def test_queue_policy(proto):
     load(proto, {"name": MODEL, "max_batch_size": 8, "dynamic_batching": {
