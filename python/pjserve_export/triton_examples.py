@@ -22,6 +22,12 @@ names, tensors, datatypes and shapes those clients use:
     simple_identity  compute-only meta (no executable, no calls): INPUT0
                      bytes [batch, -1] -> OUTPUT0, the same strings, byte for
                      byte.
+    repeat_int32     compute-only decoupled meta (gRPC ModelStreamInfer only):
+                     IN i32 [n], DELAY u32 [n], WAIT u32 [1] -> for each i,
+                     after DELAY[i] ms, one response OUT i32 [1] = IN[i], IDX
+                     u32 [1] = i; then WAIT ms and the final response. Each
+                     delay at most 10 s, all of them at most 1 min
+                     (simple_grpc_custom_repeat.py).
 
     simple_sequence  sequence model with the control inputs START and READY
                      (the server fills them; clients send sequence_id,
@@ -57,8 +63,8 @@ from .jax_export import export_jax
 
 EXAMPLES_DIR = Path(__file__).resolve().parents[2] / "examples" / "bundles"
 SEQUENCE_EXAMPLE_NAMES = ("simple_sequence", "simple_dyna_sequence", "simple_string_dyna_sequence")
-TRITON_EXAMPLE_NAMES = ("simple", "simple_int8", "simple_string", "simple_identity") + \
-    SEQUENCE_EXAMPLE_NAMES
+TRITON_EXAMPLE_NAMES = ("simple", "simple_int8", "simple_string", "simple_identity",
+                        "repeat_int32") + SEQUENCE_EXAMPLE_NAMES
 STRING_WIDTH = 16                # numerals per row
 STRING_BATCH_SIZES = (1, 2, 4, 8)  # the largest is MAX_ROWS in its model.c: change both
 SIMPLE_BATCH_SIZES = (1, 2, 4, 8, 16)
@@ -155,4 +161,12 @@ def export_triton_example(name: str, out_dir, build: Optional[H.Builder] = None,
             client_inputs=[("INPUT0", "bytes", ["batch", -1])],
             client_outputs=[("OUTPUT0", "bytes", ["batch", -1])], source=source, build=build,
             description="returns its strings unchanged (Triton's simple_identity)")}
+    if name == "repeat_int32":
+        return {name: H.export_meta(
+            out_dir, name=name, calls=[], decoupled=True,
+            client_inputs=[("IN", "i32", [-1]), ("DELAY", "u32", [-1]), ("WAIT", "u32", [1])],
+            client_outputs=[("OUT", "i32", [1]), ("IDX", "u32", [1])], source=source,
+            build=build,
+            description="one response per IN value after its DELAY in ms, then WAIT ms "
+                        "(decoupled; Triton's repeat_int32)")}
     raise ValueError(f"unknown example {name!r}; known: {list(TRITON_EXAMPLE_NAMES)}")
