@@ -11,7 +11,11 @@ random weights (python/pjserve_export/resnet.py). Run by a Python with torch
 (torchvision's, x f32 [batch,3,224,224] NCHW) and bert_base_torch
 (transformers' BERT-base encoder, 12 layers, hidden 768, 110 M parameters:
 input_ids and attention_mask int32 [batch,128] -> last_hidden_state
-[batch,128,768], pooler_output [batch,768]), through export_torch. All with
+[batch,128,768], pooler_output [batch,768]), through export_torch; and
+densenet_onnx, torchvision's DenseNet-121 (8.0 M parameters) shaped as the
+model of that name in Triton's example repository, which its grpc_client.py
+calls: no batch axis, data_0 f32 [3,224,224] (NCHW) -> fc6_1 f32
+[1000,1,1]. All with
 random weights from fixed seeds; nothing is downloaded, so the answers are
 the frameworks', not ImageNet classes or language. Compiling them takes a
 while on a CPU: `pjserve serve` logs each model's progress. `make
@@ -29,7 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "python"))
 from pjserve_export.resnet import parameter_count, resnet_model  # noqa: E402
 
 LARGE = {"resnet50": 50, "resnet18": 18}
-TORCH = ("resnet50_torch", "bert_base_torch")
+TORCH = ("resnet50_torch", "bert_base_torch", "densenet_onnx")
 BERT_SEQ = 128
 
 
@@ -53,6 +57,24 @@ def export_torch_model(name, out_dir, sizes):
         return module, export_torch(module, [np.zeros((1, 3, 224, 224), np.float32)], out_dir,
                                     name=name, batch_sizes=sizes, input_names=["x"],
                                     output_names=["logits"], input_formats={"x": "NCHW"})
+    if name == "densenet_onnx":
+        import torchvision
+
+        class OneImage(torch.nn.Module):
+            """DenseNet-121 on one image without a batch axis, scores as
+            [1000, 1, 1] (Triton's densenet_onnx tensors)."""
+
+            def __init__(self):
+                super().__init__()
+                self.net = torchvision.models.densenet121(weights=None)
+
+            def forward(self, data_0):
+                return self.net(data_0.unsqueeze(0)).reshape(1000, 1, 1)
+
+        module = OneImage()
+        return module, export_torch(module, [np.zeros((3, 224, 224), np.float32)], out_dir,
+                                    name=name, batch_sizes=None, input_names=["data_0"],
+                                    output_names=["fc6_1"], input_formats={"data_0": "NCHW"})
     import transformers
     module = transformers.BertModel(transformers.BertConfig(attn_implementation="eager"))
     ids = np.ones((1, BERT_SEQ), np.int32)
@@ -94,7 +116,8 @@ def main(argv=None):
             m = resnet_model(LARGE[name])
             path = m.export(a.out_dir, batch_sizes=sizes)
             n = parameter_count(m.params)
-        print(f"{name}: {n / 1e6:.1f} M parameters, batch sizes {list(sizes)} -> {path} "
+        batching = "no batch axis" if name == "densenet_onnx" else f"batch sizes {list(sizes)}"
+        print(f"{name}: {n / 1e6:.1f} M parameters, {batching} -> {path} "
               f"({time.monotonic() - t0:.1f} s)", flush=True)
     return 0
 

@@ -217,30 +217,39 @@ def weight_names_and_arrays(params) -> Tuple[List[str], List[np.ndarray]]:
     return names, arrays
 
 
-def _input_specs(example_inputs, input_names) -> List[Tuple[Tuple[int, ...], np.dtype]]:
-    """Per-example (shape, dtype) of each example input."""
+def _input_specs(example_inputs, input_names,
+                 batched: bool = True) -> List[Tuple[Tuple[int, ...], np.dtype]]:
+    """Per-example (shape, dtype) of each example input; the whole shape
+    when the model has no batch axis."""
     specs = []
     for name, x in zip(input_names, example_inputs):
         shape = tuple(int(d) for d in np.shape(x))
-        if len(shape) < 1:
+        if batched and len(shape) < 1:
             raise ValueError(f"example input {name!r} is a scalar; every input needs a leading "
                              "batch axis")
         dt = x.dtype if hasattr(x, "dtype") else np.asarray(x).dtype
         dt = np.dtype(jax.dtypes.canonicalize_dtype(dt))
         dtypes.manifest_name(dt)
-        specs.append((shape[1:], dt))
+        specs.append((shape[1:] if batched else shape, dt))
     return specs
+
+
+def _batch_axis(n: Optional[int]) -> Tuple[int, ...]:
+    """The leading extent of batch size n; none for a model without a batch
+    axis (n None)."""
+    return () if n is None else (n,)
 
 
 # ---- the exporter ----------------------------------------------------------
 
-def _export_one(fn, param_structs, input_specs, n: int):
-    inputs = [jax.ShapeDtypeStruct((n,) + shape, dt) for shape, dt in input_specs]
+def _export_one(fn, param_structs, input_specs, n: Optional[int]):
+    inputs = [jax.ShapeDtypeStruct(_batch_axis(n) + shape, dt) for shape, dt in input_specs]
     return jax.export.export(jax.jit(fn, keep_unused=True), platforms=["cpu"])(
         param_structs, *inputs)
 
 
-def _check_exported(exp, n: int, n_weights: int, n_inputs: int, output_names: Sequence[str]):
+def _check_exported(exp, n: Optional[int], n_weights: int, n_inputs: int,
+                    output_names: Sequence[str]):
     n_args = n_weights + n_inputs
     problems = []
     if tuple(exp.module_kept_var_idx) != tuple(range(n_args)):
@@ -265,7 +274,7 @@ def _check_exported(exp, n: int, n_weights: int, n_inputs: int, output_names: Se
         raise ValueError(f"fn returns {n_out} output(s) but output_names has "
                          f"{len(output_names)}: {list(output_names)}")
     for name, aval in zip(output_names, exp.out_avals):
-        if len(aval.shape) < 1 or aval.shape[0] != n:
+        if n is not None and (len(aval.shape) < 1 or aval.shape[0] != n):
             raise ValueError(f"output {name!r} has shape {tuple(aval.shape)} at batch size {n}; "
                              f"every output needs a leading batch axis of size {n}")
         dtypes.manifest_name(aval.dtype)
@@ -315,13 +324,15 @@ def _check_variants(variants, input_names, input_specs):
 def _export_modules(fn, name, param_structs, weight_arrays, weight_names, input_names,
                     output_names, input_specs, sizes, target, strip_debug_info, what):
     """One portable artifact per batch size for inputs of `input_specs`; returns
-    ({batch size: artifact}, [(per-example shape, dtype) of each output])."""
+    ({batch size: artifact}, [(per-example shape, dtype) of each output]).
+    sizes None: the model has no batch axis, one artifact (batch size 1)."""
     modules = {}
     out_specs = None
-    for n in sizes:
+    for n in sizes or [None]:
         exp = _export_one(fn, param_structs, input_specs, n)
         _check_exported(exp, n, len(weight_names), len(input_names), output_names)
-        specs = [(tuple(a.shape[1:]), dtypes.manifest_name(a.dtype)) for a in exp.out_avals]
+        lead = len(_batch_axis(n))
+        specs = [(tuple(a.shape[lead:]), dtypes.manifest_name(a.dtype)) for a in exp.out_avals]
         if out_specs is None:
             out_specs = specs
         elif specs != out_specs:
@@ -330,8 +341,9 @@ def _export_modules(fn, name, param_structs, weight_arrays, weight_names, input_
 
         text = exp.mlir_module()
         want_args = [(tuple(a.shape), dtypes.manifest_name(a.dtype)) for a in weight_arrays]
-        want_args += [((n,) + shape, dtypes.manifest_name(dt)) for shape, dt in input_specs]
-        want_res = [((n,) + shape, dt) for shape, dt in specs]
+        want_args += [(_batch_axis(n) + shape, dtypes.manifest_name(dt))
+                      for shape, dt in input_specs]
+        want_res = [(_batch_axis(n) + shape, dt) for shape, dt in specs]
         _verify_signature(text, want_args, want_res, weight_names + input_names, n)
         targets = custom_call_targets(text)
         if targets:
@@ -344,7 +356,7 @@ def _export_modules(fn, name, param_structs, weight_arrays, weight_names, input_
         # Round trip: what we wrote reads back with the same signature.
         _verify_signature(deserialize_portable_artifact(artifact), want_args, want_res,
                           weight_names + input_names, n)
-        modules[n] = artifact
+        modules[n or 1] = artifact
     return modules, out_specs
 
 
@@ -374,7 +386,11 @@ def export_jax(fn: Callable, params: Any, example_inputs: Sequence[Any], out_dir
         path joined with dots. Weights are module arguments, never constants.
     example_inputs: one array (or ShapeDtypeStruct) per input, with a leading
         batch axis of any size; only the per-example shape and dtype are used.
-    batch_sizes: strictly ascending positive ints; one module per entry.
+    batch_sizes: strictly ascending positive ints; one module per entry. None:
+        the model has no batch axis (Triton's max_batch_size 0): example_inputs
+        give the whole shapes, fn's outputs are taken as they are, one module
+        is compiled, and each request carries exactly those shapes (no
+        coalescing; no variants or sequences).
     input_names, output_names: names for the manifest ([A-Za-z0-9_.-]+, unique).
     description, residency ("host" | "device" | "unpinned"), weight (> 0):
         copied into the manifest.
@@ -422,7 +438,8 @@ def export_jax(fn: Callable, params: Any, example_inputs: Sequence[Any], out_dir
     An existing bundle of the same name is replaced atomically.
     """
     B.check_name("name", name)
-    sizes = B.check_batch_sizes(batch_sizes)
+    batched = batch_sizes is not None
+    sizes = B.check_batch_sizes(batch_sizes) if batched else None
     example_inputs = list(example_inputs)
     input_names = B.check_names("input_names", input_names, len(example_inputs),
                                 "example_inputs")
@@ -458,12 +475,15 @@ def export_jax(fn: Callable, params: Any, example_inputs: Sequence[Any], out_dir
     if stateful and (variants or client_ins or client_outs):
         raise ValueError("a stateful model (sequence_state, sequence_controls) has no variants, "
                          "client_inputs or client_outputs")
+    if not batched and (stateful or variants):
+        raise ValueError("a model without a batch axis (batch_sizes None) has no variants and "
+                         "no sequence state or controls")
 
     weight_names, weight_arrays = weight_names_and_arrays(params)
     treedef = jax.tree_util.tree_structure(params)
     param_structs = jax.tree_util.tree_unflatten(
         treedef, [jax.ShapeDtypeStruct(a.shape, a.dtype) for a in weight_arrays])
-    input_specs = _input_specs(example_inputs, input_names)
+    input_specs = _input_specs(example_inputs, input_names, batched)
     variant_specs = _check_variants(variants, input_names, input_specs)
     formats = B.check_input_formats(
         input_formats, input_names, {nm: shape for nm, (shape, _) in zip(input_names, input_specs)})
@@ -489,14 +509,15 @@ def export_jax(fn: Callable, params: Any, example_inputs: Sequence[Any], out_dir
         manifest_variants.append(_manifest_variant(vname, input_names, input_specs, specs,
                                                    output_names, out_specs, v_out))
 
-    outputs = [B.TensorSpec(nm, dt, shape, labels=labels.get(nm))
+    outputs = [B.TensorSpec(nm, dt, shape, batched=batched, labels=labels.get(nm))
                for nm, (shape, dt) in zip(output_names, out_specs)]
     for spec in outputs:
         if spec.labels is not None:
             B.check_labels(spec)
     manifest = B.Manifest(
-        name=name, description=description, batch_sizes=sizes,
-        inputs=[B.TensorSpec(nm, dtypes.manifest_name(dt), shape, format=formats.get(nm))
+        name=name, description=description, batch_sizes=sizes or [1],
+        inputs=[B.TensorSpec(nm, dtypes.manifest_name(dt), shape, batched=batched,
+                             format=formats.get(nm))
                 for nm, (shape, dt) in zip(input_names, input_specs)],
         outputs=outputs,
         variants=manifest_variants, residency=residency, weight=weight,

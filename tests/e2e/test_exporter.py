@@ -190,6 +190,65 @@ def test_output_without_batch_axis(tmp_path):
                       batch_sizes=[2], input_names=["x"], output_names=["total"])
 
 
+def _image_scores(p, image):
+    """An unbatched model, as Triton's densenet_onnx: [3, 4, 5] -> [2, 1, 1]."""
+    return (jnp.einsum("chw,kchw->k", image, p["w"]).reshape(2, 1, 1),)
+
+
+def test_model_without_batch_axis_is_served(tmp_path, pjserve_bin, plugin_path):
+    """batch_sizes=None exports a model without a batch axis (Triton's
+    max_batch_size 0): the manifest's shapes have no `batch`, one module is
+    compiled, the server answers requests of exactly those shapes on both
+    protocols as JAX computes them, reports max_batch_size 0, and refuses a
+    request that adds a batch axis."""
+    import tritonclient.grpc as grpcclient
+    import tritonclient.http as httpclient
+    from tritonclient.utils import InferenceServerException
+    from e2e_util import serving
+
+    params = {"w": jnp.asarray(np.random.default_rng(3).standard_normal((2, 3, 4, 5)),
+                               jnp.float32)}
+    path = pe.export_jax(_image_scores, params, [np.zeros((3, 4, 5), np.float32)], tmp_path,
+                         name="unbatched", batch_sizes=None, input_names=["data_0"],
+                         output_names=["fc6_1"], input_formats={"data_0": "NCHW"})
+    doc = yaml.safe_load((path / "manifest.yaml").read_text())
+    assert doc["batch_sizes"] == [1]
+    assert doc["inputs"][0]["shape"] == [3, 4, 5]
+    assert doc["outputs"][0]["shape"] == [2, 1, 1]
+    assert sorted(p.name for p in path.glob("*.mlir")) == ["model.b1.mlir"]
+    m = pe.read_manifest(path)
+    assert not m.inputs[0].batched and not m.outputs[0].batched
+
+    x = np.random.default_rng(4).standard_normal((3, 4, 5)).astype(np.float32)
+    (want,) = _image_scores(params, x)
+    with serving(pjserve_bin, plugin_path, [path], tmp_path / "srv", "unbatched") as s:
+        g = grpcclient.InferenceServerClient(s.grpc_url)
+        inp = grpcclient.InferInput("data_0", [3, 4, 5], "FP32")
+        inp.set_data_from_numpy(x)
+        np.testing.assert_allclose(g.infer("unbatched", [inp]).as_numpy("fc6_1"), want,
+                                   rtol=1e-5, atol=1e-5)
+        assert g.get_model_config("unbatched").config.max_batch_size == 0
+        batched = grpcclient.InferInput("data_0", [1, 3, 4, 5], "FP32")
+        batched.set_data_from_numpy(x[None])
+        with pytest.raises(InferenceServerException):
+            g.infer("unbatched", [batched])
+        h = httpclient.InferenceServerClient(s.http_url)
+        hin = httpclient.InferInput("data_0", [3, 4, 5], "FP32")
+        hin.set_data_from_numpy(x, binary_data=True)
+        np.testing.assert_allclose(h.infer("unbatched", [hin]).as_numpy("fc6_1"), want,
+                                   rtol=1e-5, atol=1e-5)
+        g.close()
+        h.close()
+
+
+def test_model_without_batch_axis_takes_no_variants_or_sequences(tmp_path):
+    x = np.zeros((3, 4, 5), np.float32)
+    with pytest.raises(ValueError, match="without a batch axis"):
+        pe.export_jax(_image_scores, {"w": jnp.ones((2, 3, 4, 5))}, [x], tmp_path, name="u",
+                      batch_sizes=None, input_names=["data_0"], output_names=["fc6_1"],
+                      variants={"wide": [np.zeros((3, 4, 6), np.float32)]})
+
+
 def test_dict_output_rejected(tmp_path):
     with pytest.raises(ValueError, match="tuple of arrays"):
         pe.export_jax(lambda p, x: {"y": x}, {}, X, tmp_path, name="d", batch_sizes=[1],

@@ -11,8 +11,9 @@ inputs: through `pjserve run` at 1 and 3 rows (padded to 4 by the server and
 sliced back) and served, over gRPC at 4 rows and HTTP at 1. The max absolute
 error of every output is printed (pytest -s). Also: the weights are the
 module's state_dict by name, in a stable order, and bad calls say what is
-wrong, and torchvision's ResNet-50 itself is exported and served at batch
-size 1.
+wrong, torchvision's ResNet-50 itself is exported and served at batch size
+1, and make models-large's densenet_onnx (DenseNet-121 without a batch axis)
+is served as PyTorch computes it.
 """
 
 import json
@@ -153,6 +154,36 @@ def test_resnet50_served_matches_pytorch(pjserve_bin, plugin_path, tmp_path):
                 want)
         config = g.get_model_config("resnet50_torch").config
         assert config.input[0].format == config.input[0].FORMAT_NCHW
+
+
+def test_densenet_onnx_without_batch_axis_matches_pytorch(pjserve_bin, plugin_path, tmp_path):
+    """make models-large's densenet_onnx (torchvision's DenseNet-121 shaped as
+    Triton's example model of that name: no batch axis, data_0 [3,224,224]
+    -> fc6_1 [1000,1,1]), exported by examples/make_large_models.py itself,
+    served and compared with eager PyTorch on both protocols."""
+    import importlib.util
+    script = Path(__file__).resolve().parents[2] / "examples" / "make_large_models.py"
+    spec = importlib.util.spec_from_file_location("make_large_models", script)
+    large = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(large)
+    module, path = large.export_torch_model("densenet_onnx", tmp_path / "bundles", (1,))
+    x = np.random.default_rng(121).standard_normal((3, 224, 224)).astype(np.float32)
+    (want,) = torch_reference(module, [x], ["fc6_1"])
+    assert want.shape == (1000, 1, 1)
+    with serving(pjserve_bin, plugin_path, [path], tmp_path, "densenet") as s:
+        g = grpcclient.InferenceServerClient(s.grpc_url)
+        inp = grpcclient.InferInput("data_0", [3, 224, 224], "FP32")
+        inp.set_data_from_numpy(x)
+        compare("gRPC densenet_onnx fc6_1", g.infer("densenet_onnx", [inp]).as_numpy("fc6_1"),
+                want)
+        config = g.get_model_config("densenet_onnx").config
+        assert config.max_batch_size == 0
+        assert config.input[0].format == config.input[0].FORMAT_NCHW
+        h = httpclient.InferenceServerClient(s.http_url)
+        hin = httpclient.InferInput("data_0", [3, 224, 224], "FP32")
+        hin.set_data_from_numpy(x, binary_data=True)
+        compare("HTTP densenet_onnx fc6_1", h.infer("densenet_onnx", [hin]).as_numpy("fc6_1"),
+                want)
 
 
 def safetensors_names(path):
