@@ -11,11 +11,14 @@ computes; gapnet has two input-shape variants; image_convnet is shaped for
 image classification clients), and the composition examples (python/pjserve_export/
 pipelines.py; their C code is in examples/bundles/): image_classifier (a model
 with C hooks), detector (a meta over detector_stage1 and detector_stage2) and
-greedy_decoder (a meta over decoder_step), and the string models Triton's
-example clients call (python/pjserve_export/triton_examples.py):
-simple_string (hooks around an adder) and simple_identity (a compute-only
-meta), and two_io_chain, an ensemble (a manifest alone, no code) calling
-two_io twice: two_io(a, b) -> s1, first_argmax; two_io(s1, b) -> sum. Each model.so is built with `pjserve build-hooks` when --pjserve is
+greedy_decoder (a meta over decoder_step), the models Triton's example
+clients call by name (python/pjserve_export/triton_examples.py): simple and
+simple_int8 (adders), simple_string (hooks around an adder),
+simple_identity (a compute-only meta), repeat_int32 (a decoupled meta),
+simple_sequence, simple_dyna_sequence and simple_string_dyna_sequence
+(sequence models), and two_io_chain, an ensemble (a manifest alone, no code)
+calling two_io twice: two_io(a, b) -> s1, first_argmax; two_io(s1, b) ->
+sum. Each model.so is built with `pjserve build-hooks` when --pjserve is
 given, else with cc directly. Weights come from fixed PRNG keys, so the
 bundles are byte-for-byte reproducible (model.so aside). Run a plain bundle
 with `build/pjserve run`, or all of them with examples/run_demo.py; serve them
