@@ -13,7 +13,7 @@ pipelines.py; their C code is in examples/bundles/): image_classifier (a model
 with C hooks), detector (a meta over detector_stage1 and detector_stage2) and
 greedy_decoder (a meta over decoder_step), the models Triton's example
 clients call by name (python/pjserve_export/triton_examples.py): simple and
-simple_int8 (adders), simple_string (hooks around an adder),
+simple_int8 (adders), custom_identity_int32, simple_string (hooks around an adder),
 simple_identity (a compute-only meta), repeat_int32 (a decoupled meta),
 simple_sequence, simple_dyna_sequence and simple_string_dyna_sequence
 (sequence models), and two_io_chain, an ensemble (a manifest alone, no code)

@@ -11,6 +11,9 @@ names, tensors, datatypes and shapes those clients use:
                      async, aio, shared memory, model control, keepalive,
                      custom args, health and metadata, explicit int content).
     simple_int8      the same in i8 (grpc_explicit_int8_content_client.py).
+    custom_identity_int32
+                     INPUT0 i32 [batch, 16] -> OUTPUT0, the same values
+                     (memory_growth_test.py); batch sizes up to 16.
 
     simple_string    hooked model. Client: INPUT0, INPUT1 bytes [batch, 16]
                      (decimal numerals) -> OUTPUT0 = INPUT0 + INPUT1,
@@ -63,8 +66,8 @@ from .jax_export import export_jax
 
 EXAMPLES_DIR = Path(__file__).resolve().parents[2] / "examples" / "bundles"
 SEQUENCE_EXAMPLE_NAMES = ("simple_sequence", "simple_dyna_sequence", "simple_string_dyna_sequence")
-TRITON_EXAMPLE_NAMES = ("simple", "simple_int8", "simple_string", "simple_identity",
-                        "repeat_int32") + SEQUENCE_EXAMPLE_NAMES
+TRITON_EXAMPLE_NAMES = ("simple", "simple_int8", "custom_identity_int32", "simple_string",
+                        "simple_identity", "repeat_int32") + SEQUENCE_EXAMPLE_NAMES
 STRING_WIDTH = 16                # numerals per row
 STRING_BATCH_SIZES = (1, 2, 4, 8)  # the largest is MAX_ROWS in its model.c: change both
 SIMPLE_BATCH_SIZES = (1, 2, 4, 8, 16)
@@ -130,6 +133,13 @@ def export_triton_example(name: str, out_dir, build: Optional[H.Builder] = None,
     """Exports example `name` (TRITON_EXAMPLE_NAMES) into out_dir; returns
     {bundle name: path}. `build` builds model.so (`hooks.hooks_builder`);
     None leaves it to `pjserve build-hooks`."""
+    if name == "custom_identity_int32":
+        return {name: export_jax(
+            lambda params, x: x, {}, [np.zeros((1, STRING_WIDTH), np.int32)], out_dir,
+            name=name, batch_sizes=SIMPLE_BATCH_SIZES, input_names=["INPUT0"],
+            output_names=["OUTPUT0"],
+            description="OUTPUT0 = INPUT0, i32 (Triton's custom_identity_int32)",
+            target_stablehlo_version=target_stablehlo_version)}
     if name in ("simple", "simple_int8"):
         dtype = np.int8 if name == "simple_int8" else np.int32
         row = np.zeros((1, STRING_WIDTH), dtype)

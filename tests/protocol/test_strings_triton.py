@@ -4,7 +4,9 @@ drive them, over gRPC and HTTP, with tritonclient.
 simple and simple_int8 (plain adders in i32 and i8): INPUT0 = 0..15, INPUT1 =
 ones -> OUTPUT0 the sum and OUTPUT1 the difference, with and without
 requested outputs, one model in the statistics, and simple_int8 through
-gRPC's typed int_contents as grpc_explicit_int8_content_client.py sends it.
+gRPC's typed int_contents as grpc_explicit_int8_content_client.py sends it;
+custom_identity_int32 returning its input to a new client each time, as
+memory_growth_test.py calls it.
 
 simple_string (hooks around an adder) and simple_identity (a compute-only
 meta) are exported by python/pjserve_export/triton_examples.py, as `make
@@ -45,7 +47,8 @@ WIDTH = 16
 def strings_server(pjserve_bin, plugin_path, cache_dir, tmp_path_factory):
     repo = tmp_path_factory.mktemp("repository-triton-strings")
     build = H.hooks_builder(pjserve_bin)
-    for name in ("simple", "simple_int8", "simple_string", "simple_identity"):
+    for name in ("simple", "simple_int8", "custom_identity_int32", "simple_string",
+                 "simple_identity"):
         export_triton_example(name, repo, build=build)
     s = ServerProcess(pjserve_bin, plugin_path, repo, cache_dir,
                       tmp_path_factory.mktemp("server-triton-strings"), ["--allow-client-shm"],
@@ -76,6 +79,23 @@ def test_simple_sum_and_difference(gclient, hclient, model, dtype, kserve, reque
         np.testing.assert_array_equal(r.as_numpy("OUTPUT0"), a + b)
         np.testing.assert_array_equal(r.as_numpy("OUTPUT1"), a - b)
     assert len(gclient.get_inference_statistics(model_name=model).model_stats) == 1
+
+
+def test_custom_identity_int32_repeated_on_new_connections(server):
+    """As memory_growth_test.py: a new client per request, INPUT0 = 0..15
+    back unchanged as OUTPUT0, on both protocols."""
+    x = np.arange(16, dtype=np.int32).reshape(1, 16)
+    for _ in range(5):
+        for mod, url in ((grpcclient, server.grpc_url), (httpclient, server.http_url)):
+            client = mod.InferenceServerClient(url)
+            i = mod.InferInput("INPUT0", [1, 16], "INT32")
+            i.set_data_from_numpy(x)
+            r = client.infer("custom_identity_int32", [i],
+                             outputs=[mod.InferRequestedOutput("OUTPUT0")])
+            got = r.as_numpy("OUTPUT0")
+            assert got.dtype == x.dtype and got.shape == x.shape
+            np.testing.assert_array_equal(got, x)
+            client.close()
 
 
 def test_simple_int8_typed_int_contents(server):
