@@ -4,7 +4,9 @@
  *
  * The compiler writes a temporary file in the bundle that is renamed over
  * model.so only when it succeeded, so a server watching the repository sees
- * either the old library or the new one, never half of one.
+ * either the old library or the new one, never half of one. The libraries a
+ * bundle's manifest lists in hooks_libraries are linked as -lNAME, so the
+ * bundle itself says what its model.c needs.
  */
 #include <errno.h>
 #include <getopt.h>
@@ -17,6 +19,7 @@
 #include <unistd.h>
 
 #include "cli/cli.h"
+#include "core/manifest.h"
 #include "registry/hooks.h"
 
 extern char **environ;
@@ -30,9 +33,10 @@ static const char help[] =
     "it runs is printed:\n"
     "\n"
     "  CC -std=c11 -O2 -fPIC -shared -Wall -I INCLUDE-DIR -o BUNDLE/model.so\n"
-    "     BUNDLE/model.c COMPILER-ARGS -lm\n"
+    "     BUNDLE/model.c COMPILER-ARGS -lLIBRARY... -lm\n"
     "\n"
-    "where INCLUDE-DIR holds pjserve/model.h. Arguments after -- go to the\n"
+    "where INCLUDE-DIR holds pjserve/model.h and each LIBRARY is one the bundle's\n"
+    "manifest lists in hooks_libraries. Arguments after -- go to the\n"
     "compiler (more sources, -I, -D, libraries). A server in dynamic mode reloads\n"
     "a bundle whose model.so changed; one whose model.c is newer than its\n"
     "model.so is refused until this command has run.\n"
@@ -67,11 +71,35 @@ static void print_command(char *const *argv)
     fflush(stdout);
 }
 
+/* The bundle's manifest, for its hooks_libraries; a directory without
+ * manifest.yaml (hooks being written before the export) has none. */
+static int read_manifest(const char *bundle, pjs_manifest *m)
+{
+    char path[4200];
+    struct stat st;
+    memset(m, 0, sizeof *m);
+    snprintf(path, sizeof path, "%s/manifest.yaml", bundle);
+    if (stat(path, &st) != 0)
+        return 0;
+    pjs_error err = {0};
+    if (pjs_manifest_load(m, path, &err) != 0) {
+        fprintf(stderr, "pjserve: error: %s (fix the manifest: its hooks_libraries say what "
+                        "model.c links with)\n",
+                err.msg);
+        return -1;
+    }
+    return 0;
+}
+
 /* Runs the compiler for one bundle; 0 when model.so was written. */
 static int build_one(const char *cc, const char *include_dir, const char *bundle,
                      char *const *extra, size_t n_extra)
 {
     char source[4200], target[4200], temp[4300];
+    pjs_manifest manifest;
+    if (read_manifest(bundle, &manifest) != 0)
+        return -1;
+    size_t n_libs = manifest.n_hooks_libraries;
     snprintf(source, sizeof source, "%s/%s", bundle, PJS_HOOKS_SOURCE);
     snprintf(target, sizeof target, "%s/%s", bundle, PJS_HOOKS_FILE);
     snprintf(temp, sizeof temp, "%s/.%s.%ld.tmp", bundle, PJS_HOOKS_FILE, (long)getpid());
@@ -80,26 +108,44 @@ static int build_one(const char *cc, const char *include_dir, const char *bundle
         fprintf(stderr, "pjserve: error: %s: no such file (write the bundle's hooks there; "
                         "docs/hooks.md shows one)\n",
                 source);
+        pjs_manifest_free(&manifest);
         return -1;
     }
     const char *fixed[] = {cc,   "-std=c11", "-O2", "-fPIC",  "-shared", "-Wall",
                            "-I", include_dir, "-o", temp,     source};
     size_t n_fixed = sizeof fixed / sizeof fixed[0];
-    char **argv = calloc(n_fixed + n_extra + 2, sizeof *argv);
-    if (argv == NULL) {
+    char **argv = calloc(n_fixed + n_extra + n_libs + 2, sizeof *argv);
+    char **libs = calloc(n_libs + 1, sizeof *libs);
+    bool ok = argv != NULL && libs != NULL;
+    for (size_t i = 0; ok && i < n_libs; i++) {
+        size_t len = strlen(manifest.hooks_libraries[i]) + 3;
+        ok = (libs[i] = malloc(len)) != NULL;
+        if (ok)
+            snprintf(libs[i], len, "-l%s", manifest.hooks_libraries[i]);
+    }
+    pjs_manifest_free(&manifest);
+    int e = 0;
+    pid_t pid = 0;
+    if (ok) {
+        for (size_t i = 0; i < n_fixed; i++)
+            argv[i] = (char *)fixed[i];
+        for (size_t i = 0; i < n_extra; i++)
+            argv[n_fixed + i] = extra[i];
+        for (size_t i = 0; i < n_libs; i++)
+            argv[n_fixed + n_extra + i] = libs[i];
+        argv[n_fixed + n_extra + n_libs] = "-lm";
+        printf("%s: ", bundle);
+        print_command(argv);
+        e = posix_spawnp(&pid, cc, NULL, NULL, argv, environ);
+    }
+    for (size_t i = 0; libs != NULL && i < n_libs; i++)
+        free(libs[i]);
+    free(libs);
+    free(argv);
+    if (!ok) {
         fprintf(stderr, "pjserve: error: out of memory\n");
         return -1;
     }
-    for (size_t i = 0; i < n_fixed; i++)
-        argv[i] = (char *)fixed[i];
-    for (size_t i = 0; i < n_extra; i++)
-        argv[n_fixed + i] = extra[i];
-    argv[n_fixed + n_extra] = "-lm";
-    printf("%s: ", bundle);
-    print_command(argv);
-    pid_t pid;
-    int e = posix_spawnp(&pid, cc, NULL, NULL, argv, environ);
-    free(argv);
     if (e != 0) {
         fprintf(stderr, "pjserve: error: cannot run the C compiler '%s': %s (install one, or "
                         "name it with --cc or $CC)\n",

@@ -22,6 +22,7 @@
  */
 #include "core/manifest.h"
 
+#include <ctype.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -866,7 +867,7 @@ static void free_step_map(pjs_ensemble_map *v, size_t n)
 enum top_key {
     K_FORMAT_VERSION, K_NAME, K_KIND, K_DESCRIPTION, K_BATCH_SIZES, K_INPUTS, K_OUTPUTS,
     K_VARIANTS, K_RESIDENCY, K_WEIGHT, K_META, K_CLIENT_INPUTS, K_CLIENT_OUTPUTS, K_ENSEMBLE,
-    K_DECOUPLED, K_SEQUENCE, K_COUNT
+    K_DECOUPLED, K_SEQUENCE, K_HOOKS_LIBRARIES, K_COUNT
 };
 
 static const char *kind_name(pjs_model_kind kind)
@@ -884,14 +885,14 @@ static int check_kind_keys(pjs_yaml *y, const pjs_yaml_field *f, pjs_model_kind 
     static const enum top_key ensemble_keys[] = {K_ENSEMBLE, K_CLIENT_INPUTS, K_CLIENT_OUTPUTS};
     static const struct {
         const enum top_key *required; /* the first three of it are */
-        enum top_key forbidden[6];
+        enum top_key forbidden[7];
         size_t n_forbidden;
     } rules[] = {
         [PJS_KIND_MODEL] = {model_keys, {K_META, K_ENSEMBLE}, 2},
         [PJS_KIND_META] = {meta_keys, {K_BATCH_SIZES, K_INPUTS, K_OUTPUTS, K_VARIANTS,
                                        K_ENSEMBLE, K_SEQUENCE}, 6},
         [PJS_KIND_ENSEMBLE] = {ensemble_keys, {K_BATCH_SIZES, K_INPUTS, K_OUTPUTS, K_VARIANTS,
-                                               K_META, K_SEQUENCE}, 6},
+                                               K_META, K_SEQUENCE, K_HOOKS_LIBRARIES}, 7},
     };
     for (size_t i = 0; i < rules[kind].n_forbidden; i++) {
         enum top_key k = rules[kind].forbidden[i];
@@ -904,6 +905,7 @@ static int check_kind_keys(pjs_yaml *y, const pjs_yaml_field *f, pjs_model_kind 
                                  : k == K_META      ? " (an ensemble lists ensemble.steps)"
                                  : k == K_ENSEMBLE  ? " (only kind: ensemble has steps)"
                                  : k == K_SEQUENCE  ? " (only kind: model keeps state)"
+                                 : k == K_HOOKS_LIBRARIES ? " (an ensemble has no model.c)"
                                                     : "");
     }
     for (size_t i = 0; i < 3; i++) {
@@ -913,6 +915,44 @@ static int check_kind_keys(pjs_yaml *y, const pjs_yaml_field *f, pjs_model_kind 
                                  kind_name(kind));
     }
     return 0;
+}
+
+/* `hooks_libraries: [NAME, ...]`: the libraries model.c links with, which
+ * `pjserve build-hooks` passes to the compiler as -lNAME. A name is what
+ * follows -l and nothing else: 1 to 64 of [A-Za-z0-9_+.-], not starting with
+ * '-' (so it can never read as another compiler option), each once. */
+static int parse_hooks_libraries(pjs_yaml *y, const yaml_node_t *n, pjs_manifest *m)
+{
+    size_t count = 0;
+    int rc = pjs_yaml_get_list(y, n, "hooks_libraries", false, &count);
+    if (rc != 0 || count == 0)
+        return rc;
+    m->hooks_libraries = calloc(count, sizeof *m->hooks_libraries);
+    if (m->hooks_libraries == NULL)
+        return pjs_yaml_fail_nomem(y, "hooks_libraries");
+    m->n_hooks_libraries = count;
+    for (size_t i = 0; i < count; i++) {
+        yaml_node_t *item = pjs_yaml_list_item(y, n, i);
+        char sub[PJS_YAML_PATH_MAX];
+        pjs_yaml_path_index(sub, "hooks_libraries", i);
+        if ((rc = pjs_yaml_get_string(y, item, sub)) != 0)
+            return rc;
+        const char *name = (const char *)item->data.scalar.value;
+        size_t len = item->data.scalar.length;
+        bool ok = len >= 1 && len <= PJS_MANIFEST_LIBRARY_MAX && name[0] != '-';
+        for (size_t c = 0; ok && c < len; c++)
+            ok = isalnum((unsigned char)name[c]) || strchr("_+.-", name[c]) != NULL;
+        if (!ok)
+            return pjs_yaml_fail(y, item, sub,
+                                 "a library is named as it follows -l: 1 to %d of "
+                                 "[A-Za-z0-9_+.-], not starting with '-' (e.g. turbojpeg for "
+                                 "-lturbojpeg)",
+                                 PJS_MANIFEST_LIBRARY_MAX);
+        if ((rc = pjs_yaml_dup_string(y, item, sub, &m->hooks_libraries[i])) != 0)
+            return rc;
+    }
+    return pjs_yaml_check_unique(y, n, "hooks_libraries", (const char **)m->hooks_libraries,
+                                 count, "");
 }
 
 /* `decoupled: true|false`: a meta whose pjserve_run may send zero, one or
@@ -1177,7 +1217,7 @@ static int parse_root(pjs_yaml *y, yaml_node_t *root, pjs_manifest *m)
         [K_WEIGHT] = {"weight", NULL},                 [K_META] = {"meta", NULL},
         [K_CLIENT_INPUTS] = {"client_inputs", NULL},   [K_CLIENT_OUTPUTS] = {"client_outputs", NULL},
         [K_ENSEMBLE] = {"ensemble", NULL},             [K_DECOUPLED] = {"decoupled", NULL},
-        [K_SEQUENCE] = {"sequence", NULL},
+        [K_SEQUENCE] = {"sequence", NULL},             [K_HOOKS_LIBRARIES] = {"hooks_libraries", NULL},
     };
     if (root->type != YAML_MAPPING_NODE)
         return pjs_yaml_fail(y, root, "", "the top level must be a mapping, got %s",
@@ -1233,6 +1273,9 @@ static int parse_root(pjs_yaml *y, yaml_node_t *root, pjs_manifest *m)
     if (f[K_DECOUPLED].value != NULL && (rc = parse_decoupled(y, f[K_DECOUPLED].value, m)) != 0)
         return rc;
     if (f[K_SEQUENCE].value != NULL && (rc = parse_sequence(y, f[K_SEQUENCE].value, m)) != 0)
+        return rc;
+    if (f[K_HOOKS_LIBRARIES].value != NULL &&
+        (rc = parse_hooks_libraries(y, f[K_HOOKS_LIBRARIES].value, m)) != 0)
         return rc;
     if (m->kind == PJS_KIND_ENSEMBLE)
         return parse_ensemble(y, f[K_ENSEMBLE].value, m);
@@ -1418,6 +1461,9 @@ void pjs_manifest_free(pjs_manifest *m)
     for (size_t i = 0; m->calls != NULL && i < m->n_calls; i++)
         free(m->calls[i]);
     free(m->calls);
+    for (size_t i = 0; m->hooks_libraries != NULL && i < m->n_hooks_libraries; i++)
+        free(m->hooks_libraries[i]);
+    free(m->hooks_libraries);
     for (size_t s = 0; m->steps != NULL && s < m->n_steps; s++) {
         free(m->steps[s].model);
         free_step_map(m->steps[s].inputs, m->steps[s].n_inputs);

@@ -24,6 +24,8 @@
 #define PJS_MANIFEST_MAX_BYTES (1u << 20)
 /* Most variants a model may declare besides its top-level shapes ("default"). */
 #define PJS_MANIFEST_MAX_VARIANTS 16
+/* Longest library name in hooks_libraries. */
+#define PJS_MANIFEST_LIBRARY_MAX 64
 
 typedef enum pjs_model_kind {
     PJS_KIND_MODEL = 0,
@@ -191,6 +193,12 @@ typedef struct pjs_manifest {
     pjs_sequence_spec sequence;
     size_t n_calls;
     char **calls;                  /* meta.calls; an ensemble's step models, each once */
+    /* `hooks_libraries` (kinds model and meta): what model.c links with,
+     * each a name as it follows -l ([A-Za-z0-9_+.-], 1 to
+     * PJS_MANIFEST_LIBRARY_MAX bytes, not starting with '-'), each once;
+     * `pjserve build-hooks` appends them as -lNAME. */
+    size_t n_hooks_libraries;
+    char **hooks_libraries;
     /* Kind ensemble only (else 0 and NULL). The parse checked the graph:
      * every step input is a client input or some step's output, every
      * ensemble tensor is written once, every client output is written and

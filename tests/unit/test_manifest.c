@@ -286,6 +286,51 @@ static void test_meta_decoupled(void **state)
     pjs_manifest_free(&m);
 }
 
+/* ---- hooks_libraries ---------------------------------------------------- */
+
+static void test_hooks_libraries(void **state)
+{
+    (void)state;
+    pjs_manifest m;
+    pjs_error err;
+    assert_int_equal(parse(&m, MODEL "hooks_libraries: [turbojpeg, stdc++, png16, gtk-3.0]\n",
+                           &err), 0);
+    assert_int_equal(m.n_hooks_libraries, 4);
+    assert_string_equal(m.hooks_libraries[0], "turbojpeg");
+    assert_string_equal(m.hooks_libraries[1], "stdc++");
+    assert_string_equal(m.hooks_libraries[3], "gtk-3.0");
+    pjs_manifest_free(&m);
+    assert_int_equal(parse(&m, HEAD META_BODY "hooks_libraries: [z]\n", &err), 0);
+    assert_int_equal(m.n_hooks_libraries, 1);
+    assert_string_equal(m.hooks_libraries[0], "z");
+    pjs_manifest_free(&m);
+    assert_int_equal(parse(&m, MODEL "hooks_libraries: []\n", &err), 0);
+    assert_int_equal(m.n_hooks_libraries, 0);
+    assert_null(m.hooks_libraries);
+    pjs_manifest_free(&m);
+}
+
+#define LIB_RULE "1 to 64 of [A-Za-z0-9_+.-], not starting with '-'"
+REJECT(test_reject_library_option, MODEL "hooks_libraries: [-shared]\n", "hooks_libraries[0]",
+       LIB_RULE)
+REJECT(test_reject_library_space, MODEL "hooks_libraries: [m, \"turbo jpeg\"]\n",
+       "hooks_libraries[1]", LIB_RULE)
+REJECT(test_reject_library_shell, MODEL "hooks_libraries: [\"z;rm\"]\n", "hooks_libraries[0]",
+       LIB_RULE)
+REJECT(test_reject_library_path, MODEL "hooks_libraries: [\"../lib/x\"]\n",
+       "hooks_libraries[0]", LIB_RULE)
+REJECT(test_reject_library_empty, MODEL "hooks_libraries: [\"\"]\n", "hooks_libraries[0]",
+       LIB_RULE)
+REJECT(test_reject_library_long,
+       MODEL "hooks_libraries: [a1234567890123456789012345678901234567890123456789012345678901234]\n",
+       "hooks_libraries[0]", LIB_RULE)
+REJECT(test_reject_library_twice, MODEL "hooks_libraries: [m, turbojpeg, m]\n",
+       "hooks_libraries[2]", "duplicate")
+REJECT(test_reject_library_not_list, MODEL "hooks_libraries: turbojpeg\n", "hooks_libraries",
+       NULL)
+REJECT(test_reject_library_mapping, MODEL "hooks_libraries: [{name: m}]\n",
+       "hooks_libraries[0]", NULL)
+
 /* ---- stateful models (sequence:) ----------------------------------------- */
 
 #define ACC_TENSORS                                                                           \
@@ -1396,6 +1441,16 @@ int main(void)
         cmocka_unit_test(test_load_missing_file),
         cmocka_unit_test(test_load_labels),
         cmocka_unit_test(test_meta_decoupled),
+        cmocka_unit_test(test_hooks_libraries),
+        cmocka_unit_test(test_reject_library_option),
+        cmocka_unit_test(test_reject_library_space),
+        cmocka_unit_test(test_reject_library_shell),
+        cmocka_unit_test(test_reject_library_path),
+        cmocka_unit_test(test_reject_library_empty),
+        cmocka_unit_test(test_reject_library_long),
+        cmocka_unit_test(test_reject_library_twice),
+        cmocka_unit_test(test_reject_library_not_list),
+        cmocka_unit_test(test_reject_library_mapping),
         cmocka_unit_test(test_sequence_state),
         cmocka_unit_test(test_sequence_controls),
         cmocka_unit_test(test_reject_control_unknown_input),

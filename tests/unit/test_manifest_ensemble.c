@@ -74,6 +74,9 @@ static void expect_reject(const char *yaml, const char *needle1, const char *nee
         expect_reject(yaml, n1, n2);                                                          \
     }
 
+REJECT(test_reject_hooks_libraries, ENSEMBLE "hooks_libraries: [m]\n", "hooks_libraries",
+       "an ensemble has no model.c")
+
 /* ---- accepted ---------------------------------------------------------- */
 
 static void test_parse_ensemble(void **state)
@@ -273,6 +276,7 @@ int main(void)
         cmocka_unit_test(test_reject_self_loop),
         cmocka_unit_test(test_reject_too_many_steps),
         cmocka_unit_test(test_reject_decoupled),
+        cmocka_unit_test(test_reject_hooks_libraries),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
