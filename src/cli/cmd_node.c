@@ -127,6 +127,7 @@ static const struct serve_flag {
     {"http-port", required_argument, TO_PUBLIC},
     {"metrics-port", required_argument, TO_PUBLIC},
     {"allow-client-shm", no_argument, TO_WORKERS},
+    {"server-name", required_argument, TO_WORKERS},
     {"admin-token-file", required_argument, TO_PUBLIC},
     {"infer-token-file", required_argument, TO_PUBLIC},
     {"grpc-tls-cert", required_argument, TO_PUBLIC},

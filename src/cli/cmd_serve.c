@@ -52,6 +52,10 @@ static const char help[] =
     "                          (default 1024)\n"
     "  --max-shm-bytes BYTES   total byte_size of the regions registered at once,\n"
     "                          with a suffix as --device-weight-budget (default 64Gi)\n"
+    "  --server-name NAME      the name server metadata reports (GET /v2, gRPC\n"
+    "                          ServerMetadata; default pjserve): `triton` for clients\n"
+    "                          that check for Triton's; letters, digits, . _ -, at\n"
+    "                          most 64\n"
     "  --node-status-file FILE answer GET /v2/pjserve/node and NodeStatus with this\n"
     "                          JSON file (set by pjserve node for its worker;\n"
     "                          default: 404 / NOT_FOUND)\n"
@@ -181,6 +185,7 @@ typedef struct serve_args {
     const char *repository;
     pjs_cli_endpoint endpoint; /* ports, TLS, credentials, client limits */
     bool allow_client_shm;
+    const char *server_name;      /* NULL: not given */
     const char *node_status_file; /* NULL: not given */
     pjs_control_mode control_mode;
     uint64_t repository_poll_ms;
@@ -198,6 +203,7 @@ typedef struct serve_args {
 enum {
     OPT_REPOSITORY = 0x200,
     OPT_ALLOW_SHM,
+    OPT_SERVER_NAME,
     OPT_NODE_STATUS_FILE,
     OPT_CONTROL_MODE,
     OPT_POLL_MS,
@@ -250,6 +256,14 @@ static const struct {
 #define N_SCHED_FLAGS (sizeof sched_flags / sizeof sched_flags[0])
 
 /* Parses a non-negative integer option no larger than max. */
+/* --server-name: 1..PJS_SERVER_NAME_MAX of [A-Za-z0-9._-]. */
+static bool server_name_ok(const char *name)
+{
+    size_t n = strlen(name);
+    return n >= 1 && n <= PJS_SERVER_NAME_MAX &&
+           strspn(name, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-") == n;
+}
+
 static int parse_int(const char *flag, const char *arg, long max, long *out)
 {
     char *end;
@@ -317,6 +331,7 @@ static int parse_args(int argc, char **argv, serve_args *a)
         PJS_CLI_ENDPOINT_LONG_OPTIONS,
         {"model-repository", required_argument, NULL, OPT_REPOSITORY},
         {"allow-client-shm", no_argument, NULL, OPT_ALLOW_SHM},
+        {"server-name", required_argument, NULL, OPT_SERVER_NAME},
         {"node-status-file", required_argument, NULL, OPT_NODE_STATUS_FILE},
         {"model-control-mode", required_argument, NULL, OPT_CONTROL_MODE},
         {"repository-poll-ms", required_argument, NULL, OPT_POLL_MS},
@@ -359,6 +374,7 @@ static int parse_args(int argc, char **argv, serve_args *a)
         case 'h': fputs(help, stdout); return -1;
         case OPT_REPOSITORY: a->repository = optarg; break;
         case OPT_ALLOW_SHM: a->allow_client_shm = true; break;
+        case OPT_SERVER_NAME: a->server_name = optarg; break;
         case OPT_NODE_STATUS_FILE: a->node_status_file = optarg; break;
         case OPT_SHARED_WEIGHTS: a->shared_weights_dir = optarg; break;
         case OPT_SHARED_WEIGHTS_GROUP: a->shared_weights_group = optarg; break;
@@ -436,6 +452,11 @@ static int parse_args(int argc, char **argv, serve_args *a)
         return pjs_cli_usage_error("serve", "--model-repository DIR is required");
     if (a->shared_weights_group != NULL && a->shared_weights_dir == NULL)
         return pjs_cli_usage_error("serve", "--shared-weights-group needs --shared-weights DIR");
+    if (a->server_name != NULL && !server_name_ok(a->server_name))
+        return pjs_cli_usage_error("serve",
+                                   "--server-name '%.80s': 1 to %d letters, digits, '.', '_' "
+                                   "or '-'",
+                                   a->server_name, PJS_SERVER_NAME_MAX);
     return pjs_cli_endpoint_check(&a->endpoint, "serve");
 }
 
@@ -556,6 +577,7 @@ int pjs_cmd_serve(int argc, char **argv)
         .pjrt_options = client_options,
         .n_pjrt_options = n_client_options,
         .allow_client_shm = a.allow_client_shm,
+        .server_name = a.server_name,
         .config = &config,
         .control_mode = a.control_mode,
         .repository_poll_ms = a.repository_poll_ms,

@@ -71,6 +71,7 @@ typedef struct server_policies {
 
 struct pjs_server {
     char repository[PJS_BUNDLE_DIR_MAX];
+    char name[PJS_SERVER_NAME_MAX + 1]; /* ServerMetadata's name */
     server_policies policies;
     pjs_rt_client *client;
     pjs_exec_cache *cache; /* NULL: no executable cache */
@@ -874,6 +875,7 @@ int pjs_server_create(const pjs_server_options *o, pjs_server **out, pjs_error *
     if (s == NULL)
         return pjs_error_set(err, PJS_ERR_NOMEM, "out of memory");
     snprintf(s->repository, sizeof s->repository, "%s", o->repository);
+    snprintf(s->name, sizeof s->name, "%s", o->server_name != NULL ? o->server_name : "pjserve");
     if (copy_policies(&s->policies, o->config, err) != 0) {
         pjs_server_destroy(s);
         return err->code;
@@ -993,6 +995,11 @@ bool pjs_server_ready(pjs_server *s)
         ready = ready && (s->entries[i].info.state == PJS_MODEL_READY || s->entries[i].unloaded);
     pthread_mutex_unlock(&s->repo_lock);
     return ready;
+}
+
+const char *pjs_server_name(const pjs_server *s)
+{
+    return s->name;
 }
 
 const char *pjs_server_platform(const pjs_server *s)

@@ -42,6 +42,9 @@ typedef struct pjs_server_options {
     const pjs_rt_option *pjrt_options;
     size_t n_pjrt_options;
     bool allow_client_shm;
+    /* The name ServerMetadata reports (--server-name; at most
+     * PJS_SERVER_NAME_MAX bytes); NULL: "pjserve". */
+    const char *server_name;
     int dispatch_workers;         /* threads that take the device and finish requests
                                      when submitting threads do not; 0: a default */
     const pjs_server_config *config; /* scheduler and model policies; NULL: defaults */
@@ -81,6 +84,9 @@ typedef struct pjs_server_options {
     const char *shared_weights_group;
 } pjs_server_options;
 
+/* Longest --server-name. */
+#define PJS_SERVER_NAME_MAX 64
+
 #define PJS_DEFAULT_META_CONCURRENCY 2
 
 #define PJS_DEFAULT_MAX_PENDING_LOADS 64
@@ -106,6 +112,7 @@ bool pjs_server_live(const pjs_server *s);
 bool pjs_server_ready(pjs_server *s);
 
 const char *pjs_server_version(void);          /* "0.1.0" */
+const char *pjs_server_name(const pjs_server *s); /* "pjserve", or --server-name */
 const char *pjs_server_platform(const pjs_server *s); /* "cpu", "cuda" */
 pjs_shm_registry *pjs_server_shm(pjs_server *s);
 /* The request byte cap (--max-request-bytes) and the budget of request bytes

@@ -2,6 +2,7 @@
 grpc.health.v1 service and server reflection."""
 
 import json
+import subprocess
 
 import grpc
 import pytest
@@ -106,6 +107,23 @@ def test_server_metadata(server):
     for proto, ext in (("gRPC", list(md.extensions)), ("HTTP", doc["extensions"])):
         missing = REQUIRED_EXTENSIONS - set(ext)
         assert not missing, f"{proto} server metadata extensions lack {sorted(missing)}: {ext}"
+
+
+def test_server_name_is_pjserve_or_as_set(server, server_factory):
+    """pjserve by default; --server-name sets it on both protocols (Triton's
+    health_metadata examples check for "triton"); a bad name is a usage
+    error."""
+    md, doc = _server_metadata(server)
+    assert md.name == doc["name"] == "pjserve"
+    s = server_factory(["--server-name", "triton"])
+    md, doc = _server_metadata(s)
+    assert md.name == doc["name"] == "triton"
+    finish_checked(s)
+    for bad in ("", "has space", "x" * 65, "a/b"):
+        r = subprocess.run([str(s.binary), "serve", "--model-repository", str(s.repository),
+                            "--server-name", bad], capture_output=True, text=True, timeout=60)
+        assert r.returncode == 2, r
+        assert "--server-name" in r.stderr, r.stderr
 
 
 def test_server_metadata_with_client_shm(shm_server):

@@ -104,7 +104,7 @@ static int server_metadata(pjs_grpc_unary_ctx *ctx, const ProtobufCMessage *requ
         NEW(ctx, Inference__ServerMetadataResponse, inference__server_metadata_response);
     if (r == NULL)
         return no_memory(err);
-    r->name = "pjserve";
+    r->name = (char *)pjs_server_name(ctx->frontend->server);
     r->version = (char *)pjs_server_version();
     r->extensions = extensions;
     r->n_extensions = sizeof extensions / sizeof extensions[0];

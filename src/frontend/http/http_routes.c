@@ -63,7 +63,8 @@ static void health(pjs__http_call *c, const char *kind)
 
 static void server_metadata(pjs__http_call *c)
 {
-    json_t *doc = json_pack("{s:s, s:s, s:[s,s,s,s,s,s,s]}", "name", "pjserve", "version",
+    json_t *doc = json_pack("{s:s, s:s, s:[s,s,s,s,s,s,s]}", "name",
+                            pjs_server_name(server_of(c)), "version",
                             pjs_server_version(), "extensions", "classification",
                             "binary_tensor_data",
                             "model_repository", "model_configuration", "system_shared_memory",
