@@ -109,6 +109,9 @@ class Manifest:
     sequence_controls: Dict[str, str] = field(default_factory=dict)
     idle_timeout_ms: Optional[int] = None
     max_sequences: Optional[int] = None
+    # Libraries model.c links with, as they follow -l (pjserve build-hooks
+    # appends -lNAME); kinds model and meta.
+    hooks_libraries: List[str] = field(default_factory=list)
     extra: dict = field(default_factory=dict)  # keys this reader does not know
 
     def variant_names(self) -> List[str]:
@@ -346,6 +349,8 @@ def manifest_yaml(m: Manifest) -> str:
     out.append(f"weight: {m.weight!r}\n")
     if m.decoupled:
         out.append("decoupled: true\n")
+    if m.hooks_libraries:
+        out.append(f"hooks_libraries: [{', '.join(_yaml_str(x) for x in m.hooks_libraries)}]\n")
     if m.sequence_state or m.sequence_controls:
         out.append("sequence:\n")
     if m.sequence_state:
@@ -361,6 +366,28 @@ def manifest_yaml(m: Manifest) -> str:
         if m.max_sequences is not None:
             out.append(f"  max_sequences: {int(m.max_sequences)}\n")
     return "".join(out)
+
+
+_LIBRARY_NAME = re.compile(r"[A-Za-z0-9_+.][A-Za-z0-9_+.-]{0,63}")
+
+
+def check_hooks_libraries(libraries) -> List[str]:
+    """hooks_libraries: names as they follow -l (``turbojpeg`` for
+    -lturbojpeg): 1 to 64 of [A-Za-z0-9_+.-], not starting with '-', each
+    once, as the server's manifest parser requires."""
+    if libraries is None:
+        return []
+    if isinstance(libraries, (str, bytes)):
+        raise ValueError(f"hooks_libraries must be a list of names, got {libraries!r}")
+    out = []
+    for lib in libraries:
+        if not isinstance(lib, str) or not _LIBRARY_NAME.fullmatch(lib):
+            raise ValueError(f"hooks_libraries: {lib!r} is not a library name as it follows -l "
+                             "(1 to 64 of [A-Za-z0-9_+.-], not starting with '-')")
+        if lib in out:
+            raise ValueError(f"hooks_libraries: {lib!r} is listed twice")
+        out.append(lib)
+    return out
 
 
 def check_sequence_state(sequence_state, input_names: Sequence[str],
@@ -502,7 +529,7 @@ def read_manifest(bundle_dir) -> Manifest:
     doc = yaml.safe_load(path.read_text())
     known = {"format_version", "name", "kind", "description", "batch_sizes", "inputs",
              "outputs", "variants", "residency", "weight", "client_inputs", "client_outputs",
-             "meta", "decoupled", "sequence"}
+             "meta", "decoupled", "sequence", "hooks_libraries"}
 
     def tensors(key):
         return [_parse_tensor(e, f"{key}[{i}]") for i, e in enumerate(doc.get(key) or [])]
@@ -529,6 +556,7 @@ def read_manifest(bundle_dir) -> Manifest:
         sequence_controls={str(k): str(v) for k, v in (sequence.get("controls") or {}).items()},
         idle_timeout_ms=sequence.get("idle_timeout_ms"),
         max_sequences=sequence.get("max_sequences"),
+        hooks_libraries=[str(x) for x in doc.get("hooks_libraries") or []],
         extra={k: v for k, v in doc.items() if k not in known},
     )
 

@@ -87,7 +87,8 @@ def hooks_builder(pjserve: Optional[Union[str, Path]] = None, *, cc: str = "cc",
                   include_dir: Optional[Union[str, Path]] = None) -> Builder:
     """A `build` for the exporters: ``pjserve build-hooks BUNDLE`` when the
     pjserve binary is given, else the same compilation by `cc` directly
-    (``cc -std=c11 -O2 -fPIC -shared -Wall -I<include_dir> ... -lm``; include_dir defaults to
+    (``cc -std=c11 -O2 -fPIC -shared -Wall -I<include_dir> ... -lNAME... -lm``, a -lNAME
+    for each of the manifest's hooks_libraries; include_dir defaults to
     this repository's include/, where pjserve/model.h lives)."""
     if pjserve is not None:
         binary = str(pjserve)
@@ -102,8 +103,12 @@ def hooks_builder(pjserve: Optional[Union[str, Path]] = None, *, cc: str = "cc",
                          "holding pjserve/model.h) or the pjserve binary")
 
     def build_cc(bundle_dir: Path) -> None:
+        libraries = []
+        if (bundle_dir / B.MANIFEST_FILE).is_file():
+            libraries = B.read_manifest(bundle_dir).hooks_libraries
         _run([cc, "-std=c11", "-O2", "-fPIC", "-shared", "-Wall", f"-I{inc}", "-o",
-              str(bundle_dir / HOOKS_LIBRARY), str(bundle_dir / HOOKS_SOURCE), "-lm"],
+              str(bundle_dir / HOOKS_LIBRARY), str(bundle_dir / HOOKS_SOURCE)] +
+             [f"-l{lib}" for lib in B.check_hooks_libraries(libraries)] + ["-lm"],
              bundle_dir)
     return build_cc
 
@@ -119,7 +124,8 @@ def export_meta(out_dir, *, name: str, calls: Sequence[str], client_inputs, clie
                 source: FileSource, extra_files: Optional[Mapping[str, FileSource]] = None,
                 description: Optional[str] = None, residency: str = "host",
                 weight: float = 1.0, build: Optional[Builder] = None,
-                decoupled: bool = False) -> Path:
+                decoupled: bool = False,
+                hooks_libraries: Optional[Sequence[str]] = None) -> Path:
     """Writes the meta bundle ``out_dir/name/``; returns its path.
 
     calls: the sub-models ``pjserve_run`` may call (distinct names, not the
@@ -134,6 +140,7 @@ def export_meta(out_dir, *, name: str, calls: Sequence[str], client_inputs, clie
         ``pjserve build-hooks``.
     decoupled: the run may send zero, one or many responses per request with
         ``pjserve_respond`` (served over gRPC ModelStreamInfer only).
+    hooks_libraries: libraries model.c links with, as they follow -l.
 
     An existing bundle of the same name is replaced atomically."""
     B.check_name("name", name)
@@ -157,7 +164,8 @@ def export_meta(out_dir, *, name: str, calls: Sequence[str], client_inputs, clie
     manifest = B.Manifest(name=name, kind="meta", description=description, batch_sizes=[],
                           inputs=[], outputs=[], client_inputs=ins, client_outputs=outs,
                           calls=calls, residency=B.check_residency(residency),
-                          weight=B.check_weight(weight), decoupled=decoupled)
+                          weight=B.check_weight(weight), decoupled=decoupled,
+                          hooks_libraries=B.check_hooks_libraries(hooks_libraries))
     with B.StagedBundle(out_dir, name) as staging:
         (staging / B.MANIFEST_FILE).write_text(B.manifest_yaml(manifest))
         add_bundle_files(staging, source, extra_files, build)

@@ -372,6 +372,7 @@ def export_jax(fn: Callable, params: Any, example_inputs: Sequence[Any], out_dir
                hooks_source: Optional[H.FileSource] = None,
                extra_files: Optional[Mapping[str, H.FileSource]] = None,
                build_hooks: Optional[H.Builder] = None,
+               hooks_libraries: Optional[Sequence[str]] = None,
                target_stablehlo_version: Optional[str] = None,
                strip_debug_info: bool = True,
                sequence_state: Optional[Sequence[Tuple[str, str]]] = None,
@@ -416,6 +417,9 @@ def export_jax(fn: Callable, params: Any, example_inputs: Sequence[Any], out_dir
     build_hooks: run on the staged bundle before it is published, e.g.
         ``hooks.hooks_builder("build/pjserve")``; None leaves model.so to
         ``pjserve build-hooks``.
+    hooks_libraries: libraries model.c links with, named as they follow -l
+        (["turbojpeg"] for -lturbojpeg); the manifest lists them and
+        ``pjserve build-hooks`` (and `hooks.hooks_builder`) link them.
     target_stablehlo_version: StableHLO version of the portable artifacts;
         default `default_target_version()`.
     strip_debug_info: drop source locations so exports are reproducible.
@@ -465,6 +469,9 @@ def export_jax(fn: Callable, params: Any, example_inputs: Sequence[Any], out_dir
                          "(hooks_source=, a model.c)")
     if build_hooks is not None and hooks_source is None:
         raise ValueError("build_hooks needs hooks_source (a model.c)")
+    libraries = B.check_hooks_libraries(hooks_libraries)
+    if libraries and hooks_source is None:
+        raise ValueError("hooks_libraries needs hooks_source (a model.c)")
     H.check_bundle_files(hooks_source, extra_files)
     state_pairs = B.check_sequence_state(sequence_state or [], input_names, output_names)
     controls = B.check_sequence_controls(sequence_controls, input_names, state_pairs)
@@ -523,7 +530,7 @@ def export_jax(fn: Callable, params: Any, example_inputs: Sequence[Any], out_dir
         variants=manifest_variants, residency=residency, weight=weight,
         client_inputs=client_ins, client_outputs=client_outs,
         sequence_state=state_pairs, sequence_controls=controls, idle_timeout_ms=idle_timeout_ms,
-        max_sequences=max_sequences)
+        max_sequences=max_sequences, hooks_libraries=libraries)
     by_name = {t.name: t for t in manifest.inputs + manifest.outputs}
     for i, o in state_pairs:
         a, b = by_name[i], by_name[o]
