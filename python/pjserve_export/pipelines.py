@@ -7,6 +7,16 @@
                        x f32 [1, 3, 32, 32]; the executable, a small convnet,
                        gives logits [batch, 10]; postprocess keeps the top 3
                        (softmax) with their labels from labels.txt.
+    image_bytes_classifier
+                       hooked model, preprocess only. Client: IMAGE bytes
+                       [batch, 1], each row a JPEG file's bytes -> SCORES f32
+                       [batch, 10] (softmax probabilities, labelled by
+                       labels.txt for classification). preprocess (C, with
+                       libturbojpeg) decodes each file to RGB, then resizes
+                       and normalizes as image_classifier does into x f32
+                       [batch, 3, 32, 32]; the executable is
+                       image_classifier's convnet (same weights) with a
+                       softmax. Triton's ensemble_image_client.py calls it.
     detector_stage1    backbone + proposal head: image f32 [batch, 3, 64, 64]
                        -> features [batch, 16, 16, 16], scores [batch, 512]
                        (objectness of 2 anchors per cell), boxes
@@ -87,10 +97,11 @@ DEC_PAD = 0
 DEC_END = 1
 DEC_BATCH_SIZES = (1, 4)
 
-PIPELINE_NAMES = ("image_classifier", "detector", "greedy_decoder")
+PIPELINE_NAMES = ("image_classifier", "image_bytes_classifier", "detector", "greedy_decoder")
 # The bundles each example consists of, the serving one last.
 PIPELINE_BUNDLES = {
     "image_classifier": ("image_classifier",),
+    "image_bytes_classifier": ("image_bytes_classifier",),
     "detector": ("detector_stage1", "detector_stage2", "detector"),
     "greedy_decoder": ("decoder_step", "greedy_decoder_stream", "greedy_decoder"),
 }
@@ -133,6 +144,11 @@ def classifier_fn(p, x):
     y = jax.lax.reduce_window(y, -jnp.inf, jax.lax.max, (1, 1, 2, 2), (1, 1, 2, 2), "VALID")
     y = jax.nn.relu(conv_nchw(y, p["conv2"]))
     return jnp.mean(y, axis=(2, 3)) @ p["dense"]["w"] + p["dense"]["b"]
+
+
+def classifier_probabilities_fn(p, x):
+    """image_bytes_classifier's executable: classifier_fn's softmax."""
+    return jax.nn.softmax(classifier_fn(p, x), axis=-1)
 
 
 CLS_LABELS = ("airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse",
@@ -237,6 +253,18 @@ def export_pipeline(name: str, out_dir, build: Optional[H.Builder] = None,
             hooks_source=_source(name), extra_files={"labels.txt": _source(name).parent /
                                                      "labels.txt"},
             build_hooks=build, **kw)
+    elif name == "image_bytes_classifier":
+        labels = _source(name).parent / "labels.txt"
+        out[name] = export_jax(
+            classifier_probabilities_fn, classifier_params(),
+            [np.zeros((1, 3, CLS_SIZE, CLS_SIZE), f32)], out_dir, name=name,
+            batch_sizes=CLS_BATCH_SIZES, input_names=["x"], output_names=["SCORES"],
+            input_formats={"x": "NCHW"}, output_labels={"SCORES": "labels.txt"},
+            description="JPEG files in (one per row, decoded by a C hook with libturbojpeg) "
+                        "-> class probabilities of a small convnet, labelled",
+            client_inputs=[("IMAGE", "bytes", ["batch", 1])],
+            hooks_source=_source(name), extra_files={"labels.txt": labels},
+            hooks_libraries=["turbojpeg"], build_hooks=build, **kw)
     elif name == "detector":
         out["detector_stage1"] = export_jax(
             stage1_fn, stage1_params(), [np.zeros((1, 3, DET_SIZE, DET_SIZE), f32)], out_dir,
