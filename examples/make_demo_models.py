@@ -10,7 +10,8 @@ and image_convnet (see python/pjserve_export/demo.py for what each one
 computes; gapnet has two input-shape variants; image_convnet is shaped for
 image classification clients), and the composition examples (python/pjserve_export/
 pipelines.py; their C code is in examples/bundles/): image_classifier (a model
-with C hooks), detector (a meta over detector_stage1 and detector_stage2) and
+with C hooks), image_bytes_classifier (a hook decoding JPEG files, which Triton's
+ensemble_image_client.py calls), detector (a meta over detector_stage1 and detector_stage2) and
 greedy_decoder (a meta over decoder_step), the models Triton's example
 clients call by name (python/pjserve_export/triton_examples.py): simple and
 simple_int8 (adders), custom_identity_int32, simple_string (hooks around an adder),
@@ -89,7 +90,10 @@ def _signature(m, variant):
 def _client_signature(m):
     what = ("hooks" if m.kind != "meta" else
             f"meta calling {', '.join(m.calls)}" if m.calls else "compute-only meta")
-    return f"{_tensors(m.client_inputs)} -> {_tensors(m.client_outputs)}  ({what})"
+    # A side a hooked model leaves undeclared is the executable's own.
+    ins = m.client_inputs or m.inputs
+    outs = m.client_outputs or m.outputs
+    return f"{_tensors(ins)} -> {_tensors(outs)}  ({what})"
 
 
 def main(argv=None):
