@@ -1,6 +1,7 @@
 """The exporter's hooked and meta bundles (no pjserve binary needed): what
 they hold, their manifests read back, and the arguments refused."""
 
+import subprocess
 import sys
 from pathlib import Path
 
@@ -55,6 +56,17 @@ def test_hooked_bundle_layout_and_manifest(tmp_path):
                                pe.TensorSpec("SCALE", "f32", (1,), batched=True),
                                pe.TensorSpec("IMAGE", "u8", (-1, -1, 3), False, "NHWC")]
     assert m.client_outputs[0].numpy_dtype == np.dtype(object)
+
+
+def test_hooks_libraries_written_and_linked(tmp_path):
+    source = b"#include <zlib.h>\n" + HOOKS + b"const char *version(void) { return zlibVersion(); }\n"
+    path = export_hooked(tmp_path, hooks_source=source, hooks_libraries=["z"],
+                         build_hooks=pe.hooks_builder())
+    assert yaml.safe_load((path / "manifest.yaml").read_text())["hooks_libraries"] == ["z"]
+    assert pe.read_manifest(path).hooks_libraries == ["z"]
+    needed = subprocess.run(["readelf", "-d", str(path / "model.so")], capture_output=True,
+                            text=True, check=True).stdout
+    assert "libz.so" in needed
 
 
 def test_plain_bundle_has_no_client_keys(tmp_path):
@@ -131,6 +143,10 @@ def test_meta_arguments_refused(tmp_path, change, message):
     (dict(hooks_source=None), "need the hooks that produce them"),
     (dict(client_outputs=[("Y", "f32", [1, "batch"])]), "extents are ints"),
     (dict(extra_files={"weights.safetensors": b""}), "would replace a file"),
+    (dict(hooks_libraries="z"), "must be a list of names"),
+    (dict(hooks_libraries=["-lz"]), "not a library name as it follows -l"),
+    (dict(hooks_libraries=["z", "lib z"]), "not a library name"),
+    (dict(hooks_libraries=["z", "z"]), "listed twice"),
 ])
 def test_hooked_arguments_refused(tmp_path, change, message):
     with pytest.raises(ValueError, match=message):

@@ -21,11 +21,15 @@ batch of two images of different sizes and kinds (4:2:0 colour baseline,
 grayscale progressive); class_count 1 and 3 answering "score:index:label"
 in the reference's order; empty, non-image, corrupt, truncated and oversized
 files refused INVALID_ARGUMENT / 400 with a message naming the row; the server
-answering again afterwards. Under PJSERVE_PROTOCOL_NODE_WORKERS the same runs
+answering again afterwards; `pjserve build-hooks` linking the manifest's
+hooks_libraries (-lturbojpeg) and refusing a name that is not a library.
+Under PJSERVE_PROTOCOL_NODE_WORKERS the same runs
 through a node's gateway.
 """
 import ctypes
 import ctypes.util
+import shutil
+import subprocess
 
 import jax
 import jax.numpy as jnp
@@ -293,3 +297,40 @@ def test_more_rows_than_the_largest_batch_refused(server, protocol, images):
     e = refusal(server, protocol, [images[0]] * (MAX_BATCH + 1))
     assert str(MAX_BATCH) in str(e)
     assert infer(server, protocol, [images[0]] * MAX_BATCH).shape == (MAX_BATCH, len(LABELS))
+
+
+# ---- building: the manifest's hooks_libraries ------------------------------------
+
+def needed_libraries(library) -> str:
+    return subprocess.run(["readelf", "-d", str(library)], capture_output=True, text=True,
+                          check=True).stdout
+
+
+def test_build_hooks_links_the_manifests_libraries(bundle, pjserve_bin, tmp_path):
+    copy = tmp_path / MODEL
+    shutil.copytree(bundle, copy)
+    (copy / "model.so").unlink()
+    r = subprocess.run([str(pjserve_bin), "build-hooks", str(copy)], capture_output=True,
+                       text=True)
+    assert r.returncode == 0, r.stderr
+    assert f"{copy / 'model.c'} -lturbojpeg -lm" in r.stdout
+    assert "libturbojpeg.so" in needed_libraries(copy / "model.so")
+    # Arguments after -- come before the manifest's libraries.
+    r = subprocess.run([str(pjserve_bin), "build-hooks", str(copy), "--", "-DX=1"],
+                       capture_output=True, text=True)
+    assert r.returncode == 0 and "-DX=1 -lturbojpeg -lm" in r.stdout, r.stdout + r.stderr
+    # A manifest naming something other than a library is refused, nothing built.
+    manifest = copy / "manifest.yaml"
+    manifest.write_text(manifest.read_text().replace('hooks_libraries: ["turbojpeg"]',
+                                                     'hooks_libraries: ["-shared"]'))
+    before = (copy / "model.so").stat().st_mtime_ns
+    r = subprocess.run([str(pjserve_bin), "build-hooks", str(copy)], capture_output=True,
+                       text=True)
+    assert r.returncode != 0
+    assert "hooks_libraries[0]" in r.stderr and "not starting with '-'" in r.stderr, r.stderr
+    assert (copy / "model.so").stat().st_mtime_ns == before
+    # Hooks written before any export (no manifest yet) build without libraries.
+    manifest.unlink()
+    r = subprocess.run([str(pjserve_bin), "build-hooks", str(copy)], capture_output=True,
+                       text=True)
+    assert r.returncode == 0 and f"{copy / 'model.c'} -lm" in r.stdout, r.stdout + r.stderr
