@@ -219,9 +219,9 @@ int pjs_meta_gate_create(const char *name, int permits, int compute_threads, siz
                          pjs_meta_gate **out, pjs_error *err)
 {
     *out = NULL;
-    if (permits < 1 || permits > PJS_META_GATE_MAX_THREADS)
+    if (permits < 0 || permits > PJS_META_GATE_MAX_THREADS)
         return pjs_error_set(err, PJS_ERR_INVALID_ARGUMENT,
-                             "%s: %d permits: expected 1 to %d", name, permits,
+                             "%s: %d permits: expected 0 to %d", name, permits,
                              PJS_META_GATE_MAX_THREADS);
     if (compute_threads < 1 || compute_threads > PJS_META_GATE_MAX_THREADS)
         return pjs_error_set(err, PJS_ERR_INVALID_ARGUMENT,
@@ -275,7 +275,9 @@ int pjs_meta_gate_submit(pjs_meta_gate *g, pjs_meta_job *job, bool gated, uint64
     job_queue *q = gated ? &g->gated : &g->compute;
     int rc = 0;
     pthread_mutex_lock(&g->lock);
-    if (g->draining)
+    if (gated && g->permits == 0)
+        rc = pjs_error_set(err, PJS_ERR_INTERNAL, "%s: has no permits for a gated run", g->name);
+    else if (g->draining)
         rc = pjs_error_set(err, PJS_ERR_UNAVAILABLE, "%s: the server is shutting down", g->name);
     else if (deadline_ns != 0 && deadline_ns <= now)
         rc = pjs_error_set(err, PJS_ERR_DEADLINE_EXCEEDED,

@@ -82,8 +82,9 @@ typedef struct pjs_meta_gate_counters {
     uint64_t refused;          /* refused by submit: past deadline, full, draining */
 } pjs_meta_gate_counters;
 
-/* Starts `permits` gate threads, `compute_threads` compute threads (each
- * 1..PJS_META_GATE_MAX_THREADS) and the watchdog. max_waiting bounds each
+/* Starts `permits` gate threads (0..PJS_META_GATE_MAX_THREADS: a gate of
+ * compute threads alone has none, and refuses gated jobs), `compute_threads`
+ * compute threads (1..PJS_META_GATE_MAX_THREADS) and the watchdog. max_waiting bounds each
  * queue (0: PJS_META_GATE_DEFAULT_MAX_WAITING). `name` labels messages
  * ("meta gate"). INVALID_ARGUMENT for counts out of range; NOMEM/INTERNAL
  * when threads cannot start. */

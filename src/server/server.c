@@ -91,6 +91,7 @@ struct pjs_server {
     struct load_job *load_jobs;/* models queued or loading */
     size_t n_load_waiters;     /* callers waiting on them, all jobs */
     pjs_meta_gate *meta_gate;  /* where meta runs run (server/meta.h) */
+    pjs_meta_gate *stream_gate; /* decoupled compute-only metas' runs */
     pjs_scratch_pool *scratch; /* their reuse buffers */
     pthread_mutex_t repo_lock;
     repo_entry *entries;
@@ -850,12 +851,20 @@ static int copy_policies(server_policies *p, const pjs_server_config *c, pjs_err
 
 /* Compute-only metas run on this many threads besides the gate's. */
 #define META_COMPUTE_THREADS 2
+/* Decoupled compute-only metas (which may stream for as long as their
+ * requests allow, e.g. waiting between responses) run on threads of their
+ * own, so runs that wait cannot hold the threads other compute-only metas
+ * need. */
+#define META_STREAM_THREADS 16
 
 static int start_meta(pjs_server *s, const pjs_server_options *o, pjs_error *err)
 {
     int permits = o->meta_concurrency > 0 ? o->meta_concurrency : PJS_DEFAULT_META_CONCURRENCY;
     int rc = pjs_meta_gate_create("meta gate", permits, META_COMPUTE_THREADS, 0, &s->meta_gate,
                                   err);
+    if (rc == 0)
+        rc = pjs_meta_gate_create("meta stream threads", 0, META_STREAM_THREADS, 0,
+                                  &s->stream_gate, err);
     if (rc == 0)
         rc = pjs_scratch_pool_create(o->meta_scratch_bytes, &s->scratch, err);
     return rc;
@@ -946,6 +955,8 @@ void pjs_server_drain(pjs_server *s)
     /* Metas first: their runs still queue sub-calls. */
     if (s->meta_gate != NULL)
         pjs_meta_gate_drain(s->meta_gate);
+    if (s->stream_gate != NULL)
+        pjs_meta_gate_drain(s->stream_gate);
     if (s->dispatcher != NULL)
         pjs_dispatcher_drain(s->dispatcher);
 }
@@ -956,6 +967,7 @@ void pjs_server_destroy(pjs_server *s)
         return;
     pjs_server_drain(s);
     pjs_meta_gate_destroy(s->meta_gate);
+    pjs_meta_gate_destroy(s->stream_gate);
     pjs_scratch_pool_destroy(s->scratch);
     pjs_work_pool_destroy(s->loads);
     for (size_t i = 0; s->dispatcher != NULL && i < s->n_entries; i++)
@@ -1110,9 +1122,9 @@ bool pjs__server_promote(pjs_server *s, pjs_infer_request *r, pjs_committed_call
     return false;
 }
 
-pjs_meta_gate *pjs__server_meta_gate(pjs_server *s)
+pjs_meta_gate *pjs__server_meta_gate(pjs_server *s, const pjs_manifest *meta)
 {
-    return s->meta_gate;
+    return meta->decoupled && meta->n_calls == 0 ? s->stream_gate : s->meta_gate;
 }
 
 pjs_scratch_pool *pjs__server_scratch_pool(pjs_server *s)
@@ -1281,15 +1293,16 @@ void pjs_server_get_counters(pjs_server *s, pjs_server_counters *out)
 {
     pjs_dispatcher_counters(s->dispatcher, &out->queue_depth, &out->in_flight,
                             &out->plans_inline, &out->plans_worker, &out->weight_prefetches);
-    pjs_meta_gate_counters g;
+    pjs_meta_gate_counters g, st;
     pjs_meta_gate_get_counters(s->meta_gate, &g);
+    pjs_meta_gate_get_counters(s->stream_gate, &st);
     out->meta_permits = g.permits;
     out->meta_running_gated = g.running_gated;
-    out->meta_running_compute = g.running_compute;
-    out->meta_waiting = g.waiting_gated + g.waiting_compute;
+    out->meta_running_compute = g.running_compute + st.running_compute;
+    out->meta_waiting = g.waiting_gated + g.waiting_compute + st.waiting_compute;
     out->meta_peak_gated = g.peak_gated;
-    out->meta_completed = g.completed;
-    out->meta_expired = g.expired;
+    out->meta_completed = g.completed + st.completed;
+    out->meta_expired = g.expired + st.expired;
     pjs_scratch_counters sc;
     pjs_scratch_pool_get_counters(s->scratch, &sc);
     out->scratch_budget_bytes = sc.budget_bytes;

@@ -28,7 +28,9 @@ int pjs__server_get_internal_model(struct pjs_server *s, const char *name, pjs_m
  * the caller has no committed request in flight; false otherwise. */
 bool pjs__server_promote(struct pjs_server *s, pjs_infer_request *r,
                          pjs_committed_caller *caller);
-pjs_meta_gate *pjs__server_meta_gate(struct pjs_server *s);
+/* The gate a meta model's runs go to: decoupled compute-only metas have
+ * threads of their own. */
+pjs_meta_gate *pjs__server_meta_gate(struct pjs_server *s, const pjs_manifest *meta);
 pjs_scratch_pool *pjs__server_scratch_pool(struct pjs_server *s);
 
 #endif

@@ -5,8 +5,9 @@ returns without outputs, so the server closes the request with the final
 flag; FAIL_AFTER >= 0 makes the run fail after that many responses. Checked
 with tritonclient's stream API as Triton's decoupled examples use it:
 responses in order, one per pjserve_respond, triton_final_response false on
-each and true on the last (an empty final response when the client asked for
-one, else the last data response carries the flag), zero responses, an error
+each and true on an empty final response when the client asked for one (else,
+as Triton, no flag-only response: each data response leaves at once and none
+is held back for the flag), zero responses, an error
 after some, refusal over unary gRPC and HTTP, the model configuration on both
 protocols, and many concurrent streams.
 """
@@ -123,9 +124,35 @@ def test_responses_in_order_with_empty_final(server):
                        (None, True)], None)
 
 
-def test_last_data_response_is_final_without_empty_final(server):
-    a = stream(server.grpc_url, [(3, -1)], empty_final=False)
-    assert a["0"] == ([(0, False), (1, False), (2, True)], None)
+def test_without_empty_final_no_flag_only_response(server):
+    """Without triton_enable_empty_final_response the three data responses
+    come as sent (final false) and the run's end sends nothing: the next
+    message on the stream is the answer to the next request."""
+    got: "queue.Queue" = queue.Queue()
+    client = grpcclient.InferenceServerClient(server.grpc_url)
+    client.start_stream(callback=lambda result, error: got.put((result, error)))
+    try:
+        client.async_stream_infer(MODEL, inputs(3, -1), request_id="a",
+                                  enable_empty_final_response=False)
+        first = [got.get(timeout=60) for _ in range(3)]
+        client.async_stream_infer(MODEL, inputs(1, -1), request_id="b",
+                                  enable_empty_final_response=True)
+        rest = [got.get(timeout=60) for _ in range(2)]
+    finally:
+        client.stop_stream()
+        client.close()
+
+    def seen(messages):
+        out = []
+        for result, error in messages:
+            assert error is None, error
+            resp = result.get_response()
+            n = result.as_numpy("N")
+            out.append((resp.id, None if n is None else int(n[0]),
+                        resp.parameters["triton_final_response"].bool_param))
+        return out
+    assert seen(first) == [("a", 0, False), ("a", 1, False), ("a", 2, False)]
+    assert seen(rest) == [("b", 0, False), ("b", None, True)]
 
 
 def test_zero_responses(server):

@@ -7,7 +7,8 @@ stream as that client drives it.
 IN i32 [n], DELAY u32 [n], WAIT u32 [1]: one response per value, in order,
 OUT = [IN[i]] and IDX = [i], each after its delay in ms, then the final
 response after WAIT ms. Checked: the values and indices in order with the
-final flag on an empty final response or riding on the last data response;
+final flag on an empty final response, or without one only the data
+responses;
 only OUT when the client asks for OUT alone (as the example does); an empty
 IN (the final flag alone); mismatched IN and DELAY lengths, a DELAY or WAIT
 over 10 s and delays adding up to more than a minute refused with messages
@@ -16,7 +17,10 @@ naming the values; a wait cut short by the request's deadline
 model configuration (no batch axis, decoupled); a client closing its stream
 mid-request: the run stops at its next response (the request is counted as
 failed long before its remaining delays could have passed) and later
-requests are answered. Delays are a few ms, so the suite is fast; no
+requests are answered; runs waiting between responses, more of them than
+compute-only meta threads, do not hold up another compute-only meta
+(simple_identity answers while they wait). Delays are a few ms, so the
+suite is fast; no
 assertion depends on timing. Under PJSERVE_PROTOCOL_NODE_WORKERS the same
 runs through a node's gateway.
 """
@@ -42,6 +46,7 @@ MAX_TOTAL_MS = 60000
 def repeat_server(pjserve_bin, plugin_path, cache_dir, tmp_path_factory):
     repo = tmp_path_factory.mktemp("repository-repeat")
     export_triton_example(MODEL, repo, build=H.hooks_builder(pjserve_bin))
+    export_triton_example("simple_identity", repo, build=H.hooks_builder(pjserve_bin))
     s = ServerProcess(pjserve_bin, plugin_path, repo, cache_dir,
                       tmp_path_factory.mktemp("server-repeat"), [], "repeat")
     start_or_fail(s)
@@ -117,9 +122,28 @@ def test_responses_in_order_with_empty_final(server):
     assert sent == [(v, i, False) for i, v in enumerate(values)] + [(None, None, True)]
 
 
-def test_last_data_response_is_final_without_empty_final(server):
-    sent, error = one(server.grpc_url, [5, 6, 7], [2, 0, 3], 5, empty_final=False)
-    assert (sent, error) == ([(5, 0, False), (6, 1, False), (7, 2, True)], None)
+def test_without_empty_final_only_the_data_responses(server):
+    """As simple_grpc_custom_repeat.py asks (no empty final response): the
+    values, none held back, and no flag-only message (as Triton); a second
+    request on the stream is answered next."""
+    got: "queue.Queue" = queue.Queue()
+    client = grpcclient.InferenceServerClient(server.grpc_url)
+    client.start_stream(callback=lambda result, error: got.put((result, error)))
+    try:
+        client.async_stream_infer(MODEL, repeat_inputs([5, 6, 7], [2, 0, 3], 5),
+                                  request_id="a")
+        first = [got.get(timeout=60) for _ in range(3)]
+        client.async_stream_infer(MODEL, repeat_inputs([8], [0], 0), request_id="b",
+                                  enable_empty_final_response=True)
+        rest = [got.get(timeout=60) for _ in range(2)]
+    finally:
+        client.stop_stream()
+        client.close()
+    seen = [(r.get_response().id, as_value(r, "OUT"),
+             r.get_response().parameters["triton_final_response"].bool_param)
+            for r, e in first + rest if e is None]
+    assert seen == [("a", 5, False), ("a", 6, False), ("a", 7, False), ("b", 8, False),
+                    ("b", None, True)]
 
 
 def test_only_out_when_the_client_asks_for_out(server):
@@ -251,3 +275,40 @@ def test_the_longest_allowed_request_is_accepted(server):
                                                       MAX_WAIT_MS)
     assert first == (0, 0)
     assert after == (before[0], before[1] + 1), (before, after)
+
+
+def test_waiting_runs_do_not_hold_up_other_compute_only_metas(server):
+    """Three repeat_int32 runs (more than the two threads non-decoupled
+    compute-only metas run on) each send a response and then wait 3 s: while
+    all three wait, simple_identity is answered, so it ran on a thread no
+    waiting run held (decoupled compute-only metas have threads of their
+    own). Checked by order, not time: none of the three has sent its second
+    response when the identity answer arrives."""
+    streams = []
+    try:
+        for _ in range(3):
+            got: "queue.Queue" = queue.Queue()
+            c = grpcclient.InferenceServerClient(server.grpc_url)
+            c.start_stream(callback=lambda result, error, got=got: got.put((result, error)))
+            c.async_stream_infer(MODEL, repeat_inputs([1, 2], [0, 3000], 0))
+            streams.append((c, got))
+        for _, got in streams:
+            result, error = got.get(timeout=60)
+            assert error is None, error
+            assert as_value(result, "OUT") == 1
+        g = grpcclient.InferenceServerClient(server.grpc_url)
+        x = np.array([[b"still", b"served"]], dtype=object)
+        i = grpcclient.InferInput("INPUT0", [1, 2], "BYTES")
+        i.set_data_from_numpy(x)
+        answer = g.infer("simple_identity", [i]).as_numpy("OUTPUT0")
+        g.close()
+        assert answer.tolist() == x.tolist()
+        early = [got.get_nowait() for _, got in streams if not got.empty()]
+        assert not early, f"a waiting run finished first: {[(as_value(r, 'OUT') if r else None, e) for r, e in early]}"
+        for _, got in streams:  # each run then sends its second value
+            result, error = got.get(timeout=60)
+            assert error is None and as_value(result, "OUT") == 2
+    finally:
+        for c, _ in streams:
+            c.stop_stream(cancel_requests=True)
+            c.close()

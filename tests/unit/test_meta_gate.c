@@ -170,9 +170,9 @@ static void test_create_checks_counts(void **state)
     (void)state;
     pjs_meta_gate *g = NULL;
     pjs_error err;
-    assert_int_equal(pjs_meta_gate_create("meta gate", 0, 1, 0, &g, &err),
+    assert_int_equal(pjs_meta_gate_create("meta gate", -1, 1, 0, &g, &err),
                      PJS_ERR_INVALID_ARGUMENT);
-    assert_non_null(strstr(err.msg, "0 permits"));
+    assert_non_null(strstr(err.msg, "-1 permits"));
     assert_int_equal(pjs_meta_gate_create("meta gate", 1, 0, 0, &g, &err),
                      PJS_ERR_INVALID_ARGUMENT);
     assert_int_equal(pjs_meta_gate_create("meta gate", PJS_META_GATE_MAX_THREADS + 1, 1, 0, &g,
@@ -216,6 +216,36 @@ static void test_at_most_n_gated_at_once(void **state)
 }
 
 /* With every permit held, compute-only jobs still run; a gated one waits. */
+/* A gate of compute threads alone (the server's for decoupled compute-only
+ * metas): its compute jobs run, a gated job is refused at submit. */
+static void test_gate_without_permits(void **state)
+{
+    (void)state;
+    world w;
+    world_init(&w);
+    pjs_meta_gate *g = gate_new(0, 2, 0);
+    test_job jobs[3], gated;
+    for (int i = 0; i < 3; i++) {
+        job_init(&jobs[i], &w, i, false, false);
+        submit_ok(g, &jobs[i], false, 0);
+    }
+    job_init(&gated, &w, 9, false, true);
+    pjs_error err = {0};
+    assert_int_equal(pjs_meta_gate_submit(g, &gated.job, true, 0, &err), PJS_ERR_INTERNAL);
+    assert_non_null(strstr(err.msg, "no permits"));
+    pjs_meta_gate_drain(g);
+    for (int i = 0; i < 3; i++)
+        assert_true(jobs[i].ran);
+    assert_false(gated.ran);
+    pjs_meta_gate_counters c;
+    pjs_meta_gate_get_counters(g, &c);
+    assert_int_equal(c.permits, 0);
+    assert_int_equal(c.completed, 3);
+    assert_int_equal(c.refused, 1);
+    pjs_meta_gate_destroy(g);
+    world_free(&w);
+}
+
 static void test_compute_only_bypasses_permits(void **state)
 {
     (void)state;
@@ -477,6 +507,7 @@ int main(void)
         cmocka_unit_test(test_create_checks_counts),
         cmocka_unit_test(test_at_most_n_gated_at_once),
         cmocka_unit_test(test_compute_only_bypasses_permits),
+        cmocka_unit_test(test_gate_without_permits),
         cmocka_unit_test(test_gated_fifo),
         cmocka_unit_test(test_expires_at_deadline_while_waiting),
         cmocka_unit_test(test_compute_only_expires_too),

@@ -23,9 +23,10 @@
  * requests' answers still running (match responses by request id, as with
  * Triton). Each carries the parameter triton_final_response. When the
  * client sent triton_enable_empty_final_response, a final flag with no
- * outputs goes out as an empty final response; otherwise the request's
- * latest data response is held back until the next one comes, so that the
- * final flag can ride on it. When the run returns without having sent its
+ * outputs goes out as an empty final response; otherwise, as Triton does, a
+ * flag without outputs is not sent at all (a data response is never held
+ * back: streaming clients see each one at once). When the run returns
+ * without having sent its
  * final response, the returned outputs (or nothing) go out as the final
  * one; an error after some responses goes out as error_message. The write
  * queue holds at most STREAM_MAX_QUEUED_WRITES messages: pjserve_respond
@@ -77,7 +78,6 @@ typedef struct stream_item {
     /* A decoupled model's request (job.decoded.req.respond set); touched
      * only by the thread running it. */
     bool final_sent;
-    packed_response held;       /* !empty_final: the latest data response (bytes NULL: none) */
 } stream_item;
 
 struct stream_call {
@@ -124,7 +124,6 @@ static void item_free(stream_item *it)
     pjs__grpc_infer_job_release(&it->job);
     if (it->response != NULL)
         grpc_byte_buffer_destroy(it->response);
-    free(it->held.bytes);
     free(it);
 }
 
@@ -377,30 +376,17 @@ static bool wants_empty_final(const stream_item *it)
 }
 
 /* Sends a decoupled request's response: `data` (consumed; NULL: none) and
- * the final flag, as the client's triton_enable_empty_final_response asks. */
+ * the final flag; a flag without data only when the client's
+ * triton_enable_empty_final_response asks for it. */
 static int item_send(stream_item *it, packed_response *data, bool final, bool wait,
                      pjs_error *err)
 {
     int rc = 0;
-    if (wants_empty_final(it)) {
-        packed_response empty = {0};
-        if (data != NULL)
-            rc = queue_response(it, data, final, wait, err);
-        else if (final && (rc = pack_response(it, &empty, err)) == 0)
-            rc = queue_response(it, &empty, true, wait, err);
-    } else {
-        if (data != NULL) {
-            if (it->held.bytes != NULL)
-                rc = queue_response(it, &it->held, false, wait, err);
-            free(it->held.bytes);
-            it->held = *data;
-            data->bytes = NULL;
-        }
-        if (rc == 0 && final && it->held.bytes != NULL)
-            rc = queue_response(it, &it->held, true, wait, err);
-    }
+    packed_response empty = {0};
     if (data != NULL)
-        free(data->bytes);
+        rc = queue_response(it, data, final, wait, err);
+    else if (final && wants_empty_final(it) && (rc = pack_response(it, &empty, err)) == 0)
+        rc = queue_response(it, &empty, true, wait, err);
     if (rc == 0 && final)
         it->final_sent = true;
     return rc;
@@ -435,9 +421,6 @@ static void item_finish_decoupled(stream_item *it, const pjs_error *err)
             item_send(it, any ? &data : NULL, true, false, &send_err) != 0)
             err = &send_err;
     }
-    if (err != NULL && it->held.bytes != NULL &&
-        queue_response(it, &it->held, false, false, &send_err) != 0)
-        err = &send_err;
     if (err != NULL && send_err.code != PJS_ERR_UNAVAILABLE)
         item_encode(it, err);
 }
