@@ -184,18 +184,19 @@ static bool names_meta_bundle(pjs_server *s, const char *name)
 /* A meta's calls name loaded models with no hooks that are not metas. */
 /* What a meta's call finds in the repository. */
 typedef enum call_target {
-    CALL_MODEL, CALL_MISSING, CALL_NOT_LOADED, CALL_META, CALL_HOOKED
+    CALL_MODEL, CALL_MISSING, CALL_NOT_LOADED, CALL_META, CALL_HOOKED, CALL_STATEFUL
 } call_target;
 
 static call_target find_call_target(pjs_server *s, const char *name, char *reason, size_t size)
 {
     pthread_mutex_lock(&s->repo_lock);
     repo_entry *e = find_entry_locked(s, name);
-    call_target t = e == NULL                         ? CALL_MISSING
-                    : e->model == NULL                ? CALL_NOT_LOADED
-                    : calls_models(e->model)          ? CALL_META
-                    : e->model->bundle->hooks != NULL ? CALL_HOOKED
-                                                      : CALL_MODEL;
+    call_target t = e == NULL                             ? CALL_MISSING
+                    : e->model == NULL                    ? CALL_NOT_LOADED
+                    : calls_models(e->model)              ? CALL_META
+                    : e->model->bundle->hooks != NULL     ? CALL_HOOKED
+                    : e->model->bundle->manifest.stateful ? CALL_STATEFUL
+                                                          : CALL_MODEL;
     snprintf(reason, size, "%s", e != NULL ? e->info.reason : "");
     pthread_mutex_unlock(&s->repo_lock);
     /* Metas and ensembles load after models, in name order: one not loaded
@@ -273,6 +274,12 @@ static int check_meta_calls(pjs_server *s, const pjs_bundle *b, pjs_error *err)
                                man->kind == PJS_KIND_ENSEMBLE
                                    ? "call the model's executable, or use a meta"
                                    : "do the conversion in pjserve_run");
+            break;
+        case CALL_STATEFUL:
+            rc = pjs_error_set(err, PJS_ERR_INVALID_ARGUMENT,
+                               "manifest.yaml: %s: model \"%s\" keeps state per sequence, and "
+                               "%s's calls carry no sequence; clients call it directly",
+                               where, name, caller);
             break;
         }
     }

@@ -34,6 +34,7 @@ from tritonclient.utils import InferenceServerException
 import jax
 import jax.numpy as jnp
 from pjserve_export import demo
+from pjserve_export.triton_examples import export_triton_example
 
 from bundle_code import TIMING_C, copy_bundle, start_server, stop_server, tensor_yaml, write_meta
 from protocol_util import assert_matches, grpc_code, http_json, parse_metrics, scrape, serve_only
@@ -215,6 +216,9 @@ REFUSED = {
     # with the same reason, read from the manifest of the meta not loaded yet.
     "a_calls_meta": ['meta.calls[0]', '"fanout" is a meta model', "a meta may not call a meta"],
     "calls_missing": ['no model "nosuch" in the repository'],
+    # A sub-call carries no sequence, so a stateful model cannot be called.
+    "calls_stateful": ['meta.calls[0]', 'model "simple_sequence" keeps state per sequence',
+                       "carry no sequence"],
 }
 
 # The ERROR line an undeclared call logs (a loud error, on purpose).
@@ -255,6 +259,8 @@ def write_repository(repo, exported, pjserve_bin):
     meta("meta_calls_meta", ["fanout"], X_IN, Y_OUT, NEVER_RUNS_C)
     meta("a_calls_meta", ["fanout"], X_IN, Y_OUT, NEVER_RUNS_C)
     meta("calls_missing", ["nosuch"], X_IN, Y_OUT, NEVER_RUNS_C)
+    export_triton_example("simple_sequence", repo)
+    meta("calls_stateful", ["simple_sequence"], X_IN, Y_OUT, NEVER_RUNS_C)
 
 
 def serve(pjserve_bin, plugin_path, cache_dir, repo, tmp_path_factory, permits: int):
