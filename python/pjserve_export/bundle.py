@@ -353,14 +353,13 @@ def manifest_yaml(m: Manifest) -> str:
         out.append(f"hooks_libraries: [{', '.join(_yaml_str(x) for x in m.hooks_libraries)}]\n")
     if m.sequence_state or m.sequence_controls:
         out.append("sequence:\n")
-    if m.sequence_state:
-        out.append("  state:\n")
-        out += [f"    - {{input: {_yaml_str(i)}, output: {_yaml_str(o)}, initial: zeros}}\n"
-                for i, o in m.sequence_state]
-    if m.sequence_controls:
-        out.append("  controls:\n")
-        out += [f"    {k}: {_yaml_str(v)}\n" for k, v in m.sequence_controls.items()]
-    if m.sequence_state or m.sequence_controls:
+        if m.sequence_state:
+            out.append("  state:\n")
+            out += [f"    - {{input: {_yaml_str(i)}, output: {_yaml_str(o)}, initial: zeros}}\n"
+                    for i, o in m.sequence_state]
+        if m.sequence_controls:
+            out.append("  controls:\n")
+            out += [f"    {k}: {_yaml_str(v)}\n" for k, v in m.sequence_controls.items()]
         if m.idle_timeout_ms is not None:
             out.append(f"  idle_timeout_ms: {int(m.idle_timeout_ms)}\n")
         if m.max_sequences is not None:

@@ -54,10 +54,16 @@ def server(controls_server):
     yield from guard_alive(controls_server)
 
 
-def client_of(server, proto):
+@pytest.fixture(params=["grpc", "http"])
+def proto_client(server, request):
+    """(protocol, a tritonclient client of it), closed after the test."""
+    proto = request.param
     if proto == "grpc":
-        return grpcclient.InferenceServerClient(server.grpc_url)
-    return httpclient.InferenceServerClient(server.http_url, network_timeout=60)
+        c = grpcclient.InferenceServerClient(server.grpc_url)
+    else:
+        c = httpclient.InferenceServerClient(server.http_url, network_timeout=60)
+    yield proto, c
+    c.close()
 
 
 def value_input(proto, value):
@@ -77,57 +83,41 @@ def run_sequence(client, proto, model, seq, values):
     return out
 
 
-@pytest.mark.parametrize("proto", ["grpc", "http"])
-def test_simple_sequence_adds_start(server, proto):
-    c = client_of(server, proto)
-    try:
-        assert run_sequence(c, proto, "simple_sequence", 1000, [0] + VALUES) == [1] + VALUES
-        negated = [-v for v in VALUES]
-        assert run_sequence(c, proto, "simple_sequence", "any-string-id", [20] + negated) == \
-            [21] + negated
-    finally:
-        c.close()
+def test_simple_sequence_adds_start(proto_client):
+    proto, c = proto_client
+    assert run_sequence(c, proto, "simple_sequence", 1000, [0] + VALUES) == [1] + VALUES
+    negated = [-v for v in VALUES]
+    assert run_sequence(c, proto, "simple_sequence", "any-string-id", [20] + negated) == \
+        [21] + negated
 
 
-@pytest.mark.parametrize("proto", ["grpc", "http"])
-def test_dyna_sequence_adds_the_id_on_the_last_request(server, proto):
-    c = client_of(server, proto)
-    try:
-        got = run_sequence(c, proto, "simple_dyna_sequence", 1001, [100] + VALUES)
-        assert got == [101] + VALUES[:-1] + [VALUES[-1] + 1001]
-        # A string id of decimal digits is the number CORRID takes.
-        got = run_sequence(c, proto, "simple_dyna_sequence", "4242", [0, 5, 6])
-        assert got == [1, 5, 6 + 4242]
-    finally:
-        c.close()
+def test_dyna_sequence_adds_the_id_on_the_last_request(proto_client):
+    proto, c = proto_client
+    got = run_sequence(c, proto, "simple_dyna_sequence", 1001, [100] + VALUES)
+    assert got == [101] + VALUES[:-1] + [VALUES[-1] + 1001]
+    # A string id of decimal digits is the number CORRID takes.
+    got = run_sequence(c, proto, "simple_dyna_sequence", "4242", [0, 5, 6])
+    assert got == [1, 5, 6 + 4242]
 
 
-@pytest.mark.parametrize("proto", ["grpc", "http"])
-def test_string_dyna_sequence_keeps_a_running_sum(server, proto):
-    c = client_of(server, proto)
-    try:
-        values = [20] + [-v for v in VALUES]
-        got = run_sequence(c, proto, "simple_string_dyna_sequence", "1002", values)
-        sums = list(np.cumsum(values))
-        assert got == sums[:-1] + [sums[-1] + 1002]
-    finally:
-        c.close()
+def test_string_dyna_sequence_keeps_a_running_sum(proto_client):
+    proto, c = proto_client
+    values = [20] + [-v for v in VALUES]
+    got = run_sequence(c, proto, "simple_string_dyna_sequence", "1002", values)
+    sums = list(np.cumsum(values))
+    assert got == sums[:-1] + [sums[-1] + 1002]
 
 
-@pytest.mark.parametrize("proto", ["grpc", "http"])
-def test_id_that_is_not_a_number_is_refused_for_corrid(server, proto):
-    c = client_of(server, proto)
-    try:
-        for seq in ("alpha", "12x", str(2 ** 32)):
-            with pytest.raises(InferenceServerException) as e:
-                c.infer("simple_dyna_sequence", [value_input(proto, 1)], sequence_id=seq,
-                        sequence_start=True)
-            text = str(e.value)
-            assert "CORRID" in text and "integer" in text, text
-        # Nothing was started: the same id as a number works afterwards.
-        assert run_sequence(c, proto, "simple_dyna_sequence", 77, [1, 2]) == [2, 2 + 77]
-    finally:
-        c.close()
+def test_id_that_is_not_a_number_is_refused_for_corrid(proto_client):
+    proto, c = proto_client
+    for seq in ("alpha", "12x", str(2 ** 32)):
+        with pytest.raises(InferenceServerException) as e:
+            c.infer("simple_dyna_sequence", [value_input(proto, 1)], sequence_id=seq,
+                    sequence_start=True)
+        text = str(e.value)
+        assert "CORRID" in text and "integer" in text, text
+    # Nothing was started: the same id as a number works afterwards.
+    assert run_sequence(c, proto, "simple_dyna_sequence", 77, [1, 2]) == [2, 2 + 77]
 
 
 def test_steps_of_many_sequences_coalesce_with_their_own_controls(server):
