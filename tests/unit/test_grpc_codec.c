@@ -256,6 +256,48 @@ static void test_decode_raw(void **state)
     pjs_grpc_infer_release(&d);
 }
 
+/* A call object serves one request after another: recycled between them,
+ * nothing of the first shows in the second, and the arena's block is
+ * reused instead of allocated again. */
+static void test_recycle_between_requests(void **state)
+{
+    builder b;
+    pjs_grpc_infer d;
+    pjs_error err;
+    demo_request(&b);
+    b.req.id = "first";
+    add_output(&b, "y");
+    set_uint(add_request_param(&b, "timeout"), 5000);
+    assert_int_equal(decode(&b, &d, NULL, &err), 0);
+    assert_int_equal(d.req.n_requested, 1);
+    assert_true(d.has_timeout);
+    const void *block = d.arena.blocks;
+    assert_non_null(block);
+
+    pjs_grpc_infer_recycle(&d);
+    assert_null(d.msg);
+    assert_ptr_equal(d.arena.blocks, block);
+    assert_int_equal(d.arena.total, 0);
+
+    demo_request(&b); /* no outputs named, no timeout */
+    size_t len = inference__model_infer_request__get_packed_size(&b.req);
+    uint8_t *buf = malloc(len);
+    assert_non_null(buf);
+    inference__model_infer_request__pack(&b.req, buf);
+    assert_int_equal(pjs_grpc_infer_decode(&d, buf, len, NULL, &err), 0);
+    free(buf);
+    assert_ptr_equal(d.arena.blocks, block);
+    assert_string_equal(d.req.id, "");
+    assert_int_equal(d.req.n_requested, 0);
+    assert_false(d.has_timeout);
+    assert_int_equal(d.req.deadline_ns, 0);
+    assert_int_equal(d.req.n_inputs, 2);
+    assert_memory_equal(d.req.inputs[0].data, x_data, sizeof x_data);
+    assert_int_equal(pjs_infer_validate(&d.req, *state, 4, &err), 0);
+    pjs_grpc_infer_release(&d); /* frees the kept block too (leak-checked) */
+    assert_null(d.arena.blocks);
+}
+
 static void test_decode_malformed(void **state)
 {
     (void)state;
@@ -1339,6 +1381,27 @@ static void test_arena_limit(void **state)
     pjs_grpc_arena_reset(&a);
 }
 
+static void test_arena_rewind(void **state)
+{
+    (void)state;
+    pjs_grpc_arena a;
+    pjs_grpc_arena_init(&a, 1 << 20);
+    assert_non_null(pjs_grpc_arena_alloc(&a, 100));
+    assert_non_null(pjs_grpc_arena_alloc(&a, 40000)); /* a block of its own */
+    for (int i = 0; i < 40; i++) /* a second standard block */
+        assert_non_null(pjs_grpc_arena_alloc(&a, 1000));
+    pjs_grpc_arena_rewind(&a); /* keeps one standard block, frees the rest */
+    assert_int_equal(a.total, 0);
+    assert_non_null(a.blocks);
+    void *again = pjs_grpc_arena_alloc(&a, 100);
+    assert_non_null(again);
+    assert_int_equal(a.used, 112);
+    pjs_grpc_arena_rewind(&a);
+    assert_ptr_equal(pjs_grpc_arena_alloc(&a, 8), again); /* the same block, from its start */
+    pjs_grpc_arena_reset(&a);
+    assert_null(a.blocks);
+}
+
 /* ---- model control ------------------------------------------------------------ */
 
 typedef Pjserve__Control__V1__ModelControlStatusResponse control_status;
@@ -1493,6 +1556,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_decode_raw),
+        cmocka_unit_test(test_recycle_between_requests),
         cmocka_unit_test(test_decode_malformed),
         cmocka_unit_test(test_decode_empty_message),
         cmocka_unit_test(test_priority_and_timeout),
@@ -1526,6 +1590,7 @@ int main(void)
         cmocka_unit_test(test_model_config_not_coalesced),
         cmocka_unit_test(test_config_dtypes),
         cmocka_unit_test(test_arena_limit),
+        cmocka_unit_test(test_arena_rewind),
         cmocka_unit_test(test_control_status),
         cmocka_unit_test(test_control_residency),
         cmocka_unit_test(test_control_policy_change),

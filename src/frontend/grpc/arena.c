@@ -3,7 +3,8 @@
  *
  * Small allocations are carved from 16 KiB blocks; anything larger than a
  * quarter block gets a block of its own, so a 1 GiB tensor costs exactly
- * one malloc and wastes nothing. Blocks are freed together by reset.
+ * one malloc and wastes nothing. Blocks are freed together by reset;
+ * rewind keeps one standard block for the arena's next use.
  */
 #include "frontend/grpc/arena.h"
 
@@ -50,6 +51,26 @@ void pjs_grpc_arena_reset(pjs_grpc_arena *a)
         b = next;
     }
     a->blocks = NULL;
+    a->used = 0;
+    a->total = 0;
+    a->exhausted = false;
+}
+
+void pjs_grpc_arena_rewind(pjs_grpc_arena *a)
+{
+    pjs_grpc_arena_block *kept = NULL;
+    pjs_grpc_arena_block *b = a->blocks;
+    while (b != NULL) {
+        pjs_grpc_arena_block *next = b->next;
+        if (kept == NULL && b->size == ARENA_BLOCK_BYTES)
+            kept = b;
+        else
+            free(b);
+        b = next;
+    }
+    if (kept != NULL)
+        kept->next = NULL;
+    a->blocks = kept;
     a->used = 0;
     a->total = 0;
     a->exhausted = false;

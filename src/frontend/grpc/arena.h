@@ -31,6 +31,10 @@ typedef struct pjs_grpc_arena {
 void pjs_grpc_arena_init(pjs_grpc_arena *a, size_t limit);
 /* Frees every block; the arena can be used again afterwards. */
 void pjs_grpc_arena_reset(pjs_grpc_arena *a);
+/* Frees every block but one of the standard size, which the next
+ * allocations fill again: an arena that serves one call after another
+ * allocates nothing for small calls. pjs_grpc_arena_reset frees that one. */
+void pjs_grpc_arena_rewind(pjs_grpc_arena *a);
 
 /* n bytes aligned for any type, or NULL when out of memory or over the
  * limit (then `exhausted` tells which). */

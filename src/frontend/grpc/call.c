@@ -57,12 +57,19 @@ grpc_call_error pjs__grpc_call_request(pjs_grpc_call *c, grpc_byte_buffer **payl
                                                &c->metadata, payload, f->cq, f->cq, tag);
 }
 
-void pjs__grpc_call_destroy(pjs_grpc_call *c)
+void pjs__grpc_call_drop(pjs_grpc_call *c)
 {
     if (c->call != NULL)
         grpc_call_unref(c->call);
+    c->call = NULL;
     grpc_metadata_array_destroy(&c->metadata);
     grpc_slice_unref(c->details);
+    c->details = grpc_empty_slice();
+}
+
+void pjs__grpc_call_destroy(pjs_grpc_call *c)
+{
+    pjs__grpc_call_drop(c);
     pjs__grpc_call_gone(c->frontend);
 }
 
@@ -115,11 +122,16 @@ grpc_byte_buffer *pjs__grpc_buffer_from(uint8_t *buf, size_t len)
 
 grpc_byte_buffer *pjs__grpc_pack(const ProtobufCMessage *m, pjs_error *err)
 {
-    uint8_t *buf;
     size_t len;
-    if (pjs_grpc_pack(m, &buf, &len, err) != 0)
+    if (pjs_grpc_packed_size(m, &len, err) != 0)
         return NULL;
-    return pjs__grpc_buffer_from(buf, len);
+    /* packed straight into gRPC's slice: its count and bytes are one
+     * allocation (none for a few bytes), and nothing is copied again */
+    grpc_slice slice = grpc_slice_malloc(len);
+    protobuf_c_message_pack(m, GRPC_SLICE_START_PTR(slice));
+    grpc_byte_buffer *bb = grpc_raw_byte_buffer_create(&slice, 1);
+    grpc_slice_unref(slice);
+    return bb;
 }
 
 /* The value of the "authorization" metadata in `who` (the first one; all

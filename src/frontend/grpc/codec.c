@@ -59,14 +59,26 @@ void pjs_grpc_infer_init(pjs_grpc_infer *d)
     pjs_grpc_arena_init(&d->arena, 0);
 }
 
-void pjs_grpc_infer_release(pjs_grpc_infer *d)
+void pjs_grpc_infer_recycle(pjs_grpc_infer *d)
 {
     for (size_t i = 0; i < d->n_input_views; i++)
         pjs_shm_view_release(&d->input_views[i]);
     for (size_t k = 0; k < PJS_INFER_MAX_TENSORS; k++)
         if (d->output_views[k].region != NULL)
-            pjs_shm_view_release(&d->output_views[k]);
+            pjs_shm_view_release(&d->output_views[k]); /* zeroes it */
+    d->n_input_views = 0;
     pjs_infer_request_release(&d->req);
+    pjs_grpc_arena_rewind(&d->arena);
+    d->msg = NULL;
+    d->has_priority = false;
+    d->priority = 0;
+    d->has_timeout = false;
+    d->timeout_us = 0;
+}
+
+void pjs_grpc_infer_release(pjs_grpc_infer *d)
+{
+    pjs_grpc_infer_recycle(d);
     pjs_grpc_arena_reset(&d->arena);
     pjs_grpc_infer_init(d);
 }
@@ -707,13 +719,22 @@ int pjs_grpc_infer_response(pjs_grpc_infer *d, const char *model_version,
     return 0;
 }
 
-int pjs_grpc_pack(const ProtobufCMessage *m, uint8_t **out, size_t *out_len, pjs_error *err)
+int pjs_grpc_packed_size(const ProtobufCMessage *m, size_t *len, pjs_error *err)
 {
-    size_t len = protobuf_c_message_get_packed_size(m);
-    if (len > PJS_GRPC_MAX_MESSAGE)
+    *len = protobuf_c_message_get_packed_size(m);
+    if (*len > PJS_GRPC_MAX_MESSAGE)
         return pjs_error_set(err, PJS_ERR_RESOURCE_EXHAUSTED,
                              "the %s would be %zu bytes, more than gRPC's limit of %d",
-                             m->descriptor->short_name, len, PJS_GRPC_MAX_MESSAGE);
+                             m->descriptor->short_name, *len, PJS_GRPC_MAX_MESSAGE);
+    return 0;
+}
+
+int pjs_grpc_pack(const ProtobufCMessage *m, uint8_t **out, size_t *out_len, pjs_error *err)
+{
+    size_t len;
+    int rc = pjs_grpc_packed_size(m, &len, err);
+    if (rc != 0)
+        return rc;
     uint8_t *buf = malloc(len > 0 ? len : 1);
     if (buf == NULL)
         return pjs_error_set(err, PJS_ERR_NOMEM, "no memory for a %zu-byte %s", len,

@@ -60,6 +60,11 @@ typedef struct pjs_grpc_infer {
 void pjs_grpc_infer_init(pjs_grpc_infer *d);
 /* Releases the views, the outputs and the arena; d can be decoded into again. */
 void pjs_grpc_infer_release(pjs_grpc_infer *d);
+/* The same, but the arena keeps one block and the request's tensor tables
+ * are left as they are (decoding resets them): what a call object reused
+ * for the next request does instead of releasing and initializing again.
+ * pjs_grpc_infer_release frees the block when d goes for good. */
+void pjs_grpc_infer_recycle(pjs_grpc_infer *d);
 
 /* Unpacks and maps one ModelInferRequest; req.deadline_ns comes from the
  * `timeout` parameter (0 when absent or 0; the caller folds in the call's
@@ -83,6 +88,9 @@ int pjs_grpc_infer_decode(pjs_grpc_infer *d, const uint8_t *data, size_t len, pj
 int pjs_grpc_infer_response(pjs_grpc_infer *d, const char *model_version,
                             Inference__ModelInferResponse **out, pjs_error *err);
 
+/* m's serialized size in *len; RESOURCE_EXHAUSTED when it passes gRPC's
+ * message limit. */
+int pjs_grpc_packed_size(const ProtobufCMessage *m, size_t *len, pjs_error *err);
 /* Serializes m into a malloc'd buffer (*out_len bytes; the caller frees
  * it). NOMEM when the buffer cannot be had. */
 int pjs_grpc_pack(const ProtobufCMessage *m, uint8_t **out, size_t *out_len, pjs_error *err);

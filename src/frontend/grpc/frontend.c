@@ -374,6 +374,8 @@ static void frontend_free(pjs_grpc_frontend *f)
     pthread_mutex_destroy(&f->lock);
     pthread_cond_destroy(&f->changed);
     pthread_mutex_destroy(&f->watch_lock);
+    pjs__grpc_infer_pool_drain(f);
+    pthread_mutex_destroy(&f->pool_lock);
     free(f->registered);
     free(f->threads);
     pjs_grpc_conn_guard *guard = f->guard;
@@ -454,6 +456,7 @@ static int frontend_start(pjs_server *s, const pjs_grpc_proxy_ops *proxy, pjs_by
     pthread_mutex_init(&f->lock, NULL);
     pthread_cond_init(&f->changed, NULL);
     pthread_mutex_init(&f->watch_lock, NULL);
+    pthread_mutex_init(&f->pool_lock, NULL);
     size_t n_threads = o->threads > 0 ? (size_t)o->threads : PJS_GRPC_DEFAULT_THREADS;
     setup_limits(f, o);
     f->core = create_core(f, o);

@@ -25,6 +25,11 @@
  * A cancelled call still runs in the dispatcher (there is no way to
  * withdraw a submitted request); its response is encoded all the same and
  * the batch fails quietly.
+ *
+ * A finished call object goes to the front end's pool (up to
+ * PJS_GRPC_INFER_POOL of them) and serves a later call: with its arena
+ * block kept, a steady stream of small requests allocates no call object,
+ * arena or response buffer of pjserve's own (the output buffers aside).
  */
 #include "frontend/grpc/internal.h"
 
@@ -46,11 +51,17 @@ void pjs__grpc_infer_job_init(pjs_grpc_infer_job *j, pjs_grpc_frontend *f)
 
 void pjs__grpc_infer_job_release(pjs_grpc_infer_job *j)
 {
-    pjs_grpc_infer_release(&j->decoded);
+    pjs_grpc_infer_recycle(&j->decoded);
     pjs__grpc_release_request(j->frontend, &j->charged);
     if (j->model != NULL)
         pjs_model_unref(j->model);
     j->model = NULL;
+}
+
+void pjs__grpc_infer_job_destroy(pjs_grpc_infer_job *j)
+{
+    pjs__grpc_infer_job_release(j);
+    pjs_grpc_infer_release(&j->decoded);
 }
 
 /* The thread that ran the request: hands the job to its owner. */
@@ -109,15 +120,61 @@ typedef struct infer_call {
     pjs_grpc_infer_job job;
 } infer_call;
 
+/* Call objects kept for reuse per front end: enough for every call in
+ * flight at a busy moment, about 46 KiB each. */
+#define PJS_GRPC_INFER_POOL 64
+
+static infer_call *pool_take(pjs_grpc_frontend *f)
+{
+    pthread_mutex_lock(&f->pool_lock);
+    pjs_grpc_infer_job *j = f->pooled_jobs;
+    if (j != NULL) {
+        f->pooled_jobs = j->next_pooled;
+        f->n_pooled--;
+    }
+    pthread_mutex_unlock(&f->pool_lock);
+    return j != NULL ? PJS_GRPC_CONTAINER(j, infer_call, job) : NULL;
+}
+
+static bool pool_put(pjs_grpc_frontend *f, infer_call *c)
+{
+    pthread_mutex_lock(&f->pool_lock);
+    bool kept = f->n_pooled < PJS_GRPC_INFER_POOL;
+    if (kept) {
+        c->job.next_pooled = f->pooled_jobs;
+        f->pooled_jobs = &c->job;
+        f->n_pooled++;
+    }
+    pthread_mutex_unlock(&f->pool_lock);
+    return kept;
+}
+
+void pjs__grpc_infer_pool_drain(pjs_grpc_frontend *f)
+{
+    infer_call *c;
+    while ((c = pool_take(f)) != NULL) {
+        pjs__grpc_infer_job_destroy(&c->job);
+        free(c);
+    }
+}
+
+/* The call is over: its object goes to the pool, or is freed. */
 static void infer_free(infer_call *c)
 {
+    pjs_grpc_frontend *f = c->base.frontend;
     pjs__grpc_infer_job_release(&c->job);
     if (c->payload != NULL)
         grpc_byte_buffer_destroy(c->payload);
+    c->payload = NULL;
     if (c->response != NULL)
         grpc_byte_buffer_destroy(c->response);
-    pjs__grpc_call_destroy(&c->base);
-    free(c);
+    c->response = NULL;
+    pjs__grpc_call_drop(&c->base);
+    if (!pool_put(f, c)) {
+        pjs__grpc_infer_job_destroy(&c->job);
+        free(c);
+    }
+    pjs__grpc_call_gone(f); /* the front end may go from here on */
 }
 
 static void infer_on_sent(pjs_grpc_tag *tag, bool ok)
@@ -172,14 +229,17 @@ static void infer_on_new(pjs_grpc_tag *tag, bool ok)
 
 void pjs__grpc_request_infer(pjs_grpc_frontend *f, size_t index)
 {
-    infer_call *c = calloc(1, sizeof *c);
+    infer_call *c = pool_take(f); /* released by infer_free: payload, response, call NULL */
     if (c == NULL) {
-        pjs_error("grpc: no memory to accept a ModelInfer call");
-        return;
+        if ((c = calloc(1, sizeof *c)) == NULL) {
+            pjs_error("grpc: no memory to accept a ModelInfer call");
+            return;
+        }
+        pjs__grpc_infer_job_init(&c->job, f);
     }
+    c->base.cancelled = 0;
     pjs__grpc_call_init(&c->base, f, index, infer_on_new);
     c->on_sent.fn = infer_on_sent;
-    pjs__grpc_infer_job_init(&c->job, f);
     if (pjs__grpc_call_request(&c->base, &c->payload) != GRPC_CALL_OK)
         infer_free(c);
 }

@@ -182,6 +182,12 @@ struct pjs_grpc_frontend {
     bool shutdown_done;     /* the server's shutdown tag arrived */
     pjs_grpc_tag shutdown_tag;
 
+    /* ModelInfer call objects kept for the next calls (infer_call.c), at
+     * most PJS_GRPC_INFER_POOL of them, linked through their job. */
+    pthread_mutex_t pool_lock;
+    struct pjs_grpc_infer_job *pooled_jobs;
+    size_t n_pooled;
+
     pthread_mutex_t watch_lock;           /* guards `watches` and every watch's state */
     pjs_grpc_watch *watches;              /* open Health/Watch streams */
     _Atomic uint64_t next_health_poll_ns; /* pjs_now_ns() of the next poll */
@@ -191,6 +197,9 @@ struct pjs_grpc_frontend {
  * stopping). */
 void pjs__grpc_request(pjs_grpc_frontend *f, size_t index);
 void pjs__grpc_request_infer(pjs_grpc_frontend *f, size_t index);
+/* Frees the ModelInfer call objects kept for reuse (at teardown, once no
+ * call is live). */
+void pjs__grpc_infer_pool_drain(pjs_grpc_frontend *f);
 void pjs__grpc_request_stream(pjs_grpc_frontend *f, size_t index);
 void pjs__grpc_request_watch(pjs_grpc_frontend *f, size_t index);
 void pjs__grpc_request_reflection(pjs_grpc_frontend *f, size_t index);
@@ -235,6 +244,9 @@ grpc_call_error pjs__grpc_call_request(pjs_grpc_call *c, grpc_byte_buffer **payl
  * the object's last use of the front end (stop may free it next), so the
  * caller releases what its object adds first and only frees it after. */
 void pjs__grpc_call_destroy(pjs_grpc_call *c);
+/* pjs__grpc_call_destroy without the count: for an object kept for reuse,
+ * which counts itself gone (pjs__grpc_call_gone) once it is put away. */
+void pjs__grpc_call_drop(pjs_grpc_call *c);
 
 /* Whether the caller of c may make it: 0, or UNAUTHENTICATED /
  * PERMISSION_DENIED with err set (the decision is frontend/access.c's). */
@@ -273,6 +285,7 @@ struct pjs_grpc_infer_job {
      * (ModelStreamInfer); handed to a decoupled model's request. NULL:
      * decoupled models are refused (pjs_server_submit). */
     pjs_infer_respond_fn respond;
+    pjs_grpc_infer_job *next_pooled; /* the front end's pool of ModelInfer calls */
 };
 
 void pjs__grpc_infer_job_init(pjs_grpc_infer_job *j, pjs_grpc_frontend *f);
@@ -287,8 +300,11 @@ int pjs__grpc_infer_job_submit(pjs_grpc_infer_job *j, grpc_byte_buffer **payload
                                gpr_timespec deadline, pjs_grpc_infer_job_done_fn done,
                                pjs_error *err);
 /* Releases the decoded request, its budget charge and the model
- * reference; j is as after init (releasing twice is harmless). */
+ * reference; j can be submitted again (releasing twice is harmless). Its
+ * arena keeps a block for that (pjs_grpc_infer_recycle): destroy frees it
+ * when j goes for good. */
 void pjs__grpc_infer_job_release(pjs_grpc_infer_job *j);
+void pjs__grpc_infer_job_destroy(pjs_grpc_infer_job *j);
 
 /* ---- helpers shared by the call state machines (payload.c) --------------- */
 

@@ -121,7 +121,7 @@ static void stream_free(stream_call *s)
 
 static void item_free(stream_item *it)
 {
-    pjs__grpc_infer_job_release(&it->job);
+    pjs__grpc_infer_job_destroy(&it->job);
     if (it->response != NULL)
         grpc_byte_buffer_destroy(it->response);
     free(it);
