@@ -183,20 +183,27 @@ static void demo_request(builder *b)
     add_raw(b, mask_data, sizeof mask_data);
 }
 
-/* Packs b and decodes it into d; returns decode's status. */
-static int decode(builder *b, pjs_grpc_infer *d, pjs_shm_registry *shm, pjs_error *err)
+/* Packs b and decodes it into d as it is (initialized, or recycled after
+ * an earlier request); returns decode's status. */
+static int decode_into(builder *b, pjs_grpc_infer *d, pjs_shm_registry *shm, pjs_error *err)
 {
     size_t len = inference__model_infer_request__get_packed_size(&b->req);
     uint8_t *buf = malloc(len + 1);
     assert_non_null(buf);
     inference__model_infer_request__pack(&b->req, buf);
-    pjs_grpc_infer_init(d);
     pjs_error_clear(err);
     int rc = pjs_grpc_infer_decode(d, buf, len, shm, err);
     free(buf); /* the decoded request must not borrow the wire bytes */
     if (getenv("PJS_TEST_VERBOSE") != NULL && rc != 0)
         print_message("%s\n", err->msg);
     return rc;
+}
+
+/* decode_into a freshly initialized d. */
+static int decode(builder *b, pjs_grpc_infer *d, pjs_shm_registry *shm, pjs_error *err)
+{
+    pjs_grpc_infer_init(d);
+    return decode_into(b, d, shm, err);
 }
 
 /* Decodes b expecting failure with `code` and a message containing needle. */
@@ -280,12 +287,7 @@ static void test_recycle_between_requests(void **state)
     assert_int_equal(d.arena.total, 0);
 
     demo_request(&b); /* no outputs named, no timeout */
-    size_t len = inference__model_infer_request__get_packed_size(&b.req);
-    uint8_t *buf = malloc(len);
-    assert_non_null(buf);
-    inference__model_infer_request__pack(&b.req, buf);
-    assert_int_equal(pjs_grpc_infer_decode(&d, buf, len, NULL, &err), 0);
-    free(buf);
+    assert_int_equal(decode_into(&b, &d, NULL, &err), 0);
     assert_ptr_equal(d.arena.blocks, block);
     assert_string_equal(d.req.id, "");
     assert_int_equal(d.req.n_requested, 0);
