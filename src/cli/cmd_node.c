@@ -128,6 +128,7 @@ static const struct serve_flag {
     {"metrics-port", required_argument, TO_PUBLIC},
     {"allow-client-shm", no_argument, TO_WORKERS},
     {"server-name", required_argument, TO_WORKERS},
+    {"grpc-stream-write-timeout-ms", required_argument, TO_WORKERS},
     {"admin-token-file", required_argument, TO_PUBLIC},
     {"infer-token-file", required_argument, TO_PUBLIC},
     {"grpc-tls-cert", required_argument, TO_PUBLIC},

@@ -452,6 +452,8 @@ static int frontend_start(pjs_server *s, const pjs_grpc_proxy_ops *proxy, pjs_by
     f->budget = budget;
     f->access = o->access;
     f->node_status_file = o->node_status_file;
+    f->stream_write_stall_ns =
+        o->stream_write_timeout_ms > 0 ? (uint64_t)o->stream_write_timeout_ms * 1000000u : 0;
     f->shutdown_tag.fn = on_shutdown;
     pthread_mutex_init(&f->lock, NULL);
     pthread_cond_init(&f->changed, NULL);

@@ -36,6 +36,9 @@ typedef struct pjs_grpc_options {
                                       lowest ones); 0: no guard */
     const pjs_access *access;      /* who may call what; NULL: no tokens (frontend/access.h) */
     const char *node_status_file;  /* a node's worker: NodeStatus answers this file; NULL */
+    int stream_write_timeout_ms;   /* a decoupled run's responses wait this long at most for
+                                      a ModelStreamInfer client to read; past it the stream
+                                      is closed; 0: until the request's deadline */
 } pjs_grpc_options;
 
 typedef struct pjs_grpc_frontend pjs_grpc_frontend;

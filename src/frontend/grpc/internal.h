@@ -163,6 +163,7 @@ struct pjs_grpc_frontend {
     const pjs_access *access; /* consulted by every call before it is served */
     const char *node_status_file; /* NodeStatus's answer (a node's worker); or NULL */
     size_t max_message;       /* largest inference request, decompressed (--max-request-bytes) */
+    uint64_t stream_write_stall_ns; /* decoupled responses' longest wait for room; 0: none */
     grpc_resource_quota *quota;   /* bounds gRPC's own buffers (--grpc-memory-quota) */
     pjs_grpc_conn_guard *guard;   /* keeps connections within their descriptors; NULL: off */
     grpc_server *core;

@@ -31,7 +31,11 @@
  * one; an error after some responses goes out as error_message. The write
  * queue holds at most STREAM_MAX_QUEUED_WRITES messages: pjserve_respond
  * waits for room, until the request's deadline, so a slow reader slows the
- * run instead of growing memory.
+ * run instead of growing memory. A client that reads nothing at all would
+ * hold the run (and its thread) that long, or forever without a deadline:
+ * once a wait for room has seen no write complete for the front end's
+ * stall bound (--grpc-stream-write-timeout-ms), the stream is cancelled
+ * with RESOURCE_EXHAUSTED and the run's pjserve_respond fails.
  *
  * A caller the access rules refuse gets the refusal as the stream's status
  * before anything is read.
@@ -45,10 +49,14 @@
 #include "frontend/grpc/internal.h"
 
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
+#include <grpc/support/alloc.h>
+
+#include "core/infer.h"
 #include "core/log.h"
 #include "frontend/deadline.h"
 #include "frontend/grpc/codec.h"
@@ -297,8 +305,38 @@ static int final_flag_bytes(bool final, packed_response *out, pjs_error *err)
     return pjs_grpc_pack(&msg.base, &out->bytes, &out->len, err);
 }
 
+/* Waits on s->room until `until` (monotonic ns; 0: no limit); false when
+ * that time came first. */
+static bool wait_room_until(stream_call *s, uint64_t until)
+{
+    if (until == 0)
+        return pthread_cond_wait(&s->room, &s->lock) == 0;
+    struct timespec ts = {.tv_sec = (time_t)(until / 1000000000u),
+                          .tv_nsec = (long)(until % 1000000000u)};
+    return pthread_cond_timedwait(&s->room, &s->lock, &ts) != ETIMEDOUT;
+}
+
+/* The client read nothing for the front end's stall bound while the write
+ * queue was full: the stream is closed, so the run's responding fails and
+ * its thread is free again. */
+static void close_stalled_stream(stream_call *s, const char *model)
+{
+    unsigned long long ms = s->base.frontend->stream_write_stall_ns / 1000000u;
+    char *peer = grpc_call_get_peer(s->base.call);
+    pjs_warn("grpc ModelStreamInfer from %s: model %s: the client read none of %d waiting "
+             "responses for %llu ms; closing the stream (--grpc-stream-write-timeout-ms)",
+             peer != NULL ? peer : "?", model, STREAM_MAX_QUEUED_WRITES, ms);
+    gpr_free(peer);
+    char details[160];
+    snprintf(details, sizeof details,
+             "the client read none of the stream's responses for %llu ms: stream closed", ms);
+    grpc_call_cancel_with_status(s->base.call, GRPC_STATUS_RESOURCE_EXHAUSTED, details, NULL);
+}
+
 /* Queues p (consumed) with its final flag. `wait`: while the write queue is
- * full, wait for room until the request's deadline. */
+ * full, wait for room until the request's deadline, or for at most the
+ * front end's stall bound without a write completing (then the stream is
+ * closed). */
 static int queue_response(stream_item *it, packed_response *p, bool final, bool wait,
                           pjs_error *err)
 {
@@ -317,29 +355,42 @@ static int queue_response(stream_item *it, packed_response *p, bool final, bool 
     grpc_slice_unref(parts[0]);
     grpc_slice_unref(parts[1]);
     uint64_t deadline = it->job.decoded.req.deadline_ns;
-    struct timespec until = {.tv_sec = (time_t)(deadline / 1000000000u),
-                             .tv_nsec = (long)(deadline % 1000000000u)};
+    uint64_t stall_ns = s->base.frontend->stream_write_stall_ns;
     pthread_mutex_lock(&s->lock);
-    bool timed_out = false;
-    while (wait && !s->dead && !timed_out && s->n_queued >= STREAM_MAX_QUEUED_WRITES) {
-        if (deadline == 0)
-            pthread_cond_wait(&s->room, &s->lock);
-        else
-            timed_out = pthread_cond_timedwait(&s->room, &s->lock, &until) == ETIMEDOUT;
+    bool timed_out = false, stalled = false;
+    while (wait && !s->dead && !timed_out && !stalled && s->n_queued >= STREAM_MAX_QUEUED_WRITES) {
+        /* Room comes only when a write completes, so a wait that reaches
+         * its stall bound saw no write complete. */
+        uint64_t stall_at = stall_ns > 0 ? pjs_now_ns() + stall_ns : 0;
+        bool by_stall = stall_at != 0 && (deadline == 0 || stall_at < deadline);
+        if (!wait_room_until(s, by_stall ? stall_at : deadline)) {
+            stalled = by_stall;
+            timed_out = !by_stall;
+        }
     }
-    if (s->dead)
+    if (stalled) {
+        s->dead = true;
+        pthread_cond_broadcast(&s->room);
+        rc = pjs_error_set(err, PJS_ERR_UNAVAILABLE,
+                           "the client read none of the ModelStreamInfer stream's responses for "
+                           "%llu ms: the stream was closed, stop responding",
+                           (unsigned long long)(stall_ns / 1000000u));
+    } else if (s->dead) {
         rc = pjs_error_set(err, PJS_ERR_UNAVAILABLE,
                            "the client closed the ModelStreamInfer stream: stop responding");
-    else if (timed_out)
+    } else if (timed_out) {
         rc = pjs_error_set(err, PJS_ERR_DEADLINE_EXCEEDED,
                            "the request's deadline passed while its responses waited for the "
                            "client to read them");
+    }
     if (rc != 0)
         grpc_byte_buffer_destroy(bb);
     else
         queue_write_locked(s, bb);
     write_next_locked(s);
     pthread_mutex_unlock(&s->lock);
+    if (stalled)
+        close_stalled_stream(s, it->job.decoded.msg->model_name);
     return rc;
 }
 

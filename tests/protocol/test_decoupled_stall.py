@@ -1,0 +1,173 @@
+"""A decoupled model's stream whose client reads nothing
+(--grpc-stream-write-timeout-ms).
+
+A decoupled compute-only meta runs on one of 16 threads of its own, and its
+pjserve_respond waits for room once 64 responses are queued for the stream.
+A client that never reads would hold the run, and the thread, until the
+request's deadline, or forever without one: 16 such streams would stop every
+decoupled model of the server. With the bound, a wait that sees no write
+complete for that long closes the stream (RESOURCE_EXHAUSTED), the run's
+pjserve_respond fails and its thread is free.
+
+The `flood` meta answers COUNT responses of 32 KiB each. Checked: 16
+streams that send a long flood and never read do not keep a reading
+client's flood from being answered, each is reported in the log and ends
+with RESOURCE_EXHAUSTED when finally read; and a client that pauses for less
+than the bound but reads on keeps its stream, since the bound counts time
+without progress, not the run's length.
+"""
+import queue
+import threading
+import time
+
+import grpc
+import numpy as np
+import pytest
+from tritonclient.grpc import service_pb2
+
+from bundle_code import start_server, stop_server, tensor_yaml, write_meta
+from protocol_util import grpc_channel, grpc_stub
+
+MODEL = "flood"
+STREAM_THREADS = 16  # the server's threads for decoupled compute-only metas
+STALL_MS = 500
+CHUNK = 32768
+
+FLOOD_C = r"""
+#include <string.h>
+#include <pjserve/model.h>
+
+/* COUNT i32 [1] -> DATA u8 [32768] per response: zeros after the
+ * response's index (first four bytes). One buffer serves every response:
+ * pjserve_respond has encoded it when it returns. */
+int pjserve_run(pjserve_ctx *ctx, const pjserve_tensor *in, size_t n_in, pjserve_tensor *out,
+                size_t n_out)
+{
+    (void)n_in, (void)n_out;
+    int32_t count = *(const int32_t *)in[0].data;
+    pjserve_tensor data = out[0];
+    data.shape[0] = 32768;
+    data.nbytes = 32768;
+    unsigned char *bytes = pjserve_alloc(ctx, data.nbytes);
+    if (bytes == NULL) {
+        pjserve_error(ctx, "out of memory");
+        return PJSERVE_RESOURCE_EXHAUSTED;
+    }
+    memset(bytes, 0, data.nbytes);
+    data.data = bytes;
+    for (int32_t i = 0; i < count; i++) {
+        memcpy(bytes, &i, sizeof i);
+        int rc = pjserve_respond(ctx, &data, 1, false);
+        if (rc != PJSERVE_OK)
+            return rc;
+    }
+    return PJSERVE_OK;
+}
+"""
+
+
+@pytest.fixture(scope="module")
+def server(pjserve_bin, plugin_path, cache_dir, tmp_path_factory):
+    repo = tmp_path_factory.mktemp("stall-repository")
+    d = write_meta(repo, MODEL, [], tensor_yaml("COUNT", "i32", [1]),
+                   tensor_yaml("DATA", "u8", [CHUNK]), FLOOD_C, pjserve_bin)
+    with open(d / "manifest.yaml", "a") as f:
+        f.write("decoupled: true\n")
+    s = start_server(pjserve_bin, plugin_path, repo, cache_dir,
+                     tmp_path_factory.mktemp("stall-server"),
+                     ["--model-control-mode", "static",
+                      "--grpc-stream-write-timeout-ms", str(STALL_MS)], "stall")
+    yield s
+    stop_server(s)
+
+
+def request(count: int, rid: str) -> service_pb2.ModelInferRequest:
+    r = service_pb2.ModelInferRequest(model_name=MODEL, id=rid)
+    r.inputs.add(name="COUNT", datatype="INT32", shape=[1])
+    r.raw_input_contents.append(np.array([count], np.int32).tobytes())
+    return r
+
+
+def open_stream(url: str, count: int, rid: str):
+    """A stream with one flood request on it, half-closed; nothing is read
+    until the caller iterates the returned responses."""
+    channel = grpc_channel(url)
+    return channel, grpc_stub(channel).ModelStreamInfer(iter([request(count, rid)]))
+
+
+def index_of(msg: service_pb2.ModelStreamInferResponse) -> int:
+    assert msg.error_message == "", msg.error_message
+    return int(np.frombuffer(msg.infer_response.raw_output_contents[0][:4], np.int32)[0])
+
+
+def stall_warnings(s) -> int:
+    return s.stderr_text().count("the client read none of")
+
+
+def test_streams_that_read_nothing_are_closed_and_free_their_threads(server):
+    before = stall_warnings(server)
+    stalled = [open_stream(server.grpc_url, 1_000_000, f"stalled-{i}")
+               for i in range(STREAM_THREADS)]
+    try:
+        # Every decoupled thread now runs a flood nobody reads. A reading
+        # client's flood needs one of those threads: it is answered only
+        # because the stalled runs were stopped.
+        got: "queue.Queue" = queue.Queue()
+        channel, responses = open_stream(server.grpc_url, 3, "reader")
+
+        def read():
+            try:
+                for msg in responses:
+                    got.put(msg)
+                got.put(None)
+            except grpc.RpcError as e:
+                got.put(e)
+        threading.Thread(target=read, daemon=True).start()
+        seen = []
+        while True:
+            msg = got.get(timeout=60)
+            assert not isinstance(msg, grpc.RpcError), msg
+            if msg is None:
+                break
+            if not msg.infer_response.parameters["triton_final_response"].bool_param:
+                seen.append(index_of(msg))
+        channel.close()
+        assert seen == [0, 1, 2]
+
+        deadline = time.monotonic() + 60
+        while stall_warnings(server) - before < STREAM_THREADS and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert stall_warnings(server) - before == STREAM_THREADS, server.stderr_text()[-4000:]
+
+        # What a stalled client finally reads: the responses that were on
+        # their way, in order, then the stream's status.
+        _, first = stalled[0]
+        indices = []
+        with pytest.raises(grpc.RpcError) as e:
+            for msg in first:
+                indices.append(index_of(msg))
+        assert e.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED, e.value
+        assert f"{STALL_MS} ms" in e.value.details()
+        assert indices == list(range(len(indices))) and 0 < len(indices) < 1_000_000
+    finally:
+        for channel, _ in stalled:
+            channel.close()
+
+
+def test_a_client_that_pauses_but_reads_on_keeps_its_stream(server):
+    """Two pauses of 300 ms with the write queue full (under the 500 ms
+    bound each), the whole run well over it: every response arrives."""
+    before = stall_warnings(server)
+    channel, responses = open_stream(server.grpc_url, 2000, "pausing")
+    try:
+        indices = []
+        for msg in responses:
+            if msg.infer_response.parameters["triton_final_response"].bool_param:
+                break
+            indices.append(index_of(msg))
+            if len(indices) in (1, 1000):
+                time.sleep(0.3)
+    finally:
+        channel.close()
+    assert indices == list(range(2000))
+    assert stall_warnings(server) == before
