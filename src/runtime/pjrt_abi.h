@@ -425,6 +425,39 @@ struct pjrt_buffer_on_device_size_in_bytes_args {
     pjrt_buffer *buffer;
     size_t on_device_size_in_bytes; /* out */
 };
+/* PJRT_Buffer_MemoryLayout: minor-to-major order and tiles, or strides. */
+enum { PJRT_BUFFER_MEMORY_LAYOUT_TILED = 0, PJRT_BUFFER_MEMORY_LAYOUT_STRIDES = 1 };
+struct pjrt_buffer_memory_layout_tiled {
+    PJRT_ARGS_HEADER;
+    const int64_t *minor_to_major; /* first: the most minor (fastest varying) dimension */
+    size_t minor_to_major_size;
+    const int64_t *tile_dims;
+    const size_t *tile_dim_sizes;
+    size_t num_tiles;
+};
+struct pjrt_buffer_memory_layout_strides {
+    PJRT_ARGS_HEADER;
+    const int64_t *byte_strides;
+    size_t num_byte_strides;
+};
+struct pjrt_buffer_memory_layout {
+    PJRT_ARGS_HEADER;
+    union {
+        struct pjrt_buffer_memory_layout_tiled tiled;
+        struct pjrt_buffer_memory_layout_strides strides;
+    };
+    int type; /* PJRT_BUFFER_MEMORY_LAYOUT_* */
+};
+struct pjrt_buffer_get_memory_layout_args {
+    PJRT_ARGS_HEADER;
+    pjrt_buffer *buffer;
+    struct pjrt_buffer_memory_layout layout; /* out; owned by the buffer */
+};
+struct pjrt_buffer_unsafe_pointer_args {
+    PJRT_ARGS_HEADER;
+    pjrt_buffer *buffer;
+    uintptr_t buffer_pointer; /* out: on the CPU plugin, the host address of the data */
+};
 struct pjrt_buffer_ready_event_args {
     PJRT_ARGS_HEADER;
     pjrt_buffer *buffer;
@@ -440,7 +473,7 @@ struct pjrt_buffer_copy_to_memory_args {
 struct pjrt_buffer_to_host_buffer_args {
     PJRT_ARGS_HEADER;
     pjrt_buffer *src;
-    void *host_layout;
+    struct pjrt_buffer_memory_layout *host_layout; /* NULL: the buffer's own layout */
     void *dst; /* NULL to ask for dst_size */
     size_t dst_size;
     pjrt_event *event; /* out */
@@ -515,7 +548,7 @@ struct pjrt_api {
     pjrt_error *(*buffer_dimensions)(struct pjrt_buffer_dimensions_args *);
     void *buffer_unpadded_dimensions;
     void *buffer_dynamic_dimension_indices;
-    void *buffer_get_memory_layout;
+    pjrt_error *(*buffer_get_memory_layout)(struct pjrt_buffer_get_memory_layout_args *);
     pjrt_error *(*buffer_on_device_size_in_bytes)(struct pjrt_buffer_on_device_size_in_bytes_args *);
     void *buffer_device;
     pjrt_error *(*buffer_memory)(struct pjrt_buffer_memory_args *);
@@ -525,7 +558,7 @@ struct pjrt_api {
     pjrt_error *(*buffer_to_host_buffer)(struct pjrt_buffer_to_host_buffer_args *);
     void *buffer_is_on_cpu;
     pjrt_error *(*buffer_ready_event)(struct pjrt_buffer_ready_event_args *);
-    void *buffer_unsafe_pointer;
+    pjrt_error *(*buffer_unsafe_pointer)(struct pjrt_buffer_unsafe_pointer_args *);
     void *buffer_increase_external_reference_count;
     void *buffer_decrease_external_reference_count;
     void *buffer_opaque_device_memory_data_pointer;

@@ -60,6 +60,33 @@ struct pjs_rt_client {
 
 enum { HOST_UNDECIDED = 0, HOST_DMA_MAPPED, HOST_PAGEABLE };
 
+/* How an executable's outputs are read back, decided from its first
+ * execution's outputs: their layouts are fixed when it is compiled.
+ *
+ * A result is usually dense and row-major on the device, as pjserve sends
+ * it; a module may give one another order of dimensions (mhlo.layout_mode),
+ * and PJRT_Buffer_ToHostBuffer writes the buffer's own layout (the CPU
+ * plugin ignores a host_layout asking for another), so such an output is
+ * read and then put in row-major order here.
+ *
+ * On the CPU plugin a device buffer is host memory: when every output is
+ * dense (no tiles, its size that of its elements), an output is copied from
+ * its buffer's memory (PJRT_Buffer_UnsafePointer) rather than through
+ * ToHostBuffer, which builds a literal, events and futures and hops to the
+ * plugin's thread pool and back (docs/runtime.md, "Reading outputs"). */
+struct pjs_rt_read_plan {
+    int path; /* PJS_RT_READ_IN_PLACE or PJS_RT_READ_BY_PLUGIN */
+    size_t n;
+    struct {
+        bool row_major;
+        uint8_t minor_to_major[PJS_MAX_RANK]; /* the device's order, when not row_major */
+    } out[];
+};
+
+/* Used when no plan could be allocated: every output read by the plugin, as
+ * row-major. */
+static struct pjs_rt_read_plan plugin_row_major = {.path = PJS_RT_READ_BY_PLUGIN};
+
 static pthread_mutex_t plugins_lock = PTHREAD_MUTEX_INITIALIZER;
 static pjs_rt_plugin *plugins[MAX_PLUGINS];
 static size_t n_plugins;
@@ -897,6 +924,9 @@ void pjs_rt_executable_destroy(pjs_rt_executable *e)
     if (e == NULL)
         return;
     destroy_loaded(e->client->plugin->api, e->loaded);
+    struct pjs_rt_read_plan *plan = atomic_load(&e->read_plan);
+    if (plan != &plugin_row_major)
+        free(plan);
     free(e->params);
     free(e->results);
     free(e);
@@ -1023,8 +1053,8 @@ void pjs_rt_host_free(pjs_rt_client *c, pjs_rt_host_memory *m)
     *m = (pjs_rt_host_memory){0};
 }
 
-/* Starts copying b into dst (dst_size its exact size); *ev completes when
- * dst is written. */
+/* Starts copying b into dst (dst_size its exact size), in the buffer's own
+ * layout; *ev completes when dst is written. */
 static int read_start(pjs_rt_client *c, pjrt_buffer *b, void *dst, size_t dst_size,
                       pjrt_event **ev, pjs_error *err)
 {
@@ -1053,6 +1083,154 @@ int pjs_rt_buffer_to_host(pjs_rt_client *c, pjrt_buffer *b, void *dst, size_t ds
     if (rc != 0)
         return rc;
     return await_event(c->plugin->api, ev, "copying from the device", err);
+}
+
+/* ---- reading outputs back ---------------------------------------------- */
+
+/* The dense size of result o of e; false when it does not fit a size_t. */
+static bool result_bytes(const pjs_rt_executable *e, size_t o, size_t *out)
+{
+    uint64_t n;
+    if (!pjs_shape_nbytes(&e->results[o].shape, pjs_dtype_size(e->results[o].dtype), &n) ||
+        n > SIZE_MAX)
+        return false;
+    *out = (size_t)n;
+    return true;
+}
+
+/* Fills plan->out[o] from b's layout; false when b is not dense (tiled,
+ * strided, padded, or the layout unknown). */
+static bool plan_output(const pjs_rt_executable *e, size_t o, pjrt_buffer *b,
+                        struct pjs_rt_read_plan *plan)
+{
+    const struct pjrt_api *api = e->client->plugin->api;
+    pjs_error ignored;
+    size_t nbytes;
+    struct pjrt_buffer_get_memory_layout_args l = {.struct_size = sizeof l, .buffer = b};
+    struct pjrt_buffer_on_device_size_in_bytes_args z = {.struct_size = sizeof z, .buffer = b};
+    if (!result_bytes(e, o, &nbytes) ||
+        CALL(api, buffer_get_memory_layout, &l, "reading a buffer's layout", &ignored) != 0 ||
+        CALL(api, buffer_on_device_size_in_bytes, &z, "sizing a buffer", &ignored) != 0)
+        return false;
+    const struct pjrt_buffer_memory_layout_tiled *t = &l.layout.tiled;
+    size_t rank = (size_t)e->results[o].shape.rank;
+    if (l.layout.type != PJRT_BUFFER_MEMORY_LAYOUT_TILED || t->num_tiles != 0 ||
+        t->minor_to_major_size != rank || z.on_device_size_in_bytes != nbytes)
+        return false;
+    bool row_major = true, seen[PJS_MAX_RANK] = {false};
+    for (size_t i = 0; i < rank; i++) {
+        int64_t d = t->minor_to_major[i];
+        if (d < 0 || (size_t)d >= rank || seen[d])
+            return false;
+        seen[d] = true;
+        plan->out[o].minor_to_major[i] = (uint8_t)d;
+        row_major = row_major && (size_t)d == rank - 1 - i;
+    }
+    plan->out[o].row_major = row_major;
+    return true;
+}
+
+/* e's plan, decided from `outputs` (those of an execution just started)
+ * the first time. */
+static const struct pjs_rt_read_plan *read_plan(pjs_rt_executable *e, pjrt_buffer *const *outputs)
+{
+    struct pjs_rt_read_plan *plan = atomic_load_explicit(&e->read_plan, memory_order_acquire);
+    if (plan != NULL)
+        return plan;
+    const struct pjrt_api *api = e->client->plugin->api;
+    plan = calloc(1, sizeof *plan + e->n_results * sizeof plan->out[0]);
+    if (plan == NULL)
+        return &plugin_row_major;
+    plan->n = e->n_results;
+    bool dense = true;
+    for (size_t o = 0; o < e->n_results; o++) {
+        plan->out[o].row_major = true; /* what is assumed of a layout the plugin cannot tell */
+        dense = plan_output(e, o, outputs[o], plan) && dense;
+    }
+    plan->path = dense && strcmp(e->client->platform, "cpu") == 0 &&
+                         HAS_SLOT(api, buffer_unsafe_pointer)
+                     ? PJS_RT_READ_IN_PLACE
+                     : PJS_RT_READ_BY_PLUGIN;
+    struct pjs_rt_read_plan *none = NULL;
+    if (!atomic_compare_exchange_strong_explicit(&e->read_plan, &none, plan,
+                                                 memory_order_acq_rel, memory_order_acquire)) {
+        free(plan); /* another execution decided first: the same plan */
+        return none;
+    }
+    return plan;
+}
+
+int pjs_rt_executable_read_path(const pjs_rt_executable *e)
+{
+    const struct pjs_rt_read_plan *plan =
+        atomic_load_explicit(&((pjs_rt_executable *)e)->read_plan, memory_order_acquire);
+    return plan == NULL ? PJS_RT_READ_UNDECIDED : plan->path;
+}
+
+/* Copies a dense array of `shape` whose dimensions lie in memory in
+ * `minor_to_major` order (src) into dst in row-major order. */
+static void copy_to_row_major(void *dst, const void *src, const pjs_shape *shape, size_t elem,
+                              const uint8_t *minor_to_major)
+{
+    int rank = shape->rank;
+    size_t src_stride[PJS_MAX_RANK], step = elem;
+    for (int i = 0; i < rank; i++) { /* from the most minor dimension in memory */
+        src_stride[minor_to_major[i]] = step;
+        step *= (size_t)shape->dims[minor_to_major[i]];
+    }
+    size_t total = step / elem, idx[PJS_MAX_RANK] = {0}, at = 0;
+    unsigned char *out = dst;
+    const unsigned char *in = src;
+    for (size_t k = 0; k < total; k++, out += elem) {
+        memcpy(out, in + at, elem);
+        for (int d = rank - 1; d >= 0; d--) { /* next row-major index */
+            at += src_stride[d];
+            if (++idx[d] < (size_t)shape->dims[d])
+                break;
+            at -= src_stride[d] * idx[d];
+            idx[d] = 0;
+        }
+    }
+}
+
+/* Copies output o (ready) into dst, dst_size its exact size, row-major. */
+static int read_output(pjs_rt_executable *e, const struct pjs_rt_read_plan *plan,
+                       pjrt_buffer *const *outputs, size_t o, void *dst, size_t dst_size,
+                       pjs_error *err)
+{
+    bool row_major = o >= plan->n || plan->out[o].row_major;
+    const pjs_rt_tensor_type *t = &e->results[o];
+    if (plan->path != PJS_RT_READ_IN_PLACE) {
+        if (row_major)
+            return pjs_rt_buffer_to_host(e->client, outputs[o], dst, dst_size, err);
+        void *tmp = malloc(dst_size > 0 ? dst_size : 1);
+        if (tmp == NULL)
+            return pjs_error_set(err, PJS_ERR_NOMEM, "no memory to read back %zu bytes",
+                                 dst_size);
+        int rc = pjs_rt_buffer_to_host(e->client, outputs[o], tmp, dst_size, err);
+        if (rc == 0)
+            copy_to_row_major(dst, tmp, &t->shape, pjs_dtype_size(t->dtype),
+                              plan->out[o].minor_to_major);
+        free(tmp);
+        return rc;
+    }
+    size_t nbytes = 0;
+    result_bytes(e, o, &nbytes); /* fits: checked when the plan was made */
+    if (nbytes != dst_size)
+        return pjs_error_set(err, PJS_ERR_INTERNAL, "device buffer holds %zu bytes, expected %zu",
+                             nbytes, dst_size);
+    if (nbytes == 0)
+        return 0;
+    struct pjrt_buffer_unsafe_pointer_args a = {.struct_size = sizeof a, .buffer = outputs[o]};
+    int rc = CALL(e->client->plugin->api, buffer_unsafe_pointer, &a, "locating an output", err);
+    if (rc != 0)
+        return rc;
+    if (row_major)
+        memcpy(dst, (const void *)a.buffer_pointer, nbytes);
+    else
+        copy_to_row_major(dst, (const void *)a.buffer_pointer, &t->shape,
+                          pjs_dtype_size(t->dtype), plan->out[o].minor_to_major);
+    return 0;
 }
 
 void pjs_rt_buffer_destroy(pjs_rt_client *c, pjrt_buffer *b)
@@ -1105,13 +1283,18 @@ int pjs_rt_execute_read(pjs_rt_executable *e, pjrt_buffer *const *args, pjrt_buf
      * starting the reads before waiting saves a round trip to the device per
      * output. The CPU plugin copies a ready buffer inline but hands a pending
      * one to its thread pool: there the reads start once the execution is done. */
+    const struct pjs_rt_read_plan *plan = rc == 0 && dst != NULL ? read_plan(e, outputs) : NULL;
     bool read_ahead = e->client->reads_ahead;
     size_t started = 0;
     pjrt_event *reads[PJS_RT_MAX_READS_AHEAD];
-    if (rc == 0 && dst != NULL && read_ahead && e->n_results <= PJS_RT_MAX_READS_AHEAD) {
+    bool read[PJS_RT_MAX_READS_AHEAD] = {false};
+    if (plan != NULL && read_ahead && e->n_results <= PJS_RT_MAX_READS_AHEAD) {
         for (; started < e->n_results && rc == 0; started++) {
             reads[started] = NULL;
-            if (dst[started] != NULL)
+            /* an output to reorder is read after the wait, with a copy */
+            read[started] = dst[started] != NULL &&
+                            (started >= plan->n || plan->out[started].row_major);
+            if (read[started])
                 rc = read_start(e->client, outputs[started], dst[started], dst_size[started],
                                 &reads[started], err);
         }
@@ -1131,9 +1314,9 @@ int pjs_rt_execute_read(pjs_rt_executable *e, pjrt_buffer *const *args, pjrt_buf
         waited = await_event(api, reads[o], "copying from the device", rc == 0 ? err : NULL);
         rc = rc != 0 ? rc : waited;
     }
-    for (size_t o = 0; rc == 0 && dst != NULL && !read_ahead && o < e->n_results; o++)
-        if (dst[o] != NULL)
-            rc = pjs_rt_buffer_to_host(e->client, outputs[o], dst[o], dst_size[o], err);
+    for (size_t o = 0; rc == 0 && plan != NULL && o < e->n_results; o++)
+        if (dst[o] != NULL && !(read_ahead && read[o]))
+            rc = read_output(e, plan, outputs, o, dst[o], dst_size[o], err);
     if (rc != 0) {
         for (size_t i = 0; i < e->n_results; i++) {
             pjs_rt_buffer_destroy(e->client, outputs[i]);

@@ -107,6 +107,9 @@ typedef struct pjs_rt_executable {
     pjs_rt_tensor_type *results;
     bool from_cache;        /* loaded from the executable cache, not compiled */
     double compile_seconds; /* time to compile or deserialize */
+    /* How pjs_rt_execute_read reads the outputs back (runtime.c); NULL
+     * until its first execution. */
+    struct pjs_rt_read_plan *_Atomic read_plan;
 } pjs_rt_executable;
 
 /* Compiles a module (MLIR text, bytecode or a StableHLO portable artifact).
@@ -184,5 +187,13 @@ int pjs_rt_execute_read(pjs_rt_executable *e, pjrt_buffer *const *args, pjrt_buf
  * by default on every plugin but the CPU one (see runtime.c); changed for a
  * client (tests run the device plugins' order on the CPU plugin). */
 void pjs_rt_client_set_read_ahead(pjs_rt_client *c, bool read_ahead);
+
+/* How pjs_rt_execute_read reads e's outputs back, decided at its first
+ * execution from their layouts: on the CPU plugin, when every output is
+ * dense, copied from the buffers' memory (IN_PLACE); otherwise through
+ * PJRT_Buffer_ToHostBuffer (BY_PLUGIN). Outputs laid out in another order
+ * than row-major are reordered either way. */
+enum { PJS_RT_READ_UNDECIDED = 0, PJS_RT_READ_IN_PLACE, PJS_RT_READ_BY_PLUGIN };
+int pjs_rt_executable_read_path(const pjs_rt_executable *e);
 
 #endif

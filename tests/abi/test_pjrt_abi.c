@@ -740,6 +740,36 @@ static void test_pjrt_async_host_to_device_transfer_manager_retrieve_buffer_args
     FIELD(pjrt_async_host_to_device_transfer_manager_retrieve_buffer_args, PJRT_AsyncHostToDeviceTransferManager_RetrieveBuffer_Args, buffer_out);
 }
 
+/* Reading outputs back: a buffer's layout (asked of every plugin once per
+ * executable; a plugin that refused the struct would leave pjserve assuming
+ * row-major) and, on the CPU plugin only, its address. Both structs are the
+ * same at API 0.116 as in the wheel's header. */
+static void test_pjrt_buffer_memory_layout(void **state)
+{
+    (void)state;
+    SIZE(pjrt_buffer_memory_layout_tiled, PJRT_Buffer_MemoryLayout_Tiled);
+    FIELD(pjrt_buffer_memory_layout_tiled, PJRT_Buffer_MemoryLayout_Tiled, minor_to_major);
+    FIELD(pjrt_buffer_memory_layout_tiled, PJRT_Buffer_MemoryLayout_Tiled, minor_to_major_size);
+    FIELD(pjrt_buffer_memory_layout_tiled, PJRT_Buffer_MemoryLayout_Tiled, tile_dims);
+    FIELD(pjrt_buffer_memory_layout_tiled, PJRT_Buffer_MemoryLayout_Tiled, tile_dim_sizes);
+    FIELD(pjrt_buffer_memory_layout_tiled, PJRT_Buffer_MemoryLayout_Tiled, num_tiles);
+    SIZE(pjrt_buffer_memory_layout_strides, PJRT_Buffer_MemoryLayout_Strides);
+    FIELD(pjrt_buffer_memory_layout_strides, PJRT_Buffer_MemoryLayout_Strides, byte_strides);
+    FIELD(pjrt_buffer_memory_layout_strides, PJRT_Buffer_MemoryLayout_Strides, num_byte_strides);
+    SIZE(pjrt_buffer_memory_layout, PJRT_Buffer_MemoryLayout);
+    FIELD(pjrt_buffer_memory_layout, PJRT_Buffer_MemoryLayout, tiled);
+    FIELD(pjrt_buffer_memory_layout, PJRT_Buffer_MemoryLayout, strides);
+    FIELD(pjrt_buffer_memory_layout, PJRT_Buffer_MemoryLayout, type);
+    assert_int_equal(PJRT_BUFFER_MEMORY_LAYOUT_TILED, PJRT_Buffer_MemoryLayout_Type_Tiled);
+    assert_int_equal(PJRT_BUFFER_MEMORY_LAYOUT_STRIDES, PJRT_Buffer_MemoryLayout_Type_Strides);
+    SIZE(pjrt_buffer_get_memory_layout_args, PJRT_Buffer_GetMemoryLayout_Args);
+    FIELD(pjrt_buffer_get_memory_layout_args, PJRT_Buffer_GetMemoryLayout_Args, buffer);
+    FIELD(pjrt_buffer_get_memory_layout_args, PJRT_Buffer_GetMemoryLayout_Args, layout);
+    SIZE(pjrt_buffer_unsafe_pointer_args, PJRT_Buffer_UnsafePointer_Args);
+    FIELD(pjrt_buffer_unsafe_pointer_args, PJRT_Buffer_UnsafePointer_Args, buffer);
+    FIELD(pjrt_buffer_unsafe_pointer_args, PJRT_Buffer_UnsafePointer_Args, buffer_pointer);
+}
+
 static void test_pjrt_buffer_ready_event_args(void **state)
 {
     (void)state;
@@ -829,6 +859,7 @@ int main(void)
         cmocka_unit_test(test_pjrt_async_host_to_device_transfer_manager_destroy_args),
         cmocka_unit_test(test_pjrt_async_host_to_device_transfer_manager_transfer_data_args),
         cmocka_unit_test(test_pjrt_async_host_to_device_transfer_manager_retrieve_buffer_args),
+        cmocka_unit_test(test_pjrt_buffer_memory_layout),
         cmocka_unit_test(test_pjrt_buffer_ready_event_args),
         cmocka_unit_test(test_pjrt_buffer_memory_args),
         cmocka_unit_test(test_pjrt_buffer_copy_to_memory_args),

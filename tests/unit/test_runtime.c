@@ -217,6 +217,8 @@ static void test_execute_read_in_both_orders(void **state)
         uint64_t executed = 0;
         assert_int_equal(pjs_rt_execute_read(e, args, out, dst, sizes, &executed, &err), 0);
         assert_true(executed > 0);
+        /* the CPU plugin's dense outputs are copied from the buffers' memory */
+        assert_int_equal(pjs_rt_executable_read_path(e), PJS_RT_READ_IN_PLACE);
         for (int i = 0; i < 6; i++)
             assert_true(sum[i] == w[i] + x[i]);
         assert_int_equal(xb[1], 0xbf80); /* -1 in bf16 */
@@ -232,6 +234,59 @@ static void test_execute_read_in_both_orders(void **state)
             pjs_rt_buffer_destroy(client, args[i]);
     }
     pjs_rt_client_set_read_ahead(client, false);
+    pjs_rt_executable_destroy(e);
+}
+
+/* Results a module lays out in another order than row-major
+ * (mhlo.layout_mode: column-major, and a rank-3 permutation) come back
+ * row-major, like the row-major one beside them, read in place on the CPU
+ * plugin, in both read orders. */
+static void test_results_in_other_layouts_come_back_row_major(void **state)
+{
+    (void)state;
+    static const char module[] =
+        "module @layouts {\n"
+        "  func.func public @main(%x: tensor<2x3xf32>, %y: tensor<2x3x4xi32>)\n"
+        "      -> (tensor<2x3xf32>, tensor<2x3xf32> {mhlo.layout_mode = \"{0,1}\"},\n"
+        "          tensor<2x3x4xi32> {mhlo.layout_mode = \"{1,0,2}\"}) {\n"
+        "    %0 = stablehlo.negate %x : tensor<2x3xf32>\n"
+        "    %1 = stablehlo.negate %x : tensor<2x3xf32>\n"
+        "    %2 = stablehlo.negate %y : tensor<2x3x4xi32>\n"
+        "    return %0, %1, %2 : tensor<2x3xf32>, tensor<2x3xf32>, tensor<2x3x4xi32>\n"
+        "  }\n"
+        "}\n";
+    pjs_rt_executable *e;
+    pjs_error err;
+    assert_int_equal(pjs_rt_compile(client, module, strlen(module), NULL, "layouts", &e, &err), 0);
+    assert_int_equal(pjs_rt_executable_read_path(e), PJS_RT_READ_UNDECIDED);
+    float x[6] = {1, 2, 3, 4, 5, 6};
+    int32_t y[24];
+    for (int i = 0; i < 24; i++)
+        y[i] = i;
+    pjrt_buffer *args[2];
+    assert_int_equal(pjs_rt_buffer_from_host(client, PJS_DTYPE_F32, &e->params[0].shape, x, &args[0], &err), 0);
+    assert_int_equal(pjs_rt_buffer_from_host(client, PJS_DTYPE_I32, &e->params[1].shape, y, &args[1], &err), 0);
+    for (int ahead = 0; ahead < 2; ahead++) {
+        pjs_rt_client_set_read_ahead(client, ahead);
+        float a[6] = {0}, b[6] = {0};
+        int32_t c[24] = {0};
+        void *dst[3] = {a, b, c};
+        size_t sizes[3] = {sizeof a, sizeof b, sizeof c};
+        pjrt_buffer *out[3];
+        assert_int_equal(pjs_rt_execute_read(e, args, out, dst, sizes, NULL, &err), 0);
+        for (int i = 0; i < 6; i++) {
+            assert_true(a[i] == -x[i]);
+            assert_true(b[i] == -x[i]);
+        }
+        for (int i = 0; i < 24; i++)
+            assert_int_equal(c[i], -i);
+        for (int i = 0; i < 3; i++)
+            pjs_rt_buffer_destroy(client, out[i]);
+        assert_int_equal(pjs_rt_executable_read_path(e), PJS_RT_READ_IN_PLACE);
+    }
+    pjs_rt_client_set_read_ahead(client, false);
+    for (int i = 0; i < 2; i++)
+        pjs_rt_buffer_destroy(client, args[i]);
     pjs_rt_executable_destroy(e);
 }
 
@@ -324,6 +379,7 @@ int main(void)
         cmocka_unit_test(test_execute_values),
         cmocka_unit_test(test_execute_with_wrong_argument_shape_fails_cleanly),
         cmocka_unit_test(test_execute_read_in_both_orders),
+        cmocka_unit_test(test_results_in_other_layouts_come_back_row_major),
         cmocka_unit_test(test_upload_either_side_of_the_staging_limit),
         cmocka_unit_test(test_compile_error_carries_plugin_message),
         cmocka_unit_test(test_option_parse),
