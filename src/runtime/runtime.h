@@ -110,7 +110,16 @@ typedef struct pjs_rt_executable {
     /* How pjs_rt_execute_read reads the outputs back (runtime.c); NULL
      * until its first execution. */
     struct pjs_rt_read_plan *_Atomic read_plan;
+    /* Its executions' usual time, from the execute call to completion
+     * (an average; 0 before the first); shortens waits (runtime.c). */
+    _Atomic uint64_t usual_exec_ns;
 } pjs_rt_executable;
+
+/* Executions that usually take at most this long are waited for by
+ * polling their completion event first, for twice their usual time, rather
+ * than sleeping at once: that saves two thread wake-ups when the execution
+ * is quick (docs/runtime.md, "Waiting for an execution"). */
+#define PJS_RT_SPIN_UNDER_NS 50000u
 
 /* Compiles a module (MLIR text, bytecode or a StableHLO portable artifact).
  * With a cache, a valid entry is loaded instead and a fresh compile is stored.

@@ -7,6 +7,7 @@
  * transfer errors come back as pjs_errors carrying the plugin's message.
  */
 #include <setjmp.h>
+#include <stdatomic.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -219,6 +220,8 @@ static void test_execute_read_in_both_orders(void **state)
         assert_true(executed > 0);
         /* the CPU plugin's dense outputs are copied from the buffers' memory */
         assert_int_equal(pjs_rt_executable_read_path(e), PJS_RT_READ_IN_PLACE);
+        /* the execution's time is kept for the next waits */
+        assert_true(atomic_load(&e->usual_exec_ns) > 0);
         for (int i = 0; i < 6; i++)
             assert_true(sum[i] == w[i] + x[i]);
         assert_int_equal(xb[1], 0xbf80); /* -1 in bf16 */
