@@ -13,8 +13,9 @@
  * arrives with the call (GRPC_SRM_PAYLOAD_READ_INITIAL_BYTE_BUFFER) and is
  * sent back unchanged, with the initial metadata, the status and the receive
  * of the client's close in one batch. No decoding, no allocation besides the
- * call's own. The threading is pjserve's front end's: N threads (default 4)
- * wait on one completion queue and run whatever event comes; one call of
+ * call's own. The threading is pjserve's front end's: N threads (default,
+ * as pjserve's: one per CPU the process may run on, at most 4) wait on one
+ * completion queue and run whatever event comes; one call of
  * the method is requested at a time, and the thread that receives it
  * requests the next before answering. SIGINT or SIGTERM shuts it down.
  *
@@ -41,6 +42,7 @@
 #include <errno.h>
 #include <getopt.h>
 #include <pthread.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdbool.h>
@@ -69,6 +71,14 @@
 /* First capacity of a worker's latency record; it doubles as needed. */
 #define FIRST_RECORD 4096
 
+/* pjserve's default count of gRPC threads (src/frontend/grpc/frontend.c). */
+static long default_threads(void)
+{
+    cpu_set_t set;
+    long cpus = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : 1;
+    return cpus < 1 ? 1 : cpus > 4 ? 4 : cpus;
+}
+
 static const char usage[] =
     "usage: pjs_bench_grpc_floor echo-server --port P [--host H] [--threads N]\n"
     "       pjs_bench_grpc_floor client --target HOST:PORT --method echo|infer\n"
@@ -77,8 +87,9 @@ static const char usage[] =
     "                            [--warmup S] [--shared-channel] [--json]\n"
     "\n"
     "echo-server: a unary gRPC method (" ECHO_METHOD ") that returns the request\n"
-    "  bytes unchanged; N threads (default 4) on one completion queue. --port 0 picks a\n"
-    "  free port; the port is printed. SIGINT or SIGTERM stops it.\n"
+    "  bytes unchanged; N threads on one completion queue (default, as pjserve's: one\n"
+    "  per CPU the process may run on, at most 4). --port 0 picks a free port; the port\n"
+    "  is printed. SIGINT or SIGTERM stops it.\n"
     "client: C synchronous workers, one call at a time each, for S seconds (default 5)\n"
     "  after a warm-up (default 1 s). infer sends a ModelInfer request for --model\n"
     "  (default mlp) with one input (default x FP32 [1,16]) in raw_input_contents;\n"
@@ -240,7 +251,7 @@ static int echo_server_main(int argc, char **argv)
                                          {"help", no_argument, NULL, 'h'},
                                          {NULL, 0, NULL, 0}};
     const char *host = "127.0.0.1";
-    long port = -1, n_threads = 4;
+    long port = -1, n_threads = default_threads();
     int opt;
     while ((opt = getopt_long(argc, argv, "H:p:t:h", opts, NULL)) != -1) {
         switch (opt) {

@@ -36,7 +36,8 @@ JAX call in-process is timed as well.
 
 The echo floor (unless --no-floor): build/pjs_bench_grpc_floor runs a bare
 echo server on the same gRPC C core (bench/grpc_floor.c: one unary method
-returning the request bytes, 4 threads on one completion queue), and its C
+returning the request bytes, as many threads on one completion queue as
+pjserve's gRPC front end takes by default), and its C
 client measures, at each concurrency for --seconds after 1 s of warm-up,
 the echo of a batch-1 ModelInferRequest's bytes and a real ModelInfer on
 pjserve (and the baseline); the ratio of pjserve's p50 to the echo's is
@@ -89,6 +90,9 @@ PEER_SCRIPTS = {"triton": "triton_server.py", "pytriton": "pytriton_server.py",
                 "mlserver": "mlserver_server.py"}
 # Each server's counter of successful inference requests, on its metrics port.
 SUCCESS_METRIC = {"mlserver": "model_infer_request_success_total"}
+# The echo floor's threads: what pjserve's gRPC front end takes by default,
+# one per CPU this process may run on, at most 4 (src/frontend/grpc/frontend.c).
+ECHO_THREADS = min(len(os.sched_getaffinity(0)), 4)
 DEFAULT_SUCCESS_METRIC = "nv_inference_request_success"
 ECHO = "echo"
 ECHO_LABEL = "echo floor (gRPC C core)"
@@ -670,7 +674,7 @@ def main(argv=None):
                                          "the server counted",
                            "floor": None if a.no_floor else {
                                "seconds": a.seconds, "warmup_s": FLOOR_WARMUP_S,
-                               "echo_server_threads": 4, "channels": "one per worker"}},
+                               "echo_server_threads": ECHO_THREADS, "channels": "one per worker"}},
               "model": {"name": common.MODEL_NAME,
                         "input": f"{common.INPUT_NAME} FP32 [batch,{common.INPUT_SHAPE[0]}]",
                         "output": f"{common.OUTPUT_NAME} FP32 [batch,{common.OUTPUT_SHAPE[0]}]",
@@ -709,7 +713,8 @@ def main(argv=None):
         if not a.no_floor:
             port = next(ports)
             echo = EchoServer([str(floor_bin), "echo-server", "--host", "127.0.0.1",
-                               "--port", str(port), "--threads", "4"], port, work / "echo.log")
+                               "--port", str(port), "--threads", str(ECHO_THREADS)], port,
+                              work / "echo.log")
 
         result["verification"] = {}
         for s in servers:

@@ -86,7 +86,8 @@ typedef struct pjs_cli_endpoint {
     "  --grpc-keepalive-time-ms N     ping idle connections every N ms\n"                         \
     "  --grpc-keepalive-timeout-ms N  close a connection whose ping gets no answer\n"             \
     "  --grpc-keepalive-permit-without-calls  allow client pings with no call open\n"             \
-    "  --grpc-threads N        gRPC completion-queue threads (default 4)\n"                       \
+    "  --grpc-threads N        gRPC completion-queue threads (default: one per CPU\n"             \
+    "                          the process may run on, at most 4)\n"                              \
     "  --grpc-max-concurrent-streams N  calls open at once on one gRPC connection;\n"             \
     "                          more are refused (default 128)\n"                                  \
     "  --grpc-max-connection-idle-ms MS  close a gRPC connection with no call open\n"             \
@@ -101,7 +102,8 @@ typedef struct pjs_cli_endpoint {
     "HTTP/REST and metrics ports (docs/serving.md, section Limits; both ports):\n"                 \
     "  --http-host ADDR        REST address (default: --host)\n"                                  \
     "  --metrics-host ADDR     metrics address (default: --host)\n"                               \
-    "  --http-threads N        HTTP connection threads (default 4)\n"                             \
+    "  --http-threads N        HTTP connection threads (default: one per CPU online,\n"           \
+    "                          at least 2, at most 16)\n"                                         \
     "  --http-max-connections N  connections open at once per port; more wait in\n"               \
     "                          the listen queue (default: 1000, or a quarter of the\n"            \
     "                          open-file limit when that is lower)\n"                             \
