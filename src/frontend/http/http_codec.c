@@ -582,8 +582,12 @@ static int decode_outputs(pjs_http_infer *d, const json_t *root, pjs_error *err)
 int pjs_http_infer_decode(pjs_http_infer *d, const void *body, size_t body_len,
                           const char *header_length, pjs_error *err)
 {
-    memset(d, 0, sizeof *d);
+    /* Only what is read before it is written: input_shm[i] and views[v] are
+     * set as inputs and views are added, so a reused d is not cleared whole. */
     pjs_infer_request_init(&d->req);
+    d->header = NULL;
+    d->n_converted = 0;
+    d->n_views = 0;
     for (size_t k = 0; k < PJS_INFER_MAX_TENSORS; k++)
         d->output_view[k] = -1;
     size_t json_len = 0;

@@ -107,7 +107,15 @@ struct pjs_http_frontend {
     pjs_work_pool *jobs_pool; /* runs deferred jobs (REST only; NULL for metrics) */
     int open_calls;       /* requests begun and not yet completed; guarded by lock */
     atomic_bool stopping; /* replies ask clients to close their connections */
+
+    /* Decoded inference requests (about 32 KB each) kept for the next ones
+     * (http_infer.c), at most PJS_HTTP_INFER_POOL. */
+    pthread_mutex_t infer_pool_lock;
+    struct pjs__http_pooled_infer *infer_pool;
+    size_t n_infer_pool;
 };
+
+#define PJS_HTTP_INFER_POOL 64
 
 /* A response waiting to be queued. */
 typedef struct pjs__http_reply {
@@ -252,5 +260,7 @@ bool pjs__http_infer_limit(pjs__http_call *c, const char *model, const char *ver
 void pjs__http_infer(pjs__http_call *c, const char *model, const char *version);
 /* Releases an unfinished inference of c (after a failure or at shutdown). */
 void pjs__http_infer_discard(pjs__http_call *c);
+/* Frees the pooled decoded requests (the front end is being freed). */
+void pjs__http_infer_pool_drain(pjs_http_frontend *fe);
 
 #endif
