@@ -1210,6 +1210,8 @@ static void copy_to_row_major(void *dst, const void *src, const pjs_shape *shape
                               const uint8_t *minor_to_major)
 {
     int rank = shape->rank;
+    if (elem == 0)
+        return;
     size_t src_stride[PJS_MAX_RANK], step = elem;
     for (int i = 0; i < rank; i++) { /* from the most minor dimension in memory */
         src_stride[minor_to_major[i]] = step;
