@@ -182,15 +182,19 @@ def exec_and_requests(server, model):
             metric(samples, "nv_inference_request_success", model=model, version="1"))
 
 
+# Bursts of steps a coalescing test sends at most (see its docstring).
+BURSTS = 20
+
+
 def run_rounds_of_steps(server, first_id: int, n_seq: int, steps: int, seed: int):
     """n_seq sequences step at once (each round's steps sent together, async
-    over 8 connections, then awaited), `steps` rounds: each answer is its
+    over a connection each, then awaited), `steps` rounds: each answer is its
     sequence's running sum. Returns (requests, executions) the server counted."""
     rng = np.random.default_rng(seed)
     xs = rng.standard_normal((n_seq, steps, 1, WIDTH)).astype(np.float32)
     totals = np.cumsum(xs, axis=1)
     exec0, req0 = exec_and_requests(server, MODEL)
-    conns = [grpcclient.InferenceServerClient(server.grpc_url) for _ in range(8)]
+    conns = [grpcclient.InferenceServerClient(server.grpc_url) for _ in range(n_seq)]
     done = queue.Queue()
 
     def finished(i, result, error):
@@ -220,10 +224,10 @@ def test_steps_of_many_sequences_coalesce(server):
     answer is right, and the executions are fewer than the requests (rows of
     different sequences, each with its own state row, ran in one batch).
     Steps coalesce only when they queue behind an execution, and a fast
-    server may keep up with one burst: up to five bursts (fresh sequences
-    each) are sent until one has coalesced."""
+    server often keeps up with a burst: up to BURSTS bursts (fresh
+    sequences each) are sent until one has coalesced."""
     n_seq, steps = 48, 4
-    for attempt in range(5):
+    for attempt in range(BURSTS):
         requests, executions = run_rounds_of_steps(server, 50000 + 100 * attempt, n_seq, steps,
                                                    seed=6 + attempt)
         assert requests == n_seq * steps
@@ -235,7 +239,7 @@ def test_steps_of_many_sequences_coalesce(server):
             return
         if executions < requests:
             return
-    pytest.fail(f"five bursts of {n_seq * steps} steps of {n_seq} sequences never coalesced: "
+    pytest.fail(f"{BURSTS} bursts of {n_seq * steps} steps of {n_seq} sequences never coalesced: "
                 f"{executions} executions for {requests} steps in the last")
 
 
