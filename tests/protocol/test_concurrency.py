@@ -105,16 +105,25 @@ def test_idle_device_runs_on_the_request_thread(server, gclient, hclient, cases)
     if per_execution_us > 1000:
         pytest.skip(f"an execution takes {per_execution_us:.0f} us in this build, too close to "
                     "the 2 ms a request thread runs itself")
-    inline0, worker0, exec0 = device_plans(server)
-    for i in range(15):
-        got, _ = grpc_infer_case(gclient, case)
-        case.check(got, f"gRPC request {i}")
-        got, _ = http_infer_case(hclient, case)
-        case.check(got, f"HTTP request {i}")
-    inline1, worker1, exec1 = device_plans(server)
-    assert exec1 - exec0 == 30
-    assert inline1 - inline0 == 30, (inline0, inline1, worker0, worker1)
-    assert worker1 == worker0
+    # One execution slower than 2 ms (a sanitizer build on a busy machine)
+    # sends the next few to a worker until the estimate settles again, as
+    # designed: a block of 30 is retried, up to three times, for one that
+    # ran on the request threads alone.
+    blocks = []
+    for _ in range(3):
+        inline0, worker0, exec0 = device_plans(server)
+        for i in range(15):
+            got, _ = grpc_infer_case(gclient, case)
+            case.check(got, f"gRPC request {i}")
+            got, _ = http_infer_case(hclient, case)
+            case.check(got, f"HTTP request {i}")
+        inline1, worker1, exec1 = device_plans(server)
+        assert exec1 - exec0 == 30
+        blocks.append((inline1 - inline0, worker1 - worker0))
+        if blocks[-1] == (30, 0):
+            return
+    pytest.fail(f"no block of 30 sequential requests ran on the request threads alone: "
+                f"(on request threads, on workers) per block: {blocks}")
 
 
 def test_busy_device_plans_add_up(server, cases):
