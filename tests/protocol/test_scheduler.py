@@ -31,8 +31,9 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
-from protocol_util import (Case, assert_matches, grpc_code, grpc_infer_case, grpc_inputs,
-                           http_infer_case, metric, parse_metrics, run_threads, scrape, serve_only)
+from protocol_util import (NODE_WORKERS, Case, assert_matches, grpc_code, grpc_infer_case,
+                           grpc_inputs, http_infer_case, metric, parse_metrics, run_threads,
+                           scrape, serve_only)
 
 MAX_BATCH = 8                   # the largest compiled size of the demo bundles (1, 4, 8)
 THREADS = 32
@@ -210,8 +211,14 @@ def test_coalescing_is_exact_and_counted(server_factory, cases, exported, model)
     assert d["success"] == requests and d["fail"] == 0, d
     assert d["inference_count"] == rows, d
     # Coalescing: fewer executions than requests, some serving several rows.
-    assert d["execution_count"] < requests, \
-        f"{requests} concurrent requests ran in {d['execution_count']} executions: none coalesced"
+    # Behind a node the gateway hands each worker (one gRPC thread) its calls
+    # one by one, and a worker that keeps up has no queue to coalesce: there
+    # only the accounting is checked (as in test_sequence).
+    if NODE_WORKERS:
+        assert d["execution_count"] <= requests, d
+    else:
+        assert d["execution_count"] < requests, \
+            f"{requests} concurrent requests ran in {d['execution_count']} executions: none coalesced"
     assert any(b > 1 for b in d["batch"]), d
     assert all(1 <= b <= MAX_BATCH for b in d["batch"]), d
     # batch_stats account for every execution and every row.
