@@ -9,7 +9,7 @@ decoupled model of the server. With the bound, a wait that sees no write
 complete for that long closes the stream (RESOURCE_EXHAUSTED), the run's
 pjserve_respond fails and its thread is free.
 
-The `flood` meta answers COUNT responses of 32 KiB each. Checked: 16
+The `flood` meta answers COUNT responses of 8 KiB each. Checked: 16
 streams that send a long flood and never read do not keep a reading
 client's flood from being answered, each is reported in the log and ends
 with RESOURCE_EXHAUSTED when finally read; and a client that pauses for less
@@ -26,18 +26,18 @@ import pytest
 from tritonclient.grpc import service_pb2
 
 from bundle_code import start_server, stop_server, tensor_yaml, write_meta
-from protocol_util import grpc_channel, grpc_stub
+from protocol_util import grpc_stub
 
 MODEL = "flood"
 STREAM_THREADS = 16  # the server's threads for decoupled compute-only metas
 STALL_MS = 500
-CHUNK = 32768
+CHUNK = 8192
 
 FLOOD_C = r"""
 #include <string.h>
 #include <pjserve/model.h>
 
-/* COUNT i32 [1] -> DATA u8 [32768] per response: zeros after the
+/* COUNT i32 [1] -> DATA u8 [8192] per response: zeros after the
  * response's index (first four bytes). One buffer serves every response:
  * pjserve_respond has encoded it when it returns. */
 int pjserve_run(pjserve_ctx *ctx, const pjserve_tensor *in, size_t n_in, pjserve_tensor *out,
@@ -46,8 +46,8 @@ int pjserve_run(pjserve_ctx *ctx, const pjserve_tensor *in, size_t n_in, pjserve
     (void)n_in, (void)n_out;
     int32_t count = *(const int32_t *)in[0].data;
     pjserve_tensor data = out[0];
-    data.shape[0] = 32768;
-    data.nbytes = 32768;
+    data.shape[0] = 8192;
+    data.nbytes = 8192;
     unsigned char *bytes = pjserve_alloc(ctx, data.nbytes);
     if (bytes == NULL) {
         pjserve_error(ctx, "out of memory");
@@ -91,7 +91,11 @@ def request(count: int, rid: str) -> service_pb2.ModelInferRequest:
 def open_stream(url: str, count: int, rid: str):
     """A stream with one flood request on it, half-closed; nothing is read
     until the caller iterates the returned responses."""
-    channel = grpc_channel(url)
+    # Without BDP probing the client's flow-control window stays at 64 KB, so
+    # a stream that is not read stalls after little data (a sanitizer build
+    # packs every byte slowly).
+    channel = grpc.insecure_channel(url, options=[("grpc.http2.bdp_probe", 0),
+                                                  ("grpc.max_receive_message_length", -1)])
     return channel, grpc_stub(channel).ModelStreamInfer(iter([request(count, rid)]))
 
 
