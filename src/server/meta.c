@@ -235,8 +235,12 @@ int pjs_meta_call_start(pjs_hook_ctx *ctx, const char *model, const pjserve_tens
         return PJSERVE_RESOURCE_EXHAUSTED;
     }
     c->n_parts = n_parts;
+    /* Linked under the lock: a part of an earlier call may be completing on
+     * a worker and walking the list to pass the run's turn on. */
+    pthread_mutex_lock(&run->lock);
     c->next = run->calls;
     run->calls = c;
+    pthread_mutex_unlock(&run->lock);
     int rc = 0;
     for (size_t k = 0; k < n_parts && rc == 0; k++) {
         int64_t first = (int64_t)k * (max > 0 ? max : rows);
