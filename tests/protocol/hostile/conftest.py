@@ -37,6 +37,31 @@ def open_fds(server) -> int:
     return len(list(Path(f"/proc/{server.proc.pid}/fd").iterdir()))
 
 
+def wait_until_read(port: int, timeout: float = 30.0):
+    """Waits until the server has read every byte sent to it on `port`: on
+    both ends of each established connection to or from `port`, the send queue
+    and the receive queue (tx_queue, rx_queue in /proc/net/tcp) are empty, on
+    two looks in a row. sendall returns once the kernel holds the bytes, not
+    once the server has read them; tests that count what the server did with
+    them wait here first."""
+    deadline = time.monotonic() + timeout
+    empty_before = False
+    while True:
+        queued = 0
+        for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+            for line in Path(table).read_text().splitlines()[1:]:
+                f = line.split()
+                ends = (int(f[1].rsplit(":", 1)[1], 16), int(f[2].rsplit(":", 1)[1], 16))
+                if port in ends and f[3] == "01":  # ESTABLISHED
+                    tx, rx = f[4].split(":")
+                    queued += int(tx, 16) + int(rx, 16)
+        if queued == 0 and empty_before:
+            return
+        empty_before = queued == 0
+        assert time.monotonic() < deadline, f"{queued} bytes still unread on port {port}"
+        time.sleep(0.02)
+
+
 def timed(fn, *args, **kw):
     """(result, seconds) of one call."""
     t0 = time.monotonic()

@@ -31,7 +31,8 @@ import zlib
 
 import pytest
 
-from .conftest import http_mlp_infer, open_fds, raise_fd_limit, timed, vm_hwm_mib, vm_rss_mib
+from .conftest import (http_mlp_infer, open_fds, raise_fd_limit, timed, vm_hwm_mib, vm_rss_mib,
+                       wait_until_read)
 
 # A normal request must be answered within this many seconds while attacked.
 NORMAL_LATENCY_S = 1.5
@@ -256,6 +257,9 @@ def test_inflight_budget_refuses_a_crowd_of_large_bodies(server_factory):
         conns.append(c)
     for c in conns:  # most of each body, so that they are all held at once
         c.sendall(body[: size - 1024])
+    # Only bytes the server has read count against the budget: a server slow to
+    # read would find budget given back by the first replies below.
+    wait_until_read(s.http_port)
     normal = http_mlp_infer(s.http_url)
     statuses = []
     for c in conns:
