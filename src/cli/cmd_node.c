@@ -94,7 +94,8 @@ static const char help[] =
     "  --grpc-keepalive-* --grpc-max-concurrent-streams --grpc-max-connection-idle-ms\n"
     "  --grpc-handshake-timeout-ms --grpc-memory-quota --grpc-threads --http-threads\n"
     "  --http-max-connections --http-max-connections-per-ip --http-*-timeout-s\n"
-    "  --max-request-bytes --max-inflight-request-bytes (these two: workers too)\n"
+    "  --max-request-bytes --max-inflight-request-bytes\n"
+    "  --grpc-stream-write-timeout-ms (these three: workers too)\n"
     "\n"
     "every other flag of 'pjserve serve' (model control, weights, shared weights,\n"
     "client shared memory, scheduler, meta models, --config, plugin and cache)\n"
@@ -128,7 +129,7 @@ static const struct serve_flag {
     {"metrics-port", required_argument, TO_PUBLIC},
     {"allow-client-shm", no_argument, TO_WORKERS},
     {"server-name", required_argument, TO_WORKERS},
-    {"grpc-stream-write-timeout-ms", required_argument, TO_WORKERS},
+    {"grpc-stream-write-timeout-ms", required_argument, TO_BOTH},
     {"admin-token-file", required_argument, TO_PUBLIC},
     {"infer-token-file", required_argument, TO_PUBLIC},
     {"grpc-tls-cert", required_argument, TO_PUBLIC},

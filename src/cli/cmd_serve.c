@@ -59,12 +59,6 @@ static const char help[] =
     "  --node-status-file FILE answer GET /v2/pjserve/node and NodeStatus with this\n"
     "                          JSON file (set by pjserve node for its worker;\n"
     "                          default: 404 / NOT_FOUND)\n"
-    "  --grpc-stream-write-timeout-ms MS  a decoupled model's run waits at most MS\n"
-    "                          ms for room while a ModelStreamInfer client reads none\n"
-    "                          of its 64 queued responses; then the stream is closed\n"
-    "                          (RESOURCE_EXHAUSTED), the run's pjserve_respond fails\n"
-    "                          and its thread is free (default 30000; 0: wait until\n"
-    "                          the request's deadline, or forever without one)\n"
     "\n"
     PJS_CLI_ENDPOINT_HELP
     "\n"
@@ -193,7 +187,6 @@ typedef struct serve_args {
     bool allow_client_shm;
     const char *server_name;      /* NULL: not given */
     const char *node_status_file; /* NULL: not given */
-    int stream_write_timeout_ms;
     pjs_control_mode control_mode;
     uint64_t repository_poll_ms;
     uint64_t max_pending_loads;
@@ -212,7 +205,6 @@ enum {
     OPT_ALLOW_SHM,
     OPT_SERVER_NAME,
     OPT_NODE_STATUS_FILE,
-    OPT_STREAM_WRITE_TIMEOUT,
     OPT_CONTROL_MODE,
     OPT_POLL_MS,
     OPT_MAX_PENDING_LOADS,
@@ -341,7 +333,6 @@ static int parse_args(int argc, char **argv, serve_args *a)
         {"allow-client-shm", no_argument, NULL, OPT_ALLOW_SHM},
         {"server-name", required_argument, NULL, OPT_SERVER_NAME},
         {"node-status-file", required_argument, NULL, OPT_NODE_STATUS_FILE},
-        {"grpc-stream-write-timeout-ms", required_argument, NULL, OPT_STREAM_WRITE_TIMEOUT},
         {"model-control-mode", required_argument, NULL, OPT_CONTROL_MODE},
         {"repository-poll-ms", required_argument, NULL, OPT_POLL_MS},
         {"max-pending-loads", required_argument, NULL, OPT_MAX_PENDING_LOADS},
@@ -372,7 +363,6 @@ static int parse_args(int argc, char **argv, serve_args *a)
     pjs_cli_endpoint_init(&a->endpoint);
     a->control_mode = PJS_CONTROL_DYNAMIC;
     a->repository_poll_ms = 1000;
-    a->stream_write_timeout_ms = 30000;
     a->weight_fraction = 0.8;
     int opt;
     long v = 0;
@@ -398,10 +388,6 @@ static int parse_args(int argc, char **argv, serve_args *a)
             a->control_mode = (pjs_control_mode)mode;
             break;
         }
-        case OPT_STREAM_WRITE_TIMEOUT:
-            bad = parse_int("--grpc-stream-write-timeout-ms", optarg, 86400000, &v);
-            a->stream_write_timeout_ms = (int)v;
-            break;
         case OPT_POLL_MS:
             bad = parse_int("--repository-poll-ms", optarg, 86400000, &v);
             if (!bad && v == 0)
@@ -621,7 +607,6 @@ int pjs_cmd_serve(int argc, char **argv)
     pjs_http_options ho, mo;
     pjs_cli_endpoint_ports(&a.endpoint, access, files.grpc_share, &go, &ho, &mo);
     go.node_status_file = ho.node_status_file = a.node_status_file;
-    go.stream_write_timeout_ms = a.stream_write_timeout_ms;
     /* REST starts last: its health probes are what orchestrators and tests
      * wait on, so once they answer every other port is already listening. */
     rc = PJS_EXIT_OK;

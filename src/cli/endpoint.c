@@ -48,6 +48,7 @@ enum {
     EP_HTTP_TLS_CA,
     EP_MAX_REQUEST,
     EP_MAX_INFLIGHT,
+    EP_STREAM_WRITE_TIMEOUT,
     EP_END,
 };
 
@@ -63,6 +64,7 @@ void pjs_cli_endpoint_init(pjs_cli_endpoint *e)
     e->grpc.max_concurrent_streams = 128;
     e->grpc.max_connection_idle_ms = 300000;
     e->grpc.handshake_timeout_ms = 10000;
+    e->grpc.stream_write_timeout_ms = 30000;
     e->max_request_bytes = PJS_DEFAULT_MAX_REQUEST_BYTES;
 }
 
@@ -104,6 +106,7 @@ static bool int_range(int opt, long *min, long *max)
     case EP_KEEPALIVE_TIME:
     case EP_KEEPALIVE_TIMEOUT:
     case EP_GRPC_IDLE: *max = 1L << 30; return true;
+    case EP_STREAM_WRITE_TIMEOUT: *max = 86400000; return true;
     case EP_GRPC_HANDSHAKE: *min = 1, *max = 1L << 30; return true;
     case EP_GRPC_STREAMS: *min = 1, *max = 1L << 20; return true;
     case EP_GRPC_THREADS:
@@ -129,6 +132,7 @@ static void set_int(pjs_cli_endpoint *e, int opt, long v)
     case EP_GRPC_HANDSHAKE: e->grpc.handshake_timeout_ms = (int)v; break;
     case EP_GRPC_STREAMS: e->grpc.max_concurrent_streams = (int)v; break;
     case EP_GRPC_THREADS: e->grpc.threads = (int)v; break;
+    case EP_STREAM_WRITE_TIMEOUT: e->grpc.stream_write_timeout_ms = (int)v; break;
     case EP_HTTP_THREADS: e->http_threads = (int)v; break;
     case EP_HTTP_MAX_CONNECTIONS: e->http.max_connections = (unsigned)v; break;
     case EP_HTTP_MAX_PER_IP: e->http.max_connections_per_ip = (unsigned)v; break;

@@ -61,7 +61,8 @@ typedef struct pjs_cli_endpoint {
         {"http-tls-key", required_argument, NULL, PJS_CLI_ENDPOINT_OPT_BASE + 27},                 \
         {"http-tls-ca", required_argument, NULL, PJS_CLI_ENDPOINT_OPT_BASE + 28},                  \
         {"max-request-bytes", required_argument, NULL, PJS_CLI_ENDPOINT_OPT_BASE + 29},            \
-        {"max-inflight-request-bytes", required_argument, NULL, PJS_CLI_ENDPOINT_OPT_BASE + 30}
+        {"max-inflight-request-bytes", required_argument, NULL, PJS_CLI_ENDPOINT_OPT_BASE + 30},   \
+        {"grpc-stream-write-timeout-ms", required_argument, NULL, PJS_CLI_ENDPOINT_OPT_BASE + 31}
 
 /* --help text of the endpoint flags. */
 #define PJS_CLI_ENDPOINT_HELP                                                                      \
@@ -90,6 +91,13 @@ typedef struct pjs_cli_endpoint {
     "                          the process may run on, at most 4)\n"                              \
     "  --grpc-max-concurrent-streams N  calls open at once on one gRPC connection;\n"             \
     "                          more are refused (default 128)\n"                                  \
+    "  --grpc-stream-write-timeout-ms MS  a stream's client that reads none of what\n"          \
+    "                          is waiting for it for MS ms is cut off\n"                          \
+    "                          (RESOURCE_EXHAUSTED): a decoupled model's run stops\n"             \
+    "                          waiting for room for its 64 queued responses, its\n"              \
+    "                          pjserve_respond fails and its thread is free; a\n"                 \
+    "                          gateway drops the stream it relays (default 30000;\n"             \
+    "                          0: wait until the request's deadline, or forever)\n"              \
     "  --grpc-max-connection-idle-ms MS  close a gRPC connection with no call open\n"             \
     "                          for MS ms (default 300000; 0: never)\n"                            \
     "  --grpc-handshake-timeout-ms MS  close a gRPC connection that has not finished\n"           \

@@ -183,6 +183,8 @@ static void run_queue(pjs_grpc_frontend *f)
             tag->fn(tag, ev.success != 0);
         }
         pjs__grpc_health_poll(f);
+        if (f->proxy != NULL && f->stream_write_stall_ns != 0)
+            pjs__grpc_proxy_sweep(f);
     }
 }
 
@@ -390,6 +392,7 @@ static void frontend_free(pjs_grpc_frontend *f)
     pthread_mutex_destroy(&f->lock);
     pthread_cond_destroy(&f->changed);
     pthread_mutex_destroy(&f->watch_lock);
+    pthread_mutex_destroy(&f->relayed_lock);
     pjs__grpc_infer_pool_drain(f);
     pthread_mutex_destroy(&f->pool_lock);
     free(f->registered);
@@ -474,6 +477,7 @@ static int frontend_start(pjs_server *s, const pjs_grpc_proxy_ops *proxy, pjs_by
     pthread_mutex_init(&f->lock, NULL);
     pthread_cond_init(&f->changed, NULL);
     pthread_mutex_init(&f->watch_lock, NULL);
+    pthread_mutex_init(&f->relayed_lock, NULL);
     pthread_mutex_init(&f->pool_lock, NULL);
     size_t n_threads = o->threads > 0 ? (size_t)o->threads : default_threads();
     setup_limits(f, o);

@@ -70,6 +70,8 @@
 #define PJS_GRPC_CONTROL_JOB_QUEUE 64
 /* How often Health/Watch streams are checked for a change of status. */
 #define PJS_GRPC_HEALTH_POLL_MS 500
+/* How often relayed streams are checked for a client that stopped reading. */
+#define PJS_GRPC_STALL_SWEEP_MS 100
 
 /* An event on the completion queue: `fn` runs the next step of its call.
  * ok is the event's success flag. */
@@ -163,7 +165,7 @@ struct pjs_grpc_frontend {
     const pjs_access *access; /* consulted by every call before it is served */
     const char *node_status_file; /* NodeStatus's answer (a node's worker); or NULL */
     size_t max_message;       /* largest inference request, decompressed (--max-request-bytes) */
-    uint64_t stream_write_stall_ns; /* decoupled responses' longest wait for room; 0: none */
+    uint64_t stream_write_stall_ns; /* a stream's longest wait for its client to read; 0: none */
     grpc_resource_quota *quota;   /* bounds gRPC's own buffers (--grpc-memory-quota) */
     pjs_grpc_conn_guard *guard;   /* keeps connections within their descriptors; NULL: off */
     grpc_server *core;
@@ -192,6 +194,11 @@ struct pjs_grpc_frontend {
     pthread_mutex_t watch_lock;           /* guards `watches` and every watch's state */
     pjs_grpc_watch *watches;              /* open Health/Watch streams */
     _Atomic uint64_t next_health_poll_ns; /* pjs_now_ns() of the next poll */
+
+    /* Streams being relayed (proxy.c), for the stall sweep. */
+    pthread_mutex_t relayed_lock;                /* guards `relayed` and its links */
+    struct pjs_grpc_proxy_call *relayed;
+    _Atomic uint64_t next_stall_sweep_ns; /* pjs_now_ns() of the next sweep */
 };
 
 /* Requests the next call of method `index` from the server (no-op once
@@ -385,9 +392,14 @@ int pjs__grpc_control_node_status(pjs_grpc_unary_ctx *ctx, const ProtobufCMessag
 
 /* Serves one call the server handed over for `method` (grpc_server_request_call):
  * takes c (with its metadata) over, c is freed by the proxy. */
-typedef struct pjs_grpc_proxy_call pjs_grpc_proxy_call;
 void pjs__grpc_proxy_serve(pjs_grpc_frontend *f, grpc_call *call, grpc_metadata_array *metadata,
                            const grpc_slice *method);
+
+/* Cuts off relayed streams whose client has read nothing of what waits for
+ * it for the stall bound (--grpc-stream-write-timeout-ms). Called by the
+ * queue threads between events; one of them sweeps, at most every
+ * PJS_GRPC_STALL_SWEEP_MS. */
+void pjs__grpc_proxy_sweep(pjs_grpc_frontend *f);
 
 /* ---- reflection (reflection.c) -------------------------------------------- */
 

@@ -26,7 +26,12 @@
  * status is relayed once the worker's last message was sent on. A client
  * that goes away cancels the worker's call (gRPC propagates cancellation
  * from the server call to the client call made under it, and the deadline
- * with it).
+ * with it). A client that reads nothing holds one message here: the pump
+ * stops reading from the worker, whose own stall bound then ends its call.
+ * Streams are listed on the front end so that a sweep (between the queue
+ * threads' events) cuts off a client whose message has waited for the same
+ * bound (--grpc-stream-write-timeout-ms), as the worker does its own; else
+ * the stream would stay open for as long as such a client does.
  *
  * Messages are decompressed (payload.c, under the request limit) before
  * they are forwarded: the client's compression is between it and us.
@@ -49,7 +54,7 @@
 
 #define MAX_FANOUT 64
 
-typedef struct proxy_call proxy_call;
+typedef struct pjs_grpc_proxy_call proxy_call;
 
 /* One client call to a worker (a fan-out has several). */
 typedef struct upstream {
@@ -64,7 +69,7 @@ typedef struct upstream {
     char text[512]; /* the details as a C string (proxy_take_details) */
 } upstream;
 
-struct proxy_call {
+struct pjs_grpc_proxy_call {
     pjs_grpc_frontend *f;
     grpc_call *call; /* the client's call to us */
     grpc_metadata_array metadata;
@@ -98,8 +103,14 @@ struct proxy_call {
     bool worker_msgs_done; /* the worker's messages ended */
     bool status_in;        /* the worker's status arrived */
     bool sending_client;   /* a message to the client is in flight */
+    uint64_t sending_since_ns; /* pjs_now_ns() when that message was handed to gRPC */
+    bool stall_cut;        /* the sweep cut the client off */
     bool initial_sent;     /* initial metadata went to the client */
     bool final_started;
+
+    /* On f->relayed while a stream (under f->relayed_lock). */
+    proxy_call *relayed_prev, *relayed_next;
+    bool relayed;
 };
 
 static void proxy_ref(proxy_call *p)
@@ -109,9 +120,37 @@ static void proxy_ref(proxy_call *p)
     pthread_mutex_unlock(&p->lock);
 }
 
+/* Lists a stream on its front end for the stall sweep. */
+static void relayed_add(proxy_call *p)
+{
+    pjs_grpc_frontend *f = p->f;
+    pthread_mutex_lock(&f->relayed_lock);
+    p->relayed_next = f->relayed;
+    if (f->relayed != NULL)
+        f->relayed->relayed_prev = p;
+    f->relayed = p;
+    p->relayed = true;
+    pthread_mutex_unlock(&f->relayed_lock);
+}
+
+static void relayed_remove(proxy_call *p)
+{
+    pjs_grpc_frontend *f = p->f;
+    pthread_mutex_lock(&f->relayed_lock);
+    if (p->relayed_prev != NULL)
+        p->relayed_prev->relayed_next = p->relayed_next;
+    else
+        f->relayed = p->relayed_next;
+    if (p->relayed_next != NULL)
+        p->relayed_next->relayed_prev = p->relayed_prev;
+    pthread_mutex_unlock(&f->relayed_lock);
+}
+
 static void proxy_free(proxy_call *p)
 {
     pjs_grpc_frontend *f = p->f;
+    if (p->relayed)
+        relayed_remove(p);
     for (size_t i = 0; i < p->n_up; i++) {
         upstream *u = &p->up[i];
         if (u->call != NULL)
@@ -630,6 +669,7 @@ static void on_worker_msg(pjs_grpc_tag *tag, bool ok)
         memset(ops, 0, sizeof ops);
         pthread_mutex_lock(&p->lock);
         p->sending_client = true;
+        p->sending_since_ns = pjs_now_ns();
         if (!p->initial_sent) {
             ops[n].op = GRPC_OP_SEND_INITIAL_METADATA;
             ops[n].data.send_initial_metadata.count = n_head;
@@ -714,6 +754,7 @@ static void stream_open(proxy_call *p)
         return;
     }
     upstream *u = upstream_open(p, w);
+    relayed_add(p);
     /* The worker's status, whenever it comes. */
     grpc_op st;
     memset(&st, 0, sizeof st);
@@ -755,6 +796,44 @@ static void stream_open(proxy_call *p)
     if (bb != NULL)
         grpc_byte_buffer_destroy(bb);
     stream_recv_worker(p);
+}
+
+/* Cuts p's client off if the message waiting for it has waited for the
+ * stall bound; f->relayed_lock held (p cannot be freed meanwhile). The
+ * message's send then fails, which cancels the worker's call. */
+static void cut_if_stalled(proxy_call *p, uint64_t now_ns)
+{
+    uint64_t stall_ns = p->f->stream_write_stall_ns;
+    pthread_mutex_lock(&p->lock);
+    bool cut = p->sending_client && !p->stall_cut && now_ns - p->sending_since_ns >= stall_ns;
+    if (cut)
+        p->stall_cut = true;
+    pthread_mutex_unlock(&p->lock);
+    if (!cut)
+        return;
+    unsigned long long ms = stall_ns / 1000000u;
+    char *peer = grpc_call_get_peer(p->call);
+    pjs_warn("gateway: %s from %s: the client read none of the stream's responses for %llu ms; "
+             "closing the stream (--grpc-stream-write-timeout-ms)",
+             p->method, peer != NULL ? peer : "?", ms);
+    gpr_free(peer);
+    char details[160];
+    snprintf(details, sizeof details,
+             "the client read none of the stream's responses for %llu ms: stream closed", ms);
+    grpc_call_cancel_with_status(p->call, GRPC_STATUS_RESOURCE_EXHAUSTED, details, NULL);
+}
+
+void pjs__grpc_proxy_sweep(pjs_grpc_frontend *f)
+{
+    uint64_t now_ns = pjs_now_ns();
+    if (now_ns < atomic_load(&f->next_stall_sweep_ns))
+        return;
+    if (pthread_mutex_trylock(&f->relayed_lock) != 0)
+        return; /* another thread is sweeping, or a stream is being listed */
+    atomic_store(&f->next_stall_sweep_ns, now_ns + (uint64_t)PJS_GRPC_STALL_SWEEP_MS * 1000000u);
+    for (proxy_call *p = f->relayed; p != NULL; p = p->relayed_next)
+        cut_if_stalled(p, now_ns);
+    pthread_mutex_unlock(&f->relayed_lock);
 }
 
 /* ---- the first message ------------------------------------------------------------ */
