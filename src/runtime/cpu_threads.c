@@ -6,10 +6,10 @@
 #include "runtime/cpu_threads.h"
 
 #include <errno.h>
-#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
+
+#include "core/cpus.h"
 
 int pjs_rt_cpu_threads_parse(const char *arg, int *out, pjs_error *err)
 {
@@ -44,22 +44,13 @@ static int env_count(const char *name)
     return v < 0 ? 0 : (int)v;
 }
 
-static int schedulable_cpus(void)
-{
-    cpu_set_t set;
-    if (sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) > 0)
-        return CPU_COUNT(&set);
-    long n = sysconf(_SC_NPROCESSORS_ONLN);
-    return n > 0 ? (int)n : 1;
-}
-
 int pjs_rt_cpu_threads_xla_default(void)
 {
     int n = env_count("PJRT_NPROC");
     if (n < 0)
         n = env_count("NPROC");
     if (n < 0)
-        n = schedulable_cpus();
+        n = pjs_cpus_schedulable();
     return n > 0 ? n : 1;
 }
 

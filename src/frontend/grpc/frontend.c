@@ -22,7 +22,6 @@
 #include <errno.h>
 #include <limits.h>
 #include <netdb.h>
-#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -32,6 +31,7 @@
 
 #include <grpc/grpc_security.h>
 
+#include "core/cpus.h"
 #include "core/log.h"
 #include "core/mapped_file.h"
 #include "frontend/grpc/codec.h"
@@ -149,11 +149,7 @@ static void request_unknown(pjs_grpc_frontend *f)
 
 static size_t default_threads(void)
 {
-    cpu_set_t set;
-    long cpus = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set)
-                                                            : sysconf(_SC_NPROCESSORS_ONLN);
-    if (cpus < 1)
-        return 1;
+    int cpus = pjs_cpus_schedulable();
     return cpus > PJS_GRPC_DEFAULT_THREADS_MAX ? PJS_GRPC_DEFAULT_THREADS_MAX : (size_t)cpus;
 }
 
@@ -370,11 +366,11 @@ static int bind_port(pjs_grpc_frontend *f, const pjs_grpc_options *o, size_t n_t
     }
     if (f->guard != NULL)
         pjs__grpc_conn_guard_listening(f->guard);
-    pjs_info("gRPC listening on %s%s (%zu threads)", addr,
+    pjs_info("gRPC listening on %s%s (%zu thread%s)", addr,
              o->tls_cert == NULL ? ""
              : o->tls_ca != NULL ? " (mTLS)"
                                  : " (TLS)",
-             n_threads);
+             n_threads, n_threads == 1 ? "" : "s");
     return 0;
 }
 

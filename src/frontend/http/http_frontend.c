@@ -36,6 +36,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "core/cpus.h"
 #include "core/log.h"
 #include "frontend/status_map.h"
 
@@ -522,7 +523,7 @@ static int bound_port(int fd, int fallback)
 
 static unsigned default_threads(void)
 {
-    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    int cpus = pjs_cpus_schedulable();
     if (cpus < 2)
         return 2;
     return cpus > DEFAULT_THREADS_MAX ? DEFAULT_THREADS_MAX : (unsigned)cpus;
