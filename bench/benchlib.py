@@ -71,14 +71,53 @@ def http_get(url, timeout):
         return None, b""
 
 
+# ---- where clients and servers run ------------------------------------------------
+
+PLACEMENTS = ("split", "shared")
+_server_cpus = None  # set by place(): the CPUs servers (and in-process limits) run on
+
+
+def place(placement):
+    """Puts this driver, and the clients it starts (perf_analyzer, the C
+    client), on their CPUs, and records the servers' for ServerProcess and
+    on_server_cpus. "split": the clients get the last CPU this process may
+    run on, the servers the others, so that neither preempts the other and a
+    wake-up crosses CPUs only between client and server; "shared" (or a
+    machine of one CPU): everything may run anywhere. Returns what the
+    results record: {"placement", "client_cpus", "server_cpus"}."""
+    global _server_cpus
+    cpus = sorted(os.sched_getaffinity(0))
+    if placement == "split" and len(cpus) >= 2:
+        client, _server_cpus = [cpus[-1]], cpus[:-1]
+        os.sched_setaffinity(0, client)
+        return {"placement": "split", "client_cpus": client, "server_cpus": _server_cpus}
+    _server_cpus = None
+    return {"placement": "shared", "client_cpus": cpus, "server_cpus": cpus}
+
+
+def server_cpu_count():
+    """How many CPUs a server may run on (what its thread defaults follow)."""
+    return len(_server_cpus) if _server_cpus else len(os.sched_getaffinity(0))
+
+
+def on_server_cpus():
+    """A preexec_fn that moves a child to the servers' CPUs (None: no move)."""
+    if not _server_cpus:
+        return None
+    cpus = list(_server_cpus)
+    return lambda: os.sched_setaffinity(0, cpus)
+
+
 class ServerProcess:
-    """Base of a driver's server: runs `self.cmd` in ROOT as a new session, its
-    output into `self.log_path`; sets `self.proc` and `self.log_file`."""
+    """Base of a driver's server: runs `self.cmd` in ROOT as a new session on
+    the servers' CPUs (place()), its output into `self.log_path`; sets
+    `self.proc` and `self.log_file`."""
 
     def start_process(self):
         self.log_file = open(self.log_path, "w")
         self.proc = subprocess.Popen(self.cmd, cwd=ROOT, stdout=self.log_file,
-                                     stderr=subprocess.STDOUT, start_new_session=True)
+                                     stderr=subprocess.STDOUT, start_new_session=True,
+                                     preexec_fn=on_server_cpus())
 
     def log_tail(self, n=30):
         try:

@@ -34,6 +34,14 @@ request. The limit it is compared against is build/pjs_bench_raw_execute on
 the same bundle: upload, PJRT execute, read back, in one process; the jitted
 JAX call in-process is timed as well.
 
+Placement (--placement): by default the clients (perf_analyzer, the C
+client, and this driver) run on the last CPU this process may use and every
+server (and the raw limit) on the others: a server in production has its
+cores to itself and its clients elsewhere; with --placement shared they all share
+every CPU, and on a 2-CPU virtual machine client and server then wake each
+other across CPUs that have gone idle, which costs tens of microseconds
+each time. Servers size their thread pools from the CPUs they are given.
+
 The echo floor (unless --no-floor): build/pjs_bench_grpc_floor runs a bare
 echo server on the same gRPC C core (bench/grpc_floor.c: one unary method
 returning the request bytes, as many threads on one completion queue as
@@ -65,10 +73,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import List, Optional
 
-from benchlib import (FLOOR, PJSERVE, RAW, ROOT, ServerProcess, free_ports, git_revision,
-                      http_get, log, machine_info, metric, missing_tools, pa_command,
-                      parse_metrics, read_pa_csv, remove_workdir, run_perf_analyzer,
-                      save_result, tree_cpu_seconds)
+from benchlib import (FLOOR, PJSERVE, PLACEMENTS, RAW, ROOT, ServerProcess, free_ports,
+                      git_revision, http_get, log, machine_info, metric, missing_tools,
+                      on_server_cpus, pa_command, parse_metrics, place, read_pa_csv,
+                      remove_workdir, run_perf_analyzer, save_result, server_cpu_count,
+                      tree_cpu_seconds)
 
 sys.path.insert(0, str(ROOT / "python"))
 sys.path.insert(0, str(ROOT / "bench" / "peers"))
@@ -91,8 +100,8 @@ PEER_SCRIPTS = {"triton": "triton_server.py", "pytriton": "pytriton_server.py",
 # Each server's counter of successful inference requests, on its metrics port.
 SUCCESS_METRIC = {"mlserver": "model_infer_request_success_total"}
 # The echo floor's threads: what pjserve's gRPC front end takes by default,
-# one per CPU this process may run on, at most 4 (src/frontend/grpc/frontend.c).
-ECHO_THREADS = min(len(os.sched_getaffinity(0)), 4)
+# one per CPU it may run on, at most 4 (src/frontend/grpc/frontend.c).
+ECHO_THREADS_MAX = 4
 DEFAULT_SUCCESS_METRIC = "nv_inference_request_success"
 ECHO = "echo"
 ECHO_LABEL = "echo floor (gRPC C core)"
@@ -250,7 +259,8 @@ def time_jax_inprocess(infer, iterations):
 def run_raw(raw, bundle, iterations):
     cmd = [str(raw), str(bundle), "--batch-size", "1", "--iterations", str(iterations),
            "--warmup", str(max(100, iterations // 10)), "--json"]
-    out = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
+    out = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT,
+                         preexec_fn=on_server_cpus())
     if out.returncode != 0:
         raise RuntimeError(f"{' '.join(cmd)} failed (exit {out.returncode}):\n{out.stderr}")
     return json.loads(out.stdout)
@@ -487,7 +497,10 @@ def cpu_ratio_text(r, peer):
 
 def print_report(result):
     raw = result["raw"]
+    st = result["settings"]
     print()
+    print(f"placement {st['placement']}: clients on CPUs {st['client_cpus']}, "
+          f"servers on {st['server_cpus']}")
     print(f"raw PJRT, batch 1, in-process ({raw['pjrt']['iterations']} iterations), microseconds:")
     for name, d in (("upload+execute+read back", raw["pjrt"]["round_trip_us"]),
                     ("execute only", raw["pjrt"]["execute_us"]),
@@ -544,7 +557,10 @@ def markdown(result):
     """The table and ratios of docs/benchmarks.md, as markdown."""
     raw = result["raw"]
     pj = raw["pjrt"]
-    lines = ["| | p50 us | p99 us | mean us |", "|---|---:|---:|---:|"]
+    st = result["settings"]
+    lines = [f"Placement: {st['placement']} (clients on CPUs {st['client_cpus']}, servers on "
+             f"{st['server_cpus']}).", "",
+             "| | p50 us | p99 us | mean us |", "|---|---:|---:|---:|"]
     for name, d in (("raw PJRT: upload + execute + read back", pj["round_trip_us"]),
                     ("raw PJRT: execute only", pj["execute_us"]),
                     (f"jax.jit call in-process (jax {raw['jax_version']})",
@@ -607,10 +623,11 @@ def main(argv=None):
     ap.add_argument("--protocols", default="grpc,http",
                     help="comma-separated subset of grpc,http (default both)")
     ap.add_argument("--concurrency", default="1,4", help="comma-separated (default 1,4)")
-    ap.add_argument("--seconds", type=float, default=7.5,
+    ap.add_argument("--seconds", type=float, default=3.0,
                     help="three perf_analyzer windows of SECONDS/3 make one measurement; "
                          "also the length of one C-client run of the echo floor "
-                         "(default 7.5)")
+                         "(default 3: perf_analyzer on one CPU takes tens of seconds to "
+                         "digest a 2.5 s window of 30,000 requests/s)")
     ap.add_argument("--stability", type=float, default=25.0,
                     help="perf_analyzer --stability-percentage (default 25; a shared "
                          "2-core machine rarely holds 10)")
@@ -631,6 +648,9 @@ def main(argv=None):
                          "the tables go beside it as .md")
     ap.add_argument("--plot", type=Path, default=ROOT / "docs" / "img" / "server_overhead.png",
                     help="the plot (default docs/img/server_overhead.png)")
+    ap.add_argument("--placement", choices=PLACEMENTS, default="split",
+                    help="split (default): the clients (perf_analyzer, the C client) on the "
+                         "last CPU, every server on the others; shared: all on every CPU")
     ap.add_argument("--keep", action="store_true", help="keep the temporary directory (logs)")
     a = ap.parse_args(argv)
     keys = [k.strip() for k in a.servers.split(",") if k.strip()]
@@ -654,6 +674,8 @@ def main(argv=None):
     if problems:
         sys.exit("server_overhead: " + "; ".join(problems))
 
+    placement = place(a.placement)
+    echo_threads = min(server_cpu_count(), ECHO_THREADS_MAX)
     started = time.time()
     work = Path(tempfile.mkdtemp(prefix="pjs-bench-"))
     servers: List[Server] = []
@@ -666,6 +688,7 @@ def main(argv=None):
                            "rounds": a.rounds, "batch_size": 1,
                            "compiled_batch_sizes": list(BATCH_SIZES),
                            "http_tensor_format": "json",
+                           **placement,
                            "build_dir": str(build),
                            "pjserve_baseline": str(a.pjserve_baseline)
                            if a.pjserve_baseline else None,
@@ -674,7 +697,7 @@ def main(argv=None):
                                          "the server counted",
                            "floor": None if a.no_floor else {
                                "seconds": a.seconds, "warmup_s": FLOOR_WARMUP_S,
-                               "echo_server_threads": ECHO_THREADS, "channels": "one per worker"}},
+                               "echo_server_threads": echo_threads, "channels": "one per worker"}},
               "model": {"name": common.MODEL_NAME,
                         "input": f"{common.INPUT_NAME} FP32 [batch,{common.INPUT_SHAPE[0]}]",
                         "output": f"{common.OUTPUT_NAME} FP32 [batch,{common.OUTPUT_SHAPE[0]}]",
@@ -713,7 +736,7 @@ def main(argv=None):
         if not a.no_floor:
             port = next(ports)
             echo = EchoServer([str(floor_bin), "echo-server", "--host", "127.0.0.1",
-                               "--port", str(port), "--threads", str(ECHO_THREADS)], port,
+                               "--port", str(port), "--threads", str(echo_threads)], port,
                               work / "echo.log")
 
         result["verification"] = {}
