@@ -27,6 +27,7 @@
 
 #include "cli/cli.h"
 #include "cli/endpoint.h"
+#include "core/cpus.h"
 #include "core/file_limit.h"
 #include "core/log.h"
 #include "gateway/gateway.h"
@@ -469,7 +470,7 @@ static int plan_devices(const node_args *a, node_plan *p)
 /* The thread share of each worker and the CPU plugin threads it gets. */
 static void plan_threads(const node_args *a, node_plan *p)
 {
-    int cpus = pjs_node_cpu_count();
+    int cpus = pjs_cpus_schedulable();
     int share = (int)(a->worker_threads > 0 ? a->worker_threads
                                             : cpus / (int)p->n_workers);
     if (a->worker_threads == 0 && share > 16)

@@ -7,7 +7,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <netinet/in.h>
-#include <sched.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -155,15 +154,6 @@ int pjs_node_parse_device_list(const char *list, char (*out)[32], size_t max, pj
         p += len + 1;
     }
     return (int)n;
-}
-
-int pjs_node_cpu_count(void)
-{
-    cpu_set_t set;
-    if (sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) > 0)
-        return CPU_COUNT(&set);
-    long n = sysconf(_SC_NPROCESSORS_ONLN);
-    return n > 0 ? (int)n : 1;
 }
 
 int pjs_node_free_ports(int *ports, size_t n, pjs_error *err)

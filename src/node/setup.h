@@ -36,9 +36,6 @@ const char *pjs_node_visible_devices_variable(const char *platform);
  * with err. */
 int pjs_node_parse_device_list(const char *list, char (*out)[32], size_t max, pjs_error *err);
 
-/* The CPUs this process may run on (its affinity mask). */
-int pjs_node_cpu_count(void);
-
 /* Picks n distinct free TCP ports on 127.0.0.1 (bound together, then
  * released, so they differ from each other). */
 int pjs_node_free_ports(int *ports, size_t n, pjs_error *err);
