@@ -233,7 +233,8 @@ int main(int argc, char **argv)
         double t0 = now_us();
         size_t up = 0;
         for (; up < n_in; up++)
-            if (pjs_rt_buffer_from_host(client, m->inputs[up].dtype, &in_shapes[up], in_data[up],
+            if (pjs_rt_buffer_from_host(client, m->inputs[up].dtype, &in_shapes[up],
+                                        &mod->exec->params[n_w + up], in_data[up],
                                         &args[n_w + up], &err) != 0)
                 break;
         double t1 = now_us();

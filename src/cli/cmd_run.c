@@ -276,8 +276,9 @@ static int run_chunk(run_args *a, pjs_bundle *b, pjs_bundle_module *mod, pjrt_bu
             memcpy(padded, src + (size_t)offset * rb, (size_t)rows * rb);
             src = padded;
         }
-        int r = pjs_rt_buffer_from_host(rt->client, s->dtype, &shape, src, &args[n_w + uploaded],
-                                        &err);
+        int r = pjs_rt_buffer_from_host(rt->client, s->dtype, &shape,
+                                        &mod->exec->params[n_w + uploaded], src,
+                                        &args[n_w + uploaded], &err);
         free(padded);
         if (r != 0) {
             rc = pjs_cli_fail("bundle %s: input \"%s\": %s", m->name, s->name, err.msg);

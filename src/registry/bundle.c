@@ -246,6 +246,14 @@ static int check_signature(const pjs_bundle *b, const pjs_bundle_module *mod, pj
         int rc = check_type(&e->params[i], t->dtype, &t->shape, file, what, source, err);
         if (rc != 0)
             return rc;
+        /* One device copy of a weight serves every module; inputs, uploaded
+         * per execution, may take each module's own layout. */
+        if (e->params[i].other_layout)
+            return pjs_error_set(err, PJS_ERR_INVALID_ARGUMENT,
+                                 "%s: %s is laid out in another order than row-major "
+                                 "(mhlo.layout_mode); pjserve passes weights row-major: export "
+                                 "the function without a layout for its weights",
+                                 file, what);
     }
     for (size_t i = 0; i < m->n_inputs; i++) {
         const pjs_tensor_spec *t = &var->inputs[i];
@@ -392,8 +400,8 @@ int pjs_bundle_upload_weights(pjs_bundle *b, pjs_rt_client *c, void *const *host
             rc = err->code;
             break;
         }
-        rc = pjs_rt_buffer_from_host(c, t->dtype, &t->shape, host != NULL ? host[done] : copy,
-                                     &out[done], err);
+        rc = pjs_rt_buffer_from_host(c, t->dtype, &t->shape, NULL,
+                                     host != NULL ? host[done] : copy, &out[done], err);
         free(copy);
         if (rc != 0) {
             pjs_error_prefix(err, "bundle %s: weight \"%s\": ", b->manifest.name, t->name);

@@ -98,7 +98,35 @@ typedef struct shape_proto {
     pjs_shape shape;
     wire tuple_elems[1024];
     int n_tuple;
+    int64_t minor_to_major[PJS_MAX_RANK]; /* LayoutProto.minor_to_major, if a layout was given */
+    int n_minor_to_major;
 } shape_proto;
+
+/* LayoutProto (field 1: minor_to_major, packed or not; the rest is tiling
+ * and memory space, which pjserve leaves to the plugin). */
+static bool decode_layout(wire msg, shape_proto *s)
+{
+    while (msg.p < msg.end) {
+        uint32_t field;
+        int wtype;
+        wire sub;
+        uint64_t v = 0;
+        if (!next_field(&msg, &field, &wtype, &sub, &v))
+            return false;
+        if (field == 1 && wtype == 0) {
+            if (s->n_minor_to_major >= PJS_MAX_RANK)
+                return false;
+            s->minor_to_major[s->n_minor_to_major++] = (int64_t)v;
+        } else if (field == 1 && wtype == 2) {
+            while (sub.p < sub.end) {
+                if (s->n_minor_to_major >= PJS_MAX_RANK || !read_varint(&sub, &v))
+                    return false;
+                s->minor_to_major[s->n_minor_to_major++] = (int64_t)v;
+            }
+        }
+    }
+    return true;
+}
 
 static bool decode_shape(wire msg, shape_proto *s)
 {
@@ -126,6 +154,10 @@ static bool decode_shape(wire msg, shape_proto *s)
             if (s->n_tuple >= 1024)
                 return false;
             s->tuple_elems[s->n_tuple++] = sub;
+        } else if (field == 5 && wtype == 2) {
+            s->n_minor_to_major = 0;
+            if (!decode_layout(sub, s))
+                return false;
         }
     }
     return true;
@@ -136,6 +168,25 @@ static int to_tensor_type(const shape_proto *s, pjs_rt_tensor_type *out, const c
 {
     out->dtype = pjs_dtype_from_xla(s->element_type);
     out->shape = s->shape;
+    int rank = s->shape.rank;
+    if (s->n_minor_to_major != 0) {
+        /* a permutation of the dimensions, or the module is not understood */
+        unsigned seen = 0;
+        bool permutation = s->n_minor_to_major == rank;
+        for (int i = 0; permutation && i < rank; i++) {
+            int64_t d = s->minor_to_major[i];
+            permutation = d >= 0 && d < rank && !(seen & (1u << d));
+            seen |= permutation ? 1u << d : 0;
+            out->minor_to_major[i] = (uint8_t)d;
+            if (permutation && d != rank - 1 - i)
+                out->other_layout = true;
+        }
+        if (!permutation)
+            return pjs_error_set(err, PJS_ERR_RUNTIME,
+                                 "%s %zu has a layout that is not a permutation of its %d "
+                                 "dimensions",
+                                 what, index, rank);
+    }
     if (out->dtype == PJS_DTYPE_INVALID)
         return pjs_error_set(err, PJS_ERR_UNSUPPORTED,
                              "%s %zu has element type %d (XLA PrimitiveType), which pjserve does "

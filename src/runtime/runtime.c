@@ -50,6 +50,10 @@ struct pjs_rt_client {
     /* Whether pjs_rt_execute_read starts the output copies before the
      * execution is done (every plugin but the CPU one; see there). */
     bool reads_ahead;
+    /* Whether a buffer created with a device layout holds its bytes in that
+     * layout (probe_device_layouts); the CPU plugin records the layout and
+     * keeps the bytes row-major. */
+    bool stores_device_layouts;
     /* Threads of each XLA CPU pool (cpu_threads.h); 0 on other platforms.
      * Part of every executable cache key: it shapes the compiled code. */
     int cpu_threads;
@@ -540,6 +544,52 @@ static int split_options(const pjs_rt_option *options, size_t n_options,
     return 0;
 }
 
+/* Whether the plugin stores a buffer created with a device layout in that
+ * layout. PJRT says it does, and a module whose parameter has another layout
+ * (mhlo.layout_mode) reads its argument's bytes in it; the CPU plugin
+ * (xla-cpu-pjrt 0.0.1) records the layout but keeps the bytes row-major, so
+ * pjs_rt_buffer_from_host must reorder them itself there. Told by a 2x3
+ * buffer asked to be column-major, whose bytes are read in place on the CPU
+ * plugin (elsewhere the buffer's address is the device's, and the plugin is
+ * taken at its word). */
+static bool probe_device_layouts(pjs_rt_client *c)
+{
+    const struct pjrt_api *api = c->plugin->api;
+    if (strcmp(c->platform, "cpu") != 0 || !HAS_SLOT(api, buffer_unsafe_pointer))
+        return true;
+    static const float row_major[6] = {0, 1, 2, 3, 4, 5};
+    static const float column_major[6] = {0, 3, 1, 4, 2, 5};
+    int64_t dims[2] = {2, 3}, minor_to_major[2] = {0, 1};
+    struct pjrt_buffer_memory_layout layout = {.struct_size = sizeof layout,
+                                               .type = PJRT_BUFFER_MEMORY_LAYOUT_TILED};
+    layout.tiled = (struct pjrt_buffer_memory_layout_tiled){.struct_size = sizeof layout.tiled,
+                                                            .minor_to_major = minor_to_major,
+                                                            .minor_to_major_size = 2};
+    struct pjrt_client_buffer_from_host_buffer_args a = {
+        .struct_size = sizeof a,
+        .client = c->client,
+        .data = row_major,
+        .type = pjs_dtype_to_pjrt(PJS_DTYPE_F32),
+        .dims = dims,
+        .num_dims = 2,
+        .host_buffer_semantics = PJRT_HOST_IMMUTABLE_ONLY_DURING_CALL,
+        .device_layout = &layout,
+        .device = c->device};
+    pjs_error ignored;
+    if (CALL(api, client_buffer_from_host_buffer, &a, "probing layouts", &ignored) != 0)
+        return true;
+    bool stores = true;
+    if (await_event(api, a.done_with_host_buffer, "probing layouts", &ignored) == 0) {
+        struct pjrt_buffer_unsafe_pointer_args u = {.struct_size = sizeof u, .buffer = a.buffer};
+        if (CALL(api, buffer_unsafe_pointer, &u, "probing layouts", &ignored) == 0 &&
+            u.buffer_pointer != 0)
+            stores = memcmp((const void *)u.buffer_pointer, column_major, sizeof column_major) == 0 ||
+                     memcmp((const void *)u.buffer_pointer, row_major, sizeof row_major) != 0;
+    }
+    pjs_rt_buffer_destroy(c, a.buffer);
+    return stores;
+}
+
 int pjs_rt_client_create(pjs_rt_plugin *p, const pjs_rt_option *options, size_t n_options,
                          pjs_rt_client **out, pjs_error *err)
 {
@@ -582,6 +632,7 @@ int pjs_rt_client_create(pjs_rt_plugin *p, const pjs_rt_option *options, size_t 
         int requested = cpu_threads > 0 ? cpu_threads : pjs_rt_cpu_threads_xla_default();
         c->cpu_threads = requested > (int)c->n_devices ? requested : (int)c->n_devices;
     }
+    c->stores_device_layouts = probe_device_layouts(c);
     free(values);
     *out = c;
     return 0;
@@ -773,8 +824,10 @@ static bool put_types(buf *b, const pjs_rt_tensor_type *t, size_t n)
     bool ok = buf_put(b, &count, 4);
     for (size_t i = 0; ok && i < n; i++) {
         uint32_t dtype = (uint32_t)t[i].dtype, rank = (uint32_t)t[i].shape.rank;
+        uint8_t other_layout = t[i].other_layout;
         ok = buf_put(b, &dtype, 4) && buf_put(b, &rank, 4) &&
-             buf_put(b, t[i].shape.dims, sizeof(int64_t) * rank);
+             buf_put(b, t[i].shape.dims, sizeof(int64_t) * rank) && buf_put(b, &other_layout, 1) &&
+             buf_put(b, t[i].minor_to_major, rank);
     }
     return ok;
 }
@@ -799,14 +852,21 @@ static bool get_types(const unsigned char **p, const unsigned char *end, pjs_rt_
         return false;
     for (uint32_t i = 0; i < count; i++) {
         uint32_t dtype, rank;
-        if (!get_bytes(p, end, &dtype, 4) || !get_bytes(p, end, &rank, 4) ||
-            dtype >= PJS_DTYPE_COUNT || dtype == PJS_DTYPE_INVALID || rank > PJS_MAX_RANK ||
-            !get_bytes(p, end, t[i].shape.dims, sizeof(int64_t) * rank)) {
+        uint8_t other_layout;
+        bool ok = get_bytes(p, end, &dtype, 4) && get_bytes(p, end, &rank, 4) &&
+                  dtype < PJS_DTYPE_COUNT && dtype != PJS_DTYPE_INVALID && rank <= PJS_MAX_RANK &&
+                  get_bytes(p, end, t[i].shape.dims, sizeof(int64_t) * rank) &&
+                  get_bytes(p, end, &other_layout, 1) && other_layout <= 1 &&
+                  get_bytes(p, end, t[i].minor_to_major, rank);
+        for (uint32_t d = 0; ok && d < rank; d++)
+            ok = t[i].minor_to_major[d] < rank;
+        if (!ok) {
             free(t);
             return false;
         }
         t[i].dtype = (pjs_dtype)dtype;
         t[i].shape.rank = (int)rank;
+        t[i].other_layout = other_layout;
     }
     *out = t;
     *n_out = count;
@@ -821,7 +881,7 @@ static void cache_key(pjs_rt_client *c, const void *module, size_t module_size,
         memset(key, 0, PJS_EXEC_CACHE_KEY_SIZE);
         return;
     }
-    pjs_exec_cache_key_add(b, "pjserve-executable-v1", 21);
+    pjs_exec_cache_key_add(b, "pjserve-executable-v2", 21);
     pjs_exec_cache_key_add(b, module, module_size);
     pjs_exec_cache_key_add(b, compile_options, sizeof compile_options);
     pjs_exec_cache_key_add(b, c->platform, strlen(c->platform));
@@ -971,8 +1031,51 @@ void pjs_rt_executable_destroy(pjs_rt_executable *e)
 
 /* ---- buffers and execution --------------------------------------------- */
 
+/* The byte strides of a dense array of `shape` whose dimensions lie in
+ * memory in `minor_to_major` order (the fastest first); returns its size. */
+static size_t layout_strides(const pjs_shape *shape, size_t elem, const uint8_t *minor_to_major,
+                             size_t *strides)
+{
+    size_t step = elem;
+    for (int i = 0; i < shape->rank; i++) {
+        strides[minor_to_major[i]] = step;
+        step *= (size_t)shape->dims[minor_to_major[i]];
+    }
+    return step;
+}
+
+/* Copies a dense array of `shape` between row-major order and the order
+ * `minor_to_major` (laid_out): into row-major when to_row_major, else out
+ * of it. */
+static void copy_relayout(void *row_major, void *laid_out, const pjs_shape *shape, size_t elem,
+                          const uint8_t *minor_to_major, bool to_row_major)
+{
+    int rank = shape->rank;
+    if (elem == 0)
+        return;
+    size_t stride[PJS_MAX_RANK];
+    size_t total = layout_strides(shape, elem, minor_to_major, stride) / elem;
+    size_t idx[PJS_MAX_RANK] = {0}, at = 0;
+    unsigned char *seq = row_major, *lay = laid_out;
+    for (size_t k = 0; k < total; k++, seq += elem) {
+        if (to_row_major)
+            memcpy(seq, lay + at, elem);
+        else
+            memcpy(lay + at, seq, elem);
+        for (int d = rank - 1; d >= 0; d--) { /* next row-major index */
+            at += stride[d];
+            if (++idx[d] < (size_t)shape->dims[d])
+                break;
+            at -= stride[d] * idx[d];
+            idx[d] = 0;
+        }
+    }
+}
+
+
 int pjs_rt_buffer_from_host(pjs_rt_client *c, pjs_dtype dtype, const pjs_shape *shape,
-                            const void *data, pjrt_buffer **out, pjs_error *err)
+                            const pjs_rt_tensor_type *param, const void *data, pjrt_buffer **out,
+                            pjs_error *err)
 {
     const struct pjrt_api *api = c->plugin->api;
     /* A small input is copied by the plugin within the call (into its own
@@ -992,11 +1095,39 @@ int pjs_rt_buffer_from_host(pjs_rt_client *c, pjs_dtype dtype, const pjs_shape *
         .host_buffer_semantics = staged ? PJRT_HOST_IMMUTABLE_ONLY_DURING_CALL
                                         : PJRT_HOST_IMMUTABLE_UNTIL_TRANSFER_COMPLETES,
         .device = c->device};
+    /* A parameter the module lays out in another order: the buffer is made
+     * in that layout, by the plugin from the row-major data, or, where the
+     * plugin keeps row-major bytes whatever the layout, by reordering the
+     * data here and handing it over as it is. */
+    void *laid_out = NULL;
+    int64_t minor_to_major[PJS_MAX_RANK];
+    struct pjrt_buffer_memory_layout layout = {.struct_size = sizeof layout,
+                                               .type = PJRT_BUFFER_MEMORY_LAYOUT_TILED};
+    if (param != NULL && param->other_layout && c->stores_device_layouts) {
+        for (int i = 0; i < shape->rank; i++)
+            minor_to_major[i] = param->minor_to_major[i];
+        layout.tiled = (struct pjrt_buffer_memory_layout_tiled){
+            .struct_size = sizeof layout.tiled,
+            .minor_to_major = minor_to_major,
+            .minor_to_major_size = (size_t)shape->rank};
+        a.device_layout = &layout;
+    } else if (param != NULL && param->other_layout && nbytes > 0) {
+        laid_out = malloc((size_t)nbytes);
+        if (laid_out == NULL)
+            return pjs_error_set(err, PJS_ERR_NOMEM, "no memory to lay out %llu bytes",
+                                 (unsigned long long)nbytes);
+        copy_relayout((void *)data, laid_out, shape, pjs_dtype_size(dtype), param->minor_to_major,
+                      false);
+        a.data = laid_out;
+    }
     int rc = CALL(api, client_buffer_from_host_buffer, &a, "copying to the device", err);
-    if (rc != 0)
+    if (rc != 0) {
+        free(laid_out);
         return rc;
+    }
     /* NULL when the plugin was done with the host data within the call */
     rc = await_event(api, a.done_with_host_buffer, "copying to the device", err);
+    free(laid_out);
     if (rc != 0) {
         pjs_rt_buffer_destroy(c, a.buffer);
         return rc;
@@ -1204,34 +1335,6 @@ int pjs_rt_executable_read_path(const pjs_rt_executable *e)
     return plan == NULL ? PJS_RT_READ_UNDECIDED : plan->path;
 }
 
-/* Copies a dense array of `shape` whose dimensions lie in memory in
- * `minor_to_major` order (src) into dst in row-major order. */
-static void copy_to_row_major(void *dst, const void *src, const pjs_shape *shape, size_t elem,
-                              const uint8_t *minor_to_major)
-{
-    int rank = shape->rank;
-    if (elem == 0)
-        return;
-    size_t src_stride[PJS_MAX_RANK], step = elem;
-    for (int i = 0; i < rank; i++) { /* from the most minor dimension in memory */
-        src_stride[minor_to_major[i]] = step;
-        step *= (size_t)shape->dims[minor_to_major[i]];
-    }
-    size_t total = step / elem, idx[PJS_MAX_RANK] = {0}, at = 0;
-    unsigned char *out = dst;
-    const unsigned char *in = src;
-    for (size_t k = 0; k < total; k++, out += elem) {
-        memcpy(out, in + at, elem);
-        for (int d = rank - 1; d >= 0; d--) { /* next row-major index */
-            at += src_stride[d];
-            if (++idx[d] < (size_t)shape->dims[d])
-                break;
-            at -= src_stride[d] * idx[d];
-            idx[d] = 0;
-        }
-    }
-}
-
 /* Copies output o (ready) into dst, dst_size its exact size, row-major. */
 static int read_output(pjs_rt_executable *e, const struct pjs_rt_read_plan *plan,
                        pjrt_buffer *const *outputs, size_t o, void *dst, size_t dst_size,
@@ -1248,8 +1351,8 @@ static int read_output(pjs_rt_executable *e, const struct pjs_rt_read_plan *plan
                                  dst_size);
         int rc = pjs_rt_buffer_to_host(e->client, outputs[o], tmp, dst_size, err);
         if (rc == 0)
-            copy_to_row_major(dst, tmp, &t->shape, pjs_dtype_size(t->dtype),
-                              plan->out[o].minor_to_major);
+            copy_relayout(dst, tmp, &t->shape, pjs_dtype_size(t->dtype),
+                          plan->out[o].minor_to_major, true);
         free(tmp);
         return rc;
     }
@@ -1267,8 +1370,8 @@ static int read_output(pjs_rt_executable *e, const struct pjs_rt_read_plan *plan
     if (row_major)
         memcpy(dst, (const void *)a.buffer_pointer, nbytes);
     else
-        copy_to_row_major(dst, (const void *)a.buffer_pointer, &t->shape,
-                          pjs_dtype_size(t->dtype), plan->out[o].minor_to_major);
+        copy_relayout(dst, (void *)a.buffer_pointer, &t->shape, pjs_dtype_size(t->dtype),
+                      plan->out[o].minor_to_major, true);
     return 0;
 }
 

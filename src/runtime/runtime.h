@@ -96,6 +96,11 @@ int pjs_rt_client_device_memory(const pjs_rt_client *c, size_t i, uint64_t *byte
 typedef struct pjs_rt_tensor_type {
     pjs_dtype dtype;
     pjs_shape shape;
+    /* The layout the module gave it (mhlo.layout_mode), when not row-major:
+     * its dimensions, the fastest varying first. Parameters are uploaded in
+     * it (pjs_rt_buffer_from_host's layout). */
+    bool other_layout;
+    uint8_t minor_to_major[PJS_MAX_RANK];
 } pjs_rt_tensor_type;
 
 typedef struct pjs_rt_executable {
@@ -133,10 +138,13 @@ void pjs_rt_executable_destroy(pjs_rt_executable *e);
  * in place and waited for. */
 #define PJS_RT_STAGED_UPLOAD_MAX (256u << 10)
 
-/* Copies host data to a new device buffer; when it returns, the data may be
- * changed or freed. */
+/* Copies row-major host data to a new device buffer; when it returns, the
+ * data may be changed or freed. `param` (may be NULL: the device's default
+ * layout) is the executable parameter the buffer is for: the buffer gets its
+ * layout, the plugin reordering the data as it copies. */
 int pjs_rt_buffer_from_host(pjs_rt_client *c, pjs_dtype dtype, const pjs_shape *shape,
-                            const void *data, pjrt_buffer **out, pjs_error *err);
+                            const pjs_rt_tensor_type *param, const void *data, pjrt_buffer **out,
+                            pjs_error *err);
 /* Copies a buffer back to host memory (dst_size must be its exact size). */
 int pjs_rt_buffer_to_host(pjs_rt_client *c, pjrt_buffer *b, void *dst, size_t dst_size,
                           pjs_error *err);

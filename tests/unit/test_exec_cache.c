@@ -187,8 +187,10 @@ static void run_mul(pjs_rt_client *c, pjs_rt_executable *e)
     float a[3] = {1, 2, 3}, b[3] = {4, 5, -6}, out[3];
     pjrt_buffer *args[2], *res[1];
     pjs_error err;
-    assert_int_equal(pjs_rt_buffer_from_host(c, PJS_DTYPE_F32, &e->params[0].shape, a, &args[0], &err), 0);
-    assert_int_equal(pjs_rt_buffer_from_host(c, PJS_DTYPE_F32, &e->params[1].shape, b, &args[1], &err), 0);
+    for (int i = 0; i < 2; i++)
+        assert_int_equal(pjs_rt_buffer_from_host(c, PJS_DTYPE_F32, &e->params[i].shape,
+                                                 &e->params[i], i == 0 ? a : b, &args[i], &err),
+                         0);
     assert_int_equal(pjs_rt_execute(e, args, res, &err), 0);
     assert_int_equal(pjs_rt_buffer_to_host(c, res[0], out, sizeof out, &err), 0);
     assert_true(out[0] == 4 && out[1] == 10 && out[2] == -18);
@@ -240,6 +242,54 @@ static void test_compile_through_the_cache(void **state)
     pjs_rt_client_destroy(c);
 }
 
+/* A parameter's layout (mhlo.layout_mode) is stored with the executable and
+ * comes back with it from the cache. */
+static void test_cached_executable_keeps_parameter_layouts(void **state)
+{
+    (void)state;
+    static const char module[] =
+        "module @transposed {\n"
+        "  func.func public @main(%x: tensor<2x3xf32> {mhlo.layout_mode = \"{0,1}\"})\n"
+        "      -> tensor<2x3xf32> {\n"
+        "    %0 = stablehlo.negate %x : tensor<2x3xf32>\n"
+        "    return %0 : tensor<2x3xf32>\n"
+        "  }\n"
+        "}\n";
+    char path[4096];
+    pjs_error err;
+    pjs_rt_plugin *p;
+    pjs_rt_client *c;
+    pjs_exec_cache *cache;
+    assert_int_equal(pjs_rt_plugin_resolve(NULL, path, sizeof path, &err), 0);
+    assert_int_equal(pjs_rt_plugin_load(path, &p, &err), 0);
+    assert_int_equal(pjs_rt_client_create(p, NULL, 0, &c, &err), 0);
+    assert_int_equal(pjs_exec_cache_open(dir, &cache, &err), 0);
+    for (int pass = 0; pass < 2; pass++) {
+        pjs_rt_executable *e;
+        assert_int_equal(pjs_rt_compile(c, module, strlen(module), cache, "transposed", &e, &err),
+                         0);
+        assert_int_equal(e->from_cache, pass == 1);
+        assert_true(e->params[0].other_layout);
+        assert_int_equal(e->params[0].minor_to_major[0], 0);
+        assert_int_equal(e->params[0].minor_to_major[1], 1);
+        assert_false(e->results[0].other_layout);
+        float x[6] = {1, 2, 3, 4, 5, 6}, y[6];
+        pjrt_buffer *arg, *res;
+        assert_int_equal(pjs_rt_buffer_from_host(c, PJS_DTYPE_F32, &e->params[0].shape,
+                                                 &e->params[0], x, &arg, &err),
+                         0);
+        assert_int_equal(pjs_rt_execute(e, &arg, &res, &err), 0);
+        assert_int_equal(pjs_rt_buffer_to_host(c, res, y, sizeof y, &err), 0);
+        for (int i = 0; i < 6; i++)
+            assert_true(y[i] == -x[i]);
+        pjs_rt_buffer_destroy(c, res);
+        pjs_rt_buffer_destroy(c, arg);
+        pjs_rt_executable_destroy(e);
+    }
+    pjs_exec_cache_close(cache);
+    pjs_rt_client_destroy(c);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -251,6 +301,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_wrong_magic, make_dir, remove_dir),
         cmocka_unit_test_setup_teardown(test_wrong_key, make_dir, remove_dir),
         cmocka_unit_test_setup_teardown(test_compile_through_the_cache, make_dir, remove_dir),
+        cmocka_unit_test_setup_teardown(test_cached_executable_keeps_parameter_layouts, make_dir,
+                                        remove_dir),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -106,8 +106,8 @@ static void test_weights_load_from_a_fallback_block(void **state)
     pjs_shape shape_w = {.rank = 2, .dims = {4, 6}};
     pjs_shape shape_b = {.rank = 1, .dims = {N_B}};
     pjrt_buffer *dw = NULL, *db = NULL;
-    assert_int_equal(pjs_rt_buffer_from_host(client, PJS_DTYPE_F32, &shape_w, w, &dw, &err), 0);
-    assert_int_equal(pjs_rt_buffer_from_host(client, PJS_DTYPE_I64, &shape_b, b, &db, &err), 0);
+    assert_int_equal(pjs_rt_buffer_from_host(client, PJS_DTYPE_F32, &shape_w, NULL, w, &dw, &err), 0);
+    assert_int_equal(pjs_rt_buffer_from_host(client, PJS_DTYPE_I64, &shape_b, NULL, b, &db, &err), 0);
 
     float back_w[N_W];
     int64_t back_b[N_B];

@@ -156,8 +156,8 @@ static void test_execute_values(void **state)
     int32_t seven = 0;
     uint16_t xb[6];
     pjrt_buffer *args[2], *out[3];
-    assert_int_equal(pjs_rt_buffer_from_host(client, PJS_DTYPE_F32, &e->params[0].shape, w, &args[0], &err), 0);
-    assert_int_equal(pjs_rt_buffer_from_host(client, PJS_DTYPE_F32, &e->params[1].shape, x, &args[1], &err), 0);
+    assert_int_equal(pjs_rt_buffer_from_host(client, PJS_DTYPE_F32, &e->params[0].shape, &e->params[0], w, &args[0], &err), 0);
+    assert_int_equal(pjs_rt_buffer_from_host(client, PJS_DTYPE_F32, &e->params[1].shape, &e->params[1], x, &args[1], &err), 0);
     assert_int_equal(pjs_rt_execute(e, args, out, &err), 0);
     assert_int_equal(pjs_rt_buffer_to_host(client, out[0], sum, sizeof sum, &err), 0);
     assert_int_equal(pjs_rt_buffer_to_host(client, out[1], &seven, sizeof seven, &err), 0);
@@ -187,7 +187,7 @@ static void test_execute_with_wrong_argument_shape_fails_cleanly(void **state)
     int64_t v[5] = {1, 2, 3, 4, 5};
     pjs_shape wrong = {.rank = 1, .dims = {5}};
     pjrt_buffer *arg, *out[1];
-    assert_int_equal(pjs_rt_buffer_from_host(client, PJS_DTYPE_I64, &wrong, v, &arg, &err), 0);
+    assert_int_equal(pjs_rt_buffer_from_host(client, PJS_DTYPE_I64, &wrong, NULL, v, &arg, &err), 0);
     assert_true(pjs_rt_execute(e, &arg, out, &err) < 0);
     assert_non_null(strstr(err.msg, "executing failed"));
     assert_null(out[0]);
@@ -209,8 +209,8 @@ static void test_execute_read_in_both_orders(void **state)
     for (int ahead = 0; ahead < 2; ahead++) {
         pjs_rt_client_set_read_ahead(client, ahead);
         pjrt_buffer *args[2], *out[3];
-        assert_int_equal(pjs_rt_buffer_from_host(client, PJS_DTYPE_F32, &e->params[0].shape, w, &args[0], &err), 0);
-        assert_int_equal(pjs_rt_buffer_from_host(client, PJS_DTYPE_F32, &e->params[1].shape, x, &args[1], &err), 0);
+        assert_int_equal(pjs_rt_buffer_from_host(client, PJS_DTYPE_F32, &e->params[0].shape, &e->params[0], w, &args[0], &err), 0);
+        assert_int_equal(pjs_rt_buffer_from_host(client, PJS_DTYPE_F32, &e->params[1].shape, &e->params[1], x, &args[1], &err), 0);
         float sum[6] = {0};
         uint16_t xb[6] = {0};
         void *dst[3] = {sum, NULL, xb};
@@ -237,6 +237,58 @@ static void test_execute_read_in_both_orders(void **state)
             pjs_rt_buffer_destroy(client, args[i]);
     }
     pjs_rt_client_set_read_ahead(client, false);
+    pjs_rt_executable_destroy(e);
+}
+
+/* Arguments a module lays out in another order than row-major
+ * (mhlo.layout_mode on a parameter) are read as the row-major values
+ * uploaded: the result, row-major, equals them. */
+static void test_arguments_in_other_layouts_are_read_row_major(void **state)
+{
+    (void)state;
+    static const char module[] =
+        "module @arg_layouts {\n"
+        "  func.func public @main(%x: tensor<2x3xf32> {mhlo.layout_mode = \"{0,1}\"},\n"
+        "                         %y: tensor<2x3x4xi32> {mhlo.layout_mode = \"{1,0,2}\"})\n"
+        "      -> (tensor<2x3xf32>, tensor<2x3x4xi32>) {\n"
+        "    %0 = stablehlo.negate %x : tensor<2x3xf32>\n"
+        "    %1 = stablehlo.negate %y : tensor<2x3x4xi32>\n"
+        "    return %0, %1 : tensor<2x3xf32>, tensor<2x3x4xi32>\n"
+        "  }\n"
+        "}\n";
+    pjs_rt_executable *e;
+    pjs_error err;
+    assert_int_equal(pjs_rt_compile(client, module, strlen(module), NULL, "arg_layouts", &e, &err),
+                     0);
+    assert_true(e->params[0].other_layout);
+    assert_int_equal(e->params[0].minor_to_major[0], 0);
+    assert_true(e->params[1].other_layout);
+    assert_false(e->results[0].other_layout);
+    float x[6] = {1, 2, 3, 4, 5, 6};
+    int32_t y[24];
+    for (int i = 0; i < 24; i++)
+        y[i] = i;
+    pjrt_buffer *args[2];
+    assert_int_equal(pjs_rt_buffer_from_host(client, PJS_DTYPE_F32, &e->params[0].shape,
+                                             &e->params[0], x, &args[0], &err),
+                     0);
+    assert_int_equal(pjs_rt_buffer_from_host(client, PJS_DTYPE_I32, &e->params[1].shape,
+                                             &e->params[1], y, &args[1], &err),
+                     0);
+    float a[6] = {0};
+    int32_t c[24] = {0};
+    void *dst[2] = {a, c};
+    size_t sizes[2] = {sizeof a, sizeof c};
+    pjrt_buffer *out[2];
+    assert_int_equal(pjs_rt_execute_read(e, args, out, dst, sizes, NULL, &err), 0);
+    for (int i = 0; i < 6; i++)
+        assert_true(a[i] == -x[i]);
+    for (int i = 0; i < 24; i++)
+        assert_int_equal(c[i], -i);
+    for (int i = 0; i < 2; i++) {
+        pjs_rt_buffer_destroy(client, out[i]);
+        pjs_rt_buffer_destroy(client, args[i]);
+    }
     pjs_rt_executable_destroy(e);
 }
 
@@ -267,8 +319,8 @@ static void test_results_in_other_layouts_come_back_row_major(void **state)
     for (int i = 0; i < 24; i++)
         y[i] = i;
     pjrt_buffer *args[2];
-    assert_int_equal(pjs_rt_buffer_from_host(client, PJS_DTYPE_F32, &e->params[0].shape, x, &args[0], &err), 0);
-    assert_int_equal(pjs_rt_buffer_from_host(client, PJS_DTYPE_I32, &e->params[1].shape, y, &args[1], &err), 0);
+    assert_int_equal(pjs_rt_buffer_from_host(client, PJS_DTYPE_F32, &e->params[0].shape, &e->params[0], x, &args[0], &err), 0);
+    assert_int_equal(pjs_rt_buffer_from_host(client, PJS_DTYPE_I32, &e->params[1].shape, &e->params[1], y, &args[1], &err), 0);
     for (int ahead = 0; ahead < 2; ahead++) {
         pjs_rt_client_set_read_ahead(client, ahead);
         float a[6] = {0}, b[6] = {0};
@@ -320,7 +372,7 @@ static void test_upload_either_side_of_the_staging_limit(void **state)
         for (int i = 0; i < n; i++)
             v[i] = i * 3 - 7;
         pjrt_buffer *arg, *out[1];
-        assert_int_equal(pjs_rt_buffer_from_host(client, PJS_DTYPE_I64, &e->params[0].shape, v, &arg, &err), 0);
+        assert_int_equal(pjs_rt_buffer_from_host(client, PJS_DTYPE_I64, &e->params[0].shape, &e->params[0], v, &arg, &err), 0);
         memset(v, 0, (size_t)n * sizeof *v); /* the upload may not read it any more */
         void *dst[1] = {got};
         size_t bytes[1] = {(size_t)n * sizeof *got};
@@ -383,6 +435,7 @@ int main(void)
         cmocka_unit_test(test_execute_with_wrong_argument_shape_fails_cleanly),
         cmocka_unit_test(test_execute_read_in_both_orders),
         cmocka_unit_test(test_results_in_other_layouts_come_back_row_major),
+        cmocka_unit_test(test_arguments_in_other_layouts_are_read_row_major),
         cmocka_unit_test(test_upload_either_side_of_the_staging_limit),
         cmocka_unit_test(test_compile_error_carries_plugin_message),
         cmocka_unit_test(test_option_parse),
