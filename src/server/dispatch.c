@@ -205,8 +205,9 @@ static int device_execute(owner_scratch *sc, pjs_model *m, size_t variant, size_
         pjs_shape shape = s->shape;
         if (s->batched)
             shape.dims[0] = mod->batch_size;
-        rc = pjs_rt_buffer_from_host(m->client, s->dtype, &shape, &mod->exec->params[n_w + uploaded],
-                                     inputs[uploaded], &args[n_w + uploaded], err);
+        rc = pjs_rt_buffer_from_host(m->client, s->dtype, &shape,
+                                     &mod->exec->params[n_w + uploaded], inputs[uploaded],
+                                     &args[n_w + uploaded], err);
         if (rc != 0) {
             pjs_error_prefix(err, "model %s: input \"%s\": ", m->name, s->name);
             goto out;

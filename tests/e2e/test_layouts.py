@@ -2,14 +2,16 @@
 (mhlo.layout_mode): pjserve still sends and reads row-major tensors.
 
 The exported linear model's module is replaced by a text module computing
-the same y = x @ w + b, with x laid out column-major: `pjserve run` must
-answer what numpy computes (before the fix, x was read transposed). A
+the same y = x @ w + b, with x laid out column-major: `pjserve run` and a
+served request must answer what numpy computes (before the fix, x was read transposed). A
 module that lays out a weight so is refused at load: one device copy of a
 weight serves every module of the bundle."""
 
 import numpy as np
+import tritonclient.grpc as grpcclient
 
 import pjserve_export as pe
+from e2e_util import serving
 
 
 def _linear(p, x):
@@ -54,6 +56,20 @@ def test_an_input_laid_out_column_major_is_read_as_sent(pjserve, tmp_path):
     assert r.returncode == 0, r.stderr
     y = np.load(tmp_path / "out" / "y.npy")
     np.testing.assert_allclose(y, x @ PARAMS["w"] + PARAMS["b"], rtol=1e-5, atol=1e-5)
+
+
+def test_a_served_request_to_such_a_module_is_answered_right(pjserve_bin, plugin_path,
+                                                            tmp_path):
+    path = bundle_with(tmp_path / "bundle", x_attr=COLUMN_MAJOR)
+    with serving(pjserve_bin, plugin_path, [path], tmp_path / "srv", "layouts") as s:
+        client = grpcclient.InferenceServerClient(s.grpc_url)
+        for rows in (1, 3, 4):  # padded to the compiled 4 rows, and exactly 4
+            x = RNG.standard_normal((rows, 16)).astype(np.float32)
+            inp = grpcclient.InferInput("x", [rows, 16], "FP32")
+            inp.set_data_from_numpy(x)
+            np.testing.assert_allclose(client.infer("linear", [inp]).as_numpy("y"),
+                                       x @ PARAMS["w"] + PARAMS["b"], rtol=1e-5, atol=1e-5)
+        client.close()
 
 
 def test_a_weight_laid_out_column_major_is_refused_with_the_reason(pjserve, tmp_path):
