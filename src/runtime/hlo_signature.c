@@ -102,6 +102,25 @@ typedef struct shape_proto {
     int n_minor_to_major;
 } shape_proto;
 
+/* Appends one value of a repeated integer field to out[*n] (at most
+ * PJS_MAX_RANK): `v` when it came alone (wire type 0), every varint of
+ * `packed` otherwise. */
+static bool add_repeated(int wtype, uint64_t v, wire packed, int64_t *out, int *n)
+{
+    if (wtype == 0) {
+        if (*n >= PJS_MAX_RANK)
+            return false;
+        out[(*n)++] = (int64_t)v;
+        return true;
+    }
+    while (packed.p < packed.end) {
+        if (*n >= PJS_MAX_RANK || !read_varint(&packed, &v))
+            return false;
+        out[(*n)++] = (int64_t)v;
+    }
+    return true;
+}
+
 /* LayoutProto (field 1: minor_to_major, packed or not; the rest is tiling
  * and memory space, which pjserve leaves to the plugin). */
 static bool decode_layout(wire msg, shape_proto *s)
@@ -113,17 +132,9 @@ static bool decode_layout(wire msg, shape_proto *s)
         uint64_t v = 0;
         if (!next_field(&msg, &field, &wtype, &sub, &v))
             return false;
-        if (field == 1 && wtype == 0) {
-            if (s->n_minor_to_major >= PJS_MAX_RANK)
-                return false;
-            s->minor_to_major[s->n_minor_to_major++] = (int64_t)v;
-        } else if (field == 1 && wtype == 2) {
-            while (sub.p < sub.end) {
-                if (s->n_minor_to_major >= PJS_MAX_RANK || !read_varint(&sub, &v))
-                    return false;
-                s->minor_to_major[s->n_minor_to_major++] = (int64_t)v;
-            }
-        }
+        if (field == 1 && (wtype == 0 || wtype == 2) &&
+            !add_repeated(wtype, v, sub, s->minor_to_major, &s->n_minor_to_major))
+            return false;
     }
     return true;
 }
@@ -140,16 +151,9 @@ static bool decode_shape(wire msg, shape_proto *s)
             return false;
         if (field == 2 && wtype == 0) {
             s->element_type = (int)v;
-        } else if (field == 3 && wtype == 0) {
-            if (s->shape.rank >= PJS_MAX_RANK)
+        } else if (field == 3 && (wtype == 0 || wtype == 2)) { /* dimensions, maybe packed */
+            if (!add_repeated(wtype, v, sub, s->shape.dims, &s->shape.rank))
                 return false;
-            s->shape.dims[s->shape.rank++] = (int64_t)v;
-        } else if (field == 3 && wtype == 2) { /* packed dimensions */
-            while (sub.p < sub.end) {
-                if (s->shape.rank >= PJS_MAX_RANK || !read_varint(&sub, &v))
-                    return false;
-                s->shape.dims[s->shape.rank++] = (int64_t)v;
-            }
         } else if (field == 4 && wtype == 2) {
             if (s->n_tuple >= 1024)
                 return false;

@@ -199,18 +199,25 @@ static void run_mul(pjs_rt_client *c, pjs_rt_executable *e)
     pjs_rt_buffer_destroy(c, args[1]);
 }
 
-static void test_compile_through_the_cache(void **state)
+/* A client of the default plugin and a cache in the test's directory. */
+static void open_client_and_cache(pjs_rt_client **c, pjs_exec_cache **cache)
 {
-    (void)state;
     char path[4096];
     pjs_error err;
     pjs_rt_plugin *p;
-    pjs_rt_client *c;
-    pjs_exec_cache *cache;
     assert_int_equal(pjs_rt_plugin_resolve(NULL, path, sizeof path, &err), 0);
     assert_int_equal(pjs_rt_plugin_load(path, &p, &err), 0);
-    assert_int_equal(pjs_rt_client_create(p, NULL, 0, &c, &err), 0);
-    assert_int_equal(pjs_exec_cache_open(dir, &cache, &err), 0);
+    assert_int_equal(pjs_rt_client_create(p, NULL, 0, c, &err), 0);
+    assert_int_equal(pjs_exec_cache_open(dir, cache, &err), 0);
+}
+
+static void test_compile_through_the_cache(void **state)
+{
+    (void)state;
+    pjs_error err;
+    pjs_rt_client *c;
+    pjs_exec_cache *cache;
+    open_client_and_cache(&c, &cache);
 
     pjs_rt_executable *e;
     assert_int_equal(pjs_rt_compile(c, mul_module, strlen(mul_module), cache, "mul", &e, &err), 0);
@@ -255,15 +262,10 @@ static void test_cached_executable_keeps_parameter_layouts(void **state)
         "    return %0 : tensor<2x3xf32>\n"
         "  }\n"
         "}\n";
-    char path[4096];
     pjs_error err;
-    pjs_rt_plugin *p;
     pjs_rt_client *c;
     pjs_exec_cache *cache;
-    assert_int_equal(pjs_rt_plugin_resolve(NULL, path, sizeof path, &err), 0);
-    assert_int_equal(pjs_rt_plugin_load(path, &p, &err), 0);
-    assert_int_equal(pjs_rt_client_create(p, NULL, 0, &c, &err), 0);
-    assert_int_equal(pjs_exec_cache_open(dir, &cache, &err), 0);
+    open_client_and_cache(&c, &cache);
     for (int pass = 0; pass < 2; pass++) {
         pjs_rt_executable *e;
         assert_int_equal(pjs_rt_compile(c, module, strlen(module), cache, "transposed", &e, &err),
