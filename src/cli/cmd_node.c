@@ -619,7 +619,7 @@ static int plan_ports(const node_args *a, node_plan *p)
         w->probe_host = loopback_for(http_host);
         if (w->http_port == 0) {
             int port[1];
-            if (pjs_node_free_ports(port, 1, &err) != 0)
+            if (pjs_node_free_ports(port, 1, &w->grpc_port, 1, &err) != 0)
                 return pjs_cli_fail("%s", err.msg);
             w->http_port = port[0];
             w->probe_host = "127.0.0.1";
@@ -629,8 +629,12 @@ static int plan_ports(const node_args *a, node_plan *p)
         snprintf(w->http, sizeof w->http, "%s:%d", http_host, w->http_port);
         return PJS_EXIT_OK;
     }
+    /* The gateway listens on the public ports only after the workers are
+     * started: they are free now, and must not be handed to a worker. */
     int ports[3 * PJS_NODE_MAX_WORKERS];
-    if (pjs_node_free_ports(ports, 3 * p->n_workers, &err) != 0)
+    int public_ports[3] = {port_value(a, "grpc-port", 8001), port_value(a, "http-port", 8000),
+                           port_value(a, "metrics-port", 8002)};
+    if (pjs_node_free_ports(ports, 3 * p->n_workers, public_ports, 3, &err) != 0)
         return pjs_cli_fail("%s", err.msg);
     for (size_t i = 0; i < p->n_workers; i++) {
         node_worker *w = &p->workers[i];

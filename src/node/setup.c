@@ -156,14 +156,31 @@ int pjs_node_parse_device_list(const char *list, char (*out)[32], size_t max, pj
     return (int)n;
 }
 
-int pjs_node_free_ports(int *ports, size_t n, pjs_error *err)
+/* Sockets held at most while picking: the ports wanted, and as many again
+ * turned down for being in the avoid list (held, so they are not offered
+ * again). */
+#define FREE_PORT_SOCKETS (6 * PJS_NODE_MAX_WORKERS)
+
+static bool is_avoided(int port, const int *avoid, size_t n_avoid)
 {
-    int fds[3 * PJS_NODE_MAX_WORKERS];
-    if (n > sizeof fds / sizeof fds[0])
+    for (size_t i = 0; i < n_avoid; i++)
+        if (avoid[i] == port)
+            return true;
+    return false;
+}
+
+int pjs_node_free_ports(int *ports, size_t n, const int *avoid, size_t n_avoid, pjs_error *err)
+{
+    int fds[FREE_PORT_SOCKETS];
+    if (n > FREE_PORT_SOCKETS / 2)
         return pjs_error_set(err, PJS_ERR_INVALID_ARGUMENT, "too many ports asked for");
-    size_t opened = 0;
+    size_t opened = 0, picked = 0;
     int rc = 0;
-    for (; opened < n; opened++) {
+    while (picked < n) {
+        if (opened == FREE_PORT_SOCKETS) {
+            rc = pjs_error_set(err, PJS_ERR_IO, "cannot pick %zu free ports on 127.0.0.1", n);
+            break;
+        }
         int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
         struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
         socklen_t len = sizeof a;
@@ -175,8 +192,10 @@ int pjs_node_free_ports(int *ports, size_t n, pjs_error *err)
                 close(fd);
             break;
         }
-        fds[opened] = fd;
-        ports[opened] = ntohs(a.sin_port);
+        fds[opened++] = fd;
+        int port = ntohs(a.sin_port);
+        if (!is_avoided(port, avoid, n_avoid))
+            ports[picked++] = port;
     }
     for (size_t i = 0; i < opened; i++)
         close(fds[i]);

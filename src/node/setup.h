@@ -37,8 +37,9 @@ const char *pjs_node_visible_devices_variable(const char *platform);
 int pjs_node_parse_device_list(const char *list, char (*out)[32], size_t max, pjs_error *err);
 
 /* Picks n distinct free TCP ports on 127.0.0.1 (bound together, then
- * released, so they differ from each other). */
-int pjs_node_free_ports(int *ports, size_t n, pjs_error *err);
+ * released, so they differ from each other), none of the n_avoid ports in
+ * `avoid` (ports the caller will listen on later, free until then). */
+int pjs_node_free_ports(int *ports, size_t n, const int *avoid, size_t n_avoid, pjs_error *err);
 
 /* Makes the run directory: `given` if not NULL, else
  * $XDG_RUNTIME_DIR/pjserve-node-PID or /tmp/pjserve-node-PID; mode 0700.

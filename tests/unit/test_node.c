@@ -133,11 +133,28 @@ static void test_free_ports_differ(void **state)
     (void)state;
     int ports[6];
     pjs_error err;
-    assert_int_equal(pjs_node_free_ports(ports, 6, &err), 0);
+    assert_int_equal(pjs_node_free_ports(ports, 6, NULL, 0, &err), 0);
     for (int i = 0; i < 6; i++) {
         assert_true(ports[i] > 0);
         for (int j = 0; j < i; j++)
             assert_int_not_equal(ports[i], ports[j]);
+    }
+}
+
+/* Ports in the avoid list are never picked, even when they are free: each
+ * round avoids the ports the one before picked, which were just released. */
+static void test_free_ports_avoid_the_ones_given(void **state)
+{
+    (void)state;
+    int ports[6], avoid[6];
+    pjs_error err;
+    assert_int_equal(pjs_node_free_ports(avoid, 6, NULL, 0, &err), 0);
+    for (int round = 0; round < 50; round++) {
+        assert_int_equal(pjs_node_free_ports(ports, 6, avoid, 6, &err), 0);
+        for (int i = 0; i < 6; i++)
+            for (int j = 0; j < 6; j++)
+                assert_int_not_equal(ports[i], avoid[j]);
+        memcpy(avoid, ports, sizeof avoid);
     }
 }
 
@@ -249,7 +266,7 @@ static void test_probe_refused_is_unavailable(void **state)
     (void)state;
     int port[1];
     pjs_error err;
-    assert_int_equal(pjs_node_free_ports(port, 1, &err), 0);
+    assert_int_equal(pjs_node_free_ports(port, 1, NULL, 0, &err), 0);
     pjs_probe_request req = {.host = "127.0.0.1", .port = port[0], .method = "GET",
                              .path = "/v2/health/live", .timeout_ms = 500};
     pjs_probe_reply reply;
@@ -304,6 +321,7 @@ int main(void)
         cmocka_unit_test(test_device_list),
         cmocka_unit_test(test_token_file_is_private_and_random),
         cmocka_unit_test(test_free_ports_differ),
+        cmocka_unit_test(test_free_ports_avoid_the_ones_given),
         cmocka_unit_test(test_probe_reads_a_content_length_reply),
         cmocka_unit_test(test_probe_reads_to_the_end_of_the_connection),
         cmocka_unit_test(test_probe_refused_is_unavailable),
