@@ -1042,10 +1042,10 @@ static size_t layout_strides(const pjs_shape *shape, size_t elem, const uint8_t 
     return step;
 }
 
-/* Copies a dense array of `shape` between row-major order and the order
- * `minor_to_major` (laid_out): into row-major when to_row_major, else out
- * of it. */
-static void copy_relayout(void *row_major, void *laid_out, const pjs_shape *shape, size_t elem,
+/* Copies a dense array of `shape` from src to dst between row-major order
+ * and the order `minor_to_major`: src is laid out so and dst row-major when
+ * to_row_major, the other way round when not. */
+static void copy_relayout(void *dst, const void *src, const pjs_shape *shape, size_t elem,
                           const uint8_t *minor_to_major, bool to_row_major)
 {
     int rank = shape->rank;
@@ -1053,13 +1053,14 @@ static void copy_relayout(void *row_major, void *laid_out, const pjs_shape *shap
         return;
     size_t stride[PJS_MAX_RANK];
     size_t total = layout_strides(shape, elem, minor_to_major, stride) / elem;
-    size_t idx[PJS_MAX_RANK] = {0}, at = 0;
-    unsigned char *seq = row_major, *lay = laid_out;
-    for (size_t k = 0; k < total; k++, seq += elem) {
+    size_t idx[PJS_MAX_RANK] = {0}, at = 0; /* the row-major index, its laid-out offset */
+    unsigned char *out = dst;
+    const unsigned char *in = src;
+    for (size_t k = 0; k < total; k++) {
         if (to_row_major)
-            memcpy(seq, lay + at, elem);
+            memcpy(out + k * elem, in + at, elem);
         else
-            memcpy(lay + at, seq, elem);
+            memcpy(out + at, in + k * elem, elem);
         for (int d = rank - 1; d >= 0; d--) { /* next row-major index */
             at += stride[d];
             if (++idx[d] < (size_t)shape->dims[d])
@@ -1114,8 +1115,7 @@ int pjs_rt_buffer_from_host(pjs_rt_client *c, pjs_dtype dtype, const pjs_shape *
         if (laid_out == NULL)
             return pjs_error_set(err, PJS_ERR_NOMEM, "no memory to lay out %llu bytes",
                                  (unsigned long long)nbytes);
-        copy_relayout((void *)data, laid_out, shape, pjs_dtype_size(dtype), param->minor_to_major,
-                      false);
+        copy_relayout(laid_out, data, shape, pjs_dtype_size(dtype), param->minor_to_major, false);
         a.data = laid_out;
     }
     int rc = CALL(api, client_buffer_from_host_buffer, &a, "copying to the device", err);
@@ -1368,7 +1368,7 @@ static int read_output(pjs_rt_executable *e, const struct pjs_rt_read_plan *plan
     if (row_major)
         memcpy(dst, (const void *)a.buffer_pointer, nbytes);
     else
-        copy_relayout(dst, (void *)a.buffer_pointer, &t->shape, pjs_dtype_size(t->dtype),
+        copy_relayout(dst, (const void *)a.buffer_pointer, &t->shape, pjs_dtype_size(t->dtype),
                       plan->out[o].minor_to_major, true);
     return 0;
 }
