@@ -9,9 +9,7 @@
  * (GRPC_ARG_ENABLE_PER_MESSAGE_DECOMPRESSION, frontend.c): compressed
  * messages arrive as they were sent, marked with their algorithm, and are
  * inflated here into a buffer that grows with the bytes produced and stops
- * one byte past the limit. A message that arrived in one slice is taken as
- * that slice (a reference, no copy); one in several is joined into one.
- * Any CQ or completion thread may call these.
+ * one byte past the limit. Any CQ or completion thread may call these.
  */
 #include "frontend/grpc/internal.h"
 
@@ -131,8 +129,6 @@ int pjs__grpc_take_payload(grpc_byte_buffer **bb, size_t limit, grpc_slice *out,
         rc = inflate_payload(*bb, limit, out, err);
     } else if (grpc_byte_buffer_length(*bb) > limit) {
         rc = too_large(limit, err);
-    } else if ((*bb)->data.raw.slice_buffer.count == 1) {
-        *out = grpc_slice_ref((*bb)->data.raw.slice_buffer.slices[0]);
     } else {
         grpc_byte_buffer_reader reader;
         if (grpc_byte_buffer_reader_init(&reader, *bb)) {
