@@ -8,7 +8,8 @@ sequence_end; every answer must equal the running sum numpy computes for
 that sequence. Covered: interleaved sequences with integer and string ids
 (one protocol and both mixed on one sequence), a sequence_start on a live
 sequence starting it over, steps of one sequence sent back to back without
-waiting (answered in order), many sequences stepping at once coalescing
+waiting (answered in order; also several such streams at once, many steps
+each), many sequences stepping at once coalescing
 into fewer executions than requests, refusals naming the sequence id (a
 request without sequence_start on an unknown id, after sequence_end, after
 the idle timeout, no sequence_id at all, more than one row), the state
@@ -337,3 +338,43 @@ def test_exporter_refuses_what_the_server_would(tmp_path):
     m = pe.read_manifest(path)
     assert m.sequence_state == [("state_in", "state_out")]
     assert m.idle_timeout_ms == 1234
+
+
+def test_many_streams_of_back_to_back_steps_run_in_order(server):
+    """As above, with several streams at once and many steps each: while
+    one stream's reader submits a step, other requests' completions
+    advance that stream, and none of them may start the next read before
+    the submit is done, or the next step could overtake it."""
+    n_streams, n_steps = 4, 150
+
+    def run_stream(s):
+        rng = np.random.default_rng(100 + s)
+        xs = [row(rng) for _ in range(n_steps)]
+        c = grpcclient.InferenceServerClient(server.grpc_url)
+        results, errors = {}, []
+        done = queue.Queue()
+        c.start_stream(callback=lambda result, error: done.put((result, error)))
+        try:
+            for k, x in enumerate(xs):
+                c.async_stream_infer(MODEL, step_inputs("grpc", x), request_id=str(k),
+                                     sequence_id=f"stream-{s}", sequence_start=k == 0,
+                                     sequence_end=k == n_steps - 1)
+            for _ in xs:
+                r, e = done.get(timeout=120)
+                if e is not None:
+                    errors.append(str(e))
+                else:
+                    results[int(r.get_response().id)] = r.as_numpy("sum")
+        finally:
+            c.stop_stream()
+            c.close()
+        return xs, results, errors
+
+    import concurrent.futures
+    with concurrent.futures.ThreadPoolExecutor(n_streams) as pool:
+        outcomes = list(pool.map(run_stream, range(n_streams)))
+    for xs, results, errors in outcomes:
+        assert errors == [], f"{len(errors)} steps failed, the first: {errors[0]}"
+        got = np.concatenate([results[k] for k in range(len(xs))])
+        np.testing.assert_allclose(got, np.cumsum(np.concatenate(xs), axis=0), rtol=1e-4,
+                                   atol=1e-4)

@@ -3,12 +3,13 @@
  * bidirectional stream, answered in the order they arrived.
  *
  * The stream reads one message at a time. Each message becomes an item
- * appended to the stream's FIFO before the next read starts, then is
- * decoded and submitted; a request that fails there is answered at once
- * with error_message (the stream goes on). Each request's deadline is the
- * earlier of the stream's deadline and its own `timeout` parameter; one that
- * passes is answered with error_message too (DEADLINE_EXCEEDED's message).
- * Items become ready when their response (or error) is encoded: for a
+ * appended to the stream's FIFO, then is decoded and submitted, and only
+ * then does the next read start, so requests are submitted in arrival
+ * order (a sequence's steps rely on it). A request that fails there is
+ * answered at once with error_message (the stream goes on). Each request's
+ * deadline is the earlier of the stream's deadline and its own `timeout`
+ * parameter; one that passes is answered with error_message too
+ * (DEADLINE_EXCEEDED's message). Items become ready when their response (or error) is encoded: for a
  * submitted request on the thread that ran it, which is the reading thread
  * itself, inside pjs_server_submit, when the device was free. So the reader
  * holds no lock across the submit and touches the item no more after it.
@@ -99,7 +100,7 @@ struct stream_call {
 
     pthread_mutex_t lock; /* guards everything below */
     int refs;             /* outstanding tags + items in the FIFO; 0: free the stream */
-    bool reading;         /* a read is outstanding */
+    bool reading;         /* a read is outstanding, or its message is being submitted */
     bool read_done;       /* half-closed by the client, or reading failed */
     bool dead;            /* cancelled or a write failed: drop responses */
     bool metadata_sent;
@@ -504,7 +505,9 @@ static void stream_on_read(pjs_grpc_tag *tag, bool ok)
 {
     stream_call *s = PJS_GRPC_CONTAINER(tag, stream_call, on_read);
     pthread_mutex_lock(&s->lock);
-    s->reading = false; /* its reference is kept until this step ends */
+    /* `reading` stays set until the message is submitted: a completion on
+     * another thread must not start the next read (whose message could be
+     * submitted first) in between. The read's reference is kept as long. */
     grpc_byte_buffer *payload = s->incoming;
     s->incoming = NULL;
     stream_item *it = NULL;
@@ -539,6 +542,7 @@ static void stream_on_read(pjs_grpc_tag *tag, bool ok)
     if (payload != NULL)
         grpc_byte_buffer_destroy(payload);
     pthread_mutex_lock(&s->lock);
+    s->reading = false;
     s->refs--;
     stream_step_done_locked(s);
 }
