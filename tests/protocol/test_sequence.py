@@ -9,14 +9,15 @@ that sequence. Covered: interleaved sequences with integer and string ids
 (one protocol and both mixed on one sequence), a sequence_start on a live
 sequence starting it over, steps of one sequence sent back to back without
 waiting (answered in order; also several such streams at once, many steps
-each), many sequences stepping at once coalescing
-into fewer executions than requests, refusals naming the sequence id (a
+each), many sequences stepping at once coalescing into fewer executions
+than requests, refusals naming the sequence id (a
 request without sequence_start on an unknown id, after sequence_end, after
 the idle timeout, no sequence_id at all, more than one row), the state
 tensors absent from metadata and refused as inputs, and sequence parameters
 on a model without state accepted and ignored as Triton does.
 """
 
+import concurrent.futures
 import functools
 import queue
 import shutil
@@ -370,7 +371,6 @@ def test_many_streams_of_back_to_back_steps_run_in_order(server):
             c.close()
         return xs, results, errors
 
-    import concurrent.futures
     with concurrent.futures.ThreadPoolExecutor(n_streams) as pool:
         outcomes = list(pool.map(run_stream, range(n_streams)))
     for xs, results, errors in outcomes:
