@@ -2,17 +2,25 @@
  * http_infer.c - POST /v2/models/{m}[/versions/{v}]/infer.
  *
  * On the connection thread: look the model up, decode the body (JSON and
- * binary framing, see http_codec.h), read shared-memory inputs, then mark
- * the call waiting, suspend the connection and submit. Suspending before
- * submitting matters: the request may complete before pjs_server_submit
- * returns, and its resume must find the connection suspended. A refused
- * submit stores the error and resumes at once.
+ * binary framing, see http_codec.h), read shared-memory inputs and submit.
  *
- * In on_done (on the submitting thread or a dispatcher worker): write
- * shared-memory outputs, encode the response, release the request's outputs
- * and model reference, free the decoded request, store the reply and resume
- * the connection, in that order; after the resume the call belongs to the
- * connection thread again.
+ * In on_done (on the submitting thread inside pjs_server_submit, when the
+ * device was free, or on another thread later): write shared-memory
+ * outputs, encode the response, release the request's outputs and model
+ * reference, free the decoded request and store the reply.
+ *
+ * Then the call goes back to its connection thread through `handover`, one
+ * atomic exchange on each side, so the connection is suspended only when
+ * the answer is not there yet:
+ *   - on_done marks DONE. Seeing SUSPENDED, it resumes the connection (its
+ *     last touch of the call); seeing SUBMITTING, it leaves the call as it
+ *     is, and the submitter takes it from there.
+ *   - The submitter, once pjs_server_submit returned, finds DONE already
+ *     (most requests on an idle device) and queues the reply without
+ *     suspending. Otherwise it suspends the connection, then marks
+ *     SUSPENDED; seeing DONE by then, it resumes the connection itself.
+ * Either way exactly one side resumes, and only a suspended connection.
+ * A refused submit stores the error and is answered at once.
  *
  * The decoded request (about 32 KB, mostly tensor tables) is taken from the
  * front end's pool and goes back to it when the request is finished, so a
@@ -126,6 +134,8 @@ static int reply_outputs(pjs__http_call *c, pjs_error *err)
     return 0;
 }
 
+enum { HANDOVER_SUBMITTING, HANDOVER_SUSPENDED, HANDOVER_DONE };
+
 static void on_infer_done(pjs_infer_request *r)
 {
     pjs__http_call *c = r->frontend_ctx;
@@ -135,7 +145,8 @@ static void on_infer_done(pjs_infer_request *r)
     if (err.code != PJS_OK)
         pjs__http_reply_error(c, &err);
     finish_infer(c);
-    MHD_resume_connection(c->conn); /* the last touch of the call */
+    if (atomic_exchange(&c->handover, HANDOVER_DONE) == HANDOVER_SUSPENDED)
+        MHD_resume_connection(c->conn); /* the last touch of the call */
 }
 
 bool pjs__http_infer_limit(pjs__http_call *c, const char *model, const char *version)
@@ -187,12 +198,18 @@ void pjs__http_infer(pjs__http_call *c, const char *model, const char *version)
     }
     c->infer->req.on_done = on_infer_done;
     c->infer->req.frontend_ctx = c;
+    atomic_store(&c->handover, HANDOVER_SUBMITTING);
+    rc = pjs_server_submit(s, &c->infer->req, &err);
+    if (rc != 0) {
+        pjs__http_reply_error(c, &err);
+        finish_infer(c);
+        return;
+    }
+    if (atomic_load(&c->handover) == HANDOVER_DONE)
+        return; /* answered already: the reply is queued on return */
     c->waiting = true;
     MHD_suspend_connection(c->conn);
-    rc = pjs_server_submit(s, &c->infer->req, &err);
-    if (rc == 0)
-        return; /* on_infer_done owns the call until it resumes it */
-    pjs__http_reply_error(c, &err);
-    finish_infer(c);
-    MHD_resume_connection(c->conn);
+    if (atomic_exchange(&c->handover, HANDOVER_SUSPENDED) == HANDOVER_DONE)
+        MHD_resume_connection(c->conn); /* done meanwhile: the reply is stored */
+    /* else on_infer_done owns the call until it resumes it */
 }

@@ -19,7 +19,8 @@
  * connection as its very last touch of the call; libmicrohttpd then calls
  * the handler again on the connection's thread, which queues the stored
  * reply. Resuming goes through libmicrohttpd's mutex, which orders the
- * stored reply before the second handler call.
+ * stored reply before the second handler call. An inference suspends only
+ * when its answer is not there once its submit returns (http_infer.c).
  */
 #ifndef PJS_FRONTEND_HTTP_HTTP_INTERNAL_H
 #define PJS_FRONTEND_HTTP_HTTP_INTERNAL_H
@@ -154,6 +155,7 @@ struct pjs__http_call {
     bool waiting;         /* suspended until the reply is stored */
     pjs__http_reply reply;
     pjs_http_infer *infer; /* serve's routes: an inference in progress, or NULL */
+    atomic_int handover;   /* an inference's hand-over (http_infer.c) */
 };
 
 /* ---- replies (http_frontend.c); each replaces any reply stored before ---- */
