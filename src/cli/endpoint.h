@@ -110,8 +110,8 @@ typedef struct pjs_cli_endpoint {
     "HTTP/REST and metrics ports (docs/serving.md, section Limits; both ports):\n"                 \
     "  --http-host ADDR        REST address (default: --host)\n"                                  \
     "  --metrics-host ADDR     metrics address (default: --host)\n"                               \
-    "  --http-threads N        HTTP connection threads (default: one per CPU the\n"             \
-    "                          process may run on, at least 2, at most 16)\n"                    \
+    "  --http-threads N        HTTP connection threads (default: one per CPU the\n"               \
+    "                          process may run on, at most 16)\n"                                 \
     "  --http-max-connections N  connections open at once per port; more wait in\n"               \
     "                          the listen queue (default: 1000, or a quarter of the\n"            \
     "                          open-file limit when that is lower)\n"                             \
