@@ -7,8 +7,9 @@
 #                   (in .venv-torch), a short fuzz run
 #   make models     export the demo model bundles into models/
 #   make demo       export the demo models and run each once with pjserve run
-#   make asan       the same tests on an AddressSanitizer+UBSan build (build-asan/)
-#   make tsan       the same tests on a ThreadSanitizer build (build-tsan/)
+#   make asan       unit, end-to-end, protocol (against serve and a node), gateway, client and
+#                   CLI tests on an AddressSanitizer+UBSan build (build-asan/)
+#   make tsan       the same on a ThreadSanitizer build (build-tsan/)
 #   make fuzz       build the libFuzzer drivers (build-fuzz/) and fuzz each for FUZZ_SECONDS
 #   make bench      server overhead vs the raw limit and the peers (docs/benchmarks.md)
 #   make bench-scheduler  coalescing and fair shares on a compute-bound convnet (same doc);
@@ -63,6 +64,8 @@ PYTESTS := tests/e2e tests/protocol tests/gateway tests/deploy tests/node tests/
 # killed, stopped and restarted: fault injection runs once, in the plain build).
 SANITIZER_PYTESTS := tests/e2e tests/protocol tests/gateway tests/client tests/cli \
                      --ignore=tests/protocol/hostile --ignore=tests/e2e/test_torch_export.py
+# The protocol suite again in node mode: a gateway in front of two workers.
+SANITIZER_NODE_PYTESTS := tests/protocol --ignore=tests/protocol/hostile
 
 e2e: build
 	PJSERVE_BIN=$(CURDIR)/build/pjserve $(PYTEST) -s $(PYTESTS)
@@ -101,6 +104,8 @@ asan: bootstrap
 	$(call cmake_build,build-asan,-DPJSERVE_SANITIZE=address -DCMAKE_BUILD_TYPE=Debug)
 	cd build-asan && ASAN_OPTIONS=detect_leaks=1 ctest --output-on-failure -j $(JOBS)
 	PJSERVE_BIN=$(CURDIR)/build-asan/pjserve $(PYTEST) $(SANITIZER_PYTESTS)
+	PJSERVE_PROTOCOL_NODE_WORKERS=2 PJSERVE_BIN=$(CURDIR)/build-asan/pjserve \
+	  $(PYTEST) $(SANITIZER_NODE_PYTESTS)
 
 # The PJRT plugin is not instrumented; tests/tsan.supp explains what that hides.
 TSAN_ENV := TSAN_OPTIONS="suppressions=$(CURDIR)/tests/tsan.supp halt_on_error=1"
@@ -109,6 +114,8 @@ tsan: bootstrap
 	$(call cmake_build,build-tsan,-DPJSERVE_SANITIZE=thread -DCMAKE_BUILD_TYPE=Debug)
 	cd build-tsan && $(TSAN_ENV) ctest --output-on-failure -j $(JOBS)
 	$(TSAN_ENV) PJSERVE_BIN=$(CURDIR)/build-tsan/pjserve $(PYTEST) $(SANITIZER_PYTESTS)
+	$(TSAN_ENV) PJSERVE_PROTOCOL_NODE_WORKERS=2 PJSERVE_BIN=$(CURDIR)/build-tsan/pjserve \
+	  $(PYTEST) $(SANITIZER_NODE_PYTESTS)
 
 FUZZERS := fuzz_safetensors fuzz_manifest fuzz_npy fuzz_config fuzz_rest_infer fuzz_grpc_infer \
             fuzz_control_json fuzz_auth_header fuzz_bytes \
