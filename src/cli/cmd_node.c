@@ -609,17 +609,21 @@ static const char *loopback_for(const char *host)
 static int plan_ports(const node_args *a, node_plan *p)
 {
     pjs_error err;
+    /* The public ports are bound later (by the one worker, or by the
+     * gateway once the workers run): free now, and not to be picked. */
+    int public_ports[3] = {port_value(a, "grpc-port", 8001), port_value(a, "http-port", 8000),
+                           port_value(a, "metrics-port", 8002)};
     if (p->n_workers == 1) {
         node_worker *w = &p->workers[0];
         const char *host = given_value(a, "host") ? given_value(a, "host") : "0.0.0.0";
         const char *http_host = given_value(a, "http-host") ? given_value(a, "http-host") : host;
         const char *grpc_host = given_value(a, "grpc-host") ? given_value(a, "grpc-host") : host;
-        w->grpc_port = port_value(a, "grpc-port", 8001);
-        w->http_port = port_value(a, "http-port", 8000);
+        w->grpc_port = public_ports[0];
+        w->http_port = public_ports[1];
         w->probe_host = loopback_for(http_host);
         if (w->http_port == 0) {
             int port[1];
-            if (pjs_node_free_ports(port, 1, &w->grpc_port, 1, &err) != 0)
+            if (pjs_node_free_ports(port, 1, public_ports, 3, &err) != 0)
                 return pjs_cli_fail("%s", err.msg);
             w->http_port = port[0];
             w->probe_host = "127.0.0.1";
@@ -629,11 +633,7 @@ static int plan_ports(const node_args *a, node_plan *p)
         snprintf(w->http, sizeof w->http, "%s:%d", http_host, w->http_port);
         return PJS_EXIT_OK;
     }
-    /* The gateway listens on the public ports only after the workers are
-     * started: they are free now, and must not be handed to a worker. */
     int ports[3 * PJS_NODE_MAX_WORKERS];
-    int public_ports[3] = {port_value(a, "grpc-port", 8001), port_value(a, "http-port", 8000),
-                           port_value(a, "metrics-port", 8002)};
     if (pjs_node_free_ports(ports, 3 * p->n_workers, public_ports, 3, &err) != 0)
         return pjs_cli_fail("%s", err.msg);
     for (size_t i = 0; i < p->n_workers; i++) {

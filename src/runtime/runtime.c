@@ -1071,7 +1071,6 @@ static void copy_relayout(void *dst, const void *src, const pjs_shape *shape, si
     }
 }
 
-
 int pjs_rt_buffer_from_host(pjs_rt_client *c, pjs_dtype dtype, const pjs_shape *shape,
                             const pjs_rt_tensor_type *param, const void *data, pjrt_buffer **out,
                             pjs_error *err)

@@ -141,7 +141,8 @@ void pjs_rt_executable_destroy(pjs_rt_executable *e);
 /* Copies row-major host data to a new device buffer; when it returns, the
  * data may be changed or freed. `param` (may be NULL: the device's default
  * layout) is the executable parameter the buffer is for: the buffer gets its
- * layout, the plugin reordering the data as it copies. */
+ * layout, reordered by the plugin as it copies, or here first where the
+ * plugin keeps row-major bytes whatever the layout (the CPU plugin). */
 int pjs_rt_buffer_from_host(pjs_rt_client *c, pjs_dtype dtype, const pjs_shape *shape,
                             const pjs_rt_tensor_type *param, const void *data, pjrt_buffer **out,
                             pjs_error *err);
