@@ -67,6 +67,7 @@ const char *pjs_status_name(int status)
     case PJS_ERR_DEADLINE_EXCEEDED: return "DEADLINE_EXCEEDED";
     case PJS_ERR_UNAUTHENTICATED: return "UNAUTHENTICATED";
     case PJS_ERR_PERMISSION_DENIED: return "PERMISSION_DENIED";
+    case PJS_ERR_DRAINING: return "UNAVAILABLE";
     }
     return "UNKNOWN";
 }

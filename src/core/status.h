@@ -30,6 +30,8 @@ typedef enum pjs_status {
     PJS_ERR_DEADLINE_EXCEEDED = -11, /* the caller's deadline passed */
     PJS_ERR_UNAUTHENTICATED = -12,   /* a credential is required and was not given */
     PJS_ERR_PERMISSION_DENIED = -13, /* the credential given does not allow the call */
+    PJS_ERR_DRAINING = -14,          /* shutting down: refused before anything ran, so
+                                        another server may take it (UNAVAILABLE to clients) */
 } pjs_status;
 
 /* Longest message kept; longer ones are truncated with "...". */

@@ -9,6 +9,21 @@
 
 #include "core/status.h"
 
+/* How a worker's error answer tells a gateway that it is an answer: gRPC
+ * trailing metadata (every error status pjserve sends itself) and an HTTP
+ * header (refusals before anything ran). A status without the mark came
+ * from the channel between (a connection that failed), whatever its text
+ * says; a gateway never reads that text, which a client's model name can
+ * fill. */
+#define PJS_ANSWER_MARK "pjserve-answer"
+#define PJS_ANSWER_ERROR "error"     /* a status pjserve decided */
+#define PJS_ANSWER_NOT_RUN "not-run" /* refused before anything ran: another server may take it */
+
+static inline const char *pjs_answer_mark(int status)
+{
+    return status == PJS_ERR_DRAINING ? PJS_ANSWER_NOT_RUN : PJS_ANSWER_ERROR;
+}
+
 static inline int pjs_status_to_grpc(int status)
 {
     switch (status) {
@@ -21,7 +36,8 @@ static inline int pjs_status_to_grpc(int status)
     case PJS_ERR_RESOURCE_EXHAUSTED: return 8;   /* RESOURCE_EXHAUSTED */
     case PJS_ERR_FAILED_PRECONDITION: return 9;  /* FAILED_PRECONDITION */
     case PJS_ERR_UNSUPPORTED: return 12;         /* UNIMPLEMENTED */
-    case PJS_ERR_UNAVAILABLE: return 14;         /* UNAVAILABLE */
+    case PJS_ERR_UNAVAILABLE:
+    case PJS_ERR_DRAINING: return 14;            /* UNAVAILABLE */
     default: return 13;                          /* INTERNAL */
     }
 }
@@ -37,7 +53,8 @@ static inline int pjs_status_to_http(int status)
     case PJS_ERR_PERMISSION_DENIED: return 403;
     case PJS_ERR_NOT_FOUND: return 404;
     case PJS_ERR_RESOURCE_EXHAUSTED: return 429;
-    case PJS_ERR_UNAVAILABLE: return 503;
+    case PJS_ERR_UNAVAILABLE:
+    case PJS_ERR_DRAINING: return 503;
     case PJS_ERR_DEADLINE_EXCEEDED: return 504;
     default: return 500;
     }

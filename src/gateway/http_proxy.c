@@ -40,6 +40,7 @@
 
 #include "core/log.h"
 #include "frontend/http/http_internal.h"
+#include "frontend/status_map.h"
 #include "gateway/http_docs.h"
 
 /* Upstream bounds: a worker must accept the connection within the first
@@ -94,6 +95,7 @@ typedef struct transfer {
     pjs_http_buf answer;
     const char *content_type; /* of the answer: one of the types below, or NULL */
     size_t inference_header;  /* Inference-Header-Content-Length of the answer */
+    bool not_run;             /* the worker marked its answer as refused before anything ran */
     CURLcode result;
     long status;
     char curl_error[CURL_ERROR_SIZE];
@@ -153,8 +155,12 @@ static size_t on_answer_header(char *line, size_t size, size_t n, void *arg)
         v++;
     while (end > v && (end[-1] == '\r' || end[-1] == '\n' || end[-1] == ' '))
         end--;
-    static const char type[] = "Content-Type", header_length[] = "Inference-Header-Content-Length";
-    if (name_len == sizeof type - 1 && strncasecmp(line, type, name_len) == 0) {
+    static const char type[] = "Content-Type", header_length[] = "Inference-Header-Content-Length",
+                      mark[] = PJS_ANSWER_MARK;
+    if (name_len == sizeof mark - 1 && strncasecmp(line, mark, name_len) == 0) {
+        t->not_run = (size_t)(end - v) == strlen(PJS_ANSWER_NOT_RUN) &&
+                     memcmp(v, PJS_ANSWER_NOT_RUN, strlen(PJS_ANSWER_NOT_RUN)) == 0;
+    } else if (name_len == sizeof type - 1 && strncasecmp(line, type, name_len) == 0) {
         t->content_type = known_content_type(v, (size_t)(end - v));
     } else if (name_len == sizeof header_length - 1 &&
                strncasecmp(line, header_length, name_len) == 0) {
@@ -187,6 +193,7 @@ static int transfer_aim(transfer *t, int worker, pjs_error *err)
     t->status = 0;
     t->content_type = NULL;
     t->inference_header = 0;
+    t->not_run = false;
     t->curl_error[0] = '\0';
     pjs_http_buf_free(&t->answer);
     pjs_http_buf_init(&t->answer, j->kind == JOB_METRICS ? METRICS_ANSWER_MAX_BYTES
@@ -212,6 +219,9 @@ static int transfer_prepare(transfer *t, job *j, int worker, bool picked, pjs_er
     curl_easy_setopt(e, CURLOPT_CONNECTTIMEOUT_MS, CONNECT_TIMEOUT_MS);
     curl_easy_setopt(e, CURLOPT_TIMEOUT, ANSWER_TIMEOUT_S);
     curl_easy_setopt(e, CURLOPT_PROTOCOLS_STR, "http");
+    /* The path is one the front end checked (no dot segments) and rebuilt
+     * segment by segment; libcurl must send it as it is. */
+    curl_easy_setopt(e, CURLOPT_PATH_AS_IS, 1L);
     curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, on_answer_bytes);
     curl_easy_setopt(e, CURLOPT_WRITEDATA, t);
     curl_easy_setopt(e, CURLOPT_HEADERFUNCTION, on_answer_header);
@@ -316,19 +326,38 @@ static bool build_path(pjs__http_call *c, const pjs__http_path *p, char *buf, si
     return q.fits;
 }
 
+/* Whether a header value may be sent on as it is: visible ASCII, spaces
+ * and tabs only. A CR or LF would start another header line upstream. */
+static bool header_value_plain(const char *v)
+{
+    for (const unsigned char *s = (const unsigned char *)v; *s != '\0'; s++)
+        if ((*s < 0x20 && *s != '\t') || *s == 0x7f)
+            return false;
+    return true;
+}
+
+typedef enum header_copy {
+    HEADER_COPIED, /* or absent, or too long to be valid (the worker does without it) */
+    HEADER_REFUSED, /* holds a control character: the request is refused */
+    HEADER_NO_MEMORY,
+} header_copy;
+
 /* Adds the request header `name` to the job's headers when the client sent it. */
-static bool copy_header(job *j, const char *name)
+static header_copy copy_header(job *j, const char *name)
 {
     const char *v = MHD_lookup_connection_value(j->call->conn, MHD_HEADER_KIND, name);
     if (v == NULL)
-        return true;
+        return HEADER_COPIED;
+    if (!header_value_plain(v))
+        return HEADER_REFUSED;
     char line[1024];
     if ((size_t)snprintf(line, sizeof line, "%s: %s", name, v) >= sizeof line)
-        return true; /* too long to be a valid value; the worker does without it */
+        return HEADER_COPIED;
     struct curl_slist *l = curl_slist_append(j->headers, line);
-    if (l != NULL)
-        j->headers = l;
-    return l != NULL;
+    if (l == NULL)
+        return HEADER_NO_MEMORY;
+    j->headers = l;
+    return HEADER_COPIED;
 }
 
 /* A job for call c over path p with n_transfers to come; NULL: replied. */
@@ -364,9 +393,21 @@ static job *job_create(pjs__http_call *c, const pjs__http_path *p, job_kind kind
     /* No "Expect: 100-continue" round trip before large bodies. */
     if (ok)
         ok = (j->headers = curl_slist_append(j->headers, "Expect:")) != NULL;
-    if (ok && strcmp(c->method, "POST") == 0)
-        ok = copy_header(j, MHD_HTTP_HEADER_CONTENT_TYPE) &&
-             copy_header(j, "Inference-Header-Content-Length");
+    static const char *const forwarded[] = {MHD_HTTP_HEADER_CONTENT_TYPE,
+                                            "Inference-Header-Content-Length"};
+    for (size_t i = 0; ok && strcmp(c->method, "POST") == 0 && i < sizeof forwarded / sizeof *forwarded;
+         i++) {
+        header_copy hc = copy_header(j, forwarded[i]);
+        if (hc == HEADER_REFUSED) {
+            job_free(j);
+            pjs__http_reply_message(c, 400,
+                                    "the %s header holds a control character (CR, LF, ...); "
+                                    "it is not relayed",
+                                    forwarded[i]);
+            return NULL;
+        }
+        ok = hc == HEADER_COPIED;
+    }
     if (!ok) {
         job_free(j);
         pjs__http_reply_message(c, 500, "out of memory relaying the request");
@@ -800,10 +841,12 @@ static bool retry_elsewhere(transfer *t)
                            : pjs_gw_pool_pick_any(h->pool, j->tried, &err);
     if (next < 0)
         return false;
-    pjs_info("gateway: %s %.256s: worker %d (%s) could not be reached (%s); sending it to "
-             "worker %d",
+    pjs_info("gateway: %s %.256s: worker %d (%s) %s (%s); sending it to worker %d",
              j->call->method, j->call->url, t->worker, worker_http(t),
-             t->curl_error[0] ? t->curl_error : curl_easy_strerror(t->result), next);
+             t->not_run ? "refused it before running it" : "could not be reached",
+             t->not_run ? "it is shutting down"
+                        : t->curl_error[0] ? t->curl_error : curl_easy_strerror(t->result),
+             next);
     j->tried |= (uint64_t)1 << next;
     if (transfer_aim(t, next, &err) != 0 || curl_multi_add_handle(h->multi, t->easy) != CURLM_OK) {
         pjs_gw_pool_done(h->pool, next, PJS_GW_NOT_SENT);
@@ -821,9 +864,12 @@ static void transfer_ended(transfer *t, CURLcode result)
     t->result = result;
     curl_easy_getinfo(t->easy, CURLINFO_RESPONSE_CODE, &t->status);
     if (t->picked) {
-        pjs_gw_outcome o = answered(t)     ? PJS_GW_ANSWERED
-                           : never_reached(t) ? PJS_GW_NOT_SENT
-                                              : PJS_GW_BROKEN;
+        /* A worker's refusal before anything ran (it is shutting down)
+         * counts as never sent: another worker takes the request, and
+         * when none can, the worker's own words are the reply. */
+        pjs_gw_outcome o = answered(t) && !t->not_run ? PJS_GW_ANSWERED
+                           : answered(t) || never_reached(t) ? PJS_GW_NOT_SENT
+                                                              : PJS_GW_BROKEN;
         pjs_gw_pool_done(h->pool, t->worker, o);
         if (o == PJS_GW_NOT_SENT && retry_elsewhere(t))
             return;

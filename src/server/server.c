@@ -1166,7 +1166,7 @@ int pjs_server_submit(pjs_server *s, pjs_infer_request *r, pjs_error *err)
     /* Draining: metas accepted before still queue sub-calls (which do not
      * come through here); clients get no more. */
     if (atomic_load(&s->draining))
-        return pjs_error_set(err, PJS_ERR_UNAVAILABLE,
+        return pjs_error_set(err, PJS_ERR_DRAINING,
                              "pjserve is shutting down and accepts no new requests");
     if (b->manifest.decoupled && r->respond == NULL)
         return pjs_error_set(err, PJS_ERR_UNSUPPORTED,

@@ -89,7 +89,14 @@ grpc_call_error pjs__grpc_reply(pjs_grpc_call *c, grpc_byte_buffer *response, co
     ops[n].op = GRPC_OP_SEND_STATUS_FROM_SERVER;
     ops[n].data.send_status_from_server.status =
         (grpc_status_code)(err != NULL ? pjs_status_to_grpc(err->code) : 0);
-    ops[n++].data.send_status_from_server.status_details = &c->details;
+    ops[n].data.send_status_from_server.status_details = &c->details;
+    grpc_metadata mark = {.key = grpc_slice_from_static_string(PJS_ANSWER_MARK)};
+    if (err != NULL && err->code != PJS_OK) { /* gRPC copies it when the batch starts */
+        mark.value = grpc_slice_from_static_string(pjs_answer_mark(err->code));
+        ops[n].data.send_status_from_server.trailing_metadata_count = 1;
+        ops[n].data.send_status_from_server.trailing_metadata = &mark;
+    }
+    n++;
     ops[n].op = GRPC_OP_RECV_CLOSE_ON_SERVER;
     ops[n++].data.recv_close_on_server.cancelled = &c->cancelled;
     return pjs__grpc_start_batch(c->call, ops, n, tag);

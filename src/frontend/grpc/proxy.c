@@ -300,7 +300,10 @@ static void reply(proxy_call *p, const grpc_metadata_array *head, grpc_byte_buff
 static void reply_error(proxy_call *p, const pjs_error *err)
 {
     grpc_slice details = grpc_slice_from_copied_string(err->msg);
-    reply(p, NULL, NULL, (grpc_status_code)pjs_status_to_grpc(err->code), details, NULL);
+    grpc_metadata mark = {.key = grpc_slice_from_static_string(PJS_ANSWER_MARK),
+                          .value = grpc_slice_from_static_string(pjs_answer_mark(err->code))};
+    grpc_metadata_array tail = {.count = 1, .capacity = 1, .metadata = &mark};
+    reply(p, NULL, NULL, (grpc_status_code)pjs_status_to_grpc(err->code), details, &tail);
     grpc_slice_unref(details);
 }
 
@@ -378,28 +381,44 @@ static bool details_contain(const upstream *u, const char *phrase)
     return strcasestr(u->text, phrase) != NULL;
 }
 
-/* How a call to a worker went, from its status. A worker's own answers
- * (UNAVAILABLE for an unloaded model, DEADLINE_EXCEEDED for a request it
- * dropped) are answers; only the gRPC library's words for a connection
- * that could not be made (nothing was sent) or that failed under the call
- * are not. */
+typedef enum answer_mark { UNMARKED, MARKED_ERROR, MARKED_NOT_RUN } answer_mark;
+
+/* The worker's answer mark in its trailing metadata (status_map.h). */
+static answer_mark answer_mark_of(const upstream *u)
+{
+    for (size_t i = 0; i < u->trailing.count; i++) {
+        const grpc_metadata *m = &u->trailing.metadata[i];
+        if (grpc_slice_str_cmp(m->key, PJS_ANSWER_MARK) == 0)
+            return grpc_slice_str_cmp(m->value, PJS_ANSWER_NOT_RUN) == 0 ? MARKED_NOT_RUN
+                                                                          : MARKED_ERROR;
+    }
+    return UNMARKED;
+}
+
+/* How a call to a worker went. A status the worker marked as its own is an
+ * answer, whatever it says (a model's NOT_FOUND, a request's UNAVAILABLE),
+ * except a refusal before anything ran, which another worker may take.
+ * An unmarked UNAVAILABLE, INTERNAL or UNKNOWN came from our side of the
+ * channel: "failed to connect" (gRPC's words: nothing was sent) or a
+ * connection that failed under the call. Other unmarked codes are the
+ * client's (its deadline, its cancellation) or a message limit: no fault
+ * of the worker's. The breaker hears only the channel's failures, so no
+ * text a client can choose (a model name in an error) opens it. */
 static pjs_grpc_proxy_outcome outcome_of(const upstream *u)
 {
-    static const char *const transport[] = {
-        "Socket closed",  "Connection reset", "Broken pipe",       "GOAWAY",
-        "Stream removed", "keepalive",        "Transport closed",  "recvmsg",
-        "sendmsg",        "Connection refused", "Endpoint closing",
-    };
     if (u->status == GRPC_STATUS_OK)
         return PJS_GRPC_PROXY_ANSWERED;
-    if (u->status == GRPC_STATUS_UNAVAILABLE && details_contain(u, "failed to connect"))
-        return PJS_GRPC_PROXY_NOT_SENT;
-    if (u->status == GRPC_STATUS_DEADLINE_EXCEEDED)
-        return PJS_GRPC_PROXY_ANSWERED; /* the client's deadline: no fault of the worker's */
-    for (size_t i = 0; i < sizeof transport / sizeof transport[0]; i++)
-        if (details_contain(u, transport[i]))
-            return PJS_GRPC_PROXY_BROKEN;
-    return PJS_GRPC_PROXY_ANSWERED;
+    answer_mark mark = answer_mark_of(u);
+    if (mark != UNMARKED)
+        return mark == MARKED_NOT_RUN ? PJS_GRPC_PROXY_NOT_SENT : PJS_GRPC_PROXY_ANSWERED;
+    switch (u->status) {
+    case GRPC_STATUS_UNAVAILABLE:
+        return details_contain(u, "failed to connect") ? PJS_GRPC_PROXY_NOT_SENT
+                                                        : PJS_GRPC_PROXY_BROKEN;
+    case GRPC_STATUS_INTERNAL:
+    case GRPC_STATUS_UNKNOWN: return PJS_GRPC_PROXY_BROKEN;
+    default: return PJS_GRPC_PROXY_ANSWERED;
+    }
 }
 
 static void routed_send(proxy_call *p);

@@ -101,13 +101,14 @@ static void reply_error_text(pjs__http_call *c, unsigned status, const char *msg
 
 void pjs__http_reply_error(pjs__http_call *c, const pjs_error *err)
 {
-    reply_error_text(c, (unsigned)pjs_status_to_http(err->code), err->msg);
+    pjs__http_reply_error_status(c, 0, err);
 }
 
 void pjs__http_reply_error_status(pjs__http_call *c, unsigned status, const pjs_error *err)
 {
     reply_error_text(c, status != 0 ? status : (unsigned)pjs_status_to_http(err->code),
                      err->msg);
+    c->reply.not_run = err->code == PJS_ERR_DRAINING;
 }
 
 void pjs__http_reply_message(pjs__http_call *c, unsigned status, const char *fmt, ...)
@@ -153,6 +154,8 @@ static enum MHD_Result queue_reply(pjs__http_call *c)
         ok = MHD_add_response_header(resp, MHD_HTTP_HEADER_ALLOW, r->allow);
     if (ok && r->www_authenticate)
         ok = MHD_add_response_header(resp, MHD_HTTP_HEADER_WWW_AUTHENTICATE, "Bearer");
+    if (ok && r->not_run)
+        ok = MHD_add_response_header(resp, PJS_ANSWER_MARK, PJS_ANSWER_NOT_RUN);
     if (ok && r->inference_header > 0) {
         char len[32];
         snprintf(len, sizeof len, "%zu", r->inference_header);
@@ -421,7 +424,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         if (c == NULL)
             return MHD_NO; /* out of memory: drop the connection */
         *con_cls = c;
-        if (!pjs__http_access_allowed(c)) { /* refused before any body byte is read */
+        /* refused before any body byte is read */
+        if (!pjs__http_path_clean(c) || !pjs__http_access_allowed(c)) {
             c->dispatched = true;
             return queue_reply(c);
         }

@@ -127,6 +127,7 @@ typedef struct pjs__http_reply {
     size_t inference_header;   /* > 0: Inference-Header-Content-Length */
     const char *allow;         /* for 405: the methods the path takes */
     bool www_authenticate;     /* for 401: WWW-Authenticate: Bearer */
+    bool not_run;              /* refused before anything ran (status_map.h's answer mark) */
 } pjs__http_reply;
 
 /* One request, from its headers to the end of its response (libmicrohttpd's
@@ -248,6 +249,10 @@ bool pjs__http_infer_path(const char *url, char *model, size_t model_size, char 
 void pjs__http_limit_control_body(pjs__http_call *c);
 /* /v2/cudasharedmemory/...: no region can be registered on this server. */
 void pjs__http_route_cuda_shm(pjs__http_call *c, const pjs__http_path *p);
+/* Whether the request's path has only name segments (no ".", "..", empty
+ * segment or trailing slash, decoded or not); stores a 400 reply when not.
+ * Asked before anything else reads the path. */
+bool pjs__http_path_clean(pjs__http_call *c);
 /* Whether the caller may make this request (its headers are in, its body
  * not yet read); stores a 401 or 403 reply when not. */
 bool pjs__http_access_allowed(pjs__http_call *c);

@@ -3,6 +3,14 @@
  * path splitting, method checks, JSON bodies, the body limit of control
  * requests, the access decision, and the CUDA shared-memory endpoints
  * (never honoured here, answered the same by serve and the gateway).
+ *
+ * Paths. A path with a "." or ".." segment, or an empty one ("//", a
+ * trailing "/"), is refused before anything else looks at it, as
+ * libmicrohttpd hands it over (decoded: "%2e%2e" is ".." here). Every
+ * later reader (the access table, the routers, the gateway rebuilding the
+ * path for a worker) then sees one meaning of the path: no reader can
+ * take "/v2/models/../logging" for a model's route while another
+ * resolves it to /v2/logging.
  */
 #include "frontend/http/http_internal.h"
 
@@ -19,6 +27,42 @@
 static bool is(const char *a, const char *b)
 {
     return strcmp(a, b) == 0;
+}
+
+/* The first segment of url that is ".", ".." or empty, as a short name for
+ * the message, or NULL when every segment is a name. */
+static const char *unclean_segment(const char *url)
+{
+    if (url[0] != '/')
+        return "a path that does not start with /";
+    if (url[1] == '\0')
+        return NULL; /* "/" alone: no segment */
+    for (const char *s = url + 1;;) {
+        const char *end = strchr(s, '/');
+        size_t len = end ? (size_t)(end - s) : strlen(s);
+        if (len == 0)
+            return "an empty segment";
+        if (len == 1 && s[0] == '.')
+            return "a \".\" segment";
+        if (len == 2 && s[0] == '.' && s[1] == '.')
+            return "a \"..\" segment";
+        if (end == NULL)
+            return NULL;
+        s = end + 1;
+    }
+}
+
+bool pjs__http_path_clean(pjs__http_call *c)
+{
+    const char *what = unclean_segment(c->url);
+    if (what == NULL)
+        return true;
+    pjs_debug("http %s %.256s: refused: %s", c->method, c->url, what);
+    pjs__http_reply_message(c, 400,
+                            "%s %.256s: the path has %s; paths are names separated by single "
+                            "slashes, without \".\" or \"..\" (spell each model name out)",
+                            c->method, c->url, what);
+    return false;
 }
 
 bool pjs__http_split_path(const char *url, pjs__http_path *p)

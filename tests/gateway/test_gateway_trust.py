@@ -1,0 +1,239 @@
+"""What a client must not be able to do through `pjserve gateway` (two real
+`pjserve serve` workers behind it), and what a worker's refusal means there.
+
+Checked:
+- paths with "." or ".." segments or empty segments, spelled out or
+  percent-encoded, are refused with 400 on the gateway's REST port and on a
+  worker's, before any route or access rule reads them: the admin call
+  hidden behind /v2/models/%2e%2e/ unloads nothing, /v2/models/../logging
+  reads no settings;
+- a header the gateway relays that holds a bare CR is refused, not passed on;
+- a model name that reads like a transport failure ("GOAWAY", "Socket
+  closed", ...) opens no circuit breaker: the workers' NOT_FOUND answers are
+  answers, and every legitimate request over both protocols is served
+  meanwhile;
+- a worker that is shutting down refuses new requests before running them,
+  and the gateway sends those requests to the other worker instead of
+  passing the refusal on.
+"""
+
+import queue
+import socket
+import threading
+import time
+
+import numpy as np
+import pytest
+import tritonclient.grpc as grpcclient
+import tritonclient.http as httpclient
+from tritonclient.utils import InferenceServerException
+
+from gateway_util import finish_cluster, wait_for
+from pjserve_export import hooks as H
+from pjserve_export.triton_examples import export_triton_example
+from protocol_util import grpc_code, grpc_infer_case, http_json, http_request, parse_metrics, scrape
+
+TOKEN = "client-secret-0123456789abcdef"
+
+# Paths no reader may take two ways: (method, path as sent on the wire).
+UNCLEAN_PATHS = [
+    ("POST", "/v2/models/%2e%2e/repository/models/mlp/unload"),
+    ("POST", "/v2/models/%2E%2E/repository/models/mlp/unload"),
+    ("POST", "/v2/models/../repository/models/mlp/unload"),
+    ("GET", "/v2/models/../logging"),
+    ("GET", "/v2/models/%2e%2e/logging"),
+    ("GET", "/v2/models/mlp/./ready"),
+    ("GET", "/v2/models/mlp/%2e/ready"),
+    ("GET", "/v2//models/mlp/ready"),
+    ("GET", "/v2/models/mlp/ready/"),
+    ("GET", "/v2/models/%2F/ready"),
+]
+
+
+def raw_http(host_port: str, request: bytes, timeout: float = 10) -> bytes:
+    """Sends request bytes as they are and returns the whole answer (the
+    connection is closed by the request's Connection: close)."""
+    host, port = host_port.rsplit(":", 1)
+    with socket.create_connection((host, int(port)), timeout=timeout) as s:
+        s.sendall(request)
+        chunks = []
+        while True:
+            data = s.recv(65536)
+            if not data:
+                break
+            chunks.append(data)
+    return b"".join(chunks)
+
+
+def status_of(answer: bytes) -> int:
+    return int(answer.split(b" ", 2)[1])
+
+
+def raw_request(method: str, path: str, headers=(), body: bytes = b"") -> bytes:
+    lines = [f"{method} {path} HTTP/1.1".encode(), b"Host: localhost", b"Connection: close",
+             f"Content-Length: {len(body)}".encode()]
+    lines += list(headers)
+    return b"\r\n".join(lines) + b"\r\n\r\n" + body
+
+
+def mlp_ready_everywhere(cluster) -> bool:
+    for w in cluster.workers:
+        c = grpcclient.InferenceServerClient(w.grpc_url)
+        try:
+            if not c.is_model_ready("mlp"):
+                return False
+        finally:
+            c.close()
+    return True
+
+
+@pytest.mark.parametrize("method,path", UNCLEAN_PATHS)
+def test_dot_and_empty_segments_are_refused_everywhere(cluster_factory, tmp_path, method, path):
+    token_file = tmp_path / "client-token"
+    token_file.write_text(TOKEN + "\n")
+    token_file.chmod(0o600)
+    # An inference token the caller holds; the admin token it does not.
+    c = cluster_factory(gateway_args=["--infer-token-file", str(token_file)])
+    auth = f"Authorization: Bearer {TOKEN}".encode()
+    for front in [c.gateway] + c.workers:
+        answer = raw_http(front.http_url, raw_request(method, path, [auth]))
+        assert status_of(answer) == 400, (front.name, path, answer[:300])
+        assert b"segment" in answer, answer[:300]
+    assert mlp_ready_everywhere(c), "a refused path unloaded mlp"
+    # The same credential on a clean inference path still works.
+    status, doc, _ = http_request(c.gateway.http_url, "GET", "/v2/models/mlp/ready",
+                                  headers={"Authorization": f"Bearer {TOKEN}"})
+    assert status == 200, doc
+    finish_cluster(c)
+
+
+def test_relayed_header_with_a_bare_cr_is_refused(cluster_factory, cases):
+    c = cluster_factory()
+    case = cases.get("mlp", 1)
+    body = (b'{"inputs":[{"name":"x","datatype":"FP32","shape":[1,16],"data":['
+            + b",".join(str(float(v)).encode() for v in case.inputs["x"].ravel()) + b"]}]}")
+    ok = raw_http(c.gateway.http_url, raw_request(
+        "POST", "/v2/models/mlp/infer", [b"Content-Type: application/json"], body))
+    assert status_of(ok) == 200, ok[:300]
+    answer = raw_http(c.gateway.http_url, raw_request(
+        "POST", "/v2/models/mlp/infer", [b"Content-Type: application/json\rX-Injected: 1"], body))
+    if status_of(answer) != 400:
+        # libmicrohttpd may refuse the header itself; it must never reach a worker as two.
+        assert status_of(answer) != 200, answer[:300]
+    else:
+        assert b"control character" in answer, answer[:300]
+    finish_cluster(c)
+
+
+def breaker_open_count(cluster) -> int:
+    samples, _ = parse_metrics(scrape(cluster.gateway.metrics_url))
+    return sum(1 for (name, _labels), v in samples.items()
+               if name == "pjserve_gateway_worker_breaker_open" and v == 1)
+
+
+def test_model_names_do_not_open_circuit_breakers(cluster_factory, cases):
+    c = cluster_factory()
+    case = cases.get("mlp", 1)
+    names = ["GOAWAY", "Socket closed", "Connection reset", "Broken pipe", "Stream removed",
+             "keepalive", "Transport closed", "failed to connect"]
+    stop = threading.Event()
+    attacks = {"sent": 0, "not_found": 0}
+
+    def attack():
+        client = grpcclient.InferenceServerClient(c.gateway.grpc_url)
+        inputs = grpcclient.InferInput("x", [1, 16], "FP32")
+        inputs.set_data_from_numpy(case.inputs["x"])
+        try:
+            while not stop.is_set():
+                for name in names:
+                    try:
+                        client.infer(name, [inputs])
+                    except InferenceServerException as e:
+                        attacks["sent"] += 1
+                        attacks["not_found"] += grpc_code(e) == "NOT_FOUND"
+        finally:
+            client.close()
+
+    attacker = threading.Thread(target=attack, daemon=True)
+    attacker.start()
+    time.sleep(0.5)
+    g = grpcclient.InferenceServerClient(c.gateway.grpc_url)
+    h = httpclient.InferenceServerClient(c.gateway.http_url)
+    failures, total = [], 0
+    try:
+        for i in range(100):
+            try:
+                got, _ = grpc_infer_case(g, case)
+                np.testing.assert_allclose(got["y"], case.expected["y"], rtol=1e-5, atol=1e-5)
+            except (InferenceServerException, AssertionError) as e:
+                failures.append(f"gRPC: {e}")
+            total += 1
+            status, doc, _ = http_json(c.gateway.http_url, "POST", "/v2/models/mlp/infer", {
+                "inputs": [{"name": "x", "datatype": "FP32", "shape": [1, 16],
+                            "data": case.inputs["x"].ravel().tolist()}]})
+            if status != 200:
+                failures.append(f"HTTP {status}: {doc}")
+            total += 1
+    finally:
+        stop.set()
+        attacker.join(30)
+        g.close()
+        h.close()
+    assert attacks["sent"] > 50 and attacks["not_found"] == attacks["sent"], attacks
+    assert not failures, f"{len(failures)} of {total} legitimate requests failed: {failures[:3]}"
+    assert breaker_open_count(c) == 0
+    finish_cluster(c)
+
+
+def test_a_draining_workers_refusals_go_to_the_other_worker(cluster_factory, pjserve_bin,
+                                                            cases):
+    build = H.hooks_builder(pjserve_bin)
+    c = cluster_factory(names=("mlp",),
+                        prepare=lambda repo: export_triton_example("repeat_int32", repo,
+                                                                   build=build))
+    wait_for(lambda: mlp_ready_everywhere(c), 30, "mlp not ready on both workers", c.describe)
+    draining = c.workers[0]
+    # A run that keeps worker 0 busy (and so draining, once told to stop) for 6 s.
+    got = queue.Queue()
+    holder = grpcclient.InferenceServerClient(draining.grpc_url)
+    holder.start_stream(callback=lambda result, error: got.put((result, error)))
+    inputs = []
+    for name, array, datatype in (("IN", np.array([1, 2], np.int32), "INT32"),
+                                  ("DELAY", np.array([3000, 3000], np.uint32), "UINT32"),
+                                  ("WAIT", np.array([0], np.uint32), "UINT32")):
+        t = grpcclient.InferInput(name, list(array.shape), datatype)
+        t.set_data_from_numpy(array)
+        inputs.append(t)
+    holder.async_stream_infer("repeat_int32", inputs, request_id="hold")
+    time.sleep(0.3)
+    draining.terminate()
+    case = cases.get("mlp", 1)
+    g = grpcclient.InferenceServerClient(c.gateway.grpc_url)
+    failures, total, refused_by_worker = [], 0, 0
+    deadline = time.monotonic() + 4
+    try:
+        while time.monotonic() < deadline and draining.alive():
+            try:
+                got_case, _ = grpc_infer_case(g, case)
+                np.testing.assert_allclose(got_case["y"], case.expected["y"], rtol=1e-5,
+                                           atol=1e-5)
+            except (InferenceServerException, AssertionError) as e:
+                failures.append(f"gRPC: {e}")
+                refused_by_worker += "shutting down" in str(e)
+            total += 1
+            status, doc, _ = http_json(c.gateway.http_url, "POST", "/v2/models/mlp/infer", {
+                "inputs": [{"name": "x", "datatype": "FP32", "shape": [1, 16],
+                            "data": case.inputs["x"].ravel().tolist()}]})
+            if status != 200:
+                failures.append(f"HTTP {status}: {doc}")
+                refused_by_worker += "shutting down" in str(doc)
+            total += 1
+    finally:
+        g.close()
+        holder.stop_stream(cancel_requests=True)
+        holder.close()
+    assert total > 20, total
+    assert refused_by_worker == 0 and not failures, \
+        f"{len(failures)} of {total} requests failed while worker 0 drained: {failures[:3]}"
+    draining.wait_exit(30)
+    finish_cluster(c, expected_errors=(r"worker 0",))
