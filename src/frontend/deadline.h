@@ -37,6 +37,14 @@ static inline uint64_t pjs_deadline_from_timeout_us(uint64_t received_ns, uint64
     return received_ns + timeout_us * 1000u;
 }
 
+/* Whether something that began at `since_ns` has waited `bound_ns` by
+ * `now_ns`. A `since_ns` later than `now_ns` (it began after the caller
+ * read its clock) has not waited at all: never an unsigned wrap-around. */
+static inline int pjs_waited_at_least(uint64_t since_ns, uint64_t now_ns, uint64_t bound_ns)
+{
+    return now_ns >= since_ns && now_ns - since_ns >= bound_ns;
+}
+
 /* The earlier of two deadlines (0: none). */
 static inline uint64_t pjs_deadline_earlier(uint64_t a, uint64_t b)
 {

@@ -454,6 +454,12 @@ static void test_deadline_arithmetic(void **state)
     assert_int_equal(pjs_deadline_earlier(9, 0), 9);
     assert_int_equal(pjs_deadline_earlier(9, 7), 7);
     assert_int_equal(pjs_deadline_earlier(5, 7), 5);
+    /* A stall bound: a start read after the clock has not waited (the
+     * gateway cut a 3.6 s old stream as stalled for 30 s on the wrap). */
+    assert_true(pjs_waited_at_least(1000, 31000, 30000));
+    assert_false(pjs_waited_at_least(1000, 30999, 30000));
+    assert_false(pjs_waited_at_least(5000, 4000, 30000));
+    assert_false(pjs_waited_at_least(UINT64_MAX, 0, 1));
 }
 
 static void test_priority_wrong_type(void **state)

@@ -50,6 +50,7 @@
 #include <grpc/support/time.h>
 
 #include "core/log.h"
+#include "frontend/deadline.h"
 #include "frontend/status_map.h"
 
 #define MAX_FANOUT 64
@@ -824,7 +825,9 @@ static void cut_if_stalled(proxy_call *p, uint64_t now_ns)
 {
     uint64_t stall_ns = p->f->stream_write_stall_ns;
     pthread_mutex_lock(&p->lock);
-    bool cut = p->sending_client && !p->stall_cut && now_ns - p->sending_since_ns >= stall_ns;
+    /* The message may have been handed over after the sweep read its clock. */
+    bool cut = p->sending_client && !p->stall_cut &&
+               pjs_waited_at_least(p->sending_since_ns, now_ns, stall_ns);
     if (cut)
         p->stall_cut = true;
     pthread_mutex_unlock(&p->lock);
