@@ -262,37 +262,54 @@ static grpc_channel *channel(void *ctx, int worker)
 static bool same_model(const char *a_name, const char *a_version, const char *b_name,
                        const char *b_version)
 {
-    return strcmp(a_name, b_name) == 0 &&
+    return strcmp(a_name ? a_name : "", b_name ? b_name : "") == 0 &&
            strcmp(a_version ? a_version : "", b_version ? b_version : "") == 0;
 }
 
+typedef Inference__RepositoryIndexResponse__ModelIndex index_entry;
+
+static bool entry_ready(const index_entry *e)
+{
+    return e->state != NULL && strcmp(e->state, "READY") == 0;
+}
+
+/* Name, then version, then a READY entry first. */
+static int by_model_ready_first(const void *a, const void *b)
+{
+    const index_entry *x = *(index_entry *const *)a, *y = *(index_entry *const *)b;
+    int c = strcmp(x->name ? x->name : "", y->name ? y->name : "");
+    if (c == 0)
+        c = strcmp(x->version ? x->version : "", y->version ? y->version : "");
+    return c != 0 ? c : (int)entry_ready(y) - (int)entry_ready(x);
+}
+
+/* Every worker's entries, sorted by name and version, each model once: the
+ * READY entry where some worker has it ready. O(n log n) in the entries, so
+ * a worker listing a huge index costs the call that asked, not more. */
 static int merge_index(ProtobufCMessage **parts, size_t n, uint8_t **out, size_t *len,
                        pjs_error *err)
 {
     size_t total = 0;
     for (size_t i = 0; i < n; i++)
         total += ((Inference__RepositoryIndexResponse *)parts[i])->n_models;
-    Inference__RepositoryIndexResponse__ModelIndex **all =
-        calloc(total ? total : 1, sizeof *all);
+    index_entry **all = calloc(total ? total : 1, sizeof *all);
     if (all == NULL)
         return pjs_error_set(err, PJS_ERR_NOMEM, "no memory merging the index");
     size_t k = 0;
     for (size_t i = 0; i < n; i++) {
         Inference__RepositoryIndexResponse *r = (void *)parts[i];
-        for (size_t j = 0; j < r->n_models; j++) {
-            Inference__RepositoryIndexResponse__ModelIndex *m = r->models[j];
-            size_t at = k;
-            for (size_t s = 0; s < k && at == k; s++)
-                if (same_model(all[s]->name, all[s]->version, m->name, m->version))
-                    at = s;
-            if (at == k)
-                all[k++] = m;
-            else if (strcmp(m->state, "READY") == 0)
-                all[at] = m; /* ready somewhere: ready */
-        }
+        for (size_t j = 0; j < r->n_models; j++)
+            all[k++] = r->models[j];
+    }
+    qsort(all, k, sizeof *all, by_model_ready_first);
+    size_t unique = 0;
+    for (size_t j = 0; j < k; j++) {
+        const index_entry *m = all[j], *prev = unique > 0 ? all[unique - 1] : NULL;
+        if (prev == NULL || !same_model(prev->name, prev->version, m->name, m->version))
+            all[unique++] = all[j];
     }
     Inference__RepositoryIndexResponse merged_r = INFERENCE__REPOSITORY_INDEX_RESPONSE__INIT;
-    merged_r.n_models = k;
+    merged_r.n_models = unique;
     merged_r.models = all;
     int rc = pack(&merged_r.base, out, len, err);
     free(all);

@@ -68,6 +68,7 @@ typedef struct worker {
     unsigned in_flight;
     uint64_t forwarded, failed;
     uint64_t answered; /* forwards it answered since its last probe */
+    bool told_oversized; /* its refused index was logged (once, until it answers again) */
     char **models; /* ready on it, sorted */
     size_t n_models;
     /* Restarted and not yet sent the remembered changes up to the last:
@@ -119,6 +120,7 @@ struct pjs_gw_pool {
     sequence_pin *pins; /* SEQUENCE_SLOTS */
     uint64_t pin_clock;
     uint64_t last_placement_ms;
+    bool models_changed;   /* a worker's list changed since the table was built */
     change_entry *changes; /* in the order made; one per model and class */
     size_t n_changes, cap_changes;
     uint64_t change_seq;
@@ -248,48 +250,52 @@ static int cmp_str(const void *a, const void *b)
     return strcmp(*(char *const *)a, *(char *const *)b);
 }
 
-static bool worker_has(const worker *w, const char *name)
-{
-    return w->n_models > 0 &&
-           bsearch(&name, w->models, w->n_models, sizeof *w->models, cmp_str) != NULL;
-}
-
 /* Rebuilds the table from the workers' model lists, keeping what is known
- * of models still there. Lock held. */
+ * of models still there. Every list is sorted and free of duplicates
+ * (probe_worker), and so is the old table: one merge of them all, linear in
+ * the names (times the workers), so a worker with a huge index holds the
+ * lock for milliseconds, not seconds. Lock held; only when a list changed. */
 static void rebuild_models(pjs_gw_pool *p)
 {
-    size_t cap = 0;
-    for (size_t i = 0; i < p->n; i++)
+    size_t n_workers = p->n, cap = 0;
+    for (size_t i = 0; i < n_workers; i++)
         cap += p->w[i].n_models;
     model_entry *next = calloc(cap ? cap : 1, sizeof *next);
     if (next == NULL)
         return; /* keep the old table */
-    size_t n = 0;
-    for (size_t i = 0; i < p->n; i++)
-        for (size_t j = 0; j < p->w[i].n_models; j++) {
-            const char *name = p->w[i].models[j];
-            bool seen = false;
-            for (size_t k = 0; k < n && !seen; k++)
-                seen = strcmp(next[k].name, name) == 0;
-            if (seen)
-                continue;
-            model_entry *old = find_model(p, name);
-            if (old != NULL)
-                next[n] = *old; /* its placement and costs carry over */
-            if ((next[n].name = strdup(name)) == NULL)
-                continue;
-            next[n].holders = 0;
-            for (size_t k = 0; k < p->n; k++)
-                if (worker_has(&p->w[k], name))
-                    next[n].holders |= 1ull << k;
-            n++;
+    size_t at[PJS_GW_MAX_WORKERS] = {0}, old_at = 0, n = 0;
+    for (;;) {
+        const char *name = NULL;
+        for (size_t i = 0; i < n_workers; i++) {
+            const worker *w = &p->w[i];
+            if (at[i] < w->n_models && (name == NULL || strcmp(w->models[at[i]], name) < 0))
+                name = w->models[at[i]];
         }
+        if (name == NULL)
+            break;
+        model_entry e = {0};
+        while (old_at < p->n_models && strcmp(p->models[old_at].name, name) < 0)
+            old_at++;
+        if (old_at < p->n_models && strcmp(p->models[old_at].name, name) == 0)
+            e = p->models[old_at]; /* its placement and costs carry over */
+        e.holders = 0;
+        for (size_t i = 0; i < n_workers; i++) {
+            const worker *w = &p->w[i];
+            if (at[i] < w->n_models && strcmp(w->models[at[i]], name) == 0) {
+                e.holders |= 1ull << i;
+                at[i]++;
+            }
+        }
+        e.name = strdup(name);
+        if (e.name != NULL)
+            next[n++] = e;
+    }
     for (size_t k = 0; k < p->n_models; k++)
         free(p->models[k].name);
     free(p->models);
-    qsort(next, n, sizeof *next, by_name);
     p->models = next;
     p->n_models = n;
+    p->models_changed = false;
 }
 
 /* ---- availability and the breaker ------------------------------------------- */
@@ -606,25 +612,48 @@ static int probe_worker(pjs_gw_pool *p, size_t i, char ***names, size_t *n, pjs_
     if (rc != 0)
         return rc;
     Inference__RepositoryIndexResponse *index = (Inference__RepositoryIndexResponse *)resp;
+    if (index->n_models > PJS_GW_MAX_WORKER_MODELS) {
+        size_t listed = index->n_models;
+        protobuf_c_message_free_unpacked(resp, NULL);
+        return pjs_error_set(err, PJS_ERR_RESOURCE_EXHAUSTED,
+                             "its repository index lists %zu models, more than the %d a worker "
+                             "may hold; not taken",
+                             listed, PJS_GW_MAX_WORKER_MODELS);
+    }
     char **list = calloc(index->n_models ? index->n_models : 1, sizeof *list);
     size_t k = 0;
     for (size_t j = 0; list != NULL && j < index->n_models; j++) {
         const Inference__RepositoryIndexResponse__ModelIndex *m = index->models[j];
         if (m->state == NULL || strcmp(m->state, "READY") != 0 || m->name == NULL)
             continue;
-        bool dup = false;
-        for (size_t d = 0; d < k && !dup; d++)
-            dup = strcmp(list[d], m->name) == 0;
-        if (!dup && (list[k] = strdup(m->name)) != NULL)
+        if ((list[k] = strdup(m->name)) != NULL)
             k++;
     }
     protobuf_c_message_free_unpacked(resp, NULL);
     if (list == NULL)
         return pjs_error_set(err, PJS_ERR_NOMEM, "no memory for the model list");
+    /* Sorted, then each name once (a worker lists a model once per version). */
     qsort(list, k, sizeof *list, cmp_str);
+    size_t unique = 0;
+    for (size_t j = 0; j < k; j++) {
+        if (unique > 0 && strcmp(list[unique - 1], list[j]) == 0)
+            free(list[j]);
+        else
+            list[unique++] = list[j];
+    }
     *names = list;
-    *n = k;
+    *n = unique;
     return 0;
+}
+
+static bool same_names(char *const *a, size_t n_a, char *const *b, size_t n_b)
+{
+    if (n_a != n_b)
+        return false;
+    for (size_t i = 0; i < n_a; i++)
+        if (strcmp(a[i], b[i]) != 0)
+            return false;
+    return true;
 }
 
 static void record_probe(pjs_gw_pool *p, size_t i, int rc, char **names, size_t n,
@@ -638,8 +667,13 @@ static void record_probe(pjs_gw_pool *p, size_t i, int rc, char **names, size_t 
         free_names(names, n);
         return;
     }
+    if (rc == PJS_ERR_RESOURCE_EXHAUSTED && !w->told_oversized) {
+        pjs_warn("gateway: worker %zu (gRPC %s): %s", i, w->addr.grpc, err->msg);
+        w->told_oversized = true;
+    }
     if (rc == 0) {
         w->answered = 0;
+        w->told_oversized = false;
         if (w->state != PJS_GW_WORKER_READY) {
             pjs_info("gateway: worker %zu (gRPC %s, HTTP %s) is ready with %zu models", i,
                      w->addr.grpc, w->addr.http, n);
@@ -649,9 +683,14 @@ static void record_probe(pjs_gw_pool *p, size_t i, int rc, char **names, size_t 
         }
         w->state = PJS_GW_WORKER_READY;
         w->probe_failures = 0;
+        if (same_names(w->models, w->n_models, names, n)) {
+            free_names(names, n);
+            return;
+        }
         free_names(w->models, w->n_models);
         w->models = names;
         w->n_models = n;
+        p->models_changed = true;
         return;
     }
     /* A busy worker may answer a probe late; one that answered requests
@@ -839,7 +878,8 @@ static void *probe_thread(void *arg)
             pthread_mutex_unlock(&p->lock);
         }
         pthread_mutex_lock(&p->lock);
-        rebuild_models(p);
+        if (p->models_changed)
+            rebuild_models(p);
         uint64_t now = now_ms();
         bool place = p->o.routing == PJS_GW_LPT_PACKING &&
                      (p->last_placement_ms == 0 ||
@@ -1002,7 +1042,8 @@ bool pjs_gw_pool_probe_worker(pjs_gw_pool *p, size_t i)
     int rc = probe_worker(p, i, &names, &n, &err);
     pthread_mutex_lock(&p->lock);
     record_probe(p, i, rc, names, n, &err);
-    rebuild_models(p);
+    if (p->models_changed)
+        rebuild_models(p);
     bool ready = p->w[i].state == PJS_GW_WORKER_READY;
     pthread_mutex_unlock(&p->lock);
     return ready;

@@ -29,6 +29,10 @@
 
 /* At most this many workers behind one gateway (routing uses bit masks). */
 #define PJS_GW_MAX_WORKERS 64
+/* Most models one worker's repository index may list; a worker listing more
+ * is not taken (its probe fails), so a hostile or broken one cannot make
+ * the routing table unbounded. */
+#define PJS_GW_MAX_WORKER_MODELS 100000
 
 typedef enum pjs_gw_routing {
     PJS_GW_ROUND_ROBIN,

@@ -14,13 +14,20 @@ Checked:
   meanwhile;
 - a worker that is shutting down refuses new requests before running them,
   and the gateway sends those requests to the other worker instead of
-  passing the refusal on.
+  passing the refusal on;
+- a worker (here a small gRPC server of the test's) whose repository index
+  lists 60,000 models does not slow the routing of the healthy worker's
+  requests (p99 under 200 ms), and one listing more than 100,000 is not
+  taken at all.
 """
 
 import queue
 import socket
+import subprocess
+import sys
 import threading
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -28,11 +35,14 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
-from gateway_util import finish_cluster, wait_for
+from conftest import small_repository
+from gateway_util import Cluster, GatewayProcess, finish_cluster, wait_for
 from pjserve_export import hooks as H
 from pjserve_export.triton_examples import export_triton_example
-from protocol_util import grpc_code, grpc_infer_case, http_json, http_request, parse_metrics, scrape
+from protocol_util import (ServerProcess, free_ports, grpc_code, grpc_infer_case, http_json,
+                           http_request, parse_metrics, scrape, start_or_fail)
 
+HERE = Path(__file__).resolve().parent
 TOKEN = "client-secret-0123456789abcdef"
 
 # Paths no reader may take two ways: (method, path as sent on the wire).
@@ -237,3 +247,102 @@ def test_a_draining_workers_refusals_go_to_the_other_worker(cluster_factory, pjs
         f"{len(failures)} of {total} requests failed while worker 0 drained: {failures[:3]}"
     draining.wait_exit(30)
     finish_cluster(c, expected_errors=(r"worker 0",))
+
+
+class FakeWorker:
+    """huge_index_worker.py in a process of its own: a gRPC server that
+    answers the gateway's probes with a huge index and nothing else (its
+    REST and metrics ports are closed)."""
+
+    def __init__(self, n_models, workdir: Path):
+        port_file = workdir / "port"
+        self.out = open(workdir / "probes.log", "w+")
+        self.proc = subprocess.Popen([sys.executable, str(HERE / "huge_index_worker.py"),
+                                      str(n_models), str(port_file)], stdout=self.out)
+        deadline = time.monotonic() + 60
+        while not port_file.exists():
+            assert self.proc.poll() is None and time.monotonic() < deadline, \
+                "the fake worker did not start"
+            time.sleep(0.05)
+        self.grpc_url = f"127.0.0.1:{port_file.read_text()}"
+        http_port, self.metrics_port = free_ports(2)
+        self.http_url = f"127.0.0.1:{http_port}"
+
+    def probes(self) -> int:
+        """RepositoryIndex calls answered so far."""
+        self.out.flush()
+        return (Path(self.out.name).read_text()).count("index")
+
+    def stop(self):
+        self.proc.kill()
+        self.proc.wait()
+        self.out.close()
+
+
+@pytest.fixture
+def huge_index_cluster(pjserve_bin, plugin_path, exported, cache_dir, tmp_path):
+    """start(n_models) -> (Cluster of one real worker and one fake, fake)."""
+    started, fakes = [], []
+
+    def start(n_models):
+        repo = small_repository(exported, tmp_path / "repo", ("mlp",))
+        w = ServerProcess(pjserve_bin, plugin_path, repo, cache_dir, tmp_path / "w0", [],
+                          "worker0")
+        started.append(w)
+        start_or_fail(w)
+        fake = FakeWorker(n_models, tmp_path)
+        fakes.append(fake)
+        g = GatewayProcess(pjserve_bin, [w, fake], tmp_path / "gw")
+        started.append(g)
+        start_or_fail(g)
+        return Cluster([w], g), fake
+
+    yield start
+    for p in started:
+        p.kill()
+    for f in fakes:
+        f.stop()
+
+
+def test_a_huge_worker_index_does_not_stall_routing(huge_index_cluster, cases):
+    c, fake = huge_index_cluster(60000)
+    wait_for(lambda: fake.probes() >= 3, 60, "the gateway did not probe the fake worker",
+             c.describe)
+    case = cases.get("mlp", 1)
+    client = grpcclient.InferenceServerClient(c.gateway.grpc_url)
+    latencies = []
+    asked_before = fake.probes()
+    until = time.monotonic() + 3  # six probe rounds at the default 500 ms
+    try:
+        while time.monotonic() < until or len(latencies) < 300:
+            t0 = time.monotonic()
+            got, _ = grpc_infer_case(client, case)
+            latencies.append(time.monotonic() - t0)
+            np.testing.assert_allclose(got["y"], case.expected["y"], rtol=1e-5, atol=1e-5)
+    finally:
+        client.close()
+    assert fake.probes() - asked_before >= 4, "the fake worker was not probed meanwhile"
+    latencies.sort()
+    p99 = latencies[int(len(latencies) * 0.99) - 1]
+    assert p99 < 0.2, f"p99 {p99 * 1e3:.0f} ms with a 60,000-model worker index"
+    # Its models are in the table: the index through the gateway (gRPC asks
+    # every worker over gRPC) lists them, each once.
+    client = grpcclient.InferenceServerClient(c.gateway.grpc_url)
+    t0 = time.monotonic()
+    index = client.get_model_repository_index().models
+    took = time.monotonic() - t0
+    client.close()
+    assert len(index) == 60001 and len({m.name for m in index}) == 60001, len(index)
+    assert took < 5, f"the merged index of 60,001 models took {took:.1f} s"
+    finish_cluster(c)
+
+
+def test_an_index_over_the_bound_is_not_taken(huge_index_cluster):
+    c, fake = huge_index_cluster(100001)
+    wait_for(lambda: fake.probes() >= 2, 60, "the gateway did not probe the fake worker",
+             c.describe)
+    time.sleep(0.5)
+    assert "more than the 100000 a worker may hold" in c.gateway.stderr_text(), c.describe()
+    status, doc, _ = http_json(c.gateway.http_url, "POST", "/v2/repository/index", {})
+    assert status == 200 and [m["name"] for m in doc] == ["mlp"], (status, doc)
+    finish_cluster(c, expected_errors=(r"more than the 100000",))
