@@ -23,16 +23,18 @@
  * taken frees the least recently used idle sequence, if that one has been
  * idle longer than the eviction floor (evict_after_idle_ns, well under the
  * idle timeout); when every sequence has run a step within the floor the
- * new one is refused UNAVAILABLE. So one client that starts sequences
- * until the table is full and then keeps them alive does not lock everyone
- * else out for good: to keep a slot it must send that sequence a step at
+ * new one is refused UNAVAILABLE. So a client that starts sequences until
+ * the table is full and leaves them there no longer locks everyone else out
+ * until they expire: to keep a slot it must send that sequence a step at
  * least once per floor, and each such step is a full request the model
- * executes (a step is admitted only after its inputs were checked, and
- * it runs). Holding all N slots costs N executions per floor (1,024 a
- * second with the defaults) instead of N per idle timeout. That bound is
- * per model, not per client: the table does not know which client sent a
- * step, so a client able to pay that rate still holds every slot
- * (docs/security.md says what a deployment does about it).
+ * executes (a step is admitted only after its inputs were checked, and it
+ * runs). Holding all N slots costs N executions per floor (1,024 a second
+ * with the defaults) instead of N per idle timeout. That bound is per
+ * model, not per client, and a cheap model serves one client more than
+ * that; and a client that keeps starting sequences in a full table evicts
+ * other clients' sequences idle past the floor. The table does not know
+ * which client sent a step, so it cannot cap sequences per client;
+ * docs/security.md says what a deployment does meanwhile.
  *
  * The last ids freed are remembered so that a late step is told whether
  * its sequence ended, expired or was evicted (and how long it had been
