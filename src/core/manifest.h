@@ -153,6 +153,9 @@ typedef struct pjs_sequence_spec {
     size_t control[PJS_CONTROL_COUNT];
     int64_t idle_timeout_ms; /* a sequence idle this long is freed; > 0 */
     int64_t max_sequences;   /* live at once; > 0 */
+    /* A new sequence in a full table evicts the least recently used one
+     * idle longer than this; 1..idle_timeout_ms. */
+    int64_t evict_after_idle_ms;
     /* The tensors clients see: the executable's without the state and
      * control tensors, in manifest order (shallow copies: names and labels
      * belong to inputs[] and outputs[]). */

@@ -22,6 +22,7 @@
 #include <stdint.h>
 
 #include "core/infer.h"
+#include "core/log.h"
 #include "registry/bundle.h"
 #include "registry/weight_store.h"
 #include "sched/policy.h"
@@ -140,6 +141,7 @@ typedef struct pjs_model {
     struct pjs_sequence_table *sequences;
     pthread_mutex_t sequences_lock;
     uint64_t sequences_swept_ns; /* last idle sweep, under sequences_lock */
+    pjs_log_limiter sequence_evictions_log;
 } pjs_model;
 
 /* Compiles every module of an opened bundle (taking ownership of it, also on

@@ -1,9 +1,12 @@
 /*
  * sequence_table.c - live sequences in a chained hash table keyed by
  * sequence_id (FNV-1a over the integer's bytes or the string), each with its
- * state bytes allocated behind it and a FIFO of waiting steps. Freed ids go
- * to a ring of the last PJS_SEQUENCE_RECENT, searched only to word the error
- * of a step that came too late.
+ * state bytes allocated behind it and a FIFO of waiting steps. The idle
+ * sequences (nothing running or waiting) are also on a list in the order
+ * their last step finished, oldest first, so expiry and eviction look only
+ * at its head instead of scanning the table. Freed ids go to a ring of the
+ * last PJS_SEQUENCE_RECENT, searched only to word the error of a step that
+ * came too late.
  */
 #include "sched/sequence_table.h"
 
@@ -12,7 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-typedef enum freed_reason { FREED_ENDED, FREED_EXPIRED } freed_reason;
+typedef enum freed_reason { FREED_ENDED, FREED_EXPIRED, FREED_EVICTED } freed_reason;
 
 struct pjs_sequence {
     pjs_sequence_id id;
@@ -21,12 +24,15 @@ struct pjs_sequence {
     uint64_t last_used_ns; /* admission or finish of its latest step */
     pjs_sequence_step *waiting_head, *waiting_tail;
     pjs_sequence *bucket_next;
+    bool on_idle_list; /* nothing runs or waits */
+    pjs_sequence *idle_prev, *idle_next;
     unsigned char state[]; /* state_bytes */
 };
 
 typedef struct recent_id {
     pjs_sequence_id id;
     freed_reason reason;
+    uint64_t idle_ns; /* FREED_EVICTED: how long it had been idle */
 } recent_id;
 
 struct pjs_sequence_table {
@@ -35,7 +41,9 @@ struct pjs_sequence_table {
     unsigned char *initial; /* state_bytes */
     uint64_t idle_timeout_ns;
     size_t max_sequences;
+    uint64_t evict_after_idle_ns;
     size_t count;
+    pjs_sequence *idle_head, *idle_tail; /* oldest finish first */
     size_t n_buckets; /* a power of two */
     pjs_sequence **buckets;
     recent_id recent[PJS_SEQUENCE_RECENT];
@@ -71,7 +79,8 @@ static uint64_t id_hash(const pjs_sequence_id *id)
 
 pjs_sequence_table *pjs_sequence_table_create(const char *model, size_t state_bytes,
                                               const void *initial_state,
-                                              uint64_t idle_timeout_ns, size_t max_sequences)
+                                              uint64_t idle_timeout_ns, size_t max_sequences,
+                                              uint64_t evict_after_idle_ns)
 {
     pjs_sequence_table *t = calloc(1, sizeof *t);
     if (t == NULL)
@@ -80,6 +89,7 @@ pjs_sequence_table *pjs_sequence_table_create(const char *model, size_t state_by
     t->state_bytes = state_bytes;
     t->idle_timeout_ns = idle_timeout_ns;
     t->max_sequences = max_sequences;
+    t->evict_after_idle_ns = evict_after_idle_ns;
     t->n_buckets = 16;
     while (t->n_buckets < 2 * max_sequences && t->n_buckets < ((size_t)1 << 20))
         t->n_buckets *= 2;
@@ -119,19 +129,56 @@ static pjs_sequence **find_slot(pjs_sequence_table *t, const pjs_sequence_id *id
     return slot;
 }
 
-static void remember_freed(pjs_sequence_table *t, const pjs_sequence_id *id, freed_reason why)
+static void idle_append(pjs_sequence_table *t, pjs_sequence *s)
 {
-    t->recent[t->recent_next] = (recent_id){.id = *id, .reason = why};
+    s->on_idle_list = true;
+    s->idle_next = NULL;
+    s->idle_prev = t->idle_tail;
+    if (t->idle_tail != NULL)
+        t->idle_tail->idle_next = s;
+    else
+        t->idle_head = s;
+    t->idle_tail = s;
+}
+
+static void idle_remove(pjs_sequence_table *t, pjs_sequence *s)
+{
+    if (!s->on_idle_list)
+        return;
+    if (s->idle_prev != NULL)
+        s->idle_prev->idle_next = s->idle_next;
+    else
+        t->idle_head = s->idle_next;
+    if (s->idle_next != NULL)
+        s->idle_next->idle_prev = s->idle_prev;
+    else
+        t->idle_tail = s->idle_prev;
+    s->on_idle_list = false;
+    s->idle_prev = s->idle_next = NULL;
+}
+
+/* How long s has been idle at now_ns (0 when the clock says it has not). */
+static uint64_t idle_for(const pjs_sequence *s, uint64_t now_ns)
+{
+    return now_ns > s->last_used_ns ? now_ns - s->last_used_ns : 0;
+}
+
+static void remember_freed(pjs_sequence_table *t, const pjs_sequence_id *id, freed_reason why,
+                           uint64_t idle_ns)
+{
+    t->recent[t->recent_next] = (recent_id){.id = *id, .reason = why, .idle_ns = idle_ns};
     t->recent_next = (t->recent_next + 1) % PJS_SEQUENCE_RECENT;
     if (t->n_recent < PJS_SEQUENCE_RECENT)
         t->n_recent++;
 }
 
-static void free_sequence(pjs_sequence_table *t, pjs_sequence **slot, freed_reason why)
+static void free_sequence(pjs_sequence_table *t, pjs_sequence *s, freed_reason why,
+                          uint64_t idle_ns)
 {
-    pjs_sequence *s = *slot;
+    pjs_sequence **slot = find_slot(t, &s->id);
     *slot = s->bucket_next;
-    remember_freed(t, &s->id, why);
+    idle_remove(t, s);
+    remember_freed(t, &s->id, why, idle_ns);
     free(s);
     t->count--;
 }
@@ -150,11 +197,22 @@ static int not_live(const pjs_sequence_table *t, const pjs_sequence_id *id, bool
         for (size_t k = 1; k <= t->n_recent && why == NULL; k++) {
             const recent_id *r =
                 &t->recent[(t->recent_next + PJS_SEQUENCE_RECENT - k) % PJS_SEQUENCE_RECENT];
-            if (pjs_sequence_id_equal(&r->id, id))
-                why = r->reason == FREED_ENDED
-                          ? "it was ended by an earlier request with sequence_end"
-                          : "it was freed after being idle longer than the model's "
-                            "idle_timeout_ms";
+            if (!pjs_sequence_id_equal(&r->id, id))
+                continue;
+            if (r->reason == FREED_EVICTED)
+                return pjs_error_set(
+                    err, PJS_ERR_INVALID_ARGUMENT,
+                    "model %s: sequence %s is not active (it was evicted after %llu ms idle to "
+                    "make room for a new sequence: the model's %zu-slot sequence table was "
+                    "full); send a sequence's steps less than %llu ms apart "
+                    "(sequence.evict_after_idle_ms) or raise the model's "
+                    "sequence.max_sequences, and start it again with sequence_start set",
+                    t->model, name, (unsigned long long)(r->idle_ns / 1000000u),
+                    t->max_sequences, (unsigned long long)(t->evict_after_idle_ns / 1000000u));
+            why = r->reason == FREED_ENDED
+                      ? "it was ended by an earlier request with sequence_end"
+                      : "it was freed after being idle longer than the model's "
+                        "idle_timeout_ms";
         }
     }
     if (why == NULL)
@@ -172,32 +230,53 @@ static void begin_run(pjs_sequence_table *t, pjs_sequence *s, pjs_sequence_step 
         memcpy(s->state, t->initial, t->state_bytes);
 }
 
+/* Frees the least recently used idle sequence for a new one if it has been
+ * idle longer than the eviction floor; UNAVAILABLE otherwise. */
+static int make_room(pjs_sequence_table *t, uint64_t now_ns, pjs_sequence_eviction *evicted,
+                     pjs_error *err)
+{
+    pjs_sequence *lru = t->idle_head;
+    if (lru == NULL || idle_for(lru, now_ns) <= t->evict_after_idle_ns)
+        return pjs_error_set(err, PJS_ERR_UNAVAILABLE,
+                             "model %s: all %zu sequence slots are taken and every sequence ran "
+                             "a step within the last %llu ms (sequence.evict_after_idle_ms), so "
+                             "none can be evicted for a new one; retry later, end sequences "
+                             "with sequence_end, or raise the model's sequence.max_sequences",
+                             t->model, t->count,
+                             (unsigned long long)(t->evict_after_idle_ns / 1000000u));
+    uint64_t idle_ns = idle_for(lru, now_ns);
+    if (evicted != NULL)
+        *evicted = (pjs_sequence_eviction){.happened = true, .id = lru->id, .idle_ns = idle_ns};
+    free_sequence(t, lru, FREED_EVICTED, idle_ns);
+    return 0;
+}
+
 int pjs_sequence_admit(pjs_sequence_table *t, pjs_sequence_step *step, uint64_t now_ns,
-                       bool *run_now, pjs_error *err)
+                       bool *run_now, pjs_sequence_eviction *evicted, pjs_error *err)
 {
     *run_now = false;
     step->next = NULL;
     step->sequence = NULL;
-    pjs_sequence **slot = find_slot(t, &step->id);
-    pjs_sequence *s = *slot;
+    if (evicted != NULL)
+        evicted->happened = false;
+    pjs_sequence *s = *find_slot(t, &step->id);
     if (s == NULL) {
         if (!step->start)
             return not_live(t, &step->id, false, err);
-        if (t->count >= t->max_sequences)
-            return pjs_error_set(err, PJS_ERR_UNAVAILABLE,
-                                 "model %s: %zu sequences are live, the most it keeps; end "
-                                 "sequences with sequence_end or retry once idle ones expire",
-                                 t->model, t->count);
+        int rc = t->count >= t->max_sequences ? make_room(t, now_ns, evicted, err) : 0;
+        if (rc != 0)
+            return rc;
         s = calloc(1, sizeof *s + t->state_bytes);
         if (s == NULL)
             return pjs_error_set(err, PJS_ERR_RESOURCE_EXHAUSTED,
                                  "model %s: out of memory starting a sequence", t->model);
         s->id = step->id;
-        *slot = s;
+        *find_slot(t, &step->id) = s; /* after make_room, which may unlink this chain's tail */
         t->count++;
     } else if (s->ended && !step->start) {
         return not_live(t, &step->id, true, err);
     }
+    idle_remove(t, s);
     s->ended = step->end;
     s->last_used_ns = now_ns;
     step->sequence = s;
@@ -235,7 +314,9 @@ pjs_sequence_step *pjs_sequence_finish(pjs_sequence_table *t, pjs_sequence_step 
         return next;
     }
     if (step->end && s->ended)
-        free_sequence(t, find_slot(t, &s->id), FREED_ENDED);
+        free_sequence(t, s, FREED_ENDED, 0);
+    else
+        idle_append(t, s);
     return NULL;
 }
 
@@ -243,21 +324,11 @@ size_t pjs_sequence_expire(pjs_sequence_table *t, uint64_t now_ns, pjs_sequence_
                            size_t max)
 {
     size_t freed = 0;
-    for (size_t b = 0; b < t->n_buckets; b++) {
-        pjs_sequence **slot = &t->buckets[b];
-        while (*slot != NULL) {
-            pjs_sequence *s = *slot;
-            bool idle = !s->running && s->waiting_head == NULL && now_ns > s->last_used_ns &&
-                        now_ns - s->last_used_ns > t->idle_timeout_ns;
-            if (!idle) {
-                slot = &s->bucket_next;
-                continue;
-            }
-            if (freed < max)
-                expired[freed] = s->id;
-            freed++;
-            free_sequence(t, slot, FREED_EXPIRED);
-        }
+    while (t->idle_head != NULL && idle_for(t->idle_head, now_ns) > t->idle_timeout_ns) {
+        if (freed < max)
+            expired[freed] = t->idle_head->id;
+        freed++;
+        free_sequence(t, t->idle_head, FREED_EXPIRED, idle_for(t->idle_head, now_ns));
     }
     return freed;
 }

@@ -17,12 +17,33 @@
  * state once the steps before it have run. A sequence is freed when a step
  * with sequence_end finishes and nothing is waiting behind it, or by
  * pjs_sequence_expire once it has been idle (no step running or waiting)
- * for longer than the idle timeout. The last ids freed are remembered so
- * that a late step is told whether its sequence ended or expired.
+ * for longer than the idle timeout.
+ *
+ * A full table makes room by eviction: a new sequence that finds every slot
+ * taken frees the least recently used idle sequence, if that one has been
+ * idle longer than the eviction floor (evict_after_idle_ns, well under the
+ * idle timeout); when every sequence has run a step within the floor the
+ * new one is refused UNAVAILABLE. So a client that starts sequences until
+ * the table is full and leaves them there no longer locks everyone else out
+ * until they expire: to keep a slot it must send that sequence a step at
+ * least once per floor, and each such step is a full request the model
+ * executes (a step is admitted only after its inputs were checked, and it
+ * runs). Holding all N slots costs N executions per floor (1,024 a second
+ * with the defaults) instead of N per idle timeout. That bound is per
+ * model, not per client, and a cheap model serves one client more than
+ * that; and a client that keeps starting sequences in a full table evicts
+ * other clients' sequences idle past the floor. The table does not know
+ * which client sent a step, so it cannot cap sequences per client;
+ * docs/security.md says what a deployment does meanwhile.
+ *
+ * The last ids freed are remembered so that a late step is told whether
+ * its sequence ended, expired or was evicted (and how long it had been
+ * idle).
  *
  * The table holds no lock and reads no clock: the caller serialises calls
- * and passes the monotonic time in nanoseconds, so tests drive it with a
- * virtual clock.
+ * and passes the monotonic time in nanoseconds (never going back from one
+ * call to the next: idle sequences are kept in the order their last step
+ * finished), so tests drive it with a virtual clock.
  */
 #ifndef PJS_SCHED_SEQUENCE_TABLE_H
 #define PJS_SCHED_SEQUENCE_TABLE_H
@@ -63,24 +84,37 @@ typedef struct pjs_sequence_step {
 
 typedef struct pjs_sequence_table pjs_sequence_table;
 
+/* The sequence an admission evicted to make room, if any. */
+typedef struct pjs_sequence_eviction {
+    bool happened;
+    pjs_sequence_id id;
+    uint64_t idle_ns; /* how long it had been idle */
+} pjs_sequence_eviction;
+
 /* A table for `model` (named in messages) whose sequences each hold
  * state_bytes of state, set to initial_state (copied; NULL: zeros) when a
- * sequence starts; idle_timeout_ns > 0; at most max_sequences live at once.
- * NULL when out of memory. */
+ * sequence starts; idle_timeout_ns > 0; at most max_sequences live at once,
+ * the least recently used of them evicted for a new one once idle longer
+ * than evict_after_idle_ns. NULL when out of memory. */
 pjs_sequence_table *pjs_sequence_table_create(const char *model, size_t state_bytes,
                                               const void *initial_state,
-                                              uint64_t idle_timeout_ns, size_t max_sequences);
+                                              uint64_t idle_timeout_ns, size_t max_sequences,
+                                              uint64_t evict_after_idle_ns);
 void pjs_sequence_table_destroy(pjs_sequence_table *t);
 
 /* Admits step (id, start, end and owner set by the caller) at now_ns.
  * *run_now: true when the step may run at once (its sequence has no step
  * running or waiting); false when it waits, to be handed back by
- * pjs_sequence_finish. Errors: INVALID_ARGUMENT for a step without
- * sequence_start on a sequence that is not live (the message names the id
- * and says whether it ended or expired), UNAVAILABLE when starting one more
- * sequence would pass max_sequences. */
+ * pjs_sequence_finish. A step that starts a new sequence in a full table
+ * evicts the least recently used idle sequence when that one has been idle
+ * longer than the eviction floor, and says which in *evicted (when not
+ * NULL; happened is false otherwise). Errors: INVALID_ARGUMENT for a step
+ * without sequence_start on a sequence that is not live (the message names
+ * the id and says whether it ended, expired or was evicted), UNAVAILABLE
+ * when the table is full and no sequence has been idle longer than the
+ * floor. */
 int pjs_sequence_admit(pjs_sequence_table *t, pjs_sequence_step *step, uint64_t now_ns,
-                       bool *run_now, pjs_error *err);
+                       bool *run_now, pjs_sequence_eviction *evicted, pjs_error *err);
 
 /* The state a running step reads and replaces (state_bytes long): the
  * initial state for a step with sequence_start. */

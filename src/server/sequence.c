@@ -21,7 +21,11 @@
  * completion runs. A step that fails leaves the state as it was.
  *
  * Idle sequences are swept on admission, at most every quarter of the idle
- * timeout, with each expiry logged.
+ * timeout, with each expiry logged. A new sequence that finds the table
+ * full evicts the least recently used one idle past the model's
+ * evict_after_idle_ms (sched/sequence_table.h says why that bounds one
+ * client holding every slot); evictions are logged at most once a second
+ * per model, since a client can cause them at will.
  */
 #include "server/sequence.h"
 
@@ -358,11 +362,21 @@ int pjs_sequence_submit(struct pjs_server *s, pjs_infer_request *r, pjs_error *e
     memcpy(sr->requested, r->requested, r->n_requested * sizeof r->requested[0]);
 
     bool run_now = false;
+    pjs_sequence_eviction evicted;
     uint64_t now = pjs_now_ns();
     pthread_mutex_lock(&m->sequences_lock);
     sweep_idle(m, now);
-    rc = pjs_sequence_admit(m->sequences, &sr->step, now, &run_now, err);
+    rc = pjs_sequence_admit(m->sequences, &sr->step, now, &run_now, &evicted, err);
     pthread_mutex_unlock(&m->sequences_lock);
+    if (evicted.happened) {
+        char name[PJS_SEQUENCE_ID_MAX + 8];
+        pjs_log_limited(&m->sequence_evictions_log, PJS_LOG_INFO,
+                        "model %s: sequence %s evicted after %llu ms idle to make room for a "
+                        "new sequence (all %lld slots taken; sequence.max_sequences)",
+                        m->name, pjs_sequence_id_format(&evicted.id, name, sizeof name),
+                        (unsigned long long)(evicted.idle_ns / 1000000u),
+                        (long long)man->sequence.max_sequences);
+    }
     if (rc != 0) {
         free(sr);
         return rc;

@@ -12,7 +12,10 @@ waiting (answered in order; also several such streams at once, many steps
 each), many sequences stepping at once coalescing into fewer executions
 than requests, refusals naming the sequence id (a
 request without sequence_start on an unknown id, after sequence_end, after
-the idle timeout, no sequence_id at all, more than one row), the state
+the idle timeout, no sequence_id at all, more than one row), one client
+that fills a model's sequence table not keeping another client's new
+sequence out once its sequences idle past the eviction floor (the least
+recently used one is evicted, and its next step says so), the state
 tensors absent from metadata and refused as inputs, and sequence parameters
 on a model without state accepted and ignored as Triton does.
 """
@@ -20,6 +23,7 @@ on a model without state accepted and ignored as Triton does.
 import concurrent.futures
 import functools
 import queue
+import re
 import shutil
 import time
 
@@ -30,12 +34,15 @@ import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
 import pjserve_export as pe
-from protocol_util import (ServerProcess, finish_checked, grpc_code, guard_alive,
-                           metric, parse_metrics, scrape, start_or_fail)
+from protocol_util import (NODE_WORKERS, ServerProcess, finish_checked, grpc_code,
+                           guard_alive, metric, parse_metrics, scrape, start_or_fail)
 
 MODEL = "accumulator"
 SHORT = "accumulator_short"  # idle_timeout_ms: 300
 SHORT_IDLE_MS = 300
+SMALL = "accumulator_small"  # max_sequences: SMALL_SLOTS, evict_after_idle_ms: EVICT_MS
+SMALL_SLOTS = 4
+EVICT_MS = 500
 WIDTH = 4
 
 
@@ -58,6 +65,8 @@ def seq_server(pjserve_bin, plugin_path, exported, cache_dir, tmp_path_factory):
     repo = tmp_path_factory.mktemp("repository-sequence")
     export_accumulator(repo, MODEL, idle_timeout_ms=60000, max_sequences=256)
     export_accumulator(repo, SHORT, idle_timeout_ms=SHORT_IDLE_MS)
+    export_accumulator(repo, SMALL, idle_timeout_ms=60000, max_sequences=SMALL_SLOTS,
+                       evict_after_idle_ms=EVICT_MS)
     shutil.copytree(exported["mlp"].path, repo / "mlp")
     # More gRPC threads than CPUs let a burst of steps queue behind an
     # execution, and so run batched, more often (test_steps_of_many_sequences_in_bursts).
@@ -255,6 +264,87 @@ def test_idle_sequence_expires(clients, proto):
     clients.step(proto, SHORT, "sweeper-" + proto, row(rng), start=True, end=True)
     refused(lambda: clients.step(proto, SHORT, seq, row(rng)),
             [f'sequence "{seq}" is not active', "idle longer than the model's idle_timeout_ms"])
+
+
+def assert_status(e, proto, grpc_status, http_status):
+    if proto == "grpc":
+        assert grpc_code(e) == grpc_status, str(e)
+    else:
+        assert e.status() == http_status, str(e)
+
+
+@pytest.mark.parametrize("proto", ["grpc", "http"])
+def test_full_table_evicts_the_least_recently_used_idle_sequence(server, proto):
+    """A hog takes slots of SMALL's table until a start is refused (behind
+    a node each worker has its own table and an id goes where it hashes, so
+    it takes seats until the table of the refused seat's worker is full).
+    Another client asking for that seat is refused UNAVAILABLE while every
+    sequence there ran a step within the floor. Once they have idled past
+    it, and the hog has used its first sequence again, the other client's
+    start succeeds by evicting one of the others (serve: the second, the
+    least recently used), whose next step is INVALID_ARGUMENT / 400 saying
+    it was evicted and why; the other sequences keep their sums."""
+    rng = np.random.default_rng(12)
+    hog, other = Clients(server), Clients(server)
+    held, sums, seat = [], {}, None
+    try:
+        for k in range(SMALL_SLOTS * int(NODE_WORKERS or 1) + 1):
+            candidate = f"seat-{proto}-{k}"
+            x = row(rng)
+            try:
+                hog.step(proto, SMALL, candidate, x, start=True)
+            except InferenceServerException as e:
+                assert_status(e, proto, "UNAVAILABLE", "503")
+                seat = candidate
+                break
+            held.append(candidate)
+            sums[candidate] = x
+        assert seat is not None, "the table never filled"
+        fresh = refused(lambda: other.step(proto, SMALL, seat, row(rng), start=True),
+                        [f"model {SMALL}: all {SMALL_SLOTS} sequence slots are taken",
+                         f"every sequence ran a step within the last {EVICT_MS} ms "
+                         "(sequence.evict_after_idle_ms), so none can be evicted"])
+        assert_status(fresh, proto, "UNAVAILABLE", "503")
+
+        time.sleep(1.5 * EVICT_MS / 1000)
+        x = row(rng)
+        sums[held[0]] = sums[held[0]] + x
+        hog.step(proto, SMALL, held[0], x)  # now the most recently used
+        other.step(proto, SMALL, seat, row(rng), start=True)
+        held.append(seat)
+
+        evicted = []
+        for seq in held[1:-1]:
+            x = row(rng)
+            try:
+                got = hog.step(proto, SMALL, seq, x)
+            except InferenceServerException as e:
+                evicted.append((seq, e))
+                continue
+            np.testing.assert_allclose(got, sums[seq] + x, rtol=1e-6, atol=1e-6)
+        assert len(evicted) == 1, [str(e) for _, e in evicted]
+        victim, e = evicted[0]
+        if not NODE_WORKERS:
+            assert victim == held[1]
+        held.remove(victim)
+        text = str(e)
+        for words in [f'model {SMALL}: sequence "{victim}" is not active (it was evicted after',
+                      "ms idle to make room for a new sequence: the model's "
+                      f"{SMALL_SLOTS}-slot sequence table was full)",
+                      f"send a sequence's steps less than {EVICT_MS} ms apart "
+                      "(sequence.evict_after_idle_ms) or raise the model's "
+                      "sequence.max_sequences"]:
+            assert words in text, f"{words!r} not in {text!r}"
+        assert int(re.search(r"evicted after (\d+) ms idle", text).group(1)) > EVICT_MS
+        assert_status(e, proto, "INVALID_ARGUMENT", "400")
+    finally:
+        for seq in held:  # leave the table empty for the other protocol
+            try:
+                hog.step(proto, SMALL, seq, row(rng), end=True)
+            except InferenceServerException:
+                pass  # evicted when the test failed before finding out
+        hog.close()
+        other.close()
 
 
 @pytest.mark.parametrize("proto", ["grpc", "http"])

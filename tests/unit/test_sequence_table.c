@@ -5,7 +5,9 @@
  * freed on sequence_end or after its idle timeout, a step on a sequence that
  * is not live is refused with the id and the reason in the message, a
  * sequence_start on a live sequence starts it over, and the limit on live
- * sequences holds.
+ * sequences holds: a new sequence in a full table evicts the least recently
+ * used one idle longer than the floor (whose next step is told so, with how
+ * long it was idle), and is refused while every sequence is fresher.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -48,21 +50,49 @@ static float run_step(pjs_sequence_step *st, float x)
     return *state;
 }
 
+/* Idle timeout 100 ms, eviction floor 20 ms. */
 static pjs_sequence_table *accumulator_table(size_t max_sequences)
 {
     float initial = 0.0f;
-    pjs_sequence_table *t =
-        pjs_sequence_table_create("acc", sizeof(float), &initial, 100 * MS, max_sequences);
+    pjs_sequence_table *t = pjs_sequence_table_create("acc", sizeof(float), &initial, 100 * MS,
+                                                      max_sequences, 20 * MS);
     assert_non_null(t);
     return t;
 }
 
+/* Admits st, which must evict nothing. */
 static void admit_ok(pjs_sequence_table *t, pjs_sequence_step *st, uint64_t now, bool run_now)
 {
     pjs_error err = {0};
     bool runs = false;
-    assert_int_equal(pjs_sequence_admit(t, st, now, &runs, &err), 0);
+    pjs_sequence_eviction evicted = {.happened = true};
+    assert_int_equal(pjs_sequence_admit(t, st, now, &runs, &evicted, &err), 0);
     assert_int_equal(runs, run_now);
+    assert_false(evicted.happened);
+}
+
+/* Admits st (which runs at once), evicting `victim` idle for idle_ns. */
+static void admit_evicts(pjs_sequence_table *t, pjs_sequence_step *st, uint64_t now,
+                         pjs_sequence_id victim, uint64_t idle_ns)
+{
+    pjs_error err = {0};
+    bool runs = false;
+    pjs_sequence_eviction evicted = {0};
+    assert_int_equal(pjs_sequence_admit(t, st, now, &runs, &evicted, &err), 0);
+    assert_true(runs);
+    assert_true(evicted.happened);
+    assert_true(pjs_sequence_id_equal(&evicted.id, &victim));
+    assert_int_equal(evicted.idle_ns, idle_ns);
+}
+
+/* Starts id at start_ns and finishes its step at finish_ns. */
+static void one_step(pjs_sequence_table *t, pjs_sequence_id id, bool start, uint64_t start_ns,
+                     uint64_t finish_ns)
+{
+    pjs_sequence_step st = step_of(id, start, false);
+    admit_ok(t, &st, start_ns, true);
+    run_step(&st, 1.0f);
+    assert_null(pjs_sequence_finish(t, &st, finish_ns));
 }
 
 static void admit_fails(pjs_sequence_table *t, pjs_sequence_step *st, uint64_t now,
@@ -70,7 +100,7 @@ static void admit_fails(pjs_sequence_table *t, pjs_sequence_step *st, uint64_t n
 {
     pjs_error err = {0};
     bool runs = true;
-    assert_int_not_equal(pjs_sequence_admit(t, st, now, &runs, &err), 0);
+    assert_int_not_equal(pjs_sequence_admit(t, st, now, &runs, NULL, &err), 0);
     assert_false(runs);
     assert_int_equal(err.code, code);
     if (strstr(err.msg, words) == NULL)
@@ -219,9 +249,92 @@ static void test_live_sequences_are_limited(void **unused)
     pjs_sequence_step c = step_of(int_id(3), true, false);
     admit_ok(t, &a, 0, true);
     admit_ok(t, &b, 0, true);
-    admit_fails(t, &c, 0, PJS_ERR_UNAVAILABLE, "2 sequences are live, the most it keeps");
+    /* Both running: nothing to evict, however long they take. */
+    admit_fails(t, &c, 500 * MS, PJS_ERR_UNAVAILABLE,
+                "model acc: all 2 sequence slots are taken and every sequence ran a step within "
+                "the last 20 ms (sequence.evict_after_idle_ms), so none can be evicted");
     pjs_sequence_finish(t, &b, 1); /* ends 2 */
     admit_ok(t, &c, 1, true);
+    pjs_sequence_table_destroy(t);
+}
+
+static void test_full_table_evicts_the_least_recently_used_idle_sequence(void **unused)
+{
+    (void)unused;
+    pjs_sequence_table *t = accumulator_table(3);
+    one_step(t, int_id(1), true, 0, 1 * MS);
+    one_step(t, int_id(2), true, 2 * MS, 3 * MS);
+    one_step(t, int_id(3), true, 4 * MS, 5 * MS);
+    one_step(t, int_id(1), false, 6 * MS, 7 * MS); /* 1 used again: 2 is now the oldest */
+    /* At 30 ms, 2 has been idle 27 ms (> the 20 ms floor): evicted first. */
+    pjs_sequence_step n1 = step_of(int_id(10), true, false);
+    admit_evicts(t, &n1, 30 * MS, int_id(2), 27 * MS);
+    assert_int_equal(pjs_sequence_count(t), 3);
+    /* 2's next step is told what happened and what to do about it. */
+    pjs_sequence_step late = step_of(int_id(2), false, false);
+    admit_fails(t, &late, 31 * MS, PJS_ERR_INVALID_ARGUMENT,
+                "model acc: sequence 2 is not active (it was evicted after 27 ms idle to make "
+                "room for a new sequence: the model's 3-slot sequence table was full); send a "
+                "sequence's steps less than 20 ms apart (sequence.evict_after_idle_ms) or raise "
+                "the model's sequence.max_sequences, and start it again with sequence_start set");
+    /* Next oldest: 3 (finished at 5 ms), then 1 (7 ms); 10 is still running. */
+    pjs_sequence_step n2 = step_of(int_id(11), true, false);
+    admit_evicts(t, &n2, 31 * MS, int_id(3), 26 * MS);
+    pjs_sequence_step n3 = step_of(int_id(12), true, false);
+    admit_evicts(t, &n3, 32 * MS, int_id(1), 25 * MS);
+    /* The survivors kept their state. */
+    assert_true(run_step(&n1, 2.0f) == 2.0f);
+    pjs_sequence_finish(t, &n1, 33 * MS);
+    pjs_sequence_finish(t, &n2, 33 * MS);
+    pjs_sequence_finish(t, &n3, 33 * MS);
+    /* A restart of an evicted id is a new sequence like any other. */
+    pjs_sequence_step again = step_of(int_id(2), true, false);
+    admit_evicts(t, &again, 54 * MS, int_id(10), 21 * MS);
+    assert_true(run_step(&again, 1.0f) == 1.0f);
+    pjs_sequence_finish(t, &again, 54 * MS);
+    pjs_sequence_table_destroy(t);
+}
+
+static void test_sequences_used_within_the_floor_are_not_evicted(void **unused)
+{
+    (void)unused;
+    pjs_sequence_table *t = accumulator_table(2);
+    one_step(t, int_id(1), true, 0, 10 * MS);
+    one_step(t, int_id(2), true, 0, 15 * MS);
+    pjs_sequence_step fresh = step_of(int_id(3), true, false);
+    /* 1 has been idle exactly the floor (20 ms): not longer, so kept. */
+    admit_fails(t, &fresh, 30 * MS, PJS_ERR_UNAVAILABLE, "none can be evicted for a new one");
+    /* Touching 1 makes 2 the older; one nanosecond past the floor it goes. */
+    one_step(t, int_id(1), false, 30 * MS, 31 * MS);
+    admit_fails(t, &fresh, 35 * MS, PJS_ERR_UNAVAILABLE, "retry later");
+    admit_evicts(t, &fresh, 35 * MS + 1, int_id(2), 20 * MS + 1);
+    /* A step that starts a live sequence over takes no slot and evicts nothing. */
+    pjs_sequence_step restart = step_of(int_id(1), true, false);
+    admit_ok(t, &restart, 200 * MS, true);
+    pjs_sequence_finish(t, &restart, 200 * MS);
+    pjs_sequence_finish(t, &fresh, 200 * MS);
+    assert_int_equal(pjs_sequence_count(t), 2);
+    pjs_sequence_table_destroy(t);
+}
+
+static void test_waiting_steps_keep_a_sequence_from_eviction(void **unused)
+{
+    (void)unused;
+    pjs_sequence_table *t = accumulator_table(2);
+    pjs_sequence_step a1 = step_of(int_id(1), true, false);
+    pjs_sequence_step a2 = step_of(int_id(1), false, false);
+    admit_ok(t, &a1, 0, true);
+    admit_ok(t, &a2, 0, false);
+    one_step(t, int_id(2), true, 1 * MS, 2 * MS);
+    /* 1 is busy for long, 2 idle past the floor: 2 goes, never 1. */
+    pjs_sequence_step n = step_of(int_id(3), true, false);
+    admit_evicts(t, &n, 100 * MS, int_id(2), 98 * MS);
+    pjs_sequence_step m = step_of(int_id(4), true, false);
+    admit_fails(t, &m, 100 * MS, PJS_ERR_UNAVAILABLE, "all 2 sequence slots are taken");
+    assert_ptr_equal(pjs_sequence_finish(t, &a1, 101 * MS), &a2);
+    assert_true(run_step(&a2, 1.0f) == 1.0f);
+    pjs_sequence_finish(t, &a2, 101 * MS);
+    pjs_sequence_finish(t, &n, 101 * MS);
     pjs_sequence_table_destroy(t);
 }
 
@@ -255,6 +368,9 @@ int main(void)
         cmocka_unit_test(test_idle_sequences_expire),
         cmocka_unit_test(test_start_on_a_live_sequence_starts_it_over),
         cmocka_unit_test(test_live_sequences_are_limited),
+        cmocka_unit_test(test_full_table_evicts_the_least_recently_used_idle_sequence),
+        cmocka_unit_test(test_sequences_used_within_the_floor_are_not_evicted),
+        cmocka_unit_test(test_waiting_steps_keep_a_sequence_from_eviction),
         cmocka_unit_test(test_many_sequences_in_one_table),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
