@@ -18,6 +18,7 @@ int pjs_error_set(pjs_error *err, pjs_status code, const char *fmt, ...)
     if (err == NULL)
         return code;
     err->code = code;
+    err->not_run = false;
     va_list ap;
     va_start(ap, fmt);
     int n = vsnprintf(err->msg, sizeof err->msg, fmt, ap);
@@ -42,11 +43,20 @@ int pjs_error_prefix(pjs_error *err, const char *fmt, ...)
     return err->code;
 }
 
+int pjs_error_not_run(pjs_error *err)
+{
+    if (err == NULL)
+        return PJS_ERR_INTERNAL;
+    err->not_run = true;
+    return err->code;
+}
+
 void pjs_error_clear(pjs_error *err)
 {
     if (err == NULL)
         return;
     err->code = PJS_OK;
+    err->not_run = false;
     err->msg[0] = '\0';
 }
 

@@ -13,6 +13,7 @@
 #ifndef PJS_CORE_STATUS_H
 #define PJS_CORE_STATUS_H
 
+#include <stdbool.h>
 #include <stddef.h>
 
 typedef enum pjs_status {
@@ -39,6 +40,10 @@ typedef enum pjs_status {
 
 typedef struct pjs_error {
     pjs_status code;
+    /* The request was refused before anything of it ran, for a reason of
+     * this server's (the model is not here): another server may take it.
+     * Set by pjs_error_not_run, cleared by pjs_error_set. */
+    bool not_run;
     char msg[PJS_ERROR_MSG_MAX];
 } pjs_error;
 
@@ -51,6 +56,10 @@ int pjs_error_set(pjs_error *err, pjs_status code, const char *fmt, ...)
  * returns err's code. A NULL err is allowed and returns PJS_ERR_INTERNAL. */
 int pjs_error_prefix(pjs_error *err, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
+
+/* Marks err's refusal as one before anything ran (see not_run) and returns
+ * its code: `return pjs_error_not_run(err)` after pjs_error_set. */
+int pjs_error_not_run(pjs_error *err);
 
 /* Resets err to PJS_OK with an empty message. */
 void pjs_error_clear(pjs_error *err);

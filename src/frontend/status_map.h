@@ -16,12 +16,19 @@
  * says; a gateway never reads that text, which a client's model name can
  * fill. */
 #define PJS_ANSWER_MARK "pjserve-answer"
-#define PJS_ANSWER_ERROR "error"     /* a status pjserve decided */
-#define PJS_ANSWER_NOT_RUN "not-run" /* refused before anything ran: another server may take it */
+#define PJS_ANSWER_ERROR "error"       /* a status pjserve decided */
+#define PJS_ANSWER_NOT_RUN "not-run"   /* refused before anything ran (pjs_error.not_run):
+                                          another worker may have the model */
+#define PJS_ANSWER_DRAINING "draining" /* refused before anything ran: the server is going */
 
-static inline const char *pjs_answer_mark(int status)
+/* The mark of an error answer; NULL for the ones HTTP leaves unmarked. */
+static inline const char *pjs_answer_mark(const pjs_error *err, bool plain_errors)
 {
-    return status == PJS_ERR_DRAINING ? PJS_ANSWER_NOT_RUN : PJS_ANSWER_ERROR;
+    if (err->code == PJS_ERR_DRAINING)
+        return PJS_ANSWER_DRAINING;
+    if (err->not_run)
+        return PJS_ANSWER_NOT_RUN;
+    return plain_errors ? PJS_ANSWER_ERROR : NULL;
 }
 
 static inline int pjs_status_to_grpc(int status)

@@ -95,7 +95,9 @@ typedef struct transfer {
     pjs_http_buf answer;
     const char *content_type; /* of the answer: one of the types below, or NULL */
     size_t inference_header;  /* Inference-Header-Content-Length of the answer */
-    bool not_run;             /* the worker marked its answer as refused before anything ran */
+    /* The worker marked its answer as a refusal before anything ran: the
+     * model is not there (not_run) or it is shutting down (draining). */
+    bool not_run, draining;
     CURLcode result;
     long status;
     char curl_error[CURL_ERROR_SIZE];
@@ -158,8 +160,11 @@ static size_t on_answer_header(char *line, size_t size, size_t n, void *arg)
     static const char type[] = "Content-Type", header_length[] = "Inference-Header-Content-Length",
                       mark[] = PJS_ANSWER_MARK;
     if (name_len == sizeof mark - 1 && strncasecmp(line, mark, name_len) == 0) {
-        t->not_run = (size_t)(end - v) == strlen(PJS_ANSWER_NOT_RUN) &&
-                     memcmp(v, PJS_ANSWER_NOT_RUN, strlen(PJS_ANSWER_NOT_RUN)) == 0;
+        size_t value_len = (size_t)(end - v);
+        t->not_run = value_len == strlen(PJS_ANSWER_NOT_RUN) &&
+                     memcmp(v, PJS_ANSWER_NOT_RUN, value_len) == 0;
+        t->draining = value_len == strlen(PJS_ANSWER_DRAINING) &&
+                      memcmp(v, PJS_ANSWER_DRAINING, value_len) == 0;
     } else if (name_len == sizeof type - 1 && strncasecmp(line, type, name_len) == 0) {
         t->content_type = known_content_type(v, (size_t)(end - v));
     } else if (name_len == sizeof header_length - 1 &&
@@ -193,7 +198,7 @@ static int transfer_aim(transfer *t, int worker, pjs_error *err)
     t->status = 0;
     t->content_type = NULL;
     t->inference_header = 0;
-    t->not_run = false;
+    t->not_run = t->draining = false;
     t->curl_error[0] = '\0';
     pjs_http_buf_free(&t->answer);
     pjs_http_buf_init(&t->answer, j->kind == JOB_METRICS ? METRICS_ANSWER_MAX_BYTES
@@ -828,9 +833,10 @@ static void job_finish(job *j)
     pjs__http_resume(c); /* the last touch of the call */
 }
 
-/* Sends a JOB_FORWARD transfer that never reached its worker to the next
- * worker the pool picks; false when there is none (t keeps its failure,
- * or the pool's reason is the reply). */
+/* Sends a JOB_FORWARD transfer that never reached its worker, or that its
+ * worker refused before running it, to the next worker the pool picks;
+ * false when there is none (t keeps its failure or answer, or the pool's
+ * reason is the reply). */
 static bool retry_elsewhere(transfer *t)
 {
     job *j = t->job;
@@ -841,12 +847,18 @@ static bool retry_elsewhere(transfer *t)
                            : pjs_gw_pool_pick_any(h->pool, j->tried, &err);
     if (next < 0)
         return false;
-    pjs_info("gateway: %s %.256s: worker %d (%s) %s (%s); sending it to worker %d",
-             j->call->method, j->call->url, t->worker, worker_http(t),
-             t->not_run ? "refused it before running it" : "could not be reached",
-             t->not_run ? "it is shutting down"
-                        : t->curl_error[0] ? t->curl_error : curl_easy_strerror(t->result),
-             next);
+    const char *why = t->draining  ? "it is shutting down"
+                      : t->not_run ? "it does not have the model"
+                      : t->curl_error[0] ? t->curl_error
+                                         : curl_easy_strerror(t->result);
+    if (t->not_run) /* a model being loaded or unloaded: routine, and a client can cause it */
+        pjs_debug("gateway: %s %.256s: worker %d (%s): %s; sending it to worker %d",
+                  j->call->method, j->call->url, t->worker, worker_http(t), why, next);
+    else
+        pjs_info("gateway: %s %.256s: worker %d (%s) %s (%s); sending it to worker %d",
+                 j->call->method, j->call->url, t->worker, worker_http(t),
+                 t->draining ? "refused it before running it" : "could not be reached", why,
+                 next);
     j->tried |= (uint64_t)1 << next;
     if (transfer_aim(t, next, &err) != 0 || curl_multi_add_handle(h->multi, t->easy) != CURLM_OK) {
         pjs_gw_pool_done(h->pool, next, PJS_GW_NOT_SENT);
@@ -864,14 +876,15 @@ static void transfer_ended(transfer *t, CURLcode result)
     t->result = result;
     curl_easy_getinfo(t->easy, CURLINFO_RESPONSE_CODE, &t->status);
     if (t->picked) {
-        /* A worker's refusal before anything ran (it is shutting down)
-         * counts as never sent: another worker takes the request, and
-         * when none can, the worker's own words are the reply. */
-        pjs_gw_outcome o = answered(t) && !t->not_run ? PJS_GW_ANSWERED
+        /* A worker's refusal before anything ran goes to another worker,
+         * and when none is left, the worker's own words are the reply.
+         * Shutting down counts as never sent (the worker is leaving); the
+         * model not being there is an answer (the worker is fine). */
+        pjs_gw_outcome o = answered(t) && !t->draining ? PJS_GW_ANSWERED
                            : answered(t) || never_reached(t) ? PJS_GW_NOT_SENT
                                                               : PJS_GW_BROKEN;
         pjs_gw_pool_done(h->pool, t->worker, o);
-        if (o == PJS_GW_NOT_SENT && retry_elsewhere(t))
+        if ((o == PJS_GW_NOT_SENT || t->not_run) && retry_elsewhere(t))
             return;
     }
     if (--j->pending == 0)

@@ -1042,13 +1042,15 @@ pjs_byte_budget *pjs_server_request_budget(pjs_server *s)
 }
 
 /* NOT_FOUND in Triton's words, which its clients match: "Request for
- * unknown model: 'NAME' is not found". */
+ * unknown model: 'NAME' is not found". Not run: behind a gateway another
+ * worker may have the model (one that loaded it since the last probe). */
 static int unknown_model(const char *name, pjs_error *err)
 {
-    return pjs_error_set(err, PJS_ERR_NOT_FOUND,
-                         "Request for unknown model: '%.256s' is not found (RepositoryIndex / "
-                         "POST /v2/repository/index lists the models)",
-                         name);
+    pjs_error_set(err, PJS_ERR_NOT_FOUND,
+                  "Request for unknown model: '%.256s' is not found (RepositoryIndex / "
+                  "POST /v2/repository/index lists the models)",
+                  name);
+    return pjs_error_not_run(err);
 }
 
 /* A version as clients may name one: digits, not starting with 0, at most
@@ -1097,9 +1099,11 @@ static int get_model(pjs_server *s, const char *name, const char *version, bool 
                            "Request for unknown model: '%.256s' version %.64s is not found "
                            "(pjserve serves version %s of each model)",
                            name, version, PJS_MODEL_VERSION);
-    else if (e->model == NULL)
-        rc = pjs_error_set(err, PJS_ERR_UNAVAILABLE, "model \"%s\" is not loaded%s%s", name,
-                           e->info.reason[0] ? ": " : " (unloaded)", e->info.reason);
+    else if (e->model == NULL) {
+        pjs_error_set(err, PJS_ERR_UNAVAILABLE, "model \"%s\" is not loaded%s%s", name,
+                      e->info.reason[0] ? ": " : " (unloaded)", e->info.reason);
+        rc = pjs_error_not_run(err); /* another worker may still have it */
+    }
     else if ((rc = meta_calls_serving_locked(s, e->model, err)) == 0)
         *out = pjs_model_ref(e->model);
     pthread_mutex_unlock(&s->repo_lock);

@@ -346,3 +346,59 @@ def test_an_index_over_the_bound_is_not_taken(huge_index_cluster):
     status, doc, _ = http_json(c.gateway.http_url, "POST", "/v2/repository/index", {})
     assert status == 200 and [m["name"] for m in doc] == ["mlp"], (status, doc)
     finish_cluster(c, expected_errors=(r"more than the 100000",))
+
+
+def infer_both_protocols(cluster, case, rounds):
+    """Failures of `rounds` gRPC and `rounds` HTTP requests for case through
+    the gateway, sent back to back."""
+    failures = []
+    g = grpcclient.InferenceServerClient(cluster.gateway.grpc_url)
+    try:
+        for _ in range(rounds):
+            try:
+                got, _ = grpc_infer_case(g, case)
+                for name, want in case.expected.items():
+                    np.testing.assert_allclose(got[name], want, rtol=1e-5, atol=1e-5)
+            except (InferenceServerException, AssertionError) as e:
+                failures.append(f"gRPC: {e}")
+            status, doc, _ = http_json(cluster.gateway.http_url, "POST",
+                                       f"/v2/models/{case.model}/infer", {
+                "inputs": [{"name": s.name, "shape": list(case.inputs[s.name].shape),
+                            "datatype": "FP32" if case.inputs[s.name].dtype == np.float32
+                            else "INT32", "data": case.inputs[s.name].ravel().tolist()}
+                           for s in case.input_specs()]})
+            if status != 200:
+                failures.append(f"HTTP {status}: {doc}")
+    finally:
+        g.close()
+    return failures
+
+
+def test_a_worker_without_the_model_passes_the_request_on(cluster_factory, cases):
+    """The route table lags a worker's changes by up to a probe interval: a
+    worker that no longer has a model, or one the table does not yet know
+    another worker has, refuses before running anything, and the gateway
+    sends the request to a worker that has it."""
+    c = cluster_factory()
+    wait_for(lambda: all(grpcclient.InferenceServerClient(w.grpc_url).is_model_ready("two_io")
+                         for w in c.workers), 30, "two_io not ready on both", c.describe)
+    case = cases.get("two_io", 1)
+    # Worker 1 drops the model; the table still says both hold it.
+    direct = grpcclient.InferenceServerClient(c.workers[1].grpc_url)
+    direct.unload_model("two_io")
+    failures = infer_both_protocols(c, case, 20)
+    assert not failures, f"{len(failures)} of 40 failed after worker 1 unloaded: {failures[:3]}"
+    # Neither has it, and the table knows; then worker 1 loads it again.
+    grpcclient.InferenceServerClient(c.workers[0].grpc_url).unload_model("two_io")
+    time.sleep(1.2)  # two probe rounds: no holder in the table
+    direct.load_model("two_io")
+    failures = infer_both_protocols(c, case, 20)
+    assert not failures, f"{len(failures)} of 40 failed after worker 1 loaded: {failures[:3]}"
+    direct.close()
+    # A model no worker has is still NOT_FOUND in Triton's words.
+    g = grpcclient.InferenceServerClient(c.gateway.grpc_url)
+    with pytest.raises(InferenceServerException) as e:
+        g.infer("nope", [])
+    assert grpc_code(e.value) == "NOT_FOUND" and "unknown model: 'nope'" in str(e.value)
+    g.close()
+    finish_cluster(c)

@@ -92,7 +92,7 @@ grpc_call_error pjs__grpc_reply(pjs_grpc_call *c, grpc_byte_buffer *response, co
     ops[n].data.send_status_from_server.status_details = &c->details;
     grpc_metadata mark = {.key = grpc_slice_from_static_string(PJS_ANSWER_MARK)};
     if (err != NULL && err->code != PJS_OK) { /* gRPC copies it when the batch starts */
-        mark.value = grpc_slice_from_static_string(pjs_answer_mark(err->code));
+        mark.value = grpc_slice_from_static_string(pjs_answer_mark(err, true));
         ops[n].data.send_status_from_server.trailing_metadata_count = 1;
         ops[n].data.send_status_from_server.trailing_metadata = &mark;
     }

@@ -302,7 +302,7 @@ static void reply_error(proxy_call *p, const pjs_error *err)
 {
     grpc_slice details = grpc_slice_from_copied_string(err->msg);
     grpc_metadata mark = {.key = grpc_slice_from_static_string(PJS_ANSWER_MARK),
-                          .value = grpc_slice_from_static_string(pjs_answer_mark(err->code))};
+                          .value = grpc_slice_from_static_string(pjs_answer_mark(err, true))};
     grpc_metadata_array tail = {.count = 1, .capacity = 1, .metadata = &mark};
     reply(p, NULL, NULL, (grpc_status_code)pjs_status_to_grpc(err->code), details, &tail);
     grpc_slice_unref(details);
@@ -382,23 +382,29 @@ static bool details_contain(const upstream *u, const char *phrase)
     return strcasestr(u->text, phrase) != NULL;
 }
 
-typedef enum answer_mark { UNMARKED, MARKED_ERROR, MARKED_NOT_RUN } answer_mark;
+typedef enum answer_mark { UNMARKED, MARKED_ERROR, MARKED_NOT_RUN, MARKED_DRAINING } answer_mark;
 
 /* The worker's answer mark in its trailing metadata (status_map.h). */
 static answer_mark answer_mark_of(const upstream *u)
 {
     for (size_t i = 0; i < u->trailing.count; i++) {
         const grpc_metadata *m = &u->trailing.metadata[i];
-        if (grpc_slice_str_cmp(m->key, PJS_ANSWER_MARK) == 0)
-            return grpc_slice_str_cmp(m->value, PJS_ANSWER_NOT_RUN) == 0 ? MARKED_NOT_RUN
-                                                                          : MARKED_ERROR;
+        if (grpc_slice_str_cmp(m->key, PJS_ANSWER_MARK) != 0)
+            continue;
+        if (grpc_slice_str_cmp(m->value, PJS_ANSWER_DRAINING) == 0)
+            return MARKED_DRAINING;
+        if (grpc_slice_str_cmp(m->value, PJS_ANSWER_NOT_RUN) == 0)
+            return MARKED_NOT_RUN;
+        return MARKED_ERROR;
     }
     return UNMARKED;
 }
 
 /* How a call to a worker went. A status the worker marked as its own is an
  * answer, whatever it says (a model's NOT_FOUND, a request's UNAVAILABLE),
- * except a refusal before anything ran, which another worker may take.
+ * except a refusal because it is shutting down: never sent, as far as the
+ * breaker and the retry go (a refusal because the model is not there is an
+ * answer, retried by routed_done).
  * An unmarked UNAVAILABLE, INTERNAL or UNKNOWN came from our side of the
  * channel: "failed to connect" (gRPC's words: nothing was sent) or a
  * connection that failed under the call. Other unmarked codes are the
@@ -411,7 +417,7 @@ static pjs_grpc_proxy_outcome outcome_of(const upstream *u)
         return PJS_GRPC_PROXY_ANSWERED;
     answer_mark mark = answer_mark_of(u);
     if (mark != UNMARKED)
-        return mark == MARKED_NOT_RUN ? PJS_GRPC_PROXY_NOT_SENT : PJS_GRPC_PROXY_ANSWERED;
+        return mark == MARKED_DRAINING ? PJS_GRPC_PROXY_NOT_SENT : PJS_GRPC_PROXY_ANSWERED;
     switch (u->status) {
     case GRPC_STATUS_UNAVAILABLE:
         return details_contain(u, "failed to connect") ? PJS_GRPC_PROXY_NOT_SENT
@@ -423,6 +429,7 @@ static pjs_grpc_proxy_outcome outcome_of(const upstream *u)
 }
 
 static void routed_send(proxy_call *p);
+static bool routed_try(proxy_call *p, pjs_error *err);
 
 /* A unary forward completed. */
 static void routed_done(proxy_call *p, upstream *u)
@@ -432,6 +439,14 @@ static void routed_done(proxy_call *p, upstream *u)
     if (o == PJS_GRPC_PROXY_NOT_SENT && p->n_up < MAX_FANOUT) {
         pjs_debug("gateway: %s: worker %d unreachable, trying another", p->method, u->worker);
         routed_send(p);
+        return;
+    }
+    /* The model is not on that worker (not loaded there yet, or any more):
+     * another may have it. When none is left to try, its answer stands. */
+    pjs_error err;
+    if (answer_mark_of(u) == MARKED_NOT_RUN && p->n_up < MAX_FANOUT && routed_try(p, &err)) {
+        pjs_debug("gateway: %s: worker %d does not have the model, trying another", p->method,
+                  u->worker);
         return;
     }
     reply(p, &u->initial, u->response, u->status, u->details, &u->trailing);
@@ -516,24 +531,31 @@ static void on_upstream(pjs_grpc_tag *tag, bool ok)
     proxy_unref(p);
 }
 
-/* Sends the unary call to a worker not tried yet, or answers the error. */
-static void routed_send(proxy_call *p)
+/* Sends the unary call to a worker not tried yet (or answers that it could
+ * not start it); false with err, and nothing done, when there is none. */
+static bool routed_try(proxy_call *p, pjs_error *err)
 {
     const pjs_grpc_proxy_ops *ops = p->f->proxy;
-    pjs_error err;
     int w = ops->pick(ops->ctx, p->method, GRPC_SLICE_START_PTR(p->first),
-                      GRPC_SLICE_LENGTH(p->first), p->tried, &err);
-    if (w < 0) {
-        reply_error(p, &err);
-        return;
-    }
+                      GRPC_SLICE_LENGTH(p->first), p->tried, err);
+    if (w < 0)
+        return false;
     p->tried |= 1ull << w;
     upstream *u = upstream_open(p, w);
     if (!upstream_unary(p, u)) {
         ops->done(ops->ctx, w, PJS_GRPC_PROXY_NOT_SENT);
-        pjs_error_set(&err, PJS_ERR_INTERNAL, "cannot start the call to worker %d", w);
-        reply_error(p, &err);
+        pjs_error_set(err, PJS_ERR_INTERNAL, "cannot start the call to worker %d", w);
+        reply_error(p, err);
     }
+    return true;
+}
+
+/* Sends the unary call to a worker not tried yet, or answers the error. */
+static void routed_send(proxy_call *p)
+{
+    pjs_error err;
+    if (!routed_try(p, &err))
+        reply_error(p, &err);
 }
 
 static void fanout_send(proxy_call *p)

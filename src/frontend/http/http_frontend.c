@@ -108,7 +108,7 @@ void pjs__http_reply_error_status(pjs__http_call *c, unsigned status, const pjs_
 {
     reply_error_text(c, status != 0 ? status : (unsigned)pjs_status_to_http(err->code),
                      err->msg);
-    c->reply.not_run = err->code == PJS_ERR_DRAINING;
+    c->reply.answer_mark = pjs_answer_mark(err, false);
 }
 
 void pjs__http_reply_message(pjs__http_call *c, unsigned status, const char *fmt, ...)
@@ -154,8 +154,8 @@ static enum MHD_Result queue_reply(pjs__http_call *c)
         ok = MHD_add_response_header(resp, MHD_HTTP_HEADER_ALLOW, r->allow);
     if (ok && r->www_authenticate)
         ok = MHD_add_response_header(resp, MHD_HTTP_HEADER_WWW_AUTHENTICATE, "Bearer");
-    if (ok && r->not_run)
-        ok = MHD_add_response_header(resp, PJS_ANSWER_MARK, PJS_ANSWER_NOT_RUN);
+    if (ok && r->answer_mark != NULL)
+        ok = MHD_add_response_header(resp, PJS_ANSWER_MARK, r->answer_mark);
     if (ok && r->inference_header > 0) {
         char len[32];
         snprintf(len, sizeof len, "%zu", r->inference_header);

@@ -127,7 +127,7 @@ typedef struct pjs__http_reply {
     size_t inference_header;   /* > 0: Inference-Header-Content-Length */
     const char *allow;         /* for 405: the methods the path takes */
     bool www_authenticate;     /* for 401: WWW-Authenticate: Bearer */
-    bool not_run;              /* refused before anything ran (status_map.h's answer mark) */
+    const char *answer_mark;   /* refused before anything ran: status_map.h's mark, or NULL */
 } pjs__http_reply;
 
 /* One request, from its headers to the end of its response (libmicrohttpd's
