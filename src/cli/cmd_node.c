@@ -84,6 +84,9 @@ static const char help[] =
     "                          never restart). With every worker failed the node\n"
     "                          exits 1\n"
     "  --restart-window-s S    (default 60)\n"
+    "  --restart-stable-s S    a worker that stayed ready S seconds before it went\n"
+    "                          down restarts after the first delay again, 100 ms\n"
+    "                          (default 30)\n"
     "  --stop-timeout-s S      on SIGINT/SIGTERM, time a worker gets to answer what\n"
     "                          it accepted and exit before SIGKILL (default 30)\n"
     "\n"
@@ -205,6 +208,7 @@ enum {
     OPT_UNHEALTHY_AFTER,
     OPT_MAX_RESTARTS,
     OPT_RESTART_WINDOW,
+    OPT_RESTART_STABLE,
     OPT_STOP_TIMEOUT,
 };
 
@@ -220,6 +224,7 @@ static const struct option node_flags[] = {
     {"unhealthy-after", required_argument, NULL, OPT_UNHEALTHY_AFTER},
     {"max-restarts", required_argument, NULL, OPT_MAX_RESTARTS},
     {"restart-window-s", required_argument, NULL, OPT_RESTART_WINDOW},
+    {"restart-stable-s", required_argument, NULL, OPT_RESTART_STABLE},
     {"stop-timeout-s", required_argument, NULL, OPT_STOP_TIMEOUT},
 };
 #define N_NODE_FLAGS (sizeof node_flags / sizeof node_flags[0])
@@ -243,7 +248,7 @@ typedef struct node_args {
     long lpt_k;
     const char *run_dir;
     long health_interval_ms, health_timeout_ms, unhealthy_after;
-    long max_restarts, restart_window_s, stop_timeout_s;
+    long max_restarts, restart_window_s, restart_stable_s, stop_timeout_s;
     pjs_cli_common common; /* validated copies of the common flags */
 } node_args;
 
@@ -296,6 +301,8 @@ static int node_option(node_args *a, int opt, const char *arg)
         return parse_long("max-restarts", arg, 0, PJS_NODE_MAX_RESTARTS_LIMIT, &a->max_restarts);
     case OPT_RESTART_WINDOW:
         return parse_long("restart-window-s", arg, 1, 86400, &a->restart_window_s);
+    case OPT_RESTART_STABLE:
+        return parse_long("restart-stable-s", arg, 1, 86400, &a->restart_stable_s);
     case OPT_STOP_TIMEOUT: return parse_long("stop-timeout-s", arg, 1, 86400, &a->stop_timeout_s);
     }
     return pjs_cli_usage_error("node", "unknown option");
@@ -316,6 +323,7 @@ static int parse_args(int argc, char **argv, node_args *a)
     a->lpt_k = 1;
     a->max_restarts = 5;
     a->restart_window_s = 60;
+    a->restart_stable_s = 30;
     a->stop_timeout_s = 30;
     int opt;
     optind = 1;
@@ -788,6 +796,7 @@ static int run(const node_args *a, node_plan *p, const sigset_t *stop_signals)
     pjs_node_restart_policy_init(&o.restart);
     o.restart.max_restarts = (unsigned)a->max_restarts;
     o.restart.window_ms = (unsigned)a->restart_window_s * 1000;
+    o.restart.stable_ms = (unsigned)a->restart_stable_s * 1000;
 
     static node_gateway ng;
     static pjs_gw_worker_addr addrs[PJS_NODE_MAX_WORKERS];

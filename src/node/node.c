@@ -68,7 +68,9 @@ typedef struct worker {
     char line[LINE_MAX_BYTES];
     size_t line_len;
     pjs_node_restart restart;
-    int64_t ready_since;  /* monotonic ms; -1: not ready */
+    int64_t ready_since;  /* monotonic ms the current (or just ended) instance
+                             became ready; -1: not ready. after_exit reads
+                             it for the restart decision, then clears it */
     bool ever_ready;      /* since the node started */
 } worker;
 
@@ -386,7 +388,6 @@ static void reap(worker *w, int status)
     w->models = NULL;
     w->n_models = 0;
     pthread_mutex_unlock(&w->node->lock);
-    w->ready_since = -1;
 }
 
 /* SIGTERM (and SIGCONT, for a stopped process), then SIGKILL once
@@ -568,11 +569,15 @@ static bool backoff_sleep(worker *w, int64_t ms)
     return false;
 }
 
-/* Decides what follows an ended process: false when it stays down. */
+/* Decides what follows an ended process: false when it stays down. The
+ * ended instance's ready time is taken here, where the restart decision
+ * reads it (how long it stayed ready resets the backoff), and cleared: the
+ * next instance starts not ready. */
 static bool after_exit(worker *w, const char *why)
 {
     pjs_node *n = w->node;
     int64_t ready_since = w->ready_since;
+    w->ready_since = -1;
     char last[64];
     pthread_mutex_lock(&n->lock);
     snprintf(last, sizeof last, "%s", w->last_exit);
