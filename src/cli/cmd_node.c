@@ -68,9 +68,12 @@ static const char help[] =
     "  --lpt-devices-per-model K  lpt_packing: workers each model is placed on\n"
     "                          (default 1)\n"
     "  --run-dir DIR           where the node keeps its status file and the workers'\n"
-    "                          admin token (mode 0700; default\n"
-    "                          $XDG_RUNTIME_DIR/pjserve-node-PID, else /tmp/...);\n"
-    "                          the node's files there are removed at exit\n"
+    "                          admin token: a directory of this user's, mode 0700\n"
+    "                          (made so if absent; a symbolic link, or one open to\n"
+    "                          group or others, is refused). Default: a fresh\n"
+    "                          pjserve-node-XXXXXX under $XDG_RUNTIME_DIR, else\n"
+    "                          /tmp. The node's files there are removed at exit,\n"
+    "                          the directory too when the node made it\n"
     "\n"
     "supervision:\n"
     "  --health-interval-ms MS probe GET /v2/health/live of every worker this often\n"
@@ -398,9 +401,8 @@ typedef struct node_plan {
     size_t n_workers;
     int threads;           /* each worker's share */
     int cpu_plugin_threads; /* 0: not passed */
-    char run_dir[PATH_MAX];
-    int run_dir_created;
-    char status_file[PATH_MAX + 32];
+    pjs_node_run_dir run_dir; /* fd -1 until made */
+    char status_file[PATH_MAX + 32]; /* paths into it, for the workers */
     char token_file[PATH_MAX + 32];
     char token[65];
 } node_plan;
@@ -656,27 +658,28 @@ static int plan_ports(const node_args *a, node_plan *p)
     return PJS_EXIT_OK;
 }
 
+/* The run directory and the worker token in it. The workers are told the
+ * paths of their files there and open them by path: the directory is this
+ * user's and mode 0700 (checked on its descriptor), so nobody else can put
+ * anything at those paths. */
 static int plan_run_dir(const node_args *a, node_plan *p)
 {
     pjs_error err;
-    if (pjs_node_run_dir_create(a->run_dir, p->run_dir, sizeof p->run_dir, &p->run_dir_created,
-                                &err) != 0)
-        return pjs_cli_fail("%s (--run-dir chooses another)", err.msg);
-    snprintf(p->status_file, sizeof p->status_file, "%s/node-status.json", p->run_dir);
-    snprintf(p->token_file, sizeof p->token_file, "%s/worker-admin-token", p->run_dir);
-    if (p->n_workers > 1 && pjs_node_write_token(p->token_file, p->token, &err) != 0)
+    if (pjs_node_run_dir_create(a->run_dir, &p->run_dir, &err) != 0)
         return pjs_cli_fail("%s", err.msg);
+    snprintf(p->status_file, sizeof p->status_file, "%s/%s", p->run_dir.path,
+             PJS_NODE_STATUS_NAME);
+    snprintf(p->token_file, sizeof p->token_file, "%s/%s", p->run_dir.path,
+             PJS_NODE_TOKEN_NAME);
+    if (p->n_workers > 1 &&
+        pjs_node_write_token(p->run_dir.fd, PJS_NODE_TOKEN_NAME, p->token, &err) != 0)
+        return pjs_cli_fail("run directory %s: %s", p->run_dir.path, err.msg);
     return PJS_EXIT_OK;
 }
 
 static void plan_cleanup(node_plan *p)
 {
-    if (p->run_dir[0] != '\0') {
-        unlink(p->status_file);
-        unlink(p->token_file);
-        if (p->run_dir_created)
-            rmdir(p->run_dir);
-    }
+    pjs_node_run_dir_close(&p->run_dir);
     for (size_t i = 0; i < p->n_workers; i++) {
         for (size_t k = 0; k < p->workers[i].argc; k++)
             free(p->workers[i].argv[k]);
@@ -786,7 +789,8 @@ static int run(const node_args *a, node_plan *p, const sigset_t *stop_signals)
         .workers = specs,
         .n_workers = p->n_workers,
         .routing = a->routing,
-        .status_file = p->n_workers == 1 ? p->status_file : NULL,
+        .status_dir_fd = p->run_dir.fd,
+        .status_name = p->n_workers == 1 ? PJS_NODE_STATUS_NAME : NULL,
         .probe_token = probe_token,
         .probe_interval_ms = (unsigned)a->health_interval_ms,
         .probe_timeout_ms = (unsigned)a->health_timeout_ms,
@@ -858,6 +862,7 @@ int pjs_cmd_node(int argc, char **argv)
     static node_plan p;
     memset(&a, 0, sizeof a);
     memset(&p, 0, sizeof p);
+    p.run_dir.fd = p.run_dir.parent_fd = -1;
     int rc = parse_args(argc, argv, &a);
     if (rc != 0)
         return rc < 0 ? PJS_EXIT_OK : rc;
