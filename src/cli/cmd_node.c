@@ -19,6 +19,7 @@
 #include <limits.h>
 #include <signal.h>
 #include <stdatomic.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -33,6 +34,7 @@
 #include "gateway/gateway.h"
 #include "node/node.h"
 #include "node/setup.h"
+#include "registry/weight_store.h"
 #include "runtime/cpu_threads.h"
 #include "server/config.h"
 #include "server/server.h"
@@ -106,7 +108,9 @@ static const char help[] =
     "\n"
     "every other flag of 'pjserve serve' (model control, weights, shared weights,\n"
     "client shared memory, scheduler, meta models, --config, plugin and cache)\n"
-    "goes to every worker.\n"
+    "goes to every worker. --shared-weights auto: the node makes a private\n"
+    "directory for its workers' shared weights, /dev/shm/pjserve-weights-XXXXXX\n"
+    "(mode 0700, removed at exit); a DIR given is checked before any worker starts.\n"
     "\n"
     "examples:\n"
     "  pjserve node --model-repository models                # one worker\n"
@@ -405,6 +409,8 @@ typedef struct node_plan {
     char status_file[PATH_MAX + 32]; /* paths into it, for the workers */
     char token_file[PATH_MAX + 32];
     char token[65];
+    char shared_weights[PATH_MAX]; /* the store's directory the workers get; "" none */
+    bool shared_weights_made;      /* made here (--shared-weights auto): removed at exit */
 } node_plan;
 
 /* The plugin flags `pjserve info` needs. */
@@ -563,7 +569,9 @@ static int plan_argv(const node_args *a, node_plan *p)
             char name[96];
             snprintf(name, sizeof name, "--%s", g->flag->name);
             push(w, name);
-            if (g->value != NULL)
+            if (strcmp(g->flag->name, "shared-weights") == 0)
+                push(w, p->shared_weights); /* `auto` made into a directory */
+            else if (g->value != NULL)
                 push(w, g->value);
         }
         if (!single || given_value(a, "grpc-threads") == NULL)
@@ -680,11 +688,46 @@ static int plan_run_dir(const node_args *a, node_plan *p)
 static void plan_cleanup(node_plan *p)
 {
     pjs_node_run_dir_close(&p->run_dir);
+    if (p->shared_weights_made)
+        pjs_wstore_dir_remove(p->shared_weights);
     for (size_t i = 0; i < p->n_workers; i++) {
         for (size_t k = 0; k < p->workers[i].argc; k++)
             free(p->workers[i].argv[k]);
         free(p->workers[i].argv);
     }
+}
+
+/* --shared-weights: `auto` makes a fresh private directory for this node's
+ * workers (a fixed name under /dev/shm could be made first by another
+ * user, and would then be refused); a DIR given is opened and checked here
+ * as the workers will, so one they would refuse stops the node at once,
+ * with the store's message, rather than every worker in turn. */
+static int plan_shared_weights(const node_args *a, node_plan *p)
+{
+    const char *dir = given_value(a, "shared-weights");
+    const char *group = given_value(a, "shared-weights-group");
+    if (dir == NULL)
+        return PJS_EXIT_OK;
+    pjs_error err;
+    if (strcmp(dir, "auto") == 0) {
+        if (group != NULL)
+            return pjs_cli_usage_error("node", "--shared-weights auto makes a directory for "
+                                               "this node's workers alone; "
+                                               "--shared-weights-group needs a DIR that "
+                                               "workers of other users share");
+        if (pjs_wstore_dir_make_private("/dev/shm", p->shared_weights,
+                                        sizeof p->shared_weights, &err) != 0)
+            return pjs_cli_fail("%s", err.msg);
+        p->shared_weights_made = true;
+    } else {
+        snprintf(p->shared_weights, sizeof p->shared_weights, "%s", dir);
+    }
+    pjs_wstore_options o = {.dir = p->shared_weights, .group = group};
+    pjs_wstore *store = NULL;
+    if (pjs_wstore_open(&o, &store, &err) != 0)
+        return pjs_cli_fail("%s", err.msg);
+    pjs_wstore_close(store);
+    return PJS_EXIT_OK;
 }
 
 /* ---- the gateway (more than one worker) ---------------------------------------- */
@@ -882,6 +925,8 @@ int pjs_cmd_node(int argc, char **argv)
     }
     if (rc == PJS_EXIT_OK)
         rc = plan_run_dir(&a, &p);
+    if (rc == PJS_EXIT_OK)
+        rc = plan_shared_weights(&a, &p);
     if (rc == PJS_EXIT_OK)
         rc = plan_argv(&a, &p);
     if (rc == PJS_EXIT_OK)
