@@ -19,6 +19,7 @@
 #include <limits.h>
 #include <signal.h>
 #include <stdatomic.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -33,6 +34,7 @@
 #include "gateway/gateway.h"
 #include "node/node.h"
 #include "node/setup.h"
+#include "registry/weight_store.h"
 #include "runtime/cpu_threads.h"
 #include "server/config.h"
 #include "server/server.h"
@@ -68,9 +70,12 @@ static const char help[] =
     "  --lpt-devices-per-model K  lpt_packing: workers each model is placed on\n"
     "                          (default 1)\n"
     "  --run-dir DIR           where the node keeps its status file and the workers'\n"
-    "                          admin token (mode 0700; default\n"
-    "                          $XDG_RUNTIME_DIR/pjserve-node-PID, else /tmp/...);\n"
-    "                          the node's files there are removed at exit\n"
+    "                          admin token: a directory of this user's, mode 0700\n"
+    "                          (made so if absent; a symbolic link, or one open to\n"
+    "                          group or others, is refused). Default: a fresh\n"
+    "                          pjserve-node-XXXXXX under $XDG_RUNTIME_DIR, else\n"
+    "                          /tmp. The node's files there are removed at exit,\n"
+    "                          the directory too when the node made it\n"
     "\n"
     "supervision:\n"
     "  --health-interval-ms MS probe GET /v2/health/live of every worker this often\n"
@@ -84,6 +89,9 @@ static const char help[] =
     "                          never restart). With every worker failed the node\n"
     "                          exits 1\n"
     "  --restart-window-s S    (default 60)\n"
+    "  --restart-stable-s S    a worker that stayed ready S seconds before it went\n"
+    "                          down restarts after the first delay again, 100 ms\n"
+    "                          (default 30)\n"
     "  --stop-timeout-s S      on SIGINT/SIGTERM, time a worker gets to answer what\n"
     "                          it accepted and exit before SIGKILL (default 30)\n"
     "\n"
@@ -100,7 +108,9 @@ static const char help[] =
     "\n"
     "every other flag of 'pjserve serve' (model control, weights, shared weights,\n"
     "client shared memory, scheduler, meta models, --config, plugin and cache)\n"
-    "goes to every worker.\n"
+    "goes to every worker. --shared-weights auto: the node makes a private\n"
+    "directory for its workers' shared weights, /dev/shm/pjserve-weights-XXXXXX\n"
+    "(mode 0700, removed at exit); a DIR given is checked before any worker starts.\n"
     "\n"
     "examples:\n"
     "  pjserve node --model-repository models                # one worker\n"
@@ -205,6 +215,7 @@ enum {
     OPT_UNHEALTHY_AFTER,
     OPT_MAX_RESTARTS,
     OPT_RESTART_WINDOW,
+    OPT_RESTART_STABLE,
     OPT_STOP_TIMEOUT,
 };
 
@@ -220,6 +231,7 @@ static const struct option node_flags[] = {
     {"unhealthy-after", required_argument, NULL, OPT_UNHEALTHY_AFTER},
     {"max-restarts", required_argument, NULL, OPT_MAX_RESTARTS},
     {"restart-window-s", required_argument, NULL, OPT_RESTART_WINDOW},
+    {"restart-stable-s", required_argument, NULL, OPT_RESTART_STABLE},
     {"stop-timeout-s", required_argument, NULL, OPT_STOP_TIMEOUT},
 };
 #define N_NODE_FLAGS (sizeof node_flags / sizeof node_flags[0])
@@ -243,7 +255,7 @@ typedef struct node_args {
     long lpt_k;
     const char *run_dir;
     long health_interval_ms, health_timeout_ms, unhealthy_after;
-    long max_restarts, restart_window_s, stop_timeout_s;
+    long max_restarts, restart_window_s, restart_stable_s, stop_timeout_s;
     pjs_cli_common common; /* validated copies of the common flags */
 } node_args;
 
@@ -296,6 +308,8 @@ static int node_option(node_args *a, int opt, const char *arg)
         return parse_long("max-restarts", arg, 0, PJS_NODE_MAX_RESTARTS_LIMIT, &a->max_restarts);
     case OPT_RESTART_WINDOW:
         return parse_long("restart-window-s", arg, 1, 86400, &a->restart_window_s);
+    case OPT_RESTART_STABLE:
+        return parse_long("restart-stable-s", arg, 1, 86400, &a->restart_stable_s);
     case OPT_STOP_TIMEOUT: return parse_long("stop-timeout-s", arg, 1, 86400, &a->stop_timeout_s);
     }
     return pjs_cli_usage_error("node", "unknown option");
@@ -316,6 +330,7 @@ static int parse_args(int argc, char **argv, node_args *a)
     a->lpt_k = 1;
     a->max_restarts = 5;
     a->restart_window_s = 60;
+    a->restart_stable_s = 30;
     a->stop_timeout_s = 30;
     int opt;
     optind = 1;
@@ -390,11 +405,12 @@ typedef struct node_plan {
     size_t n_workers;
     int threads;           /* each worker's share */
     int cpu_plugin_threads; /* 0: not passed */
-    char run_dir[PATH_MAX];
-    int run_dir_created;
-    char status_file[PATH_MAX + 32];
+    pjs_node_run_dir run_dir; /* fd -1 until made */
+    char status_file[PATH_MAX + 32]; /* paths into it, for the workers */
     char token_file[PATH_MAX + 32];
     char token[65];
+    char shared_weights[PATH_MAX]; /* the store's directory the workers get; "" none */
+    bool shared_weights_made;      /* made here (--shared-weights auto): removed at exit */
 } node_plan;
 
 /* The plugin flags `pjserve info` needs. */
@@ -553,7 +569,9 @@ static int plan_argv(const node_args *a, node_plan *p)
             char name[96];
             snprintf(name, sizeof name, "--%s", g->flag->name);
             push(w, name);
-            if (g->value != NULL)
+            if (strcmp(g->flag->name, "shared-weights") == 0)
+                push(w, p->shared_weights); /* `auto` made into a directory */
+            else if (g->value != NULL)
                 push(w, g->value);
         }
         if (!single || given_value(a, "grpc-threads") == NULL)
@@ -648,32 +666,68 @@ static int plan_ports(const node_args *a, node_plan *p)
     return PJS_EXIT_OK;
 }
 
+/* The run directory and the worker token in it. The workers are told the
+ * paths of their files there and open them by path: the directory is this
+ * user's and mode 0700 (checked on its descriptor), so nobody else can put
+ * anything at those paths. */
 static int plan_run_dir(const node_args *a, node_plan *p)
 {
     pjs_error err;
-    if (pjs_node_run_dir_create(a->run_dir, p->run_dir, sizeof p->run_dir, &p->run_dir_created,
-                                &err) != 0)
-        return pjs_cli_fail("%s (--run-dir chooses another)", err.msg);
-    snprintf(p->status_file, sizeof p->status_file, "%s/node-status.json", p->run_dir);
-    snprintf(p->token_file, sizeof p->token_file, "%s/worker-admin-token", p->run_dir);
-    if (p->n_workers > 1 && pjs_node_write_token(p->token_file, p->token, &err) != 0)
+    if (pjs_node_run_dir_create(a->run_dir, &p->run_dir, &err) != 0)
         return pjs_cli_fail("%s", err.msg);
+    snprintf(p->status_file, sizeof p->status_file, "%s/%s", p->run_dir.path,
+             PJS_NODE_STATUS_NAME);
+    snprintf(p->token_file, sizeof p->token_file, "%s/%s", p->run_dir.path,
+             PJS_NODE_TOKEN_NAME);
+    if (p->n_workers > 1 &&
+        pjs_node_write_token(p->run_dir.fd, PJS_NODE_TOKEN_NAME, p->token, &err) != 0)
+        return pjs_cli_fail("run directory %s: %s", p->run_dir.path, err.msg);
     return PJS_EXIT_OK;
 }
 
 static void plan_cleanup(node_plan *p)
 {
-    if (p->run_dir[0] != '\0') {
-        unlink(p->status_file);
-        unlink(p->token_file);
-        if (p->run_dir_created)
-            rmdir(p->run_dir);
-    }
+    pjs_node_run_dir_close(&p->run_dir);
+    if (p->shared_weights_made)
+        pjs_wstore_dir_remove(p->shared_weights);
     for (size_t i = 0; i < p->n_workers; i++) {
         for (size_t k = 0; k < p->workers[i].argc; k++)
             free(p->workers[i].argv[k]);
         free(p->workers[i].argv);
     }
+}
+
+/* --shared-weights: `auto` makes a fresh private directory for this node's
+ * workers (a fixed name under /dev/shm could be made first by another
+ * user, and would then be refused); a DIR given is opened and checked here
+ * as the workers will, so one they would refuse stops the node at once,
+ * with the store's message, rather than every worker in turn. */
+static int plan_shared_weights(const node_args *a, node_plan *p)
+{
+    const char *dir = given_value(a, "shared-weights");
+    const char *group = given_value(a, "shared-weights-group");
+    if (dir == NULL)
+        return PJS_EXIT_OK;
+    pjs_error err;
+    if (strcmp(dir, "auto") == 0) {
+        if (group != NULL)
+            return pjs_cli_usage_error("node", "--shared-weights auto makes a directory for "
+                                               "this node's workers alone; "
+                                               "--shared-weights-group needs a DIR that "
+                                               "workers of other users share");
+        if (pjs_wstore_dir_make_private("/dev/shm", p->shared_weights,
+                                        sizeof p->shared_weights, &err) != 0)
+            return pjs_cli_fail("%s", err.msg);
+        p->shared_weights_made = true;
+    } else {
+        snprintf(p->shared_weights, sizeof p->shared_weights, "%s", dir);
+    }
+    pjs_wstore_options o = {.dir = p->shared_weights, .group = group};
+    pjs_wstore *store = NULL;
+    if (pjs_wstore_open(&o, &store, &err) != 0)
+        return pjs_cli_fail("%s", err.msg);
+    pjs_wstore_close(store);
+    return PJS_EXIT_OK;
 }
 
 /* ---- the gateway (more than one worker) ---------------------------------------- */
@@ -778,7 +832,8 @@ static int run(const node_args *a, node_plan *p, const sigset_t *stop_signals)
         .workers = specs,
         .n_workers = p->n_workers,
         .routing = a->routing,
-        .status_file = p->n_workers == 1 ? p->status_file : NULL,
+        .status_dir_fd = p->run_dir.fd,
+        .status_name = p->n_workers == 1 ? PJS_NODE_STATUS_NAME : NULL,
         .probe_token = probe_token,
         .probe_interval_ms = (unsigned)a->health_interval_ms,
         .probe_timeout_ms = (unsigned)a->health_timeout_ms,
@@ -788,6 +843,7 @@ static int run(const node_args *a, node_plan *p, const sigset_t *stop_signals)
     pjs_node_restart_policy_init(&o.restart);
     o.restart.max_restarts = (unsigned)a->max_restarts;
     o.restart.window_ms = (unsigned)a->restart_window_s * 1000;
+    o.restart.stable_ms = (unsigned)a->restart_stable_s * 1000;
 
     static node_gateway ng;
     static pjs_gw_worker_addr addrs[PJS_NODE_MAX_WORKERS];
@@ -849,6 +905,7 @@ int pjs_cmd_node(int argc, char **argv)
     static node_plan p;
     memset(&a, 0, sizeof a);
     memset(&p, 0, sizeof p);
+    p.run_dir.fd = p.run_dir.parent_fd = -1;
     int rc = parse_args(argc, argv, &a);
     if (rc != 0)
         return rc < 0 ? PJS_EXIT_OK : rc;
@@ -868,6 +925,8 @@ int pjs_cmd_node(int argc, char **argv)
     }
     if (rc == PJS_EXIT_OK)
         rc = plan_run_dir(&a, &p);
+    if (rc == PJS_EXIT_OK)
+        rc = plan_shared_weights(&a, &p);
     if (rc == PJS_EXIT_OK)
         rc = plan_argv(&a, &p);
     if (rc == PJS_EXIT_OK)

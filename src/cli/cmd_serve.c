@@ -93,7 +93,10 @@ static const char help[] =
     "  --shared-weights DIR    share one host copy of each bundle's weights with\n"
     "                          the other workers of this machine through segments\n"
     "                          in DIR, a directory on a tmpfs (e.g.\n"
-    "                          /dev/shm/pjserve-NODE; created 0700 when missing);\n"
+    "                          /dev/shm/pjserve-NODE; created 0700 when missing;\n"
+    "                          a symbolic link, another user's directory or one\n"
+    "                          others may write is refused; `pjserve node\n"
+    "                          --shared-weights auto` makes a private one);\n"
     "                          segments nobody maps are removed\n"
     "                          (docs/shared-weights.md) (default: private)\n"
     "  --shared-weights-group GROUP  segments mode 0660 and of GROUP, for workers\n"
@@ -450,6 +453,9 @@ static int parse_args(int argc, char **argv, serve_args *a)
         return pjs_cli_usage_error("serve", "unexpected argument '%s'", argv[optind]);
     if (a->repository == NULL)
         return pjs_cli_usage_error("serve", "--model-repository DIR is required");
+    if (a->shared_weights_dir != NULL && strcmp(a->shared_weights_dir, "auto") == 0)
+        return pjs_cli_usage_error("serve", "--shared-weights auto: only `pjserve node` makes a "
+                                            "directory for its workers; name a DIR on a tmpfs");
     if (a->shared_weights_group != NULL && a->shared_weights_dir == NULL)
         return pjs_cli_usage_error("serve", "--shared-weights-group needs --shared-weights DIR");
     if (a->server_name != NULL && !server_name_ok(a->server_name))

@@ -68,14 +68,16 @@ typedef struct worker {
     char line[LINE_MAX_BYTES];
     size_t line_len;
     pjs_node_restart restart;
-    int64_t ready_since;  /* monotonic ms; -1: not ready */
+    int64_t ready_since;  /* monotonic ms the current (or just ended) instance
+                             became ready; -1: not ready. after_exit reads
+                             it for the restart decision, then clears it */
     bool ever_ready;      /* since the node started */
 } worker;
 
 struct pjs_node {
     pjs_node_options o;
     char routing[32];
-    char *status_file;
+    char *status_name;
     char *probe_token;
     worker *workers;
     size_t n_workers;
@@ -162,18 +164,21 @@ char *pjs_node_status_json(pjs_node *n)
 }
 
 /* Rewrites the status file, if any: a reader sees the old document or the
- * new one, never a part. */
+ * new one, never a part. The temporary is made new (O_EXCL, never through a
+ * symbolic link) in the run directory and renamed over the file there. */
 static void status_changed(pjs_node *n)
 {
-    if (n->status_file == NULL)
+    if (n->status_name == NULL)
         return;
     char *text = pjs_node_status_json(n);
     if (text == NULL)
         return;
     pthread_mutex_lock(&n->file_lock);
-    char tmp[4200];
-    snprintf(tmp, sizeof tmp, "%s.tmp", n->status_file);
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    char tmp[300];
+    snprintf(tmp, sizeof tmp, "%s.tmp", n->status_name);
+    (void)unlinkat(n->o.status_dir_fd, tmp, 0); /* left by a write that failed */
+    int fd = openat(n->o.status_dir_fd, tmp,
+                    O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
     bool ok = fd >= 0;
     size_t len = strlen(text);
     if (ok) {
@@ -181,9 +186,10 @@ static void status_changed(pjs_node *n)
         ok = close(fd) == 0 && ok;
     }
     if (ok)
-        ok = rename(tmp, n->status_file) == 0;
+        ok = renameat(n->o.status_dir_fd, tmp, n->o.status_dir_fd, n->status_name) == 0;
     if (!ok)
-        pjs_warn("node status file %s: cannot write it: %s", n->status_file, strerror(errno));
+        pjs_warn("node status file %s (run directory): cannot write it: %s", n->status_name,
+                 strerror(errno));
     pthread_mutex_unlock(&n->file_lock);
     free(text);
 }
@@ -386,7 +392,6 @@ static void reap(worker *w, int status)
     w->models = NULL;
     w->n_models = 0;
     pthread_mutex_unlock(&w->node->lock);
-    w->ready_since = -1;
 }
 
 /* SIGTERM (and SIGCONT, for a stopped process), then SIGKILL once
@@ -568,11 +573,15 @@ static bool backoff_sleep(worker *w, int64_t ms)
     return false;
 }
 
-/* Decides what follows an ended process: false when it stays down. */
+/* Decides what follows an ended process: false when it stays down. The
+ * ended instance's ready time is taken here, where the restart decision
+ * reads it (how long it stayed ready resets the backoff), and cleared: the
+ * next instance starts not ready. */
 static bool after_exit(worker *w, const char *why)
 {
     pjs_node *n = w->node;
     int64_t ready_since = w->ready_since;
+    w->ready_since = -1;
     char last[64];
     pthread_mutex_lock(&n->lock);
     snprintf(last, sizeof last, "%s", w->last_exit);
@@ -734,7 +743,7 @@ int pjs_node_start(const pjs_node_options *o, pjs_node **out, pjs_error *err)
     n->o = *o;
     set_defaults(&n->o);
     snprintf(n->routing, sizeof n->routing, "%s", o->routing ? o->routing : "round_robin");
-    n->status_file = o->status_file ? strdup(o->status_file) : NULL;
+    n->status_name = o->status_name ? strdup(o->status_name) : NULL;
     n->probe_token = o->probe_token ? strdup(o->probe_token) : NULL;
     n->o.workers = NULL;
     pthread_mutex_init(&n->lock, NULL);
@@ -812,7 +821,7 @@ void pjs_node_destroy(pjs_node *n)
         free(w->models);
     }
     free(n->workers);
-    free(n->status_file);
+    free(n->status_name);
     free(n->probe_token);
     pthread_mutex_destroy(&n->lock);
     pthread_mutex_destroy(&n->file_lock);

@@ -17,8 +17,8 @@
  *
  * The state of every worker is kept under one lock, read by
  * pjs_node_status_json from any thread (the gateway's REST threads), and,
- * with a status file, written to it (temporary file + rename) on every
- * change.
+ * with a status file, written to it (temporary file + rename, both relative
+ * to the run directory's descriptor) on every change.
  *
  * The caller blocks its stop signals (SIGINT, SIGTERM) before starting
  * anything, so every thread inherits the mask, and then waits in
@@ -73,7 +73,11 @@ typedef struct pjs_node_options {
     const pjs_node_worker_spec *workers;
     size_t n_workers;
     const char *routing;      /* shown in status: "round_robin" */
-    const char *status_file;  /* rewritten on every change; NULL: none */
+    /* The status file, rewritten on every change: status_name in the
+     * directory open on status_dir_fd (the run directory, setup.h), made
+     * and replaced relative to that descriptor; NULL name: none. */
+    int status_dir_fd;
+    const char *status_name;
     const char *probe_token;  /* Bearer token for the index probe; NULL: none */
     unsigned probe_interval_ms; /* [500] */
     unsigned probe_timeout_ms;  /* [1000] */

@@ -1,6 +1,10 @@
 /*
  * setup.c - devices, ports, run directory and worker token of a node
  * (setup.h).
+ *
+ * The run directory is checked on its open descriptor (fstat), never by a
+ * path looked up again after the check, and kept open: the node makes its
+ * files there relative to that descriptor.
  */
 #include "node/setup.h"
 
@@ -202,35 +206,190 @@ int pjs_node_free_ports(int *ports, size_t n, const int *avoid, size_t n_avoid, 
     return rc;
 }
 
-int pjs_node_run_dir_create(const char *given, char *out, size_t size, int *created,
-                            pjs_error *err)
+/* ---- the run directory ------------------------------------------------------ */
+
+/* Checks the directory open on fd: a directory of this user's, closed to
+ * group and others. */
+static int check_private(int fd, const char *path, pjs_error *err)
 {
-    const char *base = getenv("XDG_RUNTIME_DIR");
     struct stat st;
-    if (base == NULL || base[0] == '\0' || stat(base, &st) != 0 || !S_ISDIR(st.st_mode))
-        base = "/tmp";
-    int n = given ? snprintf(out, size, "%s", given)
-                  : snprintf(out, size, "%s/pjserve-node-%d", base, (int)getpid());
-    if (n < 0 || (size_t)n >= size)
-        return pjs_error_set(err, PJS_ERR_INVALID_ARGUMENT, "run directory path too long");
-    *created = 0;
-    if (mkdir(out, 0700) == 0) {
-        *created = 1;
-        return 0;
-    }
-    if (errno == EEXIST && stat(out, &st) == 0 && S_ISDIR(st.st_mode)) {
-        if (st.st_uid != getuid() || (st.st_mode & 0077) != 0)
-            return pjs_error_set(err, PJS_ERR_PERMISSION_DENIED,
-                                 "run directory %s: must belong to this user and be closed to "
-                                 "group and others (chmod 700)",
-                                 out);
-        return 0;
-    }
-    return pjs_error_set(err, PJS_ERR_IO, "run directory %s: %s", out,
-                         errno == EEXIST ? "exists and is not a directory" : strerror(errno));
+    if (fstat(fd, &st) != 0)
+        return pjs_error_set(err, PJS_ERR_IO, "run directory %s: %s", path, strerror(errno));
+    if (st.st_uid != geteuid())
+        return pjs_error_set(err, PJS_ERR_PERMISSION_DENIED,
+                             "run directory %s: belongs to uid %u, not to this user (uid %u), "
+                             "who could read or replace the node's files there; name a "
+                             "directory of this user's",
+                             path, (unsigned)st.st_uid, (unsigned)geteuid());
+    if ((st.st_mode & 0077) != 0)
+        return pjs_error_set(err, PJS_ERR_PERMISSION_DENIED,
+                             "run directory %s: mode %04o lets its group or others in; chmod "
+                             "700 it",
+                             path, (unsigned)(st.st_mode & 07777));
+    return 0;
 }
 
-int pjs_node_write_token(const char *path, char token[65], pjs_error *err)
+/* Checks the directory holding a given run directory: nobody but this user
+ * (or root) may replace an entry in it, or a worker, which opens its files
+ * by path, could be sent elsewhere. A world-writable directory with the
+ * sticky bit (/tmp) is fine: others cannot rename or remove what is ours. */
+static int check_parent(int fd, const char *path, pjs_error *err)
+{
+    struct stat st;
+    if (fstat(fd, &st) != 0)
+        return pjs_error_set(err, PJS_ERR_IO, "run directory %s: %s", path, strerror(errno));
+    bool others_may_replace = (st.st_mode & (S_IWGRP | S_IWOTH)) != 0 &&
+                              (st.st_mode & S_ISVTX) == 0;
+    if ((st.st_uid != geteuid() && st.st_uid != 0) || others_may_replace)
+        return pjs_error_set(err, PJS_ERR_PERMISSION_DENIED,
+                             "run directory %s: the directory holding it (uid %u, mode %04o) "
+                             "lets others replace it; name one inside a directory only this "
+                             "user can change",
+                             path, (unsigned)st.st_uid, (unsigned)(st.st_mode & 07777));
+    return 0;
+}
+
+/* Splits path into the directory holding it and its last component
+ * (trailing slashes dropped); -1 when the last component is not a name. */
+static int split_path(const char *path, char *parent, size_t parent_size, char *name,
+                      size_t name_size)
+{
+    size_t len = strlen(path);
+    while (len > 1 && path[len - 1] == '/')
+        len--;
+    size_t slash = len;
+    while (slash > 0 && path[slash - 1] != '/')
+        slash--;
+    size_t name_len = len - slash;
+    if (name_len == 0 || name_len >= name_size || slash >= parent_size)
+        return -1;
+    snprintf(name, name_size, "%.*s", (int)name_len, path + slash);
+    if (strcmp(name, ".") == 0 || strcmp(name, "..") == 0)
+        return -1;
+    if (slash == 0)
+        snprintf(parent, parent_size, ".");
+    else
+        snprintf(parent, parent_size, "%.*s", slash == 1 ? 1 : (int)(slash - 1), path);
+    return 0;
+}
+
+/* Opens the directory `name` in d->parent_fd without following a symbolic
+ * link, and checks it is private. */
+static int open_private(pjs_node_run_dir *d, pjs_error *err)
+{
+    d->fd = openat(d->parent_fd, d->name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    int open_errno = errno;
+    struct stat link;
+    /* With O_DIRECTORY a symbolic link fails as ENOTDIR: look at the entry. */
+    if (d->fd < 0 && (open_errno == ELOOP || open_errno == ENOTDIR) &&
+        fstatat(d->parent_fd, d->name, &link, AT_SYMLINK_NOFOLLOW) == 0 && S_ISLNK(link.st_mode))
+        return pjs_error_set(err, PJS_ERR_PERMISSION_DENIED,
+                             "run directory %s: a symbolic link, which the node does not "
+                             "follow; name the directory itself",
+                             d->path);
+    if (d->fd < 0)
+        return pjs_error_set(err, PJS_ERR_IO, "run directory %s: %s", d->path,
+                             open_errno == ENOTDIR ? "exists and is not a directory"
+                                                   : strerror(open_errno));
+    if (d->created && fchmod(d->fd, 0700) != 0)
+        return pjs_error_set(err, PJS_ERR_IO, "run directory %s: chmod: %s", d->path,
+                             strerror(errno));
+    return check_private(d->fd, d->path, err);
+}
+
+/* Where a default run directory is made: $XDG_RUNTIME_DIR when it is this
+ * user's with mode 0700, else /tmp. Returns its descriptor. */
+static int default_base(const char **base)
+{
+    const char *xdg = getenv("XDG_RUNTIME_DIR");
+    if (xdg != NULL && xdg[0] == '/') {
+        int fd = open(xdg, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        struct stat st;
+        if (fd >= 0 && fstat(fd, &st) == 0 && st.st_uid == geteuid() &&
+            (st.st_mode & 0777) == 0700) {
+            *base = xdg;
+            return fd;
+        }
+        if (fd >= 0)
+            close(fd);
+    }
+    *base = "/tmp";
+    return open("/tmp", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+}
+
+/* A fresh directory with a name nobody can plant first (mkdtemp: mode
+ * 0700, made new or not at all). */
+static int create_default(pjs_node_run_dir *d, pjs_error *err)
+{
+    const char *base;
+    d->parent_fd = default_base(&base);
+    if (d->parent_fd < 0)
+        return pjs_error_set(err, PJS_ERR_IO, "run directory: cannot open %s: %s", base,
+                             strerror(errno));
+    int n = snprintf(d->path, sizeof d->path, "%s/pjserve-node-XXXXXX", base);
+    if (n < 0 || (size_t)n >= sizeof d->path)
+        return pjs_error_set(err, PJS_ERR_INVALID_ARGUMENT, "run directory path too long");
+    if (mkdtemp(d->path) == NULL)
+        return pjs_error_set(err, PJS_ERR_IO, "run directory: cannot make one under %s: %s",
+                             base, strerror(errno));
+    d->created = true;
+    snprintf(d->name, sizeof d->name, "%s", strrchr(d->path, '/') + 1);
+    return open_private(d, err);
+}
+
+static int open_given(const char *given, pjs_node_run_dir *d, pjs_error *err)
+{
+    char parent[sizeof d->path];
+    int n = snprintf(d->path, sizeof d->path, "%s", given);
+    if (n < 0 || (size_t)n >= sizeof d->path)
+        return pjs_error_set(err, PJS_ERR_INVALID_ARGUMENT, "run directory path too long");
+    if (split_path(given, parent, sizeof parent, d->name, sizeof d->name) != 0)
+        return pjs_error_set(err, PJS_ERR_INVALID_ARGUMENT,
+                             "run directory %s: expected a path ending in a directory name",
+                             given);
+    d->parent_fd = open(parent, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (d->parent_fd < 0)
+        return pjs_error_set(err, PJS_ERR_IO, "run directory %s: cannot open %s: %s", given,
+                             parent, strerror(errno));
+    int rc = check_parent(d->parent_fd, given, err);
+    if (rc != 0)
+        return rc;
+    if (mkdirat(d->parent_fd, d->name, 0700) == 0)
+        d->created = true;
+    else if (errno != EEXIST)
+        return pjs_error_set(err, PJS_ERR_IO, "run directory %s: cannot create it: %s", given,
+                             strerror(errno));
+    return open_private(d, err);
+}
+
+int pjs_node_run_dir_create(const char *given, pjs_node_run_dir *out, pjs_error *err)
+{
+    memset(out, 0, sizeof *out);
+    out->fd = out->parent_fd = -1;
+    int rc = given != NULL ? open_given(given, out, err) : create_default(out, err);
+    if (rc != 0)
+        pjs_node_run_dir_close(out);
+    return rc;
+}
+
+void pjs_node_run_dir_close(pjs_node_run_dir *d)
+{
+    static const char *const files[] = {PJS_NODE_STATUS_NAME, PJS_NODE_STATUS_TMP_NAME,
+                                        PJS_NODE_TOKEN_NAME};
+    if (d->fd >= 0) {
+        for (size_t i = 0; i < sizeof files / sizeof files[0]; i++)
+            (void)unlinkat(d->fd, files[i], 0);
+        close(d->fd);
+    }
+    if (d->created && d->parent_fd >= 0)
+        (void)unlinkat(d->parent_fd, d->name, AT_REMOVEDIR);
+    if (d->parent_fd >= 0)
+        close(d->parent_fd);
+    d->fd = d->parent_fd = -1;
+    d->created = false;
+}
+
+int pjs_node_write_token(int dir_fd, const char *name, char token[65], pjs_error *err)
 {
     unsigned char raw[32];
     size_t got = 0;
@@ -244,16 +403,16 @@ int pjs_node_write_token(const char *path, char token[65], pjs_error *err)
     }
     for (size_t i = 0; i < sizeof raw; i++)
         snprintf(token + 2 * i, 3, "%02x", raw[i]);
-    unlink(path);
-    int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
+    (void)unlinkat(dir_fd, name, 0);
+    int fd = openat(dir_fd, name, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
     if (fd < 0)
-        return pjs_error_set(err, PJS_ERR_IO, "%s: %s", path, strerror(errno));
+        return pjs_error_set(err, PJS_ERR_IO, "%s: %s", name, strerror(errno));
     char line[66];
     snprintf(line, sizeof line, "%s\n", token);
     bool ok = write(fd, line, 65) == 65;
     ok = close(fd) == 0 && ok;
     if (!ok)
-        return pjs_error_set(err, PJS_ERR_IO, "%s: cannot write the worker token", path);
+        return pjs_error_set(err, PJS_ERR_IO, "%s: cannot write the worker token", name);
     return 0;
 }
 

@@ -8,6 +8,7 @@
 #ifndef PJS_NODE_SETUP_H
 #define PJS_NODE_SETUP_H
 
+#include <stdbool.h>
 #include <stddef.h>
 
 #include "core/status.h"
@@ -41,15 +42,44 @@ int pjs_node_parse_device_list(const char *list, char (*out)[32], size_t max, pj
  * `avoid` (ports the caller will listen on later, free until then). */
 int pjs_node_free_ports(int *ports, size_t n, const int *avoid, size_t n_avoid, pjs_error *err);
 
-/* Makes the run directory: `given` if not NULL, else
- * $XDG_RUNTIME_DIR/pjserve-node-PID or /tmp/pjserve-node-PID; mode 0700.
- * *created tells whether it was made here (and is removed at exit). */
-int pjs_node_run_dir_create(const char *given, char *out, size_t size, int *created,
-                            pjs_error *err);
+/* The node's files in its run directory. */
+#define PJS_NODE_STATUS_NAME "node-status.json"
+#define PJS_NODE_STATUS_TMP_NAME "node-status.json.tmp"
+#define PJS_NODE_TOKEN_NAME "worker-admin-token"
 
-/* Writes 32 random bytes, hex-encoded, as one line to `path` (created new,
- * mode 0600). The token is also copied to `token` (65 bytes). */
-int pjs_node_write_token(const char *path, char token[65], pjs_error *err);
+/* The run directory: private to the node's user, held open. Every file the
+ * node makes there is made relative to `fd` (openat with O_NOFOLLOW and
+ * O_EXCL, renameat, unlinkat), never by a path resolved again. Workers are
+ * handed paths into it (`path`/NAME) and open them by path: that is safe
+ * because the directory is this user's and mode 0700, so nobody else can
+ * enter it or add, replace or rename an entry in it. */
+typedef struct pjs_node_run_dir {
+    int fd;                /* O_DIRECTORY, close-on-exec; -1: none */
+    int parent_fd;         /* the directory holding it (for removing it); -1: none */
+    char path[4096];       /* as workers are told it */
+    char name[256];        /* its last component, in parent_fd */
+    bool created;          /* made here: removed at exit */
+} pjs_node_run_dir;
+
+/* Opens the run directory, creating it when missing. Without `given`: a
+ * fresh directory made by mkdtemp, pjserve-node-XXXXXX, under
+ * $XDG_RUNTIME_DIR when that is a directory of this user's with mode 0700,
+ * else under /tmp; a name nobody can predict or plant beforehand. With
+ * `given`: made (mode 0700) if absent, then opened with O_NOFOLLOW (a
+ * symbolic link is refused) and checked on the open descriptor: a directory
+ * of this user's, no permission bits for group or others. Errors say what
+ * to do. */
+int pjs_node_run_dir_create(const char *given, pjs_node_run_dir *out, pjs_error *err);
+
+/* Removes the node's files (the names above) from the run directory, and
+ * the directory itself when it was made here; closes its descriptors. */
+void pjs_node_run_dir_close(pjs_node_run_dir *d);
+
+/* Writes 32 random bytes, hex-encoded, as one line to a new file `name` in
+ * the directory dir_fd (an old one of that name is replaced; mode 0600;
+ * never through a symbolic link). The token is also copied to `token` (65
+ * bytes). */
+int pjs_node_write_token(int dir_fd, const char *name, char token[65], pjs_error *err);
 
 /* Reads the first line of a token file (as serve does) into a malloc'd
  * string; NULL when it cannot (serve then reports the problem). */

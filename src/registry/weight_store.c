@@ -381,10 +381,20 @@ static int open_dir(pjs_wstore *s, pjs_error *err)
                                  "--shared-weights %s: cannot give it to group %u: %s", s->dir,
                                  (unsigned)s->gid, strerror(errno));
     }
-    if (s->dirfd < 0)
+    if (s->dirfd < 0) {
+        int open_errno = errno;
+        struct stat link;
+        /* With O_DIRECTORY a symbolic link fails as ENOTDIR: look at the entry. */
+        if (lstat(s->dir, &link) == 0 && S_ISLNK(link.st_mode))
+            return pjs_error_set(err, PJS_ERR_PERMISSION_DENIED,
+                                 "--shared-weights %s: a symbolic link, which is not followed "
+                                 "(whoever made it chose where segments go); name the "
+                                 "directory itself",
+                                 s->dir);
         return pjs_error_set(err, PJS_ERR_INVALID_ARGUMENT,
                              "--shared-weights %s: cannot open it as a directory: %s", s->dir,
-                             strerror(errno));
+                             strerror(open_errno));
+    }
     struct stat st;
     struct statfs fs;
     if (fstat(s->dirfd, &st) != 0 || fstatfs(s->dirfd, &fs) != 0)
@@ -403,9 +413,11 @@ static int open_dir(pjs_wstore *s, pjs_error *err)
                              s->dir);
     if (!group && st.st_uid != geteuid())
         return pjs_error_set(err, PJS_ERR_PERMISSION_DENIED,
-                             "--shared-weights %s: owned by uid %u, not by this user (%u); name "
-                             "a directory of this user's, or share it through "
-                             "--shared-weights-group",
+                             "--shared-weights %s: owned by uid %u, not by this user (%u), "
+                             "who may have made it first where anyone can (such as /dev/shm); "
+                             "name a directory of this user's, share it through "
+                             "--shared-weights-group, or let `pjserve node --shared-weights "
+                             "auto` make a private one",
                              s->dir, (unsigned)st.st_uid, (unsigned)geteuid());
     if (!group && (st.st_mode & S_IWGRP))
         return pjs_error_set(err, PJS_ERR_PERMISSION_DENIED,
@@ -466,6 +478,33 @@ void pjs_wstore_close(pjs_wstore *s)
 const char *pjs_wstore_dir(const pjs_wstore *s)
 {
     return s->dir;
+}
+
+int pjs_wstore_dir_make_private(const char *base, char *out, size_t size, pjs_error *err)
+{
+    int n = snprintf(out, size, "%s/pjserve-weights-XXXXXX", base);
+    if (n < 0 || (size_t)n >= size)
+        return pjs_error_set(err, PJS_ERR_INVALID_ARGUMENT, "--shared-weights: path too long");
+    if (mkdtemp(out) == NULL)
+        return pjs_error_set(err, PJS_ERR_UNAVAILABLE,
+                             "--shared-weights auto: cannot make a directory under %s: %s; "
+                             "name a DIR on a tmpfs instead",
+                             base, strerror(errno));
+    return 0;
+}
+
+void pjs_wstore_dir_remove(const char *dir)
+{
+    pjs_error err;
+    if (pjs_wstore_sweep_dir(dir, &err) < 0)
+        pjs_warn("%s", err.msg);
+    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd >= 0) {
+        (void)unlinkat(fd, LOCK_NAME, 0);
+        close(fd);
+    }
+    if (rmdir(dir) != 0 && errno != ENOENT)
+        pjs_warn("shared weights: cannot remove %s: %s", dir, strerror(errno));
 }
 
 int pjs_wstore_sweep_dir(const char *dir, pjs_error *err)

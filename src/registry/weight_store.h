@@ -42,6 +42,14 @@
  *     died) removes every segment and temporary it can lock exclusively:
  *     nobody maps them any more, so no live model needs them.
  *
+ * Where: DIR is named by the operator, or, for `pjserve node --shared-weights
+ * auto`, made by the node with mkdtemp (pjs_wstore_dir_make_private) and
+ * handed to every worker: a name under /dev/shm that another user could
+ * make first would otherwise be refused (as it must be) and stop the node.
+ * A given DIR is opened with O_NOFOLLOW and checked on its descriptor; a
+ * symbolic link, or a directory others may write, is refused with a
+ * message saying what to do.
+ *
  * Modes: segments and the lock file 0600; with a group, 0660 and that group
  * (the directory, created 0700 or 2770, must not be writable by others, nor by
  * its group without one). DIR must be on a tmpfs: a segment on a disk would
@@ -111,6 +119,16 @@ int pjs_wstore_segment_verify(const pjs_wstore_segment *seg, pjs_error *err);
 /* Removes every segment in dir that no process maps (and temporaries whose
  * creator died); returns how many were removed, or a negative status. */
 int pjs_wstore_sweep_dir(const char *dir, pjs_error *err);
+
+/* Makes a fresh directory for the store of one node's workers, with a name
+ * nobody can guess or make first: base/pjserve-weights-XXXXXX by mkdtemp,
+ * mode 0700 (`pjserve node --shared-weights auto`). */
+int pjs_wstore_dir_make_private(const char *base, char *out, size_t size, pjs_error *err);
+
+/* Sweeps dir, then removes its lock file and the directory (left as it is
+ * while a process still maps a segment in it); for the maker of a private
+ * directory once every worker is gone. */
+void pjs_wstore_dir_remove(const char *dir);
 
 /* ---- the segment format, exposed for tests and the fuzz driver ---------- */
 

@@ -37,23 +37,24 @@ cache_dir = _pc.cache_dir
 cases = _pc.cases
 small_repository = _pc.small_repository
 
-from node_util import NodeProcess  # noqa: E402
+from node_util import DEFAULT_RUN_DIR, NodeProcess  # noqa: E402
 from protocol_util import start_or_fail  # noqa: E402
 
 
 @pytest.fixture
 def node_factory(pjserve_bin, plugin_path, cache_dir, exported, tmp_path):
-    """start(extra_args=(), names=("mlp", "two_io"), ready=True) -> a started node.
+    """start(extra_args=(), names=("mlp", "two_io"), ready=True,
+    run_dir=DEFAULT_RUN_DIR) -> a started node (run_dir as NodeProcess takes it).
 
     The test stops it itself (and checks how it ended); leftovers are killed,
     workers included."""
     started = []
 
-    def start(extra_args=(), names=("mlp", "two_io"), ready=True):
+    def start(extra_args=(), names=("mlp", "two_io"), ready=True, run_dir=DEFAULT_RUN_DIR):
         i = len(started)
         repo = small_repository(exported, tmp_path / f"repo{i}", names)
         n = NodeProcess(pjserve_bin, plugin_path, repo, cache_dir, tmp_path / f"node{i}",
-                        list(extra_args), f"node{i}")
+                        list(extra_args), f"node{i}", run_dir=run_dir)
         started.append(n)
         if ready:
             return start_or_fail(n)

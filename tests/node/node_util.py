@@ -20,13 +20,20 @@ from protocol_util import REPO, ServerProcess, free_ports, http_json
 RESTART_TIMEOUT_S = 60
 
 
+# NodeProcess(run_dir=DEFAULT_RUN_DIR): --run-dir workdir/run.
+DEFAULT_RUN_DIR = object()
+
+
 class NodeProcess(ServerProcess):
     """One `pjserve node` (stderr kept in a file); its run directory is
-    workdir/run, so the status file and token are where a test looks."""
+    workdir/run unless run_dir names another (a path given as --run-dir, or
+    None: no --run-dir, the node makes its own), so the status file and
+    token are where a test looks."""
 
-    def __init__(self, *args, **kwargs):
+    def __init__(self, *args, run_dir=DEFAULT_RUN_DIR, **kwargs):
         super().__init__(*args, **kwargs)
-        self.run_dir = self.workdir / "run"
+        self.run_dir_flag = self.workdir / "run" if run_dir is DEFAULT_RUN_DIR else run_dir
+        self.run_dir = self.run_dir_flag
         self.known_worker_pids = set()
 
     @property
@@ -42,8 +49,9 @@ class NodeProcess(ServerProcess):
                      "--grpc-port", str(self.grpc_port),
                      "--metrics-port", str(self.metrics_port),
                      "--pjrt-plugin", str(self.plugin),
-                     "--cache-dir", str(self.cache_dir),
-                     "--run-dir", str(self.run_dir)] + self.extra_args
+                     "--cache-dir", str(self.cache_dir)] + \
+            (["--run-dir", str(self.run_dir_flag)] if self.run_dir_flag is not None else []) + \
+            self.extra_args
         env = dict(os.environ)
         env.setdefault("PJSERVE_LOG_LEVEL", "info")
         with open(self.stdout_path, "wb") as out, open(self.stderr_path, "wb") as err:
@@ -73,6 +81,8 @@ class NodeProcess(ServerProcess):
         return doc
 
     def status_from_file(self) -> Optional[dict]:
+        if self.run_dir is None:
+            return None
         try:
             return json.loads(self.status_file.read_text())
         except (FileNotFoundError, ValueError):

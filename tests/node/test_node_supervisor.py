@@ -11,6 +11,7 @@ import re
 import signal
 import socket
 import subprocess
+import time
 
 import pytest
 
@@ -72,6 +73,36 @@ def test_kill_9_of_the_worker_restarts_it(node_factory, cases):
     infer_both(node, cases, seed=5)
     lines = node.log_lines(f"pid {old} exited (signal SIGKILL); restart 1 in 100 ms")
     assert len(lines) == 1, node.describe()
+    finish_checked(node)
+
+
+def test_backoff_returns_to_the_first_delay_after_a_stable_worker(node_factory):
+    """A worker that stayed ready --restart-stable-s before it went down
+    restarts after 100 ms again, however often that happened before; the
+    delay doubles only for one that went down sooner (a crash loop)."""
+    node = node_factory(["--restart-stable-s", "1"])
+    for k in range(1, 4):
+        ready = node.worker(0)
+        assert ready["state"] == "ready"
+        # Ready for longer than the stable period (the node marked it ready
+        # before the status file said so).
+        time.sleep(1.5)
+        old = ready["pid"]
+        os.kill(old, signal.SIGKILL)
+        node.wait_for(f"restart {k}",
+                      lambda: (node.worker(0)["pid"] not in (None, old)
+                               and node.worker(0)["state"] == "ready"))
+        lines = node.log_lines(f"pid {old} exited (signal SIGKILL); restart {k} in ")
+        assert len(lines) == 1, node.describe()
+        assert lines[0].endswith(f"restart {k} in 100 ms"), lines[0]
+    # Killed at once after it became ready: not stable, so the delay doubles.
+    old = node.worker(0)["pid"]
+    os.kill(old, signal.SIGKILL)
+    node.wait_for("restart 4",
+                  lambda: (node.worker(0)["pid"] not in (None, old)
+                           and node.worker(0)["state"] == "ready"))
+    assert node.log_lines(f"pid {old} exited (signal SIGKILL); restart 4 in 200 ms"), \
+        node.describe()
     finish_checked(node)
 
 
@@ -137,6 +168,7 @@ def test_past_the_restart_budget_the_worker_fails(node_factory):
     (["--devices", "0,,1"], "expected device ids separated by commas"),
     (["--routing", "random"], "--routing random: expected round_robin or lpt_packing"),
     (["--max-restarts", "x"], "--max-restarts x: expected an integer"),
+    (["--restart-stable-s", "0"], "--restart-stable-s 0: expected an integer in 1..86400"),
     (["--http-port"], "--http-port needs a value"),
 ])
 def test_bad_flags_are_usage_errors(pjserve_bin, tmp_path, args, message):

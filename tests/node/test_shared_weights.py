@@ -12,18 +12,25 @@ live one maps the same segment; a segment whose bytes, size or header were
 changed is refused by the next worker, which says why, makes a fresh copy
 and answers correctly; a segment changed under a worker that maps it is
 refused at that worker's next load of the model (FAILED_PRECONDITION naming
-it), and a reload makes a fresh copy; unsafe directories are refused at
-start.
+it), and a reload makes a fresh copy; unsafe directories (open to others, a
+symbolic link, another user's) are refused at start. `pjserve node
+--shared-weights auto` gives its workers a fresh private directory and
+removes it at exit; a directory another user made first stops the node
+before any worker starts, saying what to do.
 
     PJSERVE_BIN=build/pjserve .venv/bin/python -m pytest -q tests/node/test_shared_weights.py
 """
 
 import json
 import os
+import pwd
 import re
 import shutil
 import signal
+import stat
+import subprocess
 import sys
+import tempfile
 import uuid
 from pathlib import Path
 
@@ -32,7 +39,8 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "protocol"))
 import protocol_util as pu  # noqa: E402
-from protocol_util import ServerProcess, finish_checked, start_or_fail  # noqa: E402
+from protocol_util import (EXIT_TIMEOUT_S, ServerProcess, finish_checked,  # noqa: E402
+                           start_or_fail)
 
 import common  # noqa: E402  (tests/common.py, on the path protocol_util set)
 
@@ -356,6 +364,76 @@ def test_unsafe_directories_refused(pjserve_bin, plugin, repository, cache_dir, 
                                                       "no-such-group-pjserve"])
     finally:
         shutil.rmtree(open_dir, ignore_errors=True)
+
+
+def test_serve_refuses_a_symbolic_link(pjserve_bin, plugin, repository, cache_dir, tmp_path):
+    target = Path(tempfile.mkdtemp(prefix="pjserve-test-", dir="/dev/shm"))
+    link = Path("/dev/shm") / f"pjserve-test-link-{uuid.uuid4().hex[:12]}"
+    try:
+        link.symlink_to(target)
+        s = ServerProcess(pjserve_bin, plugin, repository, cache_dir, tmp_path,
+                          ["--shared-weights", str(link)], name="symlink")
+        with pytest.raises(pu.ServerFailure):
+            s.start(ready_timeout=60)
+        assert f"--shared-weights {link}: a symbolic link, which is not followed" in \
+            s.stderr_text()
+        assert list(target.iterdir()) == []
+    finally:
+        link.unlink(missing_ok=True)
+        shutil.rmtree(target, ignore_errors=True)
+
+
+# ---- pjserve node ------------------------------------------------------------------
+
+
+def _worker_flag(pid, flag):
+    argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    return argv[argv.index(flag.encode()) + 1].decode()
+
+
+def test_node_auto_makes_a_private_directory_for_its_workers(node_factory):
+    node = node_factory(["--workers", "2", "--shared-weights", "auto"])
+    dirs = {_worker_flag(w["pid"], "--shared-weights") for w in node.status()["workers"]}
+    assert len(dirs) == 1, dirs
+    store = Path(dirs.pop())
+    assert store.parent == Path("/dev/shm"), store
+    assert re.fullmatch(r"pjserve-weights-[A-Za-z0-9]{6}", store.name), store
+    st = os.lstat(store)
+    assert stat.S_ISDIR(st.st_mode) and stat.S_IMODE(st.st_mode) == 0o700
+    assert st.st_uid == os.geteuid()
+    assert segments(store), "the workers share no segment there"
+    finish_checked(node)
+    assert not store.exists(), "the directory the node made is left behind"
+
+
+def test_node_refuses_a_directory_another_user_made_first(node_factory):
+    """A fixed name under /dev/shm that another user made first is refused
+    by the node itself, before any worker starts, with what to do."""
+    if os.geteuid() != 0:
+        pytest.skip("making a directory as another user (setpriv --reuid) needs root")
+    nobody = pwd.getpwnam("nobody")
+    theirs = Path("/dev/shm") / f"pjserve-test-{uuid.uuid4().hex[:12]}"
+    try:
+        subprocess.run(["setpriv", f"--reuid={nobody.pw_uid}", f"--regid={nobody.pw_gid}",
+                        "--clear-groups", "mkdir", "-m", "755", str(theirs)], check=True)
+        node = node_factory(["--workers", "2", "--shared-weights", str(theirs)], ready=False)
+        assert node.wait_exit(EXIT_TIMEOUT_S) == 1, node.describe()
+        err = node.stderr_text()
+        assert f"--shared-weights {theirs}: owned by uid {nobody.pw_uid}" in err, err
+        assert "pjserve node --shared-weights auto" in err, err
+        assert "[worker " not in err, "a worker was started"
+    finally:
+        shutil.rmtree(theirs, ignore_errors=True)
+
+
+def test_auto_is_the_nodes_alone(pjserve_bin, tmp_path):
+    r = subprocess.run([str(pjserve_bin), "serve", "--model-repository", str(tmp_path),
+                        "--shared-weights", "auto"], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and "only `pjserve node` makes a directory" in r.stderr, r.stderr
+    r = subprocess.run([str(pjserve_bin), "node", "--model-repository", str(tmp_path),
+                        "--shared-weights", "auto", "--shared-weights-group", "0"],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and "--shared-weights-group needs a DIR" in r.stderr, r.stderr
 
 
 def _fs_type(path):

@@ -1,7 +1,9 @@
 /*
  * test_node.c - unit tests of the node's pure parts and its HTTP probe:
  * the restart backoff and budget (src/node/restart.c) on a virtual clock,
- * the device list and the worker token (src/node/setup.c), and
+ * the device list, the worker token and the run directory (made fresh and
+ * private, a given one refused when it is a symbolic link, another user's or
+ * open to others; src/node/setup.c), and
  * pjs_probe_http (src/node/probe.c) against a canned server on a loopback
  * socket: replies by Content-Length and by end of connection, a refused
  * connection, a peer that accepts and never answers (a stopped worker), a
@@ -13,6 +15,7 @@
 #include <setjmp.h>
 #include <cmocka.h>
 
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <pthread.h>
 #include <stdbool.h>
@@ -111,10 +114,13 @@ static void test_token_file_is_private_and_random(void **state)
     (void)state;
     char dir[] = "/tmp/pjs-test-node-XXXXXX";
     assert_non_null(mkdtemp(dir));
-    char path[64], token[65], again[65];
+    int dir_fd = open(dir, O_RDONLY | O_DIRECTORY);
+    assert_true(dir_fd >= 0);
+    char path[64], target[64], token[65], again[65];
     snprintf(path, sizeof path, "%s/token", dir);
+    snprintf(target, sizeof target, "%s/target", dir);
     pjs_error err;
-    assert_int_equal(pjs_node_write_token(path, token, &err), 0);
+    assert_int_equal(pjs_node_write_token(dir_fd, "token", token, &err), 0);
     assert_int_equal(strlen(token), 64);
     struct stat st;
     assert_int_equal(stat(path, &st), 0);
@@ -122,10 +128,151 @@ static void test_token_file_is_private_and_random(void **state)
     char *read = pjs_node_read_token(path);
     assert_string_equal(read, token);
     free(read);
-    assert_int_equal(pjs_node_write_token(path, again, &err), 0);
-    assert_string_not_equal(token, again);
+    /* A symbolic link in its place is replaced, never written through. */
     unlink(path);
+    FILE *f = fopen(target, "w");
+    assert_non_null(f);
+    fclose(f);
+    assert_int_equal(symlink(target, path), 0);
+    assert_int_equal(pjs_node_write_token(dir_fd, "token", again, &err), 0);
+    assert_string_not_equal(token, again);
+    assert_int_equal(lstat(path, &st), 0);
+    assert_true(S_ISREG(st.st_mode));
+    assert_int_equal(stat(target, &st), 0);
+    assert_int_equal(st.st_size, 0);
+    close(dir_fd);
+    unlink(path);
+    unlink(target);
     rmdir(dir);
+}
+
+/* ---- the run directory ------------------------------------------------------ */
+
+static void assert_private_dir(const pjs_node_run_dir *d)
+{
+    struct stat st;
+    assert_true(d->fd >= 0);
+    assert_int_equal(fstat(d->fd, &st), 0);
+    assert_true(S_ISDIR(st.st_mode));
+    assert_int_equal(st.st_mode & 0777, 0700);
+    assert_int_equal(st.st_uid, geteuid());
+    assert_int_equal(lstat(d->path, &st), 0);
+    assert_true(S_ISDIR(st.st_mode));
+}
+
+static void test_default_run_dir_is_fresh_and_private(void **state)
+{
+    (void)state;
+    char xdg[] = "/tmp/pjs-test-xdg-XXXXXX";
+    assert_non_null(mkdtemp(xdg));
+    char *saved = getenv("XDG_RUNTIME_DIR") ? strdup(getenv("XDG_RUNTIME_DIR")) : NULL;
+    setenv("XDG_RUNTIME_DIR", xdg, 1);
+    pjs_node_run_dir a, b;
+    pjs_error err;
+    assert_int_equal(pjs_node_run_dir_create(NULL, &a, &err), 0);
+    assert_int_equal(pjs_node_run_dir_create(NULL, &b, &err), 0);
+    assert_private_dir(&a);
+    assert_private_dir(&b);
+    assert_true(a.created && b.created);
+    assert_string_not_equal(a.path, b.path);
+    /* Under $XDG_RUNTIME_DIR, named by chance, not by the pid. */
+    char pid_name[64];
+    snprintf(pid_name, sizeof pid_name, "pjserve-node-%d", (int)getpid());
+    assert_int_equal(strncmp(a.path, xdg, strlen(xdg)), 0);
+    assert_int_equal(strncmp(a.name, "pjserve-node-", 13), 0);
+    assert_int_equal(strlen(a.name), 13 + 6);
+    assert_string_not_equal(a.name, pid_name);
+    /* The node's files in it go with it. */
+    int fd = openat(a.fd, PJS_NODE_STATUS_NAME, O_WRONLY | O_CREAT, 0600);
+    assert_true(fd >= 0);
+    close(fd);
+    char path[sizeof a.path];
+    snprintf(path, sizeof path, "%s", a.path);
+    pjs_node_run_dir_close(&a);
+    pjs_node_run_dir_close(&b);
+    struct stat st;
+    assert_int_equal(lstat(path, &st), -1);
+    /* An $XDG_RUNTIME_DIR open to others is not used: /tmp is. */
+    chmod(xdg, 0755);
+    assert_int_equal(pjs_node_run_dir_create(NULL, &a, &err), 0);
+    assert_int_equal(strncmp(a.path, "/tmp/pjserve-node-", 18), 0);
+    assert_private_dir(&a);
+    pjs_node_run_dir_close(&a);
+    if (saved != NULL)
+        setenv("XDG_RUNTIME_DIR", saved, 1);
+    else
+        unsetenv("XDG_RUNTIME_DIR");
+    free(saved);
+    rmdir(xdg);
+}
+
+static void test_given_run_dir_is_made_or_checked(void **state)
+{
+    (void)state;
+    char top[] = "/tmp/pjs-test-run-XXXXXX";
+    assert_non_null(mkdtemp(top));
+    char given[128], target[128], link[128], open_dir[128], loose[128], inner[160];
+    snprintf(given, sizeof given, "%s/run/", top);
+    snprintf(target, sizeof target, "%s/target", top);
+    snprintf(link, sizeof link, "%s/link", top);
+    snprintf(open_dir, sizeof open_dir, "%s/open", top);
+    snprintf(loose, sizeof loose, "%s/loose", top);
+    snprintf(inner, sizeof inner, "%s/loose/run", top);
+    pjs_node_run_dir d;
+    pjs_error err;
+    struct stat st;
+
+    /* Absent: made 0700, and removed at close. */
+    assert_int_equal(pjs_node_run_dir_create(given, &d, &err), 0);
+    assert_true(d.created);
+    assert_string_equal(d.name, "run");
+    assert_private_dir(&d);
+    pjs_node_run_dir_close(&d);
+    assert_int_equal(lstat(given, &st), -1);
+
+    /* Present and private: used, and left at close. */
+    assert_int_equal(mkdir(given, 0700), 0);
+    assert_int_equal(pjs_node_run_dir_create(given, &d, &err), 0);
+    assert_false(d.created);
+    pjs_node_run_dir_close(&d);
+    assert_int_equal(lstat(given, &st), 0);
+    rmdir(given);
+
+    /* A symbolic link, even to a private directory of ours: refused. */
+    assert_int_equal(mkdir(target, 0700), 0);
+    assert_int_equal(symlink(target, link), 0);
+    assert_int_equal(pjs_node_run_dir_create(link, &d, &err), PJS_ERR_PERMISSION_DENIED);
+    assert_non_null(strstr(err.msg, "symbolic link"));
+    assert_int_equal(d.fd, -1);
+
+    /* Open to group or others. */
+    assert_int_equal(mkdir(open_dir, 0700), 0);
+    chmod(open_dir, 0750);
+    assert_int_equal(pjs_node_run_dir_create(open_dir, &d, &err), PJS_ERR_PERMISSION_DENIED);
+    assert_non_null(strstr(err.msg, "chmod 700"));
+
+    /* Inside a directory others may change (no sticky bit). */
+    assert_int_equal(mkdir(loose, 0700), 0);
+    chmod(loose, 0777);
+    assert_int_equal(pjs_node_run_dir_create(inner, &d, &err), PJS_ERR_PERMISSION_DENIED);
+    assert_non_null(strstr(err.msg, "lets others replace it"));
+    assert_int_equal(lstat(inner, &st), -1);
+
+    /* Another user's (only root can make one here). */
+    if (geteuid() == 0) {
+        chmod(open_dir, 0700);
+        assert_int_equal(chown(open_dir, 65534, 65534), 0);
+        assert_int_equal(pjs_node_run_dir_create(open_dir, &d, &err),
+                         PJS_ERR_PERMISSION_DENIED);
+        assert_non_null(strstr(err.msg, "belongs to uid 65534"));
+    }
+
+    assert_int_equal(pjs_node_run_dir_create("/", &d, &err), PJS_ERR_INVALID_ARGUMENT);
+    unlink(link);
+    rmdir(target);
+    rmdir(open_dir);
+    rmdir(loose);
+    rmdir(top);
 }
 
 static void test_free_ports_differ(void **state)
@@ -320,6 +467,8 @@ int main(void)
         cmocka_unit_test(test_no_restarts_allowed),
         cmocka_unit_test(test_device_list),
         cmocka_unit_test(test_token_file_is_private_and_random),
+        cmocka_unit_test(test_default_run_dir_is_fresh_and_private),
+        cmocka_unit_test(test_given_run_dir_is_made_or_checked),
         cmocka_unit_test(test_free_ports_differ),
         cmocka_unit_test(test_free_ports_avoid_the_ones_given),
         cmocka_unit_test(test_probe_reads_a_content_length_reply),

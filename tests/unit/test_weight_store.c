@@ -533,6 +533,56 @@ static void test_open_refuses_unsafe_directories(void **state)
     pjs_wstore_options bad_group = {.dir = dir, .group = "no-such-group-pjserve"};
     assert_int_equal(pjs_wstore_open(&bad_group, &s, &err), PJS_ERR_INVALID_ARGUMENT);
     assert_non_null(strstr(err.msg, "no such group"));
+
+    /* A symbolic link to a good directory: refused, not followed. */
+    char link[300];
+    snprintf(link, sizeof link, "%s-link", dir);
+    assert_int_equal(symlink(dir, link), 0);
+    o.dir = link;
+    assert_int_equal(pjs_wstore_open(&o, &s, &err), PJS_ERR_PERMISSION_DENIED);
+    assert_non_null(strstr(err.msg, "a symbolic link, which is not followed"));
+    unlink(link);
+    struct stat st;
+    assert_int_equal(lstat(dir, &st), 0);
+    assert_int_equal(st.st_nlink, 2); /* nothing made inside */
+
+    /* Another user's directory (only root can make one here). */
+    if (geteuid() == 0) {
+        assert_int_equal(chown(dir, 65534, 65534), 0);
+        o.dir = dir;
+        assert_int_equal(pjs_wstore_open(&o, &s, &err), PJS_ERR_PERMISSION_DENIED);
+        assert_non_null(strstr(err.msg, "owned by uid 65534"));
+        assert_non_null(strstr(err.msg, "--shared-weights auto"));
+    }
+}
+
+static void test_private_directory_made_and_removed(void **state)
+{
+    (void)state;
+    char a[300], b[300];
+    pjs_error err = {0};
+    assert_int_equal(pjs_wstore_dir_make_private("/dev/shm", a, sizeof a, &err), 0);
+    assert_int_equal(pjs_wstore_dir_make_private("/dev/shm", b, sizeof b, &err), 0);
+    assert_string_not_equal(a, b);
+    assert_int_equal(strncmp(a, "/dev/shm/pjserve-weights-", 25), 0);
+    assert_int_equal(strlen(a), 25 + 6);
+    struct stat st;
+    assert_int_equal(lstat(a, &st), 0);
+    assert_true(S_ISDIR(st.st_mode));
+    assert_int_equal(st.st_mode & 07777, 0700);
+    /* Used as a store, then removed with what is left in it. */
+    snprintf(dir, sizeof dir, "%s", a);
+    pjs_wstore *s = open_store(NULL);
+    pjs_wstore_segment *seg = acquire(s);
+    pjs_wstore_release(s, seg);
+    pjs_wstore_close(s);
+    pjs_wstore_dir_remove(a);
+    pjs_wstore_dir_remove(b);
+    assert_int_not_equal(lstat(a, &st), 0);
+    assert_int_not_equal(lstat(b, &st), 0);
+    assert_int_equal(pjs_wstore_dir_make_private("/no/such/place", a, sizeof a, &err),
+                     PJS_ERR_UNAVAILABLE);
+    assert_non_null(strstr(err.msg, "name a DIR on a tmpfs"));
 }
 
 int main(void)
@@ -554,6 +604,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_stale_temporary_of_a_dead_creator, setup, teardown),
         cmocka_unit_test_setup_teardown(test_racing_creators_make_one_segment, setup, teardown),
         cmocka_unit_test_setup_teardown(test_open_refuses_unsafe_directories, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_private_directory_made_and_removed, setup,
+                                        teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
