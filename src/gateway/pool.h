@@ -171,8 +171,9 @@ void pjs_gw_free_names(char **names, size_t n);
  * taken them all (a change it refuses is logged and passed over; one it
  * cannot be reached for is sent again at the next call). */
 bool pjs_gw_pool_probe_worker(pjs_gw_pool *p, size_t i);
-/* Worker i was started again (a new process, without the changes made
- * through the gateway): it gets no traffic and no new change until
+/* Worker i is being replaced: the node is about to stop it, found it gone,
+ * or started it again (a new process, without the changes made through the
+ * gateway). It gets no traffic and no new change until
  * pjs_gw_pool_probe_worker has brought it up to date. */
 void pjs_gw_pool_worker_restarted(pjs_gw_pool *p, size_t i);
 

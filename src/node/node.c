@@ -649,6 +649,8 @@ static void *supervise(void *arg)
             break;
         }
         pid_t pid = w->pid;
+        if (n->o.restarted != NULL) /* out of the routing before it is stopped or replaced */
+            n->o.restarted(n->o.ctx, w->id);
         if (end == END_UNHEALTHY) {
             pjs_warn("worker %zu (%s) pid %d failed %u health probes in a row: killing it", w->id,
                      w->device, (int)pid, n->o.unhealthy_after);

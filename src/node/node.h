@@ -61,7 +61,10 @@ typedef struct pjs_node_worker_spec {
 /* The models ready on worker i (malloc'd array of malloc'd names, as
  * pjs_gw_pool_models); NULL with *n = 0 when none. */
 typedef char **(*pjs_node_models_fn)(void *ctx, size_t worker, size_t *n);
-/* Called after worker i was started again. */
+/* Called after worker i was started again, and before the node kills a
+ * worker it found unhealthy or once it found one gone: whatever routes to
+ * the workers takes it out first, so no new request meets a process being
+ * stopped. */
 typedef void (*pjs_node_restarted_fn)(void *ctx, size_t worker);
 /* Called from worker i's supervising thread when the worker, just started,
  * answers its first health probe; the node reports it ready only once this

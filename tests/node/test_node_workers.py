@@ -116,3 +116,56 @@ def test_kill_9_of_one_worker_under_load(node_factory, cases):
     assert doc["workers"][0]["restarts"] == 1
     assert doc["workers"][0]["last_exit"] == "signal SIGKILL"
     finish_checked(node)
+
+
+def test_a_stopped_worker_leaves_the_routing_before_it_is_killed(node_factory, cases):
+    """SIGSTOP of one worker under load: requests in flight on it may fail
+    (the node kills it), but no client ever gets its "shutting down"
+    refusal: a worker the node stops is out of the routing first, and a
+    refusal before anything ran goes to the other worker."""
+    node = node_factory(["--workers", "2", "--health-interval-ms", "200",
+                         "--health-timeout-ms", "300"])
+    victim = node.status()["workers"][0]["pid"]
+    stop = threading.Event()
+    case = cases.get("mlp", 1)
+
+    def client(i):
+        failures = []
+        g = grpcclient.InferenceServerClient(node.grpc_url)
+        h = httpclient.InferenceServerClient(node.http_url, network_timeout=30)
+        try:
+            while not stop.is_set():
+                try:
+                    got, _ = (grpc_infer_case(g, case) if i % 2 == 0
+                              else http_infer_case(h, case))
+                    case.check(got, f"thread {i} around a stopped worker")
+                except InferenceServerException as e:
+                    failures.append(str(e))
+        finally:
+            g.close()
+            h.close()
+        return failures
+
+    results = []
+    runner = threading.Thread(target=lambda: results.append(run_threads(client, 4, 120)))
+    runner.start()
+    time.sleep(1.0)
+    os.kill(victim, signal.SIGSTOP)
+    try:
+        node.wait_for("replacement of the stopped worker",
+                      lambda: (node.status()["workers"][0]["pid"] not in (None, victim)
+                               and node.status()["workers"][0]["state"] == "ready"))
+    finally:
+        if process_alive(victim):
+            os.kill(victim, signal.SIGCONT)
+    time.sleep(1.0)
+    stop.set()
+    runner.join(150)
+    (outcomes, errors), = results
+    assert not errors, errors
+    failures = [f for per_thread in outcomes for f in per_thread]
+    refused = [f for f in failures if "shutting down" in f]
+    assert not refused, f"{len(refused)} clients got the stopped worker's refusal: {refused[:2]}"
+    # Only requests in flight on the stopped worker may fail: one per thread.
+    assert len(failures) <= 4, failures
+    finish_checked(node)
