@@ -232,14 +232,17 @@ static bool change_of(const char *m, const uint8_t *msg, size_t len, pjs_gw_chan
 /* Reads (index, statistics) from the available workers; changes to every
  * worker not known to be down, so none is left behind by a breaker, and
  * those a restarted worker must get again remembered by the pool. */
-static uint64_t fanout(void *ctx, const char *m, const uint8_t *msg, size_t len, pjs_error *err)
+static uint64_t fanout(void *ctx, const char *m, const uint8_t *msg, size_t len,
+                       uint64_t *change_seq, pjs_error *err)
 {
     pjs_gw_pool *pool = ((pjs_gw_grpc_routes *)ctx)->pool;
+    *change_seq = 0;
     if (!merged(m)) {
         pjs_gw_change change;
         ProtobufCMessage *unpacked;
         bool remembered = change_of(m, msg, len, &change, &unpacked);
-        uint64_t mask = pjs_gw_pool_take_not_down(pool, remembered ? &change : NULL, err);
+        uint64_t mask =
+            pjs_gw_pool_take_not_down(pool, remembered ? &change : NULL, change_seq, err);
         if (unpacked != NULL)
             protobuf_c_message_free_unpacked(unpacked, NULL);
         return mask;
@@ -250,6 +253,11 @@ static uint64_t fanout(void *ctx, const char *m, const uint8_t *msg, size_t len,
     while ((w = pjs_gw_pool_pick_any(pool, mask, err)) >= 0)
         mask |= 1ull << w;
     return mask;
+}
+
+static void settled(void *ctx, uint64_t change_seq, bool accepted)
+{
+    pjs_gw_pool_change_settled(((pjs_gw_grpc_routes *)ctx)->pool, change_seq, accepted);
 }
 
 static grpc_channel *channel(void *ctx, int worker)
@@ -492,6 +500,7 @@ void pjs_gw_grpc_ops(pjs_gw_grpc_routes *routes, pjs_grpc_proxy_ops *ops)
         .pick = pick,
         .done = done,
         .fanout = fanout,
+        .settled = settled,
         .merge = merge,
         .channel = channel,
         .worker_token = pjs_gw_pool_worker_token(routes->pool),

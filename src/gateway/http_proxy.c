@@ -110,6 +110,7 @@ typedef struct job {
     job_kind kind;
     char model[256];                /* JOB_FORWARD of a model's call; "" otherwise */
     char sequence[SEQUENCE_KEY_MAX]; /* its sequence key; "" when none */
+    uint64_t change;                /* JOB_FAN_OUT: the pool's remembered change; 0: none */
     uint64_t tried;                 /* workers a JOB_FORWARD was sent to */
     char path[URL_MAX_BYTES];       /* path and query as sent to the worker */
     struct curl_slist *headers;
@@ -433,6 +434,7 @@ static void job_start(job *j, const int *workers, bool picked)
         if (transfer_prepare(ts[i], j, workers[i], picked, &err) != 0) {
             if (picked)
                 pjs_gw_pool_done(j->h->pool, workers[0], PJS_GW_NOT_SENT);
+            pjs_gw_pool_change_settled(j->h->pool, j->change, false); /* sent nowhere */
             job_free(j);
             pjs__http_reply_error(c, &err);
             return;
@@ -543,13 +545,13 @@ static bool rest_change(pjs__http_call *c, const pjs__http_path *p, pjs_gw_chang
  * starts is not lost on it; if it cannot take it, the answer says so),
  * but for a restarted one still being sent the earlier changes: the pool
  * remembers this one for it. */
-static uint64_t change_targets(pjs__http_call *c, const pjs__http_path *p)
+static uint64_t change_targets(pjs__http_call *c, const pjs__http_path *p, uint64_t *change_seq)
 {
     pjs_gw_http *h = c->fe->routes_ctx;
     pjs_gw_change change;
     json_t *doc;
     bool remembered = rest_change(c, p, &change, &doc);
-    uint64_t mask = pjs_gw_pool_change_targets(h->pool, remembered ? &change : NULL);
+    uint64_t mask = pjs_gw_pool_change_targets(h->pool, remembered ? &change : NULL, change_seq);
     json_decref(doc);
     return mask;
 }
@@ -561,8 +563,9 @@ static void to_every_worker(pjs__http_call *c, const pjs__http_path *p, job_kind
     pjs_gw_http *h = c->fe->routes_ctx;
     if (!body_ready(c))
         return;
+    uint64_t change_seq = 0;
     uint64_t available = kind == JOB_METRICS  ? scrapable(h)
-                         : kind == JOB_FAN_OUT ? change_targets(c, p)
+                         : kind == JOB_FAN_OUT ? change_targets(c, p, &change_seq)
                                                : pjs_gw_pool_available(h->pool);
     int workers[PJS_GW_MAX_WORKERS];
     size_t n = 0;
@@ -575,8 +578,12 @@ static void to_every_worker(pjs__http_call *c, const pjs__http_path *p, job_kind
         return;
     }
     job *j = job_create(c, p, kind, n);
-    if (j != NULL)
-        job_start(j, workers, false);
+    if (j == NULL) {
+        pjs_gw_pool_change_settled(h->pool, change_seq, false); /* sent nowhere */
+        return;
+    }
+    j->change = change_seq;
+    job_start(j, workers, false);
 }
 
 /* ---- finishing a job (proxy thread) ------------------------------------------ */
@@ -668,6 +675,7 @@ static void finish_fan_out(job *j)
                 failed = t;
         }
     }
+    pjs_gw_pool_change_settled(j->h->pool, j->change, n_failed < j->n_transfers);
     if (failed == NULL) {
         reply_relayed(c, &j->transfers[0]);
         return;

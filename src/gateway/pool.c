@@ -80,6 +80,7 @@ typedef struct worker {
 /* A remembered change (pjs_gw_change), numbered in the order made. */
 typedef struct change_entry {
     uint64_t seq;
+    bool pending; /* sent, no worker's answer yet (pjs_gw_pool_change_settled) */
     pjs_gw_change_kind kind;
     char *model;
     char *config;
@@ -461,19 +462,31 @@ static void free_change(change_entry *e)
     free(e->config);
 }
 
-/* Remembers `c`, replacing the model's earlier change of its class (the
- * last one decides what a worker ends with). Lock held. */
-static void remember_change(pjs_gw_pool *p, const pjs_gw_change *c)
+static bool same_change_class(const change_entry *e, const char *model, pjs_gw_change_kind k)
+{
+    return strcmp(e->model, model) == 0 && change_class(e->kind) == change_class(k);
+}
+
+/* Drops the remembered entries for which drop(entry, arg) holds, keeping
+ * the others in order. Lock held. */
+static void drop_changes(pjs_gw_pool *p, bool (*drop)(const change_entry *, const void *),
+                         const void *arg)
 {
     size_t k = 0;
     for (size_t j = 0; j < p->n_changes; j++) {
         change_entry *e = &p->changes[j];
-        if (strcmp(e->model, c->model) == 0 && change_class(e->kind) == change_class(c->kind))
+        if (drop(e, arg))
             free_change(e);
         else
             p->changes[k++] = *e;
     }
     p->n_changes = k;
+}
+
+/* Remembers `c` as pending until a worker's answer settles it; returns its
+ * number, 0 when it could not be remembered. Lock held. */
+static uint64_t remember_change(pjs_gw_pool *p, const pjs_gw_change *c)
+{
     if (p->n_changes == p->cap_changes) {
         size_t cap = p->cap_changes ? 2 * p->cap_changes : 16;
         change_entry *grown = realloc(p->changes, cap * sizeof *grown);
@@ -481,32 +494,65 @@ static void remember_change(pjs_gw_pool *p, const pjs_gw_change *c)
             pjs_warn("gateway: no memory to remember the change of model '%s'; a worker "
                      "restarted later will not get it",
                      c->model);
-            return;
+            return 0;
         }
         p->changes = grown;
         p->cap_changes = cap;
     }
-    change_entry e = {.seq = ++p->change_seq, .kind = c->kind, .model = strdup(c->model),
-                      .config = c->config ? strdup(c->config) : NULL,
+    change_entry e = {.seq = ++p->change_seq, .pending = true, .kind = c->kind,
+                      .model = strdup(c->model), .config = c->config ? strdup(c->config) : NULL,
                       .residency = c->residency};
     if (e.model == NULL || (c->config != NULL && e.config == NULL)) {
         free_change(&e);
         pjs_warn("gateway: no memory to remember the change of model '%s'; a worker "
                  "restarted later will not get it",
                  c->model);
-        return;
+        return 0;
     }
     p->changes[p->n_changes++] = e;
+    return e.seq;
+}
+
+static bool is_change(const change_entry *e, const void *seq)
+{
+    return e->seq == *(const uint64_t *)seq;
+}
+
+/* An earlier change of the settled one's model and class: the settled one
+ * decides what a worker ends with. */
+static bool superseded_by(const change_entry *e, const void *settled)
+{
+    const change_entry *s = settled;
+    return e->seq < s->seq && same_change_class(e, s->model, s->kind);
+}
+
+void pjs_gw_pool_change_settled(pjs_gw_pool *p, uint64_t seq, bool accepted)
+{
+    if (seq == 0)
+        return;
+    pthread_mutex_lock(&p->lock);
+    change_entry *settled = NULL;
+    for (size_t j = 0; j < p->n_changes && settled == NULL; j++)
+        if (p->changes[j].seq == seq)
+            settled = &p->changes[j];
+    if (settled != NULL && !accepted) {
+        drop_changes(p, is_change, &seq);
+    } else if (settled != NULL) {
+        settled->pending = false;
+        change_entry key = {.seq = seq, .kind = settled->kind, .model = settled->model};
+        drop_changes(p, superseded_by, &key);
+    }
+    pthread_mutex_unlock(&p->lock);
 }
 
 /* The targets of a change, each counted in flight when `count`; the change
  * remembered in the same step, so a worker being brought up to date either
  * gets it sent here or finds it among those to send it again. */
-static uint64_t change_targets(pjs_gw_pool *p, const pjs_gw_change *change, bool count)
+static uint64_t change_targets(pjs_gw_pool *p, const pjs_gw_change *change, bool count,
+                               uint64_t *change_seq)
 {
     pthread_mutex_lock(&p->lock);
-    if (change != NULL)
-        remember_change(p, change);
+    *change_seq = change != NULL ? remember_change(p, change) : 0;
     uint64_t mask = 0;
     for (size_t i = 0; i < p->n; i++) {
         worker *w = &p->w[i];
@@ -522,17 +568,27 @@ static uint64_t change_targets(pjs_gw_pool *p, const pjs_gw_change *change, bool
     return mask;
 }
 
-uint64_t pjs_gw_pool_take_not_down(pjs_gw_pool *p, const pjs_gw_change *change, pjs_error *err)
+uint64_t pjs_gw_pool_take_not_down(pjs_gw_pool *p, const pjs_gw_change *change,
+                                   uint64_t *change_seq, pjs_error *err)
 {
-    uint64_t mask = change_targets(p, change, true);
-    if (mask == 0)
+    uint64_t mask = change_targets(p, change, true, change_seq);
+    if (mask == 0) {
+        pjs_gw_pool_change_settled(p, *change_seq, false); /* sent nowhere */
+        *change_seq = 0;
         pjs_error_set(err, PJS_ERR_UNAVAILABLE, "no worker is up; retry later");
+    }
     return mask;
 }
 
-uint64_t pjs_gw_pool_change_targets(pjs_gw_pool *p, const pjs_gw_change *change)
+uint64_t pjs_gw_pool_change_targets(pjs_gw_pool *p, const pjs_gw_change *change,
+                                   uint64_t *change_seq)
 {
-    return change_targets(p, change, false);
+    uint64_t mask = change_targets(p, change, false, change_seq);
+    if (mask == 0) {
+        pjs_gw_pool_change_settled(p, *change_seq, false);
+        *change_seq = 0;
+    }
+    return mask;
 }
 
 void pjs_gw_pool_done(pjs_gw_pool *p, int i, pjs_gw_outcome o)

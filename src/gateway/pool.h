@@ -123,7 +123,11 @@ int pjs_gw_pool_pick_any(pjs_gw_pool *p, uint64_t tried, pjs_error *err);
 uint64_t pjs_gw_pool_available(pjs_gw_pool *p);
 /* A change the pool remembers, to bring a restarted worker up to date:
  * the last repository load or unload of each model (a load with its
- * `config` override) and its last residency, in the order they were made. */
+ * `config` override) and its last residency that some worker accepted, in
+ * the order they were made. A change is remembered when it is sent
+ * (pending, so a worker restarted meanwhile gets it too) and settled by the
+ * workers' answers: kept in place of the model's earlier one when some
+ * worker accepted it, forgotten when none did. */
 typedef enum pjs_gw_change_kind {
     PJS_GW_CHANGE_LOAD,
     PJS_GW_CHANGE_UNLOAD,
@@ -142,12 +146,17 @@ typedef struct pjs_gw_change {
  * each counted in flight like a pick: the targets of a change (load,
  * unload, shared memory registration). `change` (NULL: one not
  * remembered) is remembered, in the same step, for the workers restarted
- * later. 0 with UNAVAILABLE when there is none. */
+ * later, as *change_seq (0: none), which the caller settles once every
+ * worker answered. 0 with UNAVAILABLE when there is none. */
 uint64_t pjs_gw_pool_take_not_down(pjs_gw_pool *p, const pjs_gw_change *change,
-                                   pjs_error *err);
+                                   uint64_t *change_seq, pjs_error *err);
 /* The same targets, not counted in flight (REST fan-outs, which the probes
  * watch). */
-uint64_t pjs_gw_pool_change_targets(pjs_gw_pool *p, const pjs_gw_change *change);
+uint64_t pjs_gw_pool_change_targets(pjs_gw_pool *p, const pjs_gw_change *change,
+                                   uint64_t *change_seq);
+/* The workers answered change `seq` (0: none): `accepted` when at least
+ * one took it. */
+void pjs_gw_pool_change_settled(pjs_gw_pool *p, uint64_t seq, bool accepted);
 /* Reports the outcome of a forward begun with a pick. */
 void pjs_gw_pool_done(pjs_gw_pool *p, int worker, pjs_gw_outcome o);
 

@@ -21,6 +21,7 @@ import signal
 import time
 
 import tritonclient.grpc as grpcclient
+from tritonclient.utils import InferenceServerException
 
 from protocol_util import finish_checked, grpc_infer_case, http_json, parse_metrics, scrape
 
@@ -130,4 +131,37 @@ def test_changes_through_the_gateway_are_replayed_to_a_restarted_worker(node_fac
         assert node.log_lines("sent it again the 3 changes made through the gateway")
     finally:
         g.close()
+    finish_checked(node)
+
+
+def test_only_changes_a_worker_accepted_are_remembered(node_factory):
+    """Loads every worker refuses (models that do not exist) are not kept for
+    a restarted worker, and of a model's loads and unloads only the last
+    accepted one is: the restarted worker gets 3 changes, not 203."""
+    node = node_factory(["--workers", "2", "--model-control-mode", "explicit"])
+    g = grpcclient.InferenceServerClient(node.grpc_url)
+    try:
+        g.load_model("mlp")
+        code, _, raw = http_json(node.http_url, "POST", "/v2/pjserve/models/mlp/residency",
+                                 {"residency": "device"})
+        assert code == 200, raw
+        for k in range(100):
+            code, _, _ = http_json(node.http_url, "POST",
+                                   f"/v2/repository/models/junk_{k}/load", {})
+            assert code != 200
+            try:
+                g.load_model(f"junk_grpc_{k}")
+                raise AssertionError(f"junk_grpc_{k} loaded")
+            except InferenceServerException:
+                pass
+        for verb in ("load", "unload", "load", "unload"):
+            code, _, raw = http_json(node.http_url, "POST",
+                                     f"/v2/repository/models/two_io/{verb}", {})
+            assert code == 200, raw
+    finally:
+        g.close()
+    doc = node.status()
+    kill_and_wait_ready(node, doc, 0)
+    assert node.log_lines("sent it again the 3 changes made through the gateway (0 refused)"), \
+        node.describe()
     finish_checked(node)

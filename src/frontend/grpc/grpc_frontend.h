@@ -79,9 +79,12 @@ typedef struct pjs_grpc_proxy_ops {
     void (*done)(void *ctx, int worker, pjs_grpc_proxy_outcome outcome);
     /* PJS_GRPC_PROXY_FANOUT: the workers to send a call of `method`, whose
      * message is msg, to, each counted in flight until done (0 with err
-     * when there is none). */
+     * when there is none). A change the gateway remembers is numbered in
+     * *change (0: none) and given to settled once every worker answered. */
     uint64_t (*fanout)(void *ctx, const char *method, const uint8_t *msg, size_t len,
-                       pjs_error *err);
+                       uint64_t *change, pjs_error *err);
+    /* The fan-out of change `change` ended: `accepted` when a worker took it. */
+    void (*settled)(void *ctx, uint64_t change, bool accepted);
     /* Combines the n answers (all OK) of a fan-out into one (malloc'd). */
     int (*merge)(void *ctx, const char *method, const uint8_t *const *answers,
                  const size_t *lengths, size_t n, uint8_t **out, size_t *out_len, pjs_error *err);

@@ -95,6 +95,7 @@ struct pjs_grpc_proxy_call {
 
     upstream up[MAX_FANOUT];
     size_t n_up, pending;
+    uint64_t change; /* a fan-out's remembered change (grpc_frontend.h); 0: none */
 
     /* Streams. */
     pjs_grpc_tag on_client_msg, on_worker_sent, on_worker_msg, on_client_sent, on_worker_status,
@@ -478,6 +479,12 @@ static void fanout_failed(proxy_call *p, const upstream *u)
 static void fanout_done(proxy_call *p)
 {
     const pjs_grpc_proxy_ops *ops = p->f->proxy;
+    if (p->change != 0) {
+        bool accepted = false;
+        for (size_t i = 0; i < p->n_up; i++)
+            accepted |= p->up[i].status == GRPC_STATUS_OK;
+        ops->settled(ops->ctx, p->change, accepted);
+    }
     for (size_t i = 0; i < p->n_up; i++)
         if (p->up[i].status != GRPC_STATUS_OK) {
             fanout_failed(p, &p->up[i]);
@@ -563,7 +570,7 @@ static void fanout_send(proxy_call *p)
     const pjs_grpc_proxy_ops *ops = p->f->proxy;
     pjs_error err;
     uint64_t mask = ops->fanout(ops->ctx, p->method, GRPC_SLICE_START_PTR(p->first),
-                                GRPC_SLICE_LENGTH(p->first), &err);
+                                GRPC_SLICE_LENGTH(p->first), &p->change, &err);
     if (mask == 0) {
         reply_error(p, &err);
         return;
