@@ -38,18 +38,23 @@
 #include "frontend/http/http_codec.h"
 #include "frontend/http/http_frontend.h"
 
-/* One TCP connection as the deadline watchdog sees it (http_conn.c).
- * Created when libmicrohttpd accepts the connection, freed when it closes;
- * every field is guarded by the front end's conn_lock. */
+/* One TCP connection as the deadline watchdog and the connection table
+ * see it (http_conn.c). Created when libmicrohttpd accepts the
+ * connection, freed when it closes; every field is guarded by the front
+ * end's conn_lock. */
 typedef struct pjs__http_conn {
     struct pjs__http_conn *prev, *next; /* the front end's list of connections */
     int fd;
-    int phase;            /* a pjs__http_phase */
-    uint64_t deadline_ms; /* monotonic; 0: none in this phase */
-    bool cut;             /* the watchdog shut it down */
+    int phase;                 /* a pjs__http_phase */
+    uint64_t deadline_ms;      /* monotonic; 0: none in this phase */
+    uint64_t waiting_since_ns; /* monotonic: accept, or the end of the last reply */
+    bool cut;                  /* shut down (a deadline passed, or evicted); closing */
 } pjs__http_conn;
 
-/* Where a connection is; each phase but ANSWERING has a deadline. */
+/* Where a connection is; each phase but ANSWERING has a deadline. A
+ * connection in HEADERS or KEEPALIVE has no request in hand (none begun, or
+ * its headers not all in) and may be evicted to admit a new connection when
+ * the table is full; the others never are. */
 typedef enum pjs__http_phase {
     PJS_HTTP_PHASE_HEADERS,   /* from accept, or the next request line, to the headers' end */
     PJS_HTTP_PHASE_BODY,      /* from the headers' end to the body's end */
@@ -86,15 +91,21 @@ struct pjs_http_frontend {
     char address[300]; /* "host:port", for messages */
     pjs_http_options opts; /* as started, defaults filled in (strings borrowed) */
     pjs_log_limiter mhd_log;   /* libmicrohttpd's own messages */
-    pjs_log_limiter cut_log;   /* connections cut at a deadline */
+    pjs_log_limiter cut_log;   /* connections cut at a deadline, or evicted */
     char *tls_cert_pem, *tls_key_pem, *tls_ca_pem; /* HTTPS: the files' text, or NULL */
 
-    /* Deadlines (http_conn.c): every open connection, and the watchdog
-     * thread that shuts down those past their phase's deadline. */
+    /* Deadlines and the connection table (http_conn.c): every open
+     * connection, and the watchdog thread that shuts down those past their
+     * phase's deadline and logs what was cut. conns .. watchdog_stop are
+     * guarded by conn_lock. */
     pthread_mutex_t conn_lock;
     pthread_cond_t conn_wake;
-    pjs__http_conn *conns;      /* guarded by conn_lock */
-    bool watchdog_stop;         /* guarded by conn_lock */
+    pjs__http_conn *conns;
+    unsigned n_conns;           /* records in conns */
+    unsigned n_cut;             /* records in conns that are cut, not yet closed */
+    unsigned cut_unlogged[PJS_HTTP_PHASE_COUNT]; /* cut at a deadline, by phase */
+    unsigned evicted_unlogged;  /* evicted to admit new connections */
+    bool watchdog_stop;
     bool watchdog_running;
     pthread_t watchdog;
 
