@@ -12,6 +12,8 @@
  *   HEADERS    accept (or, on a kept-alive connection, the next request
  *              line) + --http-header-timeout-s, until the headers are in;
  *   BODY       headers + --http-body-timeout-s, until the body is in;
+ *   LINGER     a refusal before the body's end + PJS_HTTP_LINGER_S, until
+ *              the rest of the body is read and dropped (http_frontend.c);
  *   ANSWERING  no deadline (the reply is made by us, sent under the idle
  *              timeout);
  *   KEEPALIVE  the previous reply + --http-idle-timeout-s, until the next
@@ -73,6 +75,7 @@ static uint64_t phase_deadline(const pjs_http_frontend *fe, pjs__http_phase phas
     case PJS_HTTP_PHASE_HEADERS: s = fe->opts.header_timeout_s; break;
     case PJS_HTTP_PHASE_BODY: s = fe->opts.body_timeout_s; break;
     case PJS_HTTP_PHASE_KEEPALIVE: s = fe->opts.idle_timeout_s; break;
+    case PJS_HTTP_PHASE_LINGER: s = PJS_HTTP_LINGER_S; break;
     case PJS_HTTP_PHASE_ANSWERING:
     case PJS_HTTP_PHASE_COUNT: return 0;
     }
@@ -214,6 +217,18 @@ void pjs__http_conn_phase(pjs__http_call *c, pjs__http_phase phase)
     pthread_mutex_unlock(&c->fe->conn_lock);
 }
 
+bool pjs__http_conn_cut(pjs__http_call *c)
+{
+    pjs__http_conn *t = c->track;
+    if (t == NULL)
+        return false;
+    pthread_mutex_lock(&c->fe->conn_lock);
+    if (!t->cut)
+        cut(c->fe, t, false);
+    pthread_mutex_unlock(&c->fe->conn_lock);
+    return true;
+}
+
 /* What a connection cut in `phase` did not send in time, into buf. */
 static void missed(int phase, char *buf, size_t size)
 {
@@ -222,6 +237,10 @@ static void missed(int phase, char *buf, size_t size)
         snprintf(buf, size, "headers within --http-header-timeout-s");
         break;
     case PJS_HTTP_PHASE_BODY: snprintf(buf, size, "body within --http-body-timeout-s"); break;
+    case PJS_HTTP_PHASE_LINGER:
+        snprintf(buf, size, "the rest of a refused body within %u s and %llu MiB",
+                 PJS_HTTP_LINGER_S, (unsigned long long)(PJS_HTTP_LINGER_MAX_BYTES >> 20));
+        break;
     default: snprintf(buf, size, "next request within --http-idle-timeout-s"); break;
     }
 }

@@ -15,6 +15,10 @@ Cases (docs/serving.md, "Limits"):
     413 at once above the cap, no memory reserved below it;
   - many large bodies at once under a small --max-inflight-request-bytes:
     429 for those past the budget, and the budget given back afterwards;
+  - bodies refused on their headers (413, 415) and written whole without
+    Expect: 100-continue: read and dropped, then the status is read (not a
+    reset) and the connection stays usable; past the linger bounds, refused
+    at once or cut off;
   - 1,100 idle connections, from one address (the per-IP cap) and spread
     over five (the connection table fills: the longest waiting are closed to
     admit new ones, never one with a request begun), with a normal request
@@ -351,6 +355,45 @@ def test_idle_flood_from_many_addresses_evicts_the_oldest(server_factory):
             c.close()
     assert "to admit new ones (--http-max-connections 1000)" in s.stderr_text()
     assert http_warn_lines(s) < 30, "the evictions flooded the log"
+    finish(s)
+
+
+def test_bodies_refused_early_are_read_before_the_reply(server_factory):
+    s = server_factory()
+    big = b"{" + b" " * ((8 << 20) - 2) + b"}"
+    cases = [  # (method, path, extra headers, status, text in the error)
+        ("POST", "/v2/models/mlp/infer", "", 413, 'model "mlp"'),
+        ("POST", "/v2/repository/index", "", 413, "other than inference"),
+        ("GET", "/v2/health/ready", "Content-Encoding: gzip\r\n", 415, "Content-Encoding"),
+    ]
+    for method, path, extra, want, text in cases:
+        c = connect_from("127.0.0.1", s.http_port, "127.0.0.1", timeout=10)
+        try:
+            # A client that writes its whole body before it reads (no
+            # Expect: 100-continue) sees the status, not a reset.
+            c.sendall(f"{method} {path} HTTP/1.1\r\nHost: x\r\n{extra}"
+                      f"Content-Length: {len(big)}\r\n\r\n".encode() + big)
+            status, _, data = read_reply(c)
+            assert status == want and text in json.loads(data)["error"], (path, status, data)
+            # Every byte was read: the connection is still in step.
+            c.sendall(b"GET /v2/health/ready HTTP/1.1\r\nHost: x\r\n\r\n")
+            assert read_reply(c)[0] == 200
+        finally:
+            c.close()
+    # A body past what is read and dropped (64 MiB) is refused before it is sent.
+    c = connect_from("127.0.0.1", s.http_port, "127.0.0.1")
+    c.sendall(b"POST /v2/repository/index HTTP/1.1\r\nHost: x\r\n"
+              b"Content-Length: 100000000\r\n\r\n")
+    assert read_reply(c)[0] == 413
+    c.close()
+    # A refused body that stops coming is cut off within seconds.
+    c = connect_from("127.0.0.1", s.http_port, "127.0.0.1")
+    c.sendall(b"POST /v2/repository/index HTTP/1.1\r\nHost: x\r\n"
+              b"Content-Length: 2000000\r\n\r\n" + big[:4096])
+    t0 = time.monotonic()
+    assert closed_by_peer(c, 5) and time.monotonic() - t0 < 2 + 1.5
+    c.close()
+    assert http_mlp_infer(s.http_url) < NORMAL_LATENCY_S
     finish(s)
 
 
