@@ -112,8 +112,9 @@ typedef struct pjs_cli_endpoint {
     "  --metrics-host ADDR     metrics address (default: --host)\n"                               \
     "  --http-threads N        HTTP connection threads (default: one per CPU the\n"               \
     "                          process may run on, at most 16)\n"                                 \
-    "  --http-max-connections N  connections open at once per port; more wait in\n"               \
-    "                          the listen queue (default: 1000, or a quarter of the\n"            \
+    "  --http-max-connections N  connections open at once per port; a new one that\n"             \
+    "                          fills the table closes the one waiting longest for a\n"            \
+    "                          request (default: 1000, or a quarter of the\n"                     \
     "                          open-file limit when that is lower)\n"                             \
     "  --http-max-connections-per-ip N  connections from one client address; more\n"              \
     "                          are closed at once (default 256)\n"                                \

@@ -1,16 +1,19 @@
 /*
- * http_conn.c - deadlines for the connections of an HTTP front end, and the
- * client-certificate requirement of mutual TLS.
+ * http_conn.c - the connection table of an HTTP front end: deadlines, the
+ * eviction of connections that have no request in hand when the table is
+ * full, and the client-certificate requirement of mutual TLS.
  *
- * libmicrohttpd (0.9.75) times a connection out only after a period with no
- * bytes at all (MHD_OPTION_CONNECTION_TIMEOUT, our idle timeout), so a
- * client sending one byte every few seconds (slowloris) would hold its
- * connection forever. We keep our own record per connection: a phase and
- * the deadline by which the phase must end:
+ * Deadlines. libmicrohttpd (0.9.75) times a connection out only after a
+ * period with no bytes at all (MHD_OPTION_CONNECTION_TIMEOUT, our idle
+ * timeout), so a client sending one byte every few seconds (slowloris)
+ * would hold its connection forever. We keep our own record per
+ * connection: a phase and the deadline by which the phase must end:
  *
  *   HEADERS    accept (or, on a kept-alive connection, the next request
  *              line) + --http-header-timeout-s, until the headers are in;
  *   BODY       headers + --http-body-timeout-s, until the body is in;
+ *   LINGER     a refusal before the body's end + PJS_HTTP_LINGER_S, until
+ *              the rest of the body is read and dropped (http_frontend.c);
  *   ANSWERING  no deadline (the reply is made by us, sent under the idle
  *              timeout);
  *   KEEPALIVE  the previous reply + --http-idle-timeout-s, until the next
@@ -21,11 +24,25 @@
  * then sees the end of the stream and closes the connection itself, on its
  * own thread, completing any request on it. The record is unlinked under
  * conn_lock in the CLOSED notification, which libmicrohttpd gives before it
- * closes the descriptor, so the watchdog never touches a descriptor that was
+ * closes the descriptor, so no thread ever shuts down a descriptor that was
  * closed or reused.
  *
+ * Eviction. When the table holds --http-max-connections, libmicrohttpd
+ * stops accepting, and new clients wait in the listen queue until a place
+ * frees: a crowd of connections that send nothing would deny service for
+ * the header timeout. So, as nginx does, connections without a request in
+ * hand (HEADERS: nothing, or not all the headers, received; KEEPALIVE:
+ * between requests) make room: whenever an accepted connection fills the
+ * table, the one of them waiting longest (since accept, or since its last
+ * reply) is shut down the same way, so one place stays free for the next
+ * client. A connection with a request begun (its headers in) or a reply in
+ * flight is never evicted. libmicrohttpd splits the limit between its
+ * threads; the table is full only when every thread's share is, and a place
+ * freed on any thread lets that thread accept again.
+ *
  * Threads: the notifications and phase changes run on libmicrohttpd's
- * connection threads; the watchdog on its own; all share conn_lock.
+ * connection threads; the watchdog on its own; all share conn_lock, and
+ * shut down other connections' sockets only under it.
  */
 #include "core/thread_name.h"
 #include "frontend/http/http_internal.h"
@@ -38,11 +55,16 @@
 /* How often the watchdog looks. */
 #define WATCHDOG_PERIOD_MS 250
 
-static uint64_t now_ms(void)
+static uint64_t now_ns(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+static uint64_t now_ms(void)
+{
+    return now_ns() / 1000000u;
 }
 
 /* The deadline of `phase` starting now; 0: none. */
@@ -53,6 +75,7 @@ static uint64_t phase_deadline(const pjs_http_frontend *fe, pjs__http_phase phas
     case PJS_HTTP_PHASE_HEADERS: s = fe->opts.header_timeout_s; break;
     case PJS_HTTP_PHASE_BODY: s = fe->opts.body_timeout_s; break;
     case PJS_HTTP_PHASE_KEEPALIVE: s = fe->opts.idle_timeout_s; break;
+    case PJS_HTTP_PHASE_LINGER: s = PJS_HTTP_LINGER_S; break;
     case PJS_HTTP_PHASE_ANSWERING:
     case PJS_HTTP_PHASE_COUNT: return 0;
     }
@@ -61,8 +84,45 @@ static uint64_t phase_deadline(const pjs_http_frontend *fe, pjs__http_phase phas
 
 static void set_phase(pjs_http_frontend *fe, pjs__http_conn *t, pjs__http_phase phase)
 {
+    if (phase == PJS_HTTP_PHASE_KEEPALIVE && t->phase != PJS_HTTP_PHASE_KEEPALIVE)
+        t->waiting_since_ns = now_ns();
     t->phase = (int)phase;
     t->deadline_ms = phase_deadline(fe, phase);
+}
+
+/* Shuts down the socket of t, counted as cut in its phase or evicted.
+ * Called with conn_lock held. */
+static void cut(pjs_http_frontend *fe, pjs__http_conn *t, bool evicted)
+{
+    shutdown(t->fd, SHUT_RDWR);
+    t->cut = true;
+    fe->n_cut++;
+    if (evicted)
+        fe->evicted_unlogged++;
+    else
+        fe->cut_unlogged[t->phase]++;
+}
+
+static bool has_request_in_hand(const pjs__http_conn *t)
+{
+    return t->phase != PJS_HTTP_PHASE_HEADERS && t->phase != PJS_HTTP_PHASE_KEEPALIVE;
+}
+
+/* When the table is full, evicts the connection without a request in hand
+ * that has waited longest, if there is one. Called with conn_lock held. */
+static void make_room(pjs_http_frontend *fe)
+{
+    if (fe->n_conns - fe->n_cut < fe->opts.max_connections)
+        return;
+    pjs__http_conn *oldest = NULL;
+    for (pjs__http_conn *t = fe->conns; t != NULL; t = t->next) {
+        if (t->cut || has_request_in_hand(t))
+            continue;
+        if (oldest == NULL || t->waiting_since_ns < oldest->waiting_since_ns)
+            oldest = t;
+    }
+    if (oldest != NULL)
+        cut(fe, oldest, true);
 }
 
 /* Mutual TLS: the handshake asks for a client certificate, fails without
@@ -94,12 +154,15 @@ void pjs__http_conn_notify(void *cls, struct MHD_Connection *conn, void **socket
         if (t == NULL || info == NULL) /* untracked: the idle timeout still applies */
             return;
         t->fd = info->connect_fd;
+        t->waiting_since_ns = now_ns();
         pthread_mutex_lock(&fe->conn_lock);
         set_phase(fe, t, PJS_HTTP_PHASE_HEADERS);
         t->next = fe->conns;
         if (fe->conns != NULL)
             fe->conns->prev = t;
         fe->conns = t;
+        fe->n_conns++;
+        make_room(fe);
         pthread_mutex_unlock(&fe->conn_lock);
         return;
     }
@@ -114,6 +177,9 @@ void pjs__http_conn_notify(void *cls, struct MHD_Connection *conn, void **socket
         fe->conns = t->next;
     if (t->next != NULL)
         t->next->prev = t->prev;
+    fe->n_conns--;
+    if (t->cut)
+        fe->n_cut--;
     pthread_mutex_unlock(&fe->conn_lock);
     free(t);
 }
@@ -151,26 +217,72 @@ void pjs__http_conn_phase(pjs__http_call *c, pjs__http_phase phase)
     pthread_mutex_unlock(&c->fe->conn_lock);
 }
 
-static const char *phase_flag(int phase)
+bool pjs__http_conn_cut(pjs__http_call *c)
+{
+    pjs__http_conn *t = c->track;
+    if (t == NULL)
+        return false;
+    pthread_mutex_lock(&c->fe->conn_lock);
+    if (!t->cut)
+        cut(c->fe, t, false);
+    pthread_mutex_unlock(&c->fe->conn_lock);
+    return true;
+}
+
+/* What a connection cut in `phase` did not send in time, into buf. */
+static void missed(int phase, char *buf, size_t size)
 {
     switch (phase) {
-    case PJS_HTTP_PHASE_HEADERS: return "headers within --http-header-timeout-s";
-    case PJS_HTTP_PHASE_BODY: return "body within --http-body-timeout-s";
-    default: return "next request within --http-idle-timeout-s";
+    case PJS_HTTP_PHASE_HEADERS:
+        snprintf(buf, size, "headers within --http-header-timeout-s");
+        break;
+    case PJS_HTTP_PHASE_BODY: snprintf(buf, size, "body within --http-body-timeout-s"); break;
+    case PJS_HTTP_PHASE_LINGER:
+        snprintf(buf, size, "the rest of a refused body within %u s and %llu MiB",
+                 PJS_HTTP_LINGER_S, (unsigned long long)(PJS_HTTP_LINGER_MAX_BYTES >> 20));
+        break;
+    default: snprintf(buf, size, "next request within --http-idle-timeout-s"); break;
     }
 }
 
-/* Shuts down every connection past its deadline, counting them by the
- * phase each was in (n_by_phase[phase]). Called with conn_lock held. */
-static void cut_overdue(pjs_http_frontend *fe, uint64_t now, unsigned *n_by_phase)
+/* Shuts down every connection past its deadline. Called with conn_lock held. */
+static void cut_overdue(pjs_http_frontend *fe, uint64_t now)
 {
     for (pjs__http_conn *t = fe->conns; t != NULL; t = t->next) {
         if (t->cut || t->deadline_ms == 0 || now < t->deadline_ms)
             continue;
-        shutdown(t->fd, SHUT_RDWR);
-        t->cut = true;
-        n_by_phase[t->phase]++;
+        cut(fe, t, false);
     }
+}
+
+/* One line (the limiter may drop a second) for the connections cut and
+ * evicted since the last, naming each bound with its own flag. Called with
+ * conn_lock held. */
+static void log_cuts(pjs_http_frontend *fe)
+{
+    char what[640] = "";
+    size_t used = 0;
+    for (int phase = 0; phase < PJS_HTTP_PHASE_COUNT && used < sizeof what; phase++) {
+        unsigned n = fe->cut_unlogged[phase];
+        fe->cut_unlogged[phase] = 0;
+        if (n == 0)
+            continue;
+        char bound[96];
+        missed(phase, bound, sizeof bound);
+        used += (size_t)snprintf(what + used, sizeof what - used,
+                                 "%sclosed %u connection%s that did not send %s",
+                                 used ? "; " : "", n, n == 1 ? "" : "s", bound);
+    }
+    unsigned n = fe->evicted_unlogged;
+    fe->evicted_unlogged = 0;
+    if (n > 0 && used < sizeof what)
+        used += (size_t)snprintf(what + used, sizeof what - used,
+                                 "%sclosed %u connection%s waiting for a request, longest "
+                                 "waiting first, to admit new ones (--http-max-connections %u)",
+                                 used ? "; " : "", n, n == 1 ? "" : "s",
+                                 fe->opts.max_connections);
+    if (used > 0)
+        pjs_log_limited(&fe->cut_log, PJS_LOG_WARN, "%s: %s", fe->address, what);
 }
 
 static void *watchdog_main(void *arg)
@@ -178,22 +290,8 @@ static void *watchdog_main(void *arg)
     pjs_http_frontend *fe = arg;
     pthread_mutex_lock(&fe->conn_lock);
     while (!fe->watchdog_stop) {
-        unsigned n_by_phase[PJS_HTTP_PHASE_COUNT] = {0};
-        cut_overdue(fe, now_ms(), n_by_phase);
-        /* One line (the limiter may drop a second), naming every deadline
-         * missed with its own flag. */
-        char what[512] = "";
-        size_t used = 0;
-        for (int phase = 0; phase < PJS_HTTP_PHASE_COUNT && used < sizeof what; phase++) {
-            unsigned n = n_by_phase[phase];
-            if (n > 0)
-                used += (size_t)snprintf(what + used, sizeof what - used,
-                                         "%sclosed %u connection%s that did not send %s",
-                                         used ? "; " : "", n, n == 1 ? "" : "s",
-                                         phase_flag(phase));
-        }
-        if (used > 0)
-            pjs_log_limited(&fe->cut_log, PJS_LOG_WARN, "%s: %s", fe->address, what);
+        cut_overdue(fe, now_ms());
+        log_cuts(fe);
         struct timespec until;
         clock_gettime(CLOCK_MONOTONIC, &until);
         until.tv_nsec += WATCHDOG_PERIOD_MS * 1000000L;

@@ -4,14 +4,22 @@
  * answers is its route set (http_internal.h): serve's or the gateway's.
  *
  * Lifecycle of a request (see http_internal.h for the threads). The first
- * handler call creates the call, and refuses at once a caller the access
- * rules do not let in (frontend/access.h) and a declared body over the
- * limit. Body chunks are appended (a chunked body that grows past the
- * limit is read to the end and discarded, then refused). The final call
- * inflates a compressed body and runs the route, which stores a reply or
- * leaves the call waiting on a suspended connection; a reply is queued as
- * soon as the handler runs with one stored. The completion callback frees
- * the call, whatever state it is in.
+ * handler call creates the call, and refuses a caller the access rules do
+ * not let in (frontend/access.h) and a declared body over the limit. Body
+ * chunks are appended. The final call inflates a compressed body and runs
+ * the route, which stores a reply or leaves the call waiting on a suspended
+ * connection; a reply is queued as soon as the handler runs with one
+ * stored. The completion callback frees the call, whatever state it is in.
+ *
+ * A request refused before its body is all in (on its headers, or when the
+ * body grows past a bound) lingers: the rest of the body is read and
+ * dropped, and the reply queued once it is in, so that a client writing the
+ * whole body before it reads sees the status rather than a reset (closing a
+ * socket with unread bytes resets it, and libmicrohttpd closes after a
+ * reply queued before the body). Lingering is bounded (PJS_HTTP_LINGER_*):
+ * past the bound the connection is cut without a reply. A client that waits
+ * to be asked for its body (Expect: 100-continue), or declares more than
+ * the bound, is answered at once and never sends it.
  *
  * Shutdown. serve stops its ports after pjs_server_drain, so every
  * inference has completed and resumed its connection. It stops accepting
@@ -343,8 +351,8 @@ static void call_free(pjs__http_call *c)
 
 static void append_body(pjs__http_call *c, const char *data, size_t size)
 {
-    if (c->body_error.code != PJS_OK || !c->takes_body)
-        return; /* refused, or a request that takes no body: read to the end, keep nothing */
+    if (!c->takes_body)
+        return; /* a request that takes no body: read to the end, keep nothing */
     if (size > c->body.limit - c->body.len) {
         refuse_too_large(c, "a request body", (unsigned long long)c->body.len + size);
         return;
@@ -405,11 +413,75 @@ static void dispatch(pjs__http_call *c)
 {
     c->dispatched = true;
     pjs__http_conn_phase(c, PJS_HTTP_PHASE_ANSWERING);
-    if (c->body_error.code != PJS_OK) {
-        pjs__http_reply_error_status(c, c->body_status, &c->body_error);
-        return;
-    }
     c->fe->routes->route(c);
+}
+
+/* Whether a body will follow the headers of c without the server asking
+ * for it, small enough to be read and dropped before the reply: declared
+ * within the linger bound, or chunked. */
+static bool body_follows_unasked(pjs__http_call *c)
+{
+    const char *expect =
+        MHD_lookup_connection_value(c->conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_EXPECT);
+    if (expect != NULL && strcasecmp(expect, "100-continue") == 0)
+        return false;
+    const char *declared =
+        MHD_lookup_connection_value(c->conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_CONTENT_LENGTH);
+    if (declared == NULL)
+        return MHD_lookup_connection_value(c->conn, MHD_HEADER_KIND,
+                                           MHD_HTTP_HEADER_TRANSFER_ENCODING) != NULL;
+    unsigned long long length = strtoull(declared, NULL, 10);
+    return length > 0 && length <= PJS_HTTP_LINGER_MAX_BYTES;
+}
+
+/* A refusal is stored before the body is all in: the rest of the body is
+ * read and dropped, then the reply sent. */
+static void linger(pjs__http_call *c)
+{
+    c->dispatched = true;
+    c->lingering = true;
+    c->linger_left = PJS_HTTP_LINGER_MAX_BYTES;
+    pjs__http_conn_phase(c, PJS_HTTP_PHASE_LINGER);
+}
+
+/* The first handler call of a request: its headers are in. */
+static enum MHD_Result on_headers(pjs__http_call *c)
+{
+    /* false: a 400 (a path with dot or empty segments), 401 or 403 is stored */
+    bool allowed = pjs__http_path_clean(c) && pjs__http_access_allowed(c);
+    if (allowed && c->body_error.code == PJS_OK)
+        return MHD_YES;
+    if (allowed) /* refused for the body its headers declare */
+        pjs__http_reply_error_status(c, c->body_status, &c->body_error);
+    if (body_follows_unasked(c)) {
+        linger(c);
+        return MHD_YES;
+    }
+    /* Answered before a byte of the body is sent. */
+    c->dispatched = true;
+    pjs__http_conn_phase(c, PJS_HTTP_PHASE_ANSWERING);
+    return queue_reply(c);
+}
+
+/* Body bytes of a request. */
+static enum MHD_Result on_body(pjs__http_call *c, const char *data, size_t size)
+{
+    if (!c->lingering) {
+        append_body(c, data, size);
+        if (c->body_error.code != PJS_OK) { /* refused as the body grew */
+            pjs__http_reply_error_status(c, c->body_status, &c->body_error);
+            linger(c);
+        }
+        return MHD_YES;
+    }
+    if (size <= c->linger_left) {
+        c->linger_left -= size;
+        return MHD_YES;
+    }
+    /* Past the bound: cut, reading on (and dropping) until libmicrohttpd
+     * sees the end; a connection without a record is closed at once. */
+    c->linger_left = 0;
+    return pjs__http_conn_cut(c) ? MHD_YES : MHD_NO;
 }
 
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url,
@@ -424,26 +496,20 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         if (c == NULL)
             return MHD_NO; /* out of memory: drop the connection */
         *con_cls = c;
-        /* refused before any body byte is read */
-        if (!pjs__http_path_clean(c) || !pjs__http_access_allowed(c)) {
-            c->dispatched = true;
-            return queue_reply(c);
-        }
-        if (c->body_error.code == PJS_OK)
-            return MHD_YES;
-        /* A body refused on what its headers say is refused before it is sent. */
-        c->dispatched = true;
-        pjs__http_conn_phase(c, PJS_HTTP_PHASE_ANSWERING);
-        pjs__http_reply_error_status(c, c->body_status, &c->body_error);
-        return queue_reply(c);
+        return on_headers(c);
     }
     if (*upload_data_size > 0) {
-        append_body(c, upload_data, *upload_data_size);
+        size_t size = *upload_data_size;
         *upload_data_size = 0;
-        return MHD_YES;
+        return on_body(c, upload_data, size);
     }
     if (c->waiting) { /* resumed: the reply is stored */
         c->waiting = false;
+        return queue_reply(c);
+    }
+    if (c->lingering) { /* the rest of a refused body is in: its reply goes out */
+        c->lingering = false;
+        pjs__http_conn_phase(c, PJS_HTTP_PHASE_ANSWERING);
         return queue_reply(c);
     }
     if (c->dispatched)

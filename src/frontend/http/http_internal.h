@@ -38,25 +38,40 @@
 #include "frontend/http/http_codec.h"
 #include "frontend/http/http_frontend.h"
 
-/* One TCP connection as the deadline watchdog sees it (http_conn.c).
- * Created when libmicrohttpd accepts the connection, freed when it closes;
- * every field is guarded by the front end's conn_lock. */
+/* One TCP connection as the deadline watchdog and the connection table
+ * see it (http_conn.c). Created when libmicrohttpd accepts the
+ * connection, freed when it closes; every field is guarded by the front
+ * end's conn_lock. */
 typedef struct pjs__http_conn {
     struct pjs__http_conn *prev, *next; /* the front end's list of connections */
     int fd;
-    int phase;            /* a pjs__http_phase */
-    uint64_t deadline_ms; /* monotonic; 0: none in this phase */
-    bool cut;             /* the watchdog shut it down */
+    int phase;                 /* a pjs__http_phase */
+    uint64_t deadline_ms;      /* monotonic; 0: none in this phase */
+    uint64_t waiting_since_ns; /* monotonic: accept, or the end of the last reply */
+    bool cut;                  /* shut down (a deadline, a bound, or evicted); closing */
 } pjs__http_conn;
 
-/* Where a connection is; each phase but ANSWERING has a deadline. */
+/* Where a connection is; each phase but ANSWERING has a deadline. A
+ * connection in HEADERS or KEEPALIVE has no request in hand (none begun, or
+ * its headers not all in) and may be evicted to admit a new connection when
+ * the table is full; the others never are. */
 typedef enum pjs__http_phase {
     PJS_HTTP_PHASE_HEADERS,   /* from accept, or the next request line, to the headers' end */
     PJS_HTTP_PHASE_BODY,      /* from the headers' end to the body's end */
     PJS_HTTP_PHASE_ANSWERING, /* the request is complete; its reply is being made or sent */
     PJS_HTTP_PHASE_KEEPALIVE, /* between requests: the next request line must come in time */
+    PJS_HTTP_PHASE_LINGER,    /* refused before its body's end: the rest is read and dropped */
     PJS_HTTP_PHASE_COUNT
 } pjs__http_phase;
+
+/* Lingering: a request refused before its body is all in (413, 415, 429,
+ * 401, ...) has the rest of its body read and dropped before the reply goes
+ * out, so that a client writing the whole body before reading (most do,
+ * unless they send Expect: 100-continue) reads the status rather than a
+ * reset. At most this many bytes, for at most this long from the refusal;
+ * past either the connection is cut without a reply. */
+#define PJS_HTTP_LINGER_MAX_BYTES ((uint64_t)64 << 20)
+#define PJS_HTTP_LINGER_S 2u
 
 typedef struct pjs__http_call pjs__http_call;
 
@@ -86,15 +101,21 @@ struct pjs_http_frontend {
     char address[300]; /* "host:port", for messages */
     pjs_http_options opts; /* as started, defaults filled in (strings borrowed) */
     pjs_log_limiter mhd_log;   /* libmicrohttpd's own messages */
-    pjs_log_limiter cut_log;   /* connections cut at a deadline */
+    pjs_log_limiter cut_log;   /* connections cut at a deadline or bound, or evicted */
     char *tls_cert_pem, *tls_key_pem, *tls_ca_pem; /* HTTPS: the files' text, or NULL */
 
-    /* Deadlines (http_conn.c): every open connection, and the watchdog
-     * thread that shuts down those past their phase's deadline. */
+    /* Deadlines and the connection table (http_conn.c): every open
+     * connection, and the watchdog thread that shuts down those past their
+     * phase's deadline and logs what was cut. conns .. watchdog_stop are
+     * guarded by conn_lock. */
     pthread_mutex_t conn_lock;
     pthread_cond_t conn_wake;
-    pjs__http_conn *conns;      /* guarded by conn_lock */
-    bool watchdog_stop;         /* guarded by conn_lock */
+    pjs__http_conn *conns;
+    unsigned n_conns;           /* records in conns */
+    unsigned n_cut;             /* records in conns that are cut, not yet closed */
+    unsigned cut_unlogged[PJS_HTTP_PHASE_COUNT]; /* cut at a deadline or bound, by phase */
+    unsigned evicted_unlogged;  /* evicted to admit new connections */
+    bool watchdog_stop;
     bool watchdog_running;
     pthread_t watchdog;
 
@@ -152,8 +173,10 @@ struct pjs__http_call {
     size_t body_peak;     /* largest buffer the call held (trim the heap after a big one) */
     pjs_error body_error; /* code set when the body was refused */
     unsigned body_status; /* the HTTP status of body_error; 0: from its code */
-    bool dispatched;      /* the route ran */
+    bool dispatched;      /* the route ran, or the request was refused: a reply is stored */
     bool waiting;         /* suspended until the reply is stored */
+    bool lingering;       /* refused: the rest of the body is dropped, then the reply sent */
+    uint64_t linger_left; /* bytes more that lingering may drop */
     pjs__http_reply reply;
     pjs_http_infer *infer; /* serve's routes: an inference in progress, or NULL */
     atomic_int handover;   /* an inference's hand-over (http_infer.c) */
@@ -192,6 +215,10 @@ void pjs__http_conn_notify(void *cls, struct MHD_Connection *conn, void **socket
 void *pjs__http_conn_request_line(void *cls, const char *uri, struct MHD_Connection *conn);
 /* Moves the connection of c to `phase`, starting that phase's deadline. */
 void pjs__http_conn_phase(pjs__http_call *c, pjs__http_phase phase);
+/* Shuts down the connection of c now, as if its phase's deadline had
+ * passed (libmicrohttpd then closes it). false: the connection has no
+ * record, and the caller must close it itself. */
+bool pjs__http_conn_cut(pjs__http_call *c);
 /* The connection's record (its socket context), or NULL. */
 pjs__http_conn *pjs__http_conn_of(struct MHD_Connection *conn);
 /* Starts and stops the watchdog thread (stop after the daemon stopped). */

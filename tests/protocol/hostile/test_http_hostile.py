@@ -15,18 +15,25 @@ Cases (docs/serving.md, "Limits"):
     413 at once above the cap, no memory reserved below it;
   - many large bodies at once under a small --max-inflight-request-bytes:
     429 for those past the budget, and the budget given back afterwards;
+  - bodies refused on their headers (413, 415) and written whole without
+    Expect: 100-continue: read and dropped, then the status is read (not a
+    reset) and the connection stays usable; past the linger bounds, refused
+    at once or cut off;
   - 1,100 idle connections, from one address (the per-IP cap) and spread
-    over five (the connection cap and the idle timeout), with a normal
-    request served, the descriptors bounded and the log quiet;
+    over five (the connection table fills: the longest waiting are closed to
+    admit new ones, never one with a request begun), with a normal request
+    served within a second, the descriptors bounded and the log quiet;
   - slowloris on the headers and on the body: cut off at the deadlines.
 """
 
 import functools
 import gzip
 import json
+import select
 import socket
 import threading
 import time
+import urllib.request
 import zlib
 
 import pytest
@@ -124,6 +131,20 @@ def closed_by_peer(s: socket.socket, within: float) -> bool:
     except (ConnectionResetError, BrokenPipeError):
         return True
     except socket.timeout:
+        return False
+
+
+def closed_now(s: socket.socket) -> bool:
+    """Whether the server has closed s (EOF or reset waiting), without waiting."""
+    p = select.poll()
+    p.register(s, select.POLLIN)
+    if not p.poll(0):
+        return False
+    try:
+        return s.recv(65536, socket.MSG_DONTWAIT) == b""
+    except (ConnectionResetError, BrokenPipeError):
+        return True
+    except BlockingIOError:
         return False
 
 
@@ -302,25 +323,77 @@ def test_idle_connections_from_one_address_hit_the_per_ip_cap(server_factory):
     finish(s)
 
 
-def test_idle_connections_from_many_addresses_are_capped_and_timed_out(server_factory):
+def test_idle_flood_from_many_addresses_evicts_the_oldest(server_factory):
     raise_fd_limit(1400)
-    s = server_factory(["--http-idle-timeout-s", "3", "--http-max-connections", "1000"])
+    s = server_factory()  # default flags: a table of 1000 connections
+    # A request begun before the flood (its body half sent): never evicted.
+    busy = connect_from("127.0.0.1", s.http_port, "127.0.0.1", timeout=10)
+    busy.sendall(b"POST /v2/repository/index HTTP/1.1\r\nHost: x\r\n"
+                 b"Content-Length: 4\r\n\r\n{ ")
     socks = []
     try:
         for i in range(1100):  # 220 from each of five addresses: under the per-IP cap
             socks.append(connect_from("127.0.0.1", s.http_port, f"127.0.0.{2 + i % 5}"))
         time.sleep(0.5)
         assert open_fds(s) < 1000 + 200, f"the server holds {open_fds(s)} descriptors"
-        # The table is full: a normal request waits for the idle timeout to
-        # free a place, then is served.
+        # The table is full of connections that sent nothing: the oldest of
+        # them make room for new ones, so normal clients are served at once.
+        reply, health = timed(urllib.request.urlopen, f"http://{s.http_url}/v2/health/ready",
+                              timeout=10)
+        assert reply.status == 200 and health < 1.0, f"health answered in {health:.2f} s"
+        reply.close()
         normal = http_mlp_infer(s.http_url)
-        assert normal < 3 + 2, f"a normal request took {normal:.2f} s"
-        assert closed_by_peer(socks[0], 2)
+        assert normal < 1.0, f"a normal request took {normal:.2f} s"
+        closed = [i for i, c in enumerate(socks) if closed_now(c)]
+        assert socks and 0 in closed and len(socks) - 1 not in closed, closed[:20]
+        assert 90 <= len(closed) <= 200 and max(closed) < 400, \
+            f"{len(closed)} closed, not the oldest: {closed[:10]} ... {closed[-10:]}"
+        busy.sendall(b" }")
+        assert read_reply(busy)[0] == 200
     finally:
-        for c in socks:
+        for c in socks + [busy]:
             c.close()
+    assert "to admit new ones (--http-max-connections 1000)" in s.stderr_text()
+    assert http_warn_lines(s) < 30, "the evictions flooded the log"
+    finish(s)
+
+
+def test_bodies_refused_early_are_read_before_the_reply(server_factory):
+    s = server_factory()
+    big = b"{" + b" " * ((8 << 20) - 2) + b"}"
+    cases = [  # (method, path, extra headers, status, text in the error)
+        ("POST", "/v2/models/mlp/infer", "", 413, 'model "mlp"'),
+        ("POST", "/v2/repository/index", "", 413, "other than inference"),
+        ("GET", "/v2/health/ready", "Content-Encoding: gzip\r\n", 415, "Content-Encoding"),
+    ]
+    for method, path, extra, want, text in cases:
+        c = connect_from("127.0.0.1", s.http_port, "127.0.0.1", timeout=10)
+        try:
+            # A client that writes its whole body before it reads (no
+            # Expect: 100-continue) sees the status, not a reset.
+            c.sendall(f"{method} {path} HTTP/1.1\r\nHost: x\r\n{extra}"
+                      f"Content-Length: {len(big)}\r\n\r\n".encode() + big)
+            status, _, data = read_reply(c)
+            assert status == want and text in json.loads(data)["error"], (path, status, data)
+            # Every byte was read: the connection is still in step.
+            c.sendall(b"GET /v2/health/ready HTTP/1.1\r\nHost: x\r\n\r\n")
+            assert read_reply(c)[0] == 200
+        finally:
+            c.close()
+    # A body past what is read and dropped (64 MiB) is refused before it is sent.
+    c = connect_from("127.0.0.1", s.http_port, "127.0.0.1")
+    c.sendall(b"POST /v2/repository/index HTTP/1.1\r\nHost: x\r\n"
+              b"Content-Length: 100000000\r\n\r\n")
+    assert read_reply(c)[0] == 413
+    c.close()
+    # A refused body that stops coming is cut off within seconds.
+    c = connect_from("127.0.0.1", s.http_port, "127.0.0.1")
+    c.sendall(b"POST /v2/repository/index HTTP/1.1\r\nHost: x\r\n"
+              b"Content-Length: 2000000\r\n\r\n" + big[:4096])
+    t0 = time.monotonic()
+    assert closed_by_peer(c, 5) and time.monotonic() - t0 < 2 + 1.5
+    c.close()
     assert http_mlp_infer(s.http_url) < NORMAL_LATENCY_S
-    assert http_warn_lines(s) < 30, "the connection cap flooded the log"
     finish(s)
 
 
