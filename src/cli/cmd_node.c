@@ -31,6 +31,7 @@
 #include "core/cpus.h"
 #include "core/file_limit.h"
 #include "core/log.h"
+#include "core/unix_addr.h"
 #include "gateway/gateway.h"
 #include "node/node.h"
 #include "node/setup.h"
@@ -390,8 +391,8 @@ typedef struct node_worker {
     char device[64];
     char env_entry[96];   /* "CUDA_VISIBLE_DEVICES=1"; "" none */
     char *env[2];
-    int grpc_port, http_port, metrics_port;
-    char grpc[300], http[300];
+    int grpc_port, http_port; /* one worker: its public ports */
+    char grpc[300], http[300], metrics[300]; /* "host:port", or "unix:/path" behind a gateway */
     const char *probe_host;
     char **argv;
     size_t argc;
@@ -584,11 +585,12 @@ static int plan_argv(const node_args *a, node_plan *p)
             push(w, "--node-status-file");
             push(w, p->status_file);
         } else {
-            push(w, "--host");
-            push(w, "127.0.0.1");
-            push_int(w, "--grpc-port", w->grpc_port);
-            push_int(w, "--http-port", w->http_port);
-            push_int(w, "--metrics-port", w->metrics_port);
+            push(w, "--grpc-host");
+            push(w, w->grpc);
+            push(w, "--http-host");
+            push(w, w->http);
+            push(w, "--metrics-host");
+            push(w, w->metrics);
             push(w, "--admin-token-file");
             push(w, p->token_file);
         }
@@ -651,17 +653,24 @@ static int plan_ports(const node_args *a, node_plan *p)
         snprintf(w->http, sizeof w->http, "%s:%d", http_host, w->http_port);
         return PJS_EXIT_OK;
     }
-    int ports[3 * PJS_NODE_MAX_WORKERS];
-    if (pjs_node_free_ports(ports, 3 * p->n_workers, public_ports, 3, &err) != 0)
-        return pjs_cli_fail("%s", err.msg);
+    /* Behind the gateway: Unix sockets in the private run directory, no
+     * TCP port (nothing another user can reach, take first or probe). */
     for (size_t i = 0; i < p->n_workers; i++) {
         node_worker *w = &p->workers[i];
-        w->grpc_port = ports[3 * i];
-        w->http_port = ports[3 * i + 1];
-        w->metrics_port = ports[3 * i + 2];
-        w->probe_host = "127.0.0.1";
-        snprintf(w->grpc, sizeof w->grpc, "127.0.0.1:%d", w->grpc_port);
-        snprintf(w->http, sizeof w->http, "127.0.0.1:%d", w->http_port);
+        char *addrs[3] = {w->grpc, w->http, w->metrics};
+        static const char *const kinds[3] = {"grpc", "http", "metrics"};
+        for (size_t k = 0; k < 3; k++) {
+            char name[64];
+            pjs_node_worker_socket_name(name, sizeof name, i, kinds[k]);
+            int n = snprintf(addrs[k], sizeof w->grpc, PJS_UNIX_PREFIX "%s/%s", p->run_dir.path,
+                             name);
+            if (n < 0 || (size_t)n - strlen(PJS_UNIX_PREFIX) > PJS_UNIX_PATH_MAX)
+                return pjs_cli_fail("run directory %s: too long a path for the workers' Unix "
+                                    "sockets (at most %zu bytes with \"/%s\"); give a shorter "
+                                    "--run-dir",
+                                    p->run_dir.path, (size_t)PJS_UNIX_PATH_MAX, name);
+        }
+        w->probe_host = w->http;
     }
     return PJS_EXIT_OK;
 }
@@ -774,10 +783,9 @@ static int gateway_options(const node_args *a, const node_plan *p, pjs_gw_worker
 {
     memset(o, 0, sizeof *o);
     for (size_t i = 0; i < p->n_workers; i++) {
-        snprintf(addrs[i].grpc, sizeof addrs[i].grpc, "127.0.0.1:%d", p->workers[i].grpc_port);
-        snprintf(addrs[i].http, sizeof addrs[i].http, "127.0.0.1:%d", p->workers[i].http_port);
-        snprintf(addrs[i].metrics, sizeof addrs[i].metrics, "127.0.0.1:%d",
-                 p->workers[i].metrics_port);
+        snprintf(addrs[i].grpc, sizeof addrs[i].grpc, "%s", p->workers[i].grpc);
+        snprintf(addrs[i].http, sizeof addrs[i].http, "%s", p->workers[i].http);
+        snprintf(addrs[i].metrics, sizeof addrs[i].metrics, "%s", p->workers[i].metrics);
     }
     o->pool.workers = addrs;
     o->pool.n_workers = p->n_workers;
@@ -820,21 +828,12 @@ static int run(const node_args *a, node_plan *p, const sigset_t *stop_signals)
                                           .probe_port = w->http_port, .grpc = w->grpc,
                                           .http = w->http};
     }
-    char *probe_token = NULL;
-    if (p->n_workers == 1) {
-        const char *file = given_value(a, "infer-token-file");
-        if (file == NULL)
-            file = given_value(a, "admin-token-file");
-        if (file != NULL)
-            probe_token = pjs_node_read_token(file);
-    }
     pjs_node_options o = {
         .workers = specs,
         .n_workers = p->n_workers,
         .routing = a->routing,
         .status_dir_fd = p->run_dir.fd,
         .status_name = p->n_workers == 1 ? PJS_NODE_STATUS_NAME : NULL,
-        .probe_token = probe_token,
         .probe_interval_ms = (unsigned)a->health_interval_ms,
         .probe_timeout_ms = (unsigned)a->health_timeout_ms,
         .unhealthy_after = (unsigned)a->unhealthy_after,
@@ -893,7 +892,6 @@ static int run(const node_args *a, node_plan *p, const sigset_t *stop_signals)
     pjs_node_stop(node);
     pjs_node_destroy(node);
     pjs_access_destroy(ng.access);
-    free(probe_token);
     if (rc == 0)
         pjs_info("node stopped");
     return rc;
@@ -921,10 +919,10 @@ int pjs_cmd_node(int argc, char **argv)
     if (rc == PJS_EXIT_OK) {
         plan_threads(&a, &p);
         describe_threads(&a, &p);
-        rc = plan_ports(&a, &p);
+        rc = plan_run_dir(&a, &p);
     }
     if (rc == PJS_EXIT_OK)
-        rc = plan_run_dir(&a, &p);
+        rc = plan_ports(&a, &p);
     if (rc == PJS_EXIT_OK)
         rc = plan_shared_weights(&a, &p);
     if (rc == PJS_EXIT_OK)

@@ -616,17 +616,20 @@ int pjs_cmd_serve(int argc, char **argv)
     /* REST starts last: its health probes are what orchestrators and tests
      * wait on, so once they answer every other port is already listening. */
     rc = PJS_EXIT_OK;
+    char g_addr[PJS_CLI_ADDRESS_MAX], h_addr[PJS_CLI_ADDRESS_MAX], m_addr[PJS_CLI_ADDRESS_MAX];
+    pjs_cli_address(g_addr, sizeof g_addr, go.host, go.port);
+    pjs_cli_address(h_addr, sizeof h_addr, ho.host, ho.port);
+    pjs_cli_address(m_addr, sizeof m_addr, mo.host, mo.port);
     if (mo.port != 0 && pjs_metrics_frontend_start(server, &mo, &metrics, &err) != 0)
-        rc = pjs_cli_fail("metrics on %s:%d: %s", mo.host, mo.port, err.msg);
+        rc = pjs_cli_fail("metrics on %s: %s", m_addr, err.msg);
     if (rc == PJS_EXIT_OK && go.port != 0 && pjs_grpc_frontend_start(server, &go, &grpc, &err) != 0)
-        rc = pjs_cli_fail("gRPC on %s:%d: %s", go.host, go.port, err.msg);
+        rc = pjs_cli_fail("gRPC on %s: %s", g_addr, err.msg);
     if (rc == PJS_EXIT_OK && ho.port != 0 && pjs_http_frontend_start(server, &ho, &http, &err) != 0)
-        rc = pjs_cli_fail("HTTP on %s:%d: %s", ho.host, ho.port, err.msg);
+        rc = pjs_cli_fail("HTTP on %s: %s", h_addr, err.msg);
 
     if (rc == PJS_EXIT_OK) {
-        pjs_info("serving: gRPC %s:%d%s, HTTP %s:%d%s, metrics %s:%d/metrics (ctrl-c stops)",
-                 go.host, go.port, go.tls_cert ? " (TLS)" : "", ho.host, ho.port,
-                 ho.tls_cert ? " (HTTPS)" : "", mo.host, mo.port);
+        pjs_info("serving: gRPC %s%s, HTTP %s%s, metrics %s/metrics (ctrl-c stops)", g_addr,
+                 go.tls_cert ? " (TLS)" : "", h_addr, ho.tls_cert ? " (HTTPS)" : "", m_addr);
         int sig = 0;
         sigwait(&stop_signals, &sig);
         pjs_server_counters c;

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "cli/cli.h"
+#include "core/unix_addr.h"
 #include "server/config.h"
 #include "server/server.h"
 
@@ -240,4 +241,12 @@ void pjs_cli_endpoint_ports(const pjs_cli_endpoint *e, const pjs_access *access,
     metrics->port = e->metrics_port;
     metrics->threads = 1;
     rest->access = metrics->access = access;
+}
+
+void pjs_cli_address(char *buf, size_t size, const char *host, int port)
+{
+    if (pjs_unix_path(host) != NULL)
+        snprintf(buf, size, "%s", host);
+    else
+        snprintf(buf, size, "%s:%d", host, port);
 }

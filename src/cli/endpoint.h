@@ -8,6 +8,7 @@
 #define PJS_CLI_ENDPOINT_H
 
 #include <getopt.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "frontend/access.h"
@@ -67,7 +68,10 @@ typedef struct pjs_cli_endpoint {
 /* --help text of the endpoint flags. */
 #define PJS_CLI_ENDPOINT_HELP                                                                      \
     "public ports:\n"                                                                              \
-    "  --host ADDR             address to listen on (default 0.0.0.0)\n"                          \
+    "  --host ADDR             address to listen on (default 0.0.0.0); --grpc-host,\n"       \
+    "                          --http-host and --metrics-host may also be unix:PATH,\n"      \
+    "                          a Unix-domain socket at PATH (the port is then\n"             \
+    "                          ignored; how pjserve node reaches its workers)\n"             \
     "  --grpc-port N           gRPC port (default 8001; 0 turns gRPC off)\n"                      \
     "  --http-port N           HTTP/REST port (default 8000; 0 turns HTTP off)\n"                 \
     "  --metrics-port N        Prometheus /metrics port (default 8002; 0: off)\n"                 \
@@ -163,5 +167,10 @@ int pjs_cli_endpoint_check(pjs_cli_endpoint *e, const char *cmd);
 void pjs_cli_endpoint_ports(const pjs_cli_endpoint *e, const pjs_access *access,
                             long grpc_fd_share, pjs_grpc_options *grpc, pjs_http_options *rest,
                             pjs_http_options *metrics);
+
+/* "host:port", or "unix:PATH" as given for a Unix-domain socket (whose
+ * port is ignored), for messages. */
+#define PJS_CLI_ADDRESS_MAX 320
+void pjs_cli_address(char *buf, size_t size, const char *host, int port);
 
 #endif

@@ -39,6 +39,7 @@
 #include <strings.h>
 
 #include "core/log.h"
+#include "core/unix_addr.h"
 #include "frontend/http/http_internal.h"
 #include "frontend/status_map.h"
 #include "gateway/http_docs.h"
@@ -186,15 +187,19 @@ static int transfer_aim(transfer *t, int worker, pjs_error *err)
 {
     job *j = t->job;
     pjs_gw_http *h = j->h;
-    char url[URL_MAX_BYTES + 300];
+    char url[URL_MAX_BYTES + 300], addr[HOST_PORT_MAX];
     if (j->kind == JOB_METRICS) {
         pthread_mutex_lock(&h->lock);
-        snprintf(url, sizeof url, "http://%s%s", h->metrics_addr[worker], j->path);
+        snprintf(addr, sizeof addr, "%s", h->metrics_addr[worker]);
         pthread_mutex_unlock(&h->lock);
     } else {
-        snprintf(url, sizeof url, "http://%s%s", pjs_gw_pool_addr(h->pool, (size_t)worker)->http,
-                 j->path);
+        snprintf(addr, sizeof addr, "%s", pjs_gw_pool_addr(h->pool, (size_t)worker)->http);
     }
+    /* A worker on a Unix socket (core/unix_addr.h): the URL names no host. */
+    const char *unix_path = pjs_unix_path(addr);
+    snprintf(url, sizeof url, "http://%s%s", unix_path != NULL ? "localhost" : addr, j->path);
+    if (curl_easy_setopt(t->easy, CURLOPT_UNIX_SOCKET_PATH, unix_path) != CURLE_OK)
+        return pjs_error_set(err, PJS_ERR_NOMEM, "out of memory preparing a worker call");
     t->worker = worker;
     t->status = 0;
     t->content_type = NULL;

@@ -31,6 +31,7 @@
 #include <unistd.h>
 
 #include "core/log.h"
+#include "core/unix_addr.h"
 #include "node/probe.h"
 
 extern char **environ;
@@ -50,7 +51,7 @@ typedef struct worker {
     /* Copied from the spec; immutable. */
     char device[64];
     char **argv, **envp;
-    char probe_host[64];
+    char probe_host[PJS_UNIX_PATH_MAX + 8]; /* or "unix:/path" */
     int probe_port;
     char grpc[280], http[280];
     /* Under node->lock. */
@@ -78,7 +79,6 @@ struct pjs_node {
     pjs_node_options o;
     char routing[32];
     char *status_name;
-    char *probe_token;
     worker *workers;
     size_t n_workers;
     pthread_mutex_t lock;      /* worker fields marked above */
@@ -418,14 +418,17 @@ static int cmp_names(const void *a, const void *b)
 }
 
 /* Reads the ready models from the worker's repository index; keeps them
- * and reports a change. Failures leave the list as it was. */
+ * and reports a change. Failures leave the list as it was. The probe
+ * carries no credential: the one worker listens on the public ports, which
+ * another local user could hold while the worker starts, so with an
+ * inference token the index is not read and the status lists no models. */
 static void probe_models(worker *w)
 {
     pjs_node *n = w->node;
     static const char body[] = "{\"ready\": true}";
     pjs_probe_request req = {.host = w->probe_host, .port = w->probe_port, .method = "POST",
                              .path = "/v2/repository/index", .body = body,
-                             .body_len = sizeof body - 1, .bearer_token = n->probe_token,
+                             .body_len = sizeof body - 1,
                              .timeout_ms = n->o.probe_timeout_ms};
     pjs_probe_reply reply;
     pjs_error err;
@@ -746,7 +749,6 @@ int pjs_node_start(const pjs_node_options *o, pjs_node **out, pjs_error *err)
     set_defaults(&n->o);
     snprintf(n->routing, sizeof n->routing, "%s", o->routing ? o->routing : "round_robin");
     n->status_name = o->status_name ? strdup(o->status_name) : NULL;
-    n->probe_token = o->probe_token ? strdup(o->probe_token) : NULL;
     n->o.workers = NULL;
     pthread_mutex_init(&n->lock, NULL);
     pthread_mutex_init(&n->file_lock, NULL);
@@ -824,7 +826,6 @@ void pjs_node_destroy(pjs_node *n)
     }
     free(n->workers);
     free(n->status_name);
-    free(n->probe_token);
     pthread_mutex_destroy(&n->lock);
     pthread_mutex_destroy(&n->file_lock);
     free(n);

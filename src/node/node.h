@@ -81,7 +81,6 @@ typedef struct pjs_node_options {
      * and replaced relative to that descriptor; NULL name: none. */
     int status_dir_fd;
     const char *status_name;
-    const char *probe_token;  /* Bearer token for the index probe; NULL: none */
     unsigned probe_interval_ms; /* [500] */
     unsigned probe_timeout_ms;  /* [1000] */
     unsigned unhealthy_after;   /* failed probes in a row [3] */

@@ -21,6 +21,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "core/unix_addr.h"
+
 static int64_t now_ms(void)
 {
     struct timespec ts;
@@ -46,8 +48,47 @@ static int wait_fd(int fd, short events, int64_t deadline)
     }
 }
 
+/* The worker's address for messages: "host:port" or "unix:/path". One
+ * per message, so a buffer of the calling thread's own will do. */
+static const char *where(const pjs_probe_request *req)
+{
+    static _Thread_local char buf[PJS_UNIX_PATH_MAX + 80];
+    if (pjs_unix_path(req->host) != NULL)
+        snprintf(buf, sizeof buf, "%s", req->host);
+    else
+        snprintf(buf, sizeof buf, "%s:%d", req->host, req->port);
+    return buf;
+}
+
+/* Connects to the worker's Unix socket (core/unix_addr.h). A Unix socket
+ * connects at once or fails: refused (nothing listens yet, or the path is
+ * missing) and a full queue (EAGAIN) are UNAVAILABLE, as a refused TCP
+ * connection is. */
+static int connect_unix(const pjs_probe_request *req, const char *path, int *out,
+                        pjs_error *err)
+{
+    struct sockaddr_un sa = {.sun_family = AF_UNIX};
+    if (strlen(path) > PJS_UNIX_PATH_MAX)
+        return pjs_error_set(err, PJS_ERR_INVALID_ARGUMENT, "%s: the path is too long",
+                             where(req));
+    memcpy(sa.sun_path, path, strlen(path) + 1);
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return pjs_error_set(err, PJS_ERR_IO, "socket: %s", strerror(errno));
+    if (connect(fd, (struct sockaddr *)&sa, sizeof sa) != 0) {
+        int e = errno;
+        close(fd);
+        return pjs_error_set(err, PJS_ERR_UNAVAILABLE, "%s: connect: %s", where(req),
+                             strerror(e));
+    }
+    *out = fd;
+    return 0;
+}
+
 static int connect_to(const pjs_probe_request *req, int64_t deadline, int *out, pjs_error *err)
 {
+    if (pjs_unix_path(req->host) != NULL)
+        return connect_unix(req, pjs_unix_path(req->host), out, err);
     char port[16];
     snprintf(port, sizeof port, "%d", req->port);
     struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
@@ -55,8 +96,8 @@ static int connect_to(const pjs_probe_request *req, int64_t deadline, int *out, 
     struct addrinfo *res = NULL;
     int gai = getaddrinfo(req->host, port, &hints, &res);
     if (gai != 0)
-        return pjs_error_set(err, PJS_ERR_INVALID_ARGUMENT, "%s:%d: cannot resolve: %s",
-                             req->host, req->port, gai_strerror(gai));
+        return pjs_error_set(err, PJS_ERR_INVALID_ARGUMENT, "%s: cannot resolve: %s",
+                             where(req), gai_strerror(gai));
     int fd = socket(res->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
     if (fd < 0) {
         freeaddrinfo(res);
@@ -67,14 +108,14 @@ static int connect_to(const pjs_probe_request *req, int64_t deadline, int *out, 
     if (rc != 0 && errno != EINPROGRESS) {
         int e = errno;
         close(fd);
-        return pjs_error_set(err, PJS_ERR_UNAVAILABLE, "%s:%d: connect: %s", req->host,
-                             req->port, strerror(e));
+        return pjs_error_set(err, PJS_ERR_UNAVAILABLE, "%s: connect: %s", where(req),
+                             strerror(e));
     }
     if (rc != 0) {
         if (!wait_fd(fd, POLLOUT, deadline)) {
             close(fd);
             return pjs_error_set(err, PJS_ERR_DEADLINE_EXCEEDED,
-                                 "%s:%d: no connection within %u ms", req->host, req->port,
+                                 "%s: no connection within %u ms", where(req),
                                  req->timeout_ms);
         }
         int so = 0;
@@ -82,8 +123,8 @@ static int connect_to(const pjs_probe_request *req, int64_t deadline, int *out, 
         getsockopt(fd, SOL_SOCKET, SO_ERROR, &so, &len);
         if (so != 0) {
             close(fd);
-            return pjs_error_set(err, PJS_ERR_UNAVAILABLE, "%s:%d: connect: %s", req->host,
-                                 req->port, strerror(so));
+            return pjs_error_set(err, PJS_ERR_UNAVAILABLE, "%s: connect: %s", where(req),
+                                 strerror(so));
         }
     }
     *out = fd;
@@ -105,12 +146,12 @@ static int send_all(int fd, const char *data, size_t len, const pjs_probe_reques
         if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
             if (!wait_fd(fd, POLLOUT, deadline))
                 return pjs_error_set(err, PJS_ERR_DEADLINE_EXCEEDED,
-                                     "%s:%d %s %s: request not sent within %u ms", req->host,
-                                     req->port, req->method, req->path, req->timeout_ms);
+                                     "%s %s %s: request not sent within %u ms", where(req),
+                                     req->method, req->path, req->timeout_ms);
             continue;
         }
-        return pjs_error_set(err, PJS_ERR_UNAVAILABLE, "%s:%d %s %s: send: %s", req->host,
-                             req->port, req->method, req->path, strerror(errno));
+        return pjs_error_set(err, PJS_ERR_UNAVAILABLE, "%s %s %s: send: %s", where(req),
+                             req->method, req->path, strerror(errno));
     }
     return 0;
 }
@@ -184,8 +225,8 @@ static int read_reply(int fd, const pjs_probe_request *req, int64_t deadline, ch
             if (cap >= PJS_PROBE_MAX_REPLY) {
                 free(b);
                 return pjs_error_set(err, PJS_ERR_INVALID_ARGUMENT,
-                                     "%s:%d %s %s: reply larger than %u bytes", req->host,
-                                     req->port, req->method, req->path, PJS_PROBE_MAX_REPLY);
+                                     "%s %s %s: reply larger than %u bytes", where(req),
+                                     req->method, req->path, PJS_PROBE_MAX_REPLY);
             }
             cap *= 2;
             char *nb = realloc(b, cap + 1);
@@ -208,15 +249,15 @@ static int read_reply(int fd, const pjs_probe_request *req, int64_t deadline, ch
             if (!wait_fd(fd, POLLIN, deadline)) {
                 free(b);
                 return pjs_error_set(err, PJS_ERR_DEADLINE_EXCEEDED,
-                                     "%s:%d %s %s: no reply within %u ms", req->host, req->port,
+                                     "%s %s %s: no reply within %u ms", where(req),
                                      req->method, req->path, req->timeout_ms);
             }
             continue;
         }
         int e = errno;
         free(b);
-        return pjs_error_set(err, PJS_ERR_UNAVAILABLE, "%s:%d %s %s: recv: %s", req->host,
-                             req->port, req->method, req->path, strerror(e));
+        return pjs_error_set(err, PJS_ERR_UNAVAILABLE, "%s %s %s: recv: %s", where(req),
+                             req->method, req->path, strerror(e));
     }
     b[n] = '\0';
     *buf = b;
@@ -235,13 +276,13 @@ static int parse_reply(const pjs_probe_request *req, char *buf, size_t n, pjs_pr
     size_t te_len = 0;
     if (ok && find_header(buf, body, "Transfer-Encoding", &te_len) != NULL) {
         free(buf);
-        return pjs_error_set(err, PJS_ERR_UNSUPPORTED, "%s:%d %s %s: chunked reply not read",
-                             req->host, req->port, req->method, req->path);
+        return pjs_error_set(err, PJS_ERR_UNSUPPORTED, "%s %s %s: chunked reply not read",
+                             where(req), req->method, req->path);
     }
     if (!ok) {
         free(buf);
         return pjs_error_set(err, n == 0 ? PJS_ERR_UNAVAILABLE : PJS_ERR_INVALID_ARGUMENT,
-                             "%s:%d %s %s: %s", req->host, req->port, req->method, req->path,
+                             "%s %s %s: %s", where(req), req->method, req->path,
                              n == 0 ? "connection closed without a reply"
                                     : "the reply is not HTTP/1.x");
     }
@@ -251,8 +292,8 @@ static int parse_reply(const pjs_probe_request *req, char *buf, size_t n, pjs_pr
     if (cl >= 0 && (size_t)cl > have) {
         free(buf);
         return pjs_error_set(err, PJS_ERR_UNAVAILABLE,
-                             "%s:%d %s %s: connection closed after %zu of %lld body bytes",
-                             req->host, req->port, req->method, req->path, have, cl);
+                             "%s %s %s: connection closed after %zu of %lld body bytes",
+                             where(req), req->method, req->path, have, cl);
     }
     size_t off = (size_t)(body - buf);
     memmove(buf, buf + off, body_len);
@@ -272,9 +313,10 @@ int pjs_probe_http(const pjs_probe_request *req, pjs_probe_reply *out, pjs_error
     int64_t deadline = now_ms() + r.timeout_ms;
     char head[1024];
     int hl = snprintf(head, sizeof head,
-                      "%s %s HTTP/1.1\r\nHost: %s:%d\r\nConnection: close\r\n"
+                      "%s %s HTTP/1.1\r\nHost: %s\r\nConnection: close\r\n"
                       "Content-Length: %zu\r\n%s%s%s%s\r\n",
-                      r.method, r.path, r.host, r.port, r.body ? r.body_len : 0,
+                      r.method, r.path, pjs_unix_path(r.host) ? "localhost" : where(&r),
+                      r.body ? r.body_len : 0,
                       r.body ? "Content-Type: application/json\r\n" : "",
                       r.bearer_token ? "Authorization: Bearer " : "",
                       r.bearer_token ? r.bearer_token : "", r.bearer_token ? "\r\n" : "");

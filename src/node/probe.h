@@ -1,10 +1,12 @@
 /*
  * probe.h - a small blocking HTTP/1.1 client for the node's probes of its
- * workers: one request per connection, over plain TCP, under one deadline.
+ * workers: one request per connection, over TCP or a Unix socket, under one
+ * deadline.
  *
  * The node asks its own worker processes on loopback for their health
  * (GET /v2/health/live) and their repository index (POST
- * /v2/repository/index). A request sends "Connection: close" and reads the
+ * /v2/repository/index), over loopback TCP or the Unix socket a worker
+ * listens on in the node's private run directory. A request sends "Connection: close" and reads the
  * status line, the headers and a body delimited by Content-Length or by the
  * end of the connection (a chunked body is refused). Every step — connect,
  * send, read — counts against the one timeout, so a stopped worker (SIGSTOP:
@@ -24,7 +26,8 @@
 #define PJS_PROBE_MAX_REPLY (4u << 20)
 
 typedef struct pjs_probe_request {
-    const char *host;          /* numeric address or name, e.g. "127.0.0.1" */
+    const char *host;          /* numeric address or name, e.g. "127.0.0.1", or a Unix
+                                  socket "unix:/path" (core/unix_addr.h; port ignored) */
     int port;
     const char *method;        /* "GET", "POST" */
     const char *path;          /* "/v2/health/live" */

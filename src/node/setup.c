@@ -372,13 +372,25 @@ int pjs_node_run_dir_create(const char *given, pjs_node_run_dir *out, pjs_error 
     return rc;
 }
 
+void pjs_node_worker_socket_name(char *buf, size_t size, size_t worker, const char *kind)
+{
+    snprintf(buf, size, "worker-%zu.%s", worker, kind);
+}
+
 void pjs_node_run_dir_close(pjs_node_run_dir *d)
 {
     static const char *const files[] = {PJS_NODE_STATUS_NAME, PJS_NODE_STATUS_TMP_NAME,
                                         PJS_NODE_TOKEN_NAME};
+    static const char *const socket_kinds[] = {"grpc", "http", "metrics"};
     if (d->fd >= 0) {
         for (size_t i = 0; i < sizeof files / sizeof files[0]; i++)
             (void)unlinkat(d->fd, files[i], 0);
+        for (size_t w = 0; w < PJS_NODE_MAX_WORKERS; w++)
+            for (size_t k = 0; k < sizeof socket_kinds / sizeof socket_kinds[0]; k++) {
+                char name[64];
+                pjs_node_worker_socket_name(name, sizeof name, w, socket_kinds[k]);
+                (void)unlinkat(d->fd, name, 0);
+            }
         close(d->fd);
     }
     if (d->created && d->parent_fd >= 0)
@@ -414,18 +426,4 @@ int pjs_node_write_token(int dir_fd, const char *name, char token[65], pjs_error
     if (!ok)
         return pjs_error_set(err, PJS_ERR_IO, "%s: cannot write the worker token", name);
     return 0;
-}
-
-char *pjs_node_read_token(const char *path)
-{
-    FILE *f = fopen(path, "re");
-    if (f == NULL)
-        return NULL;
-    char line[4097];
-    char *got = fgets(line, sizeof line, f);
-    fclose(f);
-    if (got == NULL)
-        return NULL;
-    line[strcspn(line, "\r\n")] = '\0';
-    return line[0] ? strdup(line) : NULL;
 }

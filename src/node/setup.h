@@ -46,6 +46,11 @@ int pjs_node_free_ports(int *ports, size_t n, const int *avoid, size_t n_avoid, 
 #define PJS_NODE_STATUS_NAME "node-status.json"
 #define PJS_NODE_STATUS_TMP_NAME "node-status.json.tmp"
 #define PJS_NODE_TOKEN_NAME "worker-admin-token"
+/* The Unix sockets worker i listens on in the run directory, when the node
+ * has a gateway in front of its workers: "worker-<i>.<kind>", kind grpc,
+ * http or metrics. Nothing listens on TCP for them: only this user can
+ * enter the directory, so only this user can reach a worker. */
+void pjs_node_worker_socket_name(char *buf, size_t size, size_t worker, const char *kind);
 
 /* The run directory: private to the node's user, held open. Every file the
  * node makes there is made relative to `fd` (openat with O_NOFOLLOW and
@@ -80,9 +85,5 @@ void pjs_node_run_dir_close(pjs_node_run_dir *d);
  * never through a symbolic link). The token is also copied to `token` (65
  * bytes). */
 int pjs_node_write_token(int dir_fd, const char *name, char token[65], pjs_error *err);
-
-/* Reads the first line of a token file (as serve does) into a malloc'd
- * string; NULL when it cannot (serve then reports the problem). */
-char *pjs_node_read_token(const char *path);
 
 #endif

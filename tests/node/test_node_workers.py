@@ -8,13 +8,16 @@ wrong answer, while the other serves throughout; SIGTERM drains and exits 0.
 """
 
 import os
+import shutil
 import signal
 import stat
+import subprocess
+import sys
 import threading
 import time
 
 from control_client import ControlClient
-from node_util import parent_of, process_alive
+from node_util import parent_of, process_alive, tcp_listeners
 from protocol_util import finish_checked, grpc_code, grpc_infer_case, http_infer_case, run_threads
 
 import tritonclient.grpc as grpcclient
@@ -33,7 +36,11 @@ def test_two_workers_behind_the_gateway(node_factory, cases):
     for w in doc["workers"]:
         assert w["state"] == "ready" and w["restarts"] == 0
         assert sorted(w["models"]) == ["mlp", "two_io"]
-        assert w["grpc"].startswith("127.0.0.1:") and w["http"].startswith("127.0.0.1:")
+        # Behind the gateway, workers listen on Unix sockets in the node's
+        # private run directory, never on TCP.
+        assert w["grpc"] == f"unix:{node.run_dir}/worker-{w['id']}.grpc", w
+        assert w["http"] == f"unix:{node.run_dir}/worker-{w['id']}.http", w
+        assert not tcp_listeners(w["pid"]), tcp_listeners(w["pid"])
         assert parent_of(w["pid"]) == node.proc.pid
     assert doc["workers"][0]["device"] == "cpu:0" and doc["workers"][1]["device"] == "cpu:1"
     # The control gRPC service answers the same document.
@@ -45,6 +52,15 @@ def test_two_workers_behind_the_gateway(node_factory, cases):
             for w in r.workers] == \
         [(w["id"], w["device"], w["pid"], w["state"], w["restarts"], sorted(w["models"]),
           w["grpc"], w["http"]) for w in node.status()["workers"]]
+    # Another local user cannot reach a worker (the run directory is 0700).
+    if os.geteuid() == 0 and shutil.which("setpriv"):
+        sock = doc["workers"][0]["http"][len("unix:"):]
+        probe = subprocess.run(
+            ["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups", sys.executable,
+             "-c", "import socket, sys; s = socket.socket(socket.AF_UNIX); "
+                   "s.connect(sys.argv[1]); print('connected')", sock],
+            capture_output=True, text=True, timeout=30)
+        assert probe.returncode != 0 and "PermissionError" in probe.stderr, probe
     # The workers' admin token: private to the node's user.
     token = node.run_dir / "worker-admin-token"
     assert stat.S_IMODE(token.stat().st_mode) == 0o600

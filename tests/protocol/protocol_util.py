@@ -393,11 +393,28 @@ def grpc_code(e: InferenceServerException) -> str:
 
 # ---- raw HTTP ---------------------------------------------------------------
 
+class UnixHTTPConnection(http.client.HTTPConnection):
+    """http.client over a Unix-domain socket (a node's worker)."""
+
+    def __init__(self, path: str, timeout: float):
+        super().__init__("localhost", timeout=timeout)
+        self.socket_path = path
+
+    def connect(self):
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.sock.settimeout(self.timeout)
+        self.sock.connect(self.socket_path)
+
+
 def http_request(host_port: str, method: str, path: str, body: bytes = b"",
                  headers: Optional[Dict[str, str]] = None, timeout: float = 30):
-    """(status, headers dict (lower-case keys), body bytes) with http.client."""
-    host, port = host_port.rsplit(":", 1)
-    conn = http.client.HTTPConnection(host, int(port), timeout=timeout)
+    """(status, headers dict (lower-case keys), body bytes) with http.client;
+    host_port may be "unix:/path" (a Unix-domain socket)."""
+    if host_port.startswith("unix:"):
+        conn = UnixHTTPConnection(host_port[len("unix:"):], timeout)
+    else:
+        host, port = host_port.rsplit(":", 1)
+        conn = http.client.HTTPConnection(host, int(port), timeout=timeout)
     try:
         conn.request(method, path, body=body, headers=headers or {})
         r = conn.getresponse()

@@ -34,6 +34,7 @@
 #include "core/cpus.h"
 #include "core/log.h"
 #include "core/mapped_file.h"
+#include "core/unix_addr.h"
 #include "frontend/grpc/codec.h"
 
 /* Completion-queue threads when the options leave it to us: one per CPU
@@ -274,6 +275,22 @@ static void setup_limits(pjs_grpc_frontend *f, const pjs_grpc_options *o)
  * (gRPC only says that it failed); NULL when a plain socket binds there. */
 static const char *bind_failure(const char *host, int port, char *buf, size_t size)
 {
+    const char *unix_path = pjs_unix_path(host);
+    if (unix_path != NULL) { /* checked for length before */
+        struct sockaddr_un sa = {.sun_family = AF_UNIX};
+        memcpy(sa.sun_path, unix_path, strlen(unix_path) + 1);
+        int fd = socket(AF_UNIX, SOCK_STREAM, 0);
+        const char *why = NULL;
+        if (fd < 0 || bind(fd, (struct sockaddr *)&sa, sizeof sa) != 0) {
+            snprintf(buf, size, "%s", strerror(errno));
+            why = buf;
+        } else {
+            unlink(unix_path);
+        }
+        if (fd >= 0)
+            close(fd);
+        return why;
+    }
     struct addrinfo hints = {
         .ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM, .ai_flags = AI_PASSIVE};
     struct addrinfo *ai = NULL;
@@ -345,7 +362,16 @@ static int bind_port(pjs_grpc_frontend *f, const pjs_grpc_options *o, size_t n_t
     const char *host = o->host != NULL && o->host[0] != '\0' ? o->host : "0.0.0.0";
     bool v6 = strchr(host, ':') != NULL && host[0] != '[';
     char addr[320], reason[160];
-    snprintf(addr, sizeof addr, v6 ? "[%s]:%d" : "%s:%d", host, o->port);
+    const char *unix_path = pjs_unix_path(host);
+    if (unix_path != NULL && strlen(unix_path) > PJS_UNIX_PATH_MAX)
+        return pjs_error_set(err, PJS_ERR_INVALID_ARGUMENT,
+                             "Unix socket path %s is longer than the %zu bytes a socket path "
+                             "may have",
+                             unix_path, (size_t)PJS_UNIX_PATH_MAX);
+    if (unix_path != NULL) /* gRPC takes the address as it is, and replaces a stale socket */
+        snprintf(addr, sizeof addr, "%s", host);
+    else
+        snprintf(addr, sizeof addr, v6 ? "[%s]:%d" : "%s:%d", host, o->port);
     grpc_server_credentials *creds = NULL;
     int rc = make_credentials(o, &creds, err);
     if (rc != 0)

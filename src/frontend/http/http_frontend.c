@@ -41,11 +41,13 @@
 #include <strings.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "core/cpus.h"
 #include "core/log.h"
+#include "core/unix_addr.h"
 #include "frontend/status_map.h"
 
 /* Per-connection memory of libmicrohttpd: bounds the headers and the size
@@ -549,10 +551,41 @@ static void log_mhd(void *cls, const char *fmt, va_list ap)
 
 /* ---- start and stop ------------------------------------------------------- */
 
-/* Binds and listens on host:port, with the operating system's reason on
- * failure. */
+/* Listens on the Unix-domain socket at path (core/unix_addr.h), replacing
+ * a socket an earlier process left there; anything else at the path is
+ * refused. */
+static int listen_on_unix(const char *path, int *out_fd, pjs_error *err)
+{
+    struct sockaddr_un sa = {.sun_family = AF_UNIX};
+    *out_fd = -1;
+    if (strlen(path) > PJS_UNIX_PATH_MAX)
+        return pjs_error_set(err, PJS_ERR_INVALID_ARGUMENT,
+                             "Unix socket path %s is longer than the %zu bytes a socket path "
+                             "may have",
+                             path, (size_t)PJS_UNIX_PATH_MAX);
+    memcpy(sa.sun_path, path, strlen(path) + 1);
+    struct stat st;
+    if (lstat(path, &st) == 0 && S_ISSOCK(st.st_mode))
+        unlink(path);
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    if (fd < 0 || bind(fd, (struct sockaddr *)&sa, sizeof sa) != 0 ||
+        listen(fd, SOMAXCONN) != 0) {
+        int rc = pjs_error_set(err, PJS_ERR_IO, "cannot listen on unix:%s: %s", path,
+                               strerror(errno));
+        if (fd >= 0)
+            close(fd);
+        return rc;
+    }
+    *out_fd = fd;
+    return 0;
+}
+
+/* Binds and listens on host:port (or the Unix socket host names), with the
+ * operating system's reason on failure. */
 static int listen_on(const char *host, int port, int *out_fd, pjs_error *err)
 {
+    if (pjs_unix_path(host) != NULL)
+        return listen_on_unix(pjs_unix_path(host), out_fd, err);
     char service[16];
     snprintf(service, sizeof service, "%d", port);
     struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
@@ -789,7 +822,10 @@ int pjs__http_frontend_start(const pjs__http_routes *routes, void *routes_ctx,
         rc = listen_on(host, o->port, &fd, err);
     if (rc != 0)
         goto fail;
-    snprintf(fe->address, sizeof fe->address, "%s:%d", host, bound_port(fd, o->port));
+    if (pjs_unix_path(host) != NULL)
+        snprintf(fe->address, sizeof fe->address, "%s", host);
+    else
+        snprintf(fe->address, sizeof fe->address, "%s:%d", host, bound_port(fd, o->port));
     unsigned threads = o->threads > 0         ? (unsigned)o->threads
                        : !routes->keeps_bodies ? 1 /* metrics: one scrape at a time */
                                                : default_threads();
