@@ -392,7 +392,8 @@ typedef struct node_worker {
     char env_entry[96];   /* "CUDA_VISIBLE_DEVICES=1"; "" none */
     char *env[2];
     int grpc_port, http_port; /* one worker: its public ports */
-    char grpc[300], http[300], metrics[300]; /* "host:port", or "unix:/path" behind a gateway */
+    /* "host:port", or "unix:/path" behind a gateway; as pjs_gw_worker_addr holds them */
+    char grpc[280], http[280], metrics[280];
     const char *probe_host;
     char **argv;
     size_t argc;

@@ -559,7 +559,7 @@ static void test_open_refuses_unsafe_directories(void **state)
 static void test_private_directory_made_and_removed(void **state)
 {
     (void)state;
-    char a[300], b[300];
+    char a[sizeof dir], b[sizeof dir];
     pjs_error err = {0};
     assert_int_equal(pjs_wstore_dir_make_private("/dev/shm", a, sizeof a, &err), 0);
     assert_int_equal(pjs_wstore_dir_make_private("/dev/shm", b, sizeof b, &err), 0);
