@@ -266,6 +266,19 @@ def test_client_closing_mid_request(server):
     assert (sent, error) == ([(41, 0, False), (42, 1, False), (None, None, True)], None)
 
 
+def test_client_closing_during_a_long_delay(server):
+    """The client closes its stream while the run sleeps 10 s: the run sees
+    pjserve_cancelled within its 50 ms slice and returns, so the request
+    counts as failed in well under the delay, and its thread is free."""
+    started = time.monotonic()
+    first, before, after = close_after_first_response(
+        server.grpc_url, [1, 2], [0, MAX_WAIT_MS], 0)
+    took = time.monotonic() - started
+    assert first == (1, 0)
+    assert after == (before[0], before[1] + 1), (before, after)
+    assert took < MAX_WAIT_MS / 1000 / 2, took
+
+
 def test_the_longest_allowed_request_is_accepted(server):
     """Delays and wait at the caps, all of them summing to the total cap: the
     first response comes (no refusal); the client then closes the stream."""
