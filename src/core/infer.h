@@ -125,6 +125,10 @@ struct pjs_infer_request {
      * bundle code through pjserve_cancelled; it lives as long as the
      * request. */
     const atomic_bool *client_gone;
+    /* Who sent the request, for sharing threads fairly between clients
+     * (server/meta_gate.h): the ModelStreamInfer stream it came on, NULL
+     * elsewhere (a client of its own). Compared, never dereferenced. */
+    const void *client;
     /* Set by the dispatcher. */
     size_t n_outputs;
     pjs_infer_output outputs[PJS_INFER_MAX_TENSORS];
