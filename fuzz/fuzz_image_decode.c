@@ -6,12 +6,12 @@
  *
  * The input is one IMAGE element as a client sends it: a file's bytes,
  * untrusted. image_decode_row must refuse what it cannot decode with a
- * message, or write 3 x 32 x 32 normalized pixels; libturbojpeg's reads and
- * the resize's are checked by ASan. A decoded pixel outside what
+ * message, or write 3 x 32 x 32 normalized pixels; libjpeg's reads and the
+ * resize's are checked by ASan (no request: no deadline). A decoded pixel outside what
  * normalizing a byte can give, or a refusal without a message, aborts.
  * Seeds are fuzz/corpus/fuzz_image_decode/ (JPEGs baseline and progressive,
- * colour and grayscale, cut short, corrupt, claiming oversized frames, not
- * JPEGs at all), replayed by fuzz_image_decode_replay in `make test`.
+ * colour and grayscale, cut short, corrupt, claiming oversized frames, with
+ * more scans than allowed, not JPEGs at all), replayed by fuzz_image_decode_replay in `make test`.
  */
 #include <stdint.h>
 #include <stdlib.h>
@@ -22,7 +22,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *in, size_t size)
 {
     static float x[3 * SIZE * SIZE];
     char why[256] = "";
-    int rc = image_decode_row(in, size, x, why, sizeof why);
+    int rc = image_decode_row(NULL, in, size, x, why, sizeof why);
     if (rc != PJSERVE_OK) {
         if (why[0] == '\0' ||
             (rc != PJSERVE_INVALID_ARGUMENT && rc != PJSERVE_RESOURCE_EXHAUSTED))

@@ -135,7 +135,15 @@ typedef struct pjserve_api {
                      size_t *n_outputs);
     int (*respond)(pjserve_ctx *ctx, const pjserve_tensor *outputs, size_t n_outputs,
                    bool final);
+    /* Appended after the rest: call it through pjserve_cancelled, which
+     * checks `size` first. */
+    bool (*cancelled)(pjserve_ctx *ctx);
 } pjserve_api;
+
+/* Whether the server handing over `api` has the entry `field` (a bundle built
+ * against this header may run on an older server of the same ABI version). */
+#define PJSERVE_API_HAS(api, field)                                                               \
+    ((api)->size >= offsetof(pjserve_api, field) + sizeof(((pjserve_api *)0)->field))
 
 /* Every context starts with the server's table. */
 struct pjserve_ctx {
@@ -209,6 +217,20 @@ static inline const char *pjserve_request_id(pjserve_ctx *ctx) { return ctx->api
 /* Nanoseconds left before the request's deadline; INT64_MAX when it has
  * none, 0 or less when it passed. */
 static inline int64_t pjserve_remaining_ns(pjserve_ctx *ctx) { return ctx->api->remaining_ns(ctx); }
+/* True once nobody waits for this request's answer any more: its deadline
+ * passed, or the server saw its client go (a ModelStreamInfer stream
+ * cancelled or closed; where a protocol gives no such sign, the deadline
+ * alone). Cheap (no system call beyond reading the clock): long hook code
+ * calls it between units of work (rows, scans, iterations) and gives up with
+ * PJSERVE_DEADLINE_EXCEEDED, so a request nobody waits for stops taking
+ * CPU. False in pjserve_init. On a server without the entry (an older one)
+ * it falls back to the deadline. */
+static inline bool pjserve_cancelled(pjserve_ctx *ctx)
+{
+    if (PJSERVE_API_HAS(ctx->api, cancelled))
+        return ctx->api->cancelled(ctx);
+    return ctx->api->remaining_ns(ctx) <= 0;
+}
 
 /* ---- sub-model calls (kind meta) ---------------------------------------- */
 

@@ -12,7 +12,7 @@
                        [batch, 1], each row a JPEG file's bytes -> SCORES f32
                        [batch, 10] (softmax probabilities, labelled by
                        labels.txt for classification). preprocess (C, with
-                       libturbojpeg) decodes each file to RGB, then resizes
+                       libjpeg-turbo's libjpeg) decodes each file to RGB, then resizes
                        and normalizes as image_classifier does into x f32
                        [batch, 3, 32, 32]; the executable is
                        image_classifier's convnet (same weights) with a
@@ -260,11 +260,11 @@ def export_pipeline(name: str, out_dir, build: Optional[H.Builder] = None,
             [np.zeros((1, 3, CLS_SIZE, CLS_SIZE), f32)], out_dir, name=name,
             batch_sizes=CLS_BATCH_SIZES, input_names=["x"], output_names=["SCORES"],
             input_formats={"x": "NCHW"}, output_labels={"SCORES": "labels.txt"},
-            description="JPEG files in (one per row, decoded by a C hook with libturbojpeg) "
+            description="JPEG files in (one per row, decoded by a C hook with libjpeg) "
                         "-> class probabilities of a small convnet, labelled",
             client_inputs=[("IMAGE", "bytes", ["batch", 1])],
             hooks_source=_source(name), extra_files={"labels.txt": labels},
-            hooks_libraries=["turbojpeg"], build_hooks=build, **kw)
+            hooks_libraries=["jpeg"], build_hooks=build, **kw)
     elif name == "detector":
         out["detector_stage1"] = export_jax(
             stage1_fn, stage1_params(), [np.zeros((1, 3, DET_SIZE, DET_SIZE), f32)], out_dir,

@@ -119,6 +119,16 @@ struct pjs_infer_request {
      * and the KServe `timeout` parameter (the earlier wins); the server adds
      * the model's default when neither was given. */
     uint64_t deadline_ns;
+    /* Set by a front end that notices its client going away while the
+     * request runs (gRPC ModelStreamInfer: the stream cancelled, or dead
+     * after a failed write), NULL elsewhere: true from then on. Read by
+     * bundle code through pjserve_cancelled; it lives as long as the
+     * request. */
+    const atomic_bool *client_gone;
+    /* Who sent the request, for sharing threads fairly between clients
+     * (server/meta_gate.h): the ModelStreamInfer stream it came on, NULL
+     * elsewhere (a client of its own). Compared, never dereferenced. */
+    const void *client;
     /* Set by the dispatcher. */
     size_t n_outputs;
     pjs_infer_output outputs[PJS_INFER_MAX_TENSORS];

@@ -110,6 +110,13 @@ static int load_respond(pjserve_ctx *c, const pjserve_tensor *out, size_t n, boo
     return load_unsupported(c, "pjserve_respond");
 }
 
+/* A load has no client to lose and no deadline. */
+static bool load_cancelled(pjserve_ctx *c)
+{
+    (void)c;
+    return false;
+}
+
 static const pjserve_api load_api = {
     .abi_version = PJSERVE_MODEL_ABI_VERSION,
     .size = sizeof(pjserve_api),
@@ -125,6 +132,7 @@ static const pjserve_api load_api = {
     .call_start = load_call_start,
     .call_wait = load_call_wait,
     .respond = load_respond,
+    .cancelled = load_cancelled,
 };
 
 /* ---- files ------------------------------------------------------------- */

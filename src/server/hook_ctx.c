@@ -71,6 +71,15 @@ static int64_t api_remaining_ns(pjserve_ctx *c)
     return now >= deadline ? 0 : (int64_t)(deadline - now);
 }
 
+/* Nobody waits for the answer: the deadline passed or the client went. */
+static bool api_cancelled(pjserve_ctx *c)
+{
+    const pjs_infer_request *r = as_ctx(c)->request;
+    if (r->client_gone != NULL && atomic_load_explicit(r->client_gone, memory_order_relaxed))
+        return true;
+    return r->deadline_ns != 0 && pjs_now_ns() >= r->deadline_ns;
+}
+
 static int api_scratch(pjserve_ctx *c, const size_t *sizes, size_t n, void **out)
 {
     pjs_hook_ctx *ctx = as_ctx(c);
@@ -187,6 +196,7 @@ static const pjserve_api request_api = {
     .call_start = api_call_start,
     .call_wait = api_call_wait,
     .respond = api_respond,
+    .cancelled = api_cancelled,
 };
 
 void pjs_hook_ctx_init(pjs_hook_ctx *ctx, struct pjs_server *s, pjs_infer_request *r,

@@ -220,7 +220,9 @@ int pjs_hooked_submit(struct pjs_server *s, pjs_infer_request *r, pjs_error *err
         rc = pjs__server_submit_executable(s, r, false, err);
         if (rc == 0)
             return 0; /* h belongs to hooked_done now, which may have run already */
-        if (h->swapped_inputs) {
+        /* The executable refusing what preprocess produced is the hook's
+         * fault; a deadline or a full queue is not. */
+        if (h->swapped_inputs && err->code == PJS_ERR_INVALID_ARGUMENT) {
             err->code = PJS_ERR_INTERNAL;
             pjs_error_prefix(err, "model %s: preprocess produced inputs the executable does "
                                   "not take: ",

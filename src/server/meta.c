@@ -487,6 +487,7 @@ int pjs_meta_submit(pjs_server *s, pjs_infer_request *r, pjs_error *err)
     pthread_cond_init(&run->done, NULL);
     run->job.run = run_meta;
     run->job.expire = expire_meta;
+    run->job.client = r->client;
     r->times.queued = pjs_now_ns();
     rc = pjs_meta_gate_submit(pjs__server_meta_gate(s, man), &run->job, man->n_calls > 0,
                               r->deadline_ns, err);

@@ -17,6 +17,15 @@
  * One mutex guards everything; callbacks run with it released. `busy`
  * counts jobs accepted and not yet finished (waiting, running or being
  * expired); drain waits for it to reach zero.
+ *
+ * Sharing the compute threads (pjs_meta_gate_share): each runner records
+ * the client of the job it runs, and a client's running and waiting jobs
+ * are counted by scanning the runners and the queue (at most max_threads
+ * and max_waiting). A compute thread takes the oldest job whose client is
+ * under its share; a job that is not stays queued until one of its
+ * client's runs returns, when that runner, free again, takes the next one
+ * itself. Submit starts a thread, under the lock, while there are fewer
+ * than jobs running and waiting.
  */
 #include "core/thread_name.h"
 #include "server/meta_gate.h"
@@ -28,6 +37,7 @@
 #include <time.h>
 
 #include "core/infer.h"
+#include "core/log.h"
 
 typedef struct job_queue {
     pjs_meta_job *head, *tail;
@@ -35,16 +45,21 @@ typedef struct job_queue {
     pthread_cond_t ready; /* a job arrived, or stopping */
 } job_queue;
 
-/* Arguments of a thread (which queue it serves). */
+/* Arguments of a thread (which queue it serves), and what it runs. */
 typedef struct runner {
     pjs_meta_gate *gate;
     bool gated;
+    const void *client; /* the running job's client, NULL when idle (lock) */
 } runner;
 
 struct pjs_meta_gate {
     char name[64];
     size_t max_waiting;
     int permits, compute_threads;
+    int max_compute_threads;      /* compute threads may grow to this many */
+    int compute_started;          /* compute threads started (<= max) */
+    int per_client;               /* a client's compute jobs running at once; 0: any */
+    size_t per_client_waiting;    /* ... and waiting; 0: any */
     pthread_mutex_t lock;
     job_queue gated, compute;
     pthread_cond_t watchdog_wake; /* CLOCK_MONOTONIC */
@@ -56,7 +71,7 @@ struct pjs_meta_gate {
     uint64_t completed, expired, refused;
     pthread_t *threads;           /* watchdog, gate threads, compute threads */
     size_t n_threads;             /* started */
-    runner *runners;              /* one per gate or compute thread */
+    runner *runners;              /* gate threads', then max_compute_threads */
 };
 
 /* ---- queues ----------------------------------------------------------------- */
@@ -96,6 +111,42 @@ static uint64_t queue_earliest(const job_queue *q, uint64_t best)
     return best;
 }
 
+/* ---- sharing between clients ------------------------------------------------- */
+
+/* Compute jobs of `client` running now. */
+static int client_running(const pjs_meta_gate *g, const void *client)
+{
+    int n = 0;
+    for (int i = 0; i < g->compute_started; i++)
+        n += g->runners[g->permits + i].client == client;
+    return n;
+}
+
+static size_t client_waiting(const pjs_meta_gate *g, const void *client)
+{
+    size_t n = 0;
+    for (const pjs_meta_job *j = g->compute.head; j != NULL; j = j->next)
+        n += j->client == client;
+    return n;
+}
+
+/* Whether a compute job of `client` may start now. */
+static bool under_share(const pjs_meta_gate *g, const void *client)
+{
+    return client == NULL || g->per_client == 0 || client_running(g, client) < g->per_client;
+}
+
+/* The job a thread of queue q takes next: the head of the gated queue; the
+ * oldest compute job whose client is under its share. NULL: none. */
+static pjs_meta_job *next_job(const pjs_meta_gate *g, const job_queue *q, bool gated)
+{
+    pjs_meta_job *j = q->head;
+    if (!gated)
+        while (j != NULL && !under_share(g, j->client))
+            j = j->next;
+    return j;
+}
+
 /* ---- finishing a job ---------------------------------------------------------- */
 
 static void job_done_locked(pjs_meta_gate *g)
@@ -109,7 +160,7 @@ static void job_done_locked(pjs_meta_gate *g)
 static void expire_job(pjs_meta_gate *g, pjs_meta_job *job, bool gated, uint64_t now)
 {
     g->expired++;
-    int threads = gated ? g->permits : g->compute_threads;
+    int threads = gated ? g->permits : g->compute_started;
     double waited_ms = (double)(now - job->submitted_ns) / 1e6;
     pthread_mutex_unlock(&g->lock);
     pjs_error err;
@@ -140,11 +191,11 @@ static void *runner_main(void *arg)
     uint64_t *running = gated ? &g->running_gated : &g->running_compute;
     pthread_mutex_lock(&g->lock);
     for (;;) {
-        while (q->head == NULL && !g->stopping)
+        pjs_meta_job *job;
+        while ((job = next_job(g, q, gated)) == NULL && !g->stopping)
             pthread_cond_wait(&q->ready, &g->lock);
-        if (q->head == NULL)
+        if (job == NULL)
             break;
-        pjs_meta_job *job = q->head;
         queue_unlink(q, job);
         uint64_t now = pjs_now_ns();
         if (job->deadline_ns != 0 && job->deadline_ns <= now) {
@@ -154,9 +205,11 @@ static void *runner_main(void *arg)
         (*running)++;
         if (gated && g->running_gated > g->peak_gated)
             g->peak_gated = g->running_gated;
+        self->client = job->client;
         pthread_mutex_unlock(&g->lock);
         job->run(job);
         pthread_mutex_lock(&g->lock);
+        self->client = NULL;
         (*running)--;
         g->completed++;
         job_done_locked(g);
@@ -215,6 +268,36 @@ static int start_thread(pjs_meta_gate *g, void *(*fn)(void *), void *arg, pjs_er
     return 0;
 }
 
+/* Starts one more compute thread (lock held, or before any submit). */
+static int start_compute_thread(pjs_meta_gate *g, pjs_error *err)
+{
+    runner *r = &g->runners[g->permits + g->compute_started];
+    *r = (runner){g, false, NULL};
+    int rc = start_thread(g, runner_main, r, err);
+    if (rc == 0)
+        g->compute_started++;
+    return rc;
+}
+
+int pjs_meta_gate_share(pjs_meta_gate *g, int max_threads, int per_client,
+                        size_t per_client_waiting, pjs_error *err)
+{
+    if (max_threads < g->compute_threads || max_threads > PJS_META_GATE_MAX_THREADS)
+        return pjs_error_set(err, PJS_ERR_INVALID_ARGUMENT,
+                             "%s: at most %d compute-only threads: expected %d to %d", g->name,
+                             max_threads, g->compute_threads, PJS_META_GATE_MAX_THREADS);
+    if (per_client < 0)
+        return pjs_error_set(err, PJS_ERR_INVALID_ARGUMENT,
+                             "%s: %d runs per client: expected 0 (any) or more", g->name,
+                             per_client);
+    pthread_mutex_lock(&g->lock);
+    g->max_compute_threads = max_threads;
+    g->per_client = per_client;
+    g->per_client_waiting = per_client_waiting;
+    pthread_mutex_unlock(&g->lock);
+    return 0;
+}
+
 int pjs_meta_gate_create(const char *name, int permits, int compute_threads, size_t max_waiting,
                          pjs_meta_gate **out, pjs_error *err)
 {
@@ -228,7 +311,7 @@ int pjs_meta_gate_create(const char *name, int permits, int compute_threads, siz
                              "%s: %d compute-only threads: expected 1 to %d", name,
                              compute_threads, PJS_META_GATE_MAX_THREADS);
     pjs_meta_gate *g = calloc(1, sizeof *g);
-    size_t n_runners = (size_t)permits + (size_t)compute_threads;
+    size_t n_runners = (size_t)permits + PJS_META_GATE_MAX_THREADS;
     if (g != NULL) {
         g->threads = calloc(n_runners + 1, sizeof *g->threads);
         g->runners = calloc(n_runners, sizeof *g->runners);
@@ -244,6 +327,7 @@ int pjs_meta_gate_create(const char *name, int permits, int compute_threads, siz
     snprintf(g->name, sizeof g->name, "%s", name);
     g->permits = permits;
     g->compute_threads = compute_threads;
+    g->max_compute_threads = compute_threads;
     g->max_waiting = max_waiting != 0 ? max_waiting : PJS_META_GATE_DEFAULT_MAX_WAITING;
     pthread_mutex_init(&g->lock, NULL);
     pthread_cond_init(&g->gated.ready, NULL);
@@ -256,10 +340,12 @@ int pjs_meta_gate_create(const char *name, int permits, int compute_threads, siz
     pthread_condattr_destroy(&monotonic);
 
     int rc = start_thread(g, watchdog_main, g, err);
-    for (size_t i = 0; rc == 0 && i < n_runners; i++) {
-        g->runners[i] = (runner){g, i < (size_t)permits};
+    for (int i = 0; rc == 0 && i < permits; i++) {
+        g->runners[i] = (runner){g, true, NULL};
         rc = start_thread(g, runner_main, &g->runners[i], err);
     }
+    for (int i = 0; rc == 0 && i < compute_threads; i++)
+        rc = start_compute_thread(g, err);
     if (rc != 0) {
         pjs_meta_gate_destroy(g);
         return rc;
@@ -289,6 +375,13 @@ int pjs_meta_gate_submit(pjs_meta_gate *g, pjs_meta_job *job, bool gated, uint64
                            "%s: %zu %s meta model runs are already waiting; retry once they "
                            "completed",
                            g->name, q->n, gated ? "gated" : "compute-only");
+    else if (!gated && job->client != NULL && g->per_client_waiting > 0 &&
+             !under_share(g, job->client) &&
+             client_waiting(g, job->client) >= g->per_client_waiting)
+        rc = pjs_error_set(err, PJS_ERR_RESOURCE_EXHAUSTED,
+                           "%s: this stream has %d runs of compute-only meta models running "
+                           "and %zu waiting, its most; send more once some completed",
+                           g->name, g->per_client, g->per_client_waiting);
     if (rc != 0) {
         g->refused++;
         pthread_mutex_unlock(&g->lock);
@@ -298,6 +391,15 @@ int pjs_meta_gate_submit(pjs_meta_gate *g, pjs_meta_job *job, bool gated, uint64
     job->submitted_ns = now;
     queue_push(q, job);
     g->busy++;
+    /* A thread per job running or waiting: jobs over their client's share
+     * count too, so a few threads more than needed may start (they stay
+     * idle, within the bound). */
+    if (!gated && g->running_compute + q->n > (uint64_t)g->compute_started &&
+        g->compute_started < g->max_compute_threads && under_share(g, job->client)) {
+        pjs_error ignored;
+        if (start_compute_thread(g, &ignored) != 0)
+            pjs_warn("%s: %s; the run waits for a busy thread", g->name, ignored.msg);
+    }
     pthread_cond_signal(&q->ready);
     if (deadline_ns != 0 && (g->watchdog_until == 0 || deadline_ns < g->watchdog_until))
         pthread_cond_signal(&g->watchdog_wake);
@@ -342,7 +444,7 @@ void pjs_meta_gate_get_counters(pjs_meta_gate *g, pjs_meta_gate_counters *out)
     pthread_mutex_lock(&g->lock);
     *out = (pjs_meta_gate_counters){
         .permits = (uint64_t)g->permits,
-        .compute_threads = (uint64_t)g->compute_threads,
+        .compute_threads = (uint64_t)g->compute_started,
         .running_gated = g->running_gated,
         .running_compute = g->running_compute,
         .waiting_gated = g->gated.n,

@@ -15,6 +15,17 @@
  *     their own, so a long compute-only run never holds a permit that a
  *     meta with stages needs.
  *
+ * Compute threads may be shared between clients (pjs_meta_gate_share): a
+ * job names its client (the stream it came on; NULL: a client of its own),
+ * one client has at most `per_client` jobs running and `per_client_waiting`
+ * waiting, and a thread takes the oldest waiting job whose client is under
+ * its share, so a client's excess waits behind everyone else's first jobs.
+ * When a job its client may run finds every compute thread busy, another
+ * is started, up to `max_threads` (started threads stay). So runs that hold
+ * their thread for long, waiting between responses, take threads of their
+ * own instead of every thread: filling `max_threads` takes
+ * max_threads / per_client clients.
+ *
  * Admission sheds a backlog instead of piling it up. A job whose deadline
  * has already passed is refused by submit (DEADLINE_EXCEEDED, no callback);
  * a job still waiting for a thread when its deadline passes is not run:
@@ -61,6 +72,9 @@ struct pjs_meta_job {
      * waited; err is DEADLINE_EXCEEDED with a message for the client (the
      * callee may prefix it, e.g. with the model's name). */
     void (*expire)(pjs_meta_job *job, pjs_error *err);
+    /* Set by the caller before submit: who the job is for, compared with
+     * other jobs' (never dereferenced); NULL: a client of its own. */
+    const void *client;
 
     /* The gate's, from submit until run or expire is called. */
     pjs_meta_job *prev, *next;
@@ -71,7 +85,7 @@ struct pjs_meta_job {
 /* Counters for metrics; a consistent snapshot. */
 typedef struct pjs_meta_gate_counters {
     uint64_t permits;          /* gate threads (--meta-concurrency) */
-    uint64_t compute_threads;
+    uint64_t compute_threads;  /* started now */
     uint64_t running_gated;    /* gated jobs inside run now (<= permits) */
     uint64_t running_compute;  /* compute-only jobs inside run now */
     uint64_t waiting_gated;    /* queued for a permit now */
@@ -91,12 +105,21 @@ typedef struct pjs_meta_gate_counters {
 int pjs_meta_gate_create(const char *name, int permits, int compute_threads, size_t max_waiting,
                          pjs_meta_gate **out, pjs_error *err);
 
+/* Shares the compute threads between clients (see the top): from now on
+ * their number grows on demand from compute_threads up to max_threads,
+ * one client has at most per_client compute jobs running and
+ * per_client_waiting waiting (0: no bound). Called once, after create and
+ * before the first submit. INVALID_ARGUMENT for values out of range. */
+int pjs_meta_gate_share(pjs_meta_gate *g, int max_threads, int per_client,
+                        size_t per_client_waiting, pjs_error *err);
+
 /* Queues job (run and expire set) as gated (it takes a permit) or
  * compute-only, with deadline_ns (pjs_now_ns() time, 0: none). On success
  * exactly one of job->run / job->expire will be called, on another thread.
  * On failure neither is, and err says why: DEADLINE_EXCEEDED when the
  * deadline has passed already, RESOURCE_EXHAUSTED when max_waiting jobs
- * already wait in that queue, UNAVAILABLE once draining. */
+ * already wait in that queue (or per_client_waiting of its client's),
+ * UNAVAILABLE once draining. */
 int pjs_meta_gate_submit(pjs_meta_gate *g, pjs_meta_job *job, bool gated, uint64_t deadline_ns,
                          pjs_error *err);
 

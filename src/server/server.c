@@ -861,8 +861,14 @@ static int copy_policies(server_policies *p, const pjs_server_config *c, pjs_err
 /* Decoupled compute-only metas (which may stream for as long as their
  * requests allow, e.g. waiting between responses) run on threads of their
  * own, so runs that wait cannot hold the threads other compute-only metas
- * need. */
+ * need: 16, started more on demand up to 256, shared between clients (the
+ * streams their requests come on): a stream has at most 4 runs going and 16
+ * waiting, so one that holds its threads for long cannot take every thread
+ * (16 such streams stopped every other client's run for a minute). */
 #define META_STREAM_THREADS 16
+#define META_STREAM_MAX_THREADS 256
+#define META_STREAM_PER_CLIENT 4
+#define META_STREAM_PER_CLIENT_WAITING 16
 
 static int start_meta(pjs_server *s, const pjs_server_options *o, pjs_error *err)
 {
@@ -872,6 +878,9 @@ static int start_meta(pjs_server *s, const pjs_server_options *o, pjs_error *err
     if (rc == 0)
         rc = pjs_meta_gate_create("meta stream threads", 0, META_STREAM_THREADS, 0,
                                   &s->stream_gate, err);
+    if (rc == 0)
+        rc = pjs_meta_gate_share(s->stream_gate, META_STREAM_MAX_THREADS, META_STREAM_PER_CLIENT,
+                                 META_STREAM_PER_CLIENT_WAITING, err);
     if (rc == 0)
         rc = pjs_scratch_pool_create(o->meta_scratch_bytes, &s->scratch, err);
     return rc;

@@ -32,7 +32,9 @@ CLIENT_OUTPUTS = tensor_yaml("Y", "f64", ["batch", 4])
 # mlp_hooked's hooks. The request ids fail-internal, scratch-twice,
 # call-start, post-extent and post-nbytes make them misbehave on purpose.
 MLP_HOOKS_C = """\
+#define _POSIX_C_SOURCE 200809L
 #include <math.h>
+#include <time.h>
 #include <pjserve/model.h>
 
 #define OFFSET {offset}
@@ -62,6 +64,22 @@ int pjserve_preprocess(pjserve_ctx *ctx, const pjserve_tensor *in, size_t n_in,
     if (asked(ctx, "call-start")) {{
         pjserve_subcall *call;
         return pjserve_call_start(ctx, "mlp", in, 1, &call);
+    }}
+    if (asked(ctx, "spin-until-cancelled")) {{
+        struct timespec start, now;
+        clock_gettime(CLOCK_MONOTONIC, &start);
+        double spun = 0;
+        while (!pjserve_cancelled(ctx) && spun < 5.0) {{
+            clock_gettime(CLOCK_MONOTONIC, &now);
+            spun = (double)(now.tv_sec - start.tv_sec) + (now.tv_nsec - start.tv_nsec) / 1e9;
+        }}
+        if (spun >= 5.0) {{
+            pjserve_error(ctx, "not cancelled after 5 s of spinning");
+            return PJSERVE_INTERNAL;
+        }}
+        pjserve_error(ctx, "cancelled after %.0f ms of spinning; remaining %lld ns",
+                      spun * 1e3, (long long)pjserve_remaining_ns(ctx));
+        return PJSERVE_DEADLINE_EXCEEDED;
     }}
     for (int64_t i = 0; i < rows * 16; i++)
         if (isnan(X[i])) {{
@@ -422,6 +440,25 @@ def test_scratch_twice_refused(srv, proto):
     expect_error(srv, proto, sample_X(1, 51), "scratch-twice", "INVALID_ARGUMENT", 400,
                  f"model {HOOKED}: preprocess: pjserve_scratch was already called for this "
                  "request: ask for every buffer in one call")
+
+
+@pytest.mark.parametrize("proto", ("grpc", "http-binary"))
+def test_hook_sees_the_deadline_pass(srv, proto):
+    """A hook spinning until pjserve_cancelled (at most 5 s) with a 200 ms
+    timeout stops at the deadline: DEADLINE_EXCEEDED with its own message,
+    within 2 s; the server answers the next request."""
+    started = time.monotonic()
+    with pytest.raises(InferenceServerException) as ei:
+        hooked_infer(url_of(srv, proto), proto, sample_X(1, 0), "spin-until-cancelled",
+                     timeout=200_000)
+    took = time.monotonic() - started
+    e = ei.value
+    if proto == "grpc":
+        assert grpc_code(e) == "DEADLINE_EXCEEDED", e
+    assert f"model {HOOKED}: preprocess: cancelled after " in e.message(), e.message()
+    assert "remaining 0 ns" in e.message(), e.message()
+    assert took < 2.0, took
+    assert hooked_infer(url_of(srv, proto), proto, sample_X(2, 1)).shape == (2, 4)
 
 
 @pytest.mark.parametrize("proto", ("grpc", "http-binary"))

@@ -3,26 +3,31 @@ calls: clients send each image file's bytes (a JPEG) as one BYTES element,
 IMAGE [batch, 1], and get SCORES f32 [batch, 10], class probabilities
 labelled by labels.txt. Exported by python/pjserve_export/pipelines.py as
 `make models` exports it (C in examples/bundles/image_bytes_classifier/model.c,
-linked with libturbojpeg through the manifest's hooks_libraries).
+linked with libjpeg through the manifest's hooks_libraries).
 
-The JPEGs are written by the test with libturbojpeg through ctypes (the
-library the hook decodes with), and decoded by it with the hook's flags for
-the reference: the decoded pixels are then the hook's exactly, so the only
-differences left are float ones. The reference is pipeline_reference's numpy
-resize + normalization and the model's JAX function; SCORES must agree within
-1e-5 absolute (probabilities in [0, 1]: f32 convolutions of a few hundred
-terms computed by the served executable and by eager JAX in different orders
-differ by a few ulps, far below that, and far below the ranking margins the
-class_count checks rely on, which are asserted to exceed it).
+The JPEGs are written by the test with libturbojpeg through ctypes (the same
+libjpeg-turbo decoder the hook uses), and decoded by it with the hook's
+settings for the reference: the decoded pixels are then the hook's exactly,
+so the only differences left are float ones. The reference is
+pipeline_reference's numpy resize + normalization and the model's JAX
+function; SCORES must agree within 1e-5 absolute (probabilities in [0, 1]:
+f32 convolutions of a few hundred terms computed by the served executable
+and by eager JAX in different orders differ by a few ulps, far below that,
+and far below the ranking margins the class_count checks rely on, which are
+asserted to exceed it).
 
 Checked on gRPC and HTTP (binary): the metadata and configuration the example
 client reads (one input, max_batch_size 8, the output's labels file); a
 batch of two images of different sizes and kinds (4:2:0 colour baseline,
 grayscale progressive); class_count 1 and 3 answering "score:index:label"
 in the reference's order; empty, non-image, corrupt, truncated and oversized
-files refused INVALID_ARGUMENT / 400 with a message naming the row; the server
-answering again afterwards; `pjserve build-hooks` linking the manifest's
-hooks_libraries (-lturbojpeg) and refusing a name that is not a library.
+files refused INVALID_ARGUMENT / 400 with a message naming the row; the
+decoder's bounds: a progressive file of 64 scans (written marker by marker)
+decoded, of 65 and 379 refused at once, one whose DCT coefficients push it
+past the 64 MiB bound refused; a batch of large progressive files with a
+100 ms timeout stopped by the hook at the deadline; the server answering
+again afterwards; `pjserve build-hooks` linking the manifest's
+hooks_libraries (-ljpeg) and refusing a name that is not a library.
 Under PJSERVE_PROTOCOL_NODE_WORKERS the same runs
 through a node's gateway.
 """
@@ -30,6 +35,7 @@ import ctypes
 import ctypes.util
 import shutil
 import subprocess
+import time
 
 import jax
 import jax.numpy as jnp
@@ -124,6 +130,45 @@ def with_size(jpeg: bytes, width: int, height: int) -> bytes:
             return (jpeg[:i + 5] + height.to_bytes(2, "big") + width.to_bytes(2, "big") +
                     jpeg[i + 9:])
     raise AssertionError("no SOF0/SOF2 marker")
+
+
+def _segment(marker: int, body: bytes) -> bytes:
+    return bytes([0xFF, marker]) + (len(body) + 2).to_bytes(2, "big") + body
+
+
+def _entropy_coded(bits: str) -> bytes:
+    """A scan's bits ('0'/'1'), padded with 1s, each 0xFF byte stuffed."""
+    bits += "1" * (-len(bits) % 8)
+    out = bytearray()
+    for i in range(0, len(bits), 8):
+        out.append(int(bits[i:i + 8], 2))
+        if out[-1] == 0xFF:
+            out.append(0)
+    return bytes(out)
+
+
+def many_scans_jpeg(width: int, height: int, scans: int) -> bytes:
+    """A valid progressive grayscale JPEG of `scans` scans (mid-gray: every
+    coefficient 0), written marker by marker: a DC scan, then for each AC
+    coefficient k a first scan (Ss = Se = k, Al = 13) and its 13 refinements
+    (Ah = Al + 1), each coded as one end-of-band run over every block. One
+    Huffman code per table ("0"), so each scan is a few bytes."""
+    blocks = -(-width // 8) * -(-height // 8)
+    assert 1 <= blocks <= 32767 and 1 <= scans <= 1 + 63 * 14
+    r = blocks.bit_length() - 1                      # EOBr: a run of 2^r + r extra bits
+    eob_run = "0" + (format(blocks - (1 << r), f"0{r}b") if r else "")
+    out = b"\xff\xd8" + _segment(0xDB, b"\x00" + b"\x01" * 64)
+    out += _segment(0xC2, b"\x08" + height.to_bytes(2, "big") + width.to_bytes(2, "big") +
+                    b"\x01\x01\x11\x00")
+    out += _segment(0xC4, b"\x00" + b"\x01" + bytes(15) + b"\x00")          # DC: category 0
+    out += _segment(0xC4, b"\x10" + b"\x01" + bytes(15) + bytes([r << 4]))  # AC: EOBr
+    plan = [(0, 0, 0, 0)]
+    for k in range(1, 64):
+        plan += [(k, k, 0, 13)] + [(k, k, ah, ah - 1) for ah in range(13, 0, -1)]
+    for ss, se, ah, al in plan[:scans]:
+        out += _segment(0xDA, bytes([1, 1, 0x00, ss, se, ah << 4 | al]))
+        out += _entropy_coded("0" * blocks if ss == 0 else eob_run)
+    return out + b"\xff\xd9"
 
 
 def smooth_image(h: int, w: int, seed: int) -> np.ndarray:
@@ -299,6 +344,70 @@ def test_more_rows_than_the_largest_batch_refused(server, protocol, images):
     assert infer(server, protocol, [images[0]] * MAX_BATCH).shape == (MAX_BATCH, len(LABELS))
 
 
+MAX_SCANS = 64  # model.c's
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_many_scans_refused_before_decoding(server, protocol, images):
+    """A progressive file may have MAX_SCANS scans: each is another pass over
+    every coefficient of the image. 379 scans (libturbojpeg's own limit is
+    500) of a 1448x1448 image are refused at scan 65, in milliseconds."""
+    limit = many_scans_jpeg(64, 64, MAX_SCANS)
+    assert infer(server, protocol, [limit, images[0]]).shape == (2, len(LABELS))
+    for scans, size in ((MAX_SCANS + 1, 64), (379, 1448)):
+        started = time.monotonic()
+        e = refusal(server, protocol, [images[0], many_scans_jpeg(size, size, scans)])
+        assert (f"model {MODEL}: preprocess: IMAGE row 1 has more than {MAX_SCANS} scans; at "
+                f"most {MAX_SCANS} are accepted") in str(e), str(e)
+        assert time.monotonic() - started < 5
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_progressive_coefficients_count_against_the_decoded_bound(server, protocol, images):
+    """A progressive 4096x4096 grayscale file: 48 MiB of RGB pixels fit the
+    64 MiB bound, its 32 MiB of coefficients on top do not."""
+    e = refusal(server, protocol, [with_size(images[1], 4096, 4096)])
+    assert ("IMAGE row 0 is a 4096x4096 image; at most 8192 pixels a side and 64 MiB decoded are "
+            "accepted (it needs 80 MiB: 48 of RGB pixels, 32 of the DCT coefficients") in str(e), \
+        str(e)
+
+
+@pytest.fixture(scope="module")
+def slow_batch():
+    """MAX_BATCH large progressive files of noise (the slowest kind to
+    decode), and how long decoding them takes here, as the hook decodes."""
+    noise = np.random.default_rng(7).integers(0, 256, (1600, 1600, 3), np.uint8)
+    jpeg = jpeg_encode(noise, quality=100, progressive=True)
+    started = time.monotonic()
+    jpeg_decode(jpeg)
+    return [jpeg] * MAX_BATCH, MAX_BATCH * (time.monotonic() - started)
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_decoding_stops_at_the_deadline(server, protocol, slow_batch):
+    """A batch whose decoding takes about a second, with a 100 ms timeout:
+    the hook gives up at the deadline, between rows or inside one, and says
+    so (DEADLINE_EXCEEDED; HTTP's status for it); the server answers on."""
+    files, decoding_s = slow_batch
+    assert decoding_s > 0.3, f"decoding the batch took {decoding_s:.2f} s: too fast to test with"
+    data = files_array(files)
+    with pytest.raises(InferenceServerException) as e:
+        if protocol == "grpc":
+            t = grpcclient.InferInput("IMAGE", list(data.shape), "BYTES")
+            t.set_data_from_numpy(data)
+            grpcclient.InferenceServerClient(server.grpc_url).infer(MODEL, [t], timeout=100_000)
+        else:
+            t = httpclient.InferInput("IMAGE", list(data.shape), "BYTES")
+            t.set_data_from_numpy(data, binary_data=True)
+            httpclient.InferenceServerClient(server.http_url).infer(MODEL, [t], timeout=100_000)
+    if protocol == "grpc":
+        assert grpc_code(e.value) == "DEADLINE_EXCEEDED", e.value
+    # The hook's message: the scheduler's, had the hook decoded every row.
+    assert f"model {MODEL}: preprocess: " in str(e.value), str(e.value)
+    assert "the request's deadline passed or its client went away" in str(e.value), str(e.value)
+    assert infer(server, protocol, files[:1]).shape == (1, len(LABELS))
+
+
 # ---- building: the manifest's hooks_libraries ------------------------------------
 
 def needed_libraries(library) -> str:
@@ -313,15 +422,15 @@ def test_build_hooks_links_the_manifests_libraries(bundle, pjserve_bin, tmp_path
     r = subprocess.run([str(pjserve_bin), "build-hooks", str(copy)], capture_output=True,
                        text=True)
     assert r.returncode == 0, r.stderr
-    assert f"{copy / 'model.c'} -lturbojpeg -lm" in r.stdout
-    assert "libturbojpeg.so" in needed_libraries(copy / "model.so")
+    assert f"{copy / 'model.c'} -ljpeg -lm" in r.stdout
+    assert "libjpeg.so" in needed_libraries(copy / "model.so")
     # Arguments after -- come before the manifest's libraries.
     r = subprocess.run([str(pjserve_bin), "build-hooks", str(copy), "--", "-DX=1"],
                        capture_output=True, text=True)
-    assert r.returncode == 0 and "-DX=1 -lturbojpeg -lm" in r.stdout, r.stdout + r.stderr
+    assert r.returncode == 0 and "-DX=1 -ljpeg -lm" in r.stdout, r.stdout + r.stderr
     # A manifest naming something other than a library is refused, nothing built.
     manifest = copy / "manifest.yaml"
-    manifest.write_text(manifest.read_text().replace('hooks_libraries: ["turbojpeg"]',
+    manifest.write_text(manifest.read_text().replace('hooks_libraries: ["jpeg"]',
                                                      'hooks_libraries: ["-shared"]'))
     before = (copy / "model.so").stat().st_mtime_ns
     r = subprocess.run([str(pjserve_bin), "build-hooks", str(copy)], capture_output=True,

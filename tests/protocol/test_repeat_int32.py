@@ -17,9 +17,12 @@ naming the values; a wait cut short by the request's deadline
 model configuration (no batch axis, decoupled); a client closing its stream
 mid-request: the run stops at its next response (the request is counted as
 failed long before its remaining delays could have passed) and later
-requests are answered; runs waiting between responses, more of them than
-compute-only meta threads, do not hold up another compute-only meta
-(simple_identity answers while they wait). Delays are a few ms, so the
+requests are answered; a client closing its stream during a 10 s delay
+(the run sees pjserve_cancelled and fails at once); runs waiting between
+responses, more of them than compute-only meta threads, do not hold up
+another compute-only meta (simple_identity answers while they wait); 20
+streams and a greedy one of long-waiting runs leave threads for another
+client's request (threads started on demand, 4 runs per stream). Delays are a few ms, so the
 suite is fast; no
 assertion depends on timing. Under PJSERVE_PROTOCOL_NODE_WORKERS the same
 runs through a node's gateway.
@@ -266,6 +269,19 @@ def test_client_closing_mid_request(server):
     assert (sent, error) == ([(41, 0, False), (42, 1, False), (None, None, True)], None)
 
 
+def test_client_closing_during_a_long_delay(server):
+    """The client closes its stream while the run sleeps 10 s: the run sees
+    pjserve_cancelled within its 50 ms slice and returns, so the request
+    counts as failed in well under the delay, and its thread is free."""
+    started = time.monotonic()
+    first, before, after = close_after_first_response(
+        server.grpc_url, [1, 2], [0, MAX_WAIT_MS], 0)
+    took = time.monotonic() - started
+    assert first == (1, 0)
+    assert after == (before[0], before[1] + 1), (before, after)
+    assert took < MAX_WAIT_MS / 1000 / 2, took
+
+
 def test_the_longest_allowed_request_is_accepted(server):
     """Delays and wait at the caps, all of them summing to the total cap: the
     first response comes (no refusal); the client then closes the stream."""
@@ -308,6 +324,46 @@ def test_waiting_runs_do_not_hold_up_other_compute_only_metas(server):
         for _, got in streams:  # each run then sends its second value
             result, error = got.get(timeout=60)
             assert error is None and as_value(result, "OUT") == 2
+    finally:
+        for c, _ in streams:
+            c.stop_stream(cancel_requests=True)
+            c.close()
+
+
+def test_streams_that_wait_long_do_not_take_every_thread(server):
+    """20 streams each with a run that sent one response and now waits
+    10 s, and one stream with 8 such runs (at most 4 of them run at once):
+    more than the 16 threads decoupled compute-only metas start with. Another
+    client's one-value request is answered within 3 s: a waiting run holds a
+    thread of its own, started on demand, not one every client shares (with
+    16 fixed threads it waited for a sleeping run to end, 10 s here)."""
+    streams = []
+
+    def open_stream(requests):
+        got: "queue.Queue" = queue.Queue()
+        c = grpcclient.InferenceServerClient(server.grpc_url)
+        c.start_stream(callback=lambda result, error, got=got: got.put((result, error)))
+        for i in range(requests):
+            c.async_stream_infer(MODEL, repeat_inputs([1, 2], [0, MAX_WAIT_MS], 0),
+                                 request_id=str(i))
+        streams.append((c, got))
+        return got
+
+    try:
+        waiting = [open_stream(1) for _ in range(20)]
+        greedy = open_stream(8)
+        for got in waiting[:16]:  # as many as there are threads at the start
+            result, error = got.get(timeout=30)
+            assert error is None and as_value(result, "OUT") == 1, error
+        started = time.monotonic()
+        sent, error = one(server.grpc_url, [5], [0], 0)
+        took = time.monotonic() - started
+        assert (sent, error) == ([(5, 0, False), (None, None, True)], None)
+        assert took < 3.0, f"the other client waited {took:.1f} s"
+        for got in waiting[16:] + [greedy] * 4:
+            result, error = got.get(timeout=3)
+            assert error is None and as_value(result, "OUT") == 1, error
+        assert greedy.empty(), "a fifth run of the greedy stream started while four waited"
     finally:
         for c, _ in streams:
             c.stop_stream(cancel_requests=True)

@@ -501,6 +501,68 @@ static void test_drain_runs_queued_work(void **state)
     world_free(&w);
 }
 
+/* Shared compute threads: client A's latched jobs beyond its share of 2
+ * wait, and past 2 waiting are refused; client B's job runs at once on a
+ * thread started for it (the gate began with 1), ahead of A's older ones;
+ * once A's runs return, its waiting jobs run. */
+static void test_compute_threads_shared_between_clients(void **state)
+{
+    (void)state;
+    world w;
+    world_init(&w);
+    pjs_meta_gate *g = gate_new(0, 1, 0);
+    pjs_error err = {0};
+    assert_int_equal(pjs_meta_gate_share(g, 8, 2, 2, &err), 0);
+    static const char a_key, b_key;
+    test_job a[5], b;
+    for (int i = 0; i < 5; i++) {
+        job_init(&a[i], &w, i, true, false);
+        a[i].job.client = &a_key;
+    }
+    for (int i = 0; i < 4; i++)
+        submit_ok(g, &a[i], false, 0);
+    wait_at_least(&w, &w.inside_latch, 2);
+    assert_int_equal(pjs_meta_gate_submit(g, &a[4].job, false, 0, &err),
+                     PJS_ERR_RESOURCE_EXHAUSTED);
+    assert_non_null(strstr(err.msg, "2 waiting"));
+    job_init(&b, &w, 9, false, false);
+    b.job.client = &b_key;
+    submit_ok(g, &b, false, 0);
+    wait_at_least(&w, &w.runs, 3);
+    pthread_mutex_lock(&w.lock);
+    assert_true(b.ran);
+    assert_int_equal(w.inside_latch, 2);
+    pthread_mutex_unlock(&w.lock);
+    pjs_meta_gate_counters c;
+    uint64_t until = pjs_now_ns() + EVENT_TIMEOUT_NS;
+    do { /* b's run returns just after it counted itself */
+        sched_yield();
+        pjs_meta_gate_get_counters(g, &c);
+    } while (c.completed < 1 && pjs_now_ns() < until);
+    assert_int_equal(c.completed, 1);
+    assert_int_equal(c.running_compute, 2);
+    assert_int_equal(c.waiting_compute, 2);
+    assert_true(c.compute_threads >= 2 && c.compute_threads <= 8);
+    world_open(&w);
+    wait_at_least(&w, &w.runs, 5);
+    pjs_meta_gate_destroy(g);
+    for (int i = 0; i < 4; i++)
+        assert_true(a[i].ran);
+    world_free(&w);
+}
+
+static void test_share_refuses_bounds_out_of_range(void **state)
+{
+    (void)state;
+    pjs_meta_gate *g = gate_new(0, 4, 0);
+    pjs_error err = {0};
+    assert_int_equal(pjs_meta_gate_share(g, 3, 1, 0, &err), PJS_ERR_INVALID_ARGUMENT);
+    assert_int_equal(pjs_meta_gate_share(g, PJS_META_GATE_MAX_THREADS + 1, 1, 0, &err),
+                     PJS_ERR_INVALID_ARGUMENT);
+    assert_int_equal(pjs_meta_gate_share(g, 4, -1, 0, &err), PJS_ERR_INVALID_ARGUMENT);
+    pjs_meta_gate_destroy(g);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -514,6 +576,8 @@ int main(void)
         cmocka_unit_test(test_refused_when_already_expired),
         cmocka_unit_test(test_queue_full),
         cmocka_unit_test(test_drain_runs_queued_work),
+        cmocka_unit_test(test_compute_threads_shared_between_clients),
+        cmocka_unit_test(test_share_refuses_bounds_out_of_range),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -14,8 +14,9 @@
  * sleeps, so the waits are bounded: each DELAY and WAIT at most
  * MAX_WAIT_MS, and all of them together at most MAX_TOTAL_MS; more is
  * refused with INVALID_ARGUMENT before anything is sent. A wait never runs
- * past the request's deadline (DEADLINE_EXCEEDED then), and the run stops
- * at the first pjserve_respond that fails (the client closed the stream).
+ * past the request's deadline (DEADLINE_EXCEEDED then), and it ends within
+ * SLICE_MS once the client closed the stream (pjserve_cancelled); the run
+ * also stops at the first pjserve_respond that fails.
  */
 #define _POSIX_C_SOURCE 200809L
 #include <errno.h>
@@ -60,18 +61,28 @@ static int check_waits(pjserve_ctx *ctx, const pjserve_tensor *delay, uint32_t w
     return PJSERVE_OK;
 }
 
-/* Sleeps ms milliseconds, or until the request's deadline when that comes
- * first (then DEADLINE_EXCEEDED). */
+/* Sleeps ms milliseconds in slices of at most SLICE_MS, stopping early
+ * (DEADLINE_EXCEEDED) once the request's deadline passed or its client has
+ * gone: a closed stream frees the thread within a slice. */
+#define SLICE_MS 50
 static int sleep_ms(pjserve_ctx *ctx, uint32_t ms)
 {
-    int64_t want_ns = (int64_t)ms * 1000000, left_ns = pjserve_remaining_ns(ctx);
-    int64_t ns = want_ns < left_ns ? want_ns : (left_ns > 0 ? left_ns : 0);
-    struct timespec ts = {.tv_sec = ns / 1000000000, .tv_nsec = ns % 1000000000};
-    while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
-        ;
-    if (ns < want_ns) {
-        pjserve_error(ctx, "the request's deadline passed while waiting %u ms", (unsigned)ms);
-        return PJSERVE_DEADLINE_EXCEEDED;
+    int64_t left_ns = (int64_t)ms * 1000000;
+    while (left_ns > 0) {
+        if (pjserve_cancelled(ctx)) {
+            pjserve_error(ctx, "the request's deadline passed while waiting %u ms (or its "
+                               "client went away)",
+                          (unsigned)ms);
+            return PJSERVE_DEADLINE_EXCEEDED;
+        }
+        int64_t ns = left_ns < SLICE_MS * 1000000 ? left_ns : SLICE_MS * 1000000;
+        int64_t deadline_ns = pjserve_remaining_ns(ctx);
+        if (deadline_ns > 0 && deadline_ns < ns)
+            ns = deadline_ns;
+        left_ns -= ns;
+        struct timespec ts = {.tv_sec = ns / 1000000000, .tv_nsec = ns % 1000000000};
+        while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
+            ;
     }
     return PJSERVE_OK;
 }

@@ -100,6 +100,8 @@ int pjs__grpc_infer_job_submit(pjs_grpc_infer_job *j, grpc_byte_buffer **payload
     r->deadline_ns = pjs_deadline_earlier(r->deadline_ns, pjs__grpc_deadline_ns(deadline));
     r->on_done = job_on_done;
     r->frontend_ctx = j;
+    r->client_gone = j->client_gone;
+    r->client = j->client;
     if (j->model->bundle->manifest.decoupled)
         r->respond = j->respond;
     j->done = done;

@@ -293,6 +293,11 @@ struct pjs_grpc_infer_job {
      * (ModelStreamInfer); handed to a decoupled model's request. NULL:
      * decoupled models are refused (pjs_server_submit). */
     pjs_infer_respond_fn respond;
+    /* Set before submit by a call that notices its client going away
+     * (ModelStreamInfer), handed to the request (pjs_infer_request's
+     * client_gone); NULL elsewhere. */
+    const atomic_bool *client_gone;
+    const void *client; /* the request's client (pjs_infer_request's), or NULL */
     pjs_grpc_infer_job *next_pooled; /* the front end's pool of ModelInfer calls */
 };
 

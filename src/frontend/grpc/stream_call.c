@@ -103,6 +103,7 @@ struct stream_call {
     bool reading;         /* a read is outstanding, or its message is being submitted */
     bool read_done;       /* half-closed by the client, or reading failed */
     bool dead;            /* cancelled or a write failed: drop responses */
+    atomic_bool gone;     /* `dead`, for the runs of its requests to read unlocked */
     bool metadata_sent;
     bool status_started;
     size_t n_items;
@@ -134,6 +135,15 @@ static void item_free(stream_item *it)
     if (it->response != NULL)
         grpc_byte_buffer_destroy(it->response);
     free(it);
+}
+
+/* The client is gone or cannot be written to: responses are dropped, a
+ * run waiting for room stops waiting, and runs see pjserve_cancelled. */
+static void mark_dead_locked(stream_call *s)
+{
+    s->dead = true;
+    atomic_store(&s->gone, true);
+    pthread_cond_broadcast(&s->room);
 }
 
 static void start_read_locked(stream_call *s)
@@ -216,8 +226,7 @@ static void write_next_locked(stream_call *s)
         ops[n++].data.send_message.send_message = bb;
         if (pjs__grpc_start_batch(s->base.call, ops, n, &s->on_write) != GRPC_CALL_OK) {
             grpc_byte_buffer_destroy(bb);
-            s->dead = true;
-            pthread_cond_broadcast(&s->room);
+            mark_dead_locked(s);
             continue;
         }
         s->metadata_sent = true;
@@ -370,8 +379,7 @@ static int queue_response(stream_item *it, packed_response *p, bool final, bool 
         }
     }
     if (stalled) {
-        s->dead = true;
-        pthread_cond_broadcast(&s->room);
+        mark_dead_locked(s);
         rc = pjs_error_set(err, PJS_ERR_UNAVAILABLE,
                            "the client read none of the ModelStreamInfer stream's responses for "
                            "%llu ms: the stream was closed, stop responding",
@@ -533,6 +541,8 @@ static void stream_on_read(pjs_grpc_tag *tag, bool ok)
         pjs_error err;
         pjs_error_clear(&err);
         it->job.respond = item_respond;
+        it->job.client_gone = &s->gone;
+        it->job.client = s;
         if (pjs__grpc_infer_job_submit(&it->job, &payload, s->base.deadline, item_on_done, &err) !=
             0) {
             pjs_debug("grpc ModelStreamInfer: %s", err.msg);
@@ -555,8 +565,7 @@ static void stream_on_write(pjs_grpc_tag *tag, bool ok)
     s->writing = NULL;
     s->refs--;
     if (!ok) {
-        s->dead = true;
-        pthread_cond_broadcast(&s->room);
+        mark_dead_locked(s);
     }
     write_next_locked(s);
     stream_step_done_locked(s);
@@ -569,8 +578,7 @@ static void stream_on_close(pjs_grpc_tag *tag, bool ok)
     pthread_mutex_lock(&s->lock);
     s->refs--;
     if (s->base.cancelled) {
-        s->dead = true;
-        pthread_cond_broadcast(&s->room);
+        mark_dead_locked(s);
     }
     write_next_locked(s);
     stream_step_done_locked(s);
