@@ -32,7 +32,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
-import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
 from conftest import small_repository
@@ -84,6 +83,32 @@ def raw_request(method: str, path: str, headers=(), body: bytes = b"") -> bytes:
              f"Content-Length: {len(body)}".encode()]
     lines += list(headers)
     return b"\r\n".join(lines) + b"\r\n\r\n" + body
+
+
+def infer_both_protocols(cluster, case, rounds):
+    """Failures of `rounds` gRPC and `rounds` HTTP requests for case through
+    the gateway, sent back to back."""
+    failures = []
+    g = grpcclient.InferenceServerClient(cluster.gateway.grpc_url)
+    try:
+        for _ in range(rounds):
+            try:
+                got, _ = grpc_infer_case(g, case)
+                for name, want in case.expected.items():
+                    np.testing.assert_allclose(got[name], want, rtol=1e-5, atol=1e-5)
+            except (InferenceServerException, AssertionError) as e:
+                failures.append(f"gRPC: {e}")
+            status, doc, _ = http_json(cluster.gateway.http_url, "POST",
+                                       f"/v2/models/{case.model}/infer", {
+                "inputs": [{"name": s.name, "shape": list(case.inputs[s.name].shape),
+                            "datatype": "FP32" if case.inputs[s.name].dtype == np.float32
+                            else "INT32", "data": case.inputs[s.name].ravel().tolist()}
+                           for s in case.input_specs()]})
+            if status != 200:
+                failures.append(f"HTTP {status}: {doc}")
+    finally:
+        g.close()
+    return failures
 
 
 def mlp_ready_everywhere(cluster) -> bool:
@@ -167,28 +192,12 @@ def test_model_names_do_not_open_circuit_breakers(cluster_factory, cases):
     attacker = threading.Thread(target=attack, daemon=True)
     attacker.start()
     time.sleep(0.5)
-    g = grpcclient.InferenceServerClient(c.gateway.grpc_url)
-    h = httpclient.InferenceServerClient(c.gateway.http_url)
-    failures, total = [], 0
     try:
-        for i in range(100):
-            try:
-                got, _ = grpc_infer_case(g, case)
-                np.testing.assert_allclose(got["y"], case.expected["y"], rtol=1e-5, atol=1e-5)
-            except (InferenceServerException, AssertionError) as e:
-                failures.append(f"gRPC: {e}")
-            total += 1
-            status, doc, _ = http_json(c.gateway.http_url, "POST", "/v2/models/mlp/infer", {
-                "inputs": [{"name": "x", "datatype": "FP32", "shape": [1, 16],
-                            "data": case.inputs["x"].ravel().tolist()}]})
-            if status != 200:
-                failures.append(f"HTTP {status}: {doc}")
-            total += 1
+        failures = infer_both_protocols(c, case, 100)
+        total = 200
     finally:
         stop.set()
         attacker.join(30)
-        g.close()
-        h.close()
     assert attacks["sent"] > 50 and attacks["not_found"] == attacks["sent"], attacks
     assert not failures, f"{len(failures)} of {total} legitimate requests failed: {failures[:3]}"
     assert breaker_open_count(c) == 0
@@ -218,30 +227,16 @@ def test_a_draining_workers_refusals_go_to_the_other_worker(cluster_factory, pjs
     time.sleep(0.3)
     draining.terminate()
     case = cases.get("mlp", 1)
-    g = grpcclient.InferenceServerClient(c.gateway.grpc_url)
-    failures, total, refused_by_worker = [], 0, 0
+    failures, total = [], 0
     deadline = time.monotonic() + 4
     try:
         while time.monotonic() < deadline and draining.alive():
-            try:
-                got_case, _ = grpc_infer_case(g, case)
-                np.testing.assert_allclose(got_case["y"], case.expected["y"], rtol=1e-5,
-                                           atol=1e-5)
-            except (InferenceServerException, AssertionError) as e:
-                failures.append(f"gRPC: {e}")
-                refused_by_worker += "shutting down" in str(e)
-            total += 1
-            status, doc, _ = http_json(c.gateway.http_url, "POST", "/v2/models/mlp/infer", {
-                "inputs": [{"name": "x", "datatype": "FP32", "shape": [1, 16],
-                            "data": case.inputs["x"].ravel().tolist()}]})
-            if status != 200:
-                failures.append(f"HTTP {status}: {doc}")
-                refused_by_worker += "shutting down" in str(doc)
-            total += 1
+            failures += infer_both_protocols(c, case, 1)
+            total += 2
     finally:
-        g.close()
         holder.stop_stream(cancel_requests=True)
         holder.close()
+    refused_by_worker = sum("shutting down" in f for f in failures)
     assert total > 20, total
     assert refused_by_worker == 0 and not failures, \
         f"{len(failures)} of {total} requests failed while worker 0 drained: {failures[:3]}"
@@ -346,32 +341,6 @@ def test_an_index_over_the_bound_is_not_taken(huge_index_cluster):
     status, doc, _ = http_json(c.gateway.http_url, "POST", "/v2/repository/index", {})
     assert status == 200 and [m["name"] for m in doc] == ["mlp"], (status, doc)
     finish_cluster(c, expected_errors=(r"more than the 100000",))
-
-
-def infer_both_protocols(cluster, case, rounds):
-    """Failures of `rounds` gRPC and `rounds` HTTP requests for case through
-    the gateway, sent back to back."""
-    failures = []
-    g = grpcclient.InferenceServerClient(cluster.gateway.grpc_url)
-    try:
-        for _ in range(rounds):
-            try:
-                got, _ = grpc_infer_case(g, case)
-                for name, want in case.expected.items():
-                    np.testing.assert_allclose(got[name], want, rtol=1e-5, atol=1e-5)
-            except (InferenceServerException, AssertionError) as e:
-                failures.append(f"gRPC: {e}")
-            status, doc, _ = http_json(cluster.gateway.http_url, "POST",
-                                       f"/v2/models/{case.model}/infer", {
-                "inputs": [{"name": s.name, "shape": list(case.inputs[s.name].shape),
-                            "datatype": "FP32" if case.inputs[s.name].dtype == np.float32
-                            else "INT32", "data": case.inputs[s.name].ravel().tolist()}
-                           for s in case.input_specs()]})
-            if status != 200:
-                failures.append(f"HTTP {status}: {doc}")
-    finally:
-        g.close()
-    return failures
 
 
 def test_a_worker_without_the_model_passes_the_request_on(cluster_factory, cases):
