@@ -9,8 +9,7 @@
 #   make demo       export the demo models and run each once with pjserve run
 #   make asan       unit, end-to-end, protocol (against serve and a node), gateway, client and
 #                   CLI tests on an AddressSanitizer+UBSan build (build-asan/)
-#   make tsan       the same on a ThreadSanitizer build (build-tsan/), the protocol tests
-#                   against serve only
+#   make tsan       the same on a ThreadSanitizer build (build-tsan/)
 #   make fuzz       build the libFuzzer drivers (build-fuzz/) and fuzz each for FUZZ_SECONDS
 #   make bench      server overhead vs the raw limit and the peers (docs/benchmarks.md)
 #   make bench-scheduler  coalescing and fair shares on a compute-bound convnet (same doc);
@@ -115,6 +114,8 @@ tsan: bootstrap
 	$(call cmake_build,build-tsan,-DPJSERVE_SANITIZE=thread -DCMAKE_BUILD_TYPE=Debug)
 	cd build-tsan && $(TSAN_ENV) ctest --output-on-failure -j $(JOBS)
 	$(TSAN_ENV) PJSERVE_BIN=$(CURDIR)/build-tsan/pjserve $(PYTEST) $(SANITIZER_PYTESTS)
+	$(TSAN_ENV) PJSERVE_PROTOCOL_NODE_WORKERS=2 PJSERVE_BIN=$(CURDIR)/build-tsan/pjserve \
+	  $(PYTEST) $(SANITIZER_NODE_PYTESTS)
 
 FUZZERS := fuzz_safetensors fuzz_manifest fuzz_npy fuzz_config fuzz_rest_infer fuzz_grpc_infer \
             fuzz_control_json fuzz_auth_header fuzz_bytes \
