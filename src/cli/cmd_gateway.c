@@ -34,6 +34,9 @@ static const char help[] =
     "worker only when it never reached one (connection refused). SIGINT or SIGTERM\n"
     "answers the requests in flight and exits 0. `pjserve node` runs one of these\n"
     "for you over the workers it starts (docs/node.md).\n"
+    "Readiness: ready while some worker takes traffic; with --strict-readiness true\n"
+    "(the default) also only while every such worker answers ServerReady true, as\n"
+    "serve over the same repository would (start the workers with the same flag).\n"
     "\n"
     "workers:\n"
     "  --worker ADDR           grpc=HOST:PORT,http=HOST:PORT[,metrics=HOST:PORT], or\n"
@@ -245,6 +248,7 @@ int pjs_cmd_gateway(int argc, char **argv)
     o.pool.dns_grpc_port = a.worker_grpc_port;
     o.pool.dns_http_port = a.worker_http_port;
     o.pool.dns_metrics_port = a.worker_metrics_port;
+    o.pool.strict_readiness = a.endpoint.strict_readiness;
     pjs_cli_endpoint_ports(&a.endpoint, access, files.grpc_share, &o.grpc, &o.http,
                            &o.metrics);
     o.max_request_bytes = a.endpoint.max_request_bytes;

@@ -105,7 +105,9 @@ static const char help[] =
     "  --grpc-handshake-timeout-ms --grpc-memory-quota --grpc-threads --http-threads\n"
     "  --http-max-connections --http-max-connections-per-ip --http-*-timeout-s\n"
     "  --max-request-bytes --max-inflight-request-bytes\n"
-    "  --grpc-stream-write-timeout-ms (these three: workers too)\n"
+    "  --grpc-stream-write-timeout-ms --strict-readiness (these four: workers too;\n"
+    "  with --strict-readiness true, the default, the node is ready only while\n"
+    "  every model that should be loaded is READY, as serve; docs/node.md)\n"
     "\n"
     "every other flag of 'pjserve serve' (model control, weights, shared weights,\n"
     "client shared memory, scheduler, meta models, --config, plugin and cache)\n"
@@ -142,6 +144,7 @@ static const struct serve_flag {
     {"allow-client-shm", no_argument, TO_WORKERS},
     {"server-name", required_argument, TO_WORKERS},
     {"grpc-stream-write-timeout-ms", required_argument, TO_BOTH},
+    {"strict-readiness", required_argument, TO_BOTH},
     {"admin-token-file", required_argument, TO_PUBLIC},
     {"infer-token-file", required_argument, TO_PUBLIC},
     {"grpc-tls-cert", required_argument, TO_PUBLIC},
@@ -812,6 +815,7 @@ static int gateway_options(const node_args *a, const node_plan *p, pjs_gw_worker
     pjs_cli_endpoint_ports(&ep, ng->access, files.grpc_share, &o->grpc, &o->http, &o->metrics);
     o->max_request_bytes = ep.max_request_bytes;
     o->max_inflight_request_bytes = ep.max_inflight_request_bytes;
+    o->pool.strict_readiness = ep.strict_readiness;
     o->node_status = gateway_node_status;
     o->node_ctx = ng;
     return PJS_EXIT_OK;

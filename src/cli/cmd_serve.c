@@ -504,6 +504,17 @@ static void log_control_mode(const serve_args *a)
     }
 }
 
+/* Logs what readiness means here, once. */
+static void log_readiness(bool strict)
+{
+    if (strict)
+        pjs_info("readiness strict: /v2/health/ready answers 200 only while every model that "
+                 "should be loaded is READY (--strict-readiness false: while serving)");
+    else
+        pjs_info("readiness not strict: /v2/health/ready answers 200 while the server serves, "
+                 "whatever loaded");
+}
+
 /* Logs which access rules hold, once. */
 static void log_access(const pjs_access *access)
 {
@@ -564,6 +575,7 @@ int pjs_cmd_serve(int argc, char **argv)
     log_config(&config);
     log_control_mode(&a);
     log_access(access);
+    log_readiness(a.endpoint.strict_readiness);
     pjs_file_limit files;
     raise_file_limit(&files);
 
@@ -598,6 +610,7 @@ int pjs_cmd_serve(int argc, char **argv)
         .meta_scratch_bytes = config.meta.scratch_bytes,
         .shared_weights_dir = a.shared_weights_dir,
         .shared_weights_group = a.shared_weights_group,
+        .strict_readiness = a.endpoint.strict_readiness,
     };
     pjs_error err;
     pjs_server *server = NULL;

@@ -50,6 +50,7 @@ enum {
     EP_MAX_REQUEST,
     EP_MAX_INFLIGHT,
     EP_STREAM_WRITE_TIMEOUT,
+    EP_STRICT_READINESS,
     EP_END,
 };
 
@@ -67,6 +68,7 @@ void pjs_cli_endpoint_init(pjs_cli_endpoint *e)
     e->grpc.handshake_timeout_ms = 10000;
     e->grpc.stream_write_timeout_ms = 30000;
     e->max_request_bytes = PJS_DEFAULT_MAX_REQUEST_BYTES;
+    e->strict_readiness = true;
 }
 
 /* An integer in [min, max], or a usage error naming the flag. */
@@ -169,6 +171,13 @@ int pjs_cli_endpoint_option(pjs_cli_endpoint *e, const char *cmd, int opt, const
     case EP_HTTP_TLS_KEY: e->http.tls_key = arg; break;
     case EP_HTTP_TLS_CA: e->http.tls_ca = arg; break;
     case EP_KEEPALIVE_PERMIT: e->grpc.keepalive_permit_without_calls = true; break;
+    case EP_STRICT_READINESS:
+        if (strcmp(arg, "true") != 0 && strcmp(arg, "false") != 0) {
+            pjs_cli_usage_error(cmd, "--%s %s: expected true or false", flag, arg);
+            return -1;
+        }
+        e->strict_readiness = strcmp(arg, "true") == 0;
+        break;
     case EP_GRPC_QUOTA:
         return parse_bytes(cmd, flag, arg, (uint64_t)1 << 20, UINT64_MAX,
                            &e->grpc_memory_quota) != 0 ? -1 : 1;

@@ -26,6 +26,7 @@ typedef struct pjs_cli_endpoint {
     pjs_http_options http;        /* limits and HTTPS of the REST and metrics ports */
     uint64_t max_request_bytes;          /* [PJS_DEFAULT_MAX_REQUEST_BYTES] */
     uint64_t max_inflight_request_bytes; /* 0: 4 x max_request_bytes */
+    bool strict_readiness; /* --strict-readiness [true]: what /v2/health/ready asks */
 } pjs_cli_endpoint;
 
 #define PJS_CLI_ENDPOINT_OPT_BASE 0x400
@@ -63,7 +64,8 @@ typedef struct pjs_cli_endpoint {
         {"http-tls-ca", required_argument, NULL, PJS_CLI_ENDPOINT_OPT_BASE + 28},                  \
         {"max-request-bytes", required_argument, NULL, PJS_CLI_ENDPOINT_OPT_BASE + 29},            \
         {"max-inflight-request-bytes", required_argument, NULL, PJS_CLI_ENDPOINT_OPT_BASE + 30},   \
-        {"grpc-stream-write-timeout-ms", required_argument, NULL, PJS_CLI_ENDPOINT_OPT_BASE + 31}
+        {"grpc-stream-write-timeout-ms", required_argument, NULL, PJS_CLI_ENDPOINT_OPT_BASE + 31}, \
+        {"strict-readiness", required_argument, NULL, PJS_CLI_ENDPOINT_OPT_BASE + 32}
 
 /* --help text of the endpoint flags. */
 #define PJS_CLI_ENDPOINT_HELP                                                                      \
@@ -82,6 +84,13 @@ typedef struct pjs_cli_endpoint {
     "  --max-inflight-request-bytes BYTES  request bytes held at once, both\n"                    \
     "                          protocols; past it requests get RESOURCE_EXHAUSTED /\n"            \
     "                          429 (default 4 x --max-request-bytes)\n"                           \
+    "  --strict-readiness true|false  what GET /v2/health/ready (200 / 400), gRPC\n"         \
+    "                          ServerReady and grpc.health.v1 answer, as Triton's\n"           \
+    "                          flag: true, ready only while every model that should\n"         \
+    "                          be loaded is READY (one bundle that fails to load\n"          \
+    "                          keeps it not ready); false, ready while it serves,\n"         \
+    "                          whatever loaded (default true; docs/serving.md,\n"            \
+    "                          section Readiness)\n"                                           \
     "\n"                                                                                           \
     "gRPC port (docs/serving.md, section Limits):\n"                                               \
     "  --grpc-host ADDR        address gRPC listens on (default: --host)\n"                       \

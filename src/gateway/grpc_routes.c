@@ -4,7 +4,9 @@
  * workers.
  *
  *   local     ServerLive, ServerReady, grpc.health.v1.Health/Check: the
- *             gateway is live; ready when some worker is. NodeStatus: the
+ *             gateway is live; ready as pjs_gw_pool_ready says (some worker
+ *             available and, with strict readiness, every available worker
+ *             ready by its own ServerReady). NodeStatus: the
  *             node's status (NOT_FOUND in a standalone gateway).
  *   by model  ModelInfer, ModelStreamInfer, ModelReady, ModelMetadata,
  *             ModelConfig: the pool picks among the workers holding the
@@ -124,7 +126,7 @@ static int answer(void *ctx, const char *m, const uint8_t *msg, size_t len, uint
     const pjs_gw_grpc_routes *routes = ctx;
     if (method_is(m, CONTROL, "NodeStatus"))
         return node_status(routes, out, out_len, err);
-    bool ready = pjs_gw_pool_available(routes->pool) != 0;
+    bool ready = pjs_gw_pool_ready(routes->pool);
     if (method_is(m, SVC, "ServerLive")) {
         Inference__ServerLiveResponse r = INFERENCE__SERVER_LIVE_RESPONSE__INIT;
         r.live = true;

@@ -949,11 +949,13 @@ static bool is(const char *a, const char *b)
     return strcmp(a, b) == 0;
 }
 
+/* Readiness as serve answers it (200, or 400 with {"ready": false}):
+ * pjs_gw_pool_ready. */
 static void health(pjs__http_call *c, const char *kind)
 {
     pjs_gw_http *h = c->fe->routes_ctx;
-    bool ok = is(kind, "live") || pjs_gw_pool_available(h->pool) != 0;
-    pjs__http_reply_json(c, ok ? 200 : 503, json_pack("{s:b}", kind, ok));
+    bool ok = is(kind, "live") || pjs_gw_pool_ready(h->pool);
+    pjs__http_reply_json(c, ok ? 200 : 400, json_pack("{s:b}", kind, ok));
 }
 
 static void answer_node_status(pjs__http_call *c)

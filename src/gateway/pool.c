@@ -8,7 +8,8 @@
  * so forwards use them without the lock.
  *
  * Probes. One thread visits every worker each interval: ServerLive, then
- * the repository index of ready models, over the worker's gRPC channel.
+ * (under strict readiness) ServerReady, then the repository index of ready
+ * models, over the worker's gRPC channel.
  * Failures count up to `unhealthy_after`; one success makes the worker
  * ready again. A failed probe of a worker that answered requests since its
  * last probe does not count (it is busy, not down). A forward that could
@@ -71,6 +72,7 @@ typedef struct worker {
     bool told_oversized; /* its refused index was logged (once, until it answers again) */
     char **models; /* ready on it, sorted */
     size_t n_models;
+    bool server_ready; /* its ServerReady at the last probe that answered */
     /* Restarted and not yet sent the remembered changes up to the last:
      * no traffic, no new change (those are remembered for it instead). */
     bool needs_replay;
@@ -451,6 +453,21 @@ uint64_t pjs_gw_pool_available(pjs_gw_pool *p)
     return mask;
 }
 
+bool pjs_gw_pool_ready(pjs_gw_pool *p)
+{
+    uint64_t now = now_ms();
+    bool any = false, all = true;
+    pthread_mutex_lock(&p->lock);
+    for (size_t i = 0; i < p->n; i++) {
+        if (!available(&p->w[i], now))
+            continue;
+        any = true;
+        all = all && p->w[i].server_ready;
+    }
+    pthread_mutex_unlock(&p->lock);
+    return any && (all || !p->o.strict_readiness);
+}
+
 static bool change_class(pjs_gw_change_kind k)
 {
     return k == PJS_GW_CHANGE_RESIDENCY; /* loads and unloads replace each other */
@@ -641,8 +658,29 @@ void pjs_gw_free_names(char **names, size_t n)
     free_names(names, n);
 }
 
-/* The ready models of one worker, sorted, or an error. */
-static int probe_worker(pjs_gw_pool *p, size_t i, char ***names, size_t *n, pjs_error *err)
+/* A worker's own readiness (ServerReady), asked under strict readiness
+ * (true otherwise). It decides the gateway's readiness only, never whether
+ * the worker takes traffic: one that does not answer it is not ready. */
+static bool probe_server_ready(pjs_gw_pool *p, grpc_channel *ch)
+{
+    if (!p->o.strict_readiness)
+        return true;
+    Inference__ServerReadyRequest rq = INFERENCE__SERVER_READY_REQUEST__INIT;
+    ProtobufCMessage *resp = NULL;
+    pjs_error err;
+    if (pjs_gw_unary(ch, "/inference.GRPCInferenceService/ServerReady", &rq.base,
+                     &inference__server_ready_response__descriptor, p->token,
+                     p->o.probe_timeout_ms, &resp, &err) != 0)
+        return false;
+    bool ready = ((Inference__ServerReadyResponse *)resp)->ready;
+    protobuf_c_message_free_unpacked(resp, NULL);
+    return ready;
+}
+
+/* The ready models of one worker, sorted, and its ServerReady, or an
+ * error. */
+static int probe_worker(pjs_gw_pool *p, size_t i, char ***names, size_t *n, bool *ready,
+                        pjs_error *err)
 {
     *names = NULL;
     *n = 0;
@@ -660,6 +698,7 @@ static int probe_worker(pjs_gw_pool *p, size_t i, char ***names, size_t *n, pjs_
     protobuf_c_message_free_unpacked(resp, NULL);
     if (!live)
         return pjs_error_set(err, PJS_ERR_UNAVAILABLE, "it is not live");
+    *ready = probe_server_ready(p, ch);
     Inference__RepositoryIndexRequest index_rq = INFERENCE__REPOSITORY_INDEX_REQUEST__INIT;
     index_rq.ready = true;
     rc = pjs_gw_unary(ch, "/inference.GRPCInferenceService/RepositoryIndex", &index_rq.base,
@@ -712,10 +751,12 @@ static bool same_names(char *const *a, size_t n_a, char *const *b, size_t n_b)
     return true;
 }
 
-static void record_probe(pjs_gw_pool *p, size_t i, int rc, char **names, size_t n,
+static void record_probe(pjs_gw_pool *p, size_t i, int rc, char **names, size_t n, bool ready,
                          const pjs_error *err)
 {
     worker *w = &p->w[i];
+    if (rc == 0)
+        w->server_ready = ready;
     if (rc == 0 && w->needs_replay) {
         /* Answers, but lacks the changes made through the gateway: it waits
          * for pjs_gw_pool_probe_worker to send them. */
@@ -928,9 +969,10 @@ static void *probe_thread(void *arg)
             pthread_mutex_unlock(&p->lock);
             if (gone)
                 continue;
-            int rc = probe_worker(p, i, &names, &n, &err);
+            bool ready;
+            int rc = probe_worker(p, i, &names, &n, &ready, &err);
             pthread_mutex_lock(&p->lock);
-            record_probe(p, i, rc, names, n, &err);
+            record_probe(p, i, rc, names, n, ready, &err);
             pthread_mutex_unlock(&p->lock);
         }
         pthread_mutex_lock(&p->lock);
@@ -1095,9 +1137,10 @@ bool pjs_gw_pool_probe_worker(pjs_gw_pool *p, size_t i)
     char **names;
     size_t n;
     pjs_error err;
-    int rc = probe_worker(p, i, &names, &n, &err);
+    bool server_ready;
+    int rc = probe_worker(p, i, &names, &n, &server_ready, &err);
     pthread_mutex_lock(&p->lock);
-    record_probe(p, i, rc, names, n, &err);
+    record_probe(p, i, rc, names, n, server_ready, &err);
     if (p->models_changed)
         rebuild_models(p);
     bool ready = p->w[i].state == PJS_GW_WORKER_READY;

@@ -88,6 +88,9 @@ typedef struct pjs_gw_pool_options {
     const char *dns_name;
     int dns_grpc_port, dns_http_port, dns_metrics_port; /* 0: 8001, 8000, 8002 */
     unsigned dns_refresh_ms;
+    /* --strict-readiness: probes also ask each worker's ServerReady, and
+     * pjs_gw_pool_ready holds only while every available worker said ready. */
+    bool strict_readiness;
     /* Called (from the probe thread) after worker i joined. */
     void (*on_worker_added)(void *ctx, size_t i);
     void *ctx;
@@ -121,6 +124,11 @@ int pjs_gw_pool_pick(pjs_gw_pool *p, const char *model, const char *sequence_key
 int pjs_gw_pool_pick_any(pjs_gw_pool *p, uint64_t tried, pjs_error *err);
 /* The available workers as a bit mask. */
 uint64_t pjs_gw_pool_available(pjs_gw_pool *p);
+/* The gateway's readiness: some worker is available and, under
+ * strict_readiness, every available worker answered ServerReady true at its
+ * last probe (each applies the strict rule to its own repository, so the
+ * gateway is ready exactly when serve over that repository would be). */
+bool pjs_gw_pool_ready(pjs_gw_pool *p);
 /* A change the pool remembers, to bring a restarted worker up to date:
  * the last repository load or unload of each model (a load with its
  * `config` override) and its last residency that some worker accepted, in

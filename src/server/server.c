@@ -83,6 +83,7 @@ struct pjs_server {
     atomic_bool draining;
     pjs_watcher *watcher; /* dynamic mode, until the server drains; else NULL */
     pjs_control_mode control_mode;
+    bool strict_readiness; /* pjs_server_options.strict_readiness */
 
     pthread_mutex_t load_lock; /* one load at a time */
     pjs_work_pool *loads;      /* the load thread and its queue */
@@ -166,6 +167,57 @@ static void mark_internal_locked(pjs_server *s)
                 e->internal = true;
         }
     }
+}
+
+/* A meta or an ensemble serves when every model it calls does. */
+static int meta_calls_serving_locked(pjs_server *s, const pjs_model *m, pjs_error *err)
+{
+    for (size_t k = 0; calls_models(m) && k < m->bundle->manifest.n_calls; k++) {
+        repo_entry *e = find_entry_locked(s, m->bundle->manifest.calls[k]);
+        if (e == NULL || e->model == NULL)
+            return pjs_error_set(err, PJS_ERR_UNAVAILABLE,
+                                 "model \"%s\" is not ready: the model it calls, \"%s\", is not "
+                                 "loaded%s%s",
+                                 m->name, m->bundle->manifest.calls[k],
+                                 e != NULL && e->info.reason[0] ? ": " : "",
+                                 e != NULL ? e->info.reason : "");
+    }
+    return 0;
+}
+
+/* An entry as the index shows it: a meta or an ensemble is READY exactly
+ * when lookups would hand it out, so while a model it calls does not serve
+ * it is UNAVAILABLE with the lookup's reason, which names that model. */
+static pjs_repository_entry entry_view_locked(pjs_server *s, const repo_entry *e)
+{
+    pjs_repository_entry info = e->info;
+    pjs_error err;
+    if (e->model != NULL && meta_calls_serving_locked(s, e->model, &err) != 0) {
+        info.state = PJS_MODEL_UNAVAILABLE;
+        snprintf(info.reason, sizeof info.reason, "%.*s", (int)sizeof info.reason - 1, err.msg);
+    }
+    return info;
+}
+
+/* Strict readiness: whether entry e is as the repository and the requests
+ * made of it say it should be. A model is when it is READY or was unloaded
+ * on request; a meta or an ensemble also when the only models it calls that
+ * do not serve were unloaded on request (it follows them, and serves again
+ * once they are loaded). A failed load, or a model it calls that failed or
+ * left the repository, is not. */
+static bool entry_as_asked_locked(pjs_server *s, const repo_entry *e)
+{
+    if (e->unloaded)
+        return true;
+    if (e->info.state != PJS_MODEL_READY || e->model == NULL)
+        return false;
+    const pjs_manifest *man = &e->model->bundle->manifest;
+    for (size_t k = 0; calls_models(e->model) && k < man->n_calls; k++) {
+        const repo_entry *call = find_entry_locked(s, man->calls[k]);
+        if (call == NULL || (call->model == NULL && !call->unloaded))
+            return false;
+    }
+    return true;
 }
 
 /* Whether bundle `name` declares kind: meta or ensemble (a manifest that
@@ -938,6 +990,7 @@ int pjs_server_create(const pjs_server_options *o, pjs_server **out, pjs_error *
                  pjs_rt_client_platform(s->client), pjs_rt_client_platform_version(s->client),
                  devices);
         s->control_mode = o->control_mode;
+        s->strict_readiness = o->strict_readiness;
         uint64_t budget = weight_budget(s, o);
         rc = pjs_dispatcher_create(o->dispatch_workers > 0 ? o->dispatch_workers : 4,
                                    &s->policies.sched, budget,
@@ -1017,10 +1070,12 @@ bool pjs_server_ready(pjs_server *s)
 {
     if (atomic_load(&s->draining))
         return false;
+    if (!s->strict_readiness)
+        return true;
     bool ready = true;
     pthread_mutex_lock(&s->repo_lock);
-    for (size_t i = 0; i < s->n_entries; i++)
-        ready = ready && (s->entries[i].info.state == PJS_MODEL_READY || s->entries[i].unloaded);
+    for (size_t i = 0; ready && i < s->n_entries; i++)
+        ready = entry_as_asked_locked(s, &s->entries[i]);
     pthread_mutex_unlock(&s->repo_lock);
     return ready;
 }
@@ -1068,22 +1123,6 @@ static bool is_version_number(const char *v)
 {
     size_t n = strspn(v, "0123456789");
     return n > 0 && n <= 18 && v[n] == '\0' && v[0] != '0';
-}
-
-/* A meta or an ensemble serves when every model it calls does. */
-static int meta_calls_serving_locked(pjs_server *s, const pjs_model *m, pjs_error *err)
-{
-    for (size_t k = 0; calls_models(m) && k < m->bundle->manifest.n_calls; k++) {
-        repo_entry *e = find_entry_locked(s, m->bundle->manifest.calls[k]);
-        if (e == NULL || e->model == NULL)
-            return pjs_error_set(err, PJS_ERR_UNAVAILABLE,
-                                 "model \"%s\" is not ready: the model it calls, \"%s\", is not "
-                                 "loaded%s%s",
-                                 m->name, m->bundle->manifest.calls[k],
-                                 e != NULL && e->info.reason[0] ? ": " : "",
-                                 e != NULL ? e->info.reason : "");
-    }
-    return 0;
 }
 
 static int get_model(pjs_server *s, const char *name, const char *version, bool internal_ok,
@@ -1236,11 +1275,13 @@ size_t pjs_server_repository_index(pjs_server *s, bool ready_only, pjs_repositor
     size_t n = 0;
     pthread_mutex_lock(&s->repo_lock);
     for (size_t i = 0; i < s->n_entries; i++) {
-        if (s->entries[i].internal ||
-            (ready_only && s->entries[i].info.state != PJS_MODEL_READY))
+        if (s->entries[i].internal)
+            continue;
+        pjs_repository_entry info = entry_view_locked(s, &s->entries[i]);
+        if (ready_only && info.state != PJS_MODEL_READY)
             continue;
         if (n < cap)
-            out[n] = s->entries[i].info;
+            out[n] = info;
         n++;
     }
     pthread_mutex_unlock(&s->repo_lock);

@@ -82,6 +82,10 @@ typedef struct pjs_server_options {
      * model's host weights are private memory. */
     const char *shared_weights_dir;
     const char *shared_weights_group;
+    /* What pjs_server_ready asks (--strict-readiness, as Triton's): true,
+     * every model that should be loaded is READY; false, the server is up
+     * and serving, whatever loaded. */
+    bool strict_readiness;
 } pjs_server_options;
 
 /* Longest --server-name. */
@@ -107,8 +111,11 @@ void pjs_server_destroy(pjs_server *s);
 /* Stops admitting requests and waits until every accepted one completed. */
 void pjs_server_drain(pjs_server *s);
 bool pjs_server_live(const pjs_server *s);
-/* Live, not draining, and every model in the repository is loaded (models
- * unloaded on request do not count; models that failed to load do). */
+/* Live and not draining; with strict_readiness also every model of the
+ * repository that should be loaded is READY: models unloaded on request do
+ * not count, nor metas and ensembles whose only missing calls were
+ * unloaded on request; a failed load counts, and so does a meta or an
+ * ensemble calling a model that failed or left the repository. */
 bool pjs_server_ready(pjs_server *s);
 
 const char *pjs_server_version(void);          /* "0.1.0" */
@@ -217,7 +224,9 @@ typedef struct pjs_repository_entry {
 
 /* Every bundle directory of the repository (loaded or not) and every loaded
  * model, sorted by name, into out[cap]; returns the count (may exceed cap;
- * out may be NULL when cap is 0). */
+ * out may be NULL when cap is 0). A meta or an ensemble is READY exactly
+ * when pjs_server_get_model hands it out: while a model it calls does not
+ * serve it is UNAVAILABLE, the reason naming that model. */
 size_t pjs_server_repository_index(pjs_server *s, bool ready_only, pjs_repository_entry *out,
                                    size_t cap);
 /* The same into a malloc'd array (*out, free it; NULL when empty). */

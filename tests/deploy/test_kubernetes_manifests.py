@@ -13,10 +13,13 @@ No cluster runs here. What is checked:
   network policies and autoscalers select pods and workloads that exist;
   mounted files exist where the flags point; the gateway's --worker-dns
   names the workers' headless Service on the workers' ports; the
-  InferenceService fits the ServingRuntime it names;
+  InferenceService fits the ServingRuntime it names; --strict-readiness is
+  false where a pod's readiness gates client traffic (the ServingRuntime,
+  the gateway) and true on the workers;
 - the metrics the autoscalers read are ones a real `pjserve serve` exports,
   the worker's arguments with the ConfigMap's configuration start a real
-  server, and the Secret's placeholder token is refused by it.
+  server, the ServingRuntime's command is ready beside a bundle that fails
+  to load, and the Secret's placeholder token is refused by it.
 
 Run:  PJSERVE_BIN=$PWD/build/pjserve .venv/bin/python -m pytest -q tests/deploy
 """
@@ -709,7 +712,9 @@ def test_hpa_metrics_come_from_the_adapter_rules():
 
 def test_serving_runtime_command_starts_a_node():
     """The ServingRuntime's `pjserve node` command line, on this machine's
-    CPU with an empty /mnt/models, comes up ready and drains on SIGTERM."""
+    CPU with a /mnt/models holding only a bundle that fails to load, comes
+    up ready (the pod takes traffic for the models that do load) and drains
+    on SIGTERM."""
     require_binary()
     inv = invocations(docs_of("ServingRuntime"))[0]
     rc, text = pjserve_help(inv.subcommand)
@@ -717,13 +722,27 @@ def test_serving_runtime_command_starts_a_node():
         pytest.skip(f"{pjserve_binary()} has no `{inv.subcommand}` subcommand yet")
     with tempfile.TemporaryDirectory(prefix="pjserve-deploy-") as tmp:
         repo = Path(tmp) / "models"
-        repo.mkdir()
+        (repo / "broken").mkdir(parents=True)
+        (repo / "broken" / "manifest.yaml").write_text("format_version: [not yaml\n")
         server = LocalServer(local_args(inv, {KSERVE_MODEL_DIR: repo}), Path(tmp))
         try:
             server.wait_ready()
             assert server.get(server.http, HEALTH_LIVE) is not None
         finally:
             server.stop()
+
+
+@pytest.mark.parametrize("inv", INVOCATIONS, ids=str)
+def test_strict_readiness_fits_what_the_readiness_probe_gates(inv):
+    """KServe routes to a predictor pod, and the gateway's Service to a
+    gateway pod, only while it is Ready: there one bundle that fails to load
+    must not take every model out of service (--strict-readiness false).
+    Workers are reached by the gateway ready or not, and stay strict (their
+    readiness guards rolling updates)."""
+    gates_clients = inv.pod.doc.kind == "ServingRuntime" or inv.subcommand == "gateway"
+    want = "false" if gates_clients else "true"
+    assert inv.value("--strict-readiness") == want, \
+        f"{inv}: --strict-readiness {inv.value('--strict-readiness')}, expected {want}"
 
 
 def test_placeholder_token_in_the_secret_is_refused():

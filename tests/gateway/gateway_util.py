@@ -15,7 +15,8 @@ from protocol_util import ServerProcess, finish_checked, free_ports, start_or_fa
 
 class GatewayProcess(ServerProcess):
     """`pjserve gateway` over the given workers; ready when its REST
-    readiness answers 200 (some worker ready)."""
+    readiness answers 200 (some worker available and, with strict
+    readiness, every available worker ready)."""
 
     def __init__(self, binary, workers: List[ServerProcess], workdir: Path,
                  extra_args=(), name="gateway"):

@@ -1,5 +1,6 @@
 """A stand-in for a hostile or squatted worker: a gRPC server that answers
-ServerLive and a RepositoryIndex of N READY models, and nothing else.
+ServerLive, ServerReady and a RepositoryIndex of N READY models, and nothing
+else.
 
 Run: python huge_index_worker.py N PORT_FILE
 It writes its port to PORT_FILE once it listens, and prints one line to
@@ -25,6 +26,9 @@ class HugeIndex(pb_grpc.GRPCInferenceServiceServicer):
 
     def ServerLive(self, request, context):
         return pb.ServerLiveResponse(live=True)
+
+    def ServerReady(self, request, context):
+        return pb.ServerReadyResponse(ready=True)
 
     def RepositoryIndex(self, request, context):
         print("index", flush=True)

@@ -277,7 +277,7 @@ def test_worker_killed_under_load_then_none_left(cluster_factory, cases):
 
         c.workers[0].kill()
         wait_for(lambda: http_json(g.http_url, "GET", "/v2/health/ready")[:2] ==
-                 (503, {"ready": False}), 15, "readiness did not turn 503", c.describe)
+                 (400, {"ready": False}), 15, "readiness did not turn 400", c.describe)
         status, doc, _ = http_json(g.http_url, "POST", "/v2/models/mlp/infer", infer_body(case))
         assert status == 503, doc
         assert http_json(g.http_url, "GET", "/v2/health/live")[:2] == (200, {"live": True})

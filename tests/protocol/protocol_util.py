@@ -170,10 +170,10 @@ class ServerProcess:
 
     def _node_workers_ready(self) -> bool:
         """Behind a node, the gateway answers health itself: wait until it
-        routes to workers and the node reports every one of them ready
-        (which the node does only once its gateway routes to it)."""
+        answers health_route and the node reports every worker ready (which
+        the node does only once its gateway routes to it)."""
         try:
-            with urllib.request.urlopen(f"http://{self.http_url}/v2/health/ready",
+            with urllib.request.urlopen(f"http://{self.http_url}/v2/health/{self.health_route}",
                                         timeout=2) as r:
                 if r.status != 200:
                     return False

@@ -1,8 +1,9 @@
 /*
  * health.c - grpc.health.v1.Health: Check and Watch.
  *
- * The server is SERVING when pjs_server_ready (live, not draining, every
- * model loaded) and NOT_SERVING otherwise. Both the whole server ("") and
+ * The server is SERVING when pjs_server_ready (live, not draining and,
+ * under --strict-readiness true, every model that should be loaded READY)
+ * and NOT_SERVING otherwise. Both the whole server ("") and
  * inference.GRPCInferenceService answer; Check of any other service is
  * NOT_FOUND, Watch of one reports SERVICE_UNKNOWN, as the protocol says.
  *
