@@ -104,9 +104,10 @@ void pjs_log_limited(pjs_log_limiter *l, pjs_log_level level, const char *fmt, .
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
     uint64_t dropped = atomic_exchange(&l->dropped, 0);
+    /* Lines are only dropped after one was written, at next - 1000. */
     if (dropped > 0)
-        pjs_log(level, "%s (%llu more like it dropped before this one)", msg,
-                (unsigned long long)dropped);
+        pjs_log(level, "%s (%llu more like this in the last %.1f s)", msg,
+                (unsigned long long)dropped, (double)(now - (next - 1000)) / 1000.0);
     else
         pjs_log(level, "%s", msg);
 }

@@ -39,10 +39,13 @@ void pjs_log(pjs_log_level level, const char *fmt, ...) __attribute__((format(pr
 size_t pjs_log_escape(const char *in, size_t len, char *out, size_t size);
 
 /* A bound on how often one source of lines may log: at most one line per
- * second gets written, the rest are counted and the next line written says
- * how many were dropped. For errors a client or the system can repeat at
- * will (a full connection table, an exhausted descriptor table), so they can
- * never flood the log. Zero-initialize; any thread may use it. */
+ * second gets written, the rest are counted and the next line written ends
+ * with how many were dropped since the one before it, "(N more like this in
+ * the last X s)". For any line a client, a traffic pattern or the system can
+ * repeat at will (a full connection table, a model loaded on every request,
+ * a worker retried), so it can never flood the log. One limiter per call
+ * site, kept in the struct that owns that site's work (a model, a front
+ * end). Zero-initialize; any thread may use it. */
 typedef struct pjs_log_limiter {
     _Atomic int64_t next_ms;  /* monotonic time before which lines are dropped */
     _Atomic uint64_t dropped; /* lines dropped since the last one written */

@@ -78,6 +78,7 @@ struct pjs_gw_http {
      * join while it runs). */
     char metrics_addr[PJS_GW_MAX_WORKERS][HOST_PORT_MAX];
     atomic_uint_fast64_t retries; /* transfers sent again to another worker */
+    pjs_log_limiter retry_log;    /* bounds the lines retries write: one per request */
 };
 
 typedef enum job_kind {
@@ -868,10 +869,11 @@ static bool retry_elsewhere(transfer *t)
         pjs_debug("gateway: %s %.256s: worker %d (%s): %s; sending it to worker %d",
                   j->call->method, j->call->url, t->worker, worker_http(t), why, next);
     else
-        pjs_info("gateway: %s %.256s: worker %d (%s) %s (%s); sending it to worker %d",
-                 j->call->method, j->call->url, t->worker, worker_http(t),
-                 t->draining ? "refused it before running it" : "could not be reached", why,
-                 next);
+        pjs_log_limited(&h->retry_log, PJS_LOG_INFO,
+                        "gateway: %s %.256s: worker %d (%s) %s (%s); sending it to worker %d",
+                        j->call->method, j->call->url, t->worker, worker_http(t),
+                        t->draining ? "refused it before running it" : "could not be reached",
+                        why, next);
     j->tried |= (uint64_t)1 << next;
     if (transfer_aim(t, next, &err) != 0 || curl_multi_add_handle(h->multi, t->easy) != CURLM_OK) {
         pjs_gw_pool_done(h->pool, next, PJS_GW_NOT_SENT);

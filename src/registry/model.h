@@ -141,7 +141,14 @@ typedef struct pjs_model {
     struct pjs_sequence_table *sequences;
     pthread_mutex_t sequences_lock;
     uint64_t sequences_swept_ns; /* last idle sweep, under sequences_lock */
-    pjs_log_limiter sequence_evictions_log;
+
+    /* Bounds on the lines this model's traffic can repeat at will (one a
+     * second each, the rest counted; core/log.h). */
+    pjs_log_limiter sequence_evictions_log; /* live sequences evicted for room */
+    pjs_log_limiter sequence_idle_log;      /* idle sequences freed */
+    pjs_log_limiter failed_requests_log;    /* requests whose run failed */
+    pjs_log_limiter over_budget_log;        /* loaded over the device weight budget */
+    pjs_log_limiter prefetch_log;           /* weight copies ahead of its turn failed */
 } pjs_model;
 
 /* Compiles every module of an opened bundle (taking ownership of it, also on

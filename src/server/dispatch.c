@@ -405,7 +405,8 @@ static void run_batch(owner_scratch *sc, const batch *bt, uint64_t start, exec_t
         r->error = err;
         if (rc != 0) {
             const char *id = r->id != NULL && r->id[0] ? r->id : "(no id)";
-            pjs_warn("model %s: request %s failed: %s", m->name, id, err.msg);
+            pjs_log_limited(&m->failed_requests_log, PJS_LOG_WARN, "model %s: request %s failed: %s",
+                            m->name, id, err.msg);
             pjs_infer_request_release(r);
         }
     }
@@ -523,9 +524,10 @@ static void transfer_settle(pjs_dispatcher *d, bool wait)
     pthread_mutex_unlock(&d->lock);
     pjs_wcache_commit(&d->cache, &m->wentry, rc == 0); /* cache_load marked it warm */
     if (rc != 0)
-        pjs_warn("model %s: copying its weights ahead of its turn failed (%s); they are loaded "
-                 "again when it runs",
-                 m->name, err.msg);
+        pjs_log_limited(&m->prefetch_log, PJS_LOG_WARN,
+                        "model %s: copying its weights ahead of its turn failed (%s); they are "
+                        "loaded again when it runs",
+                        m->name, err.msg);
     if (rc != 0)
         drop_lookahead(d);
     release_if_retired(d, m);
@@ -580,12 +582,13 @@ static int acquire(pjs_dispatcher *d, pjs_model *m, uint64_t uses, pjs_error *er
     int rc = pjs_wcache_acquire(&d->cache, &m->wentry, uses, &over_budget, err);
     if (rc != 0)
         return pjs_error_prefix(err, "model %s: ", m->name);
-    if (over_budget) {
+    if (over_budget) { /* on every load of it: each request, when other models run between */
         char have[32], budget[32];
-        pjs_warn("model %s: its weights (%s) exceed the device weight budget (%s); loaded after "
-                 "evicting every other model",
-                 m->name, pjs_format_bytes(m->wentry.bytes, have, sizeof have),
-                 pjs_format_bytes(d->cache.budget, budget, sizeof budget));
+        pjs_log_limited(&m->over_budget_log, PJS_LOG_WARN,
+                        "model %s: its weights (%s) exceed the device weight budget (%s); loaded "
+                        "after evicting every other model",
+                        m->name, pjs_format_bytes(m->wentry.bytes, have, sizeof have),
+                        pjs_format_bytes(d->cache.budget, budget, sizeof budget));
     }
     return 0;
 }

@@ -72,6 +72,7 @@ struct pjs_meta_gate {
     pthread_t *threads;           /* watchdog, gate threads, compute threads */
     size_t n_threads;             /* started */
     runner *runners;              /* gate threads', then max_compute_threads */
+    pjs_log_limiter thread_start_log; /* compute threads that failed to start: per job */
 };
 
 /* ---- queues ----------------------------------------------------------------- */
@@ -398,7 +399,8 @@ int pjs_meta_gate_submit(pjs_meta_gate *g, pjs_meta_job *job, bool gated, uint64
         g->compute_started < g->max_compute_threads && under_share(g, job->client)) {
         pjs_error ignored;
         if (start_compute_thread(g, &ignored) != 0)
-            pjs_warn("%s: %s; the run waits for a busy thread", g->name, ignored.msg);
+            pjs_log_limited(&g->thread_start_log, PJS_LOG_WARN,
+                            "%s: %s; the run waits for a busy thread", g->name, ignored.msg);
     }
     pthread_cond_signal(&q->ready);
     if (deadline_ns != 0 && (g->watchdog_until == 0 || deadline_ns < g->watchdog_until))

@@ -252,16 +252,18 @@ static void sweep_idle(pjs_model *m, uint64_t now)
     if (now - m->sequences_swept_ns < timeout / 4)
         return;
     m->sequences_swept_ns = now;
-    pjs_sequence_id expired[8];
-    size_t n = pjs_sequence_expire(m->sequences, now, expired, 8);
-    for (size_t i = 0; i < n && i < 8; i++) {
-        char name[PJS_SEQUENCE_ID_MAX + 8];
-        pjs_log(PJS_LOG_INFO, "model %s: sequence %s freed after %lld ms idle", m->name,
-                pjs_sequence_id_format(&expired[i], name, sizeof name),
-                (long long)spec_of(m)->idle_timeout_ms);
-    }
-    if (n > 8)
-        pjs_log(PJS_LOG_INFO, "model %s: %zu more idle sequences freed", m->name, n - 8);
+    pjs_sequence_id expired[1];
+    size_t n = pjs_sequence_expire(m->sequences, now, expired, 1);
+    if (n == 0)
+        return;
+    /* One line per sweep, and a client can open sequences at will. */
+    char name[PJS_SEQUENCE_ID_MAX + 8], more[40] = "";
+    if (n > 1)
+        snprintf(more, sizeof more, " and %zu more", n - 1);
+    pjs_log_limited(&m->sequence_idle_log, PJS_LOG_INFO,
+                    "model %s: sequence %s%s freed after %lld ms idle", m->name,
+                    pjs_sequence_id_format(&expired[0], name, sizeof name), more,
+                    (long long)spec_of(m)->idle_timeout_ms);
 }
 
 static int sequence_id_of(const pjs_infer_request *r, pjs_sequence_id *id, pjs_error *err)

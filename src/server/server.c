@@ -91,6 +91,7 @@ struct pjs_server {
     pthread_mutex_t jobs_lock; /* guards load_jobs and n_load_waiters */
     struct load_job *load_jobs;/* models queued or loading */
     size_t n_load_waiters;     /* callers waiting on them, all jobs */
+    pjs_log_limiter joined_load_log; /* load calls that join one already queued */
     pjs_meta_gate *meta_gate;  /* where meta runs run (server/meta.h) */
     pjs_meta_gate *stream_gate; /* decoupled compute-only metas' runs */
     pjs_scratch_pool *scratch; /* their reuse buffers */
@@ -795,9 +796,10 @@ static int load_async(pjs_server *s, const char *name, const char *config_text, 
             }
         }
     } else {
-        pjs_info("model %s: a load of it is already queued or running; this request waits for "
-                 "its result",
-                 name);
+        pjs_log_limited(&s->joined_load_log, PJS_LOG_INFO,
+                        "model %s: a load of it is already queued or running; this request "
+                        "waits for its result",
+                        name);
     }
     if (rc == 0) {
         w->next = job->waiters;

@@ -429,3 +429,46 @@ def test_model_larger_than_budget(start_server, residency_models):
     for model in (a, b):
         assert re.search(rf"WARN.*{model}.*budget", log), \
             f"no warning that {model}'s weights exceed the budget in the log:\n{log[-3000:]}"
+
+
+OVER_BUDGET_REQUESTS = 300
+OVER_BUDGET_LINE = re.compile(r"WARN  model (\S+): its weights .* exceed the device weight budget"
+                              r".*?(?: \((\d+) more like this in the last [\d.]+ s\))?$", re.M)
+
+
+@serve_only("the weight budget and its LRU are per worker")
+def test_over_budget_warning_is_rate_limited(start_server, residency_models):
+    """Two models each over the budget, requested in turn: every request
+    loads its model (evicting the other), and the warning that goes with
+    each load is written at most once a second per model, the loads in
+    between counted on the next line written, never one line per request."""
+    mb = residency_models.weight_bytes
+    a, b = NAMES[:2]
+    server = start_server([a, b], mb // 2, ["--warmup-runs", "0"])
+    start = cache_view(server)
+    log_start = len(server.stderr_text())
+    g, _ = clients(server)
+    t0 = time.monotonic()
+    try:
+        for k in range(OVER_BUDGET_REQUESTS):
+            infer_checked(g, "grpc", residency_models.cases[(a, b)[k % 2]][1], f"(request {k})")
+        # A second later, one more each: those lines carry the counts of
+        # every load since the last line written.
+        time.sleep(1.1)
+        for model in (a, b):
+            infer_checked(g, "grpc", residency_models.cases[model][1], "(after the pause)")
+    finally:
+        g.close()
+    elapsed = time.monotonic() - t0
+    loads = delta(cache_view(server).loads, start.loads)
+    assert sum(loads.values()) >= OVER_BUDGET_REQUESTS, loads
+
+    lines = OVER_BUDGET_LINE.findall(server.stderr_text()[log_start:])
+    for model in (a, b):
+        mine = [int(n or 0) for m, n in lines if m == model]
+        # one line a second at most, plus the one the first load may write
+        assert 1 <= len(mine) <= elapsed + 2, (model, len(mine), elapsed)
+        assert mine[-1] > 0, f"the last line for {model} carries no count: {mine}"
+        # every load is either a line or counted in one (start-up's lines
+        # may be counted too)
+        assert loads[model] <= len(mine) + sum(mine) <= loads[model] + 2, (model, mine, loads)

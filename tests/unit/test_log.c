@@ -1,10 +1,12 @@
 /*
  * test_log.c - log lines cannot be forged: control characters in a message
  * are escaped (pjs_log_escape), and pjs_log writes exactly one line per call
- * whatever its arguments hold.
+ * whatever its arguments hold; a rate-limited source writes one line a
+ * second at most and counts the rest in the next line it writes.
  */
 #include <setjmp.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -96,6 +98,69 @@ static void a_long_message_is_cut_into_one_line(void **state)
     assert_ptr_equal(strchr(buf, '\n'), buf + n - 1);
 }
 
+/* Points stderr at a pipe; restore_stderr puts it back and returns what was
+ * written in between. */
+static int redirect_stderr(int fds[2])
+{
+    assert_int_equal(pipe(fds), 0);
+    int saved = dup(STDERR_FILENO);
+    assert_true(saved >= 0);
+    assert_true(dup2(fds[1], STDERR_FILENO) >= 0);
+    return saved;
+}
+
+static size_t restore_stderr(int saved, int fds[2], char *buf, size_t size)
+{
+    assert_true(dup2(saved, STDERR_FILENO) >= 0);
+    close(saved);
+    close(fds[1]);
+    ssize_t n = read(fds[0], buf, size - 1);
+    close(fds[0]);
+    buf[n > 0 ? n : 0] = '\0';
+    return n > 0 ? (size_t)n : 0;
+}
+
+static size_t count_lines(const char *s)
+{
+    size_t n = 0;
+    for (; *s; s++)
+        n += *s == '\n';
+    return n;
+}
+
+static void a_limited_source_writes_one_line_a_second_and_counts_the_rest(void **state)
+{
+    (void)state;
+    pjs_log_limiter limiter = {0};
+    char buf[8192];
+    int fds[2];
+    int saved = redirect_stderr(fds);
+    for (int i = 0; i < 50; i++)
+        pjs_log_limited(&limiter, PJS_LOG_WARN, "model %s: over budget", "big");
+    restore_stderr(saved, fds, buf, sizeof buf);
+    assert_int_equal(count_lines(buf), 1);
+    assert_non_null(strstr(buf, "WARN  model big: over budget\n"));
+    assert_int_equal(atomic_load(&limiter.dropped), 49);
+
+    /* A second later the next line is written, with the count. */
+    atomic_fetch_sub(&limiter.next_ms, 1000);
+    saved = redirect_stderr(fds);
+    pjs_log_limited(&limiter, PJS_LOG_WARN, "model %s: over budget", "big");
+    pjs_log_limited(&limiter, PJS_LOG_WARN, "model %s: over budget", "big");
+    restore_stderr(saved, fds, buf, sizeof buf);
+    assert_int_equal(count_lines(buf), 1);
+    assert_non_null(strstr(buf, "WARN  model big: over budget (49 more like this in the last 1."));
+    assert_non_null(strstr(buf, " s)\n"));
+    assert_int_equal(atomic_load(&limiter.dropped), 1); /* the call just after it */
+
+    /* A line under the threshold is neither written nor counted. */
+    pjs_log_set_level(PJS_LOG_ERROR);
+    atomic_fetch_sub(&limiter.next_ms, 1000);
+    pjs_log_limited(&limiter, PJS_LOG_WARN, "quiet");
+    pjs_log_set_level(PJS_LOG_INFO);
+    assert_int_equal(atomic_load(&limiter.dropped), 1);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -105,6 +170,7 @@ int main(void)
         cmocka_unit_test(never_splits_an_escape),
         cmocka_unit_test(one_line_per_call),
         cmocka_unit_test(a_long_message_is_cut_into_one_line),
+        cmocka_unit_test(a_limited_source_writes_one_line_a_second_and_counts_the_rest),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

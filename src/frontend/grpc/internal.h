@@ -43,6 +43,7 @@
 #include <grpc/grpc.h>
 #include <protobuf-c/protobuf-c.h>
 
+#include "core/log.h"
 #include "core/status.h"
 #include "core/work_pool.h"
 #include "frontend/grpc/arena.h"
@@ -168,6 +169,7 @@ struct pjs_grpc_frontend {
     uint64_t stream_write_stall_ns; /* a stream's longest wait for its client to read; 0: none */
     grpc_resource_quota *quota;   /* bounds gRPC's own buffers (--grpc-memory-quota) */
     pjs_grpc_conn_guard *guard;   /* keeps connections within their descriptors; NULL: off */
+    pjs_log_limiter refused_stream_msg_log; /* forwarding: stream messages refused (proxy.c) */
     grpc_server *core;
     grpc_completion_queue *cq;
     void **registered; /* per pjs__grpc_methods entry */

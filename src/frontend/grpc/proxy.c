@@ -671,7 +671,8 @@ static void on_client_msg(pjs_grpc_tag *tag, bool ok)
         grpc_slice plain;
         pjs_error err;
         if (pjs__grpc_take_payload(&p->client_msg, p->f->max_message, &plain, &err) != 0) {
-            pjs_warn("gateway: %s: a stream message was refused: %s", p->method, err.msg);
+            pjs_log_limited(&p->f->refused_stream_msg_log, PJS_LOG_WARN,
+                            "gateway: %s: a stream message was refused: %s", p->method, err.msg);
             grpc_call_cancel_with_status(p->call, (grpc_status_code)pjs_status_to_grpc(err.code),
                                          err.msg, NULL);
             proxy_unref(p);
