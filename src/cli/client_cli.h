@@ -59,8 +59,14 @@ const char *pjs_cli_url(const pjs_cli_conn *o, char *buf, size_t cap);
  * PJS_EXIT_FAILURE or PJS_EXIT_USAGE, else 0. */
 int pjs_cli_connect(const char *cmd, const pjs_cli_conn *o, pjs_client **out);
 
-/* Prints "pjserve: error: <what>: <message>" and a hint that fits the
- * code; returns PJS_EXIT_FAILURE. */
+/* `s` made safe for a terminal: its control characters escaped as the
+ * server's log escapes them (pjs_log_escape: "\n", "\x1b", ...), so a string
+ * a server chose (an output name, an error message) cannot start a line of
+ * its own or steer the terminal. Cut to fit cap; returns buf. */
+const char *pjs_cli_shown(const char *s, char *buf, size_t cap);
+
+/* Prints "pjserve: error: <what>: <message>", the message escaped
+ * (pjs_cli_shown), and a hint that fits the code; returns PJS_EXIT_FAILURE. */
 int pjs_cli_client_fail(const pjs_client *c, const char *what, const pjs_client_error *err);
 
 /* Parses a JSON document the library handed out (and frees the text). */
@@ -77,7 +83,8 @@ typedef struct pjs_cli_table {
 } pjs_cli_table;
 
 void pjs_cli_table_init(pjs_cli_table *t, size_t n_cols);
-/* Appends a row of n_cols cells (copied); NULL cells print as "-". */
+/* Appends a row of n_cols cells (copied, escaped with pjs_cli_shown); NULL
+ * cells print as "-". */
 void pjs_cli_table_row(pjs_cli_table *t, const char *const *cells);
 void pjs_cli_table_print(const pjs_cli_table *t);
 void pjs_cli_table_free(pjs_cli_table *t);

@@ -9,6 +9,7 @@
 
 #include "cli/cli.h"
 #include "cli/client_cli.h"
+#include "core/log.h"
 
 int pjs_cli_conn_option(const char *cmd, pjs_cli_conn *o, int opt, const char *arg)
 {
@@ -113,10 +114,18 @@ static const char *hint(const pjs_client_error *err)
     }
 }
 
+const char *pjs_cli_shown(const char *s, char *buf, size_t cap)
+{
+    pjs_log_escape(s, strlen(s), buf, cap);
+    return buf;
+}
+
 int pjs_cli_client_fail(const pjs_client *c, const char *what, const pjs_client_error *err)
 {
     (void)c;
-    fprintf(stderr, "pjserve: error: %s: %s\n", what, err->message);
+    char message[4 * sizeof err->message];
+    fprintf(stderr, "pjserve: error: %s: %s\n", what,
+            pjs_cli_shown(err->message, message, sizeof message));
     const char *h = hint(err);
     if (h != NULL)
         fprintf(stderr, "hint: %s\n", h);
@@ -149,10 +158,10 @@ void pjs_cli_table_init(pjs_cli_table *t, size_t n_cols)
 static char *dup_cell(const char *s)
 {
     const char *v = s != NULL && s[0] != '\0' ? s : "-";
-    size_t n = strlen(v) + 1;
-    char *d = malloc(n);
+    size_t cap = 4 * strlen(v) + 1; /* every byte escaped */
+    char *d = malloc(cap);
     if (d != NULL)
-        memcpy(d, v, n);
+        pjs_cli_shown(v, d, cap);
     return d;
 }
 

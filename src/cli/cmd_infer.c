@@ -275,11 +275,13 @@ static void shape_text(const pjs_client_tensor *t, char *out, size_t cap)
 static int save_output(const char *dir, const pjs_client_tensor *t, char *path, size_t cap)
 {
     pjs_dtype dt = pjs_dtype_from_kserve(t->datatype, strlen(t->datatype));
+    char name[1024];
+    pjs_cli_shown(t->name, name, sizeof name);
     if (t->rank > PJS_MAX_RANK)
         return pjs_cli_fail("output %s has %zu dimensions; .npy files here hold at most %d",
-                            t->name, t->rank, PJS_MAX_RANK);
+                            name, t->rank, PJS_MAX_RANK);
     if (strchr(t->name, '/') != NULL || strcmp(t->name, "..") == 0)
-        return pjs_cli_fail("output name %s cannot be a file name", t->name);
+        return pjs_cli_fail("output name %s cannot be a file name", name);
     pjs_shape shape = {.rank = (int)t->rank};
     for (size_t i = 0; i < t->rank; i++)
         shape.dims[i] = t->shape[i];
@@ -289,8 +291,9 @@ static int save_output(const char *dir, const pjs_client_tensor *t, char *path, 
     pjs_error err;
     int rc = dt == PJS_DTYPE_BYTES ? pjs_npy_save_bytes(path, &shape, t->data, t->nbytes, &err)
                                    : pjs_npy_save(path, dt, &shape, t->data, &err);
-    if (rc != 0)
-        return pjs_cli_fail("output %s: %s", t->name, err.msg);
+    char why[4 * sizeof err.msg];
+    if (rc != 0) /* the message names the file, which holds the output's name */
+        return pjs_cli_fail("output %s: %s", name, pjs_cli_shown(err.msg, why, sizeof why));
     return 0;
 }
 

@@ -262,3 +262,74 @@ def test_through_a_gateway(tools, gateway, cases, tmp_path):
         assert r.returncode == 0, r.stderr
         np.testing.assert_allclose(np.load(out / "y.npy"), case.expected["y"], rtol=1e-5,
                                    atol=1e-5)
+
+
+# ---- a server's strings reach the terminal escaped -----------------------------------
+
+HOSTILE = "y\x1b[2J\n2026-11-23T18:00:00Z forged line\r"
+ESCAPED = "y\\x1b[2J\\n2026-11-23T18:00:00Z forged line\\r"
+
+
+class HostileServer:
+    """A KServe V2 REST server that answers every inference with an output
+    named HOSTILE, or (for a model named `refuse`) an error whose text is
+    HOSTILE: what a hostile or broken server could send."""
+
+    def __init__(self):
+        import http.server
+        import threading
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_POST(self):
+                self.rfile.read(int(self.headers.get("Content-Length", 0)))
+                if "/models/refuse/" in self.path:
+                    status, doc = 400, {"error": HOSTILE}
+                else:
+                    status, doc = 200, {"model_name": "m", "outputs": [
+                        {"name": HOSTILE, "datatype": "INT32", "shape": [1], "data": [7]}]}
+                body = json.dumps(doc).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args):
+                pass
+
+        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
+        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+        self.thread.start()
+
+    def close(self):
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+@pytest.fixture
+def hostile_server():
+    s = HostileServer()
+    yield s
+    s.close()
+
+
+def test_infer_shows_a_servers_strings_escaped(tools, hostile_server, tmp_path):
+    """An output name and an error text holding ESC, CR and newlines are
+    shown escaped, each on the one line it belongs to."""
+    np.save(tmp_path / "x.npy", np.ones((1,), np.int32))
+    r = pjserve(tools, "infer", "m", "--input", f"x={tmp_path / 'x.npy'}",
+                "--url", hostile_server.url)
+    assert r.returncode == 0, r.stderr
+    assert "\x1b" not in r.stdout and "\r" not in r.stdout
+    lines = r.stdout.splitlines()
+    assert len(lines) == 2, r.stdout
+    assert lines[1].startswith(ESCAPED) and lines[1].rstrip().endswith("[7]"), r.stdout
+
+    r = pjserve(tools, "infer", "refuse", "--input", f"x={tmp_path / 'x.npy'}",
+                "--url", hostile_server.url)
+    assert r.returncode == 1
+    assert "\x1b" not in r.stderr and "\r" not in r.stderr
+    error = [ln for ln in r.stderr.splitlines() if ln.startswith("pjserve: error:")]
+    assert len(error) == 1 and ESCAPED in error[0], r.stderr
+    assert "forged line" not in r.stderr.replace(error[0], ""), r.stderr
