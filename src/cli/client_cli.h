@@ -68,6 +68,9 @@ const char *pjs_cli_shown(const char *s, char *buf, size_t cap);
 /* Prints "pjserve: error: <what>: <message>", the message escaped
  * (pjs_cli_shown), and a hint that fits the code; returns PJS_EXIT_FAILURE. */
 int pjs_cli_client_fail(const pjs_client *c, const char *what, const pjs_client_error *err);
+/* The same with the caller's hint (NULL: the one that fits the code). */
+int pjs_cli_client_fail_hint(const pjs_client *c, const char *what, const pjs_client_error *err,
+                             const char *hint);
 
 /* Parses a JSON document the library handed out (and frees the text). */
 json_t *pjs_cli_parse_doc(char *text);

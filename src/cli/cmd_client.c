@@ -122,11 +122,17 @@ const char *pjs_cli_shown(const char *s, char *buf, size_t cap)
 
 int pjs_cli_client_fail(const pjs_client *c, const char *what, const pjs_client_error *err)
 {
+    return pjs_cli_client_fail_hint(c, what, err, NULL);
+}
+
+int pjs_cli_client_fail_hint(const pjs_client *c, const char *what, const pjs_client_error *err,
+                             const char *own_hint)
+{
     (void)c;
     char message[4 * sizeof err->message];
     fprintf(stderr, "pjserve: error: %s: %s\n", what,
             pjs_cli_shown(err->message, message, sizeof message));
-    const char *h = hint(err);
+    const char *h = own_hint != NULL ? own_hint : hint(err);
     if (h != NULL)
         fprintf(stderr, "hint: %s\n", h);
     return PJS_EXIT_FAILURE;

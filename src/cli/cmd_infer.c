@@ -3,8 +3,15 @@
  * inference on a running server through libpjserve-client, inputs read
  * from .npy files, outputs written as .npy files (--output-dir) or shown:
  * a table with the first values, or every value with --json.
+ *
+ * A decoupled model's answers come over a gRPC stream (--stream): each is
+ * shown as it arrives, until the server ends the stream. A stateful
+ * model's steps carry --sequence-id and its start and end flags, sent as
+ * the request parameters sequence_id, sequence_start and sequence_end.
  */
+#include <errno.h>
 #include <getopt.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -17,6 +24,7 @@
 #include "core/npy.h"
 
 #define MAX_TENSORS 64
+#define MAX_PARAMETERS 32
 /* Values shown per output in the table. */
 #define PREVIEW_VALUES 6
 
@@ -33,6 +41,18 @@ static const char help[] =
     "  --output-dir DIR       write each output to DIR/NAME.npy (DIR is created)\n"
     "  --id ID                the request id the server echoes\n"
     "  --priority N           the request's priority parameter\n"
+    "  --parameter KEY=VALUE  a request parameter; repeatable. VALUE is typed by a\n"
+    "                         prefix, int:, bool: or string: (KEY=string:5); without\n"
+    "                         one, true and false are bool, an integer is int, and\n"
+    "                         anything else a string\n"
+    "  --sequence-id ID       a stateful model's sequence (digits: an integer id,\n"
+    "                         else a string one)\n"
+    "  --sequence-start       this request starts the sequence\n"
+    "  --sequence-end         this request ends it\n"
+    "  --stream               send over a gRPC stream (ModelStreamInfer) and show each\n"
+    "                         response as it arrives, until the server ends the\n"
+    "                         stream: for decoupled models, which may answer with\n"
+    "                         zero, one or many responses\n"
     "\n" PJS_CLI_CONN_HELP
     "\n"
     "Without --output-dir the outputs are shown: a table with the first values, or\n"
@@ -60,6 +80,11 @@ typedef struct infer_args {
     const char *id;
     long long priority;
     bool has_priority;
+    const char *parameters[MAX_PARAMETERS]; /* KEY=VALUE */
+    size_t n_parameters;
+    const char *sequence_id;
+    bool sequence_start, sequence_end;
+    bool stream;
     pjs_cli_conn conn;
 } infer_args;
 
@@ -71,6 +96,11 @@ static int parse(int argc, char **argv, infer_args *a)
         {"output-dir", required_argument, NULL, 'd'},
         {"id", required_argument, NULL, 'I'},
         {"priority", required_argument, NULL, 'p'},
+        {"parameter", required_argument, NULL, 'P'},
+        {"sequence-id", required_argument, NULL, 'q'},
+        {"sequence-start", no_argument, NULL, 's'},
+        {"sequence-end", no_argument, NULL, 'e'},
+        {"stream", no_argument, NULL, 'S'},
         {"help", no_argument, NULL, 'h'},
         PJS_CLI_CONN_LONG_OPTIONS,
         {NULL, 0, NULL, 0},
@@ -108,6 +138,22 @@ static int parse(int argc, char **argv, infer_args *a)
             a->has_priority = true;
             break;
         }
+        case 'P':
+            if (a->n_parameters == MAX_PARAMETERS)
+                return pjs_cli_usage_error("infer", "at most %d parameters", MAX_PARAMETERS);
+            if (strchr(optarg, '=') == NULL || optarg[0] == '=')
+                return pjs_cli_usage_error("infer", "--parameter takes KEY=VALUE, not '%s'",
+                                           optarg);
+            a->parameters[a->n_parameters++] = optarg;
+            break;
+        case 'q':
+            if (optarg[0] == '\0')
+                return pjs_cli_usage_error("infer", "--sequence-id takes an id");
+            a->sequence_id = optarg;
+            break;
+        case 's': a->sequence_start = true; break;
+        case 'e': a->sequence_end = true; break;
+        case 'S': a->stream = true; break;
         case 'h': fputs(help, stdout); return -1;
         default: return pjs_cli_usage_error("infer", "unknown option");
         }
@@ -116,6 +162,9 @@ static int parse(int argc, char **argv, infer_args *a)
         return pjs_cli_usage_error("infer", optind == argc ? "name the model to run"
                                                            : "one model at a time");
     a->model = argv[optind];
+    if ((a->sequence_start || a->sequence_end) && a->sequence_id == NULL)
+        return pjs_cli_usage_error("infer", "--sequence-start and --sequence-end need "
+                                            "--sequence-id");
     if (a->n_inputs == 0)
         return pjs_cli_usage_error("infer", "give the model's inputs with --input NAME=FILE.npy "
                                             "(`pjserve models` and the model's metadata list "
@@ -143,6 +192,56 @@ static int add_npy_input(pjs_client_request *req, const char *spec)
     return rc != 0 ? pjs_cli_fail("input %s: %s", name, cerr.message) : 0;
 }
 
+/* An integer, whole string; false for anything else. */
+static bool parse_int(const char *s, long long *out)
+{
+    char *end;
+    errno = 0;
+    *out = strtoll(s, &end, 10);
+    return *s != '\0' && *end == '\0' && errno == 0;
+}
+
+/* Adds `spec`, KEY=VALUE typed as the help says. */
+static int add_parameter(pjs_client_request *req, const char *spec, pjs_client_error *err)
+{
+    const char *eq = strchr(spec, '=');
+    char key[256];
+    snprintf(key, sizeof key, "%.*s", (int)(eq - spec), spec);
+    const char *v = eq + 1;
+    long long n;
+    if (strncmp(v, "string:", 7) == 0)
+        return pjs_client_request_set_parameter_string(req, key, v + 7, err);
+    if (strncmp(v, "bool:", 5) == 0 || strcmp(v, "true") == 0 || strcmp(v, "false") == 0) {
+        const char *b = strncmp(v, "bool:", 5) == 0 ? v + 5 : v;
+        if (strcmp(b, "true") != 0 && strcmp(b, "false") != 0)
+            return pjs_cli_usage_error("infer", "--parameter %s: a bool is true or false", key);
+        return pjs_client_request_set_parameter_bool(req, key, strcmp(b, "true") == 0, err);
+    }
+    if (strncmp(v, "int:", 4) == 0) {
+        if (!parse_int(v + 4, &n))
+            return pjs_cli_usage_error("infer", "--parameter %s: '%s' is not an integer", key,
+                                       v + 4);
+        return pjs_client_request_set_parameter_int(req, key, n, err);
+    }
+    if (parse_int(v, &n))
+        return pjs_client_request_set_parameter_int(req, key, n, err);
+    return pjs_client_request_set_parameter_string(req, key, v, err);
+}
+
+static int add_sequence(const infer_args *a, pjs_client_request *req, pjs_client_error *err)
+{
+    long long id;
+    int rc = parse_int(a->sequence_id, &id)
+                 ? pjs_client_request_set_parameter_int(req, "sequence_id", id, err)
+                 : pjs_client_request_set_parameter_string(req, "sequence_id", a->sequence_id,
+                                                           err);
+    if (rc == 0 && a->sequence_start)
+        rc = pjs_client_request_set_parameter_bool(req, "sequence_start", true, err);
+    if (rc == 0 && a->sequence_end)
+        rc = pjs_client_request_set_parameter_bool(req, "sequence_end", true, err);
+    return rc;
+}
+
 static int build_request(const infer_args *a, pjs_client_request **out)
 {
     pjs_client_request *req;
@@ -159,6 +258,13 @@ static int build_request(const infer_args *a, pjs_client_request **out)
         rc = pjs_cli_fail("%s", err.message);
     if (rc == 0 && a->has_priority &&
         pjs_client_request_set_parameter_int(req, "priority", a->priority, &err) != 0)
+        rc = pjs_cli_fail("%s", err.message);
+    for (size_t i = 0; rc == 0 && i < a->n_parameters; i++) {
+        err.code = PJS_CLIENT_OK;
+        if ((rc = add_parameter(req, a->parameters[i], &err)) != 0 && err.code != PJS_CLIENT_OK)
+            rc = pjs_cli_fail("%s", err.message);
+    }
+    if (rc == 0 && a->sequence_id != NULL && add_sequence(a, req, &err) != 0)
         rc = pjs_cli_fail("%s", err.message);
     if (rc != 0) {
         pjs_client_request_free(req);
@@ -352,6 +458,76 @@ static int report(const infer_args *a, const pjs_client_result *r)
     return rc;
 }
 
+/* ---- streaming ------------------------------------------------------------------- */
+
+/* What the stream's callback shares with the command, under lock. */
+typedef struct stream_state {
+    const infer_args *a;
+    const pjs_client *c;
+    pthread_mutex_t lock;
+    size_t responses;
+    int rc; /* the first failure, else 0 */
+} stream_state;
+
+static void on_stream_answer(void *user_data, pjs_client_result *result,
+                             const pjs_client_error *err)
+{
+    stream_state *st = user_data;
+    pthread_mutex_lock(&st->lock);
+    int rc = result != NULL ? report(st->a, result)
+                            : pjs_cli_client_fail(st->c, "infer (a stream response)", err);
+    fflush(stdout);
+    st->responses += result != NULL;
+    if (st->rc == 0)
+        st->rc = rc;
+    pthread_mutex_unlock(&st->lock);
+    pjs_client_result_free(result);
+}
+
+/* Sends req on a stream and shows every answer until the server ends it. */
+static int infer_stream(const infer_args *a, pjs_client *c, const pjs_client_request *req)
+{
+    stream_state st = {.a = a, .c = c};
+    pthread_mutex_init(&st.lock, NULL);
+    pjs_client_stream *stream = NULL;
+    pjs_client_error err;
+    int rc = 0;
+    if (pjs_client_stream_open(c, on_stream_answer, &st, a->conn.timeout_ms, &stream, &err) != 0)
+        rc = pjs_cli_client_fail_hint(c, "infer", &err,
+                                      err.code == PJS_CLIENT_UNIMPLEMENTED && !err.from_server
+                                          ? "--stream needs gRPC: give a grpc:// URL"
+                                          : NULL);
+    int sent = rc == 0 ? pjs_client_stream_send(stream, req, &err) : 0;
+    if (sent != 0)
+        rc = pjs_cli_client_fail(c, "infer", &err);
+    pjs_client_error closed;
+    if (stream != NULL && pjs_client_stream_close(stream, &closed) != 0 && rc == 0)
+        rc = pjs_cli_client_fail(c, "infer (the stream)", &closed);
+    pthread_mutex_lock(&st.lock);
+    if (rc == 0)
+        rc = st.rc;
+    pthread_mutex_unlock(&st.lock);
+    pthread_mutex_destroy(&st.lock);
+    return rc;
+}
+
+/* The hint for a failed unary call: a decoupled model needs --stream. */
+static const char *unary_hint(const infer_args *a, const pjs_client_error *err, char *buf,
+                              size_t cap)
+{
+    if (!err->from_server)
+        return NULL;
+    if (err->code == PJS_CLIENT_NOT_FOUND)
+        return "`pjserve models` lists the models the server has";
+    if (err->code == PJS_CLIENT_UNIMPLEMENTED && strstr(err->message, "decoupled") != NULL) {
+        char model[256];
+        snprintf(buf, cap, "model %s is decoupled: use --stream (over gRPC)",
+                 pjs_cli_shown(a->model, model, sizeof model));
+        return buf;
+    }
+    return NULL;
+}
+
 int pjs_cmd_infer(int argc, char **argv)
 {
     infer_args a;
@@ -366,13 +542,14 @@ int pjs_cmd_infer(int argc, char **argv)
     rc = pjs_cli_connect("infer", &a.conn, &c);
     pjs_client_result *result = NULL;
     pjs_client_error err;
-    if (rc == 0 && pjs_client_infer(c, req, &result, &err) != 0) {
-        rc = pjs_cli_client_fail(c, "infer", &err);
-        if (err.code == PJS_CLIENT_NOT_FOUND && err.from_server)
-            fputs("hint: `pjserve models` lists the models the server has\n", stderr);
-    }
-    if (rc == 0)
+    char hint[320];
+    if (rc == 0 && a.stream) {
+        rc = infer_stream(&a, c, req);
+    } else if (rc == 0 && pjs_client_infer(c, req, &result, &err) != 0) {
+        rc = pjs_cli_client_fail_hint(c, "infer", &err, unary_hint(&a, &err, hint, sizeof hint));
+    } else if (rc == 0) {
         rc = report(&a, result);
+    }
     pjs_client_result_free(result);
     pjs_client_request_free(req);
     pjs_client_close(c);

@@ -49,6 +49,8 @@ small_repository = _protocol.small_repository
 # FP32 and INT32 (mlp, two_io), FP16 (mlp_f16) and BF16 (bf16_io) tensors.
 MODELS = ("mlp", "two_io", "mlp_f16", "bf16_io")
 STRING_MODELS = ("simple_string", "simple_identity")
+# A stateful model (a running sum per sequence) and a decoupled one.
+STREAM_MODELS = ("simple_string_dyna_sequence", "repeat_int32")
 
 
 class Tools:
@@ -78,7 +80,7 @@ def tools(pjserve_bin) -> Tools:
 def client_repository(exported, pjserve_bin, dest: Path) -> Path:
     small_repository(exported, dest, MODELS)
     build = H.hooks_builder(pjserve_bin)
-    for name in STRING_MODELS:
+    for name in STRING_MODELS + STREAM_MODELS:
         export_triton_example(name, dest, build=build)
     return dest
 

@@ -333,3 +333,66 @@ def test_infer_shows_a_servers_strings_escaped(tools, hostile_server, tmp_path):
     error = [ln for ln in r.stderr.splitlines() if ln.startswith("pjserve: error:")]
     assert len(error) == 1 and ESCAPED in error[0], r.stderr
     assert "forged line" not in r.stderr.replace(error[0], ""), r.stderr
+
+
+# ---- stateful and decoupled models ---------------------------------------------------
+
+def test_infer_steps_of_a_sequence(tools, server, tmp_path):
+    """Three steps of one sequence through `pjserve infer --sequence-id`:
+    the running sum, plus the id on the step flagged --sequence-end."""
+    outputs = []
+    for k, value in enumerate((1, 2, 3)):
+        np.save(tmp_path / "in.npy", np.array([[value]], np.int32))
+        flags = ["--sequence-start"] if k == 0 else ["--sequence-end"] if k == 2 else []
+        r = pjserve(tools, "infer", "simple_string_dyna_sequence",
+                    "--input", f"INPUT={tmp_path / 'in.npy'}", "--output", "OUTPUT",
+                    "--sequence-id", "1000", *flags, "--url", url_of(server, "grpc"), "--json")
+        assert r.returncode == 0, r.stderr
+        outputs.append(json.loads(r.stdout)["outputs"][0]["data"])
+    assert outputs == [[1], [3], [6 + 1000]]
+
+
+def test_infer_parameters_are_typed(tools, server, tmp_path):
+    """--parameter sends int, bool and string parameters; a bad one is a
+    usage error."""
+    np.save(tmp_path / "x.npy", np.ones((1, 16), np.float32))
+    x = ["--input", f"x={tmp_path / 'x.npy'}", "--url", url_of(server, "http")]
+    r = pjserve(tools, "infer", "mlp", *x, "--parameter", "timeout=int:60000000",
+                "--parameter", "note=hello", "--parameter", "flag=true")
+    assert r.returncode == 0, r.stderr
+    r = pjserve(tools, "infer", "mlp", *x, "--parameter", "timeout=int:soon")
+    assert r.returncode == 2 and "not an integer" in r.stderr, r.stderr
+    r = pjserve(tools, "infer", "mlp", *x, "--sequence-start")
+    assert r.returncode == 2 and "--sequence-id" in r.stderr, r.stderr
+
+
+def repeat_inputs(tmp_path, values, delays, wait_ms):
+    args = []
+    for name, arr in (("IN", np.array(values, np.int32)), ("DELAY", np.array(delays, np.uint32)),
+                      ("WAIT", np.array([wait_ms], np.uint32))):
+        np.save(tmp_path / f"{name}.npy", arr)
+        args += ["--input", f"{name}={tmp_path / f'{name}.npy'}"]
+    return args
+
+
+def test_infer_stream_shows_every_response(tools, server, tmp_path):
+    """repeat_int32 answers one response per value, then the final flag
+    alone: --stream shows each, in order."""
+    values = [7, 8, 9, 10]
+    r = pjserve(tools, "infer", "repeat_int32", *repeat_inputs(tmp_path, values, [5] * 4, 5),
+                "--output", "OUT", "--output", "IDX", "--stream", "--json",
+                "--url", url_of(server, "grpc"))
+    assert r.returncode == 0, r.stderr
+    docs = [json.loads(d) for d in re.split(r"\n(?=\{)", r.stdout.strip())]
+    got = [{o["name"]: o["data"] for o in d["outputs"]} for d in docs if d["outputs"]]
+    assert got == [{"OUT": [v], "IDX": [i]} for i, v in enumerate(values)], r.stdout
+
+
+def test_infer_a_decoupled_model_without_stream_says_to_stream(tools, server, tmp_path):
+    r = pjserve(tools, "infer", "repeat_int32", *repeat_inputs(tmp_path, [1], [0], 0),
+                "--url", url_of(server, "grpc"))
+    assert r.returncode == 1
+    assert "hint: model repeat_int32 is decoupled: use --stream" in r.stderr, r.stderr
+    r = pjserve(tools, "infer", "repeat_int32", *repeat_inputs(tmp_path, [1], [0], 0),
+                "--stream", "--url", url_of(server, "http"))
+    assert r.returncode == 1 and "--stream needs gRPC" in r.stderr, r.stderr
