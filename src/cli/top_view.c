@@ -232,6 +232,8 @@ static void add_server_sample(builder *b, const pjs_prom_sample *x)
     } else if (strcmp(n, "pjserve_gateway_worker_ready") == 0) {
         /* A gateway's word on its worker; a node's status, read later, has more. */
         snprintf(w->state, sizeof w->state, "%s", x->value == 1 ? "ready" : "not ready");
+    } else if (strcmp(n, "pjserve_gateway_worker_metrics_scraped") == 0) {
+        w->unscraped = x->value == 0;
     }
     /* Any other family: the worker is known now. */
 }
@@ -661,7 +663,17 @@ int pjs_top_render(const pjs_top_snapshot *cur, const pjs_top_view *v, const pjs
                       r->failure_rate, lat, p50, p99, r->busy * 100, where, size, r->loads_rate,
                       r->evictions_rate);
     }
-    if (rc == 0 && v->n_rows == 0)
+    size_t unscraped = 0;
+    for (size_t i = 0; i < cur->n_workers; i++)
+        unscraped += cur->workers[i].unscraped;
+    if (rc == 0 && v->n_rows == 0 && v->n_models == 0 && unscraped > 0) {
+        rc = add_line(out, width, err,
+                      "(no models: the gateway has no metrics address for %zu of its %zu "
+                      "workers;", unscraped, cur->n_workers);
+        if (rc == 0)
+            rc = add_line(out, width, err, "%s",
+                          " give each one as --worker grpc=...,http=...,metrics=HOST:PORT)");
+    } else if (rc == 0 && v->n_rows == 0)
         rc = add_line(out, width, err, "%s",
                       v->n_models == 0 ? "(the server has no models loaded)"
                                        : "(no model matches the filter)");

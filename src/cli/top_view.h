@@ -51,6 +51,7 @@ typedef struct pjs_top_worker {
     char state[16], device[32];
     long long pid, restarts;   /* pid -1: none running */
     size_t n_models;
+    bool unscraped;            /* its gateway has no metrics address for it */
 } pjs_top_worker;
 
 typedef struct pjs_top_snapshot {

@@ -793,6 +793,17 @@ static int render_gateway_metrics(pjs_gw_http *h, pjs_http_buf *b, pjs_error *er
     }
     free(views);
     if (rc == 0)
+        rc = pjs_http_buf_printf(b, err,
+                                 "# HELP pjserve_gateway_worker_metrics_scraped Whether this "
+                                 "/metrics carries the worker's samples: 0 when its --worker "
+                                 "gave no metrics=HOST:PORT\n"
+                                 "# TYPE pjserve_gateway_worker_metrics_scraped gauge\n");
+    pthread_mutex_lock(&h->lock);
+    for (size_t i = 0; rc == 0 && i < n && i < PJS_GW_MAX_WORKERS; i++)
+        rc = pjs_http_buf_printf(b, err, "pjserve_gateway_worker_metrics_scraped{worker=\"%zu\"} %d\n",
+                                 i, h->metrics_addr[i][0] != '\0');
+    pthread_mutex_unlock(&h->lock);
+    if (rc == 0)
         rc = pjs_http_buf_printf(
             b, err,
             "# HELP pjserve_gateway_retries_total Requests sent again to another worker after "

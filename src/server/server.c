@@ -1138,10 +1138,11 @@ static int get_model(pjs_server *s, const char *name, const char *version, bool 
     repo_entry *e = find_entry_locked(s, name);
     bool has_version = version != NULL && version[0] != '\0';
     if (has_version && !is_version_number(version))
-        rc = pjs_error_set(err, PJS_ERR_INVALID_ARGUMENT,
-                           "model \"%.256s\": version \"%.64s\" is not a version number "
-                           "(a whole number > 0; pjserve serves version %s of each model)",
-                           name, version, PJS_MODEL_VERSION);
+        rc = pjs_error_set(err, PJS_ERR_INVALID_ARGUMENT, /* Triton's words, then ours */
+                           "failed to get model version from specified version string "
+                           "'%.64s' for model \"%.256s\" (a version is a whole number > 0; "
+                           "pjserve serves version %s of each model)",
+                           version, name, PJS_MODEL_VERSION);
     else if (e == NULL || (e->internal && !internal_ok))
         rc = unknown_model(name, err);
     else if (has_version && strcmp(version, PJS_MODEL_VERSION) != 0)

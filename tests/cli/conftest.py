@@ -87,6 +87,15 @@ def gateway(pjserve_bin, plugin_path, exported, cache_dir, tmp_path):
         yield g
 
 
+@pytest.fixture
+def gateway_without_worker_metrics(pjserve_bin, plugin_path, exported, cache_dir, tmp_path):
+    """The same, each --worker given with grpc= and http= alone (no metrics=)."""
+    repo = small_repository(exported, tmp_path / "repo-gateway", ("mlp", "two_io"))
+    with gateway_over_two_workers(pjserve_bin, plugin_path, repo, cache_dir, tmp_path,
+                                  worker_metrics=False) as g:
+        yield g
+
+
 class SecureServer(ServerProcess):
     """REST and metrics over HTTPS (a throwaway CA), every inference call
     (metrics and control status included) behind a token: ready when the

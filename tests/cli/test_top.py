@@ -363,6 +363,23 @@ def test_live_view_keys_and_quit(pjserve_bin, server, traffic, tmux):
     assert "MODEL" not in screen  # the alternate screen is gone
 
 
+def test_gateway_without_worker_metrics_says_what_is_missing(pjserve_bin,
+                                                             gateway_without_worker_metrics,
+                                                             tmux):
+    """A gateway started as docs/gateway.md once showed it (--worker grpc=,http=
+    without metrics=) scrapes no worker: top says so and how to fix it,
+    rather than that the server has no models."""
+    g = gateway_without_worker_metrics
+    tmux.start([str(pjserve_bin), "top", *urls(g), "--interval", "0.5"])
+    screen = tmux.wait_for("what is missing",
+                           lambda s: "no metrics address for 2 of its 2 workers" in s)
+    print(screen)
+    assert "--worker grpc=...,http=...,metrics=HOST:PORT" in screen
+    assert "has no models loaded" not in screen
+    tmux.keys("q")
+    tmux.wait_for("top's exit and the terminal's settings", restored)
+
+
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
 def test_signal_restores_the_terminal(pjserve_bin, server, tmux, sig):
     tmux.start([str(pjserve_bin), "top", *urls(server), "--interval", "0.3"])

@@ -16,13 +16,15 @@ from protocol_util import ServerProcess, finish_checked, free_ports, start_or_fa
 class GatewayProcess(ServerProcess):
     """`pjserve gateway` over the given workers; ready when its REST
     readiness answers 200 (some worker available and, with strict
-    readiness, every available worker ready)."""
+    readiness, every available worker ready). Each --worker gives the
+    worker's metrics address unless worker_metrics is false."""
 
     def __init__(self, binary, workers: List[ServerProcess], workdir: Path,
-                 extra_args=(), name="gateway"):
+                 extra_args=(), name="gateway", worker_metrics=True):
         super().__init__(binary, Path("/nonexistent"), Path("/nonexistent"), Path("/nonexistent"),
                          workdir, extra_args, name)
         self.workers = workers
+        self.worker_metrics = worker_metrics
 
     def start(self, ready_timeout: float = 60):
         self.http_port, self.grpc_port, self.metrics_port = free_ports(3)
@@ -31,8 +33,8 @@ class GatewayProcess(ServerProcess):
                      "--grpc-port", str(self.grpc_port),
                      "--metrics-port", str(self.metrics_port)]
         for w in self.workers:
-            self.argv += ["--worker", f"grpc={w.grpc_url},http={w.http_url},"
-                                      f"metrics=127.0.0.1:{w.metrics_port}"]
+            metrics = f",metrics=127.0.0.1:{w.metrics_port}" if self.worker_metrics else ""
+            self.argv += ["--worker", f"grpc={w.grpc_url},http={w.http_url}{metrics}"]
         self.argv += self.extra_args
         env = dict(os.environ)
         env.setdefault("PJSERVE_LOG_LEVEL", "info")
@@ -85,15 +87,18 @@ def wait_for(predicate, timeout: float, what: str, describe):
 
 
 @contextlib.contextmanager
-def gateway_over_two_workers(pjserve_bin, plugin_path, repo, cache_dir, work: Path):
+def gateway_over_two_workers(pjserve_bin, plugin_path, repo, cache_dir, work: Path,
+                             worker_metrics=True):
     """A started `pjserve gateway` over two `pjserve serve` workers of one
-    repository; at the end every process is stopped and its exit checked."""
+    repository (GatewayProcess's worker_metrics); at the end every process
+    is stopped and its exit checked."""
     started = []
     try:
         for i in range(2):
             started.append(start_or_fail(ServerProcess(pjserve_bin, plugin_path, repo, cache_dir,
                                                        work / f"w{i}", [], f"worker{i}")))
-        g = start_or_fail(GatewayProcess(pjserve_bin, list(started), work / "gw"))
+        g = start_or_fail(GatewayProcess(pjserve_bin, list(started), work / "gw",
+                                         worker_metrics=worker_metrics))
         started.insert(0, g)
         yield g
         for p in started:

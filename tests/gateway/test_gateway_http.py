@@ -158,6 +158,8 @@ def test_infer_spread_documents_health_and_metrics(cluster_factory, cases):
         for i in ("0", "1"):
             assert samples[("pjserve_gateway_worker_ready", frozenset({("worker", i)}))] == 1
             assert samples[("pjserve_gateway_forwarded_total", frozenset({("worker", i)}))] > 0
+            assert samples[("pjserve_gateway_worker_metrics_scraped",
+                            frozenset({("worker", i)}))] == 1
     finally:
         gw.close()
         direct.close()

@@ -5,6 +5,9 @@ simple and simple_int8 (plain adders in i32 and i8): INPUT0 = 0..15, INPUT1 =
 ones -> OUTPUT0 the sum and OUTPUT1 the difference, with and without
 requested outputs, one model in the statistics, and simple_int8 through
 gRPC's typed int_contents as grpc_explicit_int8_content_client.py sends it;
+the errors grpc_explicit_int_content_client.py and
+grpc_explicit_int8_content_client.py look for (typed contents beside
+raw_input_contents, a version string that is not a number) in Triton's words;
 custom_identity_int32 returning its input to a new client each time, as
 memory_growth_test.py calls it.
 
@@ -98,21 +101,66 @@ def test_custom_identity_int32_repeated_on_new_connections(server):
             client.close()
 
 
+def explicit_contents_request(model, datatype):
+    """INPUT0 = 0..15 and INPUT1 = ones in gRPC's typed int_contents (32-bit
+    slots whatever the datatype), as grpc_explicit_int{,8}_content_client.py
+    build their request."""
+    req = service_pb2.ModelInferRequest(model_name=model)
+    for name, values in (("INPUT0", list(range(16))), ("INPUT1", [1] * 16)):
+        t = req.inputs.add(name=name, datatype=datatype, shape=[1, 16])
+        t.contents.int_contents[:] = values
+    for name in ("OUTPUT0", "OUTPUT1"):
+        req.outputs.add(name=name)
+    return req
+
+
+def grpc_model_infer(server, req):
+    with grpc.insecure_channel(server.grpc_url) as channel:
+        return service_pb2_grpc.GRPCInferenceServiceStub(channel).ModelInfer(req, timeout=30)
+
+
 def test_simple_int8_typed_int_contents(server):
     """INT8 elements in gRPC's int_contents (32-bit slots), as Triton's example sends them."""
-    with grpc.insecure_channel(server.grpc_url) as channel:
-        stub = service_pb2_grpc.GRPCInferenceServiceStub(channel)
-        req = service_pb2.ModelInferRequest(model_name="simple_int8")
-        for name, values in (("INPUT0", list(range(16))), ("INPUT1", [1] * 16)):
-            t = req.inputs.add(name=name, datatype="INT8", shape=[1, 16])
-            t.contents.int_contents[:] = values
-        for name in ("OUTPUT0", "OUTPUT1"):
-            req.outputs.add(name=name)
-        resp = stub.ModelInfer(req)
+    resp = grpc_model_infer(server, explicit_contents_request("simple_int8", "INT8"))
     got = {o.name: np.frombuffer(raw, np.int8)
            for o, raw in zip(resp.outputs, resp.raw_output_contents)}
     np.testing.assert_array_equal(got["OUTPUT0"], np.arange(16) + 1)
     np.testing.assert_array_equal(got["OUTPUT1"], np.arange(16) - 1)
+
+
+def test_contents_beside_raw_refused_in_tritons_words(server):
+    """grpc_explicit_int_content_client.py's last step: half of INPUT0 in
+    raw_input_contents, the other half in its int_contents (so the element
+    count is wrong too). It prints PASS only when the error holds Triton's
+    words, a substring check; REST has no typed contents, so no equivalent."""
+    req = explicit_contents_request("simple", "INT32")
+    req.raw_input_contents.extend([np.arange(8).tobytes()])
+    req.inputs[0].contents.int_contents[:] = list(range(8, 16))
+    with pytest.raises(grpc.RpcError) as ei:
+        grpc_model_infer(server, req)
+    assert ei.value.code() == grpc.StatusCode.INVALID_ARGUMENT, ei.value
+    assert ("contents field must not be specified when using raw_input_contents for 'INPUT0' "
+            "for model 'simple'") in str(ei.value), ei.value.details()
+
+
+def test_bad_version_string_refused_in_tritons_words(server, hclient):
+    """grpc_explicit_int8_content_client.py's last step: model_version
+    "wrong_specification", refused in Triton's words (its PASS is a
+    substring check) and pjserve's hint after them; the same over REST's
+    /versions/ path."""
+    words = "failed to get model version from specified version string 'wrong_specification'"
+    req = explicit_contents_request("simple_int8", "INT8")
+    req.model_version = "wrong_specification"
+    with pytest.raises(grpc.RpcError) as ei:
+        grpc_model_infer(server, req)
+    assert ei.value.code() == grpc.StatusCode.INVALID_ARGUMENT, ei.value
+    assert words in str(ei.value) and "whole number" in ei.value.details(), ei.value.details()
+    inputs = [httpclient.InferInput(n, [1, 16], "INT8") for n in ("INPUT0", "INPUT1")]
+    for i in inputs:
+        i.set_data_from_numpy(np.ones((1, 16), np.int8))
+    with pytest.raises(InferenceServerException) as ei:
+        hclient.infer("simple_int8", inputs, model_version="wrong_specification")
+    assert ei.value.status() == "400" and words in str(ei.value), ei.value
 
 
 def numerals(values) -> np.ndarray:

@@ -8,8 +8,9 @@
  * bytes are matched to inputs in one of the two ways clients send them: one
  * raw_input_contents entry per input that has no other source (tritonclient),
  * or one entry per input with the entries of the other inputs empty. Typed
- * contents of 4- and 8-byte types are used in place (protobuf-c unpacks them
- * into native arrays); narrower types and BOOL are converted into the arena
+ * contents are read once every input's source is settled: those of 4- and
+ * 8-byte types are used in place (protobuf-c unpacks them into native
+ * arrays); narrower types and BOOL are converted into the arena
  * with a range check; BYTES strings in bytes_contents are serialized into
  * the arena (core/bytes.h). Raw and shared-memory BYTES inputs carry the
  * serialized form already, checked by validation.
@@ -455,12 +456,20 @@ static int decode_input(pjs_grpc_infer *d, const input_tensor *t, pjs_shm_regist
         *src = SOURCE_SHM;
         return 0;
     }
-    if (has_contents(t)) {
-        *src = SOURCE_CONTENTS;
-        return decode_contents(d, t, in, err);
-    }
-    *src = SOURCE_RAW;
+    *src = has_contents(t) ? SOURCE_CONTENTS : SOURCE_RAW;
     return 0;
+}
+
+/* Triton's words for typed contents beside raw_input_contents (its clients
+ * look for them), then how to fix the request. */
+static int contents_beside_raw(const Inference__ModelInferRequest *msg, size_t i, pjs_error *err)
+{
+    return pjs_error_set(err, PJS_ERR_INVALID_ARGUMENT,
+                         "contents field must not be specified when using raw_input_contents "
+                         "for '%.256s' for model '%.256s' (give each input its bytes one way: "
+                         "every input in raw_input_contents, or every input in typed contents, "
+                         "not both)",
+                         msg->inputs[i]->name, msg->model_name);
 }
 
 /* Hands raw_input_contents to the inputs marked SOURCE_RAW (see the file
@@ -481,12 +490,7 @@ static int assign_raw_inputs(pjs_grpc_infer *d, const input_source *src, pjs_err
                                      msg->inputs[i]->name);
         for (size_t i = 0; i < n_inputs; i++)
             if (src[i] == SOURCE_CONTENTS)
-                return pjs_error_set(err, PJS_ERR_INVALID_ARGUMENT,
-                                     "input \"%.256s\" has typed contents and the request also "
-                                     "has raw_input_contents that do not match its other "
-                                     "inputs: send every input's bytes in raw_input_contents "
-                                     "or every input in typed contents, not both",
-                                     msg->inputs[i]->name);
+                return contents_beside_raw(msg, i, err);
         return pjs_error_set(err, PJS_ERR_INVALID_ARGUMENT,
                              "ModelInferRequest has %zu raw_input_contents but %zu of its %zu "
                              "inputs take their data from there",
@@ -496,14 +500,14 @@ static int assign_raw_inputs(pjs_grpc_infer *d, const input_source *src, pjs_err
     for (size_t i = 0; i < n_inputs; i++) {
         size_t k = positional ? i : next;
         if (src[i] != SOURCE_RAW) {
+            if (positional && msg->raw_input_contents[k].len > 0 && src[i] == SOURCE_CONTENTS)
+                return contents_beside_raw(msg, i, err);
             if (positional && msg->raw_input_contents[k].len > 0)
                 return pjs_error_set(err, PJS_ERR_INVALID_ARGUMENT,
-                                     "input \"%.256s\" has %s and also %zu bytes in "
-                                     "raw_input_contents[%zu]: give each input its bytes one "
-                                     "way, not both",
-                                     msg->inputs[i]->name,
-                                     src[i] == SOURCE_SHM ? "a shared memory region" : "contents",
-                                     msg->raw_input_contents[k].len, k);
+                                     "input \"%.256s\" has a shared memory region and also "
+                                     "%zu bytes in raw_input_contents[%zu]: give each input its "
+                                     "bytes one way, not both",
+                                     msg->inputs[i]->name, msg->raw_input_contents[k].len, k);
             continue;
         }
         d->req.inputs[i].data = msg->raw_input_contents[k].data;
@@ -527,7 +531,14 @@ static int decode_inputs(pjs_grpc_infer *d, pjs_shm_registry *shm, pjs_error *er
         if (rc != 0)
             return rc;
     }
-    return assign_raw_inputs(d, src, err);
+    /* Where each input's bytes come from is settled before typed contents
+     * are read, so contents beside raw_input_contents are refused as such
+     * rather than for their element count. */
+    int rc = assign_raw_inputs(d, src, err);
+    for (size_t i = 0; i < msg->n_inputs && rc == 0; i++)
+        if (src[i] == SOURCE_CONTENTS)
+            rc = decode_contents(d, msg->inputs[i], &d->req.inputs[i], err);
+    return rc;
 }
 
 /* The "classification" parameter of a requested output: how many classes
