@@ -21,7 +21,7 @@ static const char usage[] =
     "                  one serve worker process per device, supervised and\n"
     "                  restarted, behind one endpoint (docs/node.md)\n"
     "  gateway --worker ADDR ...\n"
-    "                  one KServe V2 endpoint over pjserve workers (docs/node.md)\n"
+    "                  one KServe V2 endpoint over pjserve workers (docs/gateway.md)\n"
     "  run BUNDLE --input NAME=FILE.npy ... --output-dir DIR\n"
     "                  load, compile and execute a bundle once; write outputs as .npy\n"
     "  check BUNDLE... validate and compile bundles; report what was found\n"
