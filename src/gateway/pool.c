@@ -684,6 +684,7 @@ static int probe_worker(pjs_gw_pool *p, size_t i, char ***names, size_t *n, bool
 {
     *names = NULL;
     *n = 0;
+    *ready = false;
     grpc_channel *ch = p->w[i].channel;
     /* Live, not ready: a worker whose repository holds a bundle it refused
      * is not ready, yet serves every other model. */
