@@ -612,7 +612,9 @@ static void test_positional_raw(void **state)
 
     b.raw[0].data = (uint8_t *)mask_data; /* both contents and raw bytes */
     b.raw[0].len = sizeof mask_data;
-    expect_decode_error(&b, NULL, PJS_ERR_INVALID_ARGUMENT, "has contents and also 4 bytes");
+    expect_decode_error(&b, NULL, PJS_ERR_INVALID_ARGUMENT,
+                        "contents field must not be specified when using raw_input_contents "
+                        "for 'mask' for model 'demo'"); /* Triton's words */
 }
 
 /* ---- validation errors pass through -------------------------------------------- */
