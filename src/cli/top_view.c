@@ -278,13 +278,16 @@ int pjs_top_snapshot_from_metrics(const pjs_prom_doc *doc, double at_s, pjs_top_
                              "the answer holds no pjserve or Triton metrics");
     if (out->n_workers == 0)
         worker_of(out, 0);
-    qsort(out->models, out->n_models, sizeof *out->models, by_model_name);
+    if (out->n_models > 0) /* qsort and bsearch want a table, even for no element */
+        qsort(out->models, out->n_models, sizeof *out->models, by_model_name);
     qsort(out->workers, out->n_workers, sizeof *out->workers, by_worker_id);
     return 0;
 }
 
 static pjs_top_model *find_model(const pjs_top_snapshot *s, const char *name)
 {
+    if (s->n_models == 0)
+        return NULL;
     pjs_top_model key;
     printable_copy(key.name, sizeof key.name, name);
     return bsearch(&key, s->models, s->n_models, sizeof *s->models, by_model_name);
@@ -331,7 +334,8 @@ void pjs_top_snapshot_apply_node(pjs_top_snapshot *s, const json_t *node)
         w->n_models = json_array_size(json_object_get(e, "models"));
         s->node = true;
     }
-    qsort(s->workers, s->n_workers, sizeof *s->workers, by_worker_id);
+    if (s->n_workers > 0)
+        qsort(s->workers, s->n_workers, sizeof *s->workers, by_worker_id);
 }
 
 void pjs_top_snapshot_free(pjs_top_snapshot *s)
@@ -470,7 +474,8 @@ int pjs_top_view_build(const pjs_top_snapshot *prev, const pjs_top_snapshot *cur
             out->rows[out->n_rows++] = r;
     }
     server_figures(prev, cur, dt, out);
-    qsort_r(out->rows, out->n_rows, sizeof *out->rows, compare_rows, (void *)o);
+    if (out->n_rows > 0)
+        qsort_r(out->rows, out->n_rows, sizeof *out->rows, compare_rows, (void *)o);
     return 0;
 }
 
