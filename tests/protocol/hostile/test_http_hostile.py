@@ -116,6 +116,10 @@ def finish(server):
 def connect_from(addr: str, port: int, source: str, timeout: float = 5) -> socket.socket:
     s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     s.settimeout(timeout)
+    # Closed by this side, the socket lingers in TIME_WAIT on source:port;
+    # without SO_REUSEADDR that keeps a later server from binding 0.0.0.0 on
+    # the same port (test_bind_address_per_port met it).
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     s.bind((source, 0))
     s.connect((addr, port))
     return s
