@@ -307,9 +307,12 @@ def test_a_huge_worker_index_does_not_stall_routing(huge_index_cluster, cases):
     client = grpcclient.InferenceServerClient(c.gateway.grpc_url)
     latencies = []
     asked_before = fake.probes()
-    until = time.monotonic() + 3  # six probe rounds at the default 500 ms
+    # Requests while the gateway probes the fake worker (and merges its
+    # index) at least four more times; 60 s is a hang guard, not a bound.
+    hang_guard = time.monotonic() + 60
     try:
-        while time.monotonic() < until or len(latencies) < 300:
+        while (fake.probes() - asked_before < 4 or len(latencies) < 300) and \
+                time.monotonic() < hang_guard:
             t0 = time.monotonic()
             got, _ = grpc_infer_case(client, case)
             latencies.append(time.monotonic() - t0)
