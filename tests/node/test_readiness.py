@@ -17,6 +17,7 @@ say; loaded again, it is READY everywhere. The server stays ready meanwhile
     PJSERVE_BIN=build/pjserve .venv/bin/python -m pytest -q tests/node/test_readiness.py
 """
 
+import importlib.util
 import shutil
 import sys
 import time
@@ -35,26 +36,11 @@ from protocol_util import (ServerProcess, finish_checked, grpc_code,  # noqa: E4
 import tritonclient.grpc as grpcclient  # noqa: E402
 from tritonclient.utils import InferenceServerException  # noqa: E402
 
-# As examples/make_demo_models.py writes it for `make models`.
-TWO_IO_CHAIN = """\
-format_version: "2.0"
-name: two_io_chain
-kind: ensemble
-client_inputs:
-  - {name: a, dtype: f32, shape: [batch, 8]}
-  - {name: b, dtype: i32, shape: [batch, 3]}
-client_outputs:
-  - {name: sum, dtype: f32, shape: [batch, 8]}
-  - {name: first_argmax, dtype: i32, shape: [batch]}
-ensemble:
-  steps:
-    - model: two_io
-      input_map: {a: a, b: b}
-      output_map: {sum: s1, argmax: first_argmax}
-    - model: two_io
-      input_map: {a: s1, b: b}
-      output_map: {sum: sum}
-"""
+# The ensemble as `make models` writes it (examples/make_demo_models.py).
+_demo_spec = importlib.util.spec_from_file_location(
+    "make_demo_models", Path(__file__).resolve().parents[2] / "examples" / "make_demo_models.py")
+demo_models = importlib.util.module_from_spec(_demo_spec)
+_demo_spec.loader.exec_module(demo_models)
 
 # The load refusal of `broken`, logged as a warning by every worker.
 BROKEN_REFUSED = [r"model broken not loaded"]
@@ -71,8 +57,7 @@ def make_repository(exported, dest: Path, broken: bool, ensemble: bool) -> Path:
         shutil.copytree(exported["mlp"].path, dest / "broken")
         (dest / "broken" / "manifest.yaml").write_text("format_version: [this is not\n")
     if ensemble:
-        (dest / "two_io_chain").mkdir()
-        (dest / "two_io_chain" / "manifest.yaml").write_text(TWO_IO_CHAIN)
+        demo_models.export_ensemble("two_io_chain", dest)
     return dest
 
 
