@@ -8,12 +8,17 @@ Two parts, each measured with perf_analyzer (batch-1 requests, closed loop,
 p50 as the stability criterion):
 
   hop       the demo mlp (a tiny model: the request path dominates) served by
-            one `pjserve serve` worker, measured directly on the worker's
-            ports and through a gateway in front of that same worker, over
-            gRPC and HTTP at concurrency 1 and 8: throughput, p50 and p99,
-            the gateway's added p50 / p99, and the gateway's CPU time per
-            request (its process's CPU seconds over the requests it
-            forwarded in the measurement, from its own metrics).
+            a `pjserve serve` worker, measured directly on the worker's TCP
+            ports and through a gateway in front of it, over gRPC and HTTP
+            at concurrency 1 and 8: throughput, p50 and p99, the gateway's
+            added p50 / p99, and the gateway's CPU time per request (its
+            process's CPU seconds over the requests it forwarded in the
+            measurement, from its own metrics). The gateway reaches its
+            worker two ways, each measured: over TCP (a standalone gateway
+            in front of `--worker grpc=HOST:PORT,...`) and over Unix
+            sockets (as `pjserve node` connects its gateway to its
+            workers: a second, identical worker listening on unix:
+            addresses only).
   scale     a compute-bound model, dense_stack (x f32 [1, 1024] through
             DENSE_LAYERS dense 1024x1024 tanh layers: about 12 MFLOP per
             request, compiled for batch 1 only, so a worker runs one request
@@ -59,19 +64,43 @@ class Worker(PjserveProcess):
         self.start_process()
         self.wait_models_ready(models, time.monotonic() + timeout, timeout, 0.2)
 
+    def spec(self):
+        """The gateway's --worker value for this worker."""
+        return f"grpc=127.0.0.1:{self.grpc},http=127.0.0.1:{self.http}"
+
+
+class UnixWorker(Worker):
+    """A worker listening on Unix sockets in `sockets` only, as a node's
+    workers do; ready is checked through the gateway in front of it."""
+
+    def __init__(self, repository, cache, work, name, sockets, extra=()):
+        super().__init__(repository, cache, work, name, extra)
+        self.paths = {k: sockets / f"{name}.{k}" for k in ("grpc", "http", "metrics")}
+        self.cmd = [str(PJSERVE), "serve", "--model-repository", str(repository),
+                    "--grpc-host", f"unix:{self.paths['grpc']}",
+                    "--http-host", f"unix:{self.paths['http']}",
+                    "--metrics-host", f"unix:{self.paths['metrics']}",
+                    "--cache-dir", str(cache), *self.extra]
+
+    def start(self, models, timeout=300):
+        self.start_process()
+
+    def spec(self):
+        return f"grpc=unix:{self.paths['grpc']},http=unix:{self.paths['http']}"
+
 
 class Gateway(PjserveProcess):
-    def __init__(self, workers, work, extra=()):
+    def __init__(self, workers, work, extra=(), name=None):
         self.http, self.grpc, self.metrics = free_ports(3)
-        self.log_path = work / f"gateway-{len(workers)}.log"
+        self.log_path = work / f"gateway-{name or len(workers)}.log"
         self.proc = None
         self.cmd = [str(PJSERVE), "gateway", "--host", "127.0.0.1",
                     "--http-port", str(self.http), "--grpc-port", str(self.grpc),
                     "--metrics-port", str(self.metrics), *extra]
         for w in workers:
-            self.cmd += ["--worker", f"grpc=127.0.0.1:{w.grpc},http=127.0.0.1:{w.http}"]
+            self.cmd += ["--worker", w.spec()]
 
-    def start(self, models, n_workers, timeout=60):
+    def start(self, models, n_workers, timeout=300):
         self.start_process()
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
@@ -112,28 +141,38 @@ def gateway_cpu_and_count(gateway):
 
 
 def part_hop(repo, cache, work, args):
-    worker = Worker(repo, cache, work, "hop-worker", ["--cpu-intra-op-threads", "1"])
-    gateway = None
+    options = ["--cpu-intra-op-threads", "1"]
+    sockets = Path(tempfile.mkdtemp(prefix="pjserve-bench-sockets-"))  # short paths
+    worker = Worker(repo, cache, work, "hop-worker", options)
+    unix_worker = UnixWorker(repo, cache, work, "hop-unix-worker", sockets, options)
+    gateways = {}
     rows = []
     try:
         worker.start(["mlp"])
-        gateway = Gateway([worker], work)
-        gateway.start(["mlp"], 1)
+        unix_worker.start(["mlp"])
+        gateways["tcp"] = Gateway([worker], work, name="tcp")
+        gateways["unix"] = Gateway([unix_worker], work, name="unix")
+        for g in gateways.values():
+            g.start(["mlp"], 1)
         for protocol in ("grpc", "http"):
             for c in (1, 8):
-                direct = measure(worker, "direct", "mlp", protocol, c, args, work)
-                cpu0, n0 = gateway_cpu_and_count(gateway)
-                through = measure(gateway, "gateway", "mlp", protocol, c, args, work)
-                cpu1, n1 = gateway_cpu_and_count(gateway)
-                through["gateway_cpu_us"] = (cpu1 - cpu0) / max(n1 - n0, 1) * 1e6
-                rows.append({"protocol": protocol, "concurrency": c, "direct": direct,
-                             "gateway": through,
-                             "added_p50_us": through["p50_us"] - direct["p50_us"],
-                             "added_p99_us": through["p99_us"] - direct["p99_us"]})
+                row = {"protocol": protocol, "concurrency": c,
+                       "direct": measure(worker, "direct", "mlp", protocol, c, args, work)}
+                for hop, gateway in gateways.items():
+                    cpu0, n0 = gateway_cpu_and_count(gateway)
+                    through = measure(gateway, f"via {hop}", "mlp", protocol, c, args, work)
+                    cpu1, n1 = gateway_cpu_and_count(gateway)
+                    through["gateway_cpu_us"] = (cpu1 - cpu0) / max(n1 - n0, 1) * 1e6
+                    through["added_p50_us"] = through["p50_us"] - row["direct"]["p50_us"]
+                    through["added_p99_us"] = through["p99_us"] - row["direct"]["p99_us"]
+                    row[hop] = through
+                rows.append(row)
     finally:
-        if gateway is not None:
-            gateway.stop()
+        for g in gateways.values():
+            g.stop()
         worker.stop()
+        unix_worker.stop()
+        remove_workdir(sockets, False)
     return rows
 
 
@@ -187,16 +226,22 @@ def part_scale(repo, cache, work, args):
 
 def markdown(result):
     lines = ["#### One hop through the gateway (mlp, one worker, batch-1 requests)", "",
-             "| protocol | concurrency | direct req/s | gateway req/s | direct p50 / p99 (µs) "
-             "| gateway p50 / p99 (µs) | added p50 / p99 (µs) | gateway CPU / request (µs) |",
-             "|---|---:|---:|---:|---:|---:|---:|---:|"]
+             "The gateway reaches its worker over TCP (a standalone gateway) or over Unix "
+             "sockets (as in `pjserve node`).", "",
+             "| protocol | concurrency | worker via | direct req/s | gateway req/s "
+             "| direct p50 / p99 (µs) | gateway p50 / p99 (µs) | added p50 / p99 (µs) "
+             "| gateway CPU / request (µs) |",
+             "|---|---:|---|---:|---:|---:|---:|---:|---:|"]
     for r in result["hop"]:
-        d, g = r["direct"], r["gateway"]
-        lines.append(f"| {r['protocol']} | {r['concurrency']} | {fmt(d['throughput'], '.0f')} | "
-                     f"{fmt(g['throughput'], '.0f')} | {d['p50_us']:.0f} / {d['p99_us']:.0f} | "
-                     f"{g['p50_us']:.0f} / {g['p99_us']:.0f} | "
-                     f"{r['added_p50_us']:.0f} / {r['added_p99_us']:.0f} | "
-                     f"{g['gateway_cpu_us']:.0f} |")
+        d = r["direct"]
+        for hop in ("tcp", "unix"):
+            g = r[hop]
+            lines.append(f"| {r['protocol']} | {r['concurrency']} | {hop} | "
+                         f"{fmt(d['throughput'], '.0f')} | {fmt(g['throughput'], '.0f')} | "
+                         f"{d['p50_us']:.0f} / {d['p99_us']:.0f} | "
+                         f"{g['p50_us']:.0f} / {g['p99_us']:.0f} | "
+                         f"{g['added_p50_us']:.0f} / {g['added_p99_us']:.0f} | "
+                         f"{g['gateway_cpu_us']:.0f} |")
     lines += ["", f"#### Workers behind one gateway ({DENSE_MODEL}: {DENSE_LAYERS} dense "
               "1024x1024 layers, batch 1, gRPC, concurrency 8)", "",
               "| workers | req/s | p50 (µs) | p99 (µs) |", "|---:|---:|---:|---:|"]

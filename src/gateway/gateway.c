@@ -10,6 +10,7 @@
 #include <pthread.h>
 #include <stdlib.h>
 
+#include "core/cpus.h"
 #include "core/log.h"
 #include "gateway/grpc_routes.h"
 #include "gateway/http_proxy.h"
@@ -25,6 +26,21 @@ struct pjs_gateway {
     pthread_mutex_t http_lock;
     pjs_gw_http *http;
 };
+
+/* CPUs per gRPC completion-queue thread when --grpc-threads is left to
+ * us. A gateway's thread does little per event (no execution), and every
+ * thread beyond what the traffic needs costs wake-ups: gRPC hands the
+ * poller from thread to thread. With mlp at concurrency 8 on 2 CPUs, one
+ * thread instead of two took the gateway's CPU per request from 81-92 to
+ * 66-68 us at the same throughput (docs/benchmarks.md). */
+#define CPUS_PER_GRPC_THREAD 4
+#define GRPC_THREADS_MAX 4
+
+static int default_grpc_threads(void)
+{
+    int n = pjs_cpus_schedulable() / CPUS_PER_GRPC_THREAD;
+    return n < 1 ? 1 : n > GRPC_THREADS_MAX ? GRPC_THREADS_MAX : n;
+}
 
 /* Tells the REST side where worker i's /metrics is. */
 static void scrape_worker(pjs_gateway *g, pjs_gw_http *http, size_t i)
@@ -67,6 +83,8 @@ int pjs_gateway_start(const pjs_gateway_options *o, pjs_gateway **out, pjs_error
     pjs_gw_grpc_ops(&g->grpc_routes, &g->grpc_ops);
     pjs_grpc_options grpc = o->grpc;
     grpc.max_request_bytes = o->max_request_bytes;
+    if (grpc.threads == 0)
+        grpc.threads = default_grpc_threads();
     if (grpc.port != 0 &&
         (rc = pjs_grpc_frontend_start_proxy(&grpc, &g->grpc_ops, &g->budget, &g->grpc, err)) != 0)
         pjs_error_prefix(err, "gRPC on port %d: ", grpc.port);

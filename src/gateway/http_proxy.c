@@ -58,6 +58,10 @@
 #define KEPT_CONNECTIONS 256L
 /* Longest "host:port" of a worker (as pjs_gw_worker_addr holds them). */
 #define HOST_PORT_MAX 280
+/* Easy handles kept for reuse once their transfer ended: making one
+ * allocates and clears several KiB, a measurable part of a small request's
+ * cost in the gateway. As many as transfers usually run at once. */
+#define SPARE_EASY_MAX 64
 /* Longest forwarded URL and sequence key. */
 #define URL_MAX_BYTES 8192
 #define SEQUENCE_KEY_MAX 128
@@ -73,6 +77,8 @@ struct pjs_gw_http {
     pthread_mutex_t lock;
     struct transfer *queued; /* guarded by lock: transfers for the proxy thread to start */
     bool stop;               /* guarded by lock */
+    CURL *spare[SPARE_EASY_MAX]; /* guarded by lock: ended transfers' handles, reset */
+    size_t n_spare;
     /* Each worker's metrics address; "" while not known. Guarded by lock.
      * Room for every worker the pool may ever have (workers found by DNS
      * join while it runs). */
@@ -215,14 +221,40 @@ static int transfer_aim(transfer *t, int worker, pjs_error *err)
     return 0;
 }
 
-/* Creates t's easy handle for the call's method and body. */
+/* An easy handle with default options: a spare one, or a new one. */
+static CURL *easy_take(pjs_gw_http *h)
+{
+    CURL *e = NULL;
+    pthread_mutex_lock(&h->lock);
+    if (h->n_spare > 0)
+        e = h->spare[--h->n_spare];
+    pthread_mutex_unlock(&h->lock);
+    if (e == NULL)
+        return curl_easy_init();
+    curl_easy_reset(e);
+    return e;
+}
+
+/* Keeps e (no transfer of its own any more) for reuse, or frees it. */
+static void easy_give_back(pjs_gw_http *h, CURL *e)
+{
+    pthread_mutex_lock(&h->lock);
+    bool kept = h->n_spare < SPARE_EASY_MAX;
+    if (kept)
+        h->spare[h->n_spare++] = e;
+    pthread_mutex_unlock(&h->lock);
+    if (!kept)
+        curl_easy_cleanup(e);
+}
+
+/* Sets up t's easy handle for the call's method and body. */
 static int transfer_prepare(transfer *t, job *j, int worker, bool picked, pjs_error *err)
 {
     pjs__http_call *c = j->call;
     t->job = j;
     t->picked = picked;
     pjs_http_buf_init(&t->answer, 0);
-    t->easy = curl_easy_init();
+    t->easy = easy_take(j->h);
     if (t->easy == NULL)
         return pjs_error_set(err, PJS_ERR_NOMEM, "out of memory preparing a worker call");
     CURL *e = t->easy;
@@ -254,7 +286,7 @@ static int transfer_prepare(transfer *t, job *j, int worker, bool picked, pjs_er
 static void transfer_release(transfer *t)
 {
     if (t->easy != NULL)
-        curl_easy_cleanup(t->easy);
+        easy_give_back(t->job->h, t->easy);
     t->easy = NULL;
     pjs_http_buf_free(&t->answer);
 }
@@ -1106,6 +1138,8 @@ static void init_curl(void)
 
 static void proxy_free(pjs_gw_http *h)
 {
+    for (size_t i = 0; i < h->n_spare; i++)
+        curl_easy_cleanup(h->spare[i]);
     if (h->multi != NULL)
         curl_multi_cleanup(h->multi);
     pthread_mutex_destroy(&h->lock);
