@@ -11,6 +11,9 @@
  * loopback ports picked once at start and accept admin calls only with the
  * node's own token. Serve checks the values of the flags passed to it: a
  * worker that refuses its command line stops the node with exit status 2.
+ * In dynamic mode behind a gateway the node runs the one repository watcher
+ * (registry/repo_watch.h) and the workers run in static mode: each settled
+ * change goes to every worker through the gateway's pool.
  *
  * Signals: SIGINT and SIGTERM are blocked before any thread starts and
  * waited for in pjs_node_run; then every worker is told to drain and stop.

@@ -20,6 +20,13 @@
  * reads each worker's statistics, turns the growth of each model's compute
  * time into a cost per second and rebalances (placement.h).
  *
+ * Changes. Those clients make through the gateway and those the node's
+ * repository watcher decides (pjs_gw_pool_apply_change, which sends them
+ * itself, one thread per worker) are remembered alike and sent again to a
+ * restarted worker. While the watcher's load of a model is under way, the
+ * model's requests are steered to the workers that can serve it (one
+ * model at a time: the watcher makes one change at a time).
+ *
  * Channels reconnect after at most a second of backoff, so a restarted
  * worker is reached again quickly.
  */
