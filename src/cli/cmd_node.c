@@ -11,6 +11,9 @@
  * loopback ports picked once at start and accept admin calls only with the
  * node's own token. Serve checks the values of the flags passed to it: a
  * worker that refuses its command line stops the node with exit status 2.
+ * In dynamic mode behind a gateway the node runs the one repository watcher
+ * (registry/repo_watch.h) and the workers run in static mode: each settled
+ * change goes to every worker through the gateway's pool.
  *
  * Signals: SIGINT and SIGTERM are blocked before any thread starts and
  * waited for in pjs_node_run; then every worker is told to drain and stop.
@@ -35,6 +38,7 @@
 #include "gateway/gateway.h"
 #include "node/node.h"
 #include "node/setup.h"
+#include "registry/repo_watch.h"
 #include "registry/weight_store.h"
 #include "runtime/cpu_threads.h"
 #include "server/config.h"
@@ -111,7 +115,10 @@ static const char help[] =
     "\n"
     "every other flag of 'pjserve serve' (model control, weights, shared weights,\n"
     "client shared memory, scheduler, meta models, --config, plugin and cache)\n"
-    "goes to every worker. --shared-weights auto: the node makes a private\n"
+    "goes to every worker. In dynamic model control mode (the default) with more\n"
+    "than one worker, the node itself watches the repository (every\n"
+    "--repository-poll-ms) and has every worker load, reload or drop a bundle\n"
+    "that changed; the workers run in static mode (docs/node.md). --shared-weights auto: the node makes a private\n"
     "directory for its workers' shared weights, /dev/shm/pjserve-weights-XXXXXX\n"
     "(mode 0700, removed at exit); a DIR given is checked before any worker starts.\n"
     "\n"
@@ -416,6 +423,10 @@ typedef struct node_plan {
     char token[65];
     char shared_weights[PATH_MAX]; /* the store's directory the workers get; "" none */
     bool shared_weights_made;      /* made here (--shared-weights auto): removed at exit */
+    /* Dynamic mode behind a gateway: the node watches the repository every
+     * poll_ms and the workers run in static mode. */
+    bool node_watches;
+    long poll_ms;
 } node_plan;
 
 /* The plugin flags `pjserve info` needs. */
@@ -555,6 +566,21 @@ static void push_int(node_worker *w, const char *flag, int v)
     push(w, num);
 }
 
+/* Who follows the repository in dynamic mode: the one worker itself, or,
+ * behind a gateway, the node alone (one watcher, so every worker changes
+ * together; workers that each polled would switch one by one). A mode other
+ * than dynamic goes to the workers as given (they check its value). */
+static int plan_lifecycle(const node_args *a, node_plan *p)
+{
+    const char *mode = given_value(a, "model-control-mode");
+    p->node_watches = p->n_workers > 1 && (mode == NULL || strcmp(mode, "dynamic") == 0);
+    p->poll_ms = 1000;
+    const char *poll = given_value(a, "repository-poll-ms");
+    if (p->node_watches && poll != NULL)
+        return parse_long("repository-poll-ms", poll, 1, 86400000, &p->poll_ms);
+    return PJS_EXIT_OK;
+}
+
 /* Builds each worker's command line. */
 static int plan_argv(const node_args *a, node_plan *p)
 {
@@ -571,6 +597,9 @@ static int plan_argv(const node_args *a, node_plan *p)
             const given_flag *g = &a->given[k];
             if (!single && g->flag->place == TO_PUBLIC)
                 continue;
+            if (p->node_watches && (strcmp(g->flag->name, "model-control-mode") == 0 ||
+                                    strcmp(g->flag->name, "repository-poll-ms") == 0))
+                continue;
             char name[96];
             snprintf(name, sizeof name, "--%s", g->flag->name);
             push(w, name);
@@ -585,6 +614,10 @@ static int plan_argv(const node_args *a, node_plan *p)
             push_int(w, "--http-threads", io);
         if (p->cpu_plugin_threads > 0)
             push_int(w, "--cpu-intra-op-threads", p->cpu_plugin_threads);
+        if (p->node_watches) {
+            push(w, "--model-control-mode");
+            push(w, "static");
+        }
         if (single) {
             push(w, "--node-status-file");
             push(w, p->status_file);
@@ -751,6 +784,7 @@ typedef struct node_gateway {
     pjs_gateway *gw;
     _Atomic(pjs_node *) node;
     pjs_access *access;
+    pjs_repo_watch *watch; /* the repository's one watcher (plan.node_watches) */
 } node_gateway;
 
 static char *gateway_node_status(void *ctx)
@@ -779,6 +813,36 @@ static bool gateway_worker_ready(void *ctx, size_t worker)
 {
     node_gateway *g = ctx;
     return pjs_gw_pool_probe_worker(pjs_gateway_pool(g->gw), worker);
+}
+
+/* The node's repository watcher: a settled change of bundle `name` made on
+ * every worker through the gateway's pool, which remembers it for a worker
+ * restarted later and routes the model only to workers that can serve it
+ * meanwhile. Acted on whatever the outcome, as serve's watcher does. */
+static bool repository_changed(void *ctx, const char *name, uint64_t before, uint64_t now)
+{
+    node_gateway *g = ctx;
+    pjs_gw_change change = {.kind = now == 0 ? PJS_GW_CHANGE_UNLOAD : PJS_GW_CHANGE_LOAD,
+                            .model = name, .repository = true};
+    const char *what = now == 0      ? "removed, dropping it"
+                       : before == 0 ? "added, loading it"
+                                     : "changed, reloading it";
+    pjs_info("repository: model %s %s on every worker", name, what);
+    pjs_gw_applied r;
+    pjs_gw_pool_apply_change(pjs_gateway_pool(g->gw), &change, &r);
+    if (r.accepted == 0 && r.refused > 0 && now != 0 && before != 0)
+        pjs_warn("repository: changed model %s failed to load, the previous version keeps "
+                 "serving on every worker; not retried until its bundle changes again: %s",
+                 name, r.refusal);
+    else if (r.accepted == 0 && r.refused > 0 && now != 0)
+        pjs_warn("repository: new model %s failed to load; not retried until its bundle "
+                 "changes: %s",
+                 name, r.refusal);
+    else
+        pjs_info("repository: model %s: %u workers took the change, %u refused it, %u not "
+                 "reached, %u still starting (they get it once up)",
+                 name, r.accepted, r.refused, r.unreached, r.later);
+    return true;
 }
 
 /* Fills the gateway's options from the public flags. */
@@ -872,6 +936,19 @@ static int run(const node_args *a, node_plan *p, const sigset_t *stop_signals)
         o.ready = gateway_worker_ready;
         o.ctx = &ng;
     }
+    if (p->node_watches) {
+        /* Before the workers start: what they load at start is the state
+         * it counts as acted on. */
+        pjs_info("model control mode dynamic: the node watches %s and has every worker load, "
+                 "reload or drop what changed (workers in static mode)",
+                 given_value(a, "model-repository"));
+        if (pjs_repo_watch_start(given_value(a, "model-repository"), (uint64_t)p->poll_ms,
+                                 repository_changed, &ng, &ng.watch, &err) != 0) {
+            pjs_gateway_stop(ng.gw);
+            pjs_access_destroy(ng.access);
+            return pjs_cli_fail("%s", err.msg);
+        }
+    }
     pjs_node *node = NULL;
     int rc = PJS_EXIT_OK;
     if (pjs_node_start(&o, &node, &err) != 0)
@@ -889,8 +966,11 @@ static int run(const node_args *a, node_plan *p, const sigset_t *stop_signals)
         else
             pjs_info("stopping the workers");
     }
-    /* The gateway first: it refuses new requests and lets those in flight
-     * finish on the workers, which then drain and stop. */
+    /* The watcher first (it waits for a change in progress), then the
+     * gateway: it refuses new requests and lets those in flight finish on
+     * the workers, which then drain and stop. */
+    pjs_repo_watch_stop(ng.watch);
+    ng.watch = NULL;
     if (ng.gw != NULL)
         pjs_gateway_stop(ng.gw);
     atomic_store(&ng.node, NULL);
@@ -930,6 +1010,8 @@ int pjs_cmd_node(int argc, char **argv)
         rc = plan_ports(&a, &p);
     if (rc == PJS_EXIT_OK)
         rc = plan_shared_weights(&a, &p);
+    if (rc == PJS_EXIT_OK)
+        rc = plan_lifecycle(&a, &p);
     if (rc == PJS_EXIT_OK)
         rc = plan_argv(&a, &p);
     if (rc == PJS_EXIT_OK)

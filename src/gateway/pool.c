@@ -20,6 +20,13 @@
  * reads each worker's statistics, turns the growth of each model's compute
  * time into a cost per second and rebalances (placement.h).
  *
+ * Changes. Those clients make through the gateway and those the node's
+ * repository watcher decides (pjs_gw_pool_apply_change, which sends them
+ * itself, one thread per worker) are remembered alike and sent again to a
+ * restarted worker. While the watcher's load of a model is under way, the
+ * model's requests are steered to the workers that can serve it (one
+ * model at a time: the watcher makes one change at a time).
+ *
  * Channels reconnect after at most a second of backoff, so a restarted
  * worker is reached again quickly.
  */
@@ -77,6 +84,10 @@ typedef struct worker {
      * no traffic, no new change (those are remembered for it instead). */
     bool needs_replay;
     uint64_t replayed_seq; /* changes up to this one were sent again */
+    /* The repository watcher's changes up to this one were decided before
+     * its current process started (it loaded them from the repository):
+     * not sent again. */
+    uint64_t restart_seq;
 } worker;
 
 /* A remembered change (pjs_gw_change), numbered in the order made. */
@@ -87,6 +98,7 @@ typedef struct change_entry {
     char *model;
     char *config;
     int residency;
+    bool repository; /* decided by the node's repository watcher */
 } change_entry;
 
 typedef struct model_entry {
@@ -127,6 +139,10 @@ struct pjs_gw_pool {
     change_entry *changes; /* in the order made; one per model and class */
     size_t n_changes, cap_changes;
     uint64_t change_seq;
+    /* While pjs_gw_pool_apply_change loads model `steered` (NULL: none),
+     * its requests go to the available workers of steer_to. */
+    char *steered;
+    uint64_t steer_to;
     pthread_t prober;
     bool prober_running;
 };
@@ -395,7 +411,10 @@ int pjs_gw_pool_pick(pjs_gw_pool *p, const char *model, const char *sequence_key
     /* A model no worker held at the last probe goes to any worker: it may
      * have been loaded since, and if not the worker says it is unknown. */
     uint64_t candidates = e != NULL && e->holders != 0 ? e->holders & up : up;
-    if (e != NULL && p->o.routing == PJS_GW_LPT_PACKING && (candidates & e->placed) != 0)
+    bool steered = p->steered != NULL && strcmp(p->steered, model) == 0 && (p->steer_to & up);
+    if (steered)
+        candidates = p->steer_to & up;
+    else if (e != NULL && p->o.routing == PJS_GW_LPT_PACKING && (candidates & e->placed) != 0)
         candidates &= e->placed;
     if (candidates == 0) {
         pthread_mutex_unlock(&p->lock);
@@ -518,7 +537,7 @@ static uint64_t remember_change(pjs_gw_pool *p, const pjs_gw_change *c)
     }
     change_entry e = {.seq = ++p->change_seq, .pending = true, .kind = c->kind,
                       .model = strdup(c->model), .config = c->config ? strdup(c->config) : NULL,
-                      .residency = c->residency};
+                      .residency = c->residency, .repository = c->repository};
     if (e.model == NULL || (c->config != NULL && e.config == NULL)) {
         free_change(&e);
         pjs_warn("gateway: no memory to remember the change of model '%s'; a worker "
@@ -1069,7 +1088,8 @@ static bool replay_changes(pjs_gw_pool *p, size_t i)
         pthread_mutex_lock(&p->lock);
         const change_entry *next = NULL;
         for (size_t j = 0; j < p->n_changes && next == NULL; j++)
-            if (p->changes[j].seq > w->replayed_seq)
+            if (p->changes[j].seq > w->replayed_seq &&
+                !(p->changes[j].repository && p->changes[j].seq <= w->restart_seq))
                 next = &p->changes[j];
         if (next == NULL) {
             w->needs_replay = false;
@@ -1083,7 +1103,7 @@ static bool replay_changes(pjs_gw_pool *p, size_t i)
         bool has_config = next->config != NULL;
         change_entry e = {.seq = next->seq, .kind = next->kind, .model = strdup(next->model),
                           .config = has_config ? strdup(next->config) : NULL,
-                          .residency = next->residency};
+                          .residency = next->residency, .repository = next->repository};
         pthread_mutex_unlock(&p->lock);
         if (e.model == NULL || (has_config && e.config == NULL)) {
             free_change(&e);
@@ -1112,12 +1132,136 @@ static bool replay_changes(pjs_gw_pool *p, size_t i)
     }
 }
 
+/* ---- the repository watcher's changes ------------------------------------------- */
+
+/* One worker's part of a change being applied (its own thread). */
+typedef struct apply_send {
+    pjs_gw_pool *p;
+    size_t worker;
+    const change_entry *change;
+    pthread_t thread;
+    bool started;
+    int rc;
+    pjs_error err;
+} apply_send;
+
+static void *apply_send_run(void *arg)
+{
+    apply_send *a = arg;
+    a->rc = send_change(a->p, a->worker, a->change, &a->err);
+    return NULL;
+}
+
+/* Sends change `e` to the workers of `mask` at once and waits for every
+ * answer; returns the mask of those that took it and counts the rest. */
+static uint64_t apply_to(pjs_gw_pool *p, const change_entry *e, uint64_t mask,
+                         pjs_gw_applied *out)
+{
+    apply_send sends[PJS_GW_MAX_WORKERS];
+    size_t n = 0;
+    for (size_t i = 0; i < p->n; i++) {
+        if (!(mask & (1ull << i)))
+            continue;
+        apply_send *a = &sends[n++];
+        *a = (apply_send){.p = p, .worker = i, .change = e};
+        a->started = pthread_create(&a->thread, NULL, apply_send_run, a) == 0;
+        if (!a->started) /* no thread to spare: sent from this one */
+            apply_send_run(a);
+    }
+    uint64_t took = 0;
+    for (size_t k = 0; k < n; k++) {
+        apply_send *a = &sends[k];
+        if (a->started)
+            pthread_join(a->thread, NULL);
+        bool absent = a->rc != 0 && e->kind == PJS_GW_CHANGE_UNLOAD &&
+                      a->err.code == PJS_ERR_NOT_FOUND;
+        if (a->rc == 0 || absent) {
+            took |= 1ull << a->worker;
+            out->accepted++;
+        } else if (a->err.code == PJS_ERR_UNAVAILABLE ||
+                   a->err.code == PJS_ERR_DEADLINE_EXCEEDED) {
+            pjs_warn("gateway: worker %zu (gRPC %s) not reached for the %s of model '%s': %s; "
+                     "it gets it if it is restarted",
+                     a->worker, p->w[a->worker].addr.grpc, change_name(e->kind), e->model,
+                     a->err.msg);
+            out->unreached++;
+        } else {
+            pjs_warn("gateway: worker %zu (gRPC %s) refused the %s of model '%s': %s", a->worker,
+                     p->w[a->worker].addr.grpc, change_name(e->kind), e->model, a->err.msg);
+            if (out->refused++ == 0)
+                snprintf(out->refusal, sizeof out->refusal, "%s", a->err.msg);
+        }
+    }
+    return took;
+}
+
+/* The lower half of `mask`'s workers, at least one. */
+static uint64_t first_half(uint64_t mask)
+{
+    unsigned half = ((unsigned)__builtin_popcountll(mask) + 1) / 2;
+    uint64_t first = 0;
+    for (size_t i = 0; i < PJS_GW_MAX_WORKERS && half > 0; i++)
+        if (mask & (1ull << i)) {
+            first |= 1ull << i;
+            half--;
+        }
+    return first;
+}
+
+/* Where model `model`'s requests go from now on (NULL: as the table says). */
+static void steer(pjs_gw_pool *p, const char *model, uint64_t to)
+{
+    char *copy = model != NULL ? strdup(model) : NULL;
+    pthread_mutex_lock(&p->lock);
+    free(p->steered);
+    p->steered = copy;
+    p->steer_to = to;
+    pthread_mutex_unlock(&p->lock);
+}
+
+void pjs_gw_pool_apply_change(pjs_gw_pool *p, const pjs_gw_change *change, pjs_gw_applied *out)
+{
+    memset(out, 0, sizeof *out);
+    change_entry e = {.kind = change->kind, .model = (char *)change->model,
+                      .config = (char *)change->config, .residency = change->residency,
+                      .repository = change->repository};
+    pthread_mutex_lock(&p->lock);
+    e.seq = remember_change(p, change);
+    uint64_t targets = 0;
+    for (size_t i = 0; i < p->n; i++) {
+        worker *w = &p->w[i];
+        if (w->state == PJS_GW_WORKER_UNHEALTHY || w->gone || w->needs_replay)
+            continue;
+        if (w->state == PJS_GW_WORKER_STARTING) {
+            /* In its first start: it may have read the repository before
+             * the change, and its ports open only once it has loaded it. */
+            w->needs_replay = true;
+            out->later++;
+            continue;
+        }
+        targets |= 1ull << i;
+    }
+    pthread_mutex_unlock(&p->lock);
+    uint64_t first = e.kind == PJS_GW_CHANGE_LOAD ? first_half(targets) : targets;
+    if (first != targets)
+        steer(p, e.model, targets & ~first);
+    uint64_t took = apply_to(p, &e, first, out);
+    if (first != targets && (took != 0 || out->unreached > 0)) {
+        steer(p, e.model, took);
+        took |= apply_to(p, &e, targets & ~first, out);
+    }
+    steer(p, NULL, 0);
+    pjs_gw_pool_change_settled(p, e.seq, took != 0 || out->refused == 0);
+}
+
 void pjs_gw_pool_worker_restarted(pjs_gw_pool *p, size_t i)
 {
     if (i >= p->n)
         return;
     pthread_mutex_lock(&p->lock);
     worker *w = &p->w[i];
+    if (!w->needs_replay) /* the first call: before the new process is started */
+        w->restart_seq = p->change_seq;
     w->needs_replay = true;
     w->replayed_seq = 0;
     w->state = PJS_GW_WORKER_STARTING;
@@ -1265,6 +1409,7 @@ void pjs_gw_pool_destroy(pjs_gw_pool *p)
     for (size_t k = 0; k < p->n_changes; k++)
         free_change(&p->changes[k]);
     free(p->changes);
+    free(p->steered);
     for (size_t s = 0; s < SEQUENCE_SLOTS; s++)
         free(p->pins[s].key);
     free(p->pins);

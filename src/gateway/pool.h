@@ -147,6 +147,10 @@ typedef struct pjs_gw_change {
     const char *model;
     const char *config; /* LOAD: the override's JSON text; NULL: none */
     int residency;      /* RESIDENCY: a pjserve.control.v1.Residency value */
+    /* Made by the node's repository watcher (pjs_gw_pool_apply_change), not
+     * by a client: a worker started after it was decided read the
+     * repository as it is since, so it is not sent to that worker again. */
+    bool repository;
 } pjs_gw_change;
 
 /* Every worker not known to be down (starting, or ready whatever its
@@ -165,6 +169,28 @@ uint64_t pjs_gw_pool_change_targets(pjs_gw_pool *p, const pjs_gw_change *change,
 /* The workers answered change `seq` (0: none): `accepted` when at least
  * one took it. */
 void pjs_gw_pool_change_settled(pjs_gw_pool *p, uint64_t seq, bool accepted);
+/* How the workers took a change made with pjs_gw_pool_apply_change. */
+typedef struct pjs_gw_applied {
+    unsigned accepted;  /* answered success (an unload: or that the model was not there) */
+    unsigned refused;   /* answered an error */
+    unsigned unreached; /* could not be reached; brought up to date when restarted */
+    unsigned later;     /* still starting: sent the change once they answer */
+    char refusal[512];  /* the first refusal's message; "" none */
+} pjs_gw_applied;
+/* Makes a change the node's repository watcher decided on every worker
+ * not known to be down, and returns once each answered, remembered for
+ * workers restarted later as pjs_gw_pool_take_not_down does (forgotten
+ * when every worker that answered refused it). A worker still in its first
+ * start is sent it when it is brought up to date (pjs_gw_pool_probe_worker).
+ * A load goes as two generations, so that no client sees the model on a
+ * worker that cannot serve it, nor a new version and then the old one:
+ * while the first half of the workers loads, the model's requests go to the
+ * others; once that half has it, to that half alone while the others load;
+ * then to every worker that holds it. When the first half all refuse (a
+ * broken bundle), the others are not asked: every worker keeps what it
+ * served. An unload goes to every worker at once. The caller's thread
+ * blocks (a load compiles); one change at a time. */
+void pjs_gw_pool_apply_change(pjs_gw_pool *p, const pjs_gw_change *change, pjs_gw_applied *out);
 /* Reports the outcome of a forward begun with a pick. */
 void pjs_gw_pool_done(pjs_gw_pool *p, int worker, pjs_gw_outcome o);
 
@@ -191,7 +217,9 @@ bool pjs_gw_pool_probe_worker(pjs_gw_pool *p, size_t i);
 /* Worker i is being replaced: the node is about to stop it, found it gone,
  * or started it again (a new process, without the changes made through the
  * gateway). It gets no traffic and no new change until
- * pjs_gw_pool_probe_worker has brought it up to date. */
+ * pjs_gw_pool_probe_worker has brought it up to date; of the repository
+ * watcher's changes, only those decided after the first of these calls are
+ * sent (the new process loads the repository as it is when it starts). */
 void pjs_gw_pool_worker_restarted(pjs_gw_pool *p, size_t i);
 
 #endif

@@ -1319,10 +1319,14 @@ int pjs_server_unload_model(pjs_server *s, const char *name, pjs_error *err)
     if (name == NULL || name[0] == '\0')
         return pjs_error_set(err, PJS_ERR_INVALID_ARGUMENT, "no model name given");
     pthread_mutex_lock(&s->repo_lock);
-    bool known = find_entry_locked(s, name) != NULL;
+    repo_entry *e = find_entry_locked(s, name);
+    bool known = e != NULL;
+    bool bundle_gone = known && !e->internal && !is_bundle_dir(s->repository, name);
     pthread_mutex_unlock(&s->repo_lock);
     if (!known)
         return unknown_model(name, err);
+    if (bundle_gone) /* as the repository watcher drops a removed bundle */
+        return pjs_server_remove_model(s, name, err);
     drop_model(s, set_entry(s, name, PJS_MODEL_UNAVAILABLE,
                               "unloaded by a repository request; load it again to serve it", NULL,
                               true));

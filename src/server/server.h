@@ -259,7 +259,11 @@ int pjs_server_load_model_config_async(pjs_server *s, const char *name, const ch
 /* The same, waiting for the result; for threads that may block (the
  * repository watcher), never a front end's. */
 int pjs_server_load_model(pjs_server *s, const char *name, pjs_error *err);
-/* Marks `name` unavailable; queued requests still complete. */
+/* Marks `name` unavailable; queued requests still complete. When its
+ * bundle directory is gone, drops it from the repository instead, as
+ * pjs_server_remove_model (the index no longer lists it): what the
+ * repository watcher does with a removed bundle, and how `pjserve node`'s
+ * watcher has its workers do the same. */
 int pjs_server_unload_model(pjs_server *s, const char *name, pjs_error *err);
 /* Drops `name` from the repository (its bundle directory is gone): the
  * index no longer lists it, lookups get NOT_FOUND, requests already

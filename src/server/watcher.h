@@ -1,23 +1,17 @@
 /*
  * watcher.h - the repository watcher of --model-control-mode dynamic.
  *
- * One thread scans the repository directory every poll interval and
- * fingerprints each bundle directory from what loading reads: the name,
- * size, modification and change times and inode of manifest.yaml,
- * weights.safetensors, every model*.mlir and the hook files model.c and
- * model.so. A bundle that appeared, changed or disappeared is acted on only
- * once it was seen in the same state on two consecutive polls, so a bundle
- * still being written is not loaded half-way: a new bundle is loaded, a
- * changed one reloaded (pjs_server_load_model, on the server's load threads:
- * when the new version fails to load, the previous one keeps serving), a
- * removed one dropped from the repository (pjs_server_remove_model). A state
- * acted on, successfully or not, is not acted on again until the bundle
- * changes; one the server's load queue had no room for is tried again at
- * the next poll.
+ * A registry/repo_watch.h watcher over the server's repository: a bundle
+ * that appeared, changed or disappeared, once seen in the same state on two
+ * consecutive polls, is loaded, reloaded (pjs_server_load_model, on the
+ * server's load threads: when the new version fails to load, the previous
+ * one keeps serving) or dropped from the repository
+ * (pjs_server_remove_model). A state acted on, successfully or not, is not
+ * acted on again until the bundle changes; one the server's load queue had
+ * no room for is tried again at the next poll.
  *
  * The server starts the watcher before it loads the repository (so a bundle
  * changed during start-up is picked up) and stops it first when it drains.
- * Only the watcher's thread touches its bundle list.
  */
 #ifndef PJS_SERVER_WATCHER_H
 #define PJS_SERVER_WATCHER_H
@@ -25,9 +19,10 @@
 #include <stdint.h>
 
 #include "core/status.h"
+#include "registry/repo_watch.h"
 
 typedef struct pjs_server pjs_server;
-typedef struct pjs_watcher pjs_watcher;
+typedef pjs_repo_watch pjs_watcher;
 
 /* Fingerprints every bundle directory of `repository` as it is now (the
  * state the server's start-up load reads) and starts the thread, which
