@@ -33,7 +33,9 @@ from pathlib import Path
 os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
 
 ROOT = Path(__file__).resolve().parents[1]
-PJSERVE = ROOT / "build" / "pjserve"
+# The binary measured: build/pjserve, or $PJSERVE_BIN (e.g. another revision's
+# build, for a before/after table from one run of the same script).
+PJSERVE = Path(os.environ.get("PJSERVE_BIN") or ROOT / "build" / "pjserve")
 RAW = ROOT / "build" / "pjs_bench_raw_execute"
 FLOOR = ROOT / "build" / "pjs_bench_grpc_floor"
 PERF_ANALYZER = ROOT / "scripts" / "perf_analyzer"
@@ -383,8 +385,11 @@ def machine_info(glibc=False):
 
 
 def git_revision():
+    """The revision of the tree the measured binary was built in (its
+    build/ directory's parent), as `git describe` names it."""
+    tree = PJSERVE.resolve().parent.parent
     out = subprocess.run(["git", "describe", "--always", "--dirty"], capture_output=True,
-                         text=True, cwd=ROOT)
+                         text=True, cwd=tree if (tree / ".git").exists() else ROOT)
     return out.stdout.strip() or "?"
 
 
