@@ -56,7 +56,8 @@ typedef struct pjs_cli_runtime {
 
 #define PJS_CLI_COMMON_HELP                                                                        \
     "  --pjrt-plugin PATH     PJRT plugin .so (default: $PJSERVE_PJRT_PLUGIN, else the\n"          \
-    "                         xla-cpu-pjrt plugin in the project's .venv)\n"                       \
+    "                         CPU plugin installed beside pjserve (make install), else\n"         \
+    "                         the xla-cpu-pjrt plugin in the project's .venv)\n"                   \
     "  --pjrt-option K=V      client create option, e.g. preallocate=false or\n"                   \
     "                         memory_fraction=0.5 (GPU plugins); repeatable\n"                     \
     "  --cpu-intra-op-threads N|auto  threads of each XLA CPU plugin pool (intra-op\n"             \

@@ -254,7 +254,9 @@ int pjs_rt_plugin_resolve(const char *explicit_path, char *out, size_t outsize, 
         snprintf(out, outsize, "%s", env);
         return 0;
     }
-    /* The project's .venv: next to the build directory holding this
+    /* An installed pjserve's own plugin (make install puts it at
+     * PJS_INSTALLED_PLUGIN, relative to the executable's directory); then
+     * the project's .venv: next to the build directory holding this
      * executable, then the source tree we were built from, then ./.venv. */
     char exe[PATH_MAX];
     ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
@@ -263,6 +265,14 @@ int pjs_rt_plugin_resolve(const char *explicit_path, char *out, size_t outsize, 
         char *slash = strrchr(exe, '/');
         if (slash != NULL) {
             *slash = '\0';
+#ifdef PJS_INSTALLED_PLUGIN
+            char installed[PATH_MAX + 256];
+            snprintf(installed, sizeof installed, "%s/%s", exe, PJS_INSTALLED_PLUGIN);
+            if (access(installed, R_OK) == 0) {
+                snprintf(out, outsize, "%s", installed);
+                return 0;
+            }
+#endif
             char venv[PATH_MAX + 16];
             snprintf(venv, sizeof venv, "%s/../.venv", exe);
             if (find_venv_plugin(venv, out, outsize))

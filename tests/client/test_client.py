@@ -380,11 +380,23 @@ def test_installed_library_with_pkg_config(tools, installed, server, tmp_path, l
     r = subprocess.run(["cc", str(example), *cflags, "-o", str(exe), *libs, *sanitize],
                        capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
-    env = dict(os.environ)
-    if link == "shared":
-        libdir = [f[2:] for f in libs if f.startswith("-L")][0]
-        env["LD_LIBRARY_PATH"] = libdir
+    # As a user runs it: no LD_LIBRARY_PATH, no ldconfig (the .pc's rpath).
+    env = {k: v for k, v in os.environ.items() if k != "LD_LIBRARY_PATH"}
     r = subprocess.run([str(exe), url_of(server, "grpc")], capture_output=True, text=True,
                        env=env, timeout=120)
     assert r.returncode == 0, r.stderr
     assert "y: FP32 [2, 4] =" in r.stdout
+
+
+def test_installed_pjserve_uses_its_own_plugin(installed, tmp_path):
+    """An installed pjserve, run from elsewhere with no environment variable,
+    loads the CPU plugin `make install` put beside it, not the source
+    tree's .venv."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PJSERVE_")}
+    r = subprocess.run([str(installed / "bin" / "pjserve"), "info"], capture_output=True,
+                       text=True, env=env, cwd=tmp_path, timeout=120)
+    assert r.returncode == 0, r.stdout + r.stderr
+    (plugin,) = [ln.split(":", 1)[1].strip() for ln in r.stdout.splitlines()
+                 if ln.startswith("plugin:")]
+    assert Path(plugin).resolve().is_relative_to(installed.resolve()), plugin
+    assert Path(plugin).name == "xla_cpu_pjrt.so"
