@@ -498,8 +498,6 @@ static uint64_t scrapable(pjs_gw_http *h)
     return mask;
 }
 
-static bool is(const char *a, const char *b);
-
 /* The change a repository load or unload, or a residency call, makes (its
  * strings point into *doc, which the caller releases); false for other
  * calls and bodies that do not read (the workers refuse those). */
@@ -679,8 +677,10 @@ static void reply_named_failure(pjs__http_call *c, const pjs_gw_verdict *v, cons
         snprintf(why, sizeof why, "%s",
                  t->curl_error[0] ? t->curl_error : curl_easy_strerror(t->result));
     pjs_gw_relay_failure_text(v, r, worker_http(t), why, msg, sizeof msg);
-    pjs__http_reply_message(c, answered(t) ? (unsigned)t->status : t->result == CURLE_WRITE_ERROR ? 502 : 503,
-                            "%s", msg);
+    unsigned status = answered(t)                      ? (unsigned)t->status
+                      : t->result == CURLE_WRITE_ERROR ? 502
+                                                       : 503;
+    pjs__http_reply_message(c, status, "%s", msg);
 }
 
 /* The reply of a JOB_SEVERAL: its class's verdict over every transfer. */
@@ -695,7 +695,7 @@ static void finish_several(job *j)
     pjs_gw_pool_change_settled(j->h->pool, j->change, v.accepted);
     transfer *at = &j->transfers[v.at];
     if (v.kind == PJS_GW_VERDICT_RELAY || (v.kind == PJS_GW_VERDICT_FAILED && v.unanimous)) {
-        reply_relayed(c, at); /* unanimous: in the workers' own words (Triton's, for an unknown model) */
+        reply_relayed(c, at); /* unanimous: the workers' words (Triton's, for an unknown model) */
         return;
     }
     if (v.kind == PJS_GW_VERDICT_FAILED) {
