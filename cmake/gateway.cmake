@@ -7,6 +7,8 @@
 #                      lpt_packing placement (placement.c): pure, unit-tested
 #                      and fuzzed alone
 #   pjs_gateway_pool   the workers: probes, circuit breakers, picks
+#   pjs_gateway_relay  the relay policy of both protocols: the operation
+#                      table and the route classes over the pool
 #   pjs_gateway        the gRPC routes and the gateway's start and stop
 add_library(pjs_gateway_route STATIC
   src/gateway/route_key.c
@@ -19,7 +21,12 @@ add_library(pjs_gateway_pool STATIC
   src/gateway/grpc_unary.c
 )
 target_link_libraries(pjs_gateway_pool PUBLIC pjs_gateway_route pjs_grpc_codec PkgConfig::GRPC)
-target_link_libraries(pjs_gateway_http PUBLIC pjs_gateway_pool)
+add_library(pjs_gateway_relay STATIC
+  src/gateway/relay_policy.c
+  src/gateway/relay_classes.c
+)
+target_link_libraries(pjs_gateway_relay PUBLIC pjs_gateway_pool)
+target_link_libraries(pjs_gateway_http PUBLIC pjs_gateway_relay)
 
 add_library(pjs_gateway STATIC
   src/gateway/grpc_routes.c

@@ -1,91 +1,38 @@
 /*
  * grpc_routes.c - the gateway's answers to the forwarding gRPC front end
- * (pjs_grpc_proxy_ops): how each KServe V2 method is served over the
- * workers.
- *
- *   local     ServerLive, ServerReady, grpc.health.v1.Health/Check: the
- *             gateway is live; ready as pjs_gw_pool_ready says (some worker
- *             available and, with strict readiness, every available worker
- *             ready by its own ServerReady). NodeStatus: the
- *             node's status (NOT_FOUND in a standalone gateway).
- *   by model  ModelInfer, ModelStreamInfer, ModelReady, ModelMetadata,
- *             ModelConfig: the pool picks among the workers holding the
- *             model (a sequence stays on its worker).
- *   any       ServerMetadata, shared-memory status, model control status,
- *             Health/Watch, reflection and methods unknown to us (the
- *             worker answers those as it does).
- *   fan-out   repository load/unload, shared-memory register/unregister,
- *             log and trace settings, residency, policy and compaction:
- *             every available worker, the first error wins.
- *   merged    RepositoryIndex (a model once, ready if ready anywhere),
- *             ModelStatistics (counts and durations summed).
+ * (pjs_grpc_proxy_ops): each method served over the workers as its
+ * operation's class says (relay_policy.h, one table for gRPC and REST).
+ * What is gRPC's own stays here: the local answers (ServerLive,
+ * ServerReady, grpc.health.v1.Health/Check, NodeStatus), reading a
+ * request's model and sequence key, reading the changes the pool
+ * remembers out of protobuf requests, and merging protobuf answers
+ * (RepositoryIndex, ModelStatistics) by the class's rule.
  */
 #include "gateway/grpc_routes.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "frontend/grpc/arena.h"
 #include "frontend/grpc/control_codec.h"
+#include "gateway/relay_policy.h"
 #include "gateway/route_key.h"
 #include "grpc_service.pb-c.h"
 #include "health.pb-c.h"
 #include "pjserve_control.pb-c.h"
 
-#define SVC "/inference.GRPCInferenceService/"
-#define CONTROL "/pjserve.control.v1.ModelControl/"
 #define INFERENCE_SERVICE "inference.GRPCInferenceService"
-
-static bool method_is(const char *method, const char *prefix, const char *name)
-{
-    size_t n = strlen(prefix);
-    return strncmp(method, prefix, n) == 0 && strcmp(method + n, name) == 0;
-}
-
-static bool by_model(const char *m)
-{
-    return method_is(m, SVC, "ModelInfer") || method_is(m, SVC, "ModelStreamInfer") ||
-           method_is(m, SVC, "ModelReady") || method_is(m, SVC, "ModelMetadata") ||
-           method_is(m, SVC, "ModelConfig");
-}
-
-static bool merged(const char *m)
-{
-    return method_is(m, SVC, "RepositoryIndex") || method_is(m, SVC, "ModelStatistics");
-}
-
-static bool fanned_out(const char *m)
-{
-    static const char *const svc[] = {
-        "RepositoryModelLoad",          "RepositoryModelUnload",      "SystemSharedMemoryRegister",
-        "SystemSharedMemoryUnregister", "CudaSharedMemoryRegister",   "CudaSharedMemoryUnregister",
-        "TraceSetting",                 "LogSettings",
-    };
-    for (size_t i = 0; i < sizeof svc / sizeof svc[0]; i++)
-        if (method_is(m, SVC, svc[i]))
-            return true;
-    return method_is(m, CONTROL, "SetModelResidency") || method_is(m, CONTROL, "SetModelPolicy") ||
-           method_is(m, CONTROL, "Compact");
-}
-
-static bool unary_any(const char *m)
-{
-    return method_is(m, SVC, "ServerMetadata") || method_is(m, SVC, "SystemSharedMemoryStatus") ||
-           method_is(m, SVC, "CudaSharedMemoryStatus") ||
-           method_is(m, CONTROL, "ModelControlStatus");
-}
 
 static pjs_grpc_proxy_kind classify(void *ctx, const char *m)
 {
     (void)ctx;
-    if (method_is(m, SVC, "ServerLive") || method_is(m, SVC, "ServerReady") ||
-        strcmp(m, "/grpc.health.v1.Health/Check") == 0 || method_is(m, CONTROL, "NodeStatus"))
+    const pjs_gw_op *op = pjs_gw_op_of_grpc(m);
+    if (op->cls == &pjs_gw_class_local)
         return PJS_GRPC_PROXY_LOCAL;
-    if (merged(m) || fanned_out(m))
-        return PJS_GRPC_PROXY_FANOUT;
-    if (method_is(m, SVC, "ModelStreamInfer") || !(by_model(m) || unary_any(m)))
+    if (op->stream)
         return PJS_GRPC_PROXY_STREAM_ROUTED;
-    return PJS_GRPC_PROXY_ROUTED;
+    return op->cls->targets != NULL ? PJS_GRPC_PROXY_FANOUT : PJS_GRPC_PROXY_ROUTED;
 }
 
 static int pack(const ProtobufCMessage *m, uint8_t **out, size_t *len, pjs_error *err)
@@ -124,15 +71,16 @@ static int answer(void *ctx, const char *m, const uint8_t *msg, size_t len, uint
                   size_t *out_len, pjs_error *err)
 {
     const pjs_gw_grpc_routes *routes = ctx;
-    if (method_is(m, CONTROL, "NodeStatus"))
+    pjs_gw_op_id op = pjs_gw_op_of_grpc(m)->id;
+    if (op == PJS_GW_OP_NODE_STATUS)
         return node_status(routes, out, out_len, err);
     bool ready = pjs_gw_pool_ready(routes->pool);
-    if (method_is(m, SVC, "ServerLive")) {
+    if (op == PJS_GW_OP_SERVER_LIVE) {
         Inference__ServerLiveResponse r = INFERENCE__SERVER_LIVE_RESPONSE__INIT;
         r.live = true;
         return pack(&r.base, out, out_len, err);
     }
-    if (method_is(m, SVC, "ServerReady")) {
+    if (op == PJS_GW_OP_SERVER_READY) {
         Inference__ServerReadyResponse r = INFERENCE__SERVER_READY_RESPONSE__INIT;
         r.ready = ready;
         return pack(&r.base, out, out_len, err);
@@ -162,38 +110,55 @@ static int pick(void *ctx, const char *m, const uint8_t *msg, size_t len, uint64
                 pjs_error *err)
 {
     pjs_gw_pool *pool = ((pjs_gw_grpc_routes *)ctx)->pool;
-    if (!by_model(m))
-        return pjs_gw_pool_pick_any(pool, tried, err);
-    pjs_gw_route_key key;
-    bool inference = method_is(m, SVC, "ModelInfer") || method_is(m, SVC, "ModelStreamInfer");
-    if (pjs_gw_route_key_read(msg, len, inference, &key, err) != 0)
-        return -1;
-    if (key.model[0] == '\0') {
-        if (method_is(m, SVC, "ModelStreamInfer")) /* no first message yet */
-            return pjs_gw_pool_pick_any(pool, tried, err);
-        return pjs_error_set(err, PJS_ERR_INVALID_ARGUMENT, "the request names no model"), -1;
+    const pjs_gw_op *op = pjs_gw_op_of_grpc(m);
+    pjs_gw_route_key key = {.model = "", .sequence = ""};
+    if (op->cls == &pjs_gw_class_model) {
+        if (pjs_gw_route_key_read(msg, len, op->inference, &key, err) != 0)
+            return -1;
+        if (key.model[0] == '\0') {
+            if (!op->stream) /* a stream's first message may be yet to come */
+                return pjs_error_set(err, PJS_ERR_INVALID_ARGUMENT, "the request names no model"),
+                       -1;
+            return pjs_gw_class_any.pick(pool, &(pjs_gw_route){"", ""}, tried, err);
+        }
     }
-    return pjs_gw_pool_pick(pool, key.model, key.sequence[0] ? key.sequence : NULL, tried, err);
+    pjs_gw_route route = {key.model, key.sequence};
+    return op->cls->pick(pool, &route, tried, err);
 }
 
-static void done(void *ctx, int worker, pjs_grpc_proxy_outcome o)
+/* What the relay policy reads of a worker's call. */
+static pjs_gw_result result_of(const pjs_grpc_proxy_result *r)
 {
-    pjs_gw_pool_done(((pjs_gw_grpc_routes *)ctx)->pool, worker,
-                     o == PJS_GRPC_PROXY_ANSWERED   ? PJS_GW_ANSWERED
-                     : o == PJS_GRPC_PROXY_NOT_SENT ? PJS_GW_NOT_SENT
-                                                    : PJS_GW_BROKEN);
+    return (pjs_gw_result){
+        .worker = r->worker,
+        .delivery = r->outcome == PJS_GRPC_PROXY_ANSWERED   ? PJS_GW_DELIVERED
+                    : r->outcome == PJS_GRPC_PROXY_NOT_SENT ? PJS_GW_UNDELIVERED
+                                                            : PJS_GW_LOST,
+        .mark = r->mark != NULL ? pjs_gw_mark_of(r->mark, strlen(r->mark)) : PJS_GW_MARK_NONE,
+        .ok = r->outcome == PJS_GRPC_PROXY_ANSWERED && r->status == 0,
+        .status = r->status,
+        .text = r->details,
+        .text_len = strlen(r->details),
+    };
+}
+
+static bool done(void *ctx, const char *m, const pjs_grpc_proxy_result *r)
+{
+    pjs_gw_result result = result_of(r);
+    pjs_gw_pool_done(((pjs_gw_grpc_routes *)ctx)->pool, r->worker, pjs_gw_relay_outcome(&result));
+    return pjs_gw_op_of_grpc(m)->cls->retry(&result);
 }
 
 /* The change a repository load, unload or residency call makes, for the
  * pool to remember (its strings point into *unpacked, which the caller
  * frees); false for other calls and messages that do not decode (the
  * workers refuse those themselves). */
-static bool change_of(const char *m, const uint8_t *msg, size_t len, pjs_gw_change *c,
+static bool change_of(pjs_gw_op_id op, const uint8_t *msg, size_t len, pjs_gw_change *c,
                       ProtobufCMessage **unpacked)
 {
     memset(c, 0, sizeof *c);
     *unpacked = NULL;
-    if (method_is(m, SVC, "RepositoryModelLoad")) {
+    if (op == PJS_GW_OP_REPOSITORY_MODEL_LOAD) {
         Inference__RepositoryModelLoadRequest *rq =
             inference__repository_model_load_request__unpack(NULL, len, msg);
         if (rq == NULL)
@@ -208,7 +173,7 @@ static bool change_of(const char *m, const uint8_t *msg, size_t len, pjs_gw_chan
                     INFERENCE__MODEL_REPOSITORY_PARAMETER__PARAMETER_CHOICE_STRING_PARAM)
                 c->config = e->value->string_param;
         }
-    } else if (method_is(m, SVC, "RepositoryModelUnload")) {
+    } else if (op == PJS_GW_OP_REPOSITORY_MODEL_UNLOAD) {
         Inference__RepositoryModelUnloadRequest *rq =
             inference__repository_model_unload_request__unpack(NULL, len, msg);
         if (rq == NULL)
@@ -216,7 +181,7 @@ static bool change_of(const char *m, const uint8_t *msg, size_t len, pjs_gw_chan
         *unpacked = &rq->base;
         c->kind = PJS_GW_CHANGE_UNLOAD;
         c->model = rq->model_name;
-    } else if (method_is(m, CONTROL, "SetModelResidency")) {
+    } else if (op == PJS_GW_OP_SET_MODEL_RESIDENCY) {
         Pjserve__Control__V1__SetModelResidencyRequest *rq =
             pjserve__control__v1__set_model_residency_request__unpack(NULL, len, msg);
         if (rq == NULL)
@@ -231,35 +196,20 @@ static bool change_of(const char *m, const uint8_t *msg, size_t len, pjs_gw_chan
     return c->model != NULL && c->model[0] != '\0';
 }
 
-/* Reads (index, statistics) from the available workers; changes to every
- * worker not known to be down, so none is left behind by a breaker, and
- * those a restarted worker must get again remembered by the pool. */
+/* The workers of a fan-out or merge, as its class says; a change the pool
+ * remembers for workers restarted later read out of the request. */
 static uint64_t fanout(void *ctx, const char *m, const uint8_t *msg, size_t len,
                        uint64_t *change_seq, pjs_error *err)
 {
     pjs_gw_pool *pool = ((pjs_gw_grpc_routes *)ctx)->pool;
-    *change_seq = 0;
-    if (!merged(m)) {
-        pjs_gw_change change;
-        ProtobufCMessage *unpacked;
-        bool remembered = change_of(m, msg, len, &change, &unpacked);
-        uint64_t mask =
-            pjs_gw_pool_take_not_down(pool, remembered ? &change : NULL, change_seq, err);
-        if (unpacked != NULL)
-            protobuf_c_message_free_unpacked(unpacked, NULL);
-        return mask;
-    }
-    uint64_t mask = 0;
-    int w;
-    /* Each worker taken like a pick, so done() balances it. */
-    while ((w = pjs_gw_pool_pick_any(pool, mask, err)) >= 0)
-        mask |= 1ull << w;
+    const pjs_gw_op *op = pjs_gw_op_of_grpc(m);
+    pjs_gw_change change;
+    ProtobufCMessage *unpacked;
+    bool remembered = change_of(op->id, msg, len, &change, &unpacked);
+    uint64_t mask = op->cls->targets(pool, remembered ? &change : NULL, change_seq, err);
+    if (unpacked != NULL)
+        protobuf_c_message_free_unpacked(unpacked, NULL);
     return mask;
-}
-
-static void settled(void *ctx, uint64_t change_seq, bool accepted)
-{
-    pjs_gw_pool_change_settled(((pjs_gw_grpc_routes *)ctx)->pool, change_seq, accepted);
 }
 
 static grpc_channel *channel(void *ctx, int worker)
@@ -457,26 +407,20 @@ static int merge_statistics(ProtobufCMessage **parts, size_t n, uint8_t **out, s
     return rc;
 }
 
-static int merge(void *ctx, const char *m, const uint8_t *const *answers, const size_t *lengths,
-                 size_t n, uint8_t **out, size_t *out_len, pjs_error *err)
+/* The answers in `which` (bit i: answer i), merged as `kind` says. */
+static int merge(const char *m, pjs_gw_merge_kind kind, const uint8_t *const *answers,
+                 const size_t *lengths, uint64_t which, size_t n, uint8_t **out, size_t *out_len,
+                 pjs_error *err)
 {
-    (void)ctx;
     const ProtobufCMessageDescriptor *type =
-        method_is(m, SVC, "RepositoryIndex")   ? &inference__repository_index_response__descriptor
-        : method_is(m, SVC, "ModelStatistics") ? &inference__model_statistics_response__descriptor
-                                               : NULL;
-    if (type == NULL) { /* a fan-out whose answers agree: the first one */
-        *out = malloc(lengths[0] ? lengths[0] : 1);
-        if (*out == NULL)
-            return pjs_error_set(err, PJS_ERR_NOMEM, "no memory for the answer");
-        memcpy(*out, answers[0], lengths[0]);
-        *out_len = lengths[0];
-        return 0;
-    }
+        kind == PJS_GW_MERGE_INDEX ? &inference__repository_index_response__descriptor
+                                   : &inference__model_statistics_response__descriptor;
     ProtobufCMessage *parts[PJS_GW_MAX_WORKERS];
     size_t got = 0;
     int rc = 0;
     for (size_t i = 0; i < n && rc == 0; i++) {
+        if (!(which & (1ull << i)))
+            continue;
         parts[got] = protobuf_c_message_unpack(type, NULL, lengths[i], answers[i]);
         if (parts[got] == NULL)
             rc = pjs_error_set(err, PJS_ERR_INTERNAL, "a worker's answer to %s is not a %s", m,
@@ -485,12 +429,51 @@ static int merge(void *ctx, const char *m, const uint8_t *const *answers, const 
             got++;
     }
     if (rc == 0)
-        rc = type == &inference__repository_index_response__descriptor
-                 ? merge_index(parts, got, out, out_len, err)
-                 : merge_statistics(parts, got, out, out_len, err);
+        rc = kind == PJS_GW_MERGE_INDEX ? merge_index(parts, got, out, out_len, err)
+                                        : merge_statistics(parts, got, out, out_len, err);
     for (size_t i = 0; i < got; i++)
         protobuf_c_message_free_unpacked(parts[i], NULL);
     return rc;
+}
+
+/* The reply of a fan-out or merge, as its class's verdict says. */
+static int finish(void *ctx, const char *m, uint64_t change, const pjs_grpc_proxy_result *results,
+                  const uint8_t *const *answers, const size_t *lengths, size_t n,
+                  pjs_grpc_proxy_reply *out, pjs_error *err)
+{
+    pjs_gw_pool *pool = ((pjs_gw_grpc_routes *)ctx)->pool;
+    const pjs_gw_op *op = pjs_gw_op_of_grpc(m);
+    pjs_gw_result rs[PJS_GW_MAX_WORKERS];
+    for (size_t i = 0; i < n; i++)
+        rs[i] = result_of(&results[i]);
+    pjs_gw_verdict v;
+    op->cls->combine(rs, n, &v);
+    pjs_gw_pool_change_settled(pool, change, v.accepted);
+    out->from = v.kind == PJS_GW_VERDICT_MERGE ? 0 : v.at;
+    out->status = v.kind == PJS_GW_VERDICT_FAILED ? results[v.at].status : 0;
+    out->own_details = v.kind != PJS_GW_VERDICT_FAILED || v.unanimous;
+    switch (v.kind) {
+    case PJS_GW_VERDICT_FAILED:
+        if (!v.unanimous)
+            pjs_gw_relay_failure_text(&v, &rs[v.at],
+                                      pjs_gw_pool_addr(pool, (size_t)rs[v.at].worker)->grpc,
+                                      results[v.at].details, out->details, sizeof out->details);
+        return 0;
+    case PJS_GW_VERDICT_MERGE:
+        for (size_t i = 0; i < n; i++)
+            if (v.merged & (1ull << i)) {
+                out->from = i;
+                break;
+            }
+        return merge(m, op->merge, answers, lengths, v.merged, n, &out->message, &out->len, err);
+    default: /* a fan-out whose workers all succeeded: the first answer */
+        out->message = malloc(lengths[v.at] ? lengths[v.at] : 1);
+        if (out->message == NULL)
+            return pjs_error_set(err, PJS_ERR_NOMEM, "no memory for the answer");
+        memcpy(out->message, answers[v.at], lengths[v.at]);
+        out->len = lengths[v.at];
+        return 0;
+    }
 }
 
 void pjs_gw_grpc_ops(pjs_gw_grpc_routes *routes, pjs_grpc_proxy_ops *ops)
@@ -502,8 +485,7 @@ void pjs_gw_grpc_ops(pjs_gw_grpc_routes *routes, pjs_grpc_proxy_ops *ops)
         .pick = pick,
         .done = done,
         .fanout = fanout,
-        .settled = settled,
-        .merge = merge,
+        .finish = finish,
         .channel = channel,
         .worker_token = pjs_gw_pool_worker_token(routes->pool),
     };

@@ -11,17 +11,16 @@
  * reply (relayed, merged or an error naming the worker), stores it in the
  * call and resumes the connection as its last touch of the job.
  *
- * Retries. A transfer to a picked worker that could not connect (refused,
- * unresolvable, or no connection within the connect timeout) provably never
- * reached it: the pool hears NOT_SENT and the same transfer is sent to the
- * next worker the pool picks, never one already tried. Anything after the
- * connection (a reset, a timeout while answering) is BROKEN and answered
- * 503 to the client: the worker may have run the request.
- *
- * Merges go to the workers the pool calls available at that moment;
- * changes (fan-outs) to every worker not known to be down, starting ones
- * included. Neither is counted as a pick (they do not feed the breaker;
- * the probes watch those workers).
+ * What goes where is the relay policy's (relay_policy.h), the same as
+ * over gRPC: each request's operation (its method and path shape) names a
+ * class that picks its workers, says whether a transfer that ended so goes
+ * to a worker not tried yet (it could not connect: refused, unresolvable,
+ * no connection within the connect timeout; or the worker marked its
+ * answer not-run or draining) and makes the verdict of several answers.
+ * Every transfer to a worker is counted by the pool and its outcome
+ * reported; anything after the connection (a reset, a timeout while
+ * answering) is BROKEN and answered 503: the worker may have run it. Only
+ * /metrics, which is not a KServe operation, goes to its workers uncounted.
  *
  * Threads: connection threads run the routes and queue transfers under
  * `lock`; only the proxy thread touches the multi handle and running
@@ -43,6 +42,7 @@
 #include "frontend/http/http_internal.h"
 #include "frontend/status_map.h"
 #include "gateway/http_docs.h"
+#include "gateway/relay_policy.h"
 
 /* Upstream bounds: a worker must accept the connection within the first
  * and answer within the second (the request's own timeout travels in its
@@ -88,11 +88,9 @@ struct pjs_gw_http {
 };
 
 typedef enum job_kind {
-    JOB_FORWARD,     /* one worker's answer, relayed */
-    JOB_FAN_OUT,     /* every available worker must succeed; the first answer relayed */
-    JOB_MERGE_INDEX, /* the repository index of every worker, merged */
-    JOB_MERGE_STATS, /* statistics of every worker, merged */
-    JOB_METRICS,     /* /metrics of every worker, relabelled, plus the gateway's own */
+    JOB_FORWARD, /* one worker's answer, relayed */
+    JOB_SEVERAL, /* several workers' answers, as the operation's class combines them */
+    JOB_METRICS, /* /metrics of every worker, relabelled, plus the gateway's own */
 } job_kind;
 
 typedef struct transfer {
@@ -103,9 +101,7 @@ typedef struct transfer {
     pjs_http_buf answer;
     const char *content_type; /* of the answer: one of the types below, or NULL */
     size_t inference_header;  /* Inference-Header-Content-Length of the answer */
-    /* The worker marked its answer as a refusal before anything ran: the
-     * model is not there (not_run) or it is shutting down (draining). */
-    bool not_run, draining;
+    pjs_gw_mark mark; /* the worker's pjserve-answer mark */
     CURLcode result;
     long status;
     char curl_error[CURL_ERROR_SIZE];
@@ -116,9 +112,10 @@ typedef struct job {
     pjs_gw_http *h;
     pjs__http_call *call;
     job_kind kind;
+    const pjs_gw_op *op;            /* NULL for JOB_METRICS */
     char model[256];                /* JOB_FORWARD of a model's call; "" otherwise */
     char sequence[SEQUENCE_KEY_MAX]; /* its sequence key; "" when none */
-    uint64_t change;                /* JOB_FAN_OUT: the pool's remembered change; 0: none */
+    uint64_t change;                /* JOB_SEVERAL: the pool's remembered change; 0: none */
     uint64_t tried;                 /* workers a JOB_FORWARD was sent to */
     char path[URL_MAX_BYTES];       /* path and query as sent to the worker */
     struct curl_slist *headers;
@@ -169,11 +166,7 @@ static size_t on_answer_header(char *line, size_t size, size_t n, void *arg)
     static const char type[] = "Content-Type", header_length[] = "Inference-Header-Content-Length",
                       mark[] = PJS_ANSWER_MARK;
     if (name_len == sizeof mark - 1 && strncasecmp(line, mark, name_len) == 0) {
-        size_t value_len = (size_t)(end - v);
-        t->not_run = value_len == strlen(PJS_ANSWER_NOT_RUN) &&
-                     memcmp(v, PJS_ANSWER_NOT_RUN, value_len) == 0;
-        t->draining = value_len == strlen(PJS_ANSWER_DRAINING) &&
-                      memcmp(v, PJS_ANSWER_DRAINING, value_len) == 0;
+        t->mark = pjs_gw_mark_of(v, (size_t)(end - v));
     } else if (name_len == sizeof type - 1 && strncasecmp(line, type, name_len) == 0) {
         t->content_type = known_content_type(v, (size_t)(end - v));
     } else if (name_len == sizeof header_length - 1 &&
@@ -211,7 +204,7 @@ static int transfer_aim(transfer *t, int worker, pjs_error *err)
     t->status = 0;
     t->content_type = NULL;
     t->inference_header = 0;
-    t->not_run = t->draining = false;
+    t->mark = PJS_GW_MARK_NONE;
     t->curl_error[0] = '\0';
     pjs_http_buf_free(&t->answer);
     pjs_http_buf_init(&t->answer, j->kind == JOB_METRICS ? METRICS_ANSWER_MAX_BYTES
@@ -406,7 +399,7 @@ static header_copy copy_header(job *j, const char *name)
 
 /* A job for call c over path p with n_transfers to come; NULL: replied. */
 static job *job_create(pjs__http_call *c, const pjs__http_path *p, job_kind kind,
-                       size_t n_transfers)
+                       const pjs_gw_op *op, size_t n_transfers)
 {
     pjs_gw_http *h = c->fe->routes_ctx;
     job *j = calloc(1, sizeof *j);
@@ -420,6 +413,7 @@ static job *job_create(pjs__http_call *c, const pjs__http_path *p, job_kind kind
     j->h = h;
     j->call = c;
     j->kind = kind;
+    j->op = op;
     j->transfers = ts;
     j->n_transfers = n_transfers;
     if (!build_path(c, p, j->path, sizeof j->path)) {
@@ -470,8 +464,8 @@ static void job_start(job *j, const int *workers, bool picked)
     for (size_t i = 0; i < j->n_transfers; i++) {
         ts[i] = &j->transfers[i];
         if (transfer_prepare(ts[i], j, workers[i], picked, &err) != 0) {
-            if (picked)
-                pjs_gw_pool_done(j->h->pool, workers[0], PJS_GW_NOT_SENT);
+            for (size_t k = 0; picked && k < j->n_transfers; k++)
+                pjs_gw_pool_done(j->h->pool, workers[k], PJS_GW_NOT_SENT);
             pjs_gw_pool_change_settled(j->h->pool, j->change, false); /* sent nowhere */
             job_free(j);
             pjs__http_reply_error(c, &err);
@@ -489,15 +483,16 @@ static bool body_ready(pjs__http_call *c)
     return strcmp(c->method, "POST") != 0 || pjs__http_body_ready(c);
 }
 
-/* Relays the call to one worker: the one the pool picks for `model`, or
- * any available one when model is NULL. */
-static void forward(pjs__http_call *c, const pjs__http_path *p, const char *model)
+/* Relays the call to the one worker op's class picks (for `model`, NULL
+ * when the call names none). */
+static void forward(pjs__http_call *c, const pjs__http_path *p, const pjs_gw_op *op,
+                    const char *model)
 {
     pjs_gw_http *h = c->fe->routes_ctx;
     if (!body_ready(c))
         return;
     char sequence[SEQUENCE_KEY_MAX] = "";
-    if (model != NULL && strcmp(c->method, "POST") == 0 && c->body.len > 0) {
+    if (model != NULL && op->inference && c->body.len > 0) {
         const char *declared =
             MHD_lookup_connection_value(c->conn, MHD_HEADER_KIND, "Inference-Header-Content-Length");
         size_t json_len = declared ? (size_t)strtoull(declared, NULL, 10) : c->body.len;
@@ -506,20 +501,18 @@ static void forward(pjs__http_call *c, const pjs__http_path *p, const char *mode
         pjs_gw_sequence_key(c->body.data, json_len, sequence, sizeof sequence);
     }
     pjs_error err;
-    int worker = model != NULL
-                     ? pjs_gw_pool_pick(h->pool, model, sequence[0] ? sequence : NULL, 0, &err)
-                     : pjs_gw_pool_pick_any(h->pool, 0, &err);
+    pjs_gw_route route = {model != NULL ? model : "", sequence};
+    int worker = op->cls->pick(h->pool, &route, 0, &err);
     if (worker < 0) {
         pjs__http_reply_error(c, &err);
         return;
     }
-    job *j = job_create(c, p, JOB_FORWARD, 1);
+    job *j = job_create(c, p, JOB_FORWARD, op, 1);
     if (j == NULL) {
         pjs_gw_pool_done(h->pool, worker, PJS_GW_NOT_SENT);
         return;
     }
-    if (model != NULL)
-        snprintf(j->model, sizeof j->model, "%s", model);
+    snprintf(j->model, sizeof j->model, "%s", route.model);
     snprintf(j->sequence, sizeof j->sequence, "%s", sequence);
     j->tried = (uint64_t)1 << worker;
     job_start(j, &worker, true);
@@ -537,27 +530,23 @@ static uint64_t scrapable(pjs_gw_http *h)
     return mask;
 }
 
-static bool is(const char *a, const char *b);
-
 /* The change a repository load or unload, or a residency call, makes (its
  * strings point into *doc, which the caller releases); false for other
  * calls and bodies that do not read (the workers refuse those). */
-static bool rest_change(pjs__http_call *c, const pjs__http_path *p, pjs_gw_change *out,
-                        json_t **doc)
+static bool rest_change(pjs__http_call *c, const pjs_gw_op *op, const char *model,
+                        pjs_gw_change *out, json_t **doc)
 {
     memset(out, 0, sizeof *out);
     *doc = NULL;
-    if (p->n != 5 || !is(p->seg[2], "models") || p->seg[3][0] == '\0')
+    if (model == NULL || model[0] == '\0')
         return false;
-    out->model = p->seg[3];
-    bool repository = is(p->seg[1], "repository");
-    if (repository && is(p->seg[4], "unload")) {
+    out->model = model;
+    if (op->id == PJS_GW_OP_REPOSITORY_MODEL_UNLOAD) {
         out->kind = PJS_GW_CHANGE_UNLOAD;
         return true;
     }
-    bool load = repository && is(p->seg[4], "load");
-    bool residency = is(p->seg[1], "pjserve") && is(p->seg[4], "residency");
-    if (!load && !residency)
+    bool load = op->id == PJS_GW_OP_REPOSITORY_MODEL_LOAD;
+    if (!load && op->id != PJS_GW_OP_SET_MODEL_RESIDENCY)
         return false;
     if (c->body.len > 0)
         *doc = json_loadb(c->body.data, c->body.len, 0, NULL);
@@ -578,50 +567,54 @@ static bool rest_change(pjs__http_call *c, const pjs__http_path *p, pjs_gw_chang
     return false;
 }
 
-/* The workers a change must reach: every one not known to be down (a
- * worker still starting is included, so a change made while the gateway
- * starts is not lost on it; if it cannot take it, the answer says so),
- * but for a restarted one still being sent the earlier changes: the pool
- * remembers this one for it. */
-static uint64_t change_targets(pjs__http_call *c, const pjs__http_path *p, uint64_t *change_seq)
-{
-    pjs_gw_http *h = c->fe->routes_ctx;
-    pjs_gw_change change;
-    json_t *doc;
-    bool remembered = rest_change(c, p, &change, &doc);
-    uint64_t mask = pjs_gw_pool_change_targets(h->pool, remembered ? &change : NULL, change_seq);
-    json_decref(doc);
-    return mask;
-}
-
-/* Sends the call to every worker it concerns, to be answered by `kind`:
- * changes to every worker not down, reads to the available ones. */
-static void to_every_worker(pjs__http_call *c, const pjs__http_path *p, job_kind kind)
+/* Sends the call to the workers op's class names (`model`: the model's
+ * segment, NULL when none), to be answered by its verdict; a change the
+ * pool remembers for workers restarted later read out of the body. */
+static void to_every_worker(pjs__http_call *c, const pjs__http_path *p, const pjs_gw_op *op,
+                            const char *model)
 {
     pjs_gw_http *h = c->fe->routes_ctx;
     if (!body_ready(c))
         return;
+    pjs_gw_change change;
+    json_t *doc;
+    bool remembered = rest_change(c, op, model, &change, &doc);
     uint64_t change_seq = 0;
-    uint64_t available = kind == JOB_METRICS  ? scrapable(h)
-                         : kind == JOB_FAN_OUT ? change_targets(c, p, &change_seq)
-                                               : pjs_gw_pool_available(h->pool);
+    pjs_error err;
+    uint64_t mask = op->cls->targets(h->pool, remembered ? &change : NULL, &change_seq, &err);
+    json_decref(doc);
+    if (mask == 0) {
+        pjs__http_reply_error(c, &err);
+        return;
+    }
     int workers[PJS_GW_MAX_WORKERS];
     size_t n = 0;
     for (int i = 0; i < PJS_GW_MAX_WORKERS; i++)
-        if (available & ((uint64_t)1 << i))
+        if (mask & ((uint64_t)1 << i))
             workers[n++] = i;
-    if (n == 0) {
-        pjs__http_reply_message(c, 503, "no worker is available to answer %s %.256s; retry later",
-                                c->method, c->url);
-        return;
-    }
-    job *j = job_create(c, p, kind, n);
+    job *j = job_create(c, p, JOB_SEVERAL, op, n);
     if (j == NULL) {
+        for (size_t k = 0; k < n; k++)
+            pjs_gw_pool_done(h->pool, workers[k], PJS_GW_NOT_SENT);
         pjs_gw_pool_change_settled(h->pool, change_seq, false); /* sent nowhere */
         return;
     }
     j->change = change_seq;
-    job_start(j, workers, false);
+    job_start(j, workers, true);
+}
+
+/* /metrics of every worker whose metrics address is known (not counted by
+ * the pool: not a KServe operation). */
+static void scrape_workers(pjs__http_call *c, const pjs__http_path *p, uint64_t mask)
+{
+    int workers[PJS_GW_MAX_WORKERS];
+    size_t n = 0;
+    for (int i = 0; i < PJS_GW_MAX_WORKERS; i++)
+        if (mask & ((uint64_t)1 << i))
+            workers[n++] = i;
+    job *j = job_create(c, p, JOB_METRICS, NULL, n);
+    if (j != NULL)
+        job_start(j, workers, false);
 }
 
 /* ---- finishing a job (proxy thread) ------------------------------------------ */
@@ -685,103 +678,77 @@ static void reply_relayed(pjs__http_call *c, transfer *t)
     c->reply.inference_header = t->inference_header;
 }
 
-/* Whether every transfer of j was answered with the same status and body. */
-static bool all_answered_alike(const job *j)
+/* What the relay policy reads of a transfer. An answer larger than the
+ * gateway takes is still the worker's answer (no fault of its own). */
+static pjs_gw_result result_of(const transfer *t)
 {
-    const transfer *first = &j->transfers[0];
-    for (size_t i = 0; i < j->n_transfers; i++) {
-        const transfer *t = &j->transfers[i];
-        if (!answered(t) || t->status != first->status || t->answer.len != first->answer.len ||
-            (t->answer.len > 0 && memcmp(t->answer.data, first->answer.data, t->answer.len) != 0))
-            return false;
-    }
-    return true;
+    bool delivered = answered(t) || t->result == CURLE_WRITE_ERROR;
+    return (pjs_gw_result){
+        .worker = t->worker,
+        .delivery = delivered         ? PJS_GW_DELIVERED
+                    : never_reached(t) ? PJS_GW_UNDELIVERED
+                                       : PJS_GW_LOST,
+        .mark = t->mark,
+        .ok = answered(t) && t->status >= 200 && t->status <= 299,
+        .status = (int)t->status,
+        .text = t->answer.data,
+        .text_len = t->answer.len,
+    };
 }
 
-/* Every worker must have succeeded: the first answer is relayed. Else the
- * workers' own answer when they all failed alike, or the first failure,
- * naming its worker and counting the others. */
-static void finish_fan_out(job *j)
+/* A transfer that failed, named as the verdict says. */
+static void reply_named_failure(pjs__http_call *c, const pjs_gw_verdict *v, const transfer *t,
+                                const pjs_gw_result *r)
+{
+    char why[PJS_ERROR_MSG_MAX], msg[PJS_ERROR_MSG_MAX + 512];
+    if (answered(t))
+        answer_error(t, why, sizeof why);
+    else if (t->result == CURLE_WRITE_ERROR)
+        snprintf(why, sizeof why, "answered more than %zu bytes", t->answer.limit);
+    else
+        snprintf(why, sizeof why, "%s",
+                 t->curl_error[0] ? t->curl_error : curl_easy_strerror(t->result));
+    pjs_gw_relay_failure_text(v, r, worker_http(t), why, msg, sizeof msg);
+    unsigned status = answered(t)                      ? (unsigned)t->status
+                      : t->result == CURLE_WRITE_ERROR ? 502
+                                                       : 503;
+    pjs__http_reply_message(c, status, "%s", msg);
+}
+
+/* The reply of a JOB_SEVERAL: its class's verdict over every transfer. */
+static void finish_several(job *j)
 {
     pjs__http_call *c = j->call;
-    transfer *failed = NULL;
-    size_t n_failed = 0;
-    for (size_t i = 0; i < j->n_transfers; i++) {
-        transfer *t = &j->transfers[i];
-        if (!answered(t) || t->status < 200 || t->status > 299) {
-            if (n_failed++ == 0)
-                failed = t;
-        }
-    }
-    pjs_gw_pool_change_settled(j->h->pool, j->change, n_failed < j->n_transfers);
-    if (failed == NULL) {
-        reply_relayed(c, &j->transfers[0]);
+    pjs_gw_result rs[PJS_GW_MAX_WORKERS];
+    for (size_t i = 0; i < j->n_transfers; i++)
+        rs[i] = result_of(&j->transfers[i]);
+    pjs_gw_verdict v;
+    j->op->cls->combine(rs, j->n_transfers, &v);
+    pjs_gw_pool_change_settled(j->h->pool, j->change, v.accepted);
+    transfer *at = &j->transfers[v.at];
+    if (v.kind == PJS_GW_VERDICT_RELAY || (v.kind == PJS_GW_VERDICT_FAILED && v.unanimous)) {
+        reply_relayed(c, at); /* unanimous: the workers' words (Triton's, for an unknown model) */
         return;
     }
-    if (n_failed == j->n_transfers && all_answered_alike(j)) {
-        reply_relayed(c, failed); /* in the workers' own words (Triton's, for an unknown model) */
+    if (v.kind == PJS_GW_VERDICT_FAILED) {
+        reply_named_failure(c, &v, at, &rs[v.at]);
         return;
     }
-    char others[96] = "";
-    size_t rest = j->n_transfers - 1;
-    if (n_failed > 1)
-        snprintf(others, sizeof others, " (and %zu more of the %zu workers failed)", n_failed - 1,
-                 j->n_transfers);
-    else if (rest > 0)
-        snprintf(others, sizeof others, " (the other %zu worker%s succeeded)", rest,
-                 rest == 1 ? "" : "s");
-    if (!answered(failed)) {
-        const char *why =
-            failed->curl_error[0] ? failed->curl_error : curl_easy_strerror(failed->result);
-        pjs__http_reply_message(c, 503, "worker %d (%s) did not answer: %s%s", failed->worker,
-                                worker_http(failed), why, others);
-        return;
-    }
-    char msg[PJS_ERROR_MSG_MAX];
-    answer_error(failed, msg, sizeof msg);
-    pjs__http_reply_message(c, (unsigned)failed->status, "worker %d (%s): %s%s", failed->worker,
-                            worker_http(failed), msg, others);
-}
-
-/* Parses the 200 answers; with none, relays the first answer or failure. */
-static size_t parse_answers(job *j, json_t **docs)
-{
+    json_t *docs[PJS_GW_MAX_WORKERS];
     size_t n = 0;
     for (size_t i = 0; i < j->n_transfers; i++) {
-        transfer *t = &j->transfers[i];
-        if (answered(t) && t->status == 200) {
-            json_t *doc = json_loadb(t->answer.data ? t->answer.data : "", t->answer.len, 0, NULL);
-            if (doc != NULL)
-                docs[n++] = doc;
-        }
+        const transfer *t = &j->transfers[i];
+        json_t *doc = NULL;
+        if (v.merged & ((uint64_t)1 << i))
+            doc = json_loadb(t->answer.data ? t->answer.data : "", t->answer.len, 0, NULL);
+        if (doc != NULL)
+            docs[n++] = doc;
     }
-    return n;
-}
-
-/* Replies with the first answer (an error of the worker's) or failure. */
-static void reply_first_failure(job *j)
-{
-    for (size_t i = 0; i < j->n_transfers; i++)
-        if (answered(&j->transfers[i])) {
-            reply_relayed(j->call, &j->transfers[i]);
-            return;
-        }
-    reply_no_answer(j->call, &j->transfers[0]);
-}
-
-static void finish_merge(job *j)
-{
-    json_t *docs[PJS_GW_MAX_WORKERS];
-    size_t n = parse_answers(j, docs);
-    if (n == 0) {
-        reply_first_failure(j);
-        return;
-    }
-    json_t *merged = j->kind == JOB_MERGE_INDEX ? pjs_gw_merge_index(docs, n)
-                                                : pjs_gw_merge_stats(docs, n);
+    json_t *merged = j->op->merge == PJS_GW_MERGE_INDEX ? pjs_gw_merge_index(docs, n)
+                                                        : pjs_gw_merge_stats(docs, n);
     for (size_t i = 0; i < n; i++)
         json_decref(docs[i]);
-    pjs__http_reply_json(j->call, 200, merged);
+    pjs__http_reply_json(c, 200, merged);
 }
 
 /* The gateway's own series, after the workers'. */
@@ -880,9 +847,7 @@ static void job_finish(job *j)
             reply_no_answer(j->call, t);
         break;
     }
-    case JOB_FAN_OUT: finish_fan_out(j); break;
-    case JOB_MERGE_INDEX:
-    case JOB_MERGE_STATS: finish_merge(j); break;
+    case JOB_SEVERAL: finish_several(j); break;
     case JOB_METRICS: finish_metrics(j); break;
     }
     pjs__http_call *c = j->call;
@@ -890,32 +855,32 @@ static void job_finish(job *j)
     pjs__http_resume(c); /* the last touch of the call */
 }
 
-/* Sends a JOB_FORWARD transfer that never reached its worker, or that its
- * worker refused before running it, to the next worker the pool picks;
- * false when there is none (t keeps its failure or answer, or the pool's
- * reason is the reply). */
+/* Sends a JOB_FORWARD transfer that provably did not run on its worker
+ * (relay_policy.h) to the next worker its class picks; false when there is
+ * none (t keeps its failure or answer, which is the reply). */
 static bool retry_elsewhere(transfer *t)
 {
     job *j = t->job;
     pjs_gw_http *h = j->h;
     pjs_error err;
-    int next = j->model[0] ? pjs_gw_pool_pick(h->pool, j->model,
-                                              j->sequence[0] ? j->sequence : NULL, j->tried, &err)
-                           : pjs_gw_pool_pick_any(h->pool, j->tried, &err);
+    pjs_gw_route route = {j->model, j->sequence};
+    int next = j->op->cls->pick(h->pool, &route, j->tried, &err);
     if (next < 0)
         return false;
-    const char *why = t->draining  ? "it is shutting down"
-                      : t->not_run ? "it does not have the model"
+    bool not_run = answered(t) && t->mark == PJS_GW_MARK_NOT_RUN;
+    bool draining = answered(t) && t->mark == PJS_GW_MARK_DRAINING;
+    const char *why = draining  ? "it is shutting down"
+                      : not_run ? "it does not have the model"
                       : t->curl_error[0] ? t->curl_error
                                          : curl_easy_strerror(t->result);
-    if (t->not_run) /* a model being loaded or unloaded: routine, and a client can cause it */
+    if (not_run) /* a model being loaded or unloaded: routine, and a client can cause it */
         pjs_debug("gateway: %s %.256s: worker %d (%s): %s; sending it to worker %d",
                   j->call->method, j->call->url, t->worker, worker_http(t), why, next);
     else
         pjs_log_limited(&h->retry_log, PJS_LOG_INFO,
                         "gateway: %s %.256s: worker %d (%s) %s (%s); sending it to worker %d",
                         j->call->method, j->call->url, t->worker, worker_http(t),
-                        t->draining ? "refused it before running it" : "could not be reached",
+                        draining ? "refused it before running it" : "could not be reached",
                         why, next);
     j->tried |= (uint64_t)1 << next;
     if (transfer_aim(t, next, &err) != 0 || curl_multi_add_handle(h->multi, t->easy) != CURLM_OK) {
@@ -934,15 +899,12 @@ static void transfer_ended(transfer *t, CURLcode result)
     t->result = result;
     curl_easy_getinfo(t->easy, CURLINFO_RESPONSE_CODE, &t->status);
     if (t->picked) {
-        /* A worker's refusal before anything ran goes to another worker,
-         * and when none is left, the worker's own words are the reply.
-         * Shutting down counts as never sent (the worker is leaving); the
-         * model not being there is an answer (the worker is fine). */
-        pjs_gw_outcome o = answered(t) && !t->draining ? PJS_GW_ANSWERED
-                           : answered(t) || never_reached(t) ? PJS_GW_NOT_SENT
-                                                              : PJS_GW_BROKEN;
-        pjs_gw_pool_done(h->pool, t->worker, o);
-        if ((o == PJS_GW_NOT_SENT || t->not_run) && retry_elsewhere(t))
+        /* What the outcome means is the relay policy's: the pool hears it,
+         * and a call that provably did not run goes to another worker;
+         * when none is left, the worker's own words are the reply. */
+        pjs_gw_result r = result_of(t);
+        pjs_gw_pool_done(h->pool, t->worker, pjs_gw_relay_outcome(&r));
+        if (j->kind == JOB_FORWARD && j->op->cls->retry(&r) && retry_elsewhere(t))
             return;
     }
     if (--j->pending == 0)
@@ -1023,31 +985,6 @@ static void answer_node_status(pjs__http_call *c)
     c->reply.content_type = "application/json";
 }
 
-/* /v2/models/... : statistics merged, everything else to the model's worker. */
-static void models_route(pjs__http_call *c, const pjs__http_path *p)
-{
-    if (p->n == 3 && is(p->seg[2], "stats")) {
-        if (pjs__http_method_ok(c, "GET"))
-            to_every_worker(c, p, JOB_MERGE_STATS);
-        return;
-    }
-    size_t action = p->n > 4 && is(p->seg[3], "versions") ? 5 : 3;
-    bool stats = p->n == action + 1 && is(p->seg[action], "stats");
-    if (!stats)
-        forward(c, p, p->seg[2]);
-    else if (pjs__http_method_ok(c, "GET"))
-        to_every_worker(c, p, JOB_MERGE_STATS);
-}
-
-/* Changes go to every worker, reads to one. */
-static void change_or_read(pjs__http_call *c, const pjs__http_path *p)
-{
-    if (is(c->method, "POST"))
-        to_every_worker(c, p, JOB_FAN_OUT);
-    else
-        forward(c, p, NULL);
-}
-
 static void route_rest(pjs__http_call *c)
 {
     pjs__http_path p;
@@ -1055,26 +992,19 @@ static void route_rest(pjs__http_call *c)
         pjs__http_reply_message(c, 404, "no such endpoint: %.256s", c->url);
         return;
     }
-    const char *area = p.n > 1 ? p.seg[1] : "";
-    if (p.n == 3 && is(area, "health") && (is(p.seg[2], "live") || is(p.seg[2], "ready"))) {
-        if (pjs__http_method_ok(c, "GET"))
-            health(c, p.seg[2]);
-    } else if (p.n == 3 && is(area, "pjserve") && is(p.seg[2], "node")) {
-        if (pjs__http_method_ok(c, "GET"))
-            answer_node_status(c);
-    } else if (p.n >= 3 && is(area, "models")) {
-        models_route(c, &p);
-    } else if (p.n == 3 && is(area, "repository") && is(p.seg[2], "index")) {
-        if (pjs__http_method_ok(c, "POST"))
-            to_every_worker(c, &p, JOB_MERGE_INDEX);
-    } else if (is(area, "cudasharedmemory")) {
-        pjs__http_route_cuda_shm(c, &p);
-    } else if (is(area, "repository") || is(area, "systemsharedmemory") || is(area, "logging") ||
-               is(area, "trace") || is(area, "pjserve")) {
-        change_or_read(c, &p);
-    } else {
-        forward(c, &p, NULL); /* server metadata, and the worker's word on anything else */
-    }
+    size_t model_at;
+    const pjs_gw_op *op = pjs_gw_op_of_rest(c->method, p.seg, p.n, &model_at);
+    const char *model = model_at < p.n ? p.seg[model_at] : NULL;
+    if (op->id == PJS_GW_OP_SERVER_LIVE)
+        health(c, "live");
+    else if (op->id == PJS_GW_OP_SERVER_READY)
+        health(c, "ready");
+    else if (op->id == PJS_GW_OP_NODE_STATUS)
+        answer_node_status(c);
+    else if (op->cls->targets != NULL)
+        to_every_worker(c, &p, op, model);
+    else
+        forward(c, &p, op, model); /* the worker's word on anything else */
 }
 
 static void route_metrics(pjs__http_call *c)
@@ -1088,8 +1018,9 @@ static void route_metrics(pjs__http_call *c)
     if (!pjs__http_method_ok(c, "GET"))
         return;
     pjs_gw_http *h = c->fe->routes_ctx;
-    if (scrapable(h) != 0) {
-        to_every_worker(c, &p, JOB_METRICS);
+    uint64_t mask = scrapable(h);
+    if (mask != 0) {
+        scrape_workers(c, &p, mask);
         return;
     }
     /* No worker to ask: the gateway's own series still tell why. */

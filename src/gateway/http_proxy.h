@@ -6,12 +6,14 @@
  * meet the limits and access rules of serve: connection and per-address
  * caps, header and body deadlines, body caps and the in-flight byte budget,
  * inflation of encoded bodies, tokens and the loopback rule, TLS. A request
- * that passes them is answered by the gateway itself (health, node status,
- * CUDA shared memory), relayed to one worker (a model's calls to the worker
- * the pool picks; other reads to any available worker), fanned out to
- * every available worker (repository loads and unloads, shared-memory
- * registration, logging and control changes) or merged from all of them
- * (repository index, statistics, metrics). Upstream calls run on one proxy
+ * that passes them is served as its operation's class says, the same as
+ * over gRPC (relay_policy.h): answered by the gateway itself (health, node
+ * status), relayed to one worker (a model's calls to the worker the pool
+ * picks; other reads to any available worker), fanned out to every worker
+ * not known to be down (repository loads and unloads, shared-memory
+ * registration, logging, trace and control changes) or merged from the
+ * available ones (repository index, statistics); /metrics merges every
+ * worker's. Upstream calls run on one proxy
  * thread (libcurl's multi interface, connections kept alive) while the
  * client's connection waits suspended; no connection thread waits for a
  * worker.

@@ -581,10 +581,10 @@ void pjs_gw_pool_change_settled(pjs_gw_pool *p, uint64_t seq, bool accepted)
     pthread_mutex_unlock(&p->lock);
 }
 
-/* The targets of a change, each counted in flight when `count`; the change
+/* The targets of a change, each counted in flight; the change
  * remembered in the same step, so a worker being brought up to date either
  * gets it sent here or finds it among those to send it again. */
-static uint64_t change_targets(pjs_gw_pool *p, const pjs_gw_change *change, bool count,
+static uint64_t change_targets(pjs_gw_pool *p, const pjs_gw_change *change,
                                uint64_t *change_seq)
 {
     pthread_mutex_lock(&p->lock);
@@ -594,10 +594,8 @@ static uint64_t change_targets(pjs_gw_pool *p, const pjs_gw_change *change, bool
         worker *w = &p->w[i];
         if (w->state == PJS_GW_WORKER_UNHEALTHY || w->gone || w->needs_replay)
             continue;
-        if (count) {
-            w->in_flight++;
-            w->forwarded++;
-        }
+        w->in_flight++;
+        w->forwarded++;
         mask |= 1ull << i;
     }
     pthread_mutex_unlock(&p->lock);
@@ -607,22 +605,11 @@ static uint64_t change_targets(pjs_gw_pool *p, const pjs_gw_change *change, bool
 uint64_t pjs_gw_pool_take_not_down(pjs_gw_pool *p, const pjs_gw_change *change,
                                    uint64_t *change_seq, pjs_error *err)
 {
-    uint64_t mask = change_targets(p, change, true, change_seq);
+    uint64_t mask = change_targets(p, change, change_seq);
     if (mask == 0) {
         pjs_gw_pool_change_settled(p, *change_seq, false); /* sent nowhere */
         *change_seq = 0;
         pjs_error_set(err, PJS_ERR_UNAVAILABLE, "no worker is up; retry later");
-    }
-    return mask;
-}
-
-uint64_t pjs_gw_pool_change_targets(pjs_gw_pool *p, const pjs_gw_change *change,
-                                   uint64_t *change_seq)
-{
-    uint64_t mask = change_targets(p, change, false, change_seq);
-    if (mask == 0) {
-        pjs_gw_pool_change_settled(p, *change_seq, false);
-        *change_seq = 0;
     }
     return mask;
 }

@@ -162,10 +162,6 @@ typedef struct pjs_gw_change {
  * worker answered. 0 with UNAVAILABLE when there is none. */
 uint64_t pjs_gw_pool_take_not_down(pjs_gw_pool *p, const pjs_gw_change *change,
                                    uint64_t *change_seq, pjs_error *err);
-/* The same targets, not counted in flight (REST fan-outs, which the probes
- * watch). */
-uint64_t pjs_gw_pool_change_targets(pjs_gw_pool *p, const pjs_gw_change *change,
-                                   uint64_t *change_seq);
 /* The workers answered change `seq` (0: none): `accepted` when at least
  * one took it. */
 void pjs_gw_pool_change_settled(pjs_gw_pool *p, uint64_t seq, bool accepted);

@@ -54,12 +54,31 @@ typedef enum pjs_grpc_proxy_kind {
     PJS_GRPC_PROXY_STREAM_ROUTED, /* a stream, to the worker picked for its first message */
 } pjs_grpc_proxy_kind;
 
-/* How a forward went (the gateway's pjs_gw_outcome values). */
+/* How a call to a worker went on the channel. */
 typedef enum pjs_grpc_proxy_outcome {
-    PJS_GRPC_PROXY_ANSWERED, /* the worker answered, whatever its status */
-    PJS_GRPC_PROXY_NOT_SENT, /* the worker could not be reached: safe to try another */
-    PJS_GRPC_PROXY_BROKEN,   /* sent, then no answer (connection lost, deadline) */
+    PJS_GRPC_PROXY_ANSWERED, /* the worker gave the status (or the client's own limits did) */
+    PJS_GRPC_PROXY_NOT_SENT, /* the worker could not be reached: nothing was sent */
+    PJS_GRPC_PROXY_BROKEN,   /* sent, then the channel failed without an answer */
 } pjs_grpc_proxy_outcome;
+
+/* What became of one call to a worker, as the front end read it. */
+typedef struct pjs_grpc_proxy_result {
+    int worker;
+    pjs_grpc_proxy_outcome outcome;
+    const char *mark; /* the worker's pjserve-answer value (status_map.h); NULL: none */
+    int status;       /* a grpc_status_code */
+    const char *details;
+} pjs_grpc_proxy_result;
+
+/* The reply to a fan-out, as ops->finish decides it. */
+typedef struct pjs_grpc_proxy_reply {
+    size_t from;      /* the result whose metadata is relayed */
+    int status;       /* a grpc_status_code */
+    bool own_details; /* from's details as the worker sent them; else `details` */
+    char details[PJS_ERROR_MSG_MAX];
+    uint8_t *message; /* malloc'd; NULL: none */
+    size_t len;
+} pjs_grpc_proxy_reply;
 
 typedef struct grpc_channel grpc_channel;
 
@@ -76,18 +95,21 @@ typedef struct pjs_grpc_proxy_ops {
      * `tried` (bit i: worker i); -1 with err. */
     int (*pick)(void *ctx, const char *method, const uint8_t *msg, size_t len, uint64_t tried,
                 pjs_error *err);
-    void (*done)(void *ctx, int worker, pjs_grpc_proxy_outcome outcome);
+    /* A call to a worker (picked, or one of a fan-out) ended as r; true
+     * when a unary call should go to another worker (pick again). */
+    bool (*done)(void *ctx, const char *method, const pjs_grpc_proxy_result *r);
     /* PJS_GRPC_PROXY_FANOUT: the workers to send a call of `method`, whose
      * message is msg, to, each counted in flight until done (0 with err
      * when there is none). A change the gateway remembers is numbered in
-     * *change (0: none) and given to settled once every worker answered. */
+     * *change (0: none) and given back to finish. */
     uint64_t (*fanout)(void *ctx, const char *method, const uint8_t *msg, size_t len,
                        uint64_t *change, pjs_error *err);
-    /* The fan-out of change `change` ended: `accepted` when a worker took it. */
-    void (*settled)(void *ctx, uint64_t change, bool accepted);
-    /* Combines the n answers (all OK) of a fan-out into one (malloc'd). */
-    int (*merge)(void *ctx, const char *method, const uint8_t *const *answers,
-                 const size_t *lengths, size_t n, uint8_t **out, size_t *out_len, pjs_error *err);
+    /* Every worker of a fan-out answered: results[i] and its message
+     * answers[i] (lengths[i] bytes, empty when none). Fills *out, or
+     * returns an error to answer. */
+    int (*finish)(void *ctx, const char *method, uint64_t change,
+                  const pjs_grpc_proxy_result *results, const uint8_t *const *answers,
+                  const size_t *lengths, size_t n, pjs_grpc_proxy_reply *out, pjs_error *err);
     grpc_channel *(*channel)(void *ctx, int worker);
     /* Sent to workers as `authorization: Bearer <token>` in place of the
      * client's credential (which the front end has checked); NULL: none. */

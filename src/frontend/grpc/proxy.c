@@ -11,14 +11,15 @@
  *
  * Unary (ROUTED): read the client's message, pick a worker, one client
  * batch with every op, then one server batch relaying the worker's initial
- * metadata, message, status and trailing metadata. A worker that could not
- * be reached (the channel failed to connect: nothing was sent) is reported
- * NOT_SENT and the call is tried on another worker, at most once per
- * worker; any other failure is relayed as it is.
+ * metadata, message, status and trailing metadata. How the call went on
+ * the channel (answered, never sent, broken) and the worker's
+ * pjserve-answer mark go to ops->done, which tells the pool and says
+ * whether the call goes to a worker not tried yet (the gateway's relay
+ * policy, gateway/relay_policy.h); any other ending is relayed as it is.
  *
- * Fan-out: the same client batch to every available worker; when all
- * answered, the first error (naming the worker unless every worker gave it)
- * or ops->merge of the answers is relayed.
+ * Fan-out: the same client batch to every worker ops->fanout names; when
+ * all answered, ops->finish makes the reply of their results (the first
+ * error, naming the worker, or the answers merged).
  *
  * Streams (STREAM_ROUTED): the first message picks the worker; then two
  * pumps run until the worker's status arrives: client -> worker (receive,
@@ -383,42 +384,38 @@ static bool details_contain(const upstream *u, const char *phrase)
     return strcasestr(u->text, phrase) != NULL;
 }
 
-typedef enum answer_mark { UNMARKED, MARKED_ERROR, MARKED_NOT_RUN, MARKED_DRAINING } answer_mark;
-
-/* The worker's answer mark in its trailing metadata (status_map.h). */
-static answer_mark answer_mark_of(const upstream *u)
+/* The worker's answer mark in its trailing metadata (status_map.h), copied
+ * into buf; NULL: unmarked. */
+static const char *answer_mark_of(const upstream *u, char *buf, size_t size)
 {
     for (size_t i = 0; i < u->trailing.count; i++) {
         const grpc_metadata *m = &u->trailing.metadata[i];
         if (grpc_slice_str_cmp(m->key, PJS_ANSWER_MARK) != 0)
             continue;
-        if (grpc_slice_str_cmp(m->value, PJS_ANSWER_DRAINING) == 0)
-            return MARKED_DRAINING;
-        if (grpc_slice_str_cmp(m->value, PJS_ANSWER_NOT_RUN) == 0)
-            return MARKED_NOT_RUN;
-        return MARKED_ERROR;
+        size_t n = GRPC_SLICE_LENGTH(m->value);
+        if (n >= size)
+            n = size - 1;
+        memcpy(buf, GRPC_SLICE_START_PTR(m->value), n);
+        buf[n] = '\0';
+        return buf;
     }
-    return UNMARKED;
+    return NULL;
 }
 
-/* How a call to a worker went. A status the worker marked as its own is an
- * answer, whatever it says (a model's NOT_FOUND, a request's UNAVAILABLE),
- * except a refusal because it is shutting down: never sent, as far as the
- * breaker and the retry go (a refusal because the model is not there is an
- * answer, retried by routed_done).
+/* How a call to a worker went on the channel. A status the worker marked
+ * as its own is an answer, whatever it says (a model's NOT_FOUND, a
+ * request's UNAVAILABLE); what its mark means (refused before running, or
+ * because the worker is going) the gateway judges.
  * An unmarked UNAVAILABLE, INTERNAL or UNKNOWN came from our side of the
  * channel: "failed to connect" (gRPC's words: nothing was sent) or a
  * connection that failed under the call. Other unmarked codes are the
  * client's (its deadline, its cancellation) or a message limit: no fault
- * of the worker's. The breaker hears only the channel's failures, so no
- * text a client can choose (a model name in an error) opens it. */
-static pjs_grpc_proxy_outcome outcome_of(const upstream *u)
+ * of the worker's. Only the channel's failures are not answers, so no text
+ * a client can choose (a model name in an error) makes one. */
+static pjs_grpc_proxy_outcome outcome_of(const upstream *u, bool marked)
 {
-    if (u->status == GRPC_STATUS_OK)
+    if (u->status == GRPC_STATUS_OK || marked)
         return PJS_GRPC_PROXY_ANSWERED;
-    answer_mark mark = answer_mark_of(u);
-    if (mark != UNMARKED)
-        return mark == MARKED_DRAINING ? PJS_GRPC_PROXY_NOT_SENT : PJS_GRPC_PROXY_ANSWERED;
     switch (u->status) {
     case GRPC_STATUS_UNAVAILABLE:
         return details_contain(u, "failed to connect") ? PJS_GRPC_PROXY_NOT_SENT
@@ -429,71 +426,70 @@ static pjs_grpc_proxy_outcome outcome_of(const upstream *u)
     }
 }
 
-static void routed_send(proxy_call *p);
+/* u's result for the gateway; `mark` is room for its mark. */
+static pjs_grpc_proxy_result result_of(const upstream *u, char *mark, size_t size)
+{
+    const char *m = answer_mark_of(u, mark, size);
+    return (pjs_grpc_proxy_result){.worker = u->worker,
+                                   .outcome = outcome_of(u, m != NULL),
+                                   .mark = m,
+                                   .status = (int)u->status,
+                                   .details = u->text};
+}
+
+/* Tells the gateway a call ended as u did; true: try another worker. */
+static bool upstream_done(proxy_call *p, const upstream *u, pjs_grpc_proxy_outcome *outcome)
+{
+    char mark[32];
+    pjs_grpc_proxy_result r = result_of(u, mark, sizeof mark);
+    if (outcome != NULL)
+        *outcome = r.outcome;
+    return p->f->proxy->done(p->f->proxy->ctx, p->method, &r);
+}
+
+/* A call that could not be started on worker w: never sent. */
+static void upstream_not_started(proxy_call *p, int w)
+{
+    pjs_grpc_proxy_result r = {.worker = w,
+                               .outcome = PJS_GRPC_PROXY_NOT_SENT,
+                               .status = GRPC_STATUS_INTERNAL,
+                               .details = "the call could not be started"};
+    p->f->proxy->done(p->f->proxy->ctx, p->method, &r);
+}
+
 static bool routed_try(proxy_call *p, pjs_error *err);
 
-/* A unary forward completed. */
+/* A unary forward completed. It goes to another worker when the gateway
+ * says it provably did not run there and one is left; else the worker's
+ * answer is relayed (its refusal, when no other could take it), or, when
+ * it reached no worker, the reason none could take it. */
 static void routed_done(proxy_call *p, upstream *u)
 {
-    pjs_grpc_proxy_outcome o = outcome_of(u);
-    p->f->proxy->done(p->f->proxy->ctx, u->worker, o);
-    if (o == PJS_GRPC_PROXY_NOT_SENT && p->n_up < MAX_FANOUT) {
-        pjs_debug("gateway: %s: worker %d unreachable, trying another", p->method, u->worker);
-        routed_send(p);
-        return;
-    }
-    /* The model is not on that worker (not loaded there yet, or any more):
-     * another may have it. When none is left to try, its answer stands. */
+    pjs_grpc_proxy_outcome outcome;
     pjs_error err;
-    if (answer_mark_of(u) == MARKED_NOT_RUN && p->n_up < MAX_FANOUT && routed_try(p, &err)) {
-        pjs_debug("gateway: %s: worker %d does not have the model, trying another", p->method,
-                  u->worker);
-        return;
+    if (upstream_done(p, u, &outcome) && p->n_up < MAX_FANOUT) {
+        pjs_debug("gateway: %s: worker %d did not run it, trying another", p->method, u->worker);
+        if (routed_try(p, &err))
+            return;
+        if (outcome != PJS_GRPC_PROXY_ANSWERED) {
+            reply_error(p, &err);
+            return;
+        }
     }
     reply(p, &u->initial, u->response, u->status, u->details, &u->trailing);
 }
 
-static bool same_answer(const upstream *a, const upstream *b)
-{
-    return a->status == b->status && strcmp(a->text, b->text) == 0;
-}
-
-/* The first failure of a fan-out, as the workers said it when they all
- * said the same (an unknown model), else naming the worker. */
-static void fanout_failed(proxy_call *p, const upstream *u)
-{
-    bool unanimous = true;
-    for (size_t i = 0; i < p->n_up; i++)
-        unanimous &= same_answer(&p->up[i], u);
-    if (unanimous) {
-        reply(p, &u->initial, NULL, u->status, u->details, &u->trailing);
-        return;
-    }
-    char msg[PJS_ERROR_MSG_MAX];
-    snprintf(msg, sizeof msg, "worker %d: %s", u->worker, u->text);
-    grpc_slice details = grpc_slice_from_copied_string(msg);
-    reply(p, &u->initial, NULL, u->status, details, &u->trailing);
-    grpc_slice_unref(details);
-}
-
+/* Every worker of a fan-out answered: the reply the gateway makes of them. */
 static void fanout_done(proxy_call *p)
 {
     const pjs_grpc_proxy_ops *ops = p->f->proxy;
-    if (p->change != 0) {
-        bool accepted = false;
-        for (size_t i = 0; i < p->n_up; i++)
-            accepted |= p->up[i].status == GRPC_STATUS_OK;
-        ops->settled(ops->ctx, p->change, accepted);
-    }
-    for (size_t i = 0; i < p->n_up; i++)
-        if (p->up[i].status != GRPC_STATUS_OK) {
-            fanout_failed(p, &p->up[i]);
-            return;
-        }
+    pjs_grpc_proxy_result results[MAX_FANOUT];
+    char marks[MAX_FANOUT][32];
     const uint8_t *answers[MAX_FANOUT];
     size_t lengths[MAX_FANOUT];
     grpc_slice slices[MAX_FANOUT];
     for (size_t i = 0; i < p->n_up; i++) {
+        results[i] = result_of(&p->up[i], marks[i], sizeof marks[i]);
         slices[i] = grpc_empty_slice();
         if (p->up[i].response != NULL) {
             grpc_byte_buffer_reader r;
@@ -505,15 +501,21 @@ static void fanout_done(proxy_call *p)
         answers[i] = GRPC_SLICE_START_PTR(slices[i]);
         lengths[i] = GRPC_SLICE_LENGTH(slices[i]);
     }
-    uint8_t *merged = NULL;
-    size_t merged_len = 0;
+    pjs_grpc_proxy_reply out;
+    memset(&out, 0, sizeof out);
     pjs_error err;
-    if (ops->merge(ops->ctx, p->method, answers, lengths, p->n_up, &merged, &merged_len, &err) !=
-        0) {
+    if (ops->finish(ops->ctx, p->method, p->change, results, answers, lengths, p->n_up, &out,
+                    &err) != 0) {
         reply_error(p, &err);
     } else {
-        p->reply_message = pjs__grpc_buffer_from(merged, merged_len);
-        reply(p, &p->up[0].initial, p->reply_message, GRPC_STATUS_OK, grpc_empty_slice(), NULL);
+        upstream *from = &p->up[out.from];
+        grpc_slice details = out.own_details ? grpc_slice_ref(from->details)
+                                             : grpc_slice_from_copied_string(out.details);
+        if (out.message != NULL)
+            p->reply_message = pjs__grpc_buffer_from(out.message, out.len);
+        reply(p, &from->initial, p->reply_message, (grpc_status_code)out.status, details,
+              out.status != GRPC_STATUS_OK ? &from->trailing : NULL);
+        grpc_slice_unref(details);
     }
     for (size_t i = 0; i < p->n_up; i++)
         grpc_slice_unref(slices[i]);
@@ -528,7 +530,7 @@ static void on_upstream(pjs_grpc_tag *tag, bool ok)
     if (p->kind == PJS_GRPC_PROXY_ROUTED) {
         routed_done(p, u);
     } else {
-        p->f->proxy->done(p->f->proxy->ctx, u->worker, outcome_of(u));
+        upstream_done(p, u, NULL);
         pthread_mutex_lock(&p->lock);
         bool last = --p->pending == 0;
         pthread_mutex_unlock(&p->lock);
@@ -550,7 +552,7 @@ static bool routed_try(proxy_call *p, pjs_error *err)
     p->tried |= 1ull << w;
     upstream *u = upstream_open(p, w);
     if (!upstream_unary(p, u)) {
-        ops->done(ops->ctx, w, PJS_GRPC_PROXY_NOT_SENT);
+        upstream_not_started(p, w);
         pjs_error_set(err, PJS_ERR_INTERNAL, "cannot start the call to worker %d", w);
         reply_error(p, err);
     }
@@ -583,7 +585,7 @@ static void fanout_send(proxy_call *p)
             continue;
         upstream *u = upstream_open(p, w);
         if (!upstream_unary(p, u)) {
-            ops->done(ops->ctx, w, PJS_GRPC_PROXY_NOT_SENT);
+            upstream_not_started(p, w);
             u->status = GRPC_STATUS_INTERNAL;
             pthread_mutex_lock(&p->lock);
             p->pending--;
@@ -655,7 +657,7 @@ static bool stream_final_due(proxy_call *p)
 static void stream_final(proxy_call *p)
 {
     upstream *u = &p->up[0];
-    p->f->proxy->done(p->f->proxy->ctx, u->worker, outcome_of(u));
+    upstream_done(p, u, NULL);
     reply(p, &u->initial, NULL, u->status, u->details, &u->trailing);
 }
 
@@ -834,7 +836,7 @@ static void stream_open(proxy_call *p)
         first[n++].data.send_message.send_message = bb;
     }
     if (!start(p, u->call, &st, 1, &p->on_worker_status)) {
-        ops->done(ops->ctx, w, PJS_GRPC_PROXY_NOT_SENT);
+        upstream_not_started(p, w);
         pjs_error_set(&err, PJS_ERR_INTERNAL, "cannot start the stream to worker %d", w);
         reply_error(p, &err);
         if (bb != NULL)
