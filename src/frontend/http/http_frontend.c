@@ -415,6 +415,16 @@ static void dispatch(pjs__http_call *c)
 {
     c->dispatched = true;
     pjs__http_conn_phase(c, PJS_HTTP_PHASE_ANSWERING);
+    if (atomic_load(&c->fe->stopping)) {
+        /* A request on a connection kept alive past the stop: refused
+         * before anything ran (a gateway sends it elsewhere), and never
+         * suspended, so none is once the daemon stops. */
+        pjs_error err;
+        pjs_error_set(&err, PJS_ERR_DRAINING,
+                      "pjserve is shutting down and accepts no new requests");
+        pjs__http_reply_error(c, &err);
+        return;
+    }
     c->fe->routes->route(c);
 }
 
@@ -875,6 +885,11 @@ static void wait_for_calls(pjs_http_frontend *f)
     if (f->open_calls > 0)
         pjs_warn("%s: closing %d connections with requests still open", f->address,
                  f->open_calls);
+    /* libmicrohttpd aborts the process when stopped with a connection
+     * suspended: one suspended just before `stopping` was set is waited
+     * for too (it is answered: its job ends, in time, on every path). */
+    while (f->jobs > 0)
+        pthread_cond_wait(&f->idle, &f->lock);
     pthread_mutex_unlock(&f->lock);
 }
 
