@@ -6,6 +6,8 @@
 #                   a two-worker node), gateway, node and deployment tests, PyTorch exports
 #                   (in .venv-torch), a short fuzz run
 #   make models     export the demo model bundles into models/
+#   make docs-check run every command block of README.md and docs/*.md that is marked to run
+#                   (tests/docs; make test runs all but the slow ones)
 #   make demo       export the demo models and run each once with pjserve run
 #   make asan       unit, end-to-end, protocol (against serve and a node), gateway, client and
 #                   CLI tests on an AddressSanitizer+UBSan build (build-asan/)
@@ -30,7 +32,7 @@ FUZZ_SECONDS ?= 20
 PYTHON := .venv/bin/python
 PYTEST := $(PYTHON) -m pytest -q -p no:cacheprovider
 
-.PHONY: all bootstrap bootstrap-torch build test unit e2e e2e-node e2e-torch models models-large demo serve asan tsan fuzz fuzz-build fuzz-smoke clean install bench bench-scheduler bench-residency bench-meta bench-shared-weights bench-gateway gpu-check
+.PHONY: all bootstrap bootstrap-torch build test unit e2e e2e-node e2e-torch docs docs-check models models-large demo serve asan tsan fuzz fuzz-build fuzz-smoke clean install bench bench-scheduler bench-residency bench-meta bench-shared-weights bench-gateway gpu-check
 
 all: build
 
@@ -83,7 +85,20 @@ e2e-node: build
 	PJSERVE_PROTOCOL_NODE_WORKERS=2 PJSERVE_BIN=$(CURDIR)/build/pjserve \
 	  $(PYTEST) tests/protocol --ignore=tests/protocol/hostile
 
-test: unit e2e e2e-node e2e-torch fuzz-smoke
+# The docs' command blocks (tests/docs/test_docs.py says how they are
+# marked and run). `make test` runs them without the blocks marked slow
+# (2.7 minutes on 2 busy CPUs); the slow ones are those that export the
+# demo models again (make models, make demo), compile every demo bundle
+# cold (pjserve check models/*) or start a node of several workers, and
+# only docs-check runs them (4.9 minutes for every marked block, on the
+# same machine).
+docs: build
+	PJSERVE_BIN=$(CURDIR)/build/pjserve $(PYTEST) -rs tests/docs
+
+docs-check: build
+	PJSERVE_DOCS_CHECK_ALL=1 PJSERVE_BIN=$(CURDIR)/build/pjserve $(PYTEST) -rs tests/docs
+
+test: unit e2e e2e-node e2e-torch docs fuzz-smoke
 
 models: build
 	$(PYTHON) examples/make_demo_models.py models --pjserve build/pjserve
