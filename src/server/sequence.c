@@ -352,6 +352,7 @@ int pjs_sequence_submit(struct pjs_server *s, pjs_infer_request *r, pjs_error *e
     sr->step.id = id;
     sr->step.start = r->sequence.start;
     sr->step.end = r->sequence.end;
+    sr->step.client = r->sequence.client;
     sr->step.owner = sr;
     sr->corrid = corrid;
     sr->server = s;
