@@ -109,6 +109,7 @@ class Manifest:
     sequence_controls: Dict[str, str] = field(default_factory=dict)
     idle_timeout_ms: Optional[int] = None
     max_sequences: Optional[int] = None
+    max_sequences_per_client: Optional[int] = None
     evict_after_idle_ms: Optional[int] = None
     # Libraries model.c links with, as they follow -l (pjserve build-hooks
     # appends -lNAME); kinds model and meta.
@@ -365,6 +366,8 @@ def manifest_yaml(m: Manifest) -> str:
             out.append(f"  idle_timeout_ms: {int(m.idle_timeout_ms)}\n")
         if m.max_sequences is not None:
             out.append(f"  max_sequences: {int(m.max_sequences)}\n")
+        if m.max_sequences_per_client is not None:
+            out.append(f"  max_sequences_per_client: {int(m.max_sequences_per_client)}\n")
         if m.evict_after_idle_ms is not None:
             out.append(f"  evict_after_idle_ms: {int(m.evict_after_idle_ms)}\n")
     return "".join(out)
@@ -558,6 +561,7 @@ def read_manifest(bundle_dir) -> Manifest:
         sequence_controls={str(k): str(v) for k, v in (sequence.get("controls") or {}).items()},
         idle_timeout_ms=sequence.get("idle_timeout_ms"),
         max_sequences=sequence.get("max_sequences"),
+        max_sequences_per_client=sequence.get("max_sequences_per_client"),
         evict_after_idle_ms=sequence.get("evict_after_idle_ms"),
         hooks_libraries=[str(x) for x in doc.get("hooks_libraries") or []],
         extra={k: v for k, v in doc.items() if k not in known},

@@ -379,6 +379,7 @@ def export_jax(fn: Callable, params: Any, example_inputs: Sequence[Any], out_dir
                sequence_controls: Optional[Mapping[str, str]] = None,
                idle_timeout_ms: Optional[int] = None,
                max_sequences: Optional[int] = None,
+               max_sequences_per_client: Optional[int] = None,
                evict_after_idle_ms: Optional[int] = None) -> Path:
     """Exports ``fn(params, *inputs)`` as the bundle ``out_dir/name/``; returns its path.
 
@@ -436,11 +437,13 @@ def export_jax(fn: Callable, params: Any, example_inputs: Sequence[Any], out_dir
         0); the sequence id (corrid: an integer input). Each input has one
         element per row, bool, i32 or f32 for a flag. Makes the model
         stateful with or without sequence_state.
-    idle_timeout_ms, max_sequences, evict_after_idle_ms: a stateful model's
-        limits (a sequence idle this long is freed; live sequences at once;
-        in a full table a new sequence evicts the least recently used one
-        idle longer than this); None: the server's defaults (60000 ms, 1024,
-        1000 ms or the idle timeout when shorter).
+    idle_timeout_ms, max_sequences, max_sequences_per_client,
+        evict_after_idle_ms: a stateful model's limits (a sequence idle this
+        long is freed; live sequences at once; live sequences one client
+        started; in a full table, or for a client at its cap, a new sequence
+        evicts the least recently used one idle longer than this); None: the
+        server's defaults (60000 ms, 1024, a quarter of max_sequences, 1000
+        ms or the idle timeout when shorter).
 
     An existing bundle of the same name is replaced atomically.
     """
@@ -479,10 +482,10 @@ def export_jax(fn: Callable, params: Any, example_inputs: Sequence[Any], out_dir
     state_pairs = B.check_sequence_state(sequence_state or [], input_names, output_names)
     controls = B.check_sequence_controls(sequence_controls, input_names, state_pairs)
     stateful = bool(state_pairs or controls)
-    limits = (idle_timeout_ms, max_sequences, evict_after_idle_ms)
+    limits = (idle_timeout_ms, max_sequences, max_sequences_per_client, evict_after_idle_ms)
     if any(v is not None for v in limits) and not stateful:
-        raise ValueError("idle_timeout_ms / max_sequences / evict_after_idle_ms need "
-                         "sequence_state or sequence_controls")
+        raise ValueError("idle_timeout_ms / max_sequences / max_sequences_per_client / "
+                         "evict_after_idle_ms need sequence_state or sequence_controls")
     if stateful and (variants or client_ins or client_outs):
         raise ValueError("a stateful model (sequence_state, sequence_controls) has no variants, "
                          "client_inputs or client_outputs")
@@ -534,7 +537,8 @@ def export_jax(fn: Callable, params: Any, example_inputs: Sequence[Any], out_dir
         variants=manifest_variants, residency=residency, weight=weight,
         client_inputs=client_ins, client_outputs=client_outs,
         sequence_state=state_pairs, sequence_controls=controls, idle_timeout_ms=idle_timeout_ms,
-        max_sequences=max_sequences, evict_after_idle_ms=evict_after_idle_ms,
+        max_sequences=max_sequences, max_sequences_per_client=max_sequences_per_client,
+        evict_after_idle_ms=evict_after_idle_ms,
         hooks_libraries=libraries)
     by_name = {t.name: t for t in manifest.inputs + manifest.outputs}
     for i, o in state_pairs:

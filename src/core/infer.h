@@ -85,6 +85,10 @@ typedef struct pjs_infer_sequence {
     const char *string; /* the id when it is a string: borrowed, NUL-terminated */
     bool start;         /* sequence_start: true */
     bool end;           /* sequence_end: true */
+    /* Who sent a request with sequence_start to a stateful model
+     * (frontend/client_id.h), set by the front end: the new sequence counts
+     * to that client's cap. Borrowed; NULL counts as one unnamed client. */
+    const char *client;
 } pjs_infer_sequence;
 
 typedef struct pjs_infer_request pjs_infer_request;

@@ -1131,14 +1131,15 @@ static int parse_controls(pjs_yaml *y, yaml_node_t *n, pjs_manifest *m)
 }
 
 /* `sequence: {state: [...], controls: {...}, idle_timeout_ms: N,
- * max_sequences: N, evict_after_idle_ms: N}`. */
+ * max_sequences: N, max_sequences_per_client: N, evict_after_idle_ms: N}`. */
 static int parse_sequence(pjs_yaml *y, yaml_node_t *n, pjs_manifest *m)
 {
-    enum { Q_STATE, Q_CONTROLS, Q_IDLE, Q_MAX, Q_EVICT, Q_COUNT };
+    enum { Q_STATE, Q_CONTROLS, Q_IDLE, Q_MAX, Q_PER_CLIENT, Q_EVICT, Q_COUNT };
     pjs_yaml_field f[Q_COUNT] = {[Q_STATE] = {"state", NULL},
                                  [Q_CONTROLS] = {"controls", NULL},
                                  [Q_IDLE] = {"idle_timeout_ms", NULL},
                                  [Q_MAX] = {"max_sequences", NULL},
+                                 [Q_PER_CLIENT] = {"max_sequences_per_client", NULL},
                                  [Q_EVICT] = {"evict_after_idle_ms", NULL}};
     pjs_sequence_spec *q = &m->sequence;
     q->idle_timeout_ms = 60000;
@@ -1172,6 +1173,15 @@ static int parse_sequence(pjs_yaml *y, yaml_node_t *n, pjs_manifest *m)
     if (q->max_sequences < 1 || q->max_sequences > 1000000)
         return pjs_yaml_fail(y, f[Q_MAX].value, "sequence.max_sequences",
                              "must be 1..1000000, got %lld", (long long)q->max_sequences);
+    q->max_sequences_per_client = q->max_sequences >= 4 ? q->max_sequences / 4 : 1;
+    if (f[Q_PER_CLIENT].value != NULL &&
+        (rc = pjs_yaml_get_int(y, f[Q_PER_CLIENT].value, "sequence.max_sequences_per_client",
+                               &q->max_sequences_per_client)) != 0)
+        return rc;
+    if (q->max_sequences_per_client < 1 || q->max_sequences_per_client > q->max_sequences)
+        return pjs_yaml_fail(y, f[Q_PER_CLIENT].value, "sequence.max_sequences_per_client",
+                             "must be 1..%lld (sequence.max_sequences), got %lld",
+                             (long long)q->max_sequences, (long long)q->max_sequences_per_client);
     q->evict_after_idle_ms = q->idle_timeout_ms < 1000 ? q->idle_timeout_ms : 1000;
     if (f[Q_EVICT].value != NULL &&
         (rc = pjs_yaml_get_int(y, f[Q_EVICT].value, "sequence.evict_after_idle_ms",

@@ -153,6 +153,9 @@ typedef struct pjs_sequence_spec {
     size_t control[PJS_CONTROL_COUNT];
     int64_t idle_timeout_ms; /* a sequence idle this long is freed; > 0 */
     int64_t max_sequences;   /* live at once; > 0 */
+    /* Live at once started by one client (its address, frontend/client_id.h);
+     * 1..max_sequences, a quarter of max_sequences by default (at least 1). */
+    int64_t max_sequences_per_client;
     /* A new sequence in a full table evicts the least recently used one
      * idle longer than this; 1..idle_timeout_ms. */
     int64_t evict_after_idle_ms;

@@ -428,6 +428,16 @@ int pjs_access_parse_bearer(const char *value, size_t len, const char **token,
     return 0;
 }
 
+bool pjs_access_holds_admin_token(const pjs_access *a, const pjs_access_caller *who)
+{
+    const char *token;
+    size_t len;
+    return a != NULL && a->admin.bytes != NULL && who->n_authorization == 1 &&
+           pjs_access_parse_bearer(who->authorization, who->authorization_len, &token, &len) ==
+               0 &&
+           token_equal(token, len, &a->admin);
+}
+
 /* Whether a call of class cls must carry a token (the peer rule aside). */
 static bool token_needed(const pjs_access *a, pjs_access_class cls)
 {

@@ -99,6 +99,10 @@ int pjs_access_parse_bearer(const char *value, size_t len, const char **token,
 bool pjs_access_sockaddr_is_loopback(const struct sockaddr *sa);
 bool pjs_access_peer_is_loopback(const char *peer);
 
+/* Whether the caller presented the admin token (exactly one well-formed
+ * credential holding it); false when none is configured. */
+bool pjs_access_holds_admin_token(const pjs_access *a, const pjs_access_caller *who);
+
 /* The decision: 0, or PJS_ERR_UNAUTHENTICATED / PJS_ERR_PERMISSION_DENIED
  * with a message that says what to send or which flag to use. `what` names
  * the call in the message ("POST /v2/logging", "LogSettings"). */

@@ -431,6 +431,13 @@ static job *job_create(pjs__http_call *c, const pjs__http_path *p, job_kind kind
     /* No "Expect: 100-continue" round trip before large bodies. */
     if (ok)
         ok = (j->headers = curl_slist_append(j->headers, "Expect:")) != NULL;
+    /* Who the client is, for the workers' per-client counts: set here, never
+     * the client's own header (only the headers below are copied). */
+    char client[PJS_CLIENT_ID_MAX], client_line[sizeof PJS_CLIENT_HEADER + PJS_CLIENT_ID_MAX + 2];
+    pjs__http_client_id(c, client);
+    snprintf(client_line, sizeof client_line, PJS_CLIENT_HEADER ": %s", client);
+    if (ok)
+        ok = (j->headers = curl_slist_append(j->headers, client_line)) != NULL;
     static const char *const forwarded[] = {MHD_HTTP_HEADER_CONTENT_TYPE,
                                             "Inference-Header-Content-Length"};
     for (size_t i = 0; ok && strcmp(c->method, "POST") == 0 && i < sizeof forwarded / sizeof *forwarded;

@@ -65,7 +65,7 @@ int pjs_model_create(pjs_bundle *b, pjs_rt_client *c, pjs_exec_cache *cache, pjs
             state_bytes += pjs_tensor_spec_row_bytes(&man->inputs[man->sequence.state[j].input]);
         m->sequences = pjs_sequence_table_create(
             man->name, state_bytes, NULL, (uint64_t)man->sequence.idle_timeout_ms * 1000000u,
-            (size_t)man->sequence.max_sequences,
+            (size_t)man->sequence.max_sequences, (size_t)man->sequence.max_sequences_per_client,
             (uint64_t)man->sequence.evict_after_idle_ms * 1000000u);
         if (m->sequences == NULL) {
             model_free(m);

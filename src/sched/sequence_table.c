@@ -4,7 +4,11 @@
  * state bytes allocated behind it and a FIFO of waiting steps. The idle
  * sequences (nothing running or waiting) are also on a list in the order
  * their last step finished, oldest first, so expiry and eviction look only
- * at its head instead of scanning the table. Freed ids go to a ring of the
+ * at its head instead of scanning the table. Each client holding sequences
+ * has a record in a second hash table (FNV-1a over its name) with its count
+ * of live sequences and its own list of them idle, in the same order, so a
+ * client at its cap finds its least recently used one at once; the record
+ * is freed with its client's last sequence. Freed ids go to a ring of the
  * last PJS_SEQUENCE_RECENT, searched only to word the error of a step that
  * came too late.
  */
@@ -15,10 +19,18 @@
 #include <stdlib.h>
 #include <string.h>
 
-typedef enum freed_reason { FREED_ENDED, FREED_EXPIRED, FREED_EVICTED } freed_reason;
+typedef enum freed_reason {
+    FREED_ENDED,
+    FREED_EXPIRED,
+    FREED_EVICTED,     /* for a new sequence of any client in a full table */
+    FREED_EVICTED_OWN, /* for a new sequence of its client, at its cap */
+} freed_reason;
+
+typedef struct seq_client seq_client;
 
 struct pjs_sequence {
     pjs_sequence_id id;
+    seq_client *client;    /* who started it */
     bool running;          /* a step of it runs */
     bool ended;            /* a step with sequence_end was admitted, no start since */
     uint64_t last_used_ns; /* admission or finish of its latest step */
@@ -26,7 +38,16 @@ struct pjs_sequence {
     pjs_sequence *bucket_next;
     bool on_idle_list; /* nothing runs or waits */
     pjs_sequence *idle_prev, *idle_next;
+    pjs_sequence *client_idle_prev, *client_idle_next; /* on client->idle_* when on_idle_list */
     unsigned char state[]; /* state_bytes */
+};
+
+/* A client holding live sequences (live > 0; freed with the last one). */
+struct seq_client {
+    char name[PJS_SEQUENCE_CLIENT_MAX + 1];
+    size_t live;
+    pjs_sequence *idle_head, *idle_tail; /* its idle sequences, oldest finish first */
+    seq_client *bucket_next;
 };
 
 typedef struct recent_id {
@@ -41,11 +62,13 @@ struct pjs_sequence_table {
     unsigned char *initial; /* state_bytes */
     uint64_t idle_timeout_ns;
     size_t max_sequences;
+    size_t max_per_client;
     uint64_t evict_after_idle_ns;
     size_t count;
     pjs_sequence *idle_head, *idle_tail; /* oldest finish first */
     size_t n_buckets; /* a power of two */
     pjs_sequence **buckets;
+    seq_client **client_buckets; /* n_buckets of them: never more clients than sequences */
     recent_id recent[PJS_SEQUENCE_RECENT];
     size_t n_recent, recent_next;
 };
@@ -77,9 +100,18 @@ static uint64_t id_hash(const pjs_sequence_id *id)
     return h ^ (uint64_t)id->is_string;
 }
 
+static uint64_t name_hash(const char *name)
+{
+    uint64_t h = 1469598103934665603u;
+    for (const unsigned char *p = (const unsigned char *)name; *p != '\0'; p++)
+        h = (h ^ *p) * 1099511628211u;
+    return h;
+}
+
 pjs_sequence_table *pjs_sequence_table_create(const char *model, size_t state_bytes,
                                               const void *initial_state,
                                               uint64_t idle_timeout_ns, size_t max_sequences,
+                                              size_t max_per_client,
                                               uint64_t evict_after_idle_ns)
 {
     pjs_sequence_table *t = calloc(1, sizeof *t);
@@ -89,13 +121,15 @@ pjs_sequence_table *pjs_sequence_table_create(const char *model, size_t state_by
     t->state_bytes = state_bytes;
     t->idle_timeout_ns = idle_timeout_ns;
     t->max_sequences = max_sequences;
+    t->max_per_client = max_per_client;
     t->evict_after_idle_ns = evict_after_idle_ns;
     t->n_buckets = 16;
     while (t->n_buckets < 2 * max_sequences && t->n_buckets < ((size_t)1 << 20))
         t->n_buckets *= 2;
     t->buckets = calloc(t->n_buckets, sizeof *t->buckets);
+    t->client_buckets = calloc(t->n_buckets, sizeof *t->client_buckets);
     t->initial = calloc(1, state_bytes ? state_bytes : 1);
-    if (t->buckets == NULL || t->initial == NULL) {
+    if (t->buckets == NULL || t->client_buckets == NULL || t->initial == NULL) {
         pjs_sequence_table_destroy(t);
         return NULL;
     }
@@ -116,7 +150,16 @@ void pjs_sequence_table_destroy(pjs_sequence_table *t)
             s = next;
         }
     }
+    for (size_t b = 0; t->client_buckets != NULL && b < t->n_buckets; b++) {
+        seq_client *c = t->client_buckets[b];
+        while (c != NULL) {
+            seq_client *next = c->bucket_next;
+            free(c);
+            c = next;
+        }
+    }
     free(t->buckets);
+    free(t->client_buckets);
     free(t->initial);
     free(t);
 }
@@ -129,6 +172,42 @@ static pjs_sequence **find_slot(pjs_sequence_table *t, const pjs_sequence_id *id
     return slot;
 }
 
+/* The client's name as kept: "" for NULL, cut to PJS_SEQUENCE_CLIENT_MAX. */
+static void client_name(const char *client, char name[PJS_SEQUENCE_CLIENT_MAX + 1])
+{
+    snprintf(name, PJS_SEQUENCE_CLIENT_MAX + 1, "%s", client != NULL ? client : "");
+}
+
+static seq_client **find_client(const pjs_sequence_table *t, const char *name)
+{
+    seq_client **slot = &t->client_buckets[name_hash(name) & (t->n_buckets - 1)];
+    while (*slot != NULL && strcmp((*slot)->name, name) != 0)
+        slot = &(*slot)->bucket_next;
+    return slot;
+}
+
+/* Counts a new sequence to its client, making the record if there is none. */
+static seq_client *client_join(pjs_sequence_table *t, const char *name)
+{
+    seq_client **slot = find_client(t, name);
+    if (*slot == NULL) {
+        if ((*slot = calloc(1, sizeof **slot)) == NULL)
+            return NULL;
+        snprintf((*slot)->name, sizeof (*slot)->name, "%s", name);
+    }
+    (*slot)->live++;
+    return *slot;
+}
+
+static void client_leave(pjs_sequence_table *t, seq_client *c)
+{
+    if (--c->live > 0)
+        return;
+    seq_client **slot = find_client(t, c->name);
+    *slot = c->bucket_next;
+    free(c);
+}
+
 static void idle_append(pjs_sequence_table *t, pjs_sequence *s)
 {
     s->on_idle_list = true;
@@ -139,6 +218,14 @@ static void idle_append(pjs_sequence_table *t, pjs_sequence *s)
     else
         t->idle_head = s;
     t->idle_tail = s;
+    seq_client *c = s->client;
+    s->client_idle_next = NULL;
+    s->client_idle_prev = c->idle_tail;
+    if (c->idle_tail != NULL)
+        c->idle_tail->client_idle_next = s;
+    else
+        c->idle_head = s;
+    c->idle_tail = s;
 }
 
 static void idle_remove(pjs_sequence_table *t, pjs_sequence *s)
@@ -153,8 +240,18 @@ static void idle_remove(pjs_sequence_table *t, pjs_sequence *s)
         s->idle_next->idle_prev = s->idle_prev;
     else
         t->idle_tail = s->idle_prev;
+    seq_client *c = s->client;
+    if (s->client_idle_prev != NULL)
+        s->client_idle_prev->client_idle_next = s->client_idle_next;
+    else
+        c->idle_head = s->client_idle_next;
+    if (s->client_idle_next != NULL)
+        s->client_idle_next->client_idle_prev = s->client_idle_prev;
+    else
+        c->idle_tail = s->client_idle_prev;
     s->on_idle_list = false;
     s->idle_prev = s->idle_next = NULL;
+    s->client_idle_prev = s->client_idle_next = NULL;
 }
 
 /* How long s has been idle at now_ns (0 when the clock says it has not). */
@@ -179,6 +276,7 @@ static void free_sequence(pjs_sequence_table *t, pjs_sequence *s, freed_reason w
     *slot = s->bucket_next;
     idle_remove(t, s);
     remember_freed(t, &s->id, why, idle_ns);
+    client_leave(t, s->client);
     free(s);
     t->count--;
 }
@@ -199,6 +297,16 @@ static int not_live(const pjs_sequence_table *t, const pjs_sequence_id *id, bool
                 &t->recent[(t->recent_next + PJS_SEQUENCE_RECENT - k) % PJS_SEQUENCE_RECENT];
             if (!pjs_sequence_id_equal(&r->id, id))
                 continue;
+            if (r->reason == FREED_EVICTED_OWN)
+                return pjs_error_set(
+                    err, PJS_ERR_INVALID_ARGUMENT,
+                    "model %s: sequence %s is not active (it was evicted after %llu ms idle to "
+                    "make room for a new sequence of the same client, which held %zu, the most "
+                    "one client may (sequence.max_sequences_per_client)); end sequences with "
+                    "sequence_end when done, send a sequence's steps less than %llu ms apart "
+                    "(sequence.evict_after_idle_ms), and start it again with sequence_start set",
+                    t->model, name, (unsigned long long)(r->idle_ns / 1000000u),
+                    t->max_per_client, (unsigned long long)(t->evict_after_idle_ns / 1000000u));
             if (r->reason == FREED_EVICTED)
                 return pjs_error_set(
                     err, PJS_ERR_INVALID_ARGUMENT,
@@ -228,6 +336,31 @@ static void begin_run(pjs_sequence_table *t, pjs_sequence *s, pjs_sequence_step 
     s->running = true;
     if (step->start)
         memcpy(s->state, t->initial, t->state_bytes);
+}
+
+/* Frees client c's least recently used idle sequence for its new one if
+ * it has been idle longer than the eviction floor; RESOURCE_EXHAUSTED
+ * otherwise. */
+static int make_room_for_client(pjs_sequence_table *t, seq_client *c, uint64_t now_ns,
+                                pjs_sequence_eviction *evicted, pjs_error *err)
+{
+    pjs_sequence *lru = c->idle_head;
+    if (lru == NULL || idle_for(lru, now_ns) <= t->evict_after_idle_ns)
+        return pjs_error_set(err, PJS_ERR_RESOURCE_EXHAUSTED,
+                             "model %s: client %s holds %zu live sequences, the most one client "
+                             "may (sequence.max_sequences_per_client), and each ran a step "
+                             "within the last %llu ms (sequence.evict_after_idle_ms), so none "
+                             "of them can be evicted for a new one; end sequences with "
+                             "sequence_end before starting more, or raise the model's "
+                             "sequence.max_sequences_per_client",
+                             t->model, c->name[0] ? c->name : "(unnamed)", c->live,
+                             (unsigned long long)(t->evict_after_idle_ns / 1000000u));
+    uint64_t idle_ns = idle_for(lru, now_ns);
+    if (evicted != NULL)
+        *evicted = (pjs_sequence_eviction){
+            .happened = true, .own = true, .id = lru->id, .idle_ns = idle_ns};
+    free_sequence(t, lru, FREED_EVICTED_OWN, idle_ns);
+    return 0;
 }
 
 /* Frees the least recently used idle sequence for a new one if it has been
@@ -263,13 +396,24 @@ int pjs_sequence_admit(pjs_sequence_table *t, pjs_sequence_step *step, uint64_t 
     if (s == NULL) {
         if (!step->start)
             return not_live(t, &step->id, false, err);
-        int rc = t->count >= t->max_sequences ? make_room(t, now_ns, evicted, err) : 0;
+        char name[PJS_SEQUENCE_CLIENT_MAX + 1];
+        client_name(step->client, name);
+        seq_client *c = *find_client(t, name);
+        /* A cap as large as the table leaves only the table's bound (the
+         * client holding every slot evicts its own sequences there). */
+        bool at_cap = c != NULL && c->live >= t->max_per_client &&
+                      t->max_per_client < t->max_sequences;
+        int rc = at_cap ? make_room_for_client(t, c, now_ns, evicted, err)
+                 : t->count >= t->max_sequences ? make_room(t, now_ns, evicted, err)
+                                                 : 0;
         if (rc != 0)
             return rc;
         s = calloc(1, sizeof *s + t->state_bytes);
-        if (s == NULL)
+        if (s == NULL || (s->client = client_join(t, name)) == NULL) {
+            free(s);
             return pjs_error_set(err, PJS_ERR_RESOURCE_EXHAUSTED,
                                  "model %s: out of memory starting a sequence", t->model);
+        }
         s->id = step->id;
         *find_slot(t, &step->id) = s; /* after make_room, which may unlink this chain's tail */
         t->count++;
@@ -336,4 +480,12 @@ size_t pjs_sequence_expire(pjs_sequence_table *t, uint64_t now_ns, pjs_sequence_
 size_t pjs_sequence_count(const pjs_sequence_table *t)
 {
     return t->count;
+}
+
+size_t pjs_sequence_client_count(const pjs_sequence_table *t, const char *client)
+{
+    char name[PJS_SEQUENCE_CLIENT_MAX + 1];
+    client_name(client, name);
+    const seq_client *c = *find_client(t, name);
+    return c != NULL ? c->live : 0;
 }

@@ -27,14 +27,20 @@
  * the table is full and leaves them there no longer locks everyone else out
  * until they expire: to keep a slot it must send that sequence a step at
  * least once per floor, and each such step is a full request the model
- * executes (a step is admitted only after its inputs were checked, and it
- * runs). Holding all N slots costs N executions per floor (1,024 a second
- * with the defaults) instead of N per idle timeout. That bound is per
- * model, not per client, and a cheap model serves one client more than
- * that; and a client that keeps starting sequences in a full table evicts
- * other clients' sequences idle past the floor. The table does not know
- * which client sent a step, so it cannot cap sequences per client;
- * docs/security.md says what a deployment does meanwhile.
+ * executes.
+ *
+ * Each client (the address the front end names in the step, see
+ * frontend/client_id.h) may hold at most max_per_client live sequences:
+ * the ones it started. A client at that cap that starts another sequence
+ * frees its own least recently used idle sequence, under the same floor,
+ * and is refused RESOURCE_EXHAUSTED when all of its sequences are fresher
+ * than that; it never evicts another client's sequence to go past its cap.
+ * So one client cannot hold more than its share of the table however fast
+ * it steps its sequences, and the slots of everyone else's sequences are
+ * taken by eviction only while the table is full, for a client under its
+ * cap. A sequence started over (sequence_start on a live id) stays its
+ * first client's. A cap of max_sequences is no cap: only the table's bound
+ * applies (as before there were caps).
  *
  * The last ids freed are remembered so that a late step is told whether
  * its sequence ended, expired or was evicted (and how long it had been
@@ -72,11 +78,15 @@ bool pjs_sequence_id_equal(const pjs_sequence_id *a, const pjs_sequence_id *b);
 
 typedef struct pjs_sequence pjs_sequence;
 
+/* Longest client name kept, in bytes (without the NUL); longer ones are cut. */
+#define PJS_SEQUENCE_CLIENT_MAX 63
+
 /* One request of a sequence, embedded in whatever the caller queues. */
 typedef struct pjs_sequence_step {
     pjs_sequence_id id;
     bool start;
     bool end;
+    const char *client;            /* who sent it (a starting step is counted to it); NULL: "" */
     void *owner;                   /* the caller's request */
     pjs_sequence *sequence;        /* set by admission */
     struct pjs_sequence_step *next; /* the sequence's waiting steps */
@@ -87,32 +97,37 @@ typedef struct pjs_sequence_table pjs_sequence_table;
 /* The sequence an admission evicted to make room, if any. */
 typedef struct pjs_sequence_eviction {
     bool happened;
+    bool own;         /* the starting client's own, at its cap; else the table was full */
     pjs_sequence_id id;
     uint64_t idle_ns; /* how long it had been idle */
 } pjs_sequence_eviction;
 
 /* A table for `model` (named in messages) whose sequences each hold
  * state_bytes of state, set to initial_state (copied; NULL: zeros) when a
- * sequence starts; idle_timeout_ns > 0; at most max_sequences live at once,
- * the least recently used of them evicted for a new one once idle longer
- * than evict_after_idle_ns. NULL when out of memory. */
+ * sequence starts; idle_timeout_ns > 0; at most max_sequences live at once
+ * and max_per_client (1..max_sequences) of one client, the least recently
+ * used of them evicted for a new one once idle longer than
+ * evict_after_idle_ns. NULL when out of memory. */
 pjs_sequence_table *pjs_sequence_table_create(const char *model, size_t state_bytes,
                                               const void *initial_state,
                                               uint64_t idle_timeout_ns, size_t max_sequences,
+                                              size_t max_per_client,
                                               uint64_t evict_after_idle_ns);
 void pjs_sequence_table_destroy(pjs_sequence_table *t);
 
 /* Admits step (id, start, end and owner set by the caller) at now_ns.
  * *run_now: true when the step may run at once (its sequence has no step
  * running or waiting); false when it waits, to be handed back by
- * pjs_sequence_finish. A step that starts a new sequence in a full table
- * evicts the least recently used idle sequence when that one has been idle
- * longer than the eviction floor, and says which in *evicted (when not
- * NULL; happened is false otherwise). Errors: INVALID_ARGUMENT for a step
- * without sequence_start on a sequence that is not live (the message names
- * the id and says whether it ended, expired or was evicted), UNAVAILABLE
- * when the table is full and no sequence has been idle longer than the
- * floor. */
+ * pjs_sequence_finish. A step that starts a new sequence for a client at
+ * its cap evicts that client's least recently used idle sequence, and one
+ * in a full table the table's, when that one has been idle longer than the
+ * eviction floor, and says which in *evicted (when not NULL; happened is
+ * false otherwise). Errors: INVALID_ARGUMENT for a step without
+ * sequence_start on a sequence that is not live (the message names the id
+ * and says whether it ended, expired or was evicted), RESOURCE_EXHAUSTED
+ * when the client holds max_per_client sequences and none has been idle
+ * longer than the floor, UNAVAILABLE when the table is full and no sequence
+ * has been idle longer than the floor. */
 int pjs_sequence_admit(pjs_sequence_table *t, pjs_sequence_step *step, uint64_t now_ns,
                        bool *run_now, pjs_sequence_eviction *evicted, pjs_error *err);
 
@@ -135,5 +150,7 @@ size_t pjs_sequence_expire(pjs_sequence_table *t, uint64_t now_ns, pjs_sequence_
 
 /* Live sequences. */
 size_t pjs_sequence_count(const pjs_sequence_table *t);
+/* Live sequences started by `client` (NULL: ""). */
+size_t pjs_sequence_client_count(const pjs_sequence_table *t, const char *client);
 
 #endif

@@ -22,10 +22,12 @@
  *
  * Idle sequences are swept on admission, at most every quarter of the idle
  * timeout, with each expiry logged. A new sequence that finds the table
- * full evicts the least recently used one idle past the model's
- * evict_after_idle_ms (sched/sequence_table.h says why that bounds one
- * client holding every slot); evictions are logged at most once a second
- * per model, since a client can cause them at will.
+ * full, or its client at the model's max_sequences_per_client, evicts the
+ * least recently used one (the client's own, at its cap) idle past the
+ * model's evict_after_idle_ms (sched/sequence_table.h says why that keeps
+ * one client from holding the table); the front end names the client in
+ * the request. Evictions are logged at most once a second per model, since
+ * a client can cause them at will.
  */
 #include "server/sequence.h"
 
@@ -352,6 +354,7 @@ int pjs_sequence_submit(struct pjs_server *s, pjs_infer_request *r, pjs_error *e
     sr->step.id = id;
     sr->step.start = r->sequence.start;
     sr->step.end = r->sequence.end;
+    sr->step.client = r->sequence.client;
     sr->step.owner = sr;
     sr->corrid = corrid;
     sr->server = s;
@@ -371,13 +374,20 @@ int pjs_sequence_submit(struct pjs_server *s, pjs_infer_request *r, pjs_error *e
     rc = pjs_sequence_admit(m->sequences, &sr->step, now, &run_now, &evicted, err);
     pthread_mutex_unlock(&m->sequences_lock);
     if (evicted.happened) {
-        char name[PJS_SEQUENCE_ID_MAX + 8];
+        char name[PJS_SEQUENCE_ID_MAX + 8], why[160];
+        if (evicted.own)
+            snprintf(why, sizeof why,
+                     "of client %s, which holds %lld (sequence.max_sequences_per_client)",
+                     r->sequence.client != NULL ? r->sequence.client : "(unnamed)",
+                     (long long)man->sequence.max_sequences_per_client);
+        else
+            snprintf(why, sizeof why, "(all %lld slots taken; sequence.max_sequences)",
+                     (long long)man->sequence.max_sequences);
         pjs_log_limited(&m->sequence_evictions_log, PJS_LOG_INFO,
                         "model %s: sequence %s evicted after %llu ms idle to make room for a "
-                        "new sequence (all %lld slots taken; sequence.max_sequences)",
+                        "new sequence %s",
                         m->name, pjs_sequence_id_format(&evicted.id, name, sizeof name),
-                        (unsigned long long)(evicted.idle_ns / 1000000u),
-                        (long long)man->sequence.max_sequences);
+                        (unsigned long long)(evicted.idle_ns / 1000000u), why);
     }
     if (rc != 0) {
         free(sr);

@@ -15,9 +15,10 @@ struct pjs_server;
  * sequence's state joins the request as the model's state inputs when the
  * step runs; its steps run one at a time in arrival order. Errors are
  * INVALID_ARGUMENT (no sequence_id, a sequence that is not active, more
- * than one row, a string id longer than 127 bytes) or UNAVAILABLE (as many
- * sequences live as the model keeps), returned; a waiting step's failure to
- * run is set in r->error. */
+ * than one row, a string id longer than 127 bytes), RESOURCE_EXHAUSTED
+ * (r->sequence.client holds as many live sequences as one client may) or
+ * UNAVAILABLE (as many sequences live as the model keeps), returned; a
+ * waiting step's failure to run is set in r->error. */
 int pjs_sequence_submit(struct pjs_server *s, pjs_infer_request *r, pjs_error *err);
 
 #endif

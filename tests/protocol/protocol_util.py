@@ -691,3 +691,65 @@ def wait_https_ready(server: "ServerProcess", ctx, what: str, timeout: float):
     server.kill()
     raise ServerFailure(f"the {what} server was not ready within {timeout:.0f} s\n"
                         f"{server.describe()}")
+
+
+class SourceRelay:
+    """A local TCP port whose connections reach 127.0.0.1:target_port from
+    another loopback address (`source`, e.g. 127.0.0.2): the server sees a
+    different client, while the client library (tritonclient, which cannot
+    pick its source address) connects to `url` as usual. Bytes are copied
+    both ways by a thread per direction; close() stops accepting and shuts
+    the connections down."""
+
+    def __init__(self, target_port: int, source: str):
+        self.target_port, self.source = target_port, source
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.url = f"127.0.0.1:{self.listener.getsockname()[1]}"
+        self.sockets: List[socket.socket] = []
+        self.closed = False
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self):
+        while not self.closed:
+            try:
+                inbound, _ = self.listener.accept()
+            except OSError:
+                return
+            outbound = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            outbound.bind((self.source, 0))
+            try:
+                outbound.connect(("127.0.0.1", self.target_port))
+            except OSError:
+                inbound.close()
+                outbound.close()
+                continue
+            for s in (inbound, outbound):
+                s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            self.sockets += [inbound, outbound]
+            for a, b in ((inbound, outbound), (outbound, inbound)):
+                threading.Thread(target=self._pump, args=(a, b), daemon=True).start()
+
+    @staticmethod
+    def _pump(src: socket.socket, dst: socket.socket):
+        try:
+            while True:
+                data = src.recv(65536)
+                if not data:
+                    break
+                dst.sendall(data)
+        except OSError:
+            pass
+        try:
+            dst.shutdown(socket.SHUT_WR)
+        except OSError:
+            pass
+
+    def close(self):
+        self.closed = True
+        self.listener.close()
+        for s in self.sockets:
+            try:
+                s.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+            s.close()

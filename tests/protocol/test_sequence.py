@@ -15,9 +15,12 @@ request without sequence_start on an unknown id, after sequence_end, after
 the idle timeout, no sequence_id at all, more than one row), one client
 that fills a model's sequence table not keeping another client's new
 sequence out once its sequences idle past the eviction floor (the least
-recently used one is evicted, and its next step says so), the state
-tensors absent from metadata and refused as inputs, and sequence parameters
-on a model without state accepted and ignored as Triton does.
+recently used one is evicted, and its next step says so), one client (a
+second loopback address) refused past its share of a table while another
+starts sequences, with a `pjserve-client` header of its own changing
+nothing (serve and behind a node's gateway), the state tensors absent from
+metadata and refused as inputs, and sequence parameters on a model without
+state accepted and ignored as Triton does.
 """
 
 import concurrent.futures
@@ -34,7 +37,7 @@ import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
 import pjserve_export as pe
-from protocol_util import (NODE_WORKERS, ServerProcess, finish_checked, grpc_code,
+from protocol_util import (NODE_WORKERS, ServerProcess, SourceRelay, finish_checked, grpc_code,
                            guard_alive, metric, parse_metrics, scrape, start_or_fail)
 
 MODEL = "accumulator"
@@ -43,6 +46,9 @@ SHORT_IDLE_MS = 300
 SMALL = "accumulator_small"  # max_sequences: SMALL_SLOTS, evict_after_idle_ms: EVICT_MS
 SMALL_SLOTS = 4
 EVICT_MS = 500
+CAPPED = "accumulator_capped"  # max_sequences: CAPPED_SLOTS, no max_sequences_per_client
+CAPPED_SLOTS = 8
+CAP = CAPPED_SLOTS // 4  # the default sequence.max_sequences_per_client
 WIDTH = 4
 
 
@@ -66,7 +72,10 @@ def seq_server(pjserve_bin, plugin_path, exported, cache_dir, tmp_path_factory):
     export_accumulator(repo, MODEL, idle_timeout_ms=60000, max_sequences=256)
     export_accumulator(repo, SHORT, idle_timeout_ms=SHORT_IDLE_MS)
     export_accumulator(repo, SMALL, idle_timeout_ms=60000, max_sequences=SMALL_SLOTS,
-                       evict_after_idle_ms=EVICT_MS)
+                       max_sequences_per_client=SMALL_SLOTS, evict_after_idle_ms=EVICT_MS)
+    # No own sequence of a client at its cap idles past the floor during a test.
+    export_accumulator(repo, CAPPED, idle_timeout_ms=60000, max_sequences=CAPPED_SLOTS,
+                       evict_after_idle_ms=60000)
     shutil.copytree(exported["mlp"].path, repo / "mlp")
     # More gRPC threads than CPUs let a burst of steps queue behind an
     # execution, and so run batched, more often (test_steps_of_many_sequences_in_bursts).
@@ -91,14 +100,15 @@ def step_inputs(proto, x):
 
 
 class Clients:
-    def __init__(self, server):
-        self.grpc = grpcclient.InferenceServerClient(server.grpc_url)
-        self.http = httpclient.InferenceServerClient(server.http_url, network_timeout=60)
+    def __init__(self, server, grpc_url=None, http_url=None):
+        self.grpc = grpcclient.InferenceServerClient(grpc_url or server.grpc_url)
+        self.http = httpclient.InferenceServerClient(http_url or server.http_url,
+                                                     network_timeout=60)
 
-    def step(self, proto, model, seq, x, start=False, end=False):
+    def step(self, proto, model, seq, x, start=False, end=False, headers=None):
         client = self.grpc if proto == "grpc" else self.http
         r = client.infer(model, step_inputs(proto, x), sequence_id=seq, sequence_start=start,
-                         sequence_end=end)
+                         sequence_end=end, headers=headers)
         return r.as_numpy("sum")
 
     def close(self):
@@ -345,6 +355,69 @@ def test_full_table_evicts_the_least_recently_used_idle_sequence(server, proto):
                 pass  # evicted when the test failed before finding out
         hog.close()
         other.close()
+
+
+@pytest.mark.parametrize("proto", ["grpc", "http"])
+def test_one_client_cannot_take_more_than_its_share_of_sequences(server, proto):
+    """A client connecting from 127.0.0.2 (through a SourceRelay) starts
+    sequences of CAPPED until one is refused: RESOURCE_EXHAUSTED / 429
+    naming that client, the default cap (a quarter of the table) and what
+    to do. Behind a node each worker counts its own and an id goes where it
+    hashes, so between CAP and CAP * workers starts succeed; the message
+    naming 127.0.0.2 rather than the gateway shows the client survived the
+    hop. The refused start retried with a `pjserve-client` header naming
+    another address is refused the same (serve ignores the header from a
+    TCP peer; the gateway replaces it). Meanwhile a client from 127.0.0.1
+    starts that very id, on the same worker; and once the first client ends
+    its sequences it may start again."""
+    rng = np.random.default_rng(21)
+    relay = SourceRelay(server.grpc_port if proto == "grpc" else server.http_port, "127.0.0.2")
+    hog = Clients(server, **{f"{proto}_url": relay.url})
+    other = Clients(server)
+    held, others, seat, refusal = [], [], None, None
+    try:
+        for k in range(CAP * int(NODE_WORKERS or 1) + 1):
+            candidate = f"share-{proto}-{k}"
+            try:
+                hog.step(proto, CAPPED, candidate, row(rng), start=True)
+            except InferenceServerException as e:
+                seat, refusal = candidate, e
+                break
+            held.append(candidate)
+        assert seat is not None, f"one client started {len(held)} sequences, none refused"
+        assert CAP <= len(held), [str(refusal)]
+        words = [f"model {CAPPED}: client 127.0.0.2 holds {CAP} live sequences, the most one "
+                 "client may (sequence.max_sequences_per_client)",
+                 "end sequences with sequence_end before starting more, or raise the model's "
+                 "sequence.max_sequences_per_client"]
+        for w in words:
+            assert w in str(refusal), f"{w!r} not in {str(refusal)!r}"
+        assert_status(refusal, proto, "RESOURCE_EXHAUSTED", "429")
+        impostor = refused(lambda: hog.step(proto, CAPPED, seat, row(rng), start=True,
+                                            headers={"pjserve-client": "127.0.0.3"}), words)
+        assert_status(impostor, proto, "RESOURCE_EXHAUSTED", "429")
+
+        x = row(rng)
+        other.step(proto, CAPPED, seat, x, start=True)
+        others.append(seat)
+        y = row(rng)
+        np.testing.assert_allclose(other.step(proto, CAPPED, seat, y), x + y, rtol=1e-6,
+                                   atol=1e-6)
+        while held:
+            hog.step(proto, CAPPED, held.pop(), row(rng), end=True)
+        again = f"share-{proto}-again"
+        hog.step(proto, CAPPED, again, row(rng), start=True)
+        held.append(again)
+    finally:
+        for c, seqs in ((hog, held), (other, others)):  # leave the table empty
+            for seq in seqs:
+                try:
+                    c.step(proto, CAPPED, seq, row(rng), end=True)
+                except InferenceServerException:
+                    pass
+        hog.close()
+        other.close()
+        relay.close()
 
 
 @pytest.mark.parametrize("proto", ["grpc", "http"])

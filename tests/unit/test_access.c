@@ -5,7 +5,9 @@
  * the class the router's split would give them, token files are refused for
  * each fault with the flag named, the bearer parser, loopback peers in both
  * forms, and the decision for each class, token set and peer, with the
- * credentials never echoed.
+ * credentials never echoed; client ids (src/frontend/client_id.c) from
+ * peers in every form and from the header a gateway sets, one id per
+ * address however it is written, and who holds the admin token.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -23,6 +25,7 @@
 #include <unistd.h>
 
 #include "frontend/access.h"
+#include "frontend/client_id.h"
 #include "frontend/grpc/internal.h"
 
 #define ADMIN "admin-0123456789abcdef0123456789"
@@ -254,6 +257,86 @@ static void test_loopback_peers(void **state)
     assert_false(pjs_access_sockaddr_is_loopback(NULL));
 }
 
+static void test_client_ids(void **state)
+{
+    (void)state;
+    const char *peers[][2] = {{"ipv4:192.0.2.7:5000", "192.0.2.7"},
+                              {"ipv4:127.0.0.2:1", "127.0.0.2"},
+                              {"ipv6:[2001:db8:0::1]:5000", "2001:db8::1"},
+                              {"ipv6:%5B::1%5D:5000", "::1"},
+                              {"ipv6:[::ffff:127.0.0.1]:80", "127.0.0.1"},
+                              {"unix:/run/pjserve/worker.sock", "unix"},
+                              {"unix-abstract:x", "unix"},
+                              {"ipv4:1270.0.0.1:1", ""},
+                              {"ipv6:::1:5000", ""},
+                              {"vsock:1:2", ""},
+                              {"", ""}};
+    char id[PJS_CLIENT_ID_MAX];
+    for (size_t i = 0; i < sizeof peers / sizeof peers[0]; i++) {
+        pjs_client_id_of_grpc_peer(peers[i][0], id);
+        if (strcmp(id, peers[i][1]) != 0)
+            fail_msg("peer %s: id \"%s\", expected \"%s\"", peers[i][0], id, peers[i][1]);
+    }
+    pjs_client_id_of_grpc_peer(NULL, id);
+    assert_string_equal(id, "");
+    assert_true(pjs_client_grpc_peer_is_unix("unix:/x"));
+    assert_false(pjs_client_grpc_peer_is_unix("ipv4:127.0.0.1:1"));
+
+    struct sockaddr_in v4 = {.sin_family = AF_INET};
+    inet_pton(AF_INET, "192.0.2.7", &v4.sin_addr);
+    pjs_client_id_of_sockaddr((struct sockaddr *)&v4, id);
+    assert_string_equal(id, "192.0.2.7");
+    struct sockaddr_in6 v6 = {.sin6_family = AF_INET6};
+    inet_pton(AF_INET6, "::ffff:192.0.2.7", &v6.sin6_addr);
+    pjs_client_id_of_sockaddr((struct sockaddr *)&v6, id);
+    assert_string_equal(id, "192.0.2.7"); /* the same client on a dual-stack port */
+    inet_pton(AF_INET6, "2001:DB8::0:1", &v6.sin6_addr);
+    pjs_client_id_of_sockaddr((struct sockaddr *)&v6, id);
+    assert_string_equal(id, "2001:db8::1");
+    struct sockaddr_un un = {.sun_family = AF_UNIX};
+    pjs_client_id_of_sockaddr((struct sockaddr *)&un, id);
+    assert_string_equal(id, "unix");
+    pjs_client_id_of_sockaddr(NULL, id);
+    assert_string_equal(id, "");
+
+    /* The header: addresses (rewritten in the one form) and "unix" only. */
+    const char *good[][2] = {{"192.0.2.7", "192.0.2.7"}, {"2001:DB8::0:1", "2001:db8::1"},
+                             {"::ffff:10.1.2.3", "10.1.2.3"}, {"unix", "unix"}};
+    for (size_t i = 0; i < sizeof good / sizeof good[0]; i++) {
+        assert_true(pjs_client_id_parse(good[i][0], strlen(good[i][0]), id));
+        assert_string_equal(id, good[i][1]);
+    }
+    const char *bad[] = {"", "anyone", "192.0.2.7:80", "192.0.2.7 ", "[::1]", "unix:/x",
+                         "1.2.3.4.5", "0123456789abcdef0123456789abcdef0123456789abcdef99"};
+    snprintf(id, sizeof id, "kept");
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+        if (pjs_client_id_parse(bad[i], strlen(bad[i]), id))
+            fail_msg("\"%s\" should not be a client id", bad[i]);
+    assert_string_equal(id, "kept");
+    /* Not NUL-terminated: only len bytes count. */
+    assert_true(pjs_client_id_parse("10.0.0.1trailing", 8, id));
+    assert_string_equal(id, "10.0.0.1");
+}
+
+static void test_admin_token_holders(void **state)
+{
+    (void)state;
+    pjs_access *a = make_access(ADMIN, INFER);
+    pjs_access_caller admin = {"Bearer " ADMIN, strlen("Bearer " ADMIN), 1, false};
+    pjs_access_caller infer = {"Bearer " INFER, strlen("Bearer " INFER), 1, false};
+    pjs_access_caller two = {"Bearer " ADMIN, strlen("Bearer " ADMIN), 2, false};
+    pjs_access_caller none = {0};
+    assert_true(pjs_access_holds_admin_token(a, &admin));
+    assert_false(pjs_access_holds_admin_token(a, &infer));
+    assert_false(pjs_access_holds_admin_token(a, &two));
+    assert_false(pjs_access_holds_admin_token(a, &none));
+    pjs_access_destroy(a);
+    a = make_access(NULL, NULL);
+    assert_false(pjs_access_holds_admin_token(a, &admin));
+    assert_false(pjs_access_holds_admin_token(NULL, &admin));
+    pjs_access_destroy(a);
+}
+
 /* The decision for one class, header and peer. */
 static int decide(const pjs_access *a, pjs_access_class cls, const char *header, bool loopback,
                   pjs_error *err)
@@ -373,6 +456,8 @@ int main(void)
         cmocka_unit_test(test_token_files),
         cmocka_unit_test(test_parse_bearer),
         cmocka_unit_test(test_loopback_peers),
+        cmocka_unit_test(test_client_ids),
+        cmocka_unit_test(test_admin_token_holders),
         cmocka_unit_test(test_no_tokens),
         cmocka_unit_test(test_admin_token),
         cmocka_unit_test(test_both_tokens),

@@ -357,6 +357,7 @@ static void test_sequence_state(void **state)
     assert_int_equal(m.sequence.state[0].output, 0);
     assert_int_equal(m.sequence.idle_timeout_ms, 500);
     assert_int_equal(m.sequence.max_sequences, 8);
+    assert_int_equal(m.sequence.max_sequences_per_client, 2); /* a quarter */
     assert_int_equal(m.sequence.evict_after_idle_ms, 500); /* 1 s, within the timeout */
     size_t n = 0;
     const pjs_tensor_spec *t = pjs_manifest_client_tensors(&m, false, &n);
@@ -373,13 +374,21 @@ static void test_sequence_state(void **state)
                      0);
     assert_int_equal(m.sequence.idle_timeout_ms, 60000);
     assert_int_equal(m.sequence.max_sequences, 1024);
+    assert_int_equal(m.sequence.max_sequences_per_client, 256);
     assert_int_equal(m.sequence.evict_after_idle_ms, 1000);
     pjs_manifest_free(&m);
     assert_int_equal(parse(&m, ACC "sequence:\n  state: [{input: state_in, output: state_out}]\n"
-                                   "  evict_after_idle_ms: 250\n",
+                                   "  evict_after_idle_ms: 250\n  max_sequences: 3\n",
                            &err),
                      0);
     assert_int_equal(m.sequence.evict_after_idle_ms, 250);
+    assert_int_equal(m.sequence.max_sequences_per_client, 1); /* at least one */
+    pjs_manifest_free(&m);
+    assert_int_equal(parse(&m, ACC "sequence:\n  state: [{input: state_in, output: state_out}]\n"
+                                   "  max_sequences: 16\n  max_sequences_per_client: 16\n",
+                           &err),
+                     0);
+    assert_int_equal(m.sequence.max_sequences_per_client, 16);
     pjs_manifest_free(&m);
     assert_int_equal(parse(&m, ACC, &err), 0);
     assert_false(m.stateful);
@@ -410,6 +419,10 @@ REJECT(test_reject_sequence_eviction_floor,
        ACC "sequence:\n  state: [{input: state_in, output: state_out}]\n  idle_timeout_ms: 500\n"
            "  evict_after_idle_ms: 501\n",
        "sequence.evict_after_idle_ms", "must be 1..500 (the idle timeout, milliseconds), got 501")
+REJECT(test_reject_sequence_per_client_cap,
+       ACC "sequence:\n  state: [{input: state_in, output: state_out}]\n  max_sequences: 8\n"
+           "  max_sequences_per_client: 9\n",
+       "sequence.max_sequences_per_client", "must be 1..8 (sequence.max_sequences), got 9")
 REJECT(test_reject_sequence_unknown_key,
        ACC "sequence:\n  state: [{input: state_in, output: state_out}]\n  slots: 3\n",
        "slots", NULL)
@@ -1481,6 +1494,7 @@ int main(void)
         cmocka_unit_test(test_reject_sequence_no_state),
         cmocka_unit_test(test_reject_sequence_timeout),
         cmocka_unit_test(test_reject_sequence_eviction_floor),
+        cmocka_unit_test(test_reject_sequence_per_client_cap),
         cmocka_unit_test(test_reject_sequence_unknown_key),
         cmocka_unit_test(test_reject_sequence_twice),
         cmocka_unit_test(test_reject_sequence_on_meta),

@@ -7,7 +7,12 @@
  * sequence_start on a live sequence starts it over, and the limit on live
  * sequences holds: a new sequence in a full table evicts the least recently
  * used one idle longer than the floor (whose next step is told so, with how
- * long it was idle), and is refused while every sequence is fresher.
+ * long it was idle), and is refused while every sequence is fresher. Per
+ * client: live sequences are counted to the client that started them; a
+ * client at its cap evicts its own least recently used idle sequence,
+ * never another's, and is refused RESOURCE_EXHAUSTED naming the cap while
+ * its own are all fresher than the floor; other clients start sequences
+ * meanwhile; the counts follow ends, expiry and evictions.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -50,14 +55,19 @@ static float run_step(pjs_sequence_step *st, float x)
     return *state;
 }
 
-/* Idle timeout 100 ms, eviction floor 20 ms. */
-static pjs_sequence_table *accumulator_table(size_t max_sequences)
+/* Idle timeout 100 ms, eviction floor 20 ms, one client may take every slot. */
+static pjs_sequence_table *capped_table(size_t max_sequences, size_t max_per_client)
 {
     float initial = 0.0f;
     pjs_sequence_table *t = pjs_sequence_table_create("acc", sizeof(float), &initial, 100 * MS,
-                                                      max_sequences, 20 * MS);
+                                                      max_sequences, max_per_client, 20 * MS);
     assert_non_null(t);
     return t;
+}
+
+static pjs_sequence_table *accumulator_table(size_t max_sequences)
+{
+    return capped_table(max_sequences, max_sequences);
 }
 
 /* Admits st, which must evict nothing. */
@@ -90,6 +100,17 @@ static void one_step(pjs_sequence_table *t, pjs_sequence_id id, bool start, uint
                      uint64_t finish_ns)
 {
     pjs_sequence_step st = step_of(id, start, false);
+    admit_ok(t, &st, start_ns, true);
+    run_step(&st, 1.0f);
+    assert_null(pjs_sequence_finish(t, &st, finish_ns));
+}
+
+/* one_step from `client`. */
+static void client_step(pjs_sequence_table *t, const char *client, pjs_sequence_id id, bool start,
+                        bool end, uint64_t start_ns, uint64_t finish_ns)
+{
+    pjs_sequence_step st = step_of(id, start, end);
+    st.client = client;
     admit_ok(t, &st, start_ns, true);
     run_step(&st, 1.0f);
     assert_null(pjs_sequence_finish(t, &st, finish_ns));
@@ -338,6 +359,117 @@ static void test_waiting_steps_keep_a_sequence_from_eviction(void **unused)
     pjs_sequence_table_destroy(t);
 }
 
+static void test_a_client_at_its_cap_is_refused_while_others_start(void **unused)
+{
+    (void)unused;
+    pjs_sequence_table *t = capped_table(8, 2);
+    client_step(t, "192.0.2.1", int_id(1), true, false, 0, 1 * MS);
+    client_step(t, "192.0.2.1", int_id(2), true, false, 1 * MS, 2 * MS);
+    assert_int_equal(pjs_sequence_client_count(t, "192.0.2.1"), 2);
+    /* Both stepped within the floor: a third is refused, naming the cap. */
+    pjs_sequence_step third = step_of(int_id(3), true, false);
+    third.client = "192.0.2.1";
+    admit_fails(t, &third, 10 * MS, PJS_ERR_RESOURCE_EXHAUSTED,
+                "model acc: client 192.0.2.1 holds 2 live sequences, the most one client may "
+                "(sequence.max_sequences_per_client), and each ran a step within the last 20 ms "
+                "(sequence.evict_after_idle_ms), so none of them can be evicted for a new one; "
+                "end sequences with sequence_end before starting more, or raise the model's "
+                "sequence.max_sequences_per_client");
+    /* Another client, and the anonymous one, start theirs meanwhile. */
+    client_step(t, "192.0.2.2", int_id(4), true, false, 11 * MS, 12 * MS);
+    client_step(t, "::1", str_id("v6"), true, false, 12 * MS, 12 * MS);
+    client_step(t, NULL, int_id(5), true, false, 12 * MS, 12 * MS);
+    assert_int_equal(pjs_sequence_client_count(t, "192.0.2.2"), 1);
+    assert_int_equal(pjs_sequence_client_count(t, "::1"), 1);
+    assert_int_equal(pjs_sequence_client_count(t, ""), 1);
+    assert_int_equal(pjs_sequence_count(t), 5);
+    /* Stepping a live sequence, or starting one over, is not a new one. */
+    client_step(t, "192.0.2.1", int_id(1), false, false, 13 * MS, 14 * MS);
+    client_step(t, "192.0.2.1", int_id(2), true, false, 14 * MS, 14 * MS);
+    /* Whoever starts a live sequence over, it stays its first client's. */
+    client_step(t, "192.0.2.2", int_id(1), true, false, 15 * MS, 16 * MS);
+    assert_int_equal(pjs_sequence_client_count(t, "192.0.2.1"), 2);
+    assert_int_equal(pjs_sequence_client_count(t, "192.0.2.2"), 1);
+    /* An end gives the slot back to its client. */
+    client_step(t, "192.0.2.1", int_id(2), false, true, 17 * MS, 18 * MS);
+    assert_int_equal(pjs_sequence_client_count(t, "192.0.2.1"), 1);
+    admit_ok(t, &third, 19 * MS, true);
+    pjs_sequence_finish(t, &third, 19 * MS);
+    assert_int_equal(pjs_sequence_client_count(t, "192.0.2.1"), 2);
+    pjs_sequence_table_destroy(t);
+}
+
+static void test_a_client_at_its_cap_evicts_its_own_idle_sequence(void **unused)
+{
+    (void)unused;
+    pjs_sequence_table *t = capped_table(8, 2);
+    client_step(t, "other", int_id(10), true, false, 0, 0); /* older than all of hog's */
+    client_step(t, "hog", int_id(1), true, false, 0, 1 * MS);
+    client_step(t, "hog", int_id(2), true, false, 2 * MS, 3 * MS);
+    client_step(t, "hog", int_id(1), false, false, 4 * MS, 5 * MS); /* 2 is now hog's oldest */
+    /* Past the floor, hog's new sequence evicts hog's 2, not other's 10,
+     * though 10 has been idle longest and the table has room. */
+    pjs_sequence_step n = step_of(int_id(3), true, false);
+    n.client = "hog";
+    pjs_error err = {0};
+    bool runs = false;
+    pjs_sequence_eviction evicted = {0};
+    assert_int_equal(pjs_sequence_admit(t, &n, 30 * MS, &runs, &evicted, &err), 0);
+    assert_true(runs && evicted.happened && evicted.own);
+    assert_true(pjs_sequence_id_equal(&evicted.id, &(pjs_sequence_id){.number = 2}));
+    assert_int_equal(evicted.idle_ns, 27 * MS);
+    pjs_sequence_finish(t, &n, 31 * MS);
+    assert_int_equal(pjs_sequence_client_count(t, "hog"), 2);
+    assert_int_equal(pjs_sequence_client_count(t, "other"), 1);
+    pjs_sequence_step late = step_of(int_id(2), false, false);
+    admit_fails(t, &late, 32 * MS, PJS_ERR_INVALID_ARGUMENT,
+                "model acc: sequence 2 is not active (it was evicted after 27 ms idle to make "
+                "room for a new sequence of the same client, which held 2, the most one client "
+                "may (sequence.max_sequences_per_client)); end sequences with sequence_end when "
+                "done, send a sequence's steps less than 20 ms apart");
+    /* A running sequence of hog's is never evicted: 1 is hog's oldest idle one. */
+    pjs_sequence_step busy = step_of(int_id(3), false, false);
+    busy.client = "hog";
+    admit_ok(t, &busy, 60 * MS, true);
+    pjs_sequence_step m = step_of(int_id(4), true, false);
+    m.client = "hog";
+    admit_evicts(t, &m, 61 * MS, int_id(1), 56 * MS);
+    pjs_sequence_step m2 = step_of(int_id(5), true, false);
+    m2.client = "hog";
+    admit_fails(t, &m2, 200 * MS, PJS_ERR_RESOURCE_EXHAUSTED, "client hog holds 2 live");
+    pjs_sequence_finish(t, &busy, 201 * MS);
+    pjs_sequence_finish(t, &m, 201 * MS);
+    /* Expiry frees the client's count with its sequences. */
+    pjs_sequence_id expired[4];
+    assert_int_equal(pjs_sequence_expire(t, 400 * MS, expired, 4), 3);
+    assert_int_equal(pjs_sequence_client_count(t, "hog"), 0);
+    assert_int_equal(pjs_sequence_client_count(t, "other"), 0);
+    assert_int_equal(pjs_sequence_count(t), 0);
+    pjs_sequence_table_destroy(t);
+}
+
+static void test_a_full_table_evicts_for_a_client_under_its_cap(void **unused)
+{
+    (void)unused;
+    /* 4 slots, 2 per client: a and b fill the table; c, under its cap,
+     * evicts the table's least recently used idle sequence (a's), and the
+     * counts follow the eviction. */
+    pjs_sequence_table *t = capped_table(4, 2);
+    client_step(t, "a", int_id(1), true, false, 0, 1 * MS);
+    client_step(t, "b", int_id(2), true, false, 1 * MS, 2 * MS);
+    client_step(t, "a", int_id(3), true, false, 2 * MS, 3 * MS);
+    client_step(t, "b", int_id(4), true, false, 3 * MS, 4 * MS);
+    pjs_sequence_step c1 = step_of(int_id(5), true, false);
+    c1.client = "c";
+    admit_fails(t, &c1, 10 * MS, PJS_ERR_UNAVAILABLE, "all 4 sequence slots are taken");
+    admit_evicts(t, &c1, 30 * MS, int_id(1), 29 * MS);
+    pjs_sequence_finish(t, &c1, 30 * MS);
+    assert_int_equal(pjs_sequence_client_count(t, "a"), 1);
+    assert_int_equal(pjs_sequence_client_count(t, "c"), 1);
+    assert_int_equal(pjs_sequence_count(t), 4);
+    pjs_sequence_table_destroy(t);
+}
+
 static void test_many_sequences_in_one_table(void **unused)
 {
     (void)unused;
@@ -371,6 +503,9 @@ int main(void)
         cmocka_unit_test(test_full_table_evicts_the_least_recently_used_idle_sequence),
         cmocka_unit_test(test_sequences_used_within_the_floor_are_not_evicted),
         cmocka_unit_test(test_waiting_steps_keep_a_sequence_from_eviction),
+        cmocka_unit_test(test_a_client_at_its_cap_is_refused_while_others_start),
+        cmocka_unit_test(test_a_client_at_its_cap_evicts_its_own_idle_sequence),
+        cmocka_unit_test(test_a_full_table_evicts_for_a_client_under_its_cap),
         cmocka_unit_test(test_many_sequences_in_one_table),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -183,6 +183,28 @@ int pjs__grpc_access_check_path(const pjs_grpc_call *c, const char *path, pjs_er
     return rc;
 }
 
+void pjs__grpc_client_id(const pjs_grpc_frontend *f, grpc_call *call,
+                         const grpc_metadata_array *md, char *out)
+{
+    static const char key[] = PJS_CLIENT_HEADER;
+    char *peer = grpc_call_get_peer(call);
+    pjs_access_caller who = {0};
+    find_authorization(md, &who);
+    bool trusted = pjs_client_grpc_peer_is_unix(peer) ||
+                   pjs_access_holds_admin_token(f->access, &who);
+    bool named = false;
+    for (size_t i = 0; trusted && !named && i < md->count; i++) {
+        const grpc_metadata *m = &md->metadata[i];
+        if (GRPC_SLICE_LENGTH(m->key) == sizeof key - 1 &&
+            memcmp(GRPC_SLICE_START_PTR(m->key), key, sizeof key - 1) == 0)
+            named = pjs_client_id_parse((const char *)GRPC_SLICE_START_PTR(m->value),
+                                        GRPC_SLICE_LENGTH(m->value), out);
+    }
+    if (!named)
+        pjs_client_id_of_grpc_peer(peer, out);
+    gpr_free(peer);
+}
+
 uint64_t pjs__grpc_deadline_ns(gpr_timespec deadline)
 {
     if (deadline.clock_type == GPR_TIMESPAN ||

@@ -102,6 +102,10 @@ int pjs__grpc_infer_job_submit(pjs_grpc_infer_job *j, grpc_byte_buffer **payload
     r->frontend_ctx = j;
     r->client_gone = j->client_gone;
     r->client = j->client;
+    if (r->sequence.start && j->model->bundle->manifest.stateful && j->call != NULL) {
+        pjs__grpc_client_id(f, j->call->call, &j->call->metadata, j->client_id);
+        r->sequence.client = j->client_id;
+    }
     if (j->model->bundle->manifest.decoupled)
         r->respond = j->respond;
     j->done = done;
@@ -238,6 +242,7 @@ void pjs__grpc_request_infer(pjs_grpc_frontend *f, size_t index)
             return;
         }
         pjs__grpc_infer_job_init(&c->job, f);
+        c->job.call = &c->base;
     }
     c->base.cancelled = 0;
     pjs__grpc_call_init(&c->base, f, index, infer_on_new);

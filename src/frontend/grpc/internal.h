@@ -46,6 +46,7 @@
 #include "core/log.h"
 #include "core/status.h"
 #include "core/work_pool.h"
+#include "frontend/client_id.h"
 #include "frontend/grpc/arena.h"
 #include "frontend/grpc/codec.h"
 #include "frontend/grpc/grpc_frontend.h"
@@ -265,6 +266,12 @@ int pjs__grpc_access_check(const pjs_grpc_call *c, pjs_error *err);
  * registered method). */
 int pjs__grpc_access_check_path(const pjs_grpc_call *c, const char *path, pjs_error *err);
 
+/* Who made `call` (with initial metadata md) to f, into out
+ * (PJS_CLIENT_ID_MAX bytes): the `pjserve-client` metadata when the peer is
+ * trusted with it (frontend/client_id.h), else the peer's address. */
+void pjs__grpc_client_id(const pjs_grpc_frontend *f, grpc_call *call,
+                         const grpc_metadata_array *md, char *out);
+
 /* The final batch of a call: initial metadata, the response (if not NULL),
  * the status (OK when err is NULL, else err mapped, its message kept in
  * c->details) and RECV_CLOSE_ON_SERVER into c->cancelled; the call must
@@ -300,6 +307,11 @@ struct pjs_grpc_infer_job {
      * client_gone); NULL elsewhere. */
     const atomic_bool *client_gone;
     const void *client; /* the request's client (pjs_infer_request's), or NULL */
+    /* The call the request came on (set before submit), and who sent it
+     * (frontend/client_id.h): found only for a request starting a sequence
+     * of a stateful model, the one place it counts. */
+    const pjs_grpc_call *call;
+    char client_id[PJS_CLIENT_ID_MAX];
     pjs_grpc_infer_job *next_pooled; /* the front end's pool of ModelInfer calls */
 };
 

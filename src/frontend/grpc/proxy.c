@@ -37,7 +37,8 @@
  * Messages are decompressed (payload.c, under the request limit) before
  * they are forwarded: the client's compression is between it and us.
  * Metadata is forwarded but for the credential, which the worker token
- * replaces, and gRPC's reserved keys.
+ * replaces, gRPC's reserved keys, and `pjserve-client`, which names the
+ * client's address instead (frontend/client_id.h: workers count per client).
  */
 #include "frontend/grpc/internal.h"
 
@@ -93,6 +94,7 @@ struct pjs_grpc_proxy_call {
     grpc_metadata *forward_md; /* the client's metadata as sent to the worker */
     size_t n_forward_md;
     grpc_slice bearer;
+    grpc_slice client_id; /* the forwarded pjserve-client value */
 
     upstream up[MAX_FANOUT];
     size_t n_up, pending;
@@ -175,6 +177,7 @@ static void proxy_free(proxy_call *p)
     grpc_slice_unref(p->first);
     grpc_slice_unref(p->reply_details);
     grpc_slice_unref(p->bearer);
+    grpc_slice_unref(p->client_id);
     pjs__grpc_release_request(f, &p->charged);
     free(p->forward_md);
     grpc_metadata_array_destroy(&p->metadata);
@@ -220,21 +223,28 @@ static bool relayable(grpc_slice key)
     if (n == 0 || k[0] == ':' || (n >= 5 && memcmp(k, "grpc-", 5) == 0))
         return false;
     return !slice_is(key, "authorization") && !slice_is(key, "user-agent") &&
-           !slice_is(key, "te") && !slice_is(key, "content-type") && !slice_is(key, "host");
+           !slice_is(key, "te") && !slice_is(key, "content-type") && !slice_is(key, "host") &&
+           !slice_is(key, PJS_CLIENT_HEADER);
 }
 
-/* The client's metadata as sent to workers: relayable entries plus the
- * worker token. Slices are borrowed from p->metadata and p->bearer. */
+/* The client's metadata as sent to workers: relayable entries, the client
+ * and the worker token. Slices are borrowed from p->metadata, p->client_id
+ * and p->bearer. */
 static bool build_forward_md(proxy_call *p)
 {
     const grpc_metadata_array *md = &p->metadata;
-    p->forward_md = calloc(md->count + 1, sizeof *p->forward_md);
+    p->forward_md = calloc(md->count + 2, sizeof *p->forward_md);
     if (p->forward_md == NULL)
         return false;
     size_t n = 0;
     for (size_t i = 0; i < md->count; i++)
         if (relayable(md->metadata[i].key))
             p->forward_md[n++] = md->metadata[i];
+    char client[PJS_CLIENT_ID_MAX];
+    pjs__grpc_client_id(p->f, p->call, &p->metadata, client);
+    p->client_id = grpc_slice_from_copied_string(client);
+    p->forward_md[n].key = grpc_slice_from_static_string(PJS_CLIENT_HEADER);
+    p->forward_md[n++].value = p->client_id;
     const char *token = p->f->proxy->worker_token;
     if (token != NULL) {
         char bearer[600];
@@ -952,6 +962,7 @@ void pjs__grpc_proxy_serve(pjs_grpc_frontend *f, grpc_call *call, grpc_metadata_
     p->first = grpc_empty_slice();
     p->reply_details = grpc_empty_slice();
     p->bearer = grpc_empty_slice();
+    p->client_id = grpc_empty_slice();
     p->on_first.fn = on_first;
     p->on_reply.fn = on_reply;
     p->on_client_msg.fn = on_client_msg;

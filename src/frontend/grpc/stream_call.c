@@ -543,6 +543,7 @@ static void stream_on_read(pjs_grpc_tag *tag, bool ok)
         it->job.respond = item_respond;
         it->job.client_gone = &s->gone;
         it->job.client = s;
+        it->job.call = &s->base;
         if (pjs__grpc_infer_job_submit(&it->job, &payload, s->base.deadline, item_on_done, &err) !=
             0) {
             pjs_debug("grpc ModelStreamInfer: %s", err.msg);

@@ -196,6 +196,10 @@ void pjs__http_infer(pjs__http_call *c, const char *model, const char *version)
         finish_infer(c);
         return;
     }
+    if (c->infer->req.sequence.start && pjs_model_manifest(m)->stateful) {
+        pjs__http_client_id(c, c->client_id);
+        c->infer->req.sequence.client = c->client_id;
+    }
     c->infer->req.on_done = on_infer_done;
     c->infer->req.frontend_ctx = c;
     atomic_store(&c->handover, HANDOVER_SUBMITTING);

@@ -34,6 +34,7 @@
 #include "core/log.h"
 #include "core/status.h"
 #include "core/work_pool.h"
+#include "frontend/client_id.h"
 #include "frontend/http/http_buf.h"
 #include "frontend/http/http_codec.h"
 #include "frontend/http/http_frontend.h"
@@ -179,6 +180,7 @@ struct pjs__http_call {
     uint64_t linger_left; /* bytes more that lingering may drop */
     pjs__http_reply reply;
     pjs_http_infer *infer; /* serve's routes: an inference in progress, or NULL */
+    char client_id[PJS_CLIENT_ID_MAX]; /* who sent an inference starting a sequence */
     atomic_int handover;   /* an inference's hand-over (http_infer.c) */
 };
 
@@ -283,6 +285,10 @@ bool pjs__http_path_clean(pjs__http_call *c);
 /* Whether the caller may make this request (its headers are in, its body
  * not yet read); stores a 401 or 403 reply when not. */
 bool pjs__http_access_allowed(pjs__http_call *c);
+/* Who made call c, into out (PJS_CLIENT_ID_MAX bytes): the `pjserve-client`
+ * header when the peer is trusted with it (frontend/client_id.h), else the
+ * peer's address. */
+void pjs__http_client_id(pjs__http_call *c, char *out);
 
 /* ---- serve's routes (http_routes.c, http_infer.c) ---------------------------- */
 

@@ -183,6 +183,21 @@ static enum MHD_Result find_authorization(void *cls, enum MHD_ValueKind kind, co
     return MHD_YES;
 }
 
+void pjs__http_client_id(pjs__http_call *c, char *out)
+{
+    const union MHD_ConnectionInfo *info =
+        MHD_get_connection_info(c->conn, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+    const struct sockaddr *peer = info != NULL ? info->client_addr : NULL;
+    pjs_access_caller who = {0};
+    MHD_get_connection_values_n(c->conn, MHD_HEADER_KIND, find_authorization, &who);
+    bool trusted = (peer != NULL && peer->sa_family == AF_UNIX) ||
+                   pjs_access_holds_admin_token(c->fe->access, &who);
+    const char *named =
+        trusted ? MHD_lookup_connection_value(c->conn, MHD_HEADER_KIND, PJS_CLIENT_HEADER) : NULL;
+    if (named == NULL || !pjs_client_id_parse(named, strlen(named), out))
+        pjs_client_id_of_sockaddr(peer, out);
+}
+
 bool pjs__http_access_allowed(pjs__http_call *c)
 {
     pjs_access_class cls = pjs_access_rest_class(c->url);
