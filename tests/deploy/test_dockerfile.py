@@ -95,7 +95,8 @@ def test_build_stage_bootstraps_and_builds_with_make():
 
 def test_the_context_leaves_out_local_builds():
     ignore = (DOCKERFILE.parent / (DOCKERFILE.name + ".dockerignore")).read_text().split()
-    for path in (".git", "build", "build-*", ".venv", ".venv-*", "models"):
+    for path in (".git", "build", "build-*", ".venv", ".venv-*", "models", "models-large",
+                 ".gpu-check"):
         assert path in ignore, f"{path} is sent to the build: add it to Dockerfile.dockerignore"
 
 
@@ -176,6 +177,34 @@ def test_installs_the_package_of_every_library_the_executable_links():
             missing[soname] = package or "(no package owns it)"
     assert not missing, ("the runtime stage does not install the packages of libraries the "
                          f"executable links: {missing}")
+
+
+def test_installs_the_libraries_the_demo_hooks_link():
+    """Bundles with C hooks link libraries of their own (hooks_libraries):
+    the image must have them, or such a bundle fails to load in it (the
+    image_bytes_classifier example's libjpeg)."""
+    names = set()
+    for source in (REPO / "python" / "pjserve_export").glob("*.py"):
+        literal = r"hooks_libraries=\[((?:\s*[\"'][\w+.-]+[\"']\s*,?)+)\]"
+        for listed in re.findall(literal, source.read_text()):
+            names.update(re.findall(r"[\"']([^\"']+)[\"']", listed))
+    assert names, "no demo bundle declares hooks_libraries: the test reads the wrong files"
+    cache = subprocess.run(["ldconfig", "-p"], capture_output=True, text=True, check=True).stdout
+    installed = set(re.findall(r"\b(lib[a-z0-9.+-]+)\b",
+                               runtime_runs().split("apt-get install", 1)[-1]))
+    missing = {}
+    for name in sorted(names):
+        paths = re.findall(rf"^\s*lib{re.escape(name)}\.so\.\S+ .*=> (\S+)$", cache, re.M)
+        assert paths, f"lib{name}.so is not installed here: run scripts/bootstrap"
+        real = str(Path(paths[0]).resolve())
+        owner = subprocess.run(["dpkg", "-S", real], capture_output=True, text=True)
+        if owner.returncode != 0:  # merged /usr: dpkg may know the /lib path
+            owner = subprocess.run(["dpkg", "-S", real.replace("/usr/lib/", "/lib/", 1)],
+                                   capture_output=True, text=True)
+        package = owner.stdout.split(":")[0]
+        if package not in installed:
+            missing[name] = package or "(no package owns it)"
+    assert not missing, f"the runtime stage lacks the packages of hook libraries: {missing}"
 
 
 def manifest_pjserve_containers():
