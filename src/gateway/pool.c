@@ -1176,7 +1176,8 @@ static uint64_t apply_to(pjs_gw_pool *p, const change_entry *e, uint64_t mask,
             pjs_warn("gateway: worker %zu (gRPC %s) refused the %s of model '%s': %s", a->worker,
                      p->w[a->worker].addr.grpc, change_name(e->kind), e->model, a->err.msg);
             if (out->refused++ == 0)
-                snprintf(out->refusal, sizeof out->refusal, "%s", a->err.msg);
+                snprintf(out->refusal, sizeof out->refusal, "%.*s", (int)sizeof out->refusal - 1,
+                         a->err.msg);
         }
     }
     return took;
