@@ -502,9 +502,12 @@ static void job_start(job *j, const int *workers, bool picked)
         queue_transfers(j->h, ts, j->n_transfers);
         return;
     }
-    /* The REST port's routes run on the proxy thread. */
-    for (size_t i = 0; i < j->n_transfers; i++)
-        transfer_start(j->h, ts[i]);
+    /* The REST port's routes run on the proxy thread. A transfer that
+     * cannot start ends at once, and the last to end frees j. */
+    pjs_gw_http *h = j->h;
+    size_t n = j->n_transfers;
+    for (size_t i = 0; i < n; i++)
+        transfer_start(h, ts[i]);
 }
 
 /* The request's body, inflated; false: replied. Only POSTs have one. */

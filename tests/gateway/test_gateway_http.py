@@ -328,11 +328,13 @@ def test_client_limits_hold_on_the_relay_loop(cluster_factory, cases):
     """The REST port runs on the thread that relays its requests; the
     front end's limits still act on it: the header deadline and the idle
     timeout (a watchdog on another thread cuts the connection, which must
-    wake the loop), the per-address cap, and a body refused early (413) is
-    read and dropped before its reply while relays go on."""
+    wake the loop), the per-address cap, a body refused early (413) is read
+    and dropped before its reply while relays go on, and a full table makes
+    room for a new client at once."""
     c = cluster_factory(n_workers=1, names=("mlp",), gateway_args=[
         "--http-header-timeout-s", "2", "--http-idle-timeout-s", "2",
-        "--http-max-connections-per-ip", "4", "--max-request-bytes", "1M"])
+        "--http-max-connections-per-ip", "4", "--max-request-bytes", "1M",
+        "--http-max-connections", "24"])
     g = c.gateway
     case = cases.get("mlp", 1)
     port = g.http_port
@@ -364,6 +366,15 @@ def test_client_limits_hold_on_the_relay_loop(cluster_factory, cases):
     held[0].sendall(b"GET /v2/health/ready HTTP/1.1\r\nHost: x\r\n\r\n")
     assert read_status(held[0]) == 200  # every byte was read: still in step
     for s in held + [extra, slow, kept]:
+        s.close()
+    # 40 connections that send nothing, into a table of 24: the ones
+    # waiting longest are evicted to admit the rest, then a new client.
+    crowd = [connect(port, f"127.0.0.{10 + i % 10}") for i in range(40)]
+    started = time.monotonic()
+    status, doc, _ = http_json(g.http_url, "GET", "/v2/health/ready")
+    assert status == 200 and time.monotonic() - started < 1.0, \
+        f"{status} {doc} after {time.monotonic() - started:.1f} s"
+    for s in crowd:
         s.close()
     assert "did not send headers within --http-header-timeout-s" in g.stderr_text()
     finish_cluster(c)

@@ -180,6 +180,8 @@ void pjs__http_conn_notify(void *cls, struct MHD_Connection *conn, void **socket
         fe->conns = t->next;
     if (t->next != NULL)
         t->next->prev = t->prev;
+    if (fe->n_conns >= fe->opts.max_connections)
+        fe->freed_at_limit = true;
     fe->n_conns--;
     if (t->cut)
         fe->n_cut--;

@@ -945,6 +945,16 @@ int pjs__http_loop_fd(pjs_http_frontend *fe)
 int pjs__http_loop_run(pjs_http_frontend *fe)
 {
     MHD_run(fe->daemon);
+    /* At its connection limit libmicrohttpd stops polling its listening
+     * socket, and polls it again only at the start of the run after a
+     * connection closed: without that run, a connection evicted to admit a
+     * new one would leave the new one waiting until the next timeout. */
+    pthread_mutex_lock(&fe->conn_lock);
+    bool rearm = fe->freed_at_limit;
+    fe->freed_at_limit = false;
+    pthread_mutex_unlock(&fe->conn_lock);
+    if (rearm)
+        MHD_run(fe->daemon);
     MHD_UNSIGNED_LONG_LONG ms;
     if (MHD_get_timeout(fe->daemon, &ms) != MHD_YES)
         return -1;

@@ -129,6 +129,7 @@ struct pjs_http_frontend {
     unsigned n_cut;             /* records in conns that are cut, not yet closed */
     unsigned cut_unlogged[PJS_HTTP_PHASE_COUNT]; /* cut at a deadline or bound, by phase */
     unsigned evicted_unlogged;  /* evicted to admit new connections */
+    bool freed_at_limit;        /* a connection closed while the table was full */
     bool watchdog_stop;
     bool watchdog_running;
     pthread_t watchdog;
