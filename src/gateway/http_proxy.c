@@ -28,9 +28,9 @@
  * sockets and the daemon's epoll descriptor at once. A REST request is
  * read, routed, relayed, answered and sent on that thread, waking no other:
  * hand-offs between a connection thread and a relay thread cost the
- * gateway about 2.2 context switches and 80 us of CPU per mlp request
- * (HTTP, concurrency 8, 2 CPUs), against under 1 and about 60 us on one
- * loop (docs/gateway.md). One loop relays at most a CPU's worth of REST
+ * gateway about 2.3 context switches and 88 us of CPU per mlp request
+ * (HTTP, concurrency 8, 2 CPUs), against 0.8 and 60 us on one loop
+ * (docs/gateway.md, Threads). One loop relays at most a CPU's worth of REST
  * requests; --http-threads does not apply to it. The metrics port keeps
  * its own connection thread, which queues its transfers under `lock` and
  * wakes the loop; only the proxy thread touches the multi handle and
