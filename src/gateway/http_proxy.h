@@ -13,10 +13,10 @@
  * not known to be down (repository loads and unloads, shared-memory
  * registration, logging, trace and control changes) or merged from the
  * available ones (repository index, statistics); /metrics merges every
- * worker's. Upstream calls run on one proxy
- * thread (libcurl's multi interface, connections kept alive) while the
- * client's connection waits suspended; no connection thread waits for a
- * worker.
+ * worker's. The REST port's client connections and its upstream calls
+ * (libcurl's multi interface, connections kept alive) run on one proxy
+ * thread, in one event loop; the client's connection waits suspended, and
+ * nothing waits for a worker.
  */
 #ifndef PJS_GATEWAY_HTTP_PROXY_H
 #define PJS_GATEWAY_HTTP_PROXY_H

@@ -20,6 +20,7 @@ readiness is 503 and requests are 503.
 
 import os
 import re
+import socket
 import threading
 import time
 
@@ -285,4 +286,95 @@ def test_worker_killed_under_load_then_none_left(cluster_factory, cases):
         assert http_json(g.http_url, "GET", "/v2/health/live")[:2] == (200, {"live": True})
     finally:
         gw.close()
+    finish_cluster(c)
+
+
+def connect(port: int, source: str = "127.0.0.1") -> socket.socket:
+    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    s.settimeout(10)
+    s.bind((source, 0))
+    s.connect(("127.0.0.1", port))
+    return s
+
+
+def read_status(s: socket.socket) -> int:
+    """The status of one HTTP/1.1 reply on s, its body read to the end."""
+    data = b""
+    while b"\r\n\r\n" not in data:
+        chunk = s.recv(65536)
+        assert chunk, f"closed after {data[:200]!r}"
+        data += chunk
+    head, _, body = data.partition(b"\r\n\r\n")
+    length = int(re.search(rb"(?i)content-length: *(\d+)", head).group(1))
+    while len(body) < length:
+        body += s.recv(65536)
+    return int(head.split()[1])
+
+
+def closed_within(s: socket.socket, seconds: float) -> bool:
+    """Whether the gateway closes s (EOF or reset) within `seconds`."""
+    s.settimeout(seconds)
+    try:
+        while s.recv(65536):
+            pass
+        return True
+    except (ConnectionResetError, BrokenPipeError):
+        return True
+    except socket.timeout:
+        return False
+
+
+def test_client_limits_hold_on_the_relay_loop(cluster_factory, cases):
+    """The REST port runs on the thread that relays its requests; the
+    front end's limits still act on it: the header deadline and the idle
+    timeout (a watchdog on another thread cuts the connection, which must
+    wake the loop), the per-address cap, a body refused early (413) is read
+    and dropped before its reply while relays go on, and a full table makes
+    room for a new client at once."""
+    c = cluster_factory(n_workers=1, names=("mlp",), gateway_args=[
+        "--http-header-timeout-s", "2", "--http-idle-timeout-s", "2",
+        "--http-max-connections-per-ip", "4", "--max-request-bytes", "1M",
+        "--http-max-connections", "24"])
+    g = c.gateway
+    case = cases.get("mlp", 1)
+    port = g.http_port
+    slow = connect(port)
+    slow.sendall(b"POST /v2/models/mlp/infer HTTP/1.1\r\nHost: x\r\nX-Slow: a")
+    kept = connect(port)
+    kept.sendall(b"GET /v2/health/ready HTTP/1.1\r\nHost: x\r\n\r\n")
+    assert read_status(kept) == 200
+    t0 = time.monotonic()
+    try:
+        for _ in range(5):  # one byte every 0.25 s: never idle, headers never done
+            time.sleep(0.25)
+            slow.sendall(b"a")
+            started = time.monotonic()
+            status, doc, _ = http_json(g.http_url, "POST", "/v2/models/mlp/infer",
+                                       infer_body(case))
+            assert status == 200 and time.monotonic() - started < 1.0, doc
+    except (BrokenPipeError, ConnectionResetError):
+        pass  # cut already
+    assert closed_within(slow, 3) and time.monotonic() - t0 < 2 + 1.5
+    assert closed_within(kept, 3) and time.monotonic() - t0 < 2 + 1.5
+    held = [connect(port, "127.0.0.3") for _ in range(4)]
+    extra = connect(port, "127.0.0.3")
+    assert closed_within(extra, 2), "a fifth connection from one address was kept"
+    big = b"{" + b" " * (2 << 20) + b"}"
+    held[0].sendall(b"POST /v2/models/mlp/infer HTTP/1.1\r\nHost: x\r\n"
+                    b"Content-Length: %d\r\n\r\n" % len(big) + big)
+    assert read_status(held[0]) == 413
+    held[0].sendall(b"GET /v2/health/ready HTTP/1.1\r\nHost: x\r\n\r\n")
+    assert read_status(held[0]) == 200  # every byte was read: still in step
+    for s in held + [extra, slow, kept]:
+        s.close()
+    # 40 connections that send nothing, into a table of 24: the ones
+    # waiting longest are evicted to admit the rest, then a new client.
+    crowd = [connect(port, f"127.0.0.{10 + i % 10}") for i in range(40)]
+    started = time.monotonic()
+    status, doc, _ = http_json(g.http_url, "GET", "/v2/health/ready")
+    assert status == 200 and time.monotonic() - started < 1.0, \
+        f"{status} {doc} after {time.monotonic() - started:.1f} s"
+    for s in crowd:
+        s.close()
+    assert "did not send headers within --http-header-timeout-s" in g.stderr_text()
     finish_cluster(c)

@@ -41,8 +41,11 @@
  * freed on any thread lets that thread accept again.
  *
  * Threads: the notifications and phase changes run on libmicrohttpd's
- * connection threads; the watchdog on its own; all share conn_lock, and
- * shut down other connections' sockets only under it.
+ * connection threads (or the one thread of a port on an external loop); the
+ * watchdog on its own; all share conn_lock, and shut down other
+ * connections' sockets only under it. A shutdown socket wakes the thread
+ * that runs its connection through the daemon's epoll descriptor, which an
+ * external loop waits on too.
  */
 #include "core/thread_name.h"
 #include "frontend/http/http_internal.h"
@@ -177,6 +180,8 @@ void pjs__http_conn_notify(void *cls, struct MHD_Connection *conn, void **socket
         fe->conns = t->next;
     if (t->next != NULL)
         t->next->prev = t->prev;
+    if (fe->n_conns >= fe->opts.max_connections)
+        fe->freed_at_limit = true;
     fe->n_conns--;
     if (t->cut)
         fe->n_cut--;

@@ -27,11 +27,14 @@
  * (model loads, deferred jobs) to resume their connections and, for a grace period, for
  * open requests to finish sending their replies (so no answered request is
  * cut off), then stops the daemon, which closes the remaining connections
- * and completes their calls.
+ * and completes their calls. A port on an external loop (the gateway's
+ * REST port) is quiesced on the loop's thread and waited for there
+ * (pjs__http_loop_done); pjs_http_frontend_stop runs once the loop ended.
  */
 #include "frontend/http/http_internal.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <malloc.h>
 #include <netdb.h>
 #include <stdarg.h>
@@ -763,8 +766,8 @@ static struct MHD_Daemon *start_daemon(pjs_http_frontend *fe, int fd, unsigned t
     OPT(MHD_OPTION_PER_IP_CONNECTION_LIMIT, o->max_connections_per_ip, NULL);
     OPT(MHD_OPTION_CONNECTION_TIMEOUT, o->idle_timeout_s, NULL);
     /* One thread is libmicrohttpd's internal polling thread; more, a pool of
-     * them (it refuses a pool of one). */
-    if (threads > 1)
+     * them (it refuses a pool of one). An external loop has none. */
+    if (threads > 1 && !fe->routes->external_loop)
         OPT(MHD_OPTION_THREAD_POOL_SIZE, threads, NULL);
     if (fe->tls_cert_pem != NULL) {
         OPT(MHD_OPTION_HTTPS_MEM_CERT, 0, fe->tls_cert_pem);
@@ -774,8 +777,11 @@ static struct MHD_Daemon *start_daemon(pjs_http_frontend *fe, int fd, unsigned t
     }
     OPT(MHD_OPTION_END, 0, NULL);
 #undef OPT
-    unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME |
-                     MHD_USE_ERROR_LOG;
+    /* Suspending and resuming brings an inter-thread channel, which a
+     * quiesced daemon needs too. */
+    unsigned flags = MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG;
+    if (!fe->routes->external_loop)
+        flags |= MHD_USE_INTERNAL_POLLING_THREAD;
     if (fe->tls_cert_pem != NULL)
         flags |= MHD_USE_TLS;
     return MHD_start_daemon(flags, 0, NULL, NULL, on_request, fe, MHD_OPTION_ARRAY, opts,
@@ -836,7 +842,8 @@ int pjs__http_frontend_start(const pjs__http_routes *routes, void *routes_ctx,
         snprintf(fe->address, sizeof fe->address, "%s", host);
     else
         snprintf(fe->address, sizeof fe->address, "%s:%d", host, bound_port(fd, o->port));
-    unsigned threads = o->threads > 0         ? (unsigned)o->threads
+    unsigned threads = routes->external_loop   ? 1
+                       : o->threads > 0         ? (unsigned)o->threads
                        : !routes->keeps_bodies ? 1 /* metrics: one scrape at a time */
                                                : default_threads();
     rc = pjs__http_watchdog_start(fe, err);
@@ -855,6 +862,11 @@ int pjs__http_frontend_start(const pjs__http_routes *routes, void *routes_ctx,
                                             : "");
         goto fail;
     }
+    if (routes->external_loop) {
+        const union MHD_DaemonInfo *info =
+            MHD_get_daemon_info(fe->daemon, MHD_DAEMON_INFO_EPOLL_FD);
+        fe->loop_fd = info != NULL ? info->epoll_fd : -1;
+    }
     const pjs_http_options *r = &fe->opts;
     pjs_info("%s listening on %s%s (%u thread%s; at most %u connections, %u per client "
              "address; idle timeout %u s, headers within %u s, bodies within %u s)",
@@ -871,20 +883,37 @@ fail:
     return rc;
 }
 
-/* Waits for deferred jobs, then up to the grace period for open calls. */
-static void wait_for_calls(pjs_http_frontend *f)
+/* Stops accepting connections and starts the grace period. */
+static void quiesce(pjs_http_frontend *f)
 {
-    struct timespec deadline;
-    clock_gettime(CLOCK_REALTIME, &deadline);
-    deadline.tv_sec += STOP_GRACE_SECONDS;
-    pthread_mutex_lock(&f->lock);
-    while (f->jobs > 0)
-        pthread_cond_wait(&f->idle, &f->lock);
-    while (f->open_calls > 0 && pthread_cond_timedwait(&f->idle, &f->lock, &deadline) == 0)
-        continue;
+    if (f->quiesced)
+        return;
+    f->quiesced = true;
+    atomic_store(&f->stopping, true);
+    clock_gettime(CLOCK_REALTIME, &f->stop_deadline);
+    f->stop_deadline.tv_sec += STOP_GRACE_SECONDS;
+    MHD_socket listener = MHD_quiesce_daemon(f->daemon);
+    if (listener != MHD_INVALID_SOCKET)
+        close(listener);
+}
+
+static void warn_open_calls(pjs_http_frontend *f)
+{
     if (f->open_calls > 0)
         pjs_warn("%s: closing %d connections with requests still open", f->address,
                  f->open_calls);
+}
+
+/* Waits for deferred jobs, then up to the grace period for open calls. */
+static void wait_for_calls(pjs_http_frontend *f)
+{
+    pthread_mutex_lock(&f->lock);
+    while (f->jobs > 0)
+        pthread_cond_wait(&f->idle, &f->lock);
+    while (f->open_calls > 0 &&
+           pthread_cond_timedwait(&f->idle, &f->lock, &f->stop_deadline) == 0)
+        continue;
+    warn_open_calls(f);
     /* libmicrohttpd aborts the process when stopped with a connection
      * suspended: one suspended just before `stopping` was set is waited
      * for too (it is answered: its job ends, in time, on every path). */
@@ -897,12 +926,57 @@ void pjs_http_frontend_stop(pjs_http_frontend *f)
 {
     if (f == NULL)
         return;
-    atomic_store(&f->stopping, true);
-    MHD_socket listener = MHD_quiesce_daemon(f->daemon);
-    if (listener != MHD_INVALID_SOCKET)
-        close(listener);
-    wait_for_calls(f);
+    quiesce(f);
+    /* An external loop waited for the calls before it ended. */
+    if (!f->routes->external_loop)
+        wait_for_calls(f);
     MHD_stop_daemon(f->daemon);
     pjs__http_watchdog_stop(f);
     frontend_free(f);
+}
+
+/* ---- an external loop ------------------------------------------------------ */
+
+int pjs__http_loop_fd(pjs_http_frontend *fe)
+{
+    return fe->loop_fd;
+}
+
+int pjs__http_loop_run(pjs_http_frontend *fe)
+{
+    MHD_run(fe->daemon);
+    /* At its connection limit libmicrohttpd stops polling its listening
+     * socket, and polls it again only at the start of the run after a
+     * connection closed: without that run, a connection evicted to admit a
+     * new one would leave the new one waiting until the next timeout. */
+    pthread_mutex_lock(&fe->conn_lock);
+    bool rearm = fe->freed_at_limit;
+    fe->freed_at_limit = false;
+    pthread_mutex_unlock(&fe->conn_lock);
+    if (rearm)
+        MHD_run(fe->daemon);
+    MHD_UNSIGNED_LONG_LONG ms;
+    if (MHD_get_timeout(fe->daemon, &ms) != MHD_YES)
+        return -1;
+    return ms > INT_MAX ? INT_MAX : (int)ms;
+}
+
+void pjs__http_loop_quiesce(pjs_http_frontend *fe)
+{
+    quiesce(fe);
+}
+
+bool pjs__http_loop_done(pjs_http_frontend *fe)
+{
+    struct timespec now;
+    clock_gettime(CLOCK_REALTIME, &now);
+    bool grace_over = now.tv_sec > fe->stop_deadline.tv_sec ||
+                      (now.tv_sec == fe->stop_deadline.tv_sec &&
+                       now.tv_nsec >= fe->stop_deadline.tv_nsec);
+    pthread_mutex_lock(&fe->lock);
+    bool done = fe->quiesced && fe->jobs == 0 && (fe->open_calls == 0 || grace_over);
+    if (done)
+        warn_open_calls(fe);
+    pthread_mutex_unlock(&fe->lock);
+    return done;
 }

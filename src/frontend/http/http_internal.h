@@ -21,6 +21,15 @@
  * reply. Resuming goes through libmicrohttpd's mutex, which orders the
  * stored reply before the second handler call. An inference suspends only
  * when its answer is not there once its submit returns (http_infer.c).
+ *
+ * A route set may instead run the daemon on its own thread
+ * (routes->external_loop, the gateway's REST port): libmicrohttpd starts no
+ * thread, and that thread waits on the daemon's epoll descriptor along
+ * with its own work and calls pjs__http_loop_run, which runs the handlers;
+ * its suspended calls are resumed on the same thread, which runs the
+ * daemon again before it waits. The watchdog and stop act on it as on
+ * any other port (http_conn.c; pjs__http_loop_quiesce and
+ * pjs__http_loop_done split the stop between the loop and the caller).
  */
 #ifndef PJS_FRONTEND_HTTP_HTTP_INTERNAL_H
 #define PJS_FRONTEND_HTTP_HTTP_INTERNAL_H
@@ -30,6 +39,7 @@
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
+#include <time.h>
 
 #include "core/log.h"
 #include "core/status.h"
@@ -81,6 +91,10 @@ typedef struct pjs__http_routes {
     const char *what;   /* names the port in logs: "HTTP/REST", "metrics" */
     bool keeps_bodies;  /* POST bodies are kept for the route; else read and dropped */
     bool defers_jobs;   /* routes use pjs__http_defer (the front end starts job threads) */
+    /* The port has no connection threads: the route set's own thread runs
+     * the daemon in its event loop (pjs__http_loop_*), and the routes'
+     * suspended calls are resumed on that thread. */
+    bool external_loop;
     /* Once a POST's headers are in (may be NULL): sets c->body_limit and
      * c->limit_what for the path, at most what they are, or stores a body
      * refusal in c->body_error and returns false. */
@@ -116,6 +130,7 @@ struct pjs_http_frontend {
     unsigned n_cut;             /* records in conns that are cut, not yet closed */
     unsigned cut_unlogged[PJS_HTTP_PHASE_COUNT]; /* cut at a deadline or bound, by phase */
     unsigned evicted_unlogged;  /* evicted to admit new connections */
+    bool freed_at_limit;        /* a connection closed while the table was full */
     bool watchdog_stop;
     bool watchdog_running;
     pthread_t watchdog;
@@ -130,6 +145,9 @@ struct pjs_http_frontend {
     pjs_work_pool *jobs_pool; /* runs deferred jobs (REST only; NULL for metrics) */
     int open_calls;       /* requests begun and not yet completed; guarded by lock */
     atomic_bool stopping; /* replies ask clients to close their connections */
+    bool quiesced;        /* no longer accepting; the grace period ends at stop_deadline */
+    struct timespec stop_deadline; /* CLOCK_REALTIME */
+    int loop_fd;          /* external_loop: libmicrohttpd's epoll descriptor */
 
     /* Decoded inference requests (about 32 KB each) kept for the next ones
      * (http_infer.c), at most PJS_HTTP_INFER_POOL. */
@@ -248,6 +266,25 @@ int pjs__http_frontend_start(const pjs__http_routes *routes, void *routes_ctx,
                              const pjs_http_options *o, pjs_byte_budget *budget,
                              uint64_t max_request_bytes, pjs_http_frontend **out,
                              pjs_error *err);
+
+/* ---- a port on its route set's event loop (routes->external_loop) ---------- */
+
+/* All of these run on the loop's thread, the one thread that runs the
+ * daemon, until the port is stopped. */
+
+/* The descriptor to wait on: readable when the daemon has work. */
+int pjs__http_loop_fd(pjs_http_frontend *fe);
+/* Does the daemon's work (accepts, reads, runs the handlers and routes,
+ * sends replies); returns the milliseconds the loop may wait on the
+ * descriptor before running it again, -1: no bound. After resuming a
+ * call, the loop runs it again before it waits. */
+int pjs__http_loop_run(pjs_http_frontend *fe);
+/* Stops accepting connections (the first step of stopping the port). */
+void pjs__http_loop_quiesce(pjs_http_frontend *fe);
+/* Once quiesced: whether the loop may end, leaving the rest to
+ * pjs_http_frontend_stop: no call suspended, and every open request
+ * answered or the grace period over. */
+bool pjs__http_loop_done(pjs_http_frontend *fe);
 
 /* ---- what route sets share (http_route_util.c) ------------------------------ */
 
