@@ -23,6 +23,9 @@
 #   make bench-shared-weights  memory of 1-4 workers with and without --shared-weights (same doc)
 #   make bench-gateway  one hop through pjserve gateway, and 1 vs 2 workers behind it (same doc)
 #   make gpu-check  package pjserve for a GPU machine (.gpu-check/) and check the CUDA path there
+#   make container-check  build deploy/Dockerfile's image from a clean clone of the commit with
+#                   podman, serve the demo models from it, and podman kube play the KServe
+#                   runtime's container as a Pod (root, podman; minutes; docs/kubernetes.md)
 #   make install    install pjserve, libpjserve-client (shared, static, header, pjserve-client.pc)
 #                   and the bundle ABI header under PREFIX (default /usr/local)
 #   make clean
@@ -32,7 +35,7 @@ FUZZ_SECONDS ?= 20
 PYTHON := .venv/bin/python
 PYTEST := $(PYTHON) -m pytest -q -p no:cacheprovider
 
-.PHONY: all bootstrap bootstrap-torch build test unit e2e e2e-node e2e-torch docs docs-check models models-large demo serve asan tsan fuzz fuzz-build fuzz-smoke clean install bench bench-scheduler bench-residency bench-meta bench-shared-weights bench-gateway gpu-check
+.PHONY: all bootstrap bootstrap-torch build test unit e2e e2e-node e2e-torch docs docs-check models models-large demo serve asan tsan fuzz fuzz-build fuzz-smoke clean install bench bench-scheduler bench-residency bench-meta bench-shared-weights bench-gateway gpu-check container-check
 
 all: build
 
@@ -218,3 +221,13 @@ bench-gateway: build
 # to a GPU machine and run .gpu-check/gpu-check --run-only there.
 gpu-check: build
 	$(PYTHON) scripts/gpu-check
+
+# The container image and the single-machine manifest run for real, with podman
+# (scripts/container-check says what it runs; docs/kubernetes.md, Checking the
+# image and the manifests): the image built from a clean clone of the commit,
+# serving the demo models (live, ready, every model READY, the mlp's answer
+# equal to the host's over gRPC and HTTP), then the KServe ServingRuntime's
+# container as a Pod under podman kube play, its probes polled. Needs root and
+# podman (installed when missing); not part of make test. About 10 minutes.
+container-check: models
+	$(PYTHON) scripts/container-check
