@@ -12,8 +12,9 @@
  * node's own token. Serve checks the values of the flags passed to it: a
  * worker that refuses its command line stops the node with exit status 2.
  * In dynamic mode behind a gateway the node runs the one repository watcher
- * (registry/repo_watch.h) and the workers run in static mode: each settled
- * change goes to every worker through the gateway's pool.
+ * (registry/repo_watch.h) and the workers do not watch (--repository-watch
+ * external): each settled change goes to every worker through the
+ * gateway's pool.
  *
  * Signals: SIGINT and SIGTERM are blocked before any thread starts and
  * waited for in pjs_node_run; then every worker is told to drain and stop.
@@ -118,7 +119,7 @@ static const char help[] =
     "goes to every worker. In dynamic model control mode (the default) with more\n"
     "than one worker, the node itself watches the repository (every\n"
     "--repository-poll-ms) and has every worker load, reload or drop a bundle\n"
-    "that changed; the workers run in static mode (docs/node.md). --shared-weights auto: the node makes a private\n"
+    "that changed; the workers do not watch (docs/node.md). --shared-weights auto: the node makes a private\n"
     "directory for its workers' shared weights, /dev/shm/pjserve-weights-XXXXXX\n"
     "(mode 0700, removed at exit); a DIR given is checked before any worker starts.\n"
     "\n"
@@ -424,7 +425,7 @@ typedef struct node_plan {
     char shared_weights[PATH_MAX]; /* the store's directory the workers get; "" none */
     bool shared_weights_made;      /* made here (--shared-weights auto): removed at exit */
     /* Dynamic mode behind a gateway: the node watches the repository every
-     * poll_ms and the workers run in static mode. */
+     * poll_ms and the workers do not (--repository-watch external). */
     bool node_watches;
     long poll_ms;
 } node_plan;
@@ -615,8 +616,8 @@ static int plan_argv(const node_args *a, node_plan *p)
         if (p->cpu_plugin_threads > 0)
             push_int(w, "--cpu-intra-op-threads", p->cpu_plugin_threads);
         if (p->node_watches) {
-            push(w, "--model-control-mode");
-            push(w, "static");
+            push(w, "--repository-watch");
+            push(w, "external");
         }
         if (single) {
             push(w, "--node-status-file");
@@ -940,7 +941,7 @@ static int run(const node_args *a, node_plan *p, const sigset_t *stop_signals)
         /* Before the workers start: what they load at start is the state
          * it counts as acted on. */
         pjs_info("model control mode dynamic: the node watches %s and has every worker load, "
-                 "reload or drop what changed (workers in static mode)",
+                 "reload or drop what changed (workers: --repository-watch external)",
                  given_value(a, "model-repository"));
         if (pjs_repo_watch_start(given_value(a, "model-repository"), (uint64_t)p->poll_ms,
                                  repository_changed, &ng, &ng.watch, &err) != 0) {

@@ -77,6 +77,11 @@ static const char help[] =
     "                          on the device fail with FAILED_PRECONDITION\n"
     "  --repository-poll-ms MS dynamic: scan the repository every MS milliseconds\n"
     "                          (default 1000)\n"
+    "  --repository-watch self|external  dynamic: who scans the repository. self\n"
+    "                          (default): this process. external: another process\n"
+    "                          applies its changes through the repository API (what\n"
+    "                          pjserve node gives its workers: the node watches once\n"
+    "                          for all of them)\n"
     "  --max-pending-loads N   model loads (API or repository changes) that may wait\n"
     "                          for the load thread at once, 1 to 4096; loads run one\n"
     "                          at a time off the request threads, a second request\n"
@@ -192,6 +197,7 @@ typedef struct serve_args {
     const char *node_status_file; /* NULL: not given */
     pjs_control_mode control_mode;
     uint64_t repository_poll_ms;
+    bool repository_watched_outside; /* --repository-watch external */
     uint64_t max_pending_loads;
     uint64_t device_weight_budget; /* 0: derived from the device's memory */
     double weight_fraction;
@@ -210,6 +216,7 @@ enum {
     OPT_NODE_STATUS_FILE,
     OPT_CONTROL_MODE,
     OPT_POLL_MS,
+    OPT_REPOSITORY_WATCH,
     OPT_MAX_PENDING_LOADS,
     OPT_WEIGHT_BUDGET,
     OPT_WEIGHT_FRACTION,
@@ -338,6 +345,7 @@ static int parse_args(int argc, char **argv, serve_args *a)
         {"node-status-file", required_argument, NULL, OPT_NODE_STATUS_FILE},
         {"model-control-mode", required_argument, NULL, OPT_CONTROL_MODE},
         {"repository-poll-ms", required_argument, NULL, OPT_POLL_MS},
+        {"repository-watch", required_argument, NULL, OPT_REPOSITORY_WATCH},
         {"max-pending-loads", required_argument, NULL, OPT_MAX_PENDING_LOADS},
         {"device-weight-budget", required_argument, NULL, OPT_WEIGHT_BUDGET},
         {"weight-fraction", required_argument, NULL, OPT_WEIGHT_FRACTION},
@@ -396,6 +404,13 @@ static int parse_args(int argc, char **argv, serve_args *a)
             if (!bad && v == 0)
                 bad = pjs_cli_usage_error("serve", "--repository-poll-ms 0: expected at least 1");
             a->repository_poll_ms = (uint64_t)v;
+            break;
+        case OPT_REPOSITORY_WATCH:
+            if (strcmp(optarg, "self") != 0 && strcmp(optarg, "external") != 0)
+                return pjs_cli_usage_error("serve",
+                                           "--repository-watch %s: expected self or external",
+                                           optarg);
+            a->repository_watched_outside = strcmp(optarg, "external") == 0;
             break;
         case OPT_MAX_PENDING_LOADS:
             bad = parse_int("--max-pending-loads", optarg, 4096, &v);
@@ -498,9 +513,14 @@ static void log_control_mode(const serve_args *a)
                  "weights are loaded and evicted only on request of a control plane");
         break;
     default:
-        pjs_info("model control mode dynamic: bundles added, changed or removed in %s are "
-                 "loaded, reloaded or dropped (scanned every %llu ms)",
-                 a->repository, (unsigned long long)a->repository_poll_ms);
+        if (a->repository_watched_outside)
+            pjs_info("model control mode dynamic: the repository is loaded at start-up; another "
+                     "process watches it and applies its changes here (--repository-watch "
+                     "external)");
+        else
+            pjs_info("model control mode dynamic: bundles added, changed or removed in %s are "
+                     "loaded, reloaded or dropped (scanned every %llu ms)",
+                     a->repository, (unsigned long long)a->repository_poll_ms);
     }
 }
 
@@ -599,6 +619,7 @@ int pjs_cmd_serve(int argc, char **argv)
         .config = &config,
         .control_mode = a.control_mode,
         .repository_poll_ms = a.repository_poll_ms,
+        .repository_watched_outside = a.repository_watched_outside,
         .max_pending_loads = a.max_pending_loads,
         .device_weight_budget = a.device_weight_budget,
         .weight_fraction = a.weight_fraction,

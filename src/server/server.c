@@ -1002,7 +1002,7 @@ int pjs_server_create(const pjs_server_options *o, pjs_server **out, pjs_error *
         rc = pjs_work_pool_create("model loads", 1, s->max_pending_loads, &s->loads, err);
     if (rc == 0)
         rc = start_meta(s, o, err);
-    if (rc == 0 && o->control_mode == PJS_CONTROL_DYNAMIC)
+    if (rc == 0 && o->control_mode == PJS_CONTROL_DYNAMIC && !o->repository_watched_outside)
         rc = pjs_watcher_start(s, s->repository,
                                o->repository_poll_ms > 0 ? o->repository_poll_ms : 1000,
                                &s->watcher, err);

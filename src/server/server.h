@@ -50,6 +50,10 @@ typedef struct pjs_server_options {
     const pjs_server_config *config; /* scheduler and model policies; NULL: defaults */
     pjs_control_mode control_mode;
     uint64_t repository_poll_ms;  /* dynamic: how often the repository is scanned; 0: 1000 */
+    /* Dynamic mode without a watcher of this process's own: another one
+     * (pjserve node's) applies the repository's changes through the
+     * repository API. */
+    bool repository_watched_outside;
     /* Device weight-cache budget in bytes; 0: derived from the device's
      * memory with weight_fraction (pjs_weight_budget), unlimited when the
      * device reports none (the CPU plugin). */
