@@ -247,7 +247,12 @@ def test_sigterm_with_open_streams(server_factory, cases):
         runner = threading.Thread(target=lambda: done.append(run_threads(worker, 5, 120)),
                                   daemon=True)
         runner.start()
-        time.sleep(0.8)
+        # Streams flowing before the signal: the first answers, then a
+        # little more (a fixed 0.8 s saw none yet on two loaded CPUs).
+        flowing = time.monotonic() + 60
+        while seen["ok"] == 0 and time.monotonic() < flowing and not done:
+            time.sleep(0.05)
+        time.sleep(0.3)
         srv.terminate()
         rc = srv.wait_exit(60)
         stop.set()
