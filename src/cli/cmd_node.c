@@ -180,6 +180,7 @@ static const struct serve_flag {
     {"http-tls-ca", required_argument, TO_PUBLIC},
     {"model-control-mode", required_argument, TO_WORKERS},
     {"repository-poll-ms", required_argument, TO_WORKERS},
+    {"repository-watch", required_argument, TO_WORKERS},
     {"max-pending-loads", required_argument, TO_WORKERS},
     {"device-weight-budget", required_argument, TO_WORKERS},
     {"weight-fraction", required_argument, TO_WORKERS},
@@ -574,7 +575,9 @@ static void push_int(node_worker *w, const char *flag, int v)
 static int plan_lifecycle(const node_args *a, node_plan *p)
 {
     const char *mode = given_value(a, "model-control-mode");
-    p->node_watches = p->n_workers > 1 && (mode == NULL || strcmp(mode, "dynamic") == 0);
+    const char *watch = given_value(a, "repository-watch"); /* external: nobody here watches */
+    p->node_watches = p->n_workers > 1 && (mode == NULL || strcmp(mode, "dynamic") == 0) &&
+                      (watch == NULL || strcmp(watch, "external") != 0);
     p->poll_ms = 1000;
     const char *poll = given_value(a, "repository-poll-ms");
     if (p->node_watches && poll != NULL)
@@ -599,7 +602,8 @@ static int plan_argv(const node_args *a, node_plan *p)
             if (!single && g->flag->place == TO_PUBLIC)
                 continue;
             if (p->node_watches && (strcmp(g->flag->name, "model-control-mode") == 0 ||
-                                    strcmp(g->flag->name, "repository-poll-ms") == 0))
+                                    strcmp(g->flag->name, "repository-poll-ms") == 0 ||
+                                    strcmp(g->flag->name, "repository-watch") == 0))
                 continue;
             char name[96];
             snprintf(name, sizeof name, "--%s", g->flag->name);
