@@ -54,20 +54,23 @@ import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
 import urllib.request
 from pathlib import Path
-from typing import Dict, List, Optional
+from typing import Dict, Optional
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import doc_blocks as db  # noqa: E402
-
 REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(REPO / "tests"))
+sys.path.insert(0, str(REPO / "tests" / "protocol"))
+import doc_blocks as db  # noqa: E402
+from common import pjserve_bin_path as pjserve_bin  # noqa: E402
+from protocol_util import free_ports  # noqa: E402
+
 PAGES = [REPO / "README.md"] + sorted((REPO / "docs").glob("*.md"))
 RUN_ALL = os.environ.get("PJSERVE_DOCS_CHECK_ALL") == "1"
 DEFAULT_TIMEOUT_S = 120.0
@@ -107,24 +110,6 @@ def test_help_and_readme_list_every_command():
 
 
 # ---- running ------------------------------------------------------------------
-
-def pjserve_bin() -> Path:
-    p = Path(os.environ.get("PJSERVE_BIN", "build/pjserve"))
-    return p if p.is_absolute() else REPO / p
-
-
-def free_ports(n: int) -> List[int]:
-    socks = []
-    try:
-        for _ in range(n):
-            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            s.bind(("127.0.0.1", 0))
-            socks.append(s)
-        return [s.getsockname()[1] for s in socks]
-    finally:
-        for s in socks:
-            s.close()
-
 
 def new_ports() -> Dict[str, int]:
     return dict(zip(("http", "grpc", "metrics"), free_ports(3)))
