@@ -25,8 +25,8 @@ import time
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 
-from protocol_util import finish_checked, grpc_infer_case, http_infer_case
-from test_lifecycle import mlp_case, weights_file, write_mlp_copy
+from protocol_util import finish_checked, grpc_infer_case
+from test_lifecycle import infer_case, mlp_case, weights_file, which_case, write_mlp_copy
 
 POLL_MS = 100
 SWITCH_BOUND_S = 120  # a change reaching every worker (two loads on a slow machine)
@@ -58,21 +58,6 @@ class Traffic:
         return httpclient.InferenceServerClient(self.node.http_url,
                                                 network_timeout=REQUEST_TIMEOUT_S)
 
-    def _infer(self, client, proto):
-        case = self.cands[0]
-        if proto == "grpc":
-            return grpc_infer_case(client, case, client_timeout=REQUEST_TIMEOUT_S)[0]
-        return http_infer_case(client, case)[0]
-
-    def _classify(self, got):
-        for k, case in enumerate(self.cands):
-            try:
-                case.check(got)
-                return k
-            except AssertionError:
-                pass
-        return None
-
     def _run(self, proto):
         client = self._client(proto)
         try:
@@ -89,7 +74,7 @@ class Traffic:
                         time.sleep(0.01)
                     continue
                 try:
-                    k = self._classify(self._infer(client, proto))
+                    k = which_case(infer_case(client, proto, self.cands[0]), self.cands)
                     outcome = k if k is not None else "outputs match no candidate"
                 except Exception as e:  # noqa: BLE001 - every failure is recorded
                     outcome = repr(e)

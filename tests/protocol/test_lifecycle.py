@@ -22,6 +22,7 @@ import threading
 import time
 from collections import Counter
 from pathlib import Path
+from typing import Optional, Sequence
 
 import jax
 import pytest
@@ -76,6 +77,24 @@ def write_mlp_copy(exported, dest: Path, name: str, scale: float = 1.0, files=No
         else:
             shutil.copyfile(f, dest / f.name)
     return dest
+
+
+def infer_case(client, proto: str, case: Case):
+    """Case's request over `proto` ("grpc" or "http"): the outputs."""
+    if proto == "grpc":
+        return grpc_infer_case(client, case, client_timeout=REQUEST_TIMEOUT_S)[0]
+    return http_infer_case(client, case)[0]
+
+
+def which_case(got, cands: Sequence[Case]) -> Optional[int]:
+    """The index of the first case whose outputs `got` matches; None."""
+    for k, case in enumerate(cands):
+        try:
+            case.check(got)
+            return k
+        except AssertionError:
+            pass
+    return None
 
 
 def mlp_case(exported, name: str, scale: float, n: int = 3) -> Case:
@@ -198,20 +217,6 @@ class Clients:
         for t in self.threads:
             t.start()
 
-    def _infer(self, client, proto, case):
-        if proto == "grpc":
-            return grpc_infer_case(client, case, client_timeout=REQUEST_TIMEOUT_S)[0]
-        return http_infer_case(client, case)[0]
-
-    def _classify(self, got, cands):
-        for k, case in enumerate(cands):
-            try:
-                case.check(got)
-                return k
-            except AssertionError:
-                pass
-        return None
-
     def _run(self, tid, proto, cands):
         client = (grpcclient.InferenceServerClient(self.srv.grpc_url) if proto == "grpc" else
                   httpclient.InferenceServerClient(self.srv.http_url,
@@ -224,7 +229,7 @@ class Clients:
                         return
                     self.busy += 1
                 try:
-                    k = self._classify(self._infer(client, proto, cands[0]), cands)
+                    k = which_case(infer_case(client, proto, cands[0]), cands)
                     outcome = k if k is not None else "outputs match no candidate"
                 except Exception as e:  # noqa: BLE001 - every failure is recorded
                     outcome = repr(e)
