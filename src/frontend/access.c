@@ -23,6 +23,7 @@
 #include <unistd.h>
 
 #include "core/log.h"
+#include "frontend/client_id.h"
 
 /* ---- the classes ----------------------------------------------------------- */
 
@@ -168,55 +169,19 @@ bool pjs_access_sockaddr_is_loopback(const struct sockaddr *sa)
     }
 }
 
-static bool starts(const char *s, const char *prefix)
-{
-    return strncmp(s, prefix, strlen(prefix)) == 0;
-}
-
-/* The bracketed host of "[host]:port" or "%5Bhost%5D:port" into buf. */
-static bool v6_host(const char *s, char *buf, size_t size)
-{
-    const char *close;
-    if (s[0] == '[') {
-        s++;
-        close = strchr(s, ']');
-    } else if (strncasecmp(s, "%5B", 3) == 0) {
-        s += 3;
-        close = strcasestr(s, "%5D");
-    } else {
-        return false;
-    }
-    if (close == NULL || (size_t)(close - s) >= size)
-        return false;
-    memcpy(buf, s, (size_t)(close - s));
-    buf[close - s] = '\0';
-    return true;
-}
-
 bool pjs_access_peer_is_loopback(const char *peer)
 {
-    char host[INET6_ADDRSTRLEN + 1];
-    if (peer == NULL)
-        return false;
-    if (starts(peer, "unix:") || starts(peer, "unix-abstract:"))
+    /* The peer's address as client_id.c reads gRPC peer strings (an
+     * IPv4-mapped IPv6 address written as the IPv4 one). */
+    char id[PJS_CLIENT_ID_MAX];
+    struct in_addr a4;
+    struct in6_addr a6;
+    pjs_client_id_of_grpc_peer(peer, id);
+    if (strcmp(id, "unix") == 0)
         return true;
-    if (starts(peer, "ipv4:")) {
-        const char *s = peer + 5;
-        const char *colon = strrchr(s, ':');
-        size_t n = colon != NULL ? (size_t)(colon - s) : strlen(s);
-        struct in_addr a4;
-        if (n >= sizeof host)
-            return false;
-        memcpy(host, s, n);
-        host[n] = '\0';
-        return inet_pton(AF_INET, host, &a4) == 1 && (ntohl(a4.s_addr) >> 24) == 127;
-    }
-    if (starts(peer, "ipv6:")) {
-        struct in6_addr a6;
-        return v6_host(peer + 5, host, sizeof host) && inet_pton(AF_INET6, host, &a6) == 1 &&
-               v6_is_loopback(&a6);
-    }
-    return false;
+    if (inet_pton(AF_INET, id, &a4) == 1)
+        return (ntohl(a4.s_addr) >> 24) == 127;
+    return inet_pton(AF_INET6, id, &a6) == 1 && v6_is_loopback(&a6);
 }
 
 /* ---- tokens ----------------------------------------------------------------- */
