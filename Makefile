@@ -23,6 +23,8 @@
 #   make bench-shared-weights  memory of 1-4 workers with and without --shared-weights (same doc)
 #   make bench-gateway  one hop through pjserve gateway, and 1 vs 2 workers behind it (same doc)
 #   make gpu-check  package pjserve for a GPU machine (.gpu-check/) and check the CUDA path there
+#   make gpu-bench  package the request-path benchmark for a GPU machine (.gpu-bench/) and run it
+#                   there: raw PJRT, pjserve's levers, jax/PyTorch peers (scripts/gpu-bench)
 #   make container-check  build deploy/Dockerfile's image from a clean clone of the commit with
 #                   podman, serve the demo models from it, and podman kube play the KServe
 #                   runtime's container as a Pod (root, podman; minutes; docs/kubernetes.md)
@@ -35,7 +37,7 @@ FUZZ_SECONDS ?= 20
 PYTHON := .venv/bin/python
 PYTEST := $(PYTHON) -m pytest -q -p no:cacheprovider
 
-.PHONY: all bootstrap bootstrap-torch build test unit e2e e2e-node e2e-torch docs docs-check models models-large demo serve asan tsan fuzz fuzz-build fuzz-smoke clean install bench bench-scheduler bench-residency bench-meta bench-shared-weights bench-gateway gpu-check container-check
+.PHONY: all bootstrap bootstrap-torch build test unit e2e e2e-node e2e-torch docs docs-check models models-large demo serve asan tsan fuzz fuzz-build fuzz-smoke clean install bench bench-scheduler bench-residency bench-meta bench-shared-weights bench-gateway gpu-check gpu-bench container-check
 
 all: build
 
@@ -221,6 +223,15 @@ bench-gateway: build
 # to a GPU machine and run .gpu-check/gpu-check --run-only there.
 gpu-check: build
 	$(PYTHON) scripts/gpu-check
+
+# Packages pjserve, pjs_bench_raw_execute, pjs_bench_grpc_floor, the mlp and a
+# ResNet-50 (weights written there) into .gpu-bench/, then measures the request
+# path with the CUDA plugin: the raw PJRT floor, pjserve with its defaults and
+# each GPU lever, jax.jit and PyTorch in-process (scripts/gpu-bench --help).
+# Without a GPU it says so and exits 2: carry .gpu-bench/ to a GPU machine and
+# run .gpu-bench/gpu-bench --run-only there.
+gpu-bench: build
+	$(PYTHON) scripts/gpu-bench
 
 # The container image and the single-machine manifest run for real, with podman
 # (scripts/container-check says what it runs; docs/kubernetes.md, Checking the
