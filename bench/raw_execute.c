@@ -2,7 +2,8 @@
  * raw_execute.c - the in-process limit for serving a bundle: time PJRT alone.
  *
  *   pjs_bench_raw_execute BUNDLE [--batch-size N] [--iterations N] [--warmup N]
- *                         [--pjrt-plugin PATH] [--cpu-intra-op-threads N|auto] [--json]
+ *                         [--pjrt-plugin PATH] [--cpu-intra-op-threads N|auto]
+ *                         [--execution-wait await|callback] [--json]
  *
  * Opens and compiles the bundle's module for batch size N (default 1) with
  * the same library calls `pjserve run` and the server use, uploads the weights
@@ -15,7 +16,12 @@
  * and, separately, the execution alone (from its start until it is seen
  * done). Inputs are fixed pseudo-random
  * values (floats in [-1, 1), other types zero). Prints p50, p90, p99, mean
- * and min in microseconds of both, as a table or (--json) as one JSON object.
+ * and min in microseconds of both, as a table or (--json) as one JSON object,
+ * with where the CPU goes: the calling thread's mean CPU time uploading,
+ * launching the execution, waiting for it and reading back (the phases of
+ * pjs_rt_exec_times), and the whole process's CPU time per round trip (the
+ * plugin's own threads included). --execution-wait picks how the waits are
+ * made, as pjserve's flag of that name does.
  * No network, no protocol, no queueing: what is left between this and a
  * server's latency is the server's own overhead (plus the client's). The
  * client is the server's too: on the CPU plugin one device and the thread
@@ -28,6 +34,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <time.h>
 
 #include "registry/bundle.h"
@@ -35,13 +42,29 @@
 
 static const char usage[] =
     "usage: pjs_bench_raw_execute BUNDLE [--batch-size N] [--iterations N] [--warmup N]\n"
-    "                             [--pjrt-plugin PATH] [--cpu-intra-op-threads N|auto] [--json]\n";
+    "                             [--pjrt-plugin PATH] [--cpu-intra-op-threads N|auto]\n"
+    "                             [--execution-wait await|callback] [--json]\n";
 
 static double now_us(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec * 1e6 + (double)ts.tv_nsec / 1e3;
+}
+
+static double thread_cpu_us(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec * 1e6 + (double)ts.tv_nsec / 1e3;
+}
+
+static double process_cpu_us(void)
+{
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    return (double)(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) * 1e6 +
+           (double)(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec);
 }
 
 static int cmp_double(const void *a, const void *b)
@@ -124,6 +147,7 @@ int main(int argc, char **argv)
                                          {"warmup", required_argument, NULL, 'w'},
                                          {"pjrt-plugin", required_argument, NULL, 'p'},
                                          {"cpu-intra-op-threads", required_argument, NULL, 't'},
+                                         {"execution-wait", required_argument, NULL, 'e'},
                                          {"json", no_argument, NULL, 'j'},
                                          {"help", no_argument, NULL, 'h'},
                                          {NULL, 0, NULL, 0}};
@@ -131,7 +155,8 @@ int main(int argc, char **argv)
     const char *plugin_path = NULL;
     int json = 0, opt, threads = 0; /* 0: auto */
     pjs_error err;
-    while ((opt = getopt_long(argc, argv, "b:n:w:p:t:jh", opts, NULL)) != -1) {
+    pjs_rt_wait_mode wait = PJS_RT_WAIT_AWAIT;
+    while ((opt = getopt_long(argc, argv, "b:n:w:p:t:e:jh", opts, NULL)) != -1) {
         switch (opt) {
         case 'b': batch = parse_positive("--batch-size", optarg); break;
         case 'n': iterations = parse_positive("--iterations", optarg); break;
@@ -139,6 +164,12 @@ int main(int argc, char **argv)
         case 'p': plugin_path = optarg; break;
         case 't':
             if (pjs_rt_cpu_threads_parse(optarg, &threads, &err) != 0) {
+                fprintf(stderr, "pjs_bench_raw_execute: %s\n", err.msg);
+                return 2;
+            }
+            break;
+        case 'e':
+            if (pjs_rt_wait_mode_parse(optarg, &wait, &err) != 0) {
                 fprintf(stderr, "pjs_bench_raw_execute: %s\n", err.msg);
                 return 2;
             }
@@ -153,6 +184,7 @@ int main(int argc, char **argv)
         return 2;
     }
     const char *dir = argv[optind];
+    pjs_rt_set_wait_mode(wait);
 
     pjs_bundle *b = NULL;
     pjs_rt_plugin *plugin = NULL;
@@ -229,7 +261,13 @@ int main(int argc, char **argv)
     }
     weights_uploaded = 1;
 
+    /* the calling thread's CPU time by phase, and the process's, summed over
+     * the timed iterations */
+    double cpu_upload = 0, cpu_launch = 0, cpu_wait = 0, cpu_read = 0, cpu_process = 0;
     for (long it = -warmup; it < iterations; it++) {
+        if (it == 0)
+            cpu_process = -process_cpu_us();
+        double c0 = thread_cpu_us();
         double t0 = now_us();
         size_t up = 0;
         for (; up < n_in; up++)
@@ -238,10 +276,11 @@ int main(int argc, char **argv)
                                         &args[n_w + up], &err) != 0)
                 break;
         double t1 = now_us();
-        uint64_t executed_ns = 0;
+        double c1 = thread_cpu_us();
+        pjs_rt_exec_times times = {.want_cpu = true};
         int ok = up == n_in && pjs_rt_execute_read(mod->exec, args, results, out_data, out_bytes,
-                                                   &executed_ns, &err) == 0;
-        double t2 = (double)executed_ns / 1e3;
+                                                   &times, &err) == 0;
+        double t2 = (double)times.executed_ns / 1e3;
         for (size_t i = 0; i < up; i++)
             pjs_rt_buffer_destroy(client, args[n_w + i]);
         for (size_t o = 0; ok && o < n_out; o++)
@@ -254,8 +293,14 @@ int main(int argc, char **argv)
         if (it >= 0) {
             total[it] = t3 - t0;
             exec[it] = t2 - t1;
+            cpu_upload += c1 - c0;
+            cpu_launch += (double)times.launch_cpu_ns / 1e3;
+            cpu_wait += (double)times.wait_cpu_ns / 1e3;
+            cpu_read += (double)times.read_cpu_ns / 1e3;
         }
     }
+    cpu_process += process_cpu_us();
+    double per = 1.0 / (double)iterations;
 
     summary st = summarize(total, iterations), se = summarize(exec, iterations);
     if (json) {
@@ -267,8 +312,13 @@ int main(int argc, char **argv)
                "\"min\": %.2f},\n",
                st.p50, st.p90, st.p99, st.mean, st.min);
         printf(" \"execute_us\": {\"p50\": %.2f, \"p90\": %.2f, \"p99\": %.2f, \"mean\": %.2f, "
-               "\"min\": %.2f}}\n",
+               "\"min\": %.2f},\n",
                se.p50, se.p90, se.p99, se.mean, se.min);
+        printf(" \"execution_wait\": \"%s\", \"thread_cpu_us\": {\"upload\": %.2f, "
+               "\"launch\": %.2f, \"wait\": %.2f, \"read\": %.2f}, "
+               "\"process_cpu_us\": %.2f}\n",
+               wait == PJS_RT_WAIT_CALLBACK ? "callback" : "await", cpu_upload * per,
+               cpu_launch * per, cpu_wait * per, cpu_read * per, cpu_process * per);
     } else {
         printf("bundle %s (model %s), batch size %ld, %ld iterations after %ld warm-up, "
                "platform %s (CPU plugin threads: %lld)\n",
@@ -279,6 +329,10 @@ int main(int argc, char **argv)
                st.p50, st.p90, st.p99, st.mean, st.min);
         printf("%-40s %9.2f %9.2f %9.2f %9.2f %9.2f\n", "execute only", se.p50, se.p90, se.p99,
                se.mean, se.min);
+        printf("CPU per round trip (us, mean): this thread uploading %.2f, launching %.2f, "
+               "waiting %.2f, reading back %.2f; the whole process %.2f\n",
+               cpu_upload * per, cpu_launch * per, cpu_wait * per, cpu_read * per,
+               cpu_process * per);
     }
     rc = 0;
 out:

@@ -52,7 +52,10 @@ typedef struct pjs_cli_runtime {
         {"no-cache", no_argument, NULL, 0x102},                                                    \
         {"pjrt-option", required_argument, NULL, 0x103},                                           \
         {"log-level", required_argument, NULL, 0x104},                                             \
-        {"cpu-intra-op-threads", required_argument, NULL, 0x105}
+        {"cpu-intra-op-threads", required_argument, NULL, 0x105},                                  \
+        {"device-schedule", required_argument, NULL, 0x106},                                       \
+        {"xla-flags", required_argument, NULL, 0x107},                                             \
+        {"execution-wait", required_argument, NULL, 0x108}
 
 #define PJS_CLI_COMMON_HELP                                                                        \
     "  --pjrt-plugin PATH     PJRT plugin .so (default: $PJSERVE_PJRT_PLUGIN, else the\n"          \
@@ -63,6 +66,12 @@ typedef struct pjs_cli_runtime {
     "  --cpu-intra-op-threads N|auto  threads of each XLA CPU plugin pool (intra-op\n"             \
     "                         and execution); auto (default): 1 when every model is\n"             \
     "                         small, else one per CPU (docs/runtime.md)\n"                         \
+    "  --device-schedule S    how a GPU plugin's CUDA context waits: auto (default:\n"            \
+    "                         CUDA decides), spin, yield or blocking_sync\n"                      \
+    "  --xla-flags FLAGS      XLA debug options for the plugin's compiler, as in\n"               \
+    "                         XLA_FLAGS (appended to it; part of the cache key)\n"                \
+    "  --execution-wait W     await (default): wait in PJRT_Event_Await; callback:\n"             \
+    "                         be woken by PJRT_Event_OnReady (docs/runtime.md)\n"                 \
     "  --cache-dir DIR        executable cache (default: $PJSERVE_CACHE_DIR, else\n"              \
     "                         $XDG_CACHE_HOME/pjserve or ~/.cache/pjserve)\n"                      \
     "  --no-cache             compile every module, read and write no cache\n"                     \

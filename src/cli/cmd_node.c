@@ -212,6 +212,9 @@ static const struct serve_flag {
     {"pjrt-option", required_argument, TO_WORKERS},
     {"log-level", required_argument, TO_WORKERS},
     {"cpu-intra-op-threads", required_argument, TO_WORKERS},
+    {"device-schedule", required_argument, TO_WORKERS},
+    {"xla-flags", required_argument, TO_WORKERS},
+    {"execution-wait", required_argument, TO_WORKERS},
 };
 #define N_SERVE_FLAGS (sizeof serve_flags / sizeof serve_flags[0])
 #define OPT_SERVE_BASE 0x1000
@@ -369,15 +372,20 @@ static int parse_args(int argc, char **argv, node_args *a)
             return pjs_cli_usage_error("node", "at most %d serve flags", MAX_GIVEN);
         a->given[a->n_given++] = (given_flag){sf, optarg};
         /* The common flags are checked here too: the node's own log level,
-         * and the plugin flags it opens the plugin with. */
-        for (int c = 0x100; c <= 0x105; c++) {
-            static const char *const names[] = {"pjrt-plugin", "cache-dir", "no-cache",
-                                                "pjrt-option", "log-level",
-                                                "cpu-intra-op-threads"};
-            if (strcmp(sf->name, names[c - 0x100]) == 0 &&
-                pjs_cli_common_option(&a->common, c, optarg) < 0)
+         * and the plugin flags it opens the plugin with. --xla-flags is the
+         * workers' alone: applied here, it would reach them twice (once
+         * through the environment they inherit). */
+        static const struct {
+            const char *name;
+            int code; /* pjs_cli_common_option's */
+        } common[] = {{"pjrt-plugin", 0x100},     {"cache-dir", 0x101},
+                      {"no-cache", 0x102},        {"pjrt-option", 0x103},
+                      {"log-level", 0x104},       {"cpu-intra-op-threads", 0x105},
+                      {"device-schedule", 0x106}, {"execution-wait", 0x108}};
+        for (size_t c = 0; c < sizeof common / sizeof *common; c++)
+            if (strcmp(sf->name, common[c].name) == 0 &&
+                pjs_cli_common_option(&a->common, common[c].code, optarg) < 0)
                 return PJS_EXIT_USAGE;
-        }
     }
     if (optind < argc)
         return pjs_cli_usage_error("node", "unexpected argument '%s'", argv[optind]);

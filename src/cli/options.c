@@ -80,6 +80,29 @@ int pjs_cli_common_option(pjs_cli_common *o, int opt, const char *arg)
             return -1;
         }
         return 1;
+    /* The next three take effect at once: options are parsed before any
+     * plugin is loaded, and the plugin reads them when it starts. */
+    case 0x106:
+        if (pjs_rt_set_device_schedule(arg, &err) != 0) {
+            fprintf(stderr, "pjserve: %s\n", err.msg);
+            return -1;
+        }
+        return 1;
+    case 0x107:
+        if (pjs_rt_add_xla_flags(arg, &err) != 0) {
+            fprintf(stderr, "pjserve: %s\n", err.msg);
+            return -1;
+        }
+        return 1;
+    case 0x108: {
+        pjs_rt_wait_mode mode;
+        if (pjs_rt_wait_mode_parse(arg, &mode, &err) != 0) {
+            fprintf(stderr, "pjserve: %s\n", err.msg);
+            return -1;
+        }
+        pjs_rt_set_wait_mode(mode);
+        return 1;
+    }
     }
     return 0;
 }

@@ -12,6 +12,7 @@
 #include "runtime/runtime.h"
 
 #include <dlfcn.h>
+#include <errno.h>
 #include <glob.h>
 #include <limits.h>
 #include <pthread.h>
@@ -178,15 +179,120 @@ static void destroy_event(const struct pjrt_api *api, pjrt_event *ev)
         take_error(api, e, "destroying an event", NULL);
 }
 
+/* How threads wait for events (pjs_rt_set_wait_mode): process-wide, read
+ * at each wait. */
+static _Atomic int wait_mode = PJS_RT_WAIT_AWAIT;
+
+/* One wait by callback: the plugin's thread (or the caller's, when the event
+ * is already ready) hands the event's error over and wakes the waiter. */
+struct callback_wait {
+    pthread_mutex_t lock;
+    pthread_cond_t ready;
+    bool done;
+    pjrt_error *error;
+};
+
+static void wake_waiter(pjrt_error *error, void *arg)
+{
+    struct callback_wait *w = arg;
+    pthread_mutex_lock(&w->lock);
+    w->error = error;
+    w->done = true;
+    pthread_cond_signal(&w->ready);
+    pthread_mutex_unlock(&w->lock);
+}
+
+/* PJRT_Event_OnReady, then sleep on our own condition variable: the plugin
+ * wakes exactly this thread, with no wait inside the plugin. */
+static int wait_by_callback(const struct pjrt_api *api, pjrt_event *ev, const char *what,
+                            pjs_error *err)
+{
+    struct callback_wait w = {.done = false, .error = NULL};
+    pthread_mutex_init(&w.lock, NULL);
+    pthread_cond_init(&w.ready, NULL);
+    struct pjrt_event_on_ready_args a = {
+        .struct_size = sizeof a, .event = ev, .callback = wake_waiter, .user_arg = &w};
+    int rc = CALL(api, event_on_ready, &a, what, err);
+    if (rc == 0) {
+        pthread_mutex_lock(&w.lock);
+        while (!w.done)
+            pthread_cond_wait(&w.ready, &w.lock);
+        pthread_mutex_unlock(&w.lock);
+        if (w.error != NULL)
+            rc = take_error(api, w.error, what, err);
+    }
+    pthread_cond_destroy(&w.ready);
+    pthread_mutex_destroy(&w.lock);
+    return rc;
+}
+
 /* Waits for and destroys an event. */
 static int await_event(const struct pjrt_api *api, pjrt_event *ev, const char *what, pjs_error *err)
 {
     if (ev == NULL)
         return 0;
-    struct pjrt_event_await_args a = {.struct_size = sizeof a, .event = ev};
-    int rc = CALL(api, event_await, &a, what, err);
+    int rc;
+    if (atomic_load_explicit(&wait_mode, memory_order_relaxed) == PJS_RT_WAIT_CALLBACK &&
+        HAS_SLOT(api, event_on_ready)) {
+        rc = wait_by_callback(api, ev, what, err);
+    } else {
+        struct pjrt_event_await_args a = {.struct_size = sizeof a, .event = ev};
+        rc = CALL(api, event_await, &a, what, err);
+    }
     destroy_event(api, ev);
     return rc;
+}
+
+int pjs_rt_wait_mode_parse(const char *s, pjs_rt_wait_mode *out, pjs_error *err)
+{
+    if (strcmp(s, "await") == 0)
+        *out = PJS_RT_WAIT_AWAIT;
+    else if (strcmp(s, "callback") == 0)
+        *out = PJS_RT_WAIT_CALLBACK;
+    else
+        return pjs_error_set(err, PJS_ERR_INVALID_ARGUMENT,
+                             "--execution-wait %s: expected await or callback", s);
+    return 0;
+}
+
+void pjs_rt_set_wait_mode(pjs_rt_wait_mode mode)
+{
+    atomic_store_explicit(&wait_mode, (int)mode, memory_order_relaxed);
+}
+
+int pjs_rt_set_device_schedule(const char *schedule, pjs_error *err)
+{
+    static const char *const known[] = {"auto", "spin", "yield", "blocking_sync"};
+    size_t i = 0;
+    while (i < sizeof known / sizeof *known && strcmp(schedule, known[i]) != 0)
+        i++;
+    if (i == sizeof known / sizeof *known)
+        return pjs_error_set(err, PJS_ERR_INVALID_ARGUMENT,
+                             "--device-schedule %s: expected auto, spin, yield or blocking_sync",
+                             schedule);
+    int rc = i == 0 ? unsetenv(PJS_RT_DEVICE_SCHEDULE_ENV)
+                    : setenv(PJS_RT_DEVICE_SCHEDULE_ENV, schedule, 1);
+    if (rc != 0)
+        return pjs_error_set(err, PJS_ERR_IO, "setting %s: %s", PJS_RT_DEVICE_SCHEDULE_ENV,
+                             strerror(errno));
+    return 0;
+}
+
+int pjs_rt_add_xla_flags(const char *flags, pjs_error *err)
+{
+    if (strchr(flags, '\n') != NULL)
+        return pjs_error_set(err, PJS_ERR_INVALID_ARGUMENT, "--xla-flags: no line breaks");
+    const char *now = getenv("XLA_FLAGS");
+    size_t n = (now ? strlen(now) + 1 : 0) + strlen(flags) + 1;
+    char *joined = malloc(n);
+    if (joined == NULL)
+        return pjs_error_set(err, PJS_ERR_NOMEM, "--xla-flags: out of memory");
+    snprintf(joined, n, "%s%s%s", now ? now : "", now ? " " : "", flags);
+    int rc = setenv("XLA_FLAGS", joined, 1);
+    free(joined);
+    if (rc != 0)
+        return pjs_error_set(err, PJS_ERR_IO, "setting XLA_FLAGS: %s", strerror(errno));
+    return 0;
 }
 
 static uint64_t monotonic_ns(void)
@@ -895,6 +1001,10 @@ static void cache_key(pjs_rt_client *c, const void *module, size_t module_size,
     pjs_exec_cache_key_add(b, c->platform, strlen(c->platform));
     pjs_exec_cache_key_add(b, c->platform_version, strlen(c->platform_version));
     pjs_exec_cache_key_add(b, c->plugin->identity, strlen(c->plugin->identity));
+    /* the plugin fills the compile options' unset debug options from it */
+    const char *xla_flags = getenv("XLA_FLAGS");
+    if (xla_flags != NULL)
+        pjs_exec_cache_key_add(b, xla_flags, strlen(xla_flags));
     if (c->cpu_threads > 0) {
         /* The CPU compiler partitions loops into as many tasks as the pools
          * have threads. */
@@ -1426,10 +1536,19 @@ int pjs_rt_execute(pjs_rt_executable *e, pjrt_buffer *const *args, pjrt_buffer *
     return pjs_rt_execute_read(e, args, outputs, NULL, NULL, NULL, err);
 }
 
+static uint64_t thread_cpu_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
 int pjs_rt_execute_read(pjs_rt_executable *e, pjrt_buffer *const *args, pjrt_buffer **outputs,
-                        void *const *dst, const size_t *dst_size, uint64_t *executed_ns,
+                        void *const *dst, const size_t *dst_size, pjs_rt_exec_times *times,
                         pjs_error *err)
 {
+    bool cpu = times != NULL && times->want_cpu;
+    uint64_t cpu_start = cpu ? thread_cpu_ns() : 0;
     const struct pjrt_api *api = e->client->plugin->api;
     struct pjrt_execute_options opts = {.struct_size = sizeof opts};
     pjrt_buffer *const *arg_lists[1] = {args};
@@ -1451,6 +1570,7 @@ int pjs_rt_execute_read(pjs_rt_executable *e, pjrt_buffer *const *args, pjrt_buf
         destroy_event(api, done);
         done = NULL;
     }
+    uint64_t cpu_launched = cpu ? thread_cpu_ns() : 0;
     /* A device plugin queues each copy behind the execution on its stream, so
      * starting the reads before waiting saves a round trip to the device per
      * output. The CPU plugin copies a ready buffer inline but hands a pending
@@ -1481,8 +1601,9 @@ int pjs_rt_execute_read(pjs_rt_executable *e, pjrt_buffer *const *args, pjrt_buf
     uint64_t end = monotonic_ns();
     if (rc == 0)
         note_execution_time(e, end - start);
-    if (executed_ns != NULL)
-        *executed_ns = end;
+    uint64_t cpu_executed = cpu ? thread_cpu_ns() : 0;
+    if (times != NULL)
+        times->executed_ns = end;
     for (size_t o = 0; o < started; o++) {
         waited = await_event(api, reads[o], "copying from the device", rc == 0 ? err : NULL);
         rc = rc != 0 ? rc : waited;
@@ -1495,6 +1616,11 @@ int pjs_rt_execute_read(pjs_rt_executable *e, pjrt_buffer *const *args, pjrt_buf
             pjs_rt_buffer_destroy(e->client, outputs[i]);
             outputs[i] = NULL;
         }
+    }
+    if (cpu) {
+        times->launch_cpu_ns = cpu_launched - cpu_start;
+        times->wait_cpu_ns = cpu_executed - cpu_launched;
+        times->read_cpu_ns = thread_cpu_ns() - cpu_executed;
     }
     return rc;
 }

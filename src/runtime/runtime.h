@@ -192,15 +192,46 @@ int pjs_rt_execute(pjs_rt_executable *e, pjrt_buffer *const *args, pjrt_buffer *
  * executable with more reads them after the execution. */
 #define PJS_RT_MAX_READS_AHEAD 64
 
+/* What pjs_rt_execute_read tells of one execution. */
+typedef struct pjs_rt_exec_times {
+    uint64_t executed_ns; /* CLOCK_MONOTONIC when the execution was seen done */
+    /* With want_cpu set by the caller: the calling thread's CPU time in the
+     * execute call (launching), in waiting for it, and in reading the
+     * outputs back (benchmarks; two clock reads more per phase). */
+    bool want_cpu;
+    uint64_t launch_cpu_ns, wait_cpu_ns, read_cpu_ns;
+} pjs_rt_exec_times;
+
 /* pjs_rt_execute, then output o copied into dst[o] (dst_size[o] bytes, its
  * exact size) where dst[o] is not NULL; dst may be NULL (no copies). On a
  * device plugin the copies are queued behind the execution before waiting
- * for it, so one wait covers both. *executed_ns (if not NULL) is the
- * CLOCK_MONOTONIC time the execution was seen done. On error every output
+ * for it, so one wait covers both. times may be NULL. On error every output
  * buffer is destroyed and nothing more is written into dst. */
 int pjs_rt_execute_read(pjs_rt_executable *e, pjrt_buffer *const *args, pjrt_buffer **outputs,
-                        void *const *dst, const size_t *dst_size, uint64_t *executed_ns,
+                        void *const *dst, const size_t *dst_size, pjs_rt_exec_times *times,
                         pjs_error *err);
+
+/* How a thread waits for an execution, an upload or a copy back:
+ *   AWAIT     blocks in PJRT_Event_Await (the plugin's own wait)
+ *   CALLBACK  registers PJRT_Event_OnReady and sleeps on pjserve's own
+ *             condition variable, which the plugin's thread signals
+ * Process-wide (--execution-wait); a plugin without OnReady is awaited. */
+typedef enum { PJS_RT_WAIT_AWAIT = 0, PJS_RT_WAIT_CALLBACK } pjs_rt_wait_mode;
+int pjs_rt_wait_mode_parse(const char *s, pjs_rt_wait_mode *out, pjs_error *err);
+void pjs_rt_set_wait_mode(pjs_rt_wait_mode mode);
+
+/* The CUDA context schedule of XLA's GPU plugins, read from this variable
+ * when the plugin creates its first client: spin, yield or blocking_sync;
+ * unset (auto) lets CUDA choose (it spins while a process has fewer active
+ * contexts than CPUs). */
+#define PJS_RT_DEVICE_SCHEDULE_ENV "TF_CUDA_PLATFORM_GPU_DEVICE_SCHEDULE"
+/* --device-schedule: auto | spin | yield | blocking_sync. Call before the
+ * first client is created. */
+int pjs_rt_set_device_schedule(const char *schedule, pjs_error *err);
+/* --xla-flags: appends to XLA_FLAGS, which XLA's plugins parse for every
+ * debug option the compile options leave unset. Part of every executable
+ * cache key (as any XLA_FLAGS is). Call before the first client is created. */
+int pjs_rt_add_xla_flags(const char *flags, pjs_error *err);
 /* Whether pjs_rt_execute_read starts the copies before the execution is done:
  * by default on every plugin but the CPU one (see runtime.c); changed for a
  * client (tests run the device plugins' order on the CPU plugin). */

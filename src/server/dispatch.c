@@ -219,8 +219,10 @@ static int device_execute(owner_scratch *sc, pjs_model *m, size_t variant, size_
         size_t rb = pjs_tensor_spec_row_bytes(s);
         sc->result_bytes[o] = s->batched ? rb * (size_t)mod->batch_size : rb;
     }
-    if ((rc = pjs_rt_execute_read(mod->exec, args, results, outputs, sc->result_bytes,
-                                  &t->infer_done, err)) != 0) {
+    pjs_rt_exec_times times = {.want_cpu = false};
+    rc = pjs_rt_execute_read(mod->exec, args, results, outputs, sc->result_bytes, &times, err);
+    t->infer_done = times.executed_ns;
+    if (rc != 0) {
         pjs_error_prefix(err, "model %s: ", m->name);
         goto out;
     }

@@ -3,9 +3,11 @@
  *
  * Loads the xla-cpu-pjrt plugin from the project's .venv, compiles small
  * StableHLO text modules, checks the signature read back from the compiler,
- * runs them and compares values; and checks that plugin, compile and
- * transfer errors come back as pjs_errors carrying the plugin's message.
+ * runs them and compares values, with either way of waiting for events
+ * (Await, OnReady callbacks); and checks that plugin, compile and transfer
+ * errors come back as pjs_errors carrying the plugin's message.
  */
+#include <pthread.h>
 #include <setjmp.h>
 #include <stdatomic.h>
 #include <stdarg.h>
@@ -17,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "runtime/exec_cache.h"
 #include "runtime/runtime.h"
 
 /* w (2x3 f32, a weight) + x (2x3 f32); also returns the i32 scalar 7 and a
@@ -206,8 +209,11 @@ static void test_execute_read_in_both_orders(void **state)
     pjs_error err;
     assert_int_equal(pjs_rt_compile(client, add_module, strlen(add_module), NULL, "add", &e, &err), 0);
     float w[6] = {1, 2, 3, 4, 5, 6}, x[6] = {0.5f, -1, 10, 20, 30, 1e6f};
-    for (int ahead = 0; ahead < 2; ahead++) {
+    for (int round = 0; round < 4; round++) {
+        int ahead = round % 2;
         pjs_rt_client_set_read_ahead(client, ahead);
+        /* both ways of waiting: the plugin's Await and its OnReady callback */
+        pjs_rt_set_wait_mode(round < 2 ? PJS_RT_WAIT_AWAIT : PJS_RT_WAIT_CALLBACK);
         pjrt_buffer *args[2], *out[3];
         assert_int_equal(pjs_rt_buffer_from_host(client, PJS_DTYPE_F32, &e->params[0].shape, &e->params[0], w, &args[0], &err), 0);
         assert_int_equal(pjs_rt_buffer_from_host(client, PJS_DTYPE_F32, &e->params[1].shape, &e->params[1], x, &args[1], &err), 0);
@@ -215,9 +221,11 @@ static void test_execute_read_in_both_orders(void **state)
         uint16_t xb[6] = {0};
         void *dst[3] = {sum, NULL, xb};
         size_t sizes[3] = {sizeof sum, sizeof(int32_t), sizeof xb};
-        uint64_t executed = 0;
-        assert_int_equal(pjs_rt_execute_read(e, args, out, dst, sizes, &executed, &err), 0);
-        assert_true(executed > 0);
+        pjs_rt_exec_times times = {.want_cpu = true};
+        assert_int_equal(pjs_rt_execute_read(e, args, out, dst, sizes, &times, &err), 0);
+        assert_true(times.executed_ns > 0);
+        /* launching an execution takes some of this thread's CPU time */
+        assert_true(times.launch_cpu_ns > 0);
         /* the CPU plugin's dense outputs are copied from the buffers' memory */
         assert_int_equal(pjs_rt_executable_read_path(e), PJS_RT_READ_IN_PLACE);
         /* the execution's time is kept for the next waits */
@@ -237,6 +245,7 @@ static void test_execute_read_in_both_orders(void **state)
             pjs_rt_buffer_destroy(client, args[i]);
     }
     pjs_rt_client_set_read_ahead(client, false);
+    pjs_rt_set_wait_mode(PJS_RT_WAIT_AWAIT);
     pjs_rt_executable_destroy(e);
 }
 
@@ -321,8 +330,11 @@ static void test_results_in_other_layouts_come_back_row_major(void **state)
     pjrt_buffer *args[2];
     assert_int_equal(pjs_rt_buffer_from_host(client, PJS_DTYPE_F32, &e->params[0].shape, &e->params[0], x, &args[0], &err), 0);
     assert_int_equal(pjs_rt_buffer_from_host(client, PJS_DTYPE_I32, &e->params[1].shape, &e->params[1], y, &args[1], &err), 0);
-    for (int ahead = 0; ahead < 2; ahead++) {
+    for (int round = 0; round < 4; round++) {
+        int ahead = round % 2;
         pjs_rt_client_set_read_ahead(client, ahead);
+        /* both ways of waiting: the plugin's Await and its OnReady callback */
+        pjs_rt_set_wait_mode(round < 2 ? PJS_RT_WAIT_AWAIT : PJS_RT_WAIT_CALLBACK);
         float a[6] = {0}, b[6] = {0};
         int32_t c[24] = {0};
         void *dst[3] = {a, b, c};
@@ -401,6 +413,152 @@ static void test_compile_error_carries_plugin_message(void **state)
     assert_true(strlen(strstr(err.msg, "):")) > 4);
 }
 
+/* Waiting by callback from several threads at once: each gets its own
+ * execution's answer, many times over. */
+struct callback_worker {
+    pjs_rt_executable *e;
+    int seed;
+    int failures;
+};
+
+static void *run_callback_worker(void *arg)
+{
+    struct callback_worker *wk = arg;
+    pjs_error err;
+    for (int it = 0; it < 300; it++) {
+        float w[6], x[6], sum[6] = {0};
+        for (int i = 0; i < 6; i++) {
+            w[i] = (float)(wk->seed * 1000 + it);
+            x[i] = (float)i;
+        }
+        pjrt_buffer *args[2], *out[3];
+        if (pjs_rt_buffer_from_host(client, PJS_DTYPE_F32, &wk->e->params[0].shape,
+                                    &wk->e->params[0], w, &args[0], &err) != 0 ||
+            pjs_rt_buffer_from_host(client, PJS_DTYPE_F32, &wk->e->params[1].shape,
+                                    &wk->e->params[1], x, &args[1], &err) != 0) {
+            wk->failures++;
+            return NULL;
+        }
+        void *dst[3] = {sum, NULL, NULL};
+        size_t sizes[3] = {sizeof sum, 0, 0};
+        if (pjs_rt_execute_read(wk->e, args, out, dst, sizes, NULL, &err) != 0)
+            wk->failures++;
+        else
+            for (int i = 0; i < 3; i++)
+                pjs_rt_buffer_destroy(client, out[i]);
+        for (int i = 0; i < 6; i++)
+            wk->failures += sum[i] != w[i] + x[i];
+        for (int i = 0; i < 2; i++)
+            pjs_rt_buffer_destroy(client, args[i]);
+    }
+    return NULL;
+}
+
+static void test_callback_waits_under_concurrency(void **state)
+{
+    (void)state;
+    pjs_rt_executable *e;
+    pjs_error err;
+    assert_int_equal(pjs_rt_compile(client, add_module, strlen(add_module), NULL, "add", &e, &err), 0);
+    pjs_rt_set_wait_mode(PJS_RT_WAIT_CALLBACK);
+    for (int ahead = 0; ahead < 2; ahead++) {
+        pjs_rt_client_set_read_ahead(client, ahead);
+        struct callback_worker wk[4];
+        pthread_t t[4];
+        for (int i = 0; i < 4; i++) {
+            wk[i] = (struct callback_worker){.e = e, .seed = i + 1};
+            assert_int_equal(pthread_create(&t[i], NULL, run_callback_worker, &wk[i]), 0);
+        }
+        for (int i = 0; i < 4; i++) {
+            pthread_join(t[i], NULL);
+            assert_int_equal(wk[i].failures, 0);
+        }
+    }
+    pjs_rt_client_set_read_ahead(client, false);
+    pjs_rt_set_wait_mode(PJS_RT_WAIT_AWAIT);
+    pjs_rt_executable_destroy(e);
+}
+
+/* A failed execution's error reaches the caller through the callback too. */
+static void test_callback_wait_reports_errors(void **state)
+{
+    (void)state;
+    pjs_rt_executable *e;
+    pjs_error err;
+    assert_int_equal(pjs_rt_compile(client, neg_module, strlen(neg_module), NULL, "neg", &e, &err), 0);
+    pjs_rt_set_wait_mode(PJS_RT_WAIT_CALLBACK);
+    int64_t v[5] = {1, 2, 3, 4, 5};
+    pjs_shape wrong = {.rank = 1, .dims = {5}};
+    pjrt_buffer *arg, *out[1];
+    assert_int_equal(pjs_rt_buffer_from_host(client, PJS_DTYPE_I64, &wrong, NULL, v, &arg, &err), 0);
+    assert_true(pjs_rt_execute(e, &arg, out, &err) < 0);
+    assert_non_null(strstr(err.msg, "executing failed"));
+    assert_null(out[0]);
+    pjs_rt_buffer_destroy(client, arg);
+    pjs_rt_set_wait_mode(PJS_RT_WAIT_AWAIT);
+    pjs_rt_executable_destroy(e);
+}
+
+static void test_wait_and_schedule_settings(void **state)
+{
+    (void)state;
+    pjs_error err;
+    pjs_rt_wait_mode m;
+    assert_int_equal(pjs_rt_wait_mode_parse("callback", &m, &err), 0);
+    assert_int_equal(m, PJS_RT_WAIT_CALLBACK);
+    assert_int_equal(pjs_rt_wait_mode_parse("await", &m, &err), 0);
+    assert_int_equal(m, PJS_RT_WAIT_AWAIT);
+    assert_int_equal(pjs_rt_wait_mode_parse("poll", &m, &err), PJS_ERR_INVALID_ARGUMENT);
+    assert_non_null(strstr(err.msg, "await or callback"));
+
+    assert_int_equal(pjs_rt_set_device_schedule("blocking_sync", &err), 0);
+    assert_string_equal(getenv(PJS_RT_DEVICE_SCHEDULE_ENV), "blocking_sync");
+    assert_int_equal(pjs_rt_set_device_schedule("auto", &err), 0);
+    assert_null(getenv(PJS_RT_DEVICE_SCHEDULE_ENV));
+    assert_int_equal(pjs_rt_set_device_schedule("busy", &err), PJS_ERR_INVALID_ARGUMENT);
+    assert_non_null(strstr(err.msg, "blocking_sync"));
+}
+
+/* XLA_FLAGS shapes what the plugin compiles: an executable cached under one
+ * value is not taken under another, and is again under the first. */
+static void test_xla_flags_are_part_of_the_cache_key(void **state)
+{
+    (void)state;
+    char dir[] = "/tmp/pjs-test-runtime-cache-XXXXXX";
+    assert_non_null(mkdtemp(dir));
+    pjs_exec_cache *cache;
+    pjs_error err;
+    assert_int_equal(pjs_exec_cache_open(dir, &cache, &err), 0);
+    const char *before = getenv("XLA_FLAGS");
+    char *saved = before ? strdup(before) : NULL;
+    unsetenv("XLA_FLAGS");
+    bool from_cache[4];
+    for (int i = 0; i < 4; i++) {
+        if (i == 2)
+            assert_int_equal(pjs_rt_add_xla_flags("--xla_cpu_enable_fast_math=false", &err), 0);
+        if (i == 3)
+            unsetenv("XLA_FLAGS");
+        pjs_rt_executable *e;
+        assert_int_equal(pjs_rt_compile(client, neg_module, strlen(neg_module), cache, "neg", &e,
+                                        &err), 0);
+        from_cache[i] = e->from_cache;
+        pjs_rt_executable_destroy(e);
+    }
+    assert_false(from_cache[0]); /* compiled, stored */
+    assert_true(from_cache[1]);  /* the same flags: taken */
+    assert_false(from_cache[2]); /* other flags: compiled again */
+    assert_true(from_cache[3]);  /* the first flags again */
+    assert_int_equal(pjs_rt_add_xla_flags("--a\n--b", &err), PJS_ERR_INVALID_ARGUMENT);
+    if (saved != NULL) {
+        setenv("XLA_FLAGS", saved, 1);
+        free(saved);
+    }
+    pjs_exec_cache_close(cache);
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+    assert_int_equal(system(cmd), 0);
+}
+
 static void test_option_parse(void **state)
 {
     (void)state;
@@ -439,6 +597,10 @@ int main(void)
         cmocka_unit_test(test_upload_either_side_of_the_staging_limit),
         cmocka_unit_test(test_compile_error_carries_plugin_message),
         cmocka_unit_test(test_option_parse),
+        cmocka_unit_test(test_callback_waits_under_concurrency),
+        cmocka_unit_test(test_callback_wait_reports_errors),
+        cmocka_unit_test(test_wait_and_schedule_settings),
+        cmocka_unit_test(test_xla_flags_are_part_of_the_cache_key),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
