@@ -1316,7 +1316,7 @@ int pjs_rt_host_alloc(pjs_rt_client *c, size_t size, pjs_rt_host_memory *out, pj
     void *data = mmap(NULL, rounded, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (data == MAP_FAILED)
         return pjs_error_set(err, PJS_ERR_NOMEM,
-                             "out of memory for %zu bytes of host weights", rounded);
+                             "out of memory for %zu bytes of host memory", rounded);
     bool pinned = false;
     if (atomic_load(&c->host_memory) != HOST_PAGEABLE) {
         pjs_error why;

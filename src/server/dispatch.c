@@ -80,7 +80,18 @@ typedef struct owner_scratch {
     size_t reqs_cap;
     int64_t *first_row;       /* where each one's rows start */
     size_t rows_cap;
+    /* Input i of an execution is assembled in staging[i], kept from one
+     * execution to the next (device_execute's uploads are done when it
+     * returns). Where the client's host memory is DMA-mapped (a GPU) the
+     * device copies from it directly, so a large input of a lone request is
+     * copied there too: that beats the plugin's own staging of pageable
+     * memory (docs/runtime.md, "Input staging"). */
+    pjs_rt_host_memory staging[PJS_INFER_MAX_TENSORS];
+    pjs_rt_client *staging_client; /* what staging was allocated with */
 } owner_scratch;
+
+/* Inputs larger than this are gathered in memory of their own, not kept. */
+#define STAGING_MAX_BYTES (256u << 20)
 
 /* The weight copy that may run beside executions (see top). */
 typedef struct transfer {
@@ -268,27 +279,66 @@ static bool batch_is_one_request(const batch *bt)
     return bt->n == 1 && bt->reqs[0]->batch == bt->batch_size;
 }
 
-/* Host inputs at the compiled size: a request's own buffer when it fills the
- * batch alone, else rows gathered into a zero-padded buffer (owned[i]). */
-static int gather_inputs(const batch *bt, const void **inputs, void **owned, pjs_error *err)
+/* staging[i] of at least `bytes`, or NULL: too large to keep, or no memory
+ * (the caller then does without). With pinned_only, only DMA-mapped memory
+ * will do. */
+static void *staging_for(owner_scratch *sc, pjs_rt_client *client, size_t i, size_t bytes,
+                         bool pinned_only)
 {
-    const pjs_manifest *man = pjs_model_manifest(bt->model);
+    pjs_rt_host_memory *h = &sc->staging[i];
+    if (bytes == 0 || bytes > STAGING_MAX_BYTES)
+        return NULL;
+    if (h->size < bytes) {
+        pjs_rt_host_free(client, h);
+        /* room to grow: mapping memory for the device costs more than
+         * the memory */
+        size_t want = bytes < STAGING_MAX_BYTES / 2 ? 2 * bytes : STAGING_MAX_BYTES;
+        pjs_error err;
+        if (pjs_rt_host_alloc(client, want, h, &err) != 0)
+            return NULL;
+        sc->staging_client = client;
+    }
+    return pinned_only && !h->pinned ? NULL : h->data;
+}
+
+/* Host inputs at the compiled size. A lone request's own buffer when it
+ * fills the batch (copied to DMA-mapped staging first when large), else rows
+ * gathered into staging[i] (owned[i] when that cannot be had), zero-padded. */
+static int gather_inputs(owner_scratch *sc, const batch *bt, const void **inputs, void **owned,
+                         pjs_error *err)
+{
+    pjs_model *m = bt->model;
+    const pjs_manifest *man = pjs_model_manifest(m);
     const pjs_variant *var = &man->variants[bt->variant];
     for (size_t i = 0; i < man->n_inputs; i++) {
         const pjs_tensor_spec *s = &var->inputs[i];
+        size_t rb = pjs_tensor_spec_row_bytes(s);
         if (!s->batched || batch_is_one_request(bt)) {
+            size_t bytes = s->batched ? rb * (size_t)bt->batch_size : rb;
+            void *pinned = bytes > PJS_RT_STAGED_UPLOAD_MAX
+                               ? staging_for(sc, m->client, i, bytes, true)
+                               : NULL;
             inputs[i] = bt->reqs[0]->inputs[i].data;
+            if (pinned != NULL) {
+                memcpy(pinned, inputs[i], bytes);
+                inputs[i] = pinned;
+            }
             continue;
         }
-        size_t rb = pjs_tensor_spec_row_bytes(s);
-        owned[i] = calloc((size_t)bt->batch_size, rb ? rb : 1);
-        if (owned[i] == NULL)
-            return pjs_error_set(err, PJS_ERR_NOMEM, "out of memory gathering input \"%s\"",
-                                 s->name);
+        size_t bytes = (size_t)bt->batch_size * rb;
+        char *dst = staging_for(sc, m->client, i, bytes, false);
+        if (dst != NULL) {
+            memset(dst + (size_t)bt->rows * rb, 0, (size_t)(bt->batch_size - bt->rows) * rb);
+        } else {
+            dst = owned[i] = calloc((size_t)bt->batch_size, rb ? rb : 1);
+            if (dst == NULL)
+                return pjs_error_set(err, PJS_ERR_NOMEM, "out of memory gathering input \"%s\"",
+                                     s->name);
+        }
         for (size_t j = 0; j < bt->n; j++)
-            memcpy((char *)owned[i] + (size_t)bt->first_row[j] * rb, bt->reqs[j]->inputs[i].data,
+            memcpy(dst + (size_t)bt->first_row[j] * rb, bt->reqs[j]->inputs[i].data,
                    (size_t)bt->reqs[j]->batch * rb);
-        inputs[i] = owned[i];
+        inputs[i] = dst;
     }
     return 0;
 }
@@ -379,7 +429,7 @@ static void run_batch(owner_scratch *sc, const batch *bt, uint64_t start, exec_t
     pjs_error err;
     pjs_error_clear(&err);
     memset(t, 0, sizeof *t);
-    int rc = gather_inputs(bt, inputs, owned, &err);
+    int rc = gather_inputs(sc, bt, inputs, owned, &err);
     if (rc == 0)
         rc = prepare_outputs(bt, &err);
     if (rc == 0)
@@ -1293,6 +1343,8 @@ void pjs_dispatcher_destroy(pjs_dispatcher *d)
     free(d->scratch.result_bytes);
     free(d->scratch.reqs);
     free(d->scratch.first_row);
+    for (size_t i = 0; i < PJS_INFER_MAX_TENSORS; i++)
+        pjs_rt_host_free(d->scratch.staging_client, &d->scratch.staging[i]);
     pthread_cond_destroy(&d->task_done);
     pthread_cond_destroy(&d->idle);
     pthread_cond_destroy(&d->work);
