@@ -80,12 +80,11 @@ typedef struct owner_scratch {
     size_t reqs_cap;
     int64_t *first_row;       /* where each one's rows start */
     size_t rows_cap;
-    /* Input i of an execution is assembled in staging[i], kept from one
+    /* A coalesced batch's input i is gathered in staging[i], kept from one
      * execution to the next (device_execute's uploads are done when it
      * returns). Where the client's host memory is DMA-mapped (a GPU) the
-     * device copies from it directly, so a large input of a lone request is
-     * copied there too: that beats the plugin's own staging of pageable
-     * memory (docs/runtime.md, "Input staging"). */
+     * device copies a large batch from it directly, without the plugin's
+     * own staging of pageable memory (docs/runtime.md, "Input staging"). */
     pjs_rt_host_memory staging[PJS_INFER_MAX_TENSORS];
     pjs_rt_client *staging_client; /* what staging was allocated with */
 } owner_scratch;
@@ -280,10 +279,8 @@ static bool batch_is_one_request(const batch *bt)
 }
 
 /* staging[i] of at least `bytes`, or NULL: too large to keep, or no memory
- * (the caller then does without). With pinned_only, only DMA-mapped memory
- * will do. */
-static void *staging_for(owner_scratch *sc, pjs_rt_client *client, size_t i, size_t bytes,
-                         bool pinned_only)
+ * (the caller then does without). */
+static void *staging_for(owner_scratch *sc, pjs_rt_client *client, size_t i, size_t bytes)
 {
     pjs_rt_host_memory *h = &sc->staging[i];
     if (bytes == 0 || bytes > STAGING_MAX_BYTES)
@@ -298,12 +295,13 @@ static void *staging_for(owner_scratch *sc, pjs_rt_client *client, size_t i, siz
             return NULL;
         sc->staging_client = client;
     }
-    return pinned_only && !h->pinned ? NULL : h->data;
+    return h->data;
 }
 
-/* Host inputs at the compiled size. A lone request's own buffer when it
- * fills the batch (copied to DMA-mapped staging first when large), else rows
- * gathered into staging[i] (owned[i] when that cannot be had), zero-padded. */
+/* Host inputs at the compiled size: a request's own buffer when it fills the
+ * batch alone (copying it to DMA-mapped memory first made a lone ResNet-50
+ * image slower on a GPU: docs/runtime.md), else rows gathered into
+ * staging[i] (owned[i] when that cannot be had), zero-padded. */
 static int gather_inputs(owner_scratch *sc, const batch *bt, const void **inputs, void **owned,
                          pjs_error *err)
 {
@@ -312,21 +310,13 @@ static int gather_inputs(owner_scratch *sc, const batch *bt, const void **inputs
     const pjs_variant *var = &man->variants[bt->variant];
     for (size_t i = 0; i < man->n_inputs; i++) {
         const pjs_tensor_spec *s = &var->inputs[i];
-        size_t rb = pjs_tensor_spec_row_bytes(s);
         if (!s->batched || batch_is_one_request(bt)) {
-            size_t bytes = s->batched ? rb * (size_t)bt->batch_size : rb;
-            void *pinned = bytes > PJS_RT_STAGED_UPLOAD_MAX
-                               ? staging_for(sc, m->client, i, bytes, true)
-                               : NULL;
             inputs[i] = bt->reqs[0]->inputs[i].data;
-            if (pinned != NULL) {
-                memcpy(pinned, inputs[i], bytes);
-                inputs[i] = pinned;
-            }
             continue;
         }
+        size_t rb = pjs_tensor_spec_row_bytes(s);
         size_t bytes = (size_t)bt->batch_size * rb;
-        char *dst = staging_for(sc, m->client, i, bytes, false);
+        char *dst = staging_for(sc, m->client, i, bytes);
         if (dst != NULL) {
             memset(dst + (size_t)bt->rows * rb, 0, (size_t)(bt->batch_size - bt->rows) * rb);
         } else {
