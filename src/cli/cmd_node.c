@@ -204,6 +204,7 @@ static const struct serve_flag {
     {"cold-model-defer-ms", required_argument, TO_WORKERS},
     {"eviction-policy", required_argument, TO_WORKERS},
     {"weight-prefetch", required_argument, TO_WORKERS},
+    {"hand-off", required_argument, TO_WORKERS},
     {"meta-concurrency", required_argument, TO_WORKERS},
     {"meta-scratch-bytes", required_argument, TO_WORKERS},
     {"pjrt-plugin", required_argument, TO_WORKERS},

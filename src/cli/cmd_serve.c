@@ -153,6 +153,12 @@ static const char help[] =
     "  --weight-prefetch true|false  while a model executes, copy the weights of the\n"
     "                          cold model that runs next (default true)\n"
     "                          [PJSERVE_SCHEDULER_WEIGHT_PREFETCH]\n"
+    "  --hand-off auto|on|off  when an execution ends and more work waits: on, a\n"
+    "                          dispatcher thread is woken to run the next one while\n"
+    "                          this one's requests are answered; off, the same\n"
+    "                          thread answers, then runs it (saves a wake-up where\n"
+    "                          no core is free); auto (default): on with 4+ CPUs\n"
+    "                          [PJSERVE_SCHEDULER_HAND_OFF]\n"
     "  --model-weight NAME=W   fair-share weight of model NAME (default: its\n"
     "                          manifest's weight); repeatable; no environment form\n"
     "\n"
@@ -236,6 +242,7 @@ enum {
     OPT_COLD_DEFER,
     OPT_EVICTION,
     OPT_PREFETCH,
+    OPT_HAND_OFF,
     OPT_META_CONCURRENCY,
     OPT_META_SCRATCH_BYTES,
     OPT_SHARED_WEIGHTS,
@@ -260,6 +267,7 @@ static const struct {
     {OPT_COLD_DEFER, "--cold-model-defer-ms", "scheduler.cold_model_defer_ms"},
     {OPT_EVICTION, "--eviction-policy", "scheduler.eviction_policy"},
     {OPT_PREFETCH, "--weight-prefetch", "scheduler.weight_prefetch"},
+    {OPT_HAND_OFF, "--hand-off", "scheduler.hand_off"},
     {OPT_META_CONCURRENCY, "--meta-concurrency", "meta.concurrency"},
     {OPT_META_SCRATCH_BYTES, "--meta-scratch-bytes", "meta.scratch_bytes"},
 };
@@ -367,6 +375,7 @@ static int parse_args(int argc, char **argv, serve_args *a)
         {"cold-model-defer-ms", required_argument, NULL, OPT_COLD_DEFER},
         {"eviction-policy", required_argument, NULL, OPT_EVICTION},
         {"weight-prefetch", required_argument, NULL, OPT_PREFETCH},
+        {"hand-off", required_argument, NULL, OPT_HAND_OFF},
         {"meta-concurrency", required_argument, NULL, OPT_META_CONCURRENCY},
         {"meta-scratch-bytes", required_argument, NULL, OPT_META_SCRATCH_BYTES},
         {"help", no_argument, NULL, 'h'},
@@ -449,6 +458,7 @@ static int parse_args(int argc, char **argv, serve_args *a)
         case OPT_COLD_DEFER:
         case OPT_EVICTION:
         case OPT_PREFETCH:
+        case OPT_HAND_OFF:
         case OPT_META_CONCURRENCY:
         case OPT_META_SCRATCH_BYTES: bad = add_setting(a, opt, optarg); break;
         default: {

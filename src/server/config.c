@@ -30,7 +30,7 @@
 enum sched_key {
     S_DISCIPLINE, S_HALF_LIFE_MS, S_COALESCE_DISCOUNT, S_FAIR_CLAMP, S_COST_SMOOTHING,
     S_EDF_LAXITY_MARGIN_US, S_MAX_QUEUE_DEPTH, S_DEFAULT_TIMEOUT_US, S_WARMUP_RUNS,
-    S_COLD_MODEL_DEFER_MS, S_EVICTION_POLICY, S_WEIGHT_PREFETCH, S_COUNT
+    S_COLD_MODEL_DEFER_MS, S_EVICTION_POLICY, S_WEIGHT_PREFETCH, S_HAND_OFF, S_COUNT
 };
 
 static const char *const sched_keys[S_COUNT] = {
@@ -46,6 +46,7 @@ static const char *const sched_keys[S_COUNT] = {
     [S_COLD_MODEL_DEFER_MS] = "cold_model_defer_ms",
     [S_EVICTION_POLICY] = "eviction_policy",
     [S_WEIGHT_PREFETCH] = "weight_prefetch",
+    [S_HAND_OFF] = "hand_off",
 };
 
 enum model_key { M_WEIGHT, M_MAX_QUEUE_DEPTH, M_DEFAULT_TIMEOUT_US, M_COUNT };
@@ -221,6 +222,11 @@ static int set_sched_key(pjs_yaml *y, pjs_sched_config *s, enum sched_key k, con
         v.eviction = (pjs_eviction)i32;
         break;
     case S_WEIGHT_PREFETCH: rc = pjs_yaml_get_bool(y, n, path, &v.weight_prefetch); break;
+    case S_HAND_OFF:
+        rc = get_keyword(y, n, path, pjs_hand_off_parse, "a hand-off setting", "auto, on or off",
+                         &i32);
+        v.hand_off = (pjs_hand_off)i32;
+        break;
     case S_COUNT: break;
     }
     if (rc != 0)
@@ -678,11 +684,12 @@ void pjs_server_config_describe(const pjs_server_config *c, char *buf, size_t si
              "scheduler: %s, half-life %g ms, coalesce discount %g, fair clamp %g, cost "
              "smoothing %g, edf laxity margin %llu us, max queue depth %zu per model, default "
              "timeout %s, warm-up runs %d, cold models deferred up to %g ms, %s eviction, "
-             "weight prefetch %s, %zu model %s",
+             "weight prefetch %s, hand-off %s, %zu model %s",
              pjs_discipline_name(s->discipline), s->half_life_s * 1000, s->coalesce_discount,
              s->fair_clamp, s->cost_smoothing, (unsigned long long)s->edf_laxity_margin_us,
              s->max_queue_depth, timeout, s->warmup_runs, s->cold_model_defer_ms,
-             pjs_eviction_name(s->eviction), s->weight_prefetch ? "on" : "off", c->n_models,
+             pjs_eviction_name(s->eviction), s->weight_prefetch ? "on" : "off",
+             pjs_hand_off_name(s->hand_off), c->n_models,
              c->n_models == 1 ? "policy" : "policies");
 }
 

@@ -50,6 +50,7 @@
 #include "server/dispatch.h"
 
 #include <pthread.h>
+#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -113,6 +114,7 @@ struct pjs_dispatcher {
     pthread_cond_t task_done;
     pjs_sched sched;
     bool device_held;      /* the device token */
+    bool hand_off;         /* scheduler.hand_off, auto resolved (see pjs_hand_off) */
     pjs_wcache cache;      /* changed by the token holder only */
     owner_scratch scratch; /* used by the token holder only */
     device_task *tasks;
@@ -134,6 +136,11 @@ struct pjs_dispatcher {
 
 /* Longest estimated execution a request thread runs itself. */
 #define PJS_DISPATCH_INLINE_MAX_NS 2e6
+/* Without hand-off, the most plans in a row a request thread runs before it
+ * wakes a worker for the rest (it has its own connections to serve). */
+#define PJS_DISPATCH_INLINE_MAX_RUNS 4
+/* hand_off auto: on from this many CPUs. */
+#define PJS_DISPATCH_HAND_OFF_CPUS 4
 
 /* Set while a thread runs on_done: it must not take the token (see top). */
 static _Thread_local int completing;
@@ -819,9 +826,14 @@ static bool device_work_locked(const pjs_dispatcher *d)
     return !d->device_held && (d->tasks != NULL || d->sched.active != NULL);
 }
 
+static void finish_all_locked(pjs_dispatcher *d);
+
 /* Lock held, token free and work waiting: takes the token, runs one task or
  * plan with the lock released, gives the token back and hands what it ran
- * to `finished`. Returns with the lock held. */
+ * to `finished`. Without hand-off (pjs_hand_off) it keeps the token while
+ * plans wait: it answers what it ran, then runs the next plan, which holds
+ * what arrived meanwhile (a request thread does so a few times at most).
+ * Returns with the lock held. */
 static void own_device_locked(pjs_dispatcher *d, bool on_submit)
 {
     d->device_held = true;
@@ -842,23 +854,31 @@ static void own_device_locked(pjs_dispatcher *d, bool on_submit)
             transfer_settle(d, false);
             pthread_mutex_lock(&d->lock);
         }
-        pjs_sched_plan plan;
-        pjs_sched_next(&d->sched, pjs_now_ns(), &plan);
-        d->queued -= plan.n_jobs + list_length(plan.expired) + list_length(plan.shed);
-        if (on_submit)
-            d->inline_plans++;
-        else
-            d->worker_plans++;
-        pthread_mutex_unlock(&d->lock);
-        run_plan(d, &plan, &done);
-        pthread_mutex_lock(&d->lock);
+        for (int runs = 1;; runs++) {
+            pjs_sched_plan plan;
+            pjs_sched_next(&d->sched, pjs_now_ns(), &plan);
+            d->queued -= plan.n_jobs + list_length(plan.expired) + list_length(plan.shed);
+            if (on_submit)
+                d->inline_plans++;
+            else
+                d->worker_plans++;
+            pthread_mutex_unlock(&d->lock);
+            run_plan(d, &plan, &done);
+            pthread_mutex_lock(&d->lock);
+            if (d->hand_off || d->tasks != NULL || d->sched.active == NULL ||
+                (on_submit && runs == PJS_DISPATCH_INLINE_MAX_RUNS))
+                break;
+            while (done.head != NULL)
+                fifo_push(&d->finished, fifo_pop(&done));
+            finish_all_locked(d);
+        }
     }
     d->device_held = false;
     bool more_work = d->tasks != NULL || d->sched.active != NULL;
     while (done.head != NULL) /* they wait for their on_done */
         fifo_push(&d->finished, fifo_pop(&done));
-    /* One worker takes the device next, or helps finishing. */
-    if (more_work || d->finished.length > 1)
+    /* One worker takes the device next, or (with hand-off) helps finishing. */
+    if (more_work || (d->hand_off && d->finished.length > 1))
         pthread_cond_signal(&d->work);
 }
 
@@ -1133,6 +1153,16 @@ void pjs_dispatcher_cache_totals(pjs_dispatcher *d, uint64_t *budget, uint64_t *
 
 /* ---- the public API ------------------------------------------------------------------ */
 
+/* auto: hand off where a core is likely free to run the woken worker. */
+static bool hand_off_resolved(pjs_hand_off h)
+{
+    if (h != PJS_HAND_OFF_AUTO)
+        return h == PJS_HAND_OFF_ON;
+    cpu_set_t cpus;
+    int n = sched_getaffinity(0, sizeof cpus, &cpus) == 0 ? CPU_COUNT(&cpus) : 1;
+    return n >= PJS_DISPATCH_HAND_OFF_CPUS;
+}
+
 int pjs_dispatcher_create(int workers, const pjs_sched_config *cfg, uint64_t weight_budget,
                           bool autonomous, pjs_dispatcher **out, pjs_error *err)
 {
@@ -1162,6 +1192,7 @@ int pjs_dispatcher_create(int workers, const pjs_sched_config *cfg, uint64_t wei
         d->sched.cfg.weight_prefetch = false; /* nothing to copy ahead */
     }
     d->accepting = true;
+    d->hand_off = hand_off_resolved(cfg->hand_off);
     d->workers = calloc((size_t)(workers > 0 ? workers : 1), sizeof *d->workers);
     if (d->workers == NULL) {
         pjs_dispatcher_destroy(d);

@@ -28,6 +28,7 @@ import threading
 import time
 
 import numpy as np
+import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
@@ -127,8 +128,11 @@ def judge(tally: Tally, case: Case, invalid: bool, timeout, proto: str, got=None
     tally.add(model, kind, what)
 
 
-def test_stress_mixed_protocols_timeouts_reload(server_factory, cases):
-    srv = server_factory(names=ALL)
+# Both ways of running the next execution (serve --hand-off): a woken
+# worker, or the thread that ran the last one (auto picks by CPU count).
+@pytest.mark.parametrize("hand_off", ["on", "off"])
+def test_stress_mixed_protocols_timeouts_reload(server_factory, cases, hand_off):
+    srv = server_factory(names=ALL, extra_args=("--hand-off", hand_off))
     pool = {m: [cases.get(m, n, seed=500 + s) for n in sorted(set(ROWS)) for s in SEEDS]
             for m in ALL}
     tally = Tally()

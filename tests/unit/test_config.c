@@ -46,6 +46,7 @@ static void assert_same_sched(const pjs_sched_config *a, const pjs_sched_config 
     assert_true(a->cold_model_defer_ms == b->cold_model_defer_ms);
     assert_int_equal(a->eviction, b->eviction);
     assert_int_equal(a->weight_prefetch, b->weight_prefetch);
+    assert_int_equal(a->hand_off, b->hand_off);
 }
 
 static void assert_same_config(const pjs_server_config *a, const pjs_server_config *b)
@@ -226,6 +227,9 @@ static void test_each_key(void **state)
         {"eviction_policy: lru", F(eviction), {.i = PJS_EVICTION_LRU}},
         {"eviction_policy: lfu", F(eviction), {.i = PJS_EVICTION_LFU}},
         {"weight_prefetch: false", F(weight_prefetch), {.i = 0}},
+        {"hand_off: off", F(hand_off), {.i = PJS_HAND_OFF_OFF}},
+        {"hand_off: on", F(hand_off), {.i = PJS_HAND_OFF_ON}},
+        {"hand_off: auto", F(hand_off), {.i = PJS_HAND_OFF_AUTO}},
 #undef F
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
@@ -372,6 +376,9 @@ REJECT(test_reject_discipline, "scheduler:\n  discipline: round-robin\n",
 REJECT(test_reject_discipline_case, "scheduler:\n  discipline: FIFO\n",
        LABEL ": scheduler.discipline: \"FIFO\" is not a discipline "
              "(expected fair, fifo or edf) (line 2)")
+REJECT(test_reject_hand_off, "scheduler:\n  hand_off: sometimes\n",
+       LABEL ": scheduler.hand_off: \"sometimes\" is not a hand-off setting "
+             "(expected auto, on or off) (line 2)")
 REJECT(test_reject_discipline_null, "scheduler:\n  discipline:\n",
        LABEL ": scheduler.discipline: must be a string, got null (line 2)")
 REJECT(test_reject_quoted_number, "scheduler:\n  fair_clamp: \"2\"\n",
@@ -585,13 +592,13 @@ static void test_env_rejects(void **state)
                       "setting (expected PJSERVE_SCHEDULER_<KEY>, KEY one of DISCIPLINE, "
                       "HALF_LIFE_MS, COALESCE_DISCOUNT, FAIR_CLAMP, COST_SMOOTHING, "
                       "EDF_LAXITY_MARGIN_US, MAX_QUEUE_DEPTH, DEFAULT_TIMEOUT_US, WARMUP_RUNS, "
-                      "COLD_MODEL_DEFER_MS, EVICTION_POLICY, WEIGHT_PREFETCH)");
+                      "COLD_MODEL_DEFER_MS, EVICTION_POLICY, WEIGHT_PREFETCH, HAND_OFF)");
     expect_env_reject("PJSERVE_SCHEDULER_discipline=fifo",
                       "environment variable \"PJSERVE_SCHEDULER_discipline\" is not a scheduler "
                       "setting (expected PJSERVE_SCHEDULER_<KEY>, KEY one of DISCIPLINE, "
                       "HALF_LIFE_MS, COALESCE_DISCOUNT, FAIR_CLAMP, COST_SMOOTHING, "
                       "EDF_LAXITY_MARGIN_US, MAX_QUEUE_DEPTH, DEFAULT_TIMEOUT_US, WARMUP_RUNS, "
-                      "COLD_MODEL_DEFER_MS, EVICTION_POLICY, WEIGHT_PREFETCH)");
+                      "COLD_MODEL_DEFER_MS, EVICTION_POLICY, WEIGHT_PREFETCH, HAND_OFF)");
     expect_env_reject("PJSERVE_META_CONCURRENCY=0",
                       "PJSERVE_META_CONCURRENCY: meta.concurrency: must be in 1..1024, got 0");
     expect_env_reject("PJSERVE_META_CONCURRENCY=two",
@@ -802,7 +809,8 @@ static void test_describe(void **state)
                         "scheduler: fair, half-life 1000 ms, coalesce discount 0.5, fair clamp "
                         "4, cost smoothing 0.2, edf laxity margin 0 us, max queue depth 1024 "
                         "per model, default timeout none, warm-up runs 2, cold models deferred "
-                        "up to 10 ms, lfu eviction, weight prefetch on, 0 model policies");
+                        "up to 10 ms, lfu eviction, weight prefetch on, hand-off auto, 0 model "
+                        "policies");
     pjs_error err;
     assert_int_equal(parse(&c, full_file, &err), 0);
     pjs_server_config_describe(&c, line, sizeof line);
@@ -810,7 +818,8 @@ static void test_describe(void **state)
                         "scheduler: edf, half-life 250 ms, coalesce discount 0.75, fair clamp 8, "
                         "cost smoothing 0.5, edf laxity margin 300 us, max queue depth 64 per "
                         "model, default timeout 20000 us, warm-up runs 0, cold models deferred "
-                        "up to 10 ms, lfu eviction, weight prefetch on, 4 model policies");
+                        "up to 10 ms, lfu eviction, weight prefetch on, hand-off auto, 4 model "
+                        "policies");
     pjs_model_policy_describe(pjs_server_config_model(&c, "mlp"), line, sizeof line);
     assert_string_equal(line, "model policy mlp: weight 2, max queue depth 16, default timeout "
                               "50000 us");
@@ -856,6 +865,7 @@ int main(void)
         cmocka_unit_test(test_reject_bad_model_name),
         cmocka_unit_test(test_reject_discipline),
         cmocka_unit_test(test_reject_discipline_case),
+        cmocka_unit_test(test_reject_hand_off),
         cmocka_unit_test(test_reject_discipline_null),
         cmocka_unit_test(test_reject_quoted_number),
         cmocka_unit_test(test_reject_quoted_integer),
