@@ -38,7 +38,6 @@ typedef struct CUipcMemHandle {
 enum {
     CUDA_SUCCESS = 0,
     CUDA_ERROR_OUT_OF_MEMORY = 2,
-    CUDA_ERROR_NO_DEVICE = 100,
     CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS = 1,
 };
 
