@@ -20,6 +20,7 @@ add_library(pjs_http_codec STATIC
   src/frontend/http/model_json.c
   src/frontend/http/metrics_render.c
   src/frontend/http/control_json.c
+  src/frontend/http/shm_json.c
 )
 target_link_libraries(pjs_http_codec PUBLIC pjs_core PkgConfig::JANSSON ZLIB::ZLIB)
 

@@ -1,5 +1,6 @@
 /*
- * shm.c - client system shared-memory regions: register, look up, copy.
+ * shm.c - client shared-memory regions, system and CUDA: register, look up,
+ * copy.
  *
  * Two lists under one mutex: the regions (clients register a handful; the
  * count is bounded by --max-shm-regions) and the objects they lie in, one
@@ -22,6 +23,11 @@
  * A pwrite racing a truncate between the size check and the write may grow
  * the client's object back to the region's end; that is the client's own
  * object, within the size it registered.
+ *
+ * A CUDA region owns the mapping of its IPC handle instead of an object;
+ * the mapping is closed with the region's last reference, outside the
+ * lock, like a descriptor. Its bytes are copied through the registry's
+ * pjs_cuda_ipc_ops (the driver, or a test's fake).
  */
 #include "core/shm.h"
 
@@ -49,7 +55,9 @@ struct shm_object {
 
 struct pjs_shm_region {
     pjs_shm_info info;
-    shm_object *object; /* holds one of its references */
+    shm_object *object; /* system: holds one of its references; NULL for CUDA */
+    pjs_cuda_ipc_mapping *mapping; /* CUDA: closed with the last reference */
+    const pjs_cuda_ipc_ops *cuda;  /* CUDA: what opened the mapping */
     pjs_byte_budget *budget;
     atomic_int refs; /* the table's + one per view */
     pjs_shm_region *next;
@@ -59,6 +67,7 @@ struct pjs_shm_registry {
     bool allowed;
     uint64_t max_regions, max_bytes;
     pjs_byte_budget *budget;
+    const pjs_cuda_ipc_ops *cuda;
     pthread_mutex_t lock;
     pjs_shm_region *regions; /* registered */
     uint64_t n_regions, n_bytes;
@@ -75,6 +84,7 @@ int pjs_shm_registry_create(const pjs_shm_options *o, pjs_shm_registry **out, pj
     r->max_regions = o->max_regions != 0 ? o->max_regions : PJS_SHM_DEFAULT_MAX_REGIONS;
     r->max_bytes = o->max_bytes != 0 ? o->max_bytes : PJS_SHM_DEFAULT_MAX_BYTES;
     r->budget = o->budget;
+    r->cuda = o->cuda != NULL ? o->cuda : pjs_cuda_ipc_driver();
     pthread_mutex_init(&r->lock, NULL);
     *out = r;
     return 0;
@@ -92,7 +102,10 @@ static void region_unref(pjs_shm_region *g)
 {
     if (atomic_fetch_sub(&g->refs, 1) != 1)
         return;
-    object_unref(g->object);
+    if (g->object != NULL)
+        object_unref(g->object);
+    if (g->mapping != NULL)
+        g->cuda->close(g->mapping);
     free(g);
 }
 
@@ -158,14 +171,24 @@ static int open_object(const pjs_shm_info *in, int *fd, struct stat *st, pjs_err
     return rc;
 }
 
-/* Refuses g when it is a duplicate or would pass a limit. */
+/* " as CUDA shared memory" for a region of the other kind than `kind`. */
+static const char *other_kind(const pjs_shm_region *g, pjs_shm_kind kind)
+{
+    if (g->info.kind == kind)
+        return "";
+    return g->info.kind == PJS_SHM_CUDA ? " as CUDA shared memory" : " as system shared memory";
+}
+
+/* Refuses g when its name is taken (by either kind) or it would pass a
+ * limit. */
 static int admit_locked(pjs_shm_registry *r, const pjs_shm_info *in, pjs_error *err)
 {
-    if (find_locked(r, in->name) != NULL)
+    const pjs_shm_region *taken = find_locked(r, in->name);
+    if (taken != NULL)
         return pjs_error_set(err, PJS_ERR_INVALID_ARGUMENT,
-                             "shared memory region \"%s\" is already registered; unregister it "
-                             "first",
-                             in->name);
+                             "shared memory region \"%s\" is already registered%s; unregister "
+                             "it first",
+                             in->name, other_kind(taken, in->kind));
     if (r->n_regions >= r->max_regions)
         return pjs_error_set(err, PJS_ERR_RESOURCE_EXHAUSTED,
                              "shared memory region \"%s\": the server's limit of %llu "
@@ -207,8 +230,9 @@ static shm_object *object_for_locked(pjs_shm_registry *r, int *fd, const struct 
     return ob;
 }
 
-int pjs_shm_register(pjs_shm_registry *r, const char *name, const char *key, uint64_t offset,
-                     uint64_t byte_size, pjs_error *err)
+/* Refuses a registration when client shared memory is off or the name is
+ * not one the registry can keep. */
+static int check_allowed_name(const pjs_shm_registry *r, const char *name, pjs_error *err)
 {
     if (!r->allowed)
         return pjs_error_set(err, PJS_ERR_UNSUPPORTED,
@@ -218,6 +242,24 @@ int pjs_shm_register(pjs_shm_registry *r, const char *name, const char *key, uin
         return pjs_error_set(err, PJS_ERR_INVALID_ARGUMENT,
                              "shared memory region name must be 1 to %d bytes",
                              PJS_SHM_NAME_MAX - 1);
+    return 0;
+}
+
+/* Lists g, a region admitted under the lock. */
+static void insert_locked(pjs_shm_registry *r, pjs_shm_region *g)
+{
+    g->next = r->regions;
+    r->regions = g;
+    r->n_regions++;
+    r->n_bytes += g->info.byte_size;
+}
+
+int pjs_shm_register(pjs_shm_registry *r, const char *name, const char *key, uint64_t offset,
+                     uint64_t byte_size, pjs_error *err)
+{
+    int rc = check_allowed_name(r, name, err);
+    if (rc != 0)
+        return rc;
     if (key == NULL || key[0] == '\0' || strlen(key) >= PJS_SHM_NAME_MAX ||
         strchr(key + 1, '/') != NULL)
         return pjs_error_set(err, PJS_ERR_INVALID_ARGUMENT,
@@ -229,13 +271,14 @@ int pjs_shm_register(pjs_shm_registry *r, const char *name, const char *key, uin
         return pjs_error_set(err, PJS_ERR_NOMEM, "out of memory");
     snprintf(g->info.name, sizeof g->info.name, "%s", name);
     snprintf(g->info.key, sizeof g->info.key, "%s", key);
+    g->info.kind = PJS_SHM_SYSTEM;
     g->info.offset = offset;
     g->info.byte_size = byte_size;
     g->budget = r->budget;
     atomic_init(&g->refs, 1);
     int fd;
     struct stat st;
-    int rc = open_object(&g->info, &fd, &st, err);
+    rc = open_object(&g->info, &fd, &st, err);
     if (rc != 0) {
         free(g);
         return rc;
@@ -244,12 +287,8 @@ int pjs_shm_register(pjs_shm_registry *r, const char *name, const char *key, uin
     rc = admit_locked(r, &g->info, err);
     if (rc == 0 && (g->object = object_for_locked(r, &fd, &st)) == NULL)
         rc = pjs_error_set(err, PJS_ERR_NOMEM, "out of memory");
-    if (rc == 0) {
-        g->next = r->regions;
-        r->regions = g;
-        r->n_regions++;
-        r->n_bytes += byte_size;
-    }
+    if (rc == 0)
+        insert_locked(r, g);
     pthread_mutex_unlock(&r->lock);
     if (fd >= 0) /* the object was open already, or the region was refused */
         close(fd);
@@ -258,7 +297,76 @@ int pjs_shm_register(pjs_shm_registry *r, const char *name, const char *key, uin
     return rc;
 }
 
+/* Admits the region under the lock, listing it when `insert`. */
+static int admit(pjs_shm_registry *r, pjs_shm_region *g, bool insert, pjs_error *err)
+{
+    pthread_mutex_lock(&r->lock);
+    int rc = admit_locked(r, &g->info, err);
+    if (rc == 0 && insert)
+        insert_locked(r, g);
+    pthread_mutex_unlock(&r->lock);
+    return rc;
+}
+
+int pjs_shm_register_cuda(pjs_shm_registry *r, const char *name, const void *raw_handle,
+                          size_t handle_len, int64_t device_id, uint64_t byte_size,
+                          pjs_error *err)
+{
+    int rc = check_allowed_name(r, name, err);
+    if (rc != 0)
+        return rc;
+    if (raw_handle == NULL || handle_len != PJS_CUDA_IPC_HANDLE_SIZE)
+        return pjs_error_set(err, PJS_ERR_INVALID_ARGUMENT,
+                             "CUDA shared memory region \"%s\": raw_handle must be the %d "
+                             "bytes of a CUDA IPC memory handle (cudaIpcGetMemHandle), not %zu",
+                             name, PJS_CUDA_IPC_HANDLE_SIZE, raw_handle ? handle_len : 0);
+    if (device_id < 0 || byte_size == 0)
+        return pjs_error_set(err, PJS_ERR_INVALID_ARGUMENT,
+                             "CUDA shared memory region \"%s\": device_id must be 0 or more "
+                             "and byte_size more than 0 (got %lld and %llu)",
+                             name, (long long)device_id, (unsigned long long)byte_size);
+    pjs_shm_region *g = calloc(1, sizeof *g);
+    if (g == NULL)
+        return pjs_error_set(err, PJS_ERR_NOMEM, "out of memory");
+    g->info.kind = PJS_SHM_CUDA;
+    snprintf(g->info.name, sizeof g->info.name, "%s", name);
+    g->info.device_id = device_id;
+    g->info.byte_size = byte_size;
+    g->budget = r->budget;
+    g->cuda = r->cuda;
+    atomic_init(&g->refs, 1);
+    /* Names and limits are checked before the device is touched, and again
+     * once the handle is open (another registration may have come first). */
+    if ((rc = admit(r, g, false, err)) != 0)
+        goto out;
+    if ((rc = r->cuda->open(raw_handle, device_id, byte_size, &g->mapping, err)) != 0) {
+        pjs_error_prefix(err, "CUDA shared memory region \"%s\": ", name);
+        goto out;
+    }
+    rc = admit(r, g, true, err);
+out:
+    if (rc != 0) {
+        if (g->mapping != NULL)
+            r->cuda->close(g->mapping);
+        free(g);
+    }
+    return rc;
+}
+
 int pjs_shm_unregister(pjs_shm_registry *r, const char *name, pjs_error *err)
+{
+    return pjs_shm_unregister_kind(r, PJS_SHM_SYSTEM, name, err);
+}
+
+/* NOT_FOUND for `name`, not registered as `kind`. */
+static int not_registered(pjs_shm_kind kind, const char *name, pjs_error *err)
+{
+    return pjs_error_set(err, PJS_ERR_NOT_FOUND, "%sshared memory region \"%.256s\" is not "
+                         "registered", kind == PJS_SHM_CUDA ? "CUDA " : "", name);
+}
+
+int pjs_shm_unregister_kind(pjs_shm_registry *r, pjs_shm_kind kind, const char *name,
+                            pjs_error *err)
 {
     pjs_shm_region *dropped = NULL;
     shm_object *delisted = NULL;
@@ -266,7 +374,7 @@ int pjs_shm_unregister(pjs_shm_registry *r, const char *name, pjs_error *err)
     pthread_mutex_lock(&r->lock);
     for (pjs_shm_region **link = &r->regions; *link != NULL;) {
         pjs_shm_region *g = *link;
-        if (!all && strcmp(g->info.name, name) != 0) {
+        if (g->info.kind != kind || (!all && strcmp(g->info.name, name) != 0)) {
             link = &g->next;
             continue;
         }
@@ -275,7 +383,8 @@ int pjs_shm_unregister(pjs_shm_registry *r, const char *name, pjs_error *err)
         dropped = g;
         r->n_regions--;
         r->n_bytes -= g->info.byte_size;
-        g->object->registered--;
+        if (g->object != NULL)
+            g->object->registered--;
     }
     for (shm_object **link = &r->objects; *link != NULL;) {
         shm_object *ob = *link;
@@ -290,8 +399,7 @@ int pjs_shm_unregister(pjs_shm_registry *r, const char *name, pjs_error *err)
     }
     pthread_mutex_unlock(&r->lock);
     if (dropped == NULL && !all)
-        return pjs_error_set(err, PJS_ERR_NOT_FOUND,
-                             "shared memory region \"%.256s\" is not registered", name);
+        return not_registered(kind, name, err);
     for (pjs_shm_region *next; dropped != NULL; dropped = next) {
         next = dropped->next;
         region_unref(dropped);
@@ -306,10 +414,17 @@ int pjs_shm_unregister(pjs_shm_registry *r, const char *name, pjs_error *err)
 int pjs_shm_status(pjs_shm_registry *r, const char *name, pjs_shm_info *out, size_t cap,
                    pjs_error *err)
 {
+    return pjs_shm_status_kind(r, PJS_SHM_SYSTEM, name, out, cap, err);
+}
+
+int pjs_shm_status_kind(pjs_shm_registry *r, pjs_shm_kind kind, const char *name,
+                        pjs_shm_info *out, size_t cap, pjs_error *err)
+{
     size_t n = 0;
     pthread_mutex_lock(&r->lock);
     for (pjs_shm_region *g = r->regions; g != NULL; g = g->next) {
-        if (name != NULL && name[0] != '\0' && strcmp(g->info.name, name) != 0)
+        if (g->info.kind != kind ||
+            (name != NULL && name[0] != '\0' && strcmp(g->info.name, name) != 0))
             continue;
         if (n < cap)
             out[n] = g->info;
@@ -317,8 +432,7 @@ int pjs_shm_status(pjs_shm_registry *r, const char *name, pjs_shm_info *out, siz
     }
     pthread_mutex_unlock(&r->lock);
     if (n == 0 && name != NULL && name[0] != '\0')
-        return pjs_error_set(err, PJS_ERR_NOT_FOUND,
-                             "shared memory region \"%.256s\" is not registered", name);
+        return not_registered(kind, name, err);
     return (int)n;
 }
 
@@ -372,6 +486,36 @@ static int shrank(const pjs_shm_region *g, uint64_t end, pjs_error *err)
                          g->info.name, g->info.key, now, (unsigned long long)end);
 }
 
+/* Reads size bytes at `offset` into g's window from its object. */
+static int read_object(const pjs_shm_region *g, uint64_t offset, unsigned char *data,
+                       size_t size, pjs_error *err)
+{
+    uint64_t at = g->info.offset + offset;
+    size_t done = 0;
+    int rc = 0;
+    while (done < size && rc == 0) {
+        ssize_t n = pread(g->object->fd, data + done, size - done, (off_t)(at + done));
+        if (n > 0)
+            done += (size_t)n;
+        else if (n == 0)
+            rc = shrank(g, at + size, err);
+        else if (errno != EINTR)
+            rc = pjs_error_set(err, PJS_ERR_IO, "shared memory region \"%s\": read: %s",
+                               g->info.name, strerror(errno));
+    }
+    return rc;
+}
+
+/* Copies size bytes at `offset` into g's device memory to data. */
+static int read_device(const pjs_shm_region *g, uint64_t offset, unsigned char *data,
+                       size_t size, pjs_error *err)
+{
+    int rc = g->cuda->read(g->mapping, offset, data, size, err);
+    if (rc != 0)
+        pjs_error_prefix(err, "CUDA shared memory region \"%s\": ", g->info.name);
+    return rc;
+}
+
 int pjs_shm_view_read(pjs_shm_view *v, pjs_error *err)
 {
     const pjs_shm_region *g = v->region;
@@ -389,19 +533,8 @@ int pjs_shm_view_read(pjs_shm_view *v, pjs_error *err)
         return pjs_error_set(err, PJS_ERR_NOMEM, "no memory for %zu bytes of shared memory "
                              "region \"%s\"", v->size, g->info.name);
     }
-    uint64_t at = g->info.offset + v->offset;
-    size_t done = 0;
-    int rc = 0;
-    while (done < v->size && rc == 0) {
-        ssize_t n = pread(g->object->fd, data + done, v->size - done, (off_t)(at + done));
-        if (n > 0)
-            done += (size_t)n;
-        else if (n == 0)
-            rc = shrank(g, at + v->size, err);
-        else if (errno != EINTR)
-            rc = pjs_error_set(err, PJS_ERR_IO, "shared memory region \"%s\": read: %s",
-                               g->info.name, strerror(errno));
-    }
+    int rc = g->mapping != NULL ? read_device(g, v->offset, data, v->size, err)
+                                : read_object(g, v->offset, data, v->size, err);
     if (rc != 0) {
         free(data);
         if (g->budget != NULL)
@@ -413,16 +546,12 @@ int pjs_shm_view_read(pjs_shm_view *v, pjs_error *err)
     return 0;
 }
 
-int pjs_shm_view_write(const pjs_shm_view *v, const void *src, size_t n, pjs_error *err)
+/* Writes n bytes to the start of v's window in its region's object. */
+static int write_object(const pjs_shm_view *v, const void *src, size_t n, pjs_error *err)
 {
     const pjs_shm_region *g = v->region;
     uint64_t at = g->info.offset + v->offset;
     struct stat st;
-    if (n > v->size)
-        return pjs_error_set(err, PJS_ERR_INTERNAL,
-                             "shared memory region \"%s\": %zu bytes written to a %zu-byte "
-                             "window",
-                             g->info.name, n, v->size);
     if (fstat(g->object->fd, &st) != 0)
         return pjs_error_set(err, PJS_ERR_IO, "shared memory region \"%s\": %s", g->info.name,
                              strerror(errno));
@@ -439,6 +568,22 @@ int pjs_shm_view_write(const pjs_shm_view *v, const void *src, size_t n, pjs_err
                                  g->info.name, w == 0 ? "no progress" : strerror(errno));
     }
     return 0;
+}
+
+int pjs_shm_view_write(const pjs_shm_view *v, const void *src, size_t n, pjs_error *err)
+{
+    const pjs_shm_region *g = v->region;
+    if (n > v->size)
+        return pjs_error_set(err, PJS_ERR_INTERNAL,
+                             "shared memory region \"%s\": %zu bytes written to a %zu-byte "
+                             "window",
+                             g->info.name, n, v->size);
+    if (g->mapping == NULL)
+        return write_object(v, src, n, err);
+    int rc = g->cuda->write(g->mapping, v->offset, src, n, err);
+    if (rc != 0)
+        pjs_error_prefix(err, "CUDA shared memory region \"%s\": ", g->info.name);
+    return rc;
 }
 
 void pjs_shm_view_release(pjs_shm_view *v)

@@ -1,5 +1,7 @@
 /*
- * shm.h - the registry of client system shared-memory regions.
+ * shm.h - the registry of client shared-memory regions: system shared
+ * memory (POSIX objects) and CUDA shared memory (device memory shared
+ * through CUDA IPC handles).
  *
  * A client creates a POSIX shared-memory object, registers (name, key,
  * offset, byte_size) with the server, then names the region in requests
@@ -14,15 +16,24 @@
  * holds the region. A region that shrank is an INVALID_ARGUMENT error for
  * the request that names it, never a signal in the server.
  *
+ * A CUDA region is (name, raw IPC handle, device_id, byte_size): the
+ * registry opens the handle through core/cuda_ipc.h and copies between the
+ * device memory and memory the request owns, so requests name either kind
+ * of region alike. Names are one namespace across both kinds (a name
+ * registered as one kind cannot be registered as the other); status and
+ * unregistering are per kind.
+ *
  * Input bytes read into a request come out of the request byte budget given
  * at creation (the server's --max-inflight-request-bytes) while the view
- * holds them. The number of regions and their total registered size are
- * bounded (--max-shm-regions, --max-shm-bytes).
+ * holds them. The number of regions and their total registered size, both
+ * kinds together, are bounded (--max-shm-regions, --max-shm-bytes).
  *
  * Regions and objects are reference counted: a view keeps its region and its
- * object's descriptor, so unregistering while a request reads or writes a
- * region is safe (the descriptor closes when the last region over it goes).
- * One mutex guards the tables; any thread may call these functions.
+ * object's descriptor (or its CUDA mapping), so unregistering while a
+ * request reads or writes a region is safe (the descriptor closes when the
+ * last region over it goes; a CUDA handle closes with its region's last
+ * reference). One mutex guards the tables; any thread may call these
+ * functions.
  */
 #ifndef PJS_CORE_SHM_H
 #define PJS_CORE_SHM_H
@@ -32,6 +43,7 @@
 #include <stdint.h>
 
 #include "core/byte_budget.h"
+#include "core/cuda_ipc.h"
 #include "core/status.h"
 
 #define PJS_SHM_NAME_MAX 256
@@ -43,19 +55,27 @@
 typedef struct pjs_shm_registry pjs_shm_registry;
 typedef struct pjs_shm_region pjs_shm_region;
 
+typedef enum pjs_shm_kind {
+    PJS_SHM_SYSTEM, /* a POSIX shared-memory object */
+    PJS_SHM_CUDA,   /* device memory behind a CUDA IPC handle */
+} pjs_shm_kind;
+
 /* What a registry accepts. */
 typedef struct pjs_shm_options {
     bool allowed;            /* --allow-client-shm */
     uint64_t max_regions;    /* regions registered at once; 0: PJS_SHM_DEFAULT_MAX_REGIONS */
     uint64_t max_bytes;      /* sum of their byte_size; 0: PJS_SHM_DEFAULT_MAX_BYTES */
     pjs_byte_budget *budget; /* input bytes read into requests; NULL: unbounded */
+    const pjs_cuda_ipc_ops *cuda; /* CUDA regions; NULL: pjs_cuda_ipc_driver() */
 } pjs_shm_options;
 
 /* A region as reported by status calls. */
 typedef struct pjs_shm_info {
+    pjs_shm_kind kind;
     char name[PJS_SHM_NAME_MAX];
-    char key[PJS_SHM_NAME_MAX];
-    uint64_t offset;
+    char key[PJS_SHM_NAME_MAX]; /* system; "" for CUDA */
+    uint64_t offset;            /* system; 0 for CUDA */
+    int64_t device_id;          /* CUDA; 0 for system */
     uint64_t byte_size;
 } pjs_shm_info;
 
@@ -82,12 +102,31 @@ bool pjs_shm_registry_allowed(const pjs_shm_registry *r);
  * past --max-shm-regions or --max-shm-bytes. */
 int pjs_shm_register(pjs_shm_registry *r, const char *name, const char *key, uint64_t offset,
                      uint64_t byte_size, pjs_error *err);
-/* Unregisters `name`, or every region when name is NULL or "". NOT_FOUND for
- * an unknown name. */
+/* Registers byte_size bytes of the device memory that the CUDA IPC handle
+ * raw_handle[handle_len] shares, on device `device_id`, under `name`.
+ * Errors: UNSUPPORTED when client shared memory is off or the machine has no
+ * NVIDIA driver; INVALID_ARGUMENT for a handle that is not
+ * PJS_CUDA_IPC_HANDLE_SIZE bytes or that the driver refuses, a device out of
+ * range, a byte_size of 0 or past the allocation, or a name already
+ * registered (as either kind); RESOURCE_EXHAUSTED past the limits. */
+int pjs_shm_register_cuda(pjs_shm_registry *r, const char *name, const void *raw_handle,
+                          size_t handle_len, int64_t device_id, uint64_t byte_size,
+                          pjs_error *err);
+
+/* Unregisters `name`, or every region of `kind` when name is NULL or "";
+ * regions of the other kind stay. NOT_FOUND for a name not registered as
+ * `kind`. */
+int pjs_shm_unregister_kind(pjs_shm_registry *r, pjs_shm_kind kind, const char *name,
+                            pjs_error *err);
+/* pjs_shm_unregister_kind of system regions. */
 int pjs_shm_unregister(pjs_shm_registry *r, const char *name, pjs_error *err);
 
-/* Status of `name` (NULL or "": every region) into out[cap]; returns the
- * number of regions (may exceed cap) or NOT_FOUND for an unknown name. */
+/* Status of `name` (NULL or "": every region of `kind`) into out[cap];
+ * returns the number of regions (may exceed cap) or NOT_FOUND for a name
+ * not registered as `kind`. */
+int pjs_shm_status_kind(pjs_shm_registry *r, pjs_shm_kind kind, const char *name,
+                        pjs_shm_info *out, size_t cap, pjs_error *err);
+/* pjs_shm_status_kind of system regions. */
 int pjs_shm_status(pjs_shm_registry *r, const char *name, pjs_shm_info *out, size_t cap,
                    pjs_error *err);
 
@@ -95,15 +134,15 @@ int pjs_shm_status(pjs_shm_registry *r, const char *name, pjs_shm_info *out, siz
  * however many regions lie in it. */
 size_t pjs_shm_open_objects(pjs_shm_registry *r);
 
-/* A view of bytes [offset, offset+size) of region `name` (offsets relative
- * to the registered window); no bytes are read yet. Errors: NOT_FOUND
+/* A view of bytes [offset, offset+size) of region `name`, of either kind
+ * (offsets relative to the registered window); no bytes are read yet. Errors: NOT_FOUND
  * unknown region, INVALID_ARGUMENT out of bounds. */
 int pjs_shm_view_get(pjs_shm_registry *r, const char *name, uint64_t offset, uint64_t size,
                      pjs_shm_view *out, pjs_error *err);
 /* Reads the window into v->data (request-owned memory). Errors:
  * RESOURCE_EXHAUSTED when the request byte budget cannot hold v->size more
  * bytes, INVALID_ARGUMENT when the object no longer holds the window (the
- * client shrank it), IO when the read fails. */
+ * client shrank it), IO when the read (or the device copy) fails. */
 int pjs_shm_view_read(pjs_shm_view *v, pjs_error *err);
 /* Copies n bytes (n <= v->size) to the start of the window, after checking
  * that the object still holds it (INVALID_ARGUMENT when it shrank; IO when

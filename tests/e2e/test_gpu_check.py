@@ -6,7 +6,9 @@ package's lib/ (checked with ldd), and runs --help and info with only
 LD_LIBRARY_PATH pointing there. Checking without a GPU says so and exits 2
 without running anything; with --pjrt-plugin it runs the whole check (info,
 check, serve, the mlp's answer against JAX, weight loads from /metrics) on the
-CPU plugin, which takes the pageable host memory fallback.
+CPU plugin, which takes the pageable host memory fallback; its CUDA shared
+memory step says it is skipped where python3 has no CuPy (and this machine
+no GPU).
 """
 
 import json
@@ -120,3 +122,11 @@ def test_whole_check_on_the_cpu_plugin(package, plugin_path):
     assert " ok " in rows["weight loads"] and "4 loads of 1.0 MiB (expected 4)" in rows[
         "weight loads"]
     assert "skipped" in rows["link"]
+    if not _has_cupy():
+        assert "skipped" in rows["cuda shared memory"] and "no CuPy" in rows[
+            "cuda shared memory"]
+
+
+def _has_cupy():
+    return run(["python3", "-c", "import cupy; cupy.cuda.runtime.getDeviceCount()"]
+               ).returncode == 0

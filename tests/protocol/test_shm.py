@@ -1,7 +1,12 @@
 """System shared memory (tritonclient.utils.shared_memory) over gRPC and HTTP on
-a server started with --allow-client-shm; refusal on the default server; CUDA
-shared memory refused."""
+a server started with --allow-client-shm; refusal on the default server. CUDA
+shared memory on a machine without the NVIDIA driver: registering says so,
+malformed handles are refused, status and unregister work per kind, and CUDA
+names share one namespace with system ones (scripts/gpu-check runs the CUDA
+path on a GPU)."""
 
+import base64
+import ctypes
 import json
 import os
 
@@ -295,23 +300,6 @@ def test_shm_refused_on_default_server(server, regions, cases):
         hc.close()
 
 
-@pytest.mark.parametrize("srv", ["server", "shm_server"])
-def test_cuda_shm_refused(request, srv):
-    s = request.getfixturevalue(srv)
-    g = grpcclient.InferenceServerClient(s.grpc_url)
-    hc = httpclient.InferenceServerClient(s.http_url)
-    handle = "AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA"
-    try:
-        _expect_error(lambda: g.register_cuda_shared_memory("c", handle, 0, 64),
-                      {"UNIMPLEMENTED", "INVALID_ARGUMENT", "FAILED_PRECONDITION"}, (), "grpc",
-                      ["cuda"])
-        _expect_error(lambda: hc.register_cuda_shared_memory("c", handle, 0, 64),
-                      (), {400, 501}, "http", ["cuda"])
-    finally:
-        g.close()
-        hc.close()
-
-
 def test_unregister_while_in_use(shm_server, cases, regions):
     """Unregistering and re-registering a region while requests read from it:
     every request succeeds with correct outputs or fails with a clean
@@ -373,11 +361,123 @@ def test_unregister_while_in_use(shm_server, cases, regions):
     assert seen["ok"] > 0, seen
 
 
+# ---- CUDA shared memory without a GPU --------------------------------------------
+
+# A handle's base64 text, as cudashm.get_raw_handle gives it (decoded: the
+# gRPC client decodes it, the HTTP client puts it in JSON).
+HANDLE = base64.b64encode(bytes(range(64))).decode()
+
+
+def _has_cuda_driver():
+    try:
+        ctypes.CDLL("libcuda.so.1")
+        return True
+    except OSError:
+        return False
+
+
+def _cuda_status(client, protocol, name=""):
+    st = client.get_cuda_shared_memory_status(name)
+    if protocol == "grpc":
+        return {n: {"name": r.name, "device_id": r.device_id, "byte_size": r.byte_size}
+                for n, r in st.regions.items()}
+    return {r["name"]: r for r in st}
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_cuda_shm_register_says_the_driver_is_missing(shm_server, protocol):
+    if _has_cuda_driver():
+        pytest.skip("this machine has libcuda.so.1: scripts/gpu-check covers CUDA regions")
+    _, client = _client(protocol, shm_server)
+    try:
+        e = _expect_error(lambda: client.register_cuda_shared_memory("c", HANDLE, 0, 64),
+                          {"UNIMPLEMENTED"}, {501}, protocol, ["libcuda.so.1"])
+        assert "system shared memory" in e.message(), e.message()
+        assert _cuda_status(client, protocol) == {}
+    finally:
+        client.close()
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_cuda_shm_malformed_handle(shm_server, protocol):
+    _, client = _client(protocol, shm_server)
+    try:
+        for raw in (b"", bytes(63), bytes(65)):
+            _expect_error(lambda: client.register_cuda_shared_memory(
+                "c", base64.b64encode(raw).decode(), 0, 64),
+                {"INVALID_ARGUMENT"}, {400}, protocol, ["64"])
+        _expect_error(lambda: client.register_cuda_shared_memory("c", HANDLE, -1, 64),
+                      {"INVALID_ARGUMENT"}, {400}, protocol, ["device_id"])
+        assert _cuda_status(client, protocol) == {}
+    finally:
+        client.close()
+
+
+@pytest.mark.parametrize("body", [
+    {"raw_handle": {"b64": "not base64!"}, "device_id": 0, "byte_size": 64},
+    {"raw_handle": {"b64": HANDLE[:-2]}, "device_id": 0, "byte_size": 64},
+    {"raw_handle": HANDLE, "device_id": 0, "byte_size": 64},
+    {"raw_handle": {"b64": HANDLE}, "device_id": "0", "byte_size": 64},
+    {"raw_handle": {"b64": HANDLE}, "device_id": 0, "byte_size": -1},
+    [],
+])
+def test_cuda_shm_http_register_body_refused(shm_server, body):
+    status, _, raw = http_request(shm_server.http_url, "POST",
+                                  "/v2/cudasharedmemory/region/c/register",
+                                  json.dumps(body).encode(),
+                                  {"Content-Type": "application/json"})
+    assert status == 400, raw
+    assert "raw_handle" in json.loads(raw)["error"] or "byte_size" in raw.decode() \
+        or "device_id" in raw.decode(), raw
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_cuda_and_system_names_are_one_namespace(shm_server, cases, regions, protocol):
+    """A CUDA registration under a system region's name is refused and leaves
+    it registered and usable; CUDA status and unregister do not see it."""
+    mod, client = _client(protocol, shm_server)
+    case = cases.get("mlp", 2)
+    x = case.inputs["x"]
+    try:
+        client.unregister_system_shared_memory()
+        h, key = regions("same", x.nbytes)
+        shm.set_shared_memory_region(h, [x])
+        client.register_system_shared_memory("same", key, x.nbytes)
+        _expect_error(lambda: client.register_cuda_shared_memory("same", HANDLE, 0, x.nbytes),
+                      {"INVALID_ARGUMENT"}, {400}, protocol, ["already registered"])
+        assert _cuda_status(client, protocol) == {}
+        _expect_error(lambda: client.get_cuda_shared_memory_status("same"),
+                      {"NOT_FOUND"}, {404}, protocol, ["same"])
+        _expect_error(lambda: client.unregister_cuda_shared_memory("same"),
+                      {"NOT_FOUND"}, {404}, protocol, ["same"])
+        client.unregister_cuda_shared_memory()
+        assert list(_status(client, protocol)) == ["same"]
+        i = mod.InferInput("x", list(x.shape), "FP32")
+        i.set_shared_memory("same", x.nbytes)
+        r = client.infer("mlp", [i])
+        case.check({"y": r.as_numpy("y")}, "system region beside CUDA calls")
+    finally:
+        try:
+            client.unregister_system_shared_memory()
+        finally:
+            client.close()
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_cuda_shm_refused_when_client_shm_is_off(server, protocol):
+    _, client = _client(protocol, server)
+    try:
+        _expect_error(lambda: client.register_cuda_shared_memory("c", HANDLE, 0, 64),
+                      {"UNIMPLEMENTED"}, {501}, protocol, ["allow-client-shm"])
+    finally:
+        client.close()
+
+
 @pytest.mark.parametrize("srv", ["server", "shm_server"])
 def test_cuda_shm_status_and_unregister_all_are_empty(request, srv):
-    """No CUDA region can exist, so status lists none and unregistering all of
-    them succeeds (as on Triton without GPUs). perf_analyzer calls both when it
-    cleans up after --shared-memory runs."""
+    """With no CUDA region registered, status lists none and unregistering all
+    of them succeeds (as on Triton without GPUs). perf_analyzer calls both
+    when it cleans up after --shared-memory runs."""
     s = request.getfixturevalue(srv)
     g = grpcclient.InferenceServerClient(s.grpc_url)
     hc = httpclient.InferenceServerClient(s.http_url)

@@ -34,6 +34,7 @@
 #include "frontend/http/http_codec.h"
 #include "frontend/http/metrics_render.h"
 #include "frontend/http/model_json.h"
+#include "frontend/http/shm_json.h"
 #include "frontend/http/tensor_json.h"
 
 /* ---- fixtures ------------------------------------------------------------- */
@@ -1558,6 +1559,63 @@ static void test_bytes_documents(void **state)
     pjs_manifest_free(&m);
 }
 
+/* The CUDA shared-memory register body: the handle is padded base64 of
+ * exactly 64 bytes. */
+static void test_cuda_shm_register_body(void **state)
+{
+    (void)state;
+    /* base64 of the bytes 0, 1, ..., 63 */
+    static const char handle[] = "AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8gISIjJCUmJygpKiss"
+                                 "LS4vMDEyMzQ1Njc4OTo7PD0+Pw==";
+    char body[512];
+    pjs_cuda_shm_register_body b;
+    pjs_error err;
+    snprintf(body, sizeof body, "{\"raw_handle\": {\"b64\": \"%s\"}, \"device_id\": 3, "
+             "\"byte_size\": 4096}", handle);
+    assert_int_equal(pjs_cuda_shm_parse_register(body, strlen(body), &b, &err), 0);
+    for (int i = 0; i < PJS_CUDA_IPC_HANDLE_SIZE; i++)
+        assert_int_equal(b.raw_handle[i], i);
+    assert_int_equal(b.device_id, 3);
+    assert_int_equal(b.byte_size, 4096);
+
+    static const struct {
+        const char *b64;
+        const char *says;
+    } bad[] = {
+        {"AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8gISIjJCUmJygpKissLS4vMDEyMzQ1Njc4OTo7PD0+",
+         "decodes to 63 bytes"},
+        {"AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8gISIjJCUmJygpKissLS4vMDEyMzQ1Njc4OTo7PD0+"
+         "Pz8/",
+         "not padded base64"},
+        {"AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8gISIjJCUmJygpKissLS4vMDEyMzQ1Njc4OTo7PD0+Pw",
+         "not padded base64"},
+        {"AA==AwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8gISIjJCUmJygpKissLS4vMDEyMzQ1Njc4OTo7PD0+Pw==",
+         "not padded base64"},
+        {"AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8gISIjJCUmJygpKiss LS4vMDEyMzQ1Njc4OTo7PD0+Pw=",
+         "not padded base64"},
+        {"", "decodes to 0 bytes"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        snprintf(body, sizeof body, "{\"raw_handle\": {\"b64\": \"%s\"}, \"device_id\": 0, "
+                 "\"byte_size\": 64}", bad[i].b64);
+        assert_int_equal(pjs_cuda_shm_parse_register(body, strlen(body), &b, &err),
+                         PJS_ERR_INVALID_ARGUMENT);
+        assert_non_null(strstr(err.msg, bad[i].says));
+    }
+    static const char *bodies[] = {
+        "[]",
+        "{\"raw_handle\": \"AAAA\", \"device_id\": 0, \"byte_size\": 64}",
+        "{\"raw_handle\": {\"b64\": 1}, \"device_id\": 0, \"byte_size\": 64}",
+        "{\"raw_handle\": {\"b64\": \"\"}, \"device_id\": -1, \"byte_size\": 64}",
+        "{\"raw_handle\": {\"b64\": \"\"}, \"device_id\": 0, \"byte_size\": \"64\"}",
+        "{\"raw_handle\": {\"b64\": \"\"}, \"device_id\": 0, \"device_id\": 0, \"byte_size\": 1}",
+        "{\"raw_handle\":",
+    };
+    for (size_t i = 0; i < sizeof bodies / sizeof bodies[0]; i++)
+        assert_int_equal(pjs_cuda_shm_parse_register(bodies[i], strlen(bodies[i]), &b, &err),
+                         PJS_ERR_INVALID_ARGUMENT);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1592,6 +1650,7 @@ int main(void)
         cmocka_unit_test(test_bytes_binary_input),
         cmocka_unit_test(test_bytes_encode),
         cmocka_unit_test(test_bytes_documents),
+        cmocka_unit_test(test_cuda_shm_register_body),
     };
     return cmocka_run_group_tests(tests, setup_manifest, teardown_manifest);
 }

@@ -401,14 +401,16 @@ static int repository_unload(pjs_grpc_unary_ctx *ctx, const ProtobufCMessage *re
     return rc;
 }
 
-/* ---- system shared memory --------------------------------------------------------- */
+/* ---- shared memory: system and CUDA ---------------------------------------------- */
 
 typedef Inference__SystemSharedMemoryStatusResponse__RegionsEntry region_entry;
 typedef Inference__SystemSharedMemoryStatusResponse__RegionStatus region_status;
+typedef Inference__CudaSharedMemoryStatusResponse__RegionsEntry cuda_region_entry;
+typedef Inference__CudaSharedMemoryStatusResponse__RegionStatus cuda_region_status;
 
-/* Every region or the one named, into an arena array (*out, *n). */
-static int shm_regions(pjs_grpc_unary_ctx *ctx, const char *name, pjs_shm_info **out, size_t *n,
-                       pjs_error *err)
+/* Every region of `kind` or the one named, into an arena array (*out, *n). */
+static int shm_regions(pjs_grpc_unary_ctx *ctx, pjs_shm_kind kind, const char *name,
+                       pjs_shm_info **out, size_t *n, pjs_error *err)
 {
     pjs_shm_registry *reg = pjs_server_shm(ctx->frontend->server);
     size_t cap = 16;
@@ -416,7 +418,7 @@ static int shm_regions(pjs_grpc_unary_ctx *ctx, const char *name, pjs_shm_info *
         pjs_shm_info *info = pjs_grpc_arena_alloc(ctx->arena, cap * sizeof *info);
         if (info == NULL)
             return no_memory(err);
-        int count = pjs_shm_status(reg, name, info, cap, err);
+        int count = pjs_shm_status_kind(reg, kind, name, info, cap, err);
         if (count < 0)
             return count;
         if ((size_t)count <= cap) {
@@ -435,7 +437,7 @@ static int shm_status(pjs_grpc_unary_ctx *ctx, const ProtobufCMessage *request,
         (const Inference__SystemSharedMemoryStatusRequest *)request;
     pjs_shm_info *info = NULL;
     size_t n = 0;
-    int rc = shm_regions(ctx, req->name, &info, &n, err);
+    int rc = shm_regions(ctx, PJS_SHM_SYSTEM, req->name, &info, &n, err);
     if (rc != 0)
         return rc;
     Inference__SystemSharedMemoryStatusResponse *r =
@@ -498,22 +500,39 @@ static int shm_unregister(pjs_grpc_unary_ctx *ctx, const ProtobufCMessage *reque
     return rc;
 }
 
-/* CUDA shared memory: no region can ever be registered, so status lists
- * none and unregistering everything succeeds (clients such as perf_analyzer
- * clean up both kinds); naming a region is NOT_FOUND. */
 static int cuda_shm_status(pjs_grpc_unary_ctx *ctx, const ProtobufCMessage *request,
                            ProtobufCMessage **response, pjs_error *err)
 {
     const Inference__CudaSharedMemoryStatusRequest *req =
         (const Inference__CudaSharedMemoryStatusRequest *)request;
-    if (req->name != NULL && req->name[0] != '\0')
-        return pjs_error_set(err, PJS_ERR_NOT_FOUND,
-                             "CUDA shared memory region \"%.256s\" is not registered", req->name);
+    pjs_shm_info *info = NULL;
+    size_t n = 0;
+    int rc = shm_regions(ctx, PJS_SHM_CUDA, req->name, &info, &n, err);
+    if (rc != 0)
+        return rc;
     Inference__CudaSharedMemoryStatusResponse *r =
         NEW(ctx, Inference__CudaSharedMemoryStatusResponse,
             inference__cuda_shared_memory_status_response);
-    if (r == NULL)
+    cuda_region_entry **entries = pjs_grpc_arena_alloc(ctx->arena, n * sizeof *entries);
+    if (r == NULL || entries == NULL)
         return no_memory(err);
+    for (size_t i = 0; i < n; i++) {
+        cuda_region_entry *e = NEW(ctx, cuda_region_entry,
+                                   inference__cuda_shared_memory_status_response__regions_entry);
+        cuda_region_status *st =
+            NEW(ctx, cuda_region_status,
+                inference__cuda_shared_memory_status_response__region_status);
+        if (e == NULL || st == NULL)
+            return no_memory(err);
+        st->name = info[i].name;
+        st->device_id = (uint64_t)info[i].device_id;
+        st->byte_size = info[i].byte_size;
+        e->key = info[i].name;
+        e->value = st;
+        entries[i] = e;
+    }
+    r->regions = entries;
+    r->n_regions = n;
     *response = &r->base;
     return 0;
 }
@@ -521,12 +540,19 @@ static int cuda_shm_status(pjs_grpc_unary_ctx *ctx, const ProtobufCMessage *requ
 static int cuda_shm_register(pjs_grpc_unary_ctx *ctx, const ProtobufCMessage *request,
                              ProtobufCMessage **response, pjs_error *err)
 {
-    (void)request;
-    (void)response;
-    return pjs_error_set(err, PJS_ERR_UNSUPPORTED,
-                         "pjserve on %s does not support CUDA shared memory; use system shared "
-                         "memory",
-                         pjs_server_platform(ctx->frontend->server));
+    const Inference__CudaSharedMemoryRegisterRequest *req =
+        (const Inference__CudaSharedMemoryRegisterRequest *)request;
+    Inference__CudaSharedMemoryRegisterResponse *r =
+        NEW(ctx, Inference__CudaSharedMemoryRegisterResponse,
+            inference__cuda_shared_memory_register_response);
+    if (r == NULL)
+        return no_memory(err);
+    int rc = pjs_shm_register_cuda(pjs_server_shm(ctx->frontend->server), req->name,
+                                   req->raw_handle.data, req->raw_handle.len, req->device_id,
+                                   req->byte_size, err);
+    if (rc == 0)
+        *response = &r->base;
+    return rc;
 }
 
 static int cuda_shm_unregister(pjs_grpc_unary_ctx *ctx, const ProtobufCMessage *request,
@@ -534,16 +560,16 @@ static int cuda_shm_unregister(pjs_grpc_unary_ctx *ctx, const ProtobufCMessage *
 {
     const Inference__CudaSharedMemoryUnregisterRequest *req =
         (const Inference__CudaSharedMemoryUnregisterRequest *)request;
-    if (req->name != NULL && req->name[0] != '\0')
-        return pjs_error_set(err, PJS_ERR_NOT_FOUND,
-                             "CUDA shared memory region \"%.256s\" is not registered", req->name);
     Inference__CudaSharedMemoryUnregisterResponse *r =
         NEW(ctx, Inference__CudaSharedMemoryUnregisterResponse,
             inference__cuda_shared_memory_unregister_response);
     if (r == NULL)
         return no_memory(err);
-    *response = &r->base;
-    return 0;
+    int rc = pjs_shm_unregister_kind(pjs_server_shm(ctx->frontend->server), PJS_SHM_CUDA,
+                                     req->name, err);
+    if (rc == 0)
+        *response = &r->base;
+    return rc;
 }
 
 /* ---- tracing and logging ---------------------------------------------------------- */

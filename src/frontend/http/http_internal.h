@@ -313,8 +313,6 @@ bool pjs__http_infer_path(const char *url, char *model, size_t model_size, char 
                           size_t version_size);
 /* Holds a non-inference POST body to the size of a control document (1 MiB). */
 void pjs__http_limit_control_body(pjs__http_call *c);
-/* /v2/cudasharedmemory/...: no region can be registered on this server. */
-void pjs__http_route_cuda_shm(pjs__http_call *c, const pjs__http_path *p);
 /* Whether the request's path has only name segments (no ".", "..", empty
  * segment or trailing slash, decoded or not); stores a 400 reply when not.
  * Asked before anything else reads the path. */

@@ -1,8 +1,7 @@
 /*
  * http_route_util.c - what every route set of the HTTP front end shares:
  * path splitting, method checks, JSON bodies, the body limit of control
- * requests, the access decision, and the CUDA shared-memory endpoints
- * (never honoured here, answered the same by serve and the gateway).
+ * requests and the access decision.
  *
  * Paths. A path with a "." or ".." segment, or an empty one ("//", a
  * trailing "/"), is refused before anything else looks at it, as
@@ -137,32 +136,6 @@ void pjs__http_limit_control_body(pjs__http_call *c)
     snprintf(c->limit_what, sizeof c->limit_what,
              "%zu bytes, the most a request to an endpoint other than inference takes",
              c->body_limit);
-}
-
-/* /v2/cudasharedmemory/[region/{r}/]{status|register|unregister}: no region
- * can ever be registered, so status lists none and unregistering everything
- * succeeds (clients such as perf_analyzer clean up both kinds). */
-void pjs__http_route_cuda_shm(pjs__http_call *c, const pjs__http_path *p)
-{
-    const char *region = p->n == 5 && is(p->seg[2], "region") ? p->seg[3] : NULL;
-    const char *action = p->n == 3 ? p->seg[2] : p->n == 5 ? p->seg[4] : "";
-    if (!is(action, "status") && !is(action, "unregister") &&
-        !(region != NULL && is(action, "register"))) {
-        pjs__http_reply_message(c, 404, "no such endpoint: %s", c->url);
-    } else if (!pjs__http_method_ok(c, is(action, "status") ? "GET" : "POST")) {
-        return;
-    } else if (is(action, "register")) {
-        pjs__http_reply_message(c, 400,
-                                "CUDA shared memory is not supported on this server; use system "
-                                "shared memory (/v2/systemsharedmemory)");
-    } else if (region != NULL) {
-        pjs__http_reply_message(c, 400, "CUDA shared memory region \"%.256s\" is not registered",
-                                region);
-    } else if (is(action, "status")) {
-        pjs__http_reply_json(c, 200, json_array());
-    } else {
-        pjs__http_reply_empty(c, 200);
-    }
 }
 
 /* ---- access ---------------------------------------------------------------- */

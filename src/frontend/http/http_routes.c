@@ -28,6 +28,7 @@
 #include "frontend/http/control_json.h"
 #include "frontend/http/metrics_render.h"
 #include "frontend/http/model_json.h"
+#include "frontend/http/shm_json.h"
 #include "server/control.h"
 #include "server/load_config.h"
 #include "server/server.h"
@@ -385,9 +386,19 @@ static void repository_route(pjs__http_call *c, const pjs__http_path *p)
     pjs__http_reply_message(c, 404, "no such endpoint: %s", c->url);
 }
 
-/* ---- system shared memory -------------------------------------------------- */
+/* ---- shared memory: system and CUDA ------------------------------------------ */
 
-static void shm_status(pjs__http_call *c, const char *region)
+/* One region as its kind's status lists it (Triton's fields). */
+static json_t *shm_region_json(const pjs_shm_info *info)
+{
+    if (info->kind == PJS_SHM_CUDA)
+        return json_pack("{s:s, s:I, s:I}", "name", info->name, "device_id",
+                         (json_int_t)info->device_id, "byte_size", (json_int_t)info->byte_size);
+    return json_pack("{s:s, s:s, s:I, s:I}", "name", info->name, "key", info->key, "offset",
+                     (json_int_t)info->offset, "byte_size", (json_int_t)info->byte_size);
+}
+
+static void shm_status(pjs__http_call *c, pjs_shm_kind kind, const char *region)
 {
     pjs_shm_registry *reg = pjs_server_shm(server_of(c));
     pjs_error err;
@@ -402,7 +413,7 @@ static void shm_status(pjs__http_call *c, const char *region)
             return;
         }
         info = grown;
-        n = pjs_shm_status(reg, region, info, cap, &err);
+        n = pjs_shm_status_kind(reg, kind, region, info, cap, &err);
         if (n < 0 || (size_t)n <= cap)
             break;
         cap = (size_t)n;
@@ -414,9 +425,7 @@ static void shm_status(pjs__http_call *c, const char *region)
     }
     json_t *list = json_array();
     for (int i = 0; list != NULL && i < n; i++) {
-        json_t *e = json_pack("{s:s, s:s, s:I, s:I}", "name", info[i].name, "key", info[i].key,
-                              "offset", (json_int_t)info[i].offset, "byte_size",
-                              (json_int_t)info[i].byte_size);
+        json_t *e = shm_region_json(&info[i]);
         if (e == NULL || json_array_append_new(list, e) != 0) {
             json_decref(list);
             list = NULL;
@@ -455,17 +464,32 @@ static void shm_register(pjs__http_call *c, const char *region)
         pjs__http_reply_empty(c, 200);
 }
 
-static void shm_unregister(pjs__http_call *c, const char *region)
+static void cuda_shm_register(pjs__http_call *c, const char *region)
 {
+    pjs_cuda_shm_register_body body;
     pjs_error err;
-    if (pjs_shm_unregister(pjs_server_shm(server_of(c)), region, &err) != 0)
+    int rc = pjs_cuda_shm_parse_register(c->body.data, c->body.len, &body, &err);
+    if (rc == 0)
+        rc = pjs_shm_register_cuda(pjs_server_shm(server_of(c)), region, body.raw_handle,
+                                   sizeof body.raw_handle, body.device_id, body.byte_size,
+                                   &err);
+    if (rc != 0)
         pjs__http_reply_error(c, &err);
     else
         pjs__http_reply_empty(c, 200);
 }
 
-/* /v2/systemsharedmemory/[region/{r}/]{status|register|unregister} */
-static void shm_route(pjs__http_call *c, const pjs__http_path *p)
+static void shm_unregister(pjs__http_call *c, pjs_shm_kind kind, const char *region)
+{
+    pjs_error err;
+    if (pjs_shm_unregister_kind(pjs_server_shm(server_of(c)), kind, region, &err) != 0)
+        pjs__http_reply_error(c, &err);
+    else
+        pjs__http_reply_empty(c, 200);
+}
+
+/* /v2/{system|cuda}sharedmemory/[region/{r}/]{status|register|unregister} */
+static void shm_route(pjs__http_call *c, const pjs__http_path *p, pjs_shm_kind kind)
 {
     const char *region = NULL;
     const char *action = NULL;
@@ -477,12 +501,16 @@ static void shm_route(pjs__http_call *c, const pjs__http_path *p)
     }
     if (action != NULL && is(action, "status")) {
         if (pjs__http_method_ok(c, "GET"))
-            shm_status(c, region);
+            shm_status(c, kind, region);
     } else if (action != NULL && is(action, "unregister")) {
         if (pjs__http_method_ok(c, "POST"))
-            shm_unregister(c, region);
+            shm_unregister(c, kind, region);
     } else if (action != NULL && region != NULL && is(action, "register")) {
-        if (pjs__http_method_ok(c, "POST"))
+        if (!pjs__http_method_ok(c, "POST"))
+            return;
+        if (kind == PJS_SHM_CUDA)
+            cuda_shm_register(c, region);
+        else
             shm_register(c, region);
     } else {
         pjs__http_reply_message(c, 404, "no such endpoint: %s", c->url);
@@ -666,9 +694,9 @@ static void route_rest(pjs__http_call *c)
     } else if (is(area, "repository")) {
         repository_route(c, &p);
     } else if (is(area, "systemsharedmemory")) {
-        shm_route(c, &p);
+        shm_route(c, &p, PJS_SHM_SYSTEM);
     } else if (is(area, "cudasharedmemory")) {
-        pjs__http_route_cuda_shm(c, &p);
+        shm_route(c, &p, PJS_SHM_CUDA);
     } else if (is(area, "pjserve")) {
         control_route(c, &p);
     } else {
