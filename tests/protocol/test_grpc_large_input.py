@@ -147,7 +147,9 @@ def test_malformed_large_message_is_refused(server, corrupt):
     with pytest.raises(grpc.RpcError) as ei:
         _send_bytes(server, corrupt(wire))
     assert ei.value.code() == grpc.StatusCode.INVALID_ARGUMENT, ei.value.details()
-    assert "malformed ModelInferRequest" in ei.value.details()
+    # serve's words, or a node's gateway's (which reads the message first)
+    assert any(w in ei.value.details() for w in ("malformed ModelInferRequest",
+                                                  "not a well-formed protobuf message"))
     # The same bytes whole are answered, on the same server.
     resp = service_pb2.ModelInferResponse.FromString(_send_bytes(server, wire))
     _check(x, b, *_outputs(resp))
