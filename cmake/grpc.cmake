@@ -85,6 +85,7 @@ add_custom_command(
 add_library(pjs_grpc_codec STATIC
   src/frontend/grpc/arena.c
   src/frontend/grpc/codec.c
+  src/frontend/grpc/infer_wire.c
   src/frontend/grpc/model_info.c
   src/frontend/grpc/control_codec.c
   ${PJS_PB_MODEL_CONFIG}

@@ -11,7 +11,9 @@
  * packs the response. Invariants worth a crash: a failure always has a
  * message; a validated input's bytes match its shape (for strings: well
  * formed, one element per position); the packed response unpacks again
- * with one raw entry per output.
+ * with one raw entry per output; a message is refused as malformed exactly
+ * when protobuf-c refuses it whole, and raw_input_contents, read in place,
+ * are protobuf-c's.
  *
  * Seeds in fuzz/corpus/fuzz_grpc_infer/ are written by
  * fuzz/make_grpc_infer_corpus.py with tritonclient's own protobuf classes.
@@ -145,13 +147,46 @@ static void check_response(pjs_grpc_infer *d)
     free(buf);
 }
 
+/* The decoder reads raw_input_contents in place and unpacks the rest: it
+ * refuses a message as malformed exactly when protobuf-c refuses it whole,
+ * and reads the same raw entries when both take it. */
+static void check_against_protobuf_c(const uint8_t *data, size_t size, const pjs_grpc_infer *d,
+                                     int rc, const pjs_error *err)
+{
+    Inference__ModelInferRequest *ref = inference__model_infer_request__unpack(NULL, size, data);
+    /* Refused as malformed: no message, INVALID_ARGUMENT (the words may
+     * echo the client's strings, so they cannot tell). */
+    bool malformed = d->msg == NULL && rc == PJS_ERR_INVALID_ARGUMENT;
+    if ((ref == NULL) != malformed)
+        abort();
+    if (malformed && strstr(err->msg, "malformed ModelInferRequest") == NULL)
+        abort();
+    if (ref == NULL || d->msg == NULL) /* or over the arena's bound, which protobuf-c has not */
+        goto out;
+    if (d->msg->n_raw_input_contents != ref->n_raw_input_contents)
+        abort();
+    for (size_t i = 0; i < ref->n_raw_input_contents; i++) {
+        const ProtobufCBinaryData *got = &d->msg->raw_input_contents[i];
+        const ProtobufCBinaryData *want = &ref->raw_input_contents[i];
+        if (got->len != want->len || (want->len > 0 && memcmp(got->data, want->data, want->len)))
+            abort();
+        if (want->len > 0 && (got->data < data || got->data + got->len > data + size))
+            abort();
+    }
+out:
+    if (ref != NULL)
+        inference__model_infer_request__free_unpacked(ref, NULL);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     pjs_grpc_infer d;
     pjs_error err;
     pjs_grpc_infer_init(&d);
     pjs_error_clear(&err);
-    if (pjs_grpc_infer_decode(&d, data, size, NULL, &err) != 0) {
+    int decoded = pjs_grpc_infer_decode(&d, data, size, NULL, &err);
+    check_against_protobuf_c(data, size, &d, decoded, &err);
+    if (decoded != 0) {
         if (err.msg[0] == '\0')
             abort();
         pjs_grpc_infer_release(&d);

@@ -6,7 +6,9 @@
  * pjs_grpc_infer_decode as a client's bytes would be; then checked against a
  * fixed manifest with pjs_infer_validate. Responses are encoded from outputs
  * filled as the dispatcher fills them and unpacked again to check what a
- * client reads. Shared-memory tests use a real POSIX shared-memory object
+ * client reads. Raw input bytes are read in place (infer_wire.c), with
+ * every prefix and one-byte change of a message decoded as protobuf-c
+ * decodes it whole. Shared-memory tests use a real POSIX shared-memory object
  * registered with the core registry. The model control messages are
  * encoded from plain snapshots and unpacked again, and decoded from packed
  * requests. String (BYTES) tensors go through a hooked model's client
@@ -183,17 +185,48 @@ static void demo_request(builder *b)
     add_raw(b, mask_data, sizeof mask_data);
 }
 
+/* Every message packed by the tests: a decoded request borrows its
+ * raw_input_contents from the bytes received, so they are freed only when
+ * the tests are done (free_wires). */
+static uint8_t **wires;
+static size_t n_wires;
+
+static uint8_t *new_wire(size_t len)
+{
+    uint8_t **more = realloc(wires, (n_wires + 1) * sizeof *wires);
+    assert_non_null(more);
+    wires = more;
+    wires[n_wires] = malloc(len + 1);
+    assert_non_null(wires[n_wires]);
+    return wires[n_wires++];
+}
+
+static void free_wires(void)
+{
+    for (size_t i = 0; i < n_wires; i++)
+        free(wires[i]);
+    free(wires);
+    wires = NULL;
+    n_wires = 0;
+}
+
+/* b packed, in bytes kept until the tests end; its length in *len. */
+static uint8_t *pack_request(builder *b, size_t *len)
+{
+    *len = inference__model_infer_request__get_packed_size(&b->req);
+    uint8_t *buf = new_wire(*len);
+    inference__model_infer_request__pack(&b->req, buf);
+    return buf;
+}
+
 /* Packs b and decodes it into d as it is (initialized, or recycled after
  * an earlier request); returns decode's status. */
 static int decode_into(builder *b, pjs_grpc_infer *d, pjs_shm_registry *shm, pjs_error *err)
 {
-    size_t len = inference__model_infer_request__get_packed_size(&b->req);
-    uint8_t *buf = malloc(len + 1);
-    assert_non_null(buf);
-    inference__model_infer_request__pack(&b->req, buf);
+    size_t len;
+    uint8_t *buf = pack_request(b, &len);
     pjs_error_clear(err);
     int rc = pjs_grpc_infer_decode(d, buf, len, shm, err);
-    free(buf); /* the decoded request must not borrow the wire bytes */
     if (getenv("PJS_TEST_VERBOSE") != NULL && rc != 0)
         print_message("%s\n", err->msg);
     return rc;
@@ -233,6 +266,7 @@ static int teardown_manifest(void **state)
 {
     pjs_manifest_free(*state);
     free(*state);
+    free_wires();
     return 0;
 }
 
@@ -323,6 +357,125 @@ static void test_decode_empty_message(void **state)
     assert_int_equal(d.req.n_inputs, 0);
     assert_string_equal(d.msg->model_name, "");
     pjs_grpc_infer_release(&d);
+}
+
+/* raw_input_contents are read where they arrived: each input's data points
+ * into the message's bytes, whatever the order of the fields on the wire,
+ * and the message is otherwise decoded as protobuf-c decodes it. */
+static void test_raw_inputs_read_in_place(void **state)
+{
+    builder b;
+    pjs_grpc_infer d;
+    pjs_error err;
+    size_t len;
+    demo_request(&b);
+    b.req.id = "in place";
+    uint8_t *wire = pack_request(&b, &len);
+    pjs_grpc_infer_init(&d);
+    assert_int_equal(pjs_grpc_infer_decode(&d, wire, len, NULL, &err), 0);
+    for (size_t i = 0; i < 2; i++) {
+        const uint8_t *data = d.req.inputs[i].data;
+        assert_true(data >= wire && data + d.req.inputs[i].nbytes <= wire + len);
+    }
+    assert_memory_equal(d.req.inputs[0].data, x_data, sizeof x_data);
+    assert_memory_equal(d.req.inputs[1].data, mask_data, sizeof mask_data);
+    assert_string_equal(d.req.id, "in place");
+    assert_int_equal(pjs_infer_validate(&d.req, *state, 4, &err), 0);
+    pjs_grpc_infer_release(&d);
+
+    /* The same message with its raw entries first and last: protobuf
+     * concatenates repeated fields wherever they appear. */
+    builder parts;
+    size_t n_raw_first, n_rest, n_raw_last;
+    builder_init(&parts, "");
+    add_raw(&parts, x_data, sizeof x_data);
+    uint8_t *raw_first = pack_request(&parts, &n_raw_first);
+    b.req.n_raw_input_contents = 0;
+    uint8_t *rest = pack_request(&b, &n_rest);
+    builder_init(&parts, "");
+    add_raw(&parts, mask_data, sizeof mask_data);
+    uint8_t *raw_last = pack_request(&parts, &n_raw_last);
+    uint8_t *joined = new_wire(n_raw_first + n_rest + n_raw_last);
+    memcpy(joined, raw_first, n_raw_first);
+    memcpy(joined + n_raw_first, rest, n_rest);
+    memcpy(joined + n_raw_first + n_rest, raw_last, n_raw_last);
+    pjs_grpc_infer_init(&d);
+    assert_int_equal(pjs_grpc_infer_decode(&d, joined, n_raw_first + n_rest + n_raw_last, NULL,
+                                           &err),
+                     0);
+    assert_ptr_equal(d.req.inputs[0].data, joined + n_raw_first - sizeof x_data);
+    assert_ptr_equal(d.req.inputs[1].data, joined + n_raw_first + n_rest + n_raw_last -
+                                               sizeof mask_data);
+    assert_string_equal(d.msg->model_name, "demo");
+    assert_int_equal(pjs_infer_validate(&d.req, *state, 4, &err), 0);
+    pjs_grpc_infer_release(&d);
+}
+
+/* Every prefix of a message, and the message with any one byte changed to
+ * each of a few values, is accepted exactly when protobuf-c accepts it
+ * whole; an accepted one has protobuf-c's raw_input_contents. */
+static void expect_same_verdict_as_protobuf_c(const uint8_t *wire, size_t len)
+{
+    Inference__ModelInferRequest *ref = inference__model_infer_request__unpack(NULL, len, wire);
+    pjs_grpc_infer d;
+    pjs_error err;
+    pjs_grpc_infer_init(&d);
+    int rc = pjs_grpc_infer_decode(&d, wire, len, NULL, &err);
+    if (ref == NULL) {
+        assert_int_equal(rc, PJS_ERR_INVALID_ARGUMENT);
+        assert_null(d.msg);
+        assert_non_null(strstr(err.msg, "malformed ModelInferRequest"));
+    } else {
+        assert_non_null(d.msg);
+        assert_int_equal(d.msg->n_raw_input_contents, ref->n_raw_input_contents);
+        for (size_t i = 0; i < ref->n_raw_input_contents; i++) {
+            assert_int_equal(d.msg->raw_input_contents[i].len, ref->raw_input_contents[i].len);
+            if (ref->raw_input_contents[i].len > 0)
+                assert_memory_equal(d.msg->raw_input_contents[i].data,
+                                    ref->raw_input_contents[i].data,
+                                    ref->raw_input_contents[i].len);
+        }
+        assert_int_equal(d.msg->n_inputs, ref->n_inputs);
+        assert_string_equal(d.msg->model_name, ref->model_name);
+        inference__model_infer_request__free_unpacked(ref, NULL);
+    }
+    pjs_grpc_infer_release(&d);
+}
+
+static void test_framing_refused_as_protobuf_c_refuses(void **state)
+{
+    (void)state;
+    builder b;
+    size_t len;
+    demo_request(&b);
+    add_output(&b, "y");
+    set_uint(add_request_param(&b, "timeout"), 5000);
+    uint8_t *wire = pack_request(&b, &len);
+    uint8_t *copy = new_wire(len);
+    static const uint8_t values[] = {0x00, 0x01, 0x07, 0x08, 0x3a, 0x7f, 0x80, 0xff};
+    for (size_t cut = 0; cut <= len; cut++) {
+        memcpy(copy, wire, cut);
+        expect_same_verdict_as_protobuf_c(copy, cut);
+    }
+    for (size_t at = 0; at < len; at++)
+        for (size_t v = 0; v < sizeof values; v++) {
+            memcpy(copy, wire, len);
+            copy[at] = values[v];
+            expect_same_verdict_as_protobuf_c(copy, len);
+        }
+    /* What the walk refuses by name: field number 0, a group, wire types 6
+     * and 7, an overlong tag, a length prefix past INT_MAX. */
+    static const uint8_t bad[][8] = {
+        {0x02, 0x00},                         /* field 0 */
+        {0x3b, 0x3c},                         /* field 7 as a group */
+        {0x3e},                               /* wire type 6 */
+        {0x3f},                               /* wire type 7 */
+        {0xfa, 0xff, 0xff, 0xff, 0xff, 0x01}, /* a tag of 6 bytes */
+        {0x3a, 0xff, 0xff, 0xff, 0xff, 0x0f}, /* raw entry of 4 GiB - 1 */
+    };
+    static const size_t bad_len[] = {2, 2, 1, 1, 6, 6};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+        expect_same_verdict_as_protobuf_c(bad[i], bad_len[i]);
 }
 
 static void test_priority_and_timeout(void **state)
@@ -1569,6 +1722,8 @@ int main(void)
         cmocka_unit_test(test_recycle_between_requests),
         cmocka_unit_test(test_decode_malformed),
         cmocka_unit_test(test_decode_empty_message),
+        cmocka_unit_test(test_raw_inputs_read_in_place),
+        cmocka_unit_test(test_framing_refused_as_protobuf_c_refuses),
         cmocka_unit_test(test_priority_and_timeout),
         cmocka_unit_test(test_sequence_parameters),
         cmocka_unit_test(test_timeout_without_deadline),

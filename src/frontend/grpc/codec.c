@@ -1,9 +1,11 @@
 /*
  * codec.c - decoding ModelInferRequest and encoding ModelInferResponse.
  *
- * Decoding runs in three passes over the unpacked message: the request's
- * parameters (timeout, which sets the deadline; priority, accepted and
- * ignored), each input (name, datatype, shape, and where its bytes are:
+ * The message is first split (infer_wire.h): raw_input_contents stay in the
+ * bytes received and only the other fields go through protobuf-c, which
+ * would copy every tensor. Decoding then runs in three passes over the
+ * unpacked message: the request's parameters (timeout, which sets the
+ * deadline; priority, accepted and ignored), each input (name, datatype, shape, and where its bytes are:
  * shared memory, typed contents or raw), then the requested outputs. Raw
  * bytes are matched to inputs in one of the two ways clients send them: one
  * raw_input_contents entry per input that has no other source (tritonclient),
@@ -31,6 +33,7 @@
 #include "core/bytes.h"
 #include "core/classify.h"
 #include "frontend/deadline.h"
+#include "frontend/grpc/infer_wire.h"
 
 /* The value of `name` in a protobuf map<string, InferParameter> (entries
  * with `key` and `value` fields), the last one winning as in protobuf; NULL
@@ -601,7 +604,12 @@ int pjs_grpc_infer_decode(pjs_grpc_infer *d, const uint8_t *data, size_t len, pj
     size_t room = (SIZE_MAX - PJS_GRPC_DECODE_SLACK) / PJS_GRPC_DECODE_FACTOR;
     d->arena.limit = len > room ? SIZE_MAX : len * PJS_GRPC_DECODE_FACTOR + PJS_GRPC_DECODE_SLACK;
     pjs_infer_request_init(&d->req);
-    d->msg = inference__model_infer_request__unpack(&d->arena.allocator, len, data);
+    pjs_grpc_wire_split split;
+    int rc = pjs_grpc_wire_split_request(data, len, &d->arena, &split, err);
+    if (rc != 0)
+        return rc;
+    d->msg = inference__model_infer_request__unpack(&d->arena.allocator, split.rest_len,
+                                                    split.rest);
     if (d->msg == NULL) {
         if (d->arena.exhausted)
             return pjs_error_set(err, PJS_ERR_RESOURCE_EXHAUSTED,
@@ -613,8 +621,10 @@ int pjs_grpc_infer_decode(pjs_grpc_infer *d, const uint8_t *data, size_t len, pj
                              "valid protobuf ModelInferRequest",
                              len);
     }
+    d->msg->raw_input_contents = split.raw;
+    d->msg->n_raw_input_contents = split.n_raw;
     d->req.id = d->msg->id; /* lives in the arena with the message */
-    int rc = decode_request_parameters(d, err);
+    rc = decode_request_parameters(d, err);
     if (rc == 0)
         rc = decode_inputs(d, shm, err);
     if (rc == 0)

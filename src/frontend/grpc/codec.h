@@ -5,10 +5,11 @@
  * kept free of the gRPC runtime and of the server so the unit tests and the
  * fuzzer link it alone. Decoding unpacks the message into the call's arena
  * and maps it onto a pjs_infer_request: names, datatypes and shapes are
- * borrowed from the message; input bytes come from raw_input_contents, from
- * typed `contents` (converted to the datatype's raw form), or from a
- * registered shared-memory region (read into a view held until the call
- * ends).
+ * borrowed from the message; input bytes come from raw_input_contents, read
+ * in place in the bytes received (infer_wire.h: never copied, so those bytes
+ * must outlive the request), from typed `contents` (converted to the
+ * datatype's raw form), or from a registered shared-memory region (read
+ * into a view held until the call ends).
  * Checking the request against the model is pjs_infer_validate's job, not
  * the codec's: the codec rejects only what cannot be mapped at all.
  *
@@ -66,7 +67,9 @@ void pjs_grpc_infer_release(pjs_grpc_infer *d);
  * pjs_grpc_infer_release frees the block when d goes for good. */
 void pjs_grpc_infer_recycle(pjs_grpc_infer *d);
 
-/* Unpacks and maps one ModelInferRequest; req.deadline_ns comes from the
+/* Unpacks and maps one ModelInferRequest, whose len bytes at data the
+ * decoded request borrows (raw_input_contents) until d is recycled or
+ * released; req.deadline_ns comes from the
  * `timeout` parameter (0 when absent or 0; the caller folds in the call's
  * own deadline). shm may be NULL (every shared memory parameter is then
  * refused). Errors: INVALID_ARGUMENT ("malformed ModelInferRequest: ..." for

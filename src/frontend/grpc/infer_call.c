@@ -4,7 +4,9 @@
  * each message of ModelStreamInfer's).
  *
  * A job takes its message's bytes from the server's budget for request
- * bytes in flight, decodes them, looks the model up and submits the request
+ * bytes in flight, decodes them (the tensors in raw_input_contents stay in
+ * those bytes, which the job keeps with the request), looks the model up
+ * and submits the request
  * with the earlier of its `timeout` and the call's deadline, so the
  * scheduler answers DEADLINE_EXCEEDED instead of running a request nobody
  * waits for. The bytes stay charged until the job is released, once its
@@ -46,12 +48,15 @@ void pjs__grpc_infer_job_init(pjs_grpc_infer_job *j, pjs_grpc_frontend *f)
 {
     memset(j, 0, sizeof *j);
     j->frontend = f;
+    j->bytes = grpc_empty_slice();
     pjs_grpc_infer_init(&j->decoded);
 }
 
 void pjs__grpc_infer_job_release(pjs_grpc_infer_job *j)
 {
     pjs_grpc_infer_recycle(&j->decoded);
+    grpc_slice_unref(j->bytes); /* after the request that borrowed from it */
+    j->bytes = grpc_empty_slice();
     pjs__grpc_release_request(j->frontend, &j->charged);
     if (j->model != NULL)
         pjs_model_unref(j->model);
@@ -82,13 +87,11 @@ int pjs__grpc_infer_job_submit(pjs_grpc_infer_job *j, grpc_byte_buffer **payload
                                pjs_error *err)
 {
     pjs_grpc_frontend *f = j->frontend;
-    grpc_slice bytes;
-    int rc = pjs__grpc_take_request(f, payload, &bytes, &j->charged, err);
+    int rc = pjs__grpc_take_request(f, payload, &j->bytes, &j->charged, err);
     if (rc != 0)
         return rc;
-    rc = pjs_grpc_infer_decode(&j->decoded, GRPC_SLICE_START_PTR(bytes), GRPC_SLICE_LENGTH(bytes),
-                               pjs_server_shm(f->server), err);
-    grpc_slice_unref(bytes);
+    rc = pjs_grpc_infer_decode(&j->decoded, GRPC_SLICE_START_PTR(j->bytes),
+                               GRPC_SLICE_LENGTH(j->bytes), pjs_server_shm(f->server), err);
     if (rc != 0)
         return rc;
     const Inference__ModelInferRequest *msg = j->decoded.msg;

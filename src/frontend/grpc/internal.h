@@ -295,6 +295,7 @@ typedef void (*pjs_grpc_infer_job_done_fn)(pjs_grpc_infer_job *j, const pjs_erro
 struct pjs_grpc_infer_job {
     pjs_grpc_frontend *frontend;     /* set by init */
     pjs_grpc_infer decoded;          /* the request; its arena also holds the response */
+    grpc_slice bytes;                /* the message received, which decoded borrows from */
     pjs_model *model;                /* a reference, from the lookup until release; or NULL */
     uint64_t charged;                /* request bytes taken from the server's budget */
     pjs_grpc_infer_job_done_fn done; /* set by submit */
@@ -326,8 +327,9 @@ void pjs__grpc_infer_job_init(pjs_grpc_infer_job *j, pjs_grpc_frontend *f);
 int pjs__grpc_infer_job_submit(pjs_grpc_infer_job *j, grpc_byte_buffer **payload,
                                gpr_timespec deadline, pjs_grpc_infer_job_done_fn done,
                                pjs_error *err);
-/* Releases the decoded request, its budget charge and the model
- * reference; j can be submitted again (releasing twice is harmless). Its
+/* Releases the decoded request, the bytes it borrowed, its budget charge
+ * and the model reference; j can be submitted again (releasing twice is
+ * harmless). Its
  * arena keeps a block for that (pjs_grpc_infer_recycle): destroy frees it
  * when j goes for good. */
 void pjs__grpc_infer_job_release(pjs_grpc_infer_job *j);
