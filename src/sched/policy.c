@@ -28,17 +28,11 @@ int pjs_discipline_parse(const char *s)
 
 const char *pjs_hand_off_name(pjs_hand_off h)
 {
-    switch (h) {
-    case PJS_HAND_OFF_ON: return "on";
-    case PJS_HAND_OFF_OFF: return "off";
-    default: return "auto";
-    }
+    return h == PJS_HAND_OFF_OFF ? "off" : "on";
 }
 
 int pjs_hand_off_parse(const char *s)
 {
-    if (strcmp(s, "auto") == 0)
-        return PJS_HAND_OFF_AUTO;
     if (strcmp(s, "on") == 0)
         return PJS_HAND_OFF_ON;
     if (strcmp(s, "off") == 0)
@@ -61,7 +55,7 @@ void pjs_sched_config_defaults(pjs_sched_config *c)
         .cold_model_defer_ms = 10.0,
         .eviction = PJS_EVICTION_LFU,
         .weight_prefetch = true,
-        .hand_off = PJS_HAND_OFF_AUTO,
+        .hand_off = PJS_HAND_OFF_ON,
     };
 }
 
@@ -92,10 +86,9 @@ int pjs_sched_config_check(const pjs_sched_config *c, pjs_error *err)
     if (c->eviction != PJS_EVICTION_LFU && c->eviction != PJS_EVICTION_LRU)
         return pjs_error_set(err, PJS_ERR_INVALID_ARGUMENT,
                              "scheduler.eviction_policy: expected lfu or lru");
-    if (c->hand_off != PJS_HAND_OFF_AUTO && c->hand_off != PJS_HAND_OFF_ON &&
-        c->hand_off != PJS_HAND_OFF_OFF)
+    if (c->hand_off != PJS_HAND_OFF_ON && c->hand_off != PJS_HAND_OFF_OFF)
         return pjs_error_set(err, PJS_ERR_INVALID_ARGUMENT,
-                             "scheduler.hand_off: expected auto, on or off");
+                             "scheduler.hand_off: expected on or off");
     if (c->warmup_runs < 0 || c->warmup_runs > 100)
         return pjs_error_set(err, PJS_ERR_INVALID_ARGUMENT,
                              "scheduler.warmup_runs: must be between 0 and 100");

@@ -84,19 +84,17 @@ const char *pjs_discipline_name(pjs_discipline d); /* "fair", "fifo", "edf" */
 int pjs_discipline_parse(const char *s);
 
 /* Who runs the next execution when one ends and more work waits: with
- * hand-off a dispatcher worker is woken to take the device while the thread
- * that ran the last one answers its requests, so answering overlaps the
- * next execution; without, that thread answers first and then takes the
- * device itself, which saves a thread wake-up per execution where no core
- * is free to run the worker. auto: hand off with 4 or more CPUs. */
+ * hand-off (the default) a dispatcher worker is woken to take the device
+ * while the thread that ran the last one answers its requests, so answering
+ * overlaps the next execution; without, that thread answers first and then
+ * takes the device itself, a thread wake-up less per execution. */
 typedef enum pjs_hand_off {
-    PJS_HAND_OFF_AUTO = 0,
-    PJS_HAND_OFF_ON = 1,
-    PJS_HAND_OFF_OFF = 2,
+    PJS_HAND_OFF_ON = 0,
+    PJS_HAND_OFF_OFF = 1,
 } pjs_hand_off;
 
-const char *pjs_hand_off_name(pjs_hand_off h); /* "auto", "on", "off" */
-/* Parses "auto" / "on" / "off"; -1 for anything else. */
+const char *pjs_hand_off_name(pjs_hand_off h); /* "on", "off" */
+/* Parses "on" / "off"; -1 for anything else. */
 int pjs_hand_off_parse(const char *s);
 
 typedef struct pjs_sched_config {
@@ -117,7 +115,7 @@ typedef struct pjs_sched_config {
 
 /* The defaults: fair, half-life 1 s, discount 0.5, clamp 4, smoothing 0.2,
  * margin 0, depth 1024, no default timeout, 2 warm-up runs, cold models
- * deferred up to 10 ms, lfu eviction, weight prefetch on, hand-off auto. */
+ * deferred up to 10 ms, lfu eviction, weight prefetch on, hand-off on. */
 void pjs_sched_config_defaults(pjs_sched_config *c);
 /* Checks every field's range; the message names the field. */
 int pjs_sched_config_check(const pjs_sched_config *c, pjs_error *err);

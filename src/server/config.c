@@ -223,8 +223,7 @@ static int set_sched_key(pjs_yaml *y, pjs_sched_config *s, enum sched_key k, con
         break;
     case S_WEIGHT_PREFETCH: rc = pjs_yaml_get_bool(y, n, path, &v.weight_prefetch); break;
     case S_HAND_OFF:
-        rc = get_keyword(y, n, path, pjs_hand_off_parse, "a hand-off setting", "auto, on or off",
-                         &i32);
+        rc = get_keyword(y, n, path, pjs_hand_off_parse, "a hand-off setting", "on or off", &i32);
         v.hand_off = (pjs_hand_off)i32;
         break;
     case S_COUNT: break;

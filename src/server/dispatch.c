@@ -50,7 +50,6 @@
 #include "server/dispatch.h"
 
 #include <pthread.h>
-#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -114,7 +113,7 @@ struct pjs_dispatcher {
     pthread_cond_t task_done;
     pjs_sched sched;
     bool device_held;      /* the device token */
-    bool hand_off;         /* scheduler.hand_off, auto resolved (see pjs_hand_off) */
+    bool hand_off;         /* scheduler.hand_off (see pjs_hand_off) */
     pjs_wcache cache;      /* changed by the token holder only */
     owner_scratch scratch; /* used by the token holder only */
     device_task *tasks;
@@ -139,8 +138,6 @@ struct pjs_dispatcher {
 /* Without hand-off, the most plans in a row a request thread runs before it
  * wakes a worker for the rest (it has its own connections to serve). */
 #define PJS_DISPATCH_INLINE_MAX_RUNS 4
-/* hand_off auto: on from this many CPUs. */
-#define PJS_DISPATCH_HAND_OFF_CPUS 4
 
 /* Set while a thread runs on_done: it must not take the token (see top). */
 static _Thread_local int completing;
@@ -1153,16 +1150,6 @@ void pjs_dispatcher_cache_totals(pjs_dispatcher *d, uint64_t *budget, uint64_t *
 
 /* ---- the public API ------------------------------------------------------------------ */
 
-/* auto: hand off where a core is likely free to run the woken worker. */
-static bool hand_off_resolved(pjs_hand_off h)
-{
-    if (h != PJS_HAND_OFF_AUTO)
-        return h == PJS_HAND_OFF_ON;
-    cpu_set_t cpus;
-    int n = sched_getaffinity(0, sizeof cpus, &cpus) == 0 ? CPU_COUNT(&cpus) : 1;
-    return n >= PJS_DISPATCH_HAND_OFF_CPUS;
-}
-
 int pjs_dispatcher_create(int workers, const pjs_sched_config *cfg, uint64_t weight_budget,
                           bool autonomous, pjs_dispatcher **out, pjs_error *err)
 {
@@ -1192,7 +1179,7 @@ int pjs_dispatcher_create(int workers, const pjs_sched_config *cfg, uint64_t wei
         d->sched.cfg.weight_prefetch = false; /* nothing to copy ahead */
     }
     d->accepting = true;
-    d->hand_off = hand_off_resolved(cfg->hand_off);
+    d->hand_off = cfg->hand_off == PJS_HAND_OFF_ON;
     d->workers = calloc((size_t)(workers > 0 ? workers : 1), sizeof *d->workers);
     if (d->workers == NULL) {
         pjs_dispatcher_destroy(d);

@@ -229,7 +229,6 @@ static void test_each_key(void **state)
         {"weight_prefetch: false", F(weight_prefetch), {.i = 0}},
         {"hand_off: off", F(hand_off), {.i = PJS_HAND_OFF_OFF}},
         {"hand_off: on", F(hand_off), {.i = PJS_HAND_OFF_ON}},
-        {"hand_off: auto", F(hand_off), {.i = PJS_HAND_OFF_AUTO}},
 #undef F
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
@@ -378,7 +377,7 @@ REJECT(test_reject_discipline_case, "scheduler:\n  discipline: FIFO\n",
              "(expected fair, fifo or edf) (line 2)")
 REJECT(test_reject_hand_off, "scheduler:\n  hand_off: sometimes\n",
        LABEL ": scheduler.hand_off: \"sometimes\" is not a hand-off setting "
-             "(expected auto, on or off) (line 2)")
+             "(expected on or off) (line 2)")
 REJECT(test_reject_discipline_null, "scheduler:\n  discipline:\n",
        LABEL ": scheduler.discipline: must be a string, got null (line 2)")
 REJECT(test_reject_quoted_number, "scheduler:\n  fair_clamp: \"2\"\n",
@@ -809,7 +808,7 @@ static void test_describe(void **state)
                         "scheduler: fair, half-life 1000 ms, coalesce discount 0.5, fair clamp "
                         "4, cost smoothing 0.2, edf laxity margin 0 us, max queue depth 1024 "
                         "per model, default timeout none, warm-up runs 2, cold models deferred "
-                        "up to 10 ms, lfu eviction, weight prefetch on, hand-off auto, 0 model "
+                        "up to 10 ms, lfu eviction, weight prefetch on, hand-off on, 0 model "
                         "policies");
     pjs_error err;
     assert_int_equal(parse(&c, full_file, &err), 0);
@@ -818,7 +817,7 @@ static void test_describe(void **state)
                         "scheduler: edf, half-life 250 ms, coalesce discount 0.75, fair clamp 8, "
                         "cost smoothing 0.5, edf laxity margin 300 us, max queue depth 64 per "
                         "model, default timeout 20000 us, warm-up runs 0, cold models deferred "
-                        "up to 10 ms, lfu eviction, weight prefetch on, hand-off auto, 4 model "
+                        "up to 10 ms, lfu eviction, weight prefetch on, hand-off on, 4 model "
                         "policies");
     pjs_model_policy_describe(pjs_server_config_model(&c, "mlp"), line, sizeof line);
     assert_string_equal(line, "model policy mlp: weight 2, max queue depth 16, default timeout "

@@ -37,11 +37,11 @@
 #include "core/unix_addr.h"
 #include "frontend/grpc/codec.h"
 
-/* Completion-queue threads when the options leave it to us: one per CPU
- * the process may run on, at most this many. More threads than CPUs only
- * wake each other: on 2 CPUs, 2 threads instead of 4 took the mlp's server
- * CPU per request at concurrency 4 from 84 to 74 us (docs/serving.md). */
+/* Completion-queue threads when the options leave it to us: one per
+ * PJS_GRPC_CPUS_PER_THREAD CPUs the process may run on, at least one, at
+ * most PJS_GRPC_DEFAULT_THREADS_MAX (see default_threads). */
 #define PJS_GRPC_DEFAULT_THREADS_MAX 4
+#define PJS_GRPC_CPUS_PER_THREAD 2
 /* Largest PEM file read for TLS. */
 #define PJS_GRPC_PEM_MAX ((size_t)1 << 20)
 
@@ -148,10 +148,17 @@ static void request_unknown(pjs_grpc_frontend *f)
 
 /* ---- threads ---------------------------------------------------------------- */
 
+/* One completion-queue thread per PJS_GRPC_CPUS_PER_THREAD CPUs: each
+ * thread beyond what the traffic needs costs wake-ups, since gRPC hands the
+ * poller from thread to thread. On 2 CPUs one thread instead of two took
+ * the mlp's context switches per request at concurrency 1 from 7.5 to 3.0
+ * and the server's CPU per request from 133-155 to 109-124 us; the bare
+ * echo server went from 51 to 33 us per call (docs/runtime.md, "CPU cost
+ * per request on few cores"). */
 static size_t default_threads(void)
 {
-    int cpus = pjs_cpus_schedulable();
-    return cpus > PJS_GRPC_DEFAULT_THREADS_MAX ? PJS_GRPC_DEFAULT_THREADS_MAX : (size_t)cpus;
+    int n = pjs_cpus_schedulable() / PJS_GRPC_CPUS_PER_THREAD;
+    return n < 1 ? 1 : n > PJS_GRPC_DEFAULT_THREADS_MAX ? PJS_GRPC_DEFAULT_THREADS_MAX : (size_t)n;
 }
 
 static void on_shutdown(pjs_grpc_tag *tag, bool ok)
