@@ -100,9 +100,9 @@ typedef struct pjs_cli_endpoint {
     "  --grpc-keepalive-time-ms N     ping idle connections every N ms\n"                         \
     "  --grpc-keepalive-timeout-ms N  close a connection whose ping gets no answer\n"             \
     "  --grpc-keepalive-permit-without-calls  allow client pings with no call open\n"             \
-    "  --grpc-threads N        gRPC completion-queue threads (default: one per 2 CPUs\n"          \
-    "                          the process may run on, at least 1, at most 4; a\n"              \
-    "                          gateway's: one per 4 CPUs, at least 1, at most 4)\n"             \
+    "  --grpc-threads N        gRPC completion-queue threads (default: one per CPU\n"             \
+    "                          the process may run on, at most 4; a gateway's: one\n"           \
+    "                          per 4 CPUs, at least 1, at most 4)\n"                              \
     "  --grpc-max-concurrent-streams N  calls open at once on one gRPC connection;\n"             \
     "                          more are refused (default 128)\n"                                  \
     "  --grpc-stream-write-timeout-ms MS  a stream's client that reads none of what\n"          \

@@ -37,11 +37,9 @@
 #include "core/unix_addr.h"
 #include "frontend/grpc/codec.h"
 
-/* Completion-queue threads when the options leave it to us: one per
- * PJS_GRPC_CPUS_PER_THREAD CPUs the process may run on, at least one, at
- * most PJS_GRPC_DEFAULT_THREADS_MAX (see default_threads). */
+/* Completion-queue threads when the options leave it to us: one per CPU
+ * the process may run on, at most this many (see default_threads). */
 #define PJS_GRPC_DEFAULT_THREADS_MAX 4
-#define PJS_GRPC_CPUS_PER_THREAD 2
 /* Largest PEM file read for TLS. */
 #define PJS_GRPC_PEM_MAX ((size_t)1 << 20)
 
@@ -148,17 +146,16 @@ static void request_unknown(pjs_grpc_frontend *f)
 
 /* ---- threads ---------------------------------------------------------------- */
 
-/* One completion-queue thread per PJS_GRPC_CPUS_PER_THREAD CPUs: each
- * thread beyond what the traffic needs costs wake-ups, since gRPC hands the
- * poller from thread to thread. On 2 CPUs one thread instead of two took
- * the mlp's context switches per request at concurrency 1 from 7.5 to 3.0
- * and the server's CPU per request from 133-155 to 109-124 us; the bare
- * echo server went from 51 to 33 us per call (docs/runtime.md, "CPU cost
- * per request on few cores"). */
+/* One completion-queue thread per CPU. Fewer threads cost less per request
+ * at low concurrency (gRPC hands its poller from thread to thread), more
+ * carry high concurrency: on 2 CPUs one thread instead of two took the
+ * mlp's server CPU per request at concurrency 1 from 172-188 to 133-136 us
+ * but at 16 from 51-55 to 80-103 us, with 40 % fewer requests/s
+ * (docs/runtime.md, "CPU cost per request on few cores"). */
 static size_t default_threads(void)
 {
-    int n = pjs_cpus_schedulable() / PJS_GRPC_CPUS_PER_THREAD;
-    return n < 1 ? 1 : n > PJS_GRPC_DEFAULT_THREADS_MAX ? PJS_GRPC_DEFAULT_THREADS_MAX : (size_t)n;
+    int cpus = pjs_cpus_schedulable();
+    return cpus > PJS_GRPC_DEFAULT_THREADS_MAX ? PJS_GRPC_DEFAULT_THREADS_MAX : (size_t)cpus;
 }
 
 static void on_shutdown(pjs_grpc_tag *tag, bool ok)
