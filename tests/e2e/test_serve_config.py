@@ -165,7 +165,7 @@ def test_defaults_in_startup_log(pjserve_bin, plugin_path, repo, tmp_path):
         "scheduler: fair, half-life 1000 ms, coalesce discount 0.5, fair clamp 4, cost "
         "smoothing 0.2, edf laxity margin 0 us, max queue depth 1024 per model, default "
         "timeout none, warm-up runs 2, cold models deferred up to 10 ms, lfu eviction, weight "
-        "prefetch on, 0 model policies"], stderr
+        "prefetch on, hand-off on, 0 model policies"], stderr
 
 
 def test_precedence_in_startup_log(pjserve_bin, plugin_path, repo, tmp_path):
@@ -178,7 +178,8 @@ def test_precedence_in_startup_log(pjserve_bin, plugin_path, repo, tmp_path):
                    "models:\n"
                    "  mlp: {weight: 2, max_queue_depth: 16}\n")
     env = clean_env(PJSERVE_SCHEDULER_DISCIPLINE="fair", PJSERVE_SCHEDULER_HALF_LIFE_MS="500",
-                    PJSERVE_SCHEDULER_WARMUP_RUNS="1", PJSERVE_SCHEDULER_EVICTION_POLICY="lru")
+                    PJSERVE_SCHEDULER_WARMUP_RUNS="1", PJSERVE_SCHEDULER_EVICTION_POLICY="lru",
+                    PJSERVE_SCHEDULER_HAND_OFF="off")
     stderr = start_and_stop(pjserve_bin, plugin_path, repo, tmp_path,
                             "--scheduler-discipline", "edf", "--model-weight", "mlp=3",
                             "--config", cfg, "--warmup-runs", "0", "--cold-model-defer-ms",
@@ -187,7 +188,7 @@ def test_precedence_in_startup_log(pjserve_bin, plugin_path, repo, tmp_path):
         "scheduler: edf, half-life 500 ms, coalesce discount 0.5, fair clamp 8, cost "
         "smoothing 0.2, edf laxity margin 0 us, max queue depth 1024 per model, default "
         "timeout none, warm-up runs 0, cold models deferred up to 2.5 ms, lru eviction, weight "
-        "prefetch off, 1 model policy",
+        "prefetch off, hand-off off, 1 model policy",
         "model policy mlp: weight 3, max queue depth 16"], stderr
 
 
