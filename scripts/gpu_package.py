@@ -66,7 +66,8 @@ def venv_python(repo):
         if candidate.exists():
             return candidate
         raise UsageError("packaging exports the demo bundles with jax: run scripts/bootstrap "
-                         "(or make gpu-check / make gpu-bench), or run this script with .venv/bin/python")
+                         "(or make gpu-check / make gpu-bench), or run this script with "
+                         ".venv/bin/python")
 
 
 def tree_bytes(path):
