@@ -113,7 +113,6 @@ struct pjs_dispatcher {
     pthread_cond_t task_done;
     pjs_sched sched;
     bool device_held;      /* the device token */
-    bool hand_off;         /* scheduler.hand_off (see pjs_hand_off) */
     pjs_wcache cache;      /* changed by the token holder only */
     owner_scratch scratch; /* used by the token holder only */
     device_task *tasks;
@@ -825,6 +824,12 @@ static bool device_work_locked(const pjs_dispatcher *d)
 
 static void finish_all_locked(pjs_dispatcher *d);
 
+/* scheduler.hand_off (see pjs_hand_off). */
+static bool hand_off(const pjs_dispatcher *d)
+{
+    return d->sched.cfg.hand_off == PJS_HAND_OFF_ON;
+}
+
 /* Lock held, token free and work waiting: takes the token, runs one task or
  * plan with the lock released, gives the token back and hands what it ran
  * to `finished`. Without hand-off (pjs_hand_off) it keeps the token while
@@ -846,12 +851,12 @@ static void own_device_locked(pjs_dispatcher *d, bool on_submit)
         task->done = true;
         pthread_cond_broadcast(&d->task_done);
     } else {
-        if (d->xfer.done) { /* the scheduler then sees the model resident */
-            pthread_mutex_unlock(&d->lock);
-            transfer_settle(d, false);
-            pthread_mutex_lock(&d->lock);
-        }
         for (int runs = 1;; runs++) {
+            if (d->xfer.done) { /* the scheduler then sees the model resident */
+                pthread_mutex_unlock(&d->lock);
+                transfer_settle(d, false);
+                pthread_mutex_lock(&d->lock);
+            }
             pjs_sched_plan plan;
             pjs_sched_next(&d->sched, pjs_now_ns(), &plan);
             d->queued -= plan.n_jobs + list_length(plan.expired) + list_length(plan.shed);
@@ -862,7 +867,7 @@ static void own_device_locked(pjs_dispatcher *d, bool on_submit)
             pthread_mutex_unlock(&d->lock);
             run_plan(d, &plan, &done);
             pthread_mutex_lock(&d->lock);
-            if (d->hand_off || d->tasks != NULL || d->sched.active == NULL ||
+            if (hand_off(d) || d->tasks != NULL || d->sched.active == NULL ||
                 (on_submit && runs == PJS_DISPATCH_INLINE_MAX_RUNS))
                 break;
             while (done.head != NULL)
@@ -875,7 +880,7 @@ static void own_device_locked(pjs_dispatcher *d, bool on_submit)
     while (done.head != NULL) /* they wait for their on_done */
         fifo_push(&d->finished, fifo_pop(&done));
     /* One worker takes the device next, or (with hand-off) helps finishing. */
-    if (more_work || (d->hand_off && d->finished.length > 1))
+    if (more_work || (hand_off(d) && d->finished.length > 1))
         pthread_cond_signal(&d->work);
 }
 
@@ -1179,7 +1184,6 @@ int pjs_dispatcher_create(int workers, const pjs_sched_config *cfg, uint64_t wei
         d->sched.cfg.weight_prefetch = false; /* nothing to copy ahead */
     }
     d->accepting = true;
-    d->hand_off = cfg->hand_off == PJS_HAND_OFF_ON;
     d->workers = calloc((size_t)(workers > 0 ? workers : 1), sizeof *d->workers);
     if (d->workers == NULL) {
         pjs_dispatcher_destroy(d);
