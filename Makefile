@@ -221,8 +221,10 @@ bench-gateway: build
 # checks info, check, serve and weight-load bandwidth against the link with the
 # CUDA plugin. Without a GPU it says so and fails (exit 2): carry .gpu-check/
 # to a GPU machine and run .gpu-check/gpu-check --run-only there.
+# TRITON_CLIENT=DIR adds Triton's two cudashm example clients from DIR
+# (scripts/gpu-check --help).
 gpu-check: build
-	$(PYTHON) scripts/gpu-check
+	$(PYTHON) scripts/gpu-check $(if $(TRITON_CLIENT),--triton-client $(TRITON_CLIENT))
 
 # Packages pjserve, pjs_bench_raw_execute, pjs_bench_grpc_floor, the mlp and a
 # ResNet-50 (weights written there) into .gpu-bench/, then measures the request

@@ -14,8 +14,9 @@
  * (cuDevicePrimaryCtxRetain), the context the CUDA runtime and the PJRT
  * plugin use too, and pushes it around every driver call, so any thread
  * may copy: the push and pop touch only the calling thread's context
- * stack. Copies are synchronous (cuMemcpyDtoH/HtoD) and go through host
- * memory.
+ * stack. Copies are synchronous: cuMemcpyDtoH/HtoD through host memory,
+ * and cuMemcpyDtoD (device to device, which returns before the copy is
+ * done) followed by a wait on the legacy default stream it was queued on.
  */
 #include "core/cuda_ipc.h"
 
@@ -31,6 +32,7 @@ typedef int CUresult;
 typedef int CUdevice;
 typedef struct CUctx_st *CUcontext;
 typedef unsigned long long CUdeviceptr;
+typedef struct CUstream_st *CUstream; /* NULL: the legacy default stream */
 typedef struct CUipcMemHandle {
     char reserved[PJS_CUDA_IPC_HANDLE_SIZE];
 } CUipcMemHandle;
@@ -54,6 +56,8 @@ typedef struct driver {
     CUresult (*address_range)(CUdeviceptr *base, size_t *size, CUdeviceptr ptr);
     CUresult (*copy_dtoh)(void *dst, CUdeviceptr src, size_t n);
     CUresult (*copy_htod)(CUdeviceptr dst, const void *src, size_t n);
+    CUresult (*copy_dtod)(CUdeviceptr dst, CUdeviceptr src, size_t n);
+    CUresult (*stream_synchronize)(CUstream stream);
     CUresult (*error_name)(CUresult rc, const char **name);
     CUresult (*error_string)(CUresult rc, const char **text);
     /* Why the driver cannot be used ("" when it can). */
@@ -120,6 +124,8 @@ static void driver_load(void)
     d->address_range = resolve(lib, "cuMemGetAddressRange_v2", NULL, &missing);
     d->copy_dtoh = resolve(lib, "cuMemcpyDtoH_v2", NULL, &missing);
     d->copy_htod = resolve(lib, "cuMemcpyHtoD_v2", NULL, &missing);
+    d->copy_dtod = resolve(lib, "cuMemcpyDtoD_v2", NULL, &missing);
+    d->stream_synchronize = resolve(lib, "cuStreamSynchronize", NULL, &missing);
     d->error_name = resolve(lib, "cuGetErrorName", NULL, &missing);
     d->error_string = resolve(lib, "cuGetErrorString", NULL, &missing);
     if (missing)
@@ -256,6 +262,27 @@ static int driver_write(pjs_cuda_ipc_mapping *m, uint64_t offset, const void *sr
     return result;
 }
 
+static uint64_t driver_address(const pjs_cuda_ipc_mapping *m)
+{
+    return (uint64_t)m->ptr;
+}
+
+static int driver_write_from_device(pjs_cuda_ipc_mapping *m, uint64_t offset, uint64_t src,
+                                    size_t n, pjs_error *err)
+{
+    const driver *d = &the_driver;
+    int result = push(d, m, err);
+    if (result != 0)
+        return result;
+    CUresult rc = d->copy_dtod(m->ptr + offset, (CUdeviceptr)src, n);
+    if (rc != CUDA_SUCCESS)
+        result = driver_error(err, PJS_ERR_IO, rc, "cuMemcpyDtoD");
+    else if ((rc = d->stream_synchronize(NULL)) != CUDA_SUCCESS)
+        result = driver_error(err, PJS_ERR_IO, rc, "cuStreamSynchronize after cuMemcpyDtoD");
+    pop(d);
+    return result;
+}
+
 static void driver_close(pjs_cuda_ipc_mapping *m)
 {
     const driver *d = &the_driver;
@@ -272,6 +299,8 @@ static const pjs_cuda_ipc_ops driver_ops = {
     .open = driver_open,
     .read = driver_read,
     .write = driver_write,
+    .address = driver_address,
+    .write_from_device = driver_write_from_device,
     .close = driver_close,
 };
 

@@ -5,9 +5,9 @@
  * A client allocates device memory, takes its IPC handle
  * (cudaIpcGetMemHandle: 64 opaque bytes) and registers it; pjserve opens
  * the handle on the named device and copies a window of it to host memory
- * for an input, or from host memory for an output. Values go through host
- * memory both ways: a device-to-device path would need the device buffers
- * the runtime owns, which this module does not see.
+ * for an input, or from host memory for an output. Where the model runs on
+ * the region's device, the runtime reads the region in place instead (its
+ * address) and writes outputs into it device to device.
  *
  * The operations are a table of functions so that the shared-memory
  * registry (core/shm.c) can be tested with a fake. pjs_cuda_ipc_driver()
@@ -46,6 +46,12 @@ typedef struct pjs_cuda_ipc_ops {
     /* Copies n bytes from src (host memory) to `offset` into the mapping. */
     int (*write)(pjs_cuda_ipc_mapping *m, uint64_t offset, const void *src, size_t n,
                  pjs_error *err);
+    /* The device address of the allocation's first byte. */
+    uint64_t (*address)(const pjs_cuda_ipc_mapping *m);
+    /* Copies n bytes from device address src (memory of the same device) to
+     * `offset` into the mapping, and waits until they are there. */
+    int (*write_from_device)(pjs_cuda_ipc_mapping *m, uint64_t offset, uint64_t src, size_t n,
+                             pjs_error *err);
     /* Closes the handle and lets go of the device context. */
     void (*close)(pjs_cuda_ipc_mapping *m);
 } pjs_cuda_ipc_ops;

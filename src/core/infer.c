@@ -27,6 +27,7 @@
 
 #include "core/bytes.h"
 #include "core/classify.h"
+#include "core/shm.h"
 
 void pjs_infer_request_init(pjs_infer_request *r)
 {
@@ -42,6 +43,20 @@ void pjs_infer_request_release(pjs_infer_request *r)
         r->outputs[i].data = NULL;
     }
     r->n_outputs = 0;
+}
+
+int pjs_infer_read_device_inputs(pjs_infer_request *r, pjs_error *err)
+{
+    for (size_t i = 0; i < r->n_inputs; i++) {
+        pjs_infer_input *in = &r->inputs[i];
+        if (in->device == NULL || in->data != NULL)
+            continue;
+        int rc = pjs_shm_view_read(in->device, err);
+        if (rc != 0)
+            return pjs_error_prefix(err, "input \"%.256s\": ", in->name);
+        in->data = in->device->data;
+    }
+    return 0;
 }
 
 uint64_t pjs_now_ns(void)
@@ -177,7 +192,7 @@ static int check_input(const pjs_infer_input *in, const pjs_manifest *m, int64_t
                              "needs %llu",
                              m->name, in->name, in->nbytes, pjs_shape_format(sh, got, sizeof got),
                              pjs_dtype_kserve_name(s->dtype), (unsigned long long)want_bytes);
-    if (in->data == NULL && want_bytes > 0)
+    if (in->data == NULL && in->device == NULL && want_bytes > 0)
         return pjs_error_set(err, PJS_ERR_INVALID_ARGUMENT,
                              "model %s: input \"%s\": no data", m->name, in->name);
     return 0;

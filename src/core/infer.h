@@ -33,6 +33,7 @@
 #define PJS_INFER_MAX_TENSORS 64
 
 struct pjs_model;
+struct pjs_shm_view;
 
 typedef struct pjs_infer_input {
     const char *name;     /* borrowed, NUL-terminated */
@@ -41,15 +42,23 @@ typedef struct pjs_infer_input {
     const void *data;     /* borrowed; nbytes long (BYTES: serialized, core/bytes.h) */
     size_t nbytes;
     const pjs_tensor_spec *spec; /* set by pjs_infer_validate */
+    /* The CUDA shared memory window the bytes are in, borrowed, while they
+     * are not read (data NULL, nbytes the window's size): the dispatcher
+     * reads them on the device, or into host memory where it must
+     * (pjs_infer_read_device_inputs). NULL elsewhere. */
+    struct pjs_shm_view *device;
 } pjs_infer_input;
 
 /* An output the client asked for by name, with its delivery options. */
 typedef struct pjs_infer_requested_output {
     const char *name;        /* borrowed */
     bool binary_data;        /* HTTP: send as binary (binary_data_output or per-output) */
-    const char *shm_region;  /* system shared memory region name, or NULL */
+    const char *shm_region;  /* shared memory region name, or NULL */
     uint64_t shm_offset;
     uint64_t shm_byte_size;
+    /* The region's window, borrowed: a CUDA one on the model's device is
+     * written device to device by the dispatcher (outputs[].in_shm). */
+    const struct pjs_shm_view *shm_view;
     /* Classification extension: the best class_count classes of each row
      * instead of the tensor; 0: the tensor itself (core/classify.h). */
     uint64_t class_count;
@@ -63,6 +72,9 @@ typedef struct pjs_infer_output {
     void *data;            /* owned; NULL when not wanted (BYTES: serialized) */
     size_t nbytes;
     int requested;         /* index into requested[] or -1 (all outputs sent) */
+    /* Already in the requested output's CUDA shared memory window, written
+     * there on the device (data NULL, nbytes its size). */
+    bool in_shm;
 } pjs_infer_output;
 
 /* Monotonic nanosecond timestamps of a request's life (0: not reached). */
@@ -184,6 +196,11 @@ int pjs_infer_validate(pjs_infer_request *r, const pjs_manifest *m, int64_t max_
  * and sets r->batch (1 when no client input is batched) and r->variant (0). */
 int pjs_infer_validate_client(pjs_infer_request *r, const pjs_manifest *m, int64_t max_batch,
                               pjs_error *err);
+
+/* Reads every input still in CUDA shared memory (`device`) into host memory
+ * the input's view owns, for the code that reads inputs on the host: hooks,
+ * metas, sequences, BYTES. */
+int pjs_infer_read_device_inputs(pjs_infer_request *r, pjs_error *err);
 
 /* Monotonic clock in nanoseconds. */
 uint64_t pjs_now_ns(void);

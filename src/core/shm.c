@@ -516,6 +516,38 @@ static int read_device(const pjs_shm_region *g, uint64_t offset, unsigned char *
     return rc;
 }
 
+int pjs_shm_view_read_into(const pjs_shm_view *v, void *dst, pjs_error *err)
+{
+    const pjs_shm_region *g = v->region;
+    return g->mapping != NULL ? read_device(g, v->offset, dst, v->size, err)
+                              : read_object(g, v->offset, dst, v->size, err);
+}
+
+bool pjs_shm_view_device(const pjs_shm_view *v, int64_t *device_id, uint64_t *address)
+{
+    const pjs_shm_region *g = v->region;
+    if (g == NULL || g->mapping == NULL || g->cuda->address == NULL)
+        return false;
+    *device_id = g->info.device_id;
+    *address = g->cuda->address(g->mapping) + v->offset;
+    return true;
+}
+
+int pjs_shm_view_write_from_device(const pjs_shm_view *v, uint64_t src, size_t n,
+                                   pjs_error *err)
+{
+    const pjs_shm_region *g = v->region;
+    if (n > v->size || g->mapping == NULL || g->cuda->write_from_device == NULL)
+        return pjs_error_set(err, PJS_ERR_INTERNAL,
+                             "shared memory region \"%s\": no device copy of %zu bytes into "
+                             "its %zu-byte window",
+                             g->info.name, n, v->size);
+    int rc = g->cuda->write_from_device(g->mapping, v->offset, src, n, err);
+    if (rc != 0)
+        pjs_error_prefix(err, "CUDA shared memory region \"%s\": ", g->info.name);
+    return rc;
+}
+
 int pjs_shm_view_read(pjs_shm_view *v, pjs_error *err)
 {
     const pjs_shm_region *g = v->region;
@@ -533,8 +565,7 @@ int pjs_shm_view_read(pjs_shm_view *v, pjs_error *err)
         return pjs_error_set(err, PJS_ERR_NOMEM, "no memory for %zu bytes of shared memory "
                              "region \"%s\"", v->size, g->info.name);
     }
-    int rc = g->mapping != NULL ? read_device(g, v->offset, data, v->size, err)
-                                : read_object(g, v->offset, data, v->size, err);
+    int rc = pjs_shm_view_read_into(v, data, err);
     if (rc != 0) {
         free(data);
         if (g->budget != NULL)

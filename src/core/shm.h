@@ -19,7 +19,8 @@
  * A CUDA region is (name, raw IPC handle, device_id, byte_size): the
  * registry opens the handle through core/cuda_ipc.h and copies between the
  * device memory and memory the request owns, so requests name either kind
- * of region alike. Names are one namespace across both kinds (a name
+ * of region alike; or it tells the window's device address, for the
+ * dispatcher to read and write on the device itself. Names are one namespace across both kinds (a name
  * registered as one kind cannot be registered as the other); status and
  * unregistering are per kind.
  *
@@ -144,6 +145,18 @@ int pjs_shm_view_get(pjs_shm_registry *r, const char *name, uint64_t offset, uin
  * bytes, INVALID_ARGUMENT when the object no longer holds the window (the
  * client shrank it), IO when the read (or the device copy) fails. */
 int pjs_shm_view_read(pjs_shm_view *v, pjs_error *err);
+/* Copies the window's v->size bytes into dst (the caller's memory, outside
+ * the request byte budget); errors as pjs_shm_view_read. */
+int pjs_shm_view_read_into(const pjs_shm_view *v, void *dst, pjs_error *err);
+/* Whether the window is device memory (a CUDA region): then its device_id
+ * and the device address of its first byte, which the region's reference
+ * keeps valid. */
+bool pjs_shm_view_device(const pjs_shm_view *v, int64_t *device_id, uint64_t *address);
+/* Copies n bytes (n <= v->size) from device address src, memory of the
+ * window's device, to the start of a CUDA window, device to device; IO when
+ * the copy fails. */
+int pjs_shm_view_write_from_device(const pjs_shm_view *v, uint64_t src, size_t n,
+                                   pjs_error *err);
 /* Copies n bytes (n <= v->size) to the start of the window, after checking
  * that the object still holds it (INVALID_ARGUMENT when it shrank; IO when
  * the write fails). Concurrent requests may name the same output window (as

@@ -458,6 +458,35 @@ struct pjrt_buffer_unsafe_pointer_args {
     pjrt_buffer *buffer;
     uintptr_t buffer_pointer; /* out: on the CPU plugin, the host address of the data */
 };
+/* The device address of a buffer's data (the CUDA plugin: a CUdeviceptr). */
+struct pjrt_buffer_opaque_device_memory_data_pointer_args {
+    PJRT_ARGS_HEADER;
+    pjrt_buffer *buffer;
+    void *device_memory_ptr; /* out */
+};
+/* A buffer that views device memory allocated elsewhere; the plugin neither
+ * copies nor frees it. */
+struct pjrt_client_create_view_of_device_buffer_args {
+    PJRT_ARGS_HEADER;
+    pjrt_client *client;
+    void *device_buffer_ptr;
+    const int64_t *dims;
+    size_t num_dims;
+    int element_type;                          /* PJRT_Buffer_Type */
+    struct pjrt_buffer_memory_layout *layout;  /* NULL: the device's default */
+    pjrt_device *device;
+    void (*on_delete_callback)(void *device_buffer_ptr, void *user_arg);
+    void *on_delete_callback_arg;
+    intptr_t stream; /* 0: the memory is ready now */
+    pjrt_buffer *buffer; /* out */
+    pjrt_memory *memory;
+};
+/* The device's number on its platform (the CUDA plugin: the CUDA ordinal). */
+struct pjrt_device_local_hardware_id_args {
+    PJRT_ARGS_HEADER;
+    pjrt_device *device;
+    int local_hardware_id; /* out */
+};
 struct pjrt_buffer_ready_event_args {
     PJRT_ARGS_HEADER;
     pjrt_buffer *buffer;
@@ -516,7 +545,7 @@ struct pjrt_api {
     void *device_description_to_string;
     pjrt_error *(*device_get_description)(struct pjrt_device_get_description_args *);
     void *device_is_addressable;
-    void *device_local_hardware_id;
+    pjrt_error *(*device_local_hardware_id)(struct pjrt_device_local_hardware_id_args *);
     pjrt_error *(*device_addressable_memories)(struct pjrt_device_addressable_memories_args *);
     pjrt_error *(*device_default_memory)(struct pjrt_device_default_memory_args *);
     pjrt_error *(*device_memory_stats)(struct pjrt_device_memory_stats_args *);
@@ -561,7 +590,8 @@ struct pjrt_api {
     pjrt_error *(*buffer_unsafe_pointer)(struct pjrt_buffer_unsafe_pointer_args *);
     void *buffer_increase_external_reference_count;
     void *buffer_decrease_external_reference_count;
-    void *buffer_opaque_device_memory_data_pointer;
+    pjrt_error *(*buffer_opaque_device_memory_data_pointer)(
+        struct pjrt_buffer_opaque_device_memory_data_pointer_args *);
     void *copy_to_device_stream_destroy;
     void *copy_to_device_stream_add_chunk;
     void *copy_to_device_stream_total_bytes;
@@ -578,7 +608,8 @@ struct pjrt_api {
     pjrt_error *(*executable_output_element_types)(struct pjrt_executable_output_element_types_args *);
     pjrt_error *(*executable_output_dimensions)(struct pjrt_executable_output_dimensions_args *);
     pjrt_error *(*buffer_copy_to_memory)(struct pjrt_buffer_copy_to_memory_args *);
-    void *client_create_view_of_device_buffer;
+    pjrt_error *(*client_create_view_of_device_buffer)(
+        struct pjrt_client_create_view_of_device_buffer_args *);
     void *executable_fingerprint;
     void *client_topology_description;
     void *executable_get_compiled_memory_stats;

@@ -84,6 +84,7 @@ struct pjs_rt_read_plan {
     size_t n;
     struct {
         bool row_major;
+        bool dense; /* its layout read, without tiles or padding */
         uint8_t minor_to_major[PJS_MAX_RANK]; /* the device's order, when not row_major */
     } out[];
 };
@@ -1253,6 +1254,62 @@ int pjs_rt_buffer_from_host(pjs_rt_client *c, pjs_dtype dtype, const pjs_shape *
     return 0;
 }
 
+/* ---- device memory a client shares ----------------------------------------- */
+
+int pjs_rt_client_hardware_id(const pjs_rt_client *c)
+{
+    const struct pjrt_api *api = c->plugin->api;
+    struct pjrt_device_local_hardware_id_args a = {.struct_size = sizeof a, .device = c->device};
+    pjs_error ignored;
+    if (CALL(api, device_local_hardware_id, &a, "reading the device's number", &ignored) != 0)
+        return -1;
+    return a.local_hardware_id;
+}
+
+/* A view's memory belongs to whoever shared it: nothing to do when the
+ * view goes (the CPU plugin calls this unconditionally). */
+static void view_released(void *device_buffer_ptr, void *user_arg)
+{
+    (void)device_buffer_ptr;
+    (void)user_arg;
+}
+
+int pjs_rt_buffer_view_device(pjs_rt_client *c, pjs_dtype dtype, const pjs_shape *shape,
+                              const pjs_rt_tensor_type *param, uint64_t device_ptr,
+                              pjrt_buffer **out, pjs_error *err)
+{
+    if (param != NULL && param->other_layout)
+        return pjs_error_set(err, PJS_ERR_UNSUPPORTED,
+                             "the module lays this parameter out in another order than "
+                             "row-major");
+    struct pjrt_client_create_view_of_device_buffer_args a = {
+        .struct_size = sizeof a,
+        .client = c->client,
+        .device_buffer_ptr = (void *)(uintptr_t)device_ptr,
+        .dims = shape->dims,
+        .num_dims = (size_t)shape->rank,
+        .element_type = pjs_dtype_to_pjrt(dtype),
+        .device = c->device,
+        .on_delete_callback = view_released};
+    int rc = CALL(c->plugin->api, client_create_view_of_device_buffer, &a,
+                  "viewing device memory", err);
+    if (rc == 0)
+        *out = a.buffer;
+    return rc;
+}
+
+int pjs_rt_buffer_device_address(pjs_rt_client *c, pjrt_buffer *b, uint64_t *out,
+                                 pjs_error *err)
+{
+    struct pjrt_buffer_opaque_device_memory_data_pointer_args a = {.struct_size = sizeof a,
+                                                                   .buffer = b};
+    int rc = CALL(c->plugin->api, buffer_opaque_device_memory_data_pointer, &a,
+                  "locating a buffer on the device", err);
+    if (rc == 0)
+        *out = (uint64_t)(uintptr_t)a.device_memory_ptr;
+    return rc;
+}
+
 /* ---- host memory of the transfer path ----------------------------------- */
 
 int pjs_rt_host_pin(pjs_rt_client *c, void *data, size_t size, pjs_error *err)
@@ -1412,6 +1469,7 @@ static bool plan_output(const pjs_rt_executable *e, size_t o, pjrt_buffer *b,
         row_major = row_major && (size_t)d == rank - 1 - i;
     }
     plan->out[o].row_major = row_major;
+    plan->out[o].dense = true;
     return true;
 }
 
@@ -1443,6 +1501,13 @@ static const struct pjs_rt_read_plan *read_plan(pjs_rt_executable *e, pjrt_buffe
         return none;
     }
     return plan;
+}
+
+bool pjs_rt_output_device_row_major(const pjs_rt_executable *e, size_t o)
+{
+    const struct pjs_rt_read_plan *plan =
+        atomic_load_explicit(&((pjs_rt_executable *)e)->read_plan, memory_order_acquire);
+    return plan != NULL && o < plan->n && plan->out[o].dense && plan->out[o].row_major;
 }
 
 int pjs_rt_executable_read_path(const pjs_rt_executable *e)

@@ -151,6 +151,22 @@ int pjs_rt_buffer_to_host(pjs_rt_client *c, pjrt_buffer *b, void *dst, size_t ds
                           pjs_error *err);
 void pjs_rt_buffer_destroy(pjs_rt_client *c, pjrt_buffer *b);
 
+/* Device memory that clients share (CUDA shared memory, core/cuda_ipc.h)
+ * is read and written in place: */
+/* The platform's number of the client's device (the CUDA ordinal on the
+ * CUDA plugin), or -1 where the plugin does not tell. */
+int pjs_rt_client_hardware_id(const pjs_rt_client *c);
+/* A buffer viewing the device memory at device_ptr (row-major, the
+ * shape's bytes): nothing is copied, and the memory must hold its value
+ * until the buffer is destroyed. UNSUPPORTED where the plugin makes no
+ * views, or `param` wants another layout than row-major. */
+int pjs_rt_buffer_view_device(pjs_rt_client *c, pjs_dtype dtype, const pjs_shape *shape,
+                              const pjs_rt_tensor_type *param, uint64_t device_ptr,
+                              pjrt_buffer **out, pjs_error *err);
+/* The device address of a ready buffer's data. */
+int pjs_rt_buffer_device_address(pjs_rt_client *c, pjrt_buffer *b, uint64_t *out,
+                                 pjs_error *err);
+
 /* Host memory the device reads again and again (a model's host floor).
  * Where the plugin DMA-maps host memory (PJRT_Client_DmaMap: the CUDA
  * plugin) it is page-locked and registered with the device, so host-to-device
@@ -244,5 +260,9 @@ void pjs_rt_client_set_read_ahead(pjs_rt_client *c, bool read_ahead);
  * than row-major are reordered either way. */
 enum { PJS_RT_READ_UNDECIDED = 0, PJS_RT_READ_IN_PLACE, PJS_RT_READ_BY_PLUGIN };
 int pjs_rt_executable_read_path(const pjs_rt_executable *e);
+/* Whether output o of e is dense and row-major on the device, as its first
+ * execution's read showed (false before one), so that its device memory
+ * holds exactly the bytes a client gets. */
+bool pjs_rt_output_device_row_major(const pjs_rt_executable *e, size_t o);
 
 #endif

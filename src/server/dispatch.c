@@ -43,7 +43,14 @@
  * order, zero padding up to the compiled size) unless a single request fills
  * the batch, uploaded next to the model's weights, executed, and read back:
  * straight into the request's own output buffers when it is alone at its
- * compiled size, else whole and sliced per request. A request counts in
+ * compiled size, else whole and sliced per request.
+ *
+ * CUDA shared memory on the model's own device stays there: an input that
+ * fills the batch alone is executed on in place (a PJRT view of the
+ * client's memory), one gathered with others is copied from the device into
+ * the batch's host buffer; an output goes from the execution's buffer into
+ * the client's window device to device, and is not read back at all when
+ * no request wants it on the host. A request counts in
  * `in_flight` from submit until its on_done returned; drain waits for 0.
  */
 #include "core/thread_name.h"
@@ -54,6 +61,7 @@
 #include <string.h>
 
 #include "core/log.h"
+#include "core/shm.h"
 
 typedef struct request_fifo {
     pjs_infer_request *head;
@@ -87,6 +95,9 @@ typedef struct owner_scratch {
      * own staging of pageable memory (docs/runtime.md, "Input staging"). */
     pjs_rt_host_memory staging[PJS_INFER_MAX_TENSORS];
     pjs_rt_client *staging_client; /* what staging was allocated with */
+    /* Bytes of CUDA shared memory executed on in place and written device
+     * to device (read by the metrics without the token). */
+    _Atomic uint64_t shm_device_in_bytes, shm_device_out_bytes;
 } owner_scratch;
 
 /* Inputs larger than this are gathered in memory of their own, not kept. */
@@ -186,14 +197,59 @@ static int grow(void **array, size_t *cap, size_t n, size_t elem)
 
 /* ---- one execution on the device (token holder) ---------------------------- */
 
+/* The requests of a plan, in row order, and where each one's rows start. */
+typedef struct batch {
+    pjs_model *model;
+    size_t variant, size_index;
+    int64_t batch_size, rows;
+    size_t n;
+    pjs_infer_request **reqs;
+    int64_t *first_row;
+} batch;
+
+
 typedef struct exec_times {
     uint64_t input_done, infer_done, output_done;
 } exec_times;
 
-/* Executes module (variant, size_index) of m on host inputs at the module's
- * full shapes; reads output o into outputs[o] when it is not NULL. */
+/* Writes every output of bt's requests that is to go into CUDA shared
+ * memory (in_shm) from the execution's results, device to device. */
+static int write_outputs_on_device(owner_scratch *sc, const batch *bt,
+                                   pjrt_buffer *const *results, pjs_error *err)
+{
+    pjs_model *m = bt->model;
+    for (size_t j = 0; j < bt->n; j++) {
+        pjs_infer_request *r = bt->reqs[j];
+        for (size_t o = 0; o < r->n_outputs; o++) {
+            pjs_infer_output *out = &r->outputs[o];
+            if (!out->in_shm)
+                continue;
+            uint64_t address = 0;
+            int rc = pjs_rt_buffer_device_address(m->client, results[o], &address, err);
+            size_t rb = pjs_tensor_spec_row_bytes(out->spec);
+            if (out->spec->batched)
+                address += (uint64_t)bt->first_row[j] * rb;
+            if (rc == 0)
+                rc = pjs_shm_view_write_from_device(r->requested[out->requested].shm_view,
+                                                    address, out->nbytes, err);
+            if (rc != 0)
+                return pjs_error_prefix(err, "model %s: output \"%s\": ", m->name,
+                                        out->spec->name);
+            atomic_fetch_add_explicit(&sc->shm_device_out_bytes, out->nbytes,
+                                      memory_order_relaxed);
+        }
+    }
+    return 0;
+}
+
+/* Executes module (variant, size_index) of m on inputs at the module's full
+ * shapes: host memory, or device memory where in_device[i] is an address
+ * (in_device may be NULL); reads output o into outputs[o] when it is not
+ * NULL, and with `deliver` (NULL: none) writes its requests' in_shm
+ * outputs. */
 static int device_execute(owner_scratch *sc, pjs_model *m, size_t variant, size_t size_index,
-                          const void *const *inputs, void *const *outputs, exec_times *t,
+                          const void *const *inputs, const uint64_t *in_device,
+                          void *const *outputs, const batch *deliver, exec_times *t,
                           pjs_error *err)
 {
     pjs_bundle *b = m->bundle;
@@ -218,9 +274,14 @@ static int device_execute(owner_scratch *sc, pjs_model *m, size_t variant, size_
         pjs_shape shape = s->shape;
         if (s->batched)
             shape.dims[0] = mod->batch_size;
-        rc = pjs_rt_buffer_from_host(m->client, s->dtype, &shape,
-                                     &mod->exec->params[n_w + uploaded], inputs[uploaded],
-                                     &args[n_w + uploaded], err);
+        if (in_device != NULL && in_device[uploaded] != 0)
+            rc = pjs_rt_buffer_view_device(m->client, s->dtype, &shape,
+                                           &mod->exec->params[n_w + uploaded],
+                                           in_device[uploaded], &args[n_w + uploaded], err);
+        else
+            rc = pjs_rt_buffer_from_host(m->client, s->dtype, &shape,
+                                         &mod->exec->params[n_w + uploaded], inputs[uploaded],
+                                         &args[n_w + uploaded], err);
         if (rc != 0) {
             pjs_error_prefix(err, "model %s: input \"%s\": ", m->name, s->name);
             goto out;
@@ -239,6 +300,8 @@ static int device_execute(owner_scratch *sc, pjs_model *m, size_t variant, size_
         pjs_error_prefix(err, "model %s: ", m->name);
         goto out;
     }
+    if (deliver != NULL)
+        rc = write_outputs_on_device(sc, deliver, results, err);
     for (size_t o = 0; o < man->n_outputs; o++)
         pjs_rt_buffer_destroy(m->client, results[o]);
     t->output_done = pjs_now_ns();
@@ -263,16 +326,6 @@ static bool output_wanted(const pjs_infer_request *r, const pjs_tensor_spec *s, 
         }
     return false;
 }
-
-/* The requests of a plan, in row order, and where each one's rows start. */
-typedef struct batch {
-    pjs_model *model;
-    size_t variant, size_index;
-    int64_t batch_size, rows;
-    size_t n;
-    pjs_infer_request **reqs;
-    int64_t *first_row;
-} batch;
 
 /* Whether the batch is one request at the compiled size: its own buffers
  * are the execution's inputs and outputs, with no gathering or slicing. */
@@ -301,20 +354,52 @@ static void *staging_for(owner_scratch *sc, pjs_rt_client *client, size_t i, siz
     return h->data;
 }
 
+/* Device addresses are handed to the plugin only at this alignment, which
+ * cudaMalloc's allocations have and XLA's kernels may assume. */
+#define DEVICE_VIEW_ALIGN 256u
+
+/* Whether the CUDA shared memory window v lies on m's device, where the
+ * plugin can use it as it is (row-major, aligned) for a parameter of type
+ * param: then its address into *address. */
+static bool on_model_device(pjs_model *m, const pjs_shm_view *v, const pjs_rt_tensor_type *param,
+                            uint64_t *address)
+{
+    int64_t device_id = -1;
+    return !param->other_layout && strcmp(pjs_rt_client_platform(m->client), "cpu") != 0 &&
+           pjs_shm_view_device(v, &device_id, address) && *address % DEVICE_VIEW_ALIGN == 0 &&
+           device_id == pjs_rt_client_hardware_id(m->client);
+}
+
 /* Host inputs at the compiled size: a request's own buffer when it fills the
  * batch alone (copying it to DMA-mapped memory first made a lone ResNet-50
  * image slower on a GPU: docs/runtime.md), else rows gathered into
- * staging[i] (owned[i] when that cannot be had), zero-padded. */
-static int gather_inputs(owner_scratch *sc, const batch *bt, const void **inputs, void **owned,
-                         pjs_error *err)
+ * staging[i] (owned[i] when that cannot be had), zero-padded. An input in
+ * CUDA shared memory on the model's device that fills the batch alone gets
+ * its address in in_device[i] instead; elsewhere it is read to the host. */
+static int gather_inputs(owner_scratch *sc, const batch *bt, const void **inputs,
+                         uint64_t *in_device, void **owned, pjs_error *err)
 {
     pjs_model *m = bt->model;
     const pjs_manifest *man = pjs_model_manifest(m);
     const pjs_variant *var = &man->variants[bt->variant];
+    const pjs_rt_executable *exec = pjs_bundle_module_at(m->bundle, bt->variant,
+                                                         bt->size_index)->exec;
+    size_t n_w = m->bundle->weights.n_tensors;
     for (size_t i = 0; i < man->n_inputs; i++) {
         const pjs_tensor_spec *s = &var->inputs[i];
         if (!s->batched || batch_is_one_request(bt)) {
-            inputs[i] = bt->reqs[0]->inputs[i].data;
+            pjs_infer_input *in = &bt->reqs[0]->inputs[i];
+            if (in->data == NULL && in->device != NULL) {
+                if (on_model_device(m, in->device, &exec->params[n_w + i], &in_device[i])) {
+                    atomic_fetch_add_explicit(&sc->shm_device_in_bytes, in->nbytes,
+                                              memory_order_relaxed);
+                    continue;
+                }
+                if (pjs_shm_view_read(in->device, err) != 0)
+                    return pjs_error_prefix(err, "model %s: input \"%s\": ", m->name, s->name);
+                in->data = in->device->data;
+            }
+            inputs[i] = in->data;
             continue;
         }
         size_t rb = pjs_tensor_spec_row_bytes(s);
@@ -328,16 +413,39 @@ static int gather_inputs(owner_scratch *sc, const batch *bt, const void **inputs
                 return pjs_error_set(err, PJS_ERR_NOMEM, "out of memory gathering input \"%s\"",
                                      s->name);
         }
-        for (size_t j = 0; j < bt->n; j++)
-            memcpy(dst + (size_t)bt->first_row[j] * rb, bt->reqs[j]->inputs[i].data,
-                   (size_t)bt->reqs[j]->batch * rb);
+        for (size_t j = 0; j < bt->n; j++) {
+            const pjs_infer_input *in = &bt->reqs[j]->inputs[i];
+            char *rows = dst + (size_t)bt->first_row[j] * rb;
+            if (in->data == NULL && in->device != NULL) {
+                if (pjs_shm_view_read_into(in->device, rows, err) != 0)
+                    return pjs_error_prefix(err, "model %s: input \"%s\": ", m->name, s->name);
+            } else {
+                memcpy(rows, in->data, (size_t)bt->reqs[j]->batch * rb);
+            }
+        }
         inputs[i] = dst;
     }
     return 0;
 }
 
+/* Whether output o of bt's execution can be written into the CUDA shared
+ * memory window v (NULL: none) device to device: v lies on the model's
+ * device, holds nbytes, and the output is dense and row-major there. */
+static bool output_to_device(const batch *bt, size_t o, const pjs_shm_view *v, size_t nbytes)
+{
+    pjs_model *m = bt->model;
+    int64_t device_id = -1;
+    uint64_t address = 0;
+    return v != NULL && nbytes <= v->size && strcmp(pjs_rt_client_platform(m->client), "cpu") != 0 &&
+           pjs_shm_view_device(v, &device_id, &address) &&
+           device_id == pjs_rt_client_hardware_id(m->client) &&
+           pjs_rt_output_device_row_major(
+               pjs_bundle_module_at(m->bundle, bt->variant, bt->size_index)->exec, o);
+}
+
 /* Sets every request's output descriptions and allocates the buffers of
- * the outputs it wants. */
+ * the outputs it wants on the host (not those written into CUDA shared
+ * memory on the device: in_shm). */
 static int prepare_outputs(const batch *bt, pjs_error *err)
 {
     const pjs_manifest *man = pjs_model_manifest(bt->model);
@@ -356,6 +464,11 @@ static int prepare_outputs(const batch *bt, pjs_error *err)
                 continue;
             size_t rb = pjs_tensor_spec_row_bytes(s);
             out->nbytes = s->batched ? rb * (size_t)r->batch : rb;
+            if (out->requested >= 0 && output_to_device(bt, o, r->requested[out->requested].shm_view,
+                                                        out->nbytes)) {
+                out->in_shm = true;
+                continue;
+            }
             out->data = malloc(out->nbytes ? out->nbytes : 1);
             if (out->data == NULL)
                 return pjs_error_set(err, PJS_ERR_NOMEM, "out of memory for output \"%s\"",
@@ -416,20 +529,21 @@ static void run_batch(owner_scratch *sc, const batch *bt, uint64_t start, exec_t
 {
     pjs_model *m = bt->model;
     const void *inputs[PJS_INFER_MAX_TENSORS] = {0};
+    uint64_t in_device[PJS_INFER_MAX_TENSORS] = {0};
     void *owned[PJS_INFER_MAX_TENSORS] = {0};
     void *targets[PJS_INFER_MAX_TENSORS] = {0};
     void *whole[PJS_INFER_MAX_TENSORS] = {0};
     pjs_error err;
     pjs_error_clear(&err);
     memset(t, 0, sizeof *t);
-    int rc = gather_inputs(sc, bt, inputs, owned, &err);
+    int rc = gather_inputs(sc, bt, inputs, in_device, owned, &err);
     if (rc == 0)
         rc = prepare_outputs(bt, &err);
     if (rc == 0)
         rc = output_targets(bt, targets, whole, &err);
     if (rc == 0)
-        rc = device_execute(sc, m, bt->variant, bt->size_index, inputs, (void *const *)targets,
-                            t, &err);
+        rc = device_execute(sc, m, bt->variant, bt->size_index, inputs, in_device,
+                            (void *const *)targets, bt, t, &err);
     if (rc == 0)
         slice_outputs(bt, whole);
     t->output_done = pjs_now_ns();
@@ -1017,7 +1131,8 @@ static void warm_up_run(device_task *task)
             for (int run = 0; run < w->runs && w->rc == 0; run++) {
                 exec_times t;
                 uint64_t start = pjs_now_ns();
-                w->rc = device_execute(&w->dispatcher->scratch, m, v, k, inputs, outputs, &t, &w->err);
+                w->rc = device_execute(&w->dispatcher->scratch, m, v, k, inputs, NULL, outputs, NULL,
+                                       &t, &w->err);
                 if (t.output_done - start < cost)
                     cost = t.output_done - start;
             }
@@ -1296,6 +1411,12 @@ void pjs_dispatcher_counters(pjs_dispatcher *d, uint64_t *queue_depth, uint64_t 
     *plans_inline = d->inline_plans;
     *plans_worker = d->worker_plans;
     pthread_mutex_unlock(&d->lock);
+}
+
+void pjs_dispatcher_shm_device_bytes(pjs_dispatcher *d, uint64_t *in, uint64_t *out)
+{
+    *in = atomic_load_explicit(&d->scratch.shm_device_in_bytes, memory_order_relaxed);
+    *out = atomic_load_explicit(&d->scratch.shm_device_out_bytes, memory_order_relaxed);
 }
 
 void pjs_dispatcher_model_view(pjs_dispatcher *d, pjs_model *m, pjs_sched_model_view *out)

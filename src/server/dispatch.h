@@ -97,6 +97,9 @@ void pjs_dispatcher_drain(pjs_dispatcher *d);
 void pjs_dispatcher_counters(pjs_dispatcher *d, uint64_t *queue_depth, uint64_t *in_flight,
                              uint64_t *plans_inline, uint64_t *plans_worker,
                              uint64_t *prefetches);
+/* Bytes of CUDA shared memory that executions read in place (inputs) and
+ * wrote device to device (outputs), so far. */
+void pjs_dispatcher_shm_device_bytes(pjs_dispatcher *d, uint64_t *in, uint64_t *out);
 /* A model's share and queues now. */
 typedef struct pjs_sched_model_view {
     double weight;

@@ -1215,6 +1215,20 @@ int pjs__server_submit_executable(pjs_server *s, pjs_infer_request *r, bool comm
     return rc;
 }
 
+/* Inputs in CUDA shared memory stay there for a model's executable, which
+ * the dispatcher runs on them in place where it can; every other route
+ * (metas, ensembles, hooks, sequences) and BYTES tensors need them on the
+ * host. */
+static int read_device_inputs_for_host(const pjs_bundle *b, pjs_infer_request *r,
+                                       pjs_error *err)
+{
+    bool on_host = b->manifest.kind != PJS_KIND_MODEL || b->hooks != NULL || b->manifest.stateful;
+    for (size_t i = 0; !on_host && i < r->n_inputs; i++)
+        on_host = r->inputs[i].device != NULL && r->inputs[i].datatype != NULL &&
+                  strcmp(r->inputs[i].datatype, "BYTES") == 0;
+    return on_host ? pjs_infer_read_device_inputs(r, err) : 0;
+}
+
 int pjs_server_submit(pjs_server *s, pjs_infer_request *r, pjs_error *err)
 {
     const pjs_bundle *b = r->model->bundle;
@@ -1228,6 +1242,9 @@ int pjs_server_submit(pjs_server *s, pjs_infer_request *r, pjs_error *err)
                              "model %s is decoupled (it may send zero, one or many responses per "
                              "request): send its requests over gRPC ModelStreamInfer",
                              r->model->name);
+    int rc = read_device_inputs_for_host(b, r, err);
+    if (rc != 0)
+        return rc;
     if (b->manifest.kind != PJS_KIND_MODEL) /* a meta, or an ensemble's steps */
         return pjs_meta_submit(s, r, err);
     if (b->hooks != NULL)
@@ -1361,6 +1378,8 @@ void pjs_server_get_counters(pjs_server *s, pjs_server_counters *out)
 {
     pjs_dispatcher_counters(s->dispatcher, &out->queue_depth, &out->in_flight,
                             &out->plans_inline, &out->plans_worker, &out->weight_prefetches);
+    pjs_dispatcher_shm_device_bytes(s->dispatcher, &out->shm_device_in_bytes,
+                                    &out->shm_device_out_bytes);
     pjs_meta_gate_counters g, st;
     pjs_meta_gate_get_counters(s->meta_gate, &g);
     pjs_meta_gate_get_counters(s->stream_gate, &st);

@@ -281,6 +281,9 @@ typedef struct pjs_server_counters {
     uint64_t plans_inline;     /* executions (and drops) run by the submitting thread */
     uint64_t plans_worker;     /* ... run by a dispatcher worker */
     uint64_t weight_prefetches; /* weight copies started beside executions */
+    /* CUDA shared memory bytes executions read in place and wrote device to
+     * device (pjs_dispatcher_shm_device_bytes). */
+    uint64_t shm_device_in_bytes, shm_device_out_bytes;
     /* Meta runs (server/meta_gate.h) and their scratch pool. */
     uint64_t meta_permits;          /* --meta-concurrency */
     uint64_t meta_running_gated;    /* runs holding a permit now */

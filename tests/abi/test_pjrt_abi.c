@@ -770,6 +770,45 @@ static void test_pjrt_buffer_memory_layout(void **state)
     FIELD(pjrt_buffer_unsafe_pointer_args, PJRT_Buffer_UnsafePointer_Args, buffer_pointer);
 }
 
+static void test_device_memory_args(void **state)
+{
+    (void)state;
+    SIZE(pjrt_buffer_opaque_device_memory_data_pointer_args,
+         PJRT_Buffer_OpaqueDeviceMemoryDataPointer_Args);
+    FIELD(pjrt_buffer_opaque_device_memory_data_pointer_args,
+          PJRT_Buffer_OpaqueDeviceMemoryDataPointer_Args, buffer);
+    FIELD(pjrt_buffer_opaque_device_memory_data_pointer_args,
+          PJRT_Buffer_OpaqueDeviceMemoryDataPointer_Args, device_memory_ptr);
+    SIZE(pjrt_client_create_view_of_device_buffer_args, PJRT_Client_CreateViewOfDeviceBuffer_Args);
+    FIELD(pjrt_client_create_view_of_device_buffer_args, PJRT_Client_CreateViewOfDeviceBuffer_Args,
+          client);
+    FIELD(pjrt_client_create_view_of_device_buffer_args, PJRT_Client_CreateViewOfDeviceBuffer_Args,
+          device_buffer_ptr);
+    FIELD(pjrt_client_create_view_of_device_buffer_args, PJRT_Client_CreateViewOfDeviceBuffer_Args,
+          dims);
+    FIELD(pjrt_client_create_view_of_device_buffer_args, PJRT_Client_CreateViewOfDeviceBuffer_Args,
+          num_dims);
+    FIELD(pjrt_client_create_view_of_device_buffer_args, PJRT_Client_CreateViewOfDeviceBuffer_Args,
+          element_type);
+    FIELD(pjrt_client_create_view_of_device_buffer_args, PJRT_Client_CreateViewOfDeviceBuffer_Args,
+          layout);
+    FIELD(pjrt_client_create_view_of_device_buffer_args, PJRT_Client_CreateViewOfDeviceBuffer_Args,
+          device);
+    FIELD(pjrt_client_create_view_of_device_buffer_args, PJRT_Client_CreateViewOfDeviceBuffer_Args,
+          on_delete_callback);
+    FIELD(pjrt_client_create_view_of_device_buffer_args, PJRT_Client_CreateViewOfDeviceBuffer_Args,
+          on_delete_callback_arg);
+    FIELD(pjrt_client_create_view_of_device_buffer_args, PJRT_Client_CreateViewOfDeviceBuffer_Args,
+          stream);
+    FIELD(pjrt_client_create_view_of_device_buffer_args, PJRT_Client_CreateViewOfDeviceBuffer_Args,
+          buffer);
+    FIELD(pjrt_client_create_view_of_device_buffer_args, PJRT_Client_CreateViewOfDeviceBuffer_Args,
+          memory);
+    SIZE(pjrt_device_local_hardware_id_args, PJRT_Device_LocalHardwareId_Args);
+    FIELD(pjrt_device_local_hardware_id_args, PJRT_Device_LocalHardwareId_Args, device);
+    FIELD(pjrt_device_local_hardware_id_args, PJRT_Device_LocalHardwareId_Args, local_hardware_id);
+}
+
 static void test_pjrt_buffer_ready_event_args(void **state)
 {
     (void)state;
@@ -860,6 +899,7 @@ int main(void)
         cmocka_unit_test(test_pjrt_async_host_to_device_transfer_manager_transfer_data_args),
         cmocka_unit_test(test_pjrt_async_host_to_device_transfer_manager_retrieve_buffer_args),
         cmocka_unit_test(test_pjrt_buffer_memory_layout),
+        cmocka_unit_test(test_device_memory_args),
         cmocka_unit_test(test_pjrt_buffer_ready_event_args),
         cmocka_unit_test(test_pjrt_buffer_memory_args),
         cmocka_unit_test(test_pjrt_buffer_copy_to_memory_args),

@@ -8,7 +8,8 @@ without running anything; with --pjrt-plugin it runs the whole check (info,
 check, serve, the mlp's answer against JAX, weight loads from /metrics) on the
 CPU plugin, which takes the pageable host memory fallback; its CUDA shared
 memory step says it is skipped where python3 has no CuPy (and this machine
-no GPU).
+no GPU), and so do Triton's cudashm example clients, which the package carries
+with the wheels they need (here stand-ins: packaging is checked, not them).
 """
 
 import json
@@ -42,20 +43,37 @@ def packaged_env(pkg):
     return env
 
 
+TRITON_EXAMPLES = ("simple_grpc_cudashm_client.py", "simple_http_cudashm_client.py")
+
+
 @pytest.fixture(scope="module")
-def package(pjserve_bin, tmp_path_factory):
+def triton_client_dir(tmp_path_factory):
+    """Stand-ins for Triton's two example clients and one wheel: given wheels,
+    packaging downloads nothing."""
+    d = tmp_path_factory.mktemp("triton-client")
+    for f in TRITON_EXAMPLES:
+        (d / f).write_text(f"print('PASS: {f}')\n")
+    (d / "tritonclient-0.0.0-py3-none-any.whl").write_bytes(b"PK\x05\x06" + bytes(18))
+    return d
+
+
+@pytest.fixture(scope="module")
+def package(pjserve_bin, tmp_path_factory, triton_client_dir):
     out = tmp_path_factory.mktemp("gpu-check") / "pkg"
     r = run([sys.executable, SCRIPT, "--package-only", "--pjserve", pjserve_bin, "--out", out,
-             "--load-mib", "1"])
+             "--load-mib", "1", "--triton-client", triton_client_dir])
     assert r.returncode == 0, r.stdout + r.stderr
     assert f"packaged {out}" in r.stdout
+    assert f"Triton's cudashm example clients: 1 wheels from {triton_client_dir}" in r.stdout
     return out
 
 
 def test_package_holds_the_binary_its_libraries_and_the_bundles(package):
     for f in ("bin/pjserve", "gpu-check", "expected.json", "package.json",
               "models/mlp/manifest.yaml", "models/mlp/weights.safetensors",
-              "models/load/manifest.yaml", "models/load/weights.header"):
+              "models/load/manifest.yaml", "models/load/weights.header",
+              "models/simple/manifest.yaml", *(f"triton-client/{f}" for f in TRITON_EXAMPLES),
+              "triton-client/wheels/tritonclient-0.0.0-py3-none-any.whl"):
         assert (package / f).is_file(), f
     assert not (package / "models" / "load" / "weights.safetensors").exists()
     info = json.loads((package / "package.json").read_text())
@@ -110,6 +128,15 @@ def test_packaging_refuses_to_run_from_a_package(package):
     assert "give --run-only" in r.stdout
 
 
+def test_packaging_without_triton_examples_says_where_they_are(pjserve_bin, tmp_path):
+    (tmp_path / TRITON_EXAMPLES[0]).write_text("print('PASS')\n")
+    r = run([sys.executable, SCRIPT, "--package-only", "--pjserve", pjserve_bin,
+             "--out", tmp_path / "pkg", "--load-mib", "1", "--triton-client", tmp_path])
+    assert r.returncode == 3, r.stdout + r.stderr
+    assert f"no {TRITON_EXAMPLES[1]} there" in r.stdout
+    assert "triton-inference-server/client, src/python/examples" in r.stdout
+
+
 def test_whole_check_on_the_cpu_plugin(package, plugin_path):
     r = run([package / "gpu-check", "--run-only", "--pjrt-plugin", plugin_path, "--rounds", "2"])
     assert r.returncode == 0, r.stdout + r.stderr
@@ -122,6 +149,9 @@ def test_whole_check_on_the_cpu_plugin(package, plugin_path):
     assert " ok " in rows["weight loads"] and "4 loads of 1.0 MiB (expected 4)" in rows[
         "weight loads"]
     assert "skipped" in rows["link"]
+    for f in TRITON_EXAMPLES:
+        assert "skipped" in rows[f"triton: {f}"] and "no CUDA device memory" in rows[
+            f"triton: {f}"]
     if not _has_cupy():
         assert "skipped" in rows["cuda shared memory"] and "no CuPy" in rows[
             "cuda shared memory"]

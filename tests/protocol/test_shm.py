@@ -17,7 +17,7 @@ import tritonclient.http as httpclient
 import tritonclient.utils.shared_memory as shm
 from tritonclient.utils import InferenceServerException
 
-from protocol_util import grpc_code, http_request
+from protocol_util import grpc_code, http_request, metric, parse_metrics, scrape
 
 PROTOCOLS = ["grpc", "http"]
 _counter = [0]
@@ -117,6 +117,14 @@ def test_mlp_inputs_and_outputs_in_shm(shm_server, cases, regions, protocol):
             got = _read(h_out, np.float32, list(want.shape))
             case.check({"y": got}, f"shm round {rnd}")
             shm.set_shared_memory_region(h_out, [np.zeros_like(want)])
+
+        # values in system shared memory go through the host: none counts as
+        # CUDA shared memory used on the device
+        samples, types = parse_metrics(scrape(shm_server.metrics_url))
+        assert types["pjserve_cuda_shm_device_bytes_total"] == "counter"
+        for direction in ("input", "output"):
+            assert metric(samples, "pjserve_cuda_shm_device_bytes_total",
+                          direction=direction) == 0
 
         client.unregister_system_shared_memory("in")
         assert list(_status(client, protocol)) == ["out"]

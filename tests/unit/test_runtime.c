@@ -357,6 +357,57 @@ static void test_results_in_other_layouts_come_back_row_major(void **state)
     pjs_rt_executable_destroy(e);
 }
 
+/* What the dispatcher uses for CUDA shared memory, on the CPU plugin, whose
+ * device memory is host memory: an argument viewing memory executes on its
+ * values in place, a result's device address holds its row-major bytes,
+ * the row-major flag is known only once an execution read the outputs
+ * (false for a result in another order), and the device's number is 0. */
+static void test_device_views_and_addresses(void **state)
+{
+    (void)state;
+    static const char module[] =
+        "module @views {\n"
+        "  func.func public @main(%x: tensor<2x3xf32>)\n"
+        "      -> (tensor<2x3xf32>, tensor<2x3xf32> {mhlo.layout_mode = \"{0,1}\"}) {\n"
+        "    %0 = stablehlo.negate %x : tensor<2x3xf32>\n"
+        "    return %0, %0 : tensor<2x3xf32>, tensor<2x3xf32>\n"
+        "  }\n"
+        "}\n";
+    pjs_rt_executable *e;
+    pjs_error err;
+    assert_int_equal(pjs_rt_compile(client, module, strlen(module), NULL, "views", &e, &err), 0);
+    assert_int_equal(pjs_rt_client_hardware_id(client), 0);
+    assert_false(pjs_rt_output_device_row_major(e, 0));
+    _Alignas(256) float x[6] = {1, -2, 3, -4, 5, -6};
+    pjrt_buffer *arg, *out[2];
+    assert_int_equal(pjs_rt_buffer_view_device(client, PJS_DTYPE_F32, &e->params[0].shape,
+                                               &e->params[0], (uint64_t)(uintptr_t)x, &arg, &err),
+                     0);
+    float a[6], b[6];
+    void *dst[2] = {a, b};
+    size_t sizes[2] = {sizeof a, sizeof b};
+    assert_int_equal(pjs_rt_execute_read(e, &arg, out, dst, sizes, NULL, &err), 0);
+    for (int i = 0; i < 6; i++)
+        assert_true(a[i] == -x[i] && b[i] == -x[i]);
+    assert_true(pjs_rt_output_device_row_major(e, 0));
+    assert_false(pjs_rt_output_device_row_major(e, 1)); /* column-major there */
+    assert_false(pjs_rt_output_device_row_major(e, 2)); /* no such output */
+    uint64_t address = 0;
+    assert_int_equal(pjs_rt_buffer_device_address(client, out[0], &address, &err), 0);
+    assert_memory_equal((const void *)(uintptr_t)address, a, sizeof a);
+    for (int i = 0; i < 2; i++)
+        pjs_rt_buffer_destroy(client, out[i]);
+    pjs_rt_buffer_destroy(client, arg);
+
+    /* a parameter the module wants in another order is not viewed */
+    pjs_rt_tensor_type other = e->params[0];
+    other.other_layout = true;
+    assert_int_equal(pjs_rt_buffer_view_device(client, PJS_DTYPE_F32, &other.shape, &other,
+                                               (uint64_t)(uintptr_t)x, &arg, &err),
+                     PJS_ERR_UNSUPPORTED);
+    pjs_rt_executable_destroy(e);
+}
+
 /* An input above PJS_RT_STAGED_UPLOAD_MAX is read in place until its transfer
  * completes; below, the plugin copies it within the call: the same values. */
 static void test_upload_either_side_of_the_staging_limit(void **state)
@@ -594,6 +645,7 @@ int main(void)
         cmocka_unit_test(test_execute_read_in_both_orders),
         cmocka_unit_test(test_results_in_other_layouts_come_back_row_major),
         cmocka_unit_test(test_arguments_in_other_layouts_are_read_row_major),
+        cmocka_unit_test(test_device_views_and_addresses),
         cmocka_unit_test(test_upload_either_side_of_the_staging_limit),
         cmocka_unit_test(test_compile_error_carries_plugin_message),
         cmocka_unit_test(test_option_parse),

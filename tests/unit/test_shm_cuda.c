@@ -3,7 +3,9 @@
  * (src/core/shm.c) over a fake of the CUDA IPC operations (host memory
  * standing for device allocations): one namespace with system regions,
  * status and unregistering per kind, bounds, the limits both kinds share,
- * the request byte budget, and a mapping closed with its last reference.
+ * the request byte budget, a mapping closed with its last reference, and
+ * what the dispatcher uses on the device: a window's device and address,
+ * reads into the caller's memory and device-to-device writes.
  * Also the real driver's answer on a machine without libcuda.so.1.
  */
 #include <stdarg.h>
@@ -70,13 +72,32 @@ static int fake_write(pjs_cuda_ipc_mapping *m, uint64_t offset, const void *src,
     return 0;
 }
 
+/* Device addresses of the fake are host addresses. */
+static uint64_t fake_address(const pjs_cuda_ipc_mapping *m)
+{
+    return (uint64_t)(uintptr_t)m->base;
+}
+
+static int fake_write_from_device(pjs_cuda_ipc_mapping *m, uint64_t offset, uint64_t src,
+                                  size_t n, pjs_error *err)
+{
+    (void)err;
+    memcpy(m->base + offset, (const void *)(uintptr_t)src, n);
+    return 0;
+}
+
 static void fake_close(pjs_cuda_ipc_mapping *m)
 {
     closes++;
     free(m);
 }
 
-static const pjs_cuda_ipc_ops fake = {fake_open, fake_read, fake_write, fake_close};
+static const pjs_cuda_ipc_ops fake = {.open = fake_open,
+                                      .read = fake_read,
+                                      .write = fake_write,
+                                      .address = fake_address,
+                                      .write_from_device = fake_write_from_device,
+                                      .close = fake_close};
 
 /* ---- helpers --------------------------------------------------------------------- */
 
@@ -162,6 +183,44 @@ static void test_read_write_status(void **state)
     pjs_shm_registry_destroy(r);
     assert_int_equal(opens, 1);
     assert_int_equal(closes, 1);
+}
+
+static void test_window_on_the_device(void **state)
+{
+    (void)state;
+    pjs_shm_registry *r = registry();
+    pjs_error err;
+    assert_int_equal(register_cuda(r, "dev", 1, 512, &err), 0);
+    assert_int_equal(pjs_shm_register(r, "sys", key, 0, 64, &err), 0);
+    pjs_shm_view v, s;
+    assert_int_equal(pjs_shm_view_get(r, "dev", 16, 32, &v, &err), 0);
+    assert_int_equal(pjs_shm_view_get(r, "sys", 0, 8, &s, &err), 0);
+    int64_t device_id = -1;
+    uint64_t address = 0;
+    assert_true(pjs_shm_view_device(&v, &device_id, &address));
+    assert_int_equal(device_id, 1);
+    assert_ptr_equal((void *)(uintptr_t)address, device_memory[1] + 16);
+    assert_false(pjs_shm_view_device(&s, &device_id, &address));
+
+    unsigned char into[32];
+    assert_int_equal(pjs_shm_view_read_into(&v, into, &err), 0);
+    assert_memory_equal(into, device_memory[1] + 16, sizeof into);
+    assert_null(v.data); /* the caller's memory, not the view's */
+
+    unsigned char result[4] = {1, 2, 3, 4};
+    assert_int_equal(
+        pjs_shm_view_write_from_device(&v, (uint64_t)(uintptr_t)result, sizeof result, &err), 0);
+    assert_memory_equal(device_memory[1] + 16, result, sizeof result);
+    assert_int_equal(device_memory[1][20], 21);
+    /* more than the window, or a system window: refused, nothing written */
+    assert_int_equal(pjs_shm_view_write_from_device(&v, (uint64_t)(uintptr_t)into, 33, &err),
+                     PJS_ERR_INTERNAL);
+    assert_int_equal(pjs_shm_view_write_from_device(&s, (uint64_t)(uintptr_t)result, 4, &err),
+                     PJS_ERR_INTERNAL);
+    assert_non_null(strstr(err.msg, "no device copy"));
+    pjs_shm_view_release(&v);
+    pjs_shm_view_release(&s);
+    pjs_shm_registry_destroy(r);
 }
 
 static void test_one_namespace(void **state)
@@ -344,6 +403,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_read_write_status, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_window_on_the_device, setup, teardown),
         cmocka_unit_test_setup_teardown(test_one_namespace, setup, teardown),
         cmocka_unit_test_setup_teardown(test_status_and_unregister_per_kind, setup, teardown),
         cmocka_unit_test_setup_teardown(test_bounds_and_refusals, setup, teardown),

@@ -452,11 +452,17 @@ static int decode_input(pjs_grpc_infer *d, const input_tensor *t, pjs_shm_regist
         if ((rc = get_shm_view(shm, &sp, "input", t->name, view, err)) != 0)
             return rc;
         d->n_input_views++;
+        in->nbytes = view->size;
+        *src = SOURCE_SHM;
+        int64_t device_id;
+        uint64_t address;
+        if (pjs_shm_view_device(view, &device_id, &address)) {
+            in->device = view; /* read where it is used (core/infer.h) */
+            return 0;
+        }
         if ((rc = pjs_shm_view_read(view, err)) != 0)
             return pjs_error_prefix(err, "input \"%.256s\": ", t->name);
         in->data = view->data;
-        in->nbytes = view->size;
-        *src = SOURCE_SHM;
         return 0;
     }
     *src = has_contents(t) ? SOURCE_CONTENTS : SOURCE_RAW;
@@ -594,6 +600,7 @@ static int decode_outputs(pjs_grpc_infer *d, pjs_shm_registry *shm, pjs_error *e
         ro->shm_region = sp.region;
         ro->shm_offset = sp.offset;
         ro->shm_byte_size = sp.byte_size;
+        ro->shm_view = &d->output_views[k];
     }
     return 0;
 }
@@ -664,7 +671,8 @@ static int output_to_shm(pjs_grpc_infer *d, const pjs_infer_output *o, size_t k,
                              "output \"%s\" is %zu bytes but shared memory region \"%.256s\" "
                              "was given %zu",
                              o->spec->name, o->nbytes, ro->shm_region, view->size);
-    if (o->data != NULL && o->nbytes > 0 && pjs_shm_view_write(view, o->data, o->nbytes, err) != 0)
+    if (!o->in_shm && o->data != NULL && o->nbytes > 0 &&
+        pjs_shm_view_write(view, o->data, o->nbytes, err) != 0)
         return pjs_error_prefix(err, "output \"%s\": ", o->spec->name);
     output_param_entry *region = output_param(&d->arena, SHM_REGION);
     output_param_entry *size = output_param(&d->arena, SHM_BYTE_SIZE);

@@ -653,13 +653,19 @@ int pjs_http_infer_map_shm(pjs_http_infer *d, pjs_shm_registry *registry, pjs_er
         if (rc != 0)
             return rc;
         pjs_shm_view *view = &d->views[d->n_views - 1];
+        in->nbytes = view->size;
+        int64_t device_id;
+        uint64_t address;
+        if (pjs_shm_view_device(view, &device_id, &address)) {
+            in->device = view; /* read where it is used (core/infer.h) */
+            continue;
+        }
         if ((rc = pjs_shm_view_read(view, err)) != 0)
             return pjs_error_prefix(err, "input \"%s\": ", in->name);
         in->data = view->data;
-        in->nbytes = view->size;
     }
     for (size_t k = 0; k < d->req.n_requested; k++) {
-        const pjs_infer_requested_output *o = &d->req.requested[k];
+        pjs_infer_requested_output *o = &d->req.requested[k];
         if (o->shm_region == NULL)
             continue;
         int rc = map_view(d, registry, o->shm_region, o->shm_offset, o->shm_byte_size, "output",
@@ -667,6 +673,7 @@ int pjs_http_infer_map_shm(pjs_http_infer *d, pjs_shm_registry *registry, pjs_er
         if (rc != 0)
             return rc;
         d->output_view[k] = (int)d->n_views - 1;
+        o->shm_view = &d->views[d->n_views - 1];
     }
     return 0;
 }
@@ -688,6 +695,8 @@ int pjs_http_infer_write_shm_outputs(pjs_http_infer *d, pjs_error *err)
         const pjs_infer_requested_output *o = &d->req.requested[k];
         const pjs_infer_output *out = find_output(&d->req, o->name);
         const pjs_shm_view *view = &d->views[d->output_view[k]];
+        if (out != NULL && out->in_shm)
+            continue; /* written there on the device */
         if (out == NULL || (out->data == NULL && out->nbytes > 0))
             return pjs_error_set(err, PJS_ERR_INTERNAL, "output \"%s\" was not produced",
                                  o->name);
@@ -762,7 +771,7 @@ static int encode_output(pjs_http_buf *b, const sent_output *s, pjs_error *err)
     const pjs_infer_output *out = s->out;
     pjs_dtype dt = out->spec->dtype;
     size_t elem = pjs_dtype_size(dt);
-    if (out->data == NULL && out->nbytes > 0)
+    if (out->data == NULL && out->nbytes > 0 && !out->in_shm)
         return pjs_error_set(err, PJS_ERR_INTERNAL, "output \"%s\" has no data",
                              out->spec->name);
     int rc = pjs_http_buf_append_str(b, "{\"name\":", err);

@@ -453,6 +453,17 @@ static int render_server(const pjs_metrics_gauges *g, pjs_http_buf *b, pjs_error
     if (rc == 0 && g->server != NULL)
         rc = pjs_http_buf_printf(b, err, "pjserve_weight_prefetches_total %" PRIu64 "\n",
                                  g->server->weight_prefetches);
+    if (rc == 0 && g->server != NULL)
+        rc = family_header(b, "pjserve_cuda_shm_device_bytes_total",
+                           "Bytes of CUDA shared memory used on the device itself: inputs "
+                           "executed on in place, outputs written device to device",
+                           "counter", err);
+    if (rc == 0 && g->server != NULL)
+        rc = pjs_http_buf_printf(b, err,
+                                 "pjserve_cuda_shm_device_bytes_total{direction=\"input\"} "
+                                 "%" PRIu64 "\npjserve_cuda_shm_device_bytes_total"
+                                 "{direction=\"output\"} %" PRIu64 "\n",
+                                 g->server->shm_device_in_bytes, g->server->shm_device_out_bytes);
     if (rc == 0)
         rc = family_header(b, "pjserve_scheduler_info",
                            "The scheduler's discipline (the value is always 1)", "gauge", err);
