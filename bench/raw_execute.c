@@ -3,7 +3,7 @@
  *
  *   pjs_bench_raw_execute BUNDLE [--batch-size N] [--iterations N] [--warmup N]
  *                         [--pjrt-plugin PATH] [--cpu-intra-op-threads N|auto]
- *                         [--execution-wait await|callback] [--json]
+ *                         [--execution-wait await|callback] [--idle-us N] [--json]
  *
  * Opens and compiles the bundle's module for batch size N (default 1) with
  * the same library calls `pjserve run` and the server use, uploads the weights
@@ -21,7 +21,11 @@
  * launching the execution, waiting for it and reading back (the phases of
  * pjs_rt_exec_times), and the whole process's CPU time per round trip (the
  * plugin's own threads included). --execution-wait picks how the waits are
- * made, as pjserve's flag of that name does.
+ * made, as pjserve's flag of that name does. --idle-us sleeps that long
+ * after each round trip (not timed), leaving the device and the thread idle
+ * as a server's are between one client's requests; back to back (0, the
+ * default), clocks and caches stay warm, which a served request at
+ * concurrency 1 never sees.
  * No network, no protocol, no queueing: what is left between this and a
  * server's latency is the server's own overhead (plus the client's). The
  * client is the server's too: on the CPU plugin one device and the thread
@@ -43,7 +47,7 @@
 static const char usage[] =
     "usage: pjs_bench_raw_execute BUNDLE [--batch-size N] [--iterations N] [--warmup N]\n"
     "                             [--pjrt-plugin PATH] [--cpu-intra-op-threads N|auto]\n"
-    "                             [--execution-wait await|callback] [--json]\n";
+    "                             [--execution-wait await|callback] [--idle-us N] [--json]\n";
 
 static double now_us(void)
 {
@@ -148,19 +152,21 @@ int main(int argc, char **argv)
                                          {"pjrt-plugin", required_argument, NULL, 'p'},
                                          {"cpu-intra-op-threads", required_argument, NULL, 't'},
                                          {"execution-wait", required_argument, NULL, 'e'},
+                                         {"idle-us", required_argument, NULL, 'i'},
                                          {"json", no_argument, NULL, 'j'},
                                          {"help", no_argument, NULL, 'h'},
                                          {NULL, 0, NULL, 0}};
-    long batch = 1, iterations = 10000, warmup = 1000;
+    long batch = 1, iterations = 10000, warmup = 1000, idle_us = 0;
     const char *plugin_path = NULL;
     int json = 0, opt, threads = 0; /* 0: auto */
     pjs_error err;
     pjs_rt_wait_mode wait = PJS_RT_WAIT_AWAIT;
-    while ((opt = getopt_long(argc, argv, "b:n:w:p:t:e:jh", opts, NULL)) != -1) {
+    while ((opt = getopt_long(argc, argv, "b:n:w:p:t:e:i:jh", opts, NULL)) != -1) {
         switch (opt) {
         case 'b': batch = parse_positive("--batch-size", optarg); break;
         case 'n': iterations = parse_positive("--iterations", optarg); break;
         case 'w': warmup = parse_positive("--warmup", optarg); break;
+        case 'i': idle_us = parse_positive("--idle-us", optarg); break;
         case 'p': plugin_path = optarg; break;
         case 't':
             if (pjs_rt_cpu_threads_parse(optarg, &threads, &err) != 0) {
@@ -264,6 +270,7 @@ int main(int argc, char **argv)
     /* the calling thread's CPU time by phase, and the process's, summed over
      * the timed iterations */
     double cpu_upload = 0, cpu_launch = 0, cpu_wait = 0, cpu_read = 0, cpu_process = 0;
+    double cpu_idle = 0; /* this thread's in the idle sleeps, kept out of the process's */
     for (long it = -warmup; it < iterations; it++) {
         if (it == 0)
             cpu_process = -process_cpu_us();
@@ -290,6 +297,14 @@ int main(int argc, char **argv)
             fprintf(stderr, "pjs_bench_raw_execute: bundle %s: %s\n", m->name, err.msg);
             goto out;
         }
+        if (idle_us > 0) {
+            struct timespec idle = {.tv_sec = idle_us / 1000000,
+                                    .tv_nsec = (idle_us % 1000000) * 1000};
+            double i0 = thread_cpu_us();
+            while (nanosleep(&idle, &idle) != 0 && errno == EINTR)
+                ;
+            cpu_idle += thread_cpu_us() - i0;
+        }
         if (it >= 0) {
             total[it] = t3 - t0;
             exec[it] = t2 - t1;
@@ -299,14 +314,14 @@ int main(int argc, char **argv)
             cpu_read += (double)times.read_cpu_ns / 1e3;
         }
     }
-    cpu_process += process_cpu_us();
+    cpu_process += process_cpu_us() - cpu_idle;
     double per = 1.0 / (double)iterations;
 
     summary st = summarize(total, iterations), se = summarize(exec, iterations);
     if (json) {
         printf("{\"bundle\": \"%s\", \"model\": \"%s\", \"batch_size\": %ld, \"iterations\": %ld, "
-               "\"warmup\": %ld, \"platform\": \"%s\", \"cpu_threads\": %lld,\n",
-               dir, m->name, batch, iterations, warmup, pjs_rt_client_platform(client),
+               "\"warmup\": %ld, \"idle_us\": %ld, \"platform\": \"%s\", \"cpu_threads\": %lld,\n",
+               dir, m->name, batch, iterations, warmup, idle_us, pjs_rt_client_platform(client),
                (long long)cpu.int_value);
         printf(" \"round_trip_us\": {\"p50\": %.2f, \"p90\": %.2f, \"p99\": %.2f, \"mean\": %.2f, "
                "\"min\": %.2f},\n",

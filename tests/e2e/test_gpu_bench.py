@@ -106,8 +106,11 @@ def test_whole_benchmark_on_the_cpu_plugin(package, plugin_path, pjserve_bin, tm
     assert set(res["floor"]["mlp"]) == {"1", "4", "16"}
     variants = res["floor_variants"]["mlp"]
     assert set(variants) == {"await (default)", "callback", "blocking_sync",
-                             "command buffers off"}
+                             "command buffers off", "idle 300 us between",
+                             "idle 2000 us between"}
     assert variants["callback"]["execution_wait"] == "callback"
+    assert variants["idle 300 us between"]["idle_us"] == 300
+    assert variants["await (default)"]["idle_us"] == 0
     assert variants["await (default)"]["thread_cpu_us"]["launch"] > 0
     names = [c["name"] for c in res["configs"]]
     assert names == ["gRPC echo floor"] + (["baseline"] if with_baseline(pjserve_bin) else []) + [
