@@ -1,0 +1,525 @@
+/*
+ * trace.c - trace context, spans, and their export over OTLP/HTTP JSON.
+ *
+ * The export queue is a ring of pjs_span copies under one mutex; emit
+ * copies in (or counts a drop) and signals the exporter when a batch is
+ * full. The exporter thread wakes at least every PJS_TRACE_FLUSH_MS, takes
+ * up to PJS_TRACE_BATCH_SPANS spans out under the lock, encodes and POSTs
+ * them without it. Ids come from a per-thread xorshift generator seeded
+ * from getrandom, so making ids takes no lock and no system call.
+ */
+#include "trace/trace.h"
+
+#include <curl/curl.h>
+#include <inttypes.h>
+#include <jansson.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <time.h>
+
+#include "core/log.h"
+#include "core/thread_name.h"
+
+/* ---- trace context ------------------------------------------------------------- */
+
+static int hex_value(char c)
+{
+    if (c >= '0' && c <= '9')
+        return c - '0';
+    if (c >= 'a' && c <= 'f')
+        return c - 'a' + 10;
+    return -1; /* upper case is not allowed by the specification */
+}
+
+/* n bytes from 2n lower-case hex digits; false on any other character. */
+static bool parse_hex(const char *s, uint8_t *out, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        int hi = hex_value(s[2 * i]), lo = hex_value(s[2 * i + 1]);
+        if (hi < 0 || lo < 0)
+            return false;
+        out[i] = (uint8_t)(hi << 4 | lo);
+    }
+    return true;
+}
+
+static bool all_zero(const uint8_t *b, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (b[i] != 0)
+            return false;
+    return true;
+}
+
+bool pjs_trace_parse(const char *value, size_t len, pjs_trace_ctx *out)
+{
+    memset(out, 0, sizeof *out);
+    if (value == NULL || len < PJS_TRACEPARENT_LEN)
+        return false;
+    uint8_t version, flags;
+    pjs_trace_ctx c = {0};
+    if (!parse_hex(value, &version, 1) || version == 0xff || value[2] != '-' ||
+        !parse_hex(value + 3, c.trace_id, PJS_TRACE_ID_SIZE) || value[35] != '-' ||
+        !parse_hex(value + 36, c.span_id, PJS_SPAN_ID_SIZE) || value[52] != '-' ||
+        !parse_hex(value + 53, &flags, 1))
+        return false;
+    /* version 00 is exactly 55 characters; a later one may append fields
+     * after a '-' */
+    if (len > PJS_TRACEPARENT_LEN && (version == 0 || value[PJS_TRACEPARENT_LEN] != '-'))
+        return false;
+    if (all_zero(c.trace_id, PJS_TRACE_ID_SIZE) || all_zero(c.span_id, PJS_SPAN_ID_SIZE))
+        return false;
+    c.valid = true;
+    c.sampled = (flags & 1) != 0;
+    *out = c;
+    return true;
+}
+
+static void put_hex(char *dst, const uint8_t *b, size_t n)
+{
+    static const char digits[] = "0123456789abcdef";
+    for (size_t i = 0; i < n; i++) {
+        dst[2 * i] = digits[b[i] >> 4];
+        dst[2 * i + 1] = digits[b[i] & 15];
+    }
+}
+
+void pjs_trace_format(const pjs_trace_ctx *ctx, char out[PJS_TRACEPARENT_LEN + 1])
+{
+    memcpy(out, "00-", 3);
+    put_hex(out + 3, ctx->trace_id, PJS_TRACE_ID_SIZE);
+    out[35] = '-';
+    put_hex(out + 36, ctx->span_id, PJS_SPAN_ID_SIZE);
+    out[52] = '-';
+    out[53] = '0';
+    out[54] = ctx->sampled ? '1' : '0';
+    out[55] = '\0';
+}
+
+/* xorshift64*, one state per thread, seeded once from the kernel. */
+static uint64_t next_random(void)
+{
+    static _Thread_local uint64_t state;
+    while (state == 0) {
+        if (getrandom(&state, sizeof state, 0) != (ssize_t)sizeof state) {
+            struct timespec ts;
+            clock_gettime(CLOCK_MONOTONIC, &ts);
+            state = (uint64_t)ts.tv_nsec * 0x9e3779b97f4a7c15ULL ^ (uint64_t)(uintptr_t)&ts;
+        }
+    }
+    state ^= state >> 12;
+    state ^= state << 25;
+    state ^= state >> 27;
+    return state * 0x2545f4914f6cdd1dULL;
+}
+
+static void random_bytes(uint8_t *out, size_t n)
+{
+    do {
+        for (size_t i = 0; i < n; i += 8) {
+            uint64_t r = next_random();
+            memcpy(out + i, &r, n - i < 8 ? n - i : 8);
+        }
+    } while (all_zero(out, n));
+}
+
+void pjs_trace_new_trace_id(uint8_t out[PJS_TRACE_ID_SIZE])
+{
+    random_bytes(out, PJS_TRACE_ID_SIZE);
+}
+
+void pjs_trace_new_span_id(uint8_t out[PJS_SPAN_ID_SIZE])
+{
+    random_bytes(out, PJS_SPAN_ID_SIZE);
+}
+
+void pjs_trace_child(const pjs_trace_ctx *parent, pjs_trace_ctx *out)
+{
+    *out = *parent;
+    pjs_trace_new_span_id(out->span_id);
+}
+
+/* ---- spans ------------------------------------------------------------------------ */
+
+static void copy_text(char *dst, size_t size, const char *src)
+{
+    snprintf(dst, size, "%s", src != NULL ? src : "");
+}
+
+void pjs_span_init_with_id(pjs_span *s, const pjs_trace_ctx *ctx,
+                           const uint8_t span_id[PJS_SPAN_ID_SIZE], pjs_span_kind kind,
+                           const char *name, uint64_t start_ns, uint64_t end_ns)
+{
+    memset(s, 0, offsetof(pjs_span, attrs));
+    memcpy(s->trace_id, ctx->trace_id, PJS_TRACE_ID_SIZE);
+    memcpy(s->parent_id, ctx->span_id, PJS_SPAN_ID_SIZE);
+    memcpy(s->span_id, span_id, PJS_SPAN_ID_SIZE);
+    copy_text(s->name, sizeof s->name, name);
+    s->kind = kind;
+    s->start_ns = start_ns;
+    s->end_ns = end_ns > start_ns ? end_ns : start_ns;
+}
+
+void pjs_span_init(pjs_span *s, const pjs_trace_ctx *ctx, pjs_span_kind kind, const char *name,
+                   uint64_t start_ns, uint64_t end_ns)
+{
+    uint8_t id[PJS_SPAN_ID_SIZE];
+    pjs_trace_new_span_id(id);
+    pjs_span_init_with_id(s, ctx, id, kind, name, start_ns, end_ns);
+}
+
+void pjs_span_attr_int(pjs_span *s, const char *key, int64_t value)
+{
+    if (s->n_attrs >= PJS_SPAN_MAX_ATTRS)
+        return;
+    pjs_span_attr *a = &s->attrs[s->n_attrs++];
+    a->key = key;
+    a->is_int = true;
+    a->int_value = value;
+}
+
+void pjs_span_attr_str(pjs_span *s, const char *key, const char *value)
+{
+    if (s->n_attrs >= PJS_SPAN_MAX_ATTRS)
+        return;
+    pjs_span_attr *a = &s->attrs[s->n_attrs++];
+    a->key = key;
+    a->is_int = false;
+    copy_text(a->text, sizeof a->text, value);
+}
+
+void pjs_span_set_error(pjs_span *s, const char *message)
+{
+    s->error = true;
+    copy_text(s->status_message, sizeof s->status_message, message);
+}
+
+/* ---- OTLP/HTTP JSON --------------------------------------------------------------- */
+
+static json_t *hex_string(const uint8_t *b, size_t n)
+{
+    char text[2 * PJS_TRACE_ID_SIZE + 1];
+    put_hex(text, b, n);
+    text[2 * n] = '\0';
+    return json_string(text);
+}
+
+/* OTLP/JSON writes 64-bit integers as decimal strings. */
+static json_t *u64_string(uint64_t v)
+{
+    char text[24];
+    snprintf(text, sizeof text, "%" PRIu64, v);
+    return json_string(text);
+}
+
+static json_t *key_value(const char *key, json_t *any_value)
+{
+    return json_pack("{s:s, s:o}", "key", key, "value", any_value);
+}
+
+static json_t *string_value(const char *s)
+{
+    return json_pack("{s:s}", "stringValue", s);
+}
+
+static json_t *span_json(const pjs_span *s, int64_t unix_minus_monotonic_ns)
+{
+    json_t *attrs = json_array();
+    for (size_t i = 0; attrs != NULL && i < s->n_attrs; i++) {
+        const pjs_span_attr *a = &s->attrs[i];
+        char n[24];
+        snprintf(n, sizeof n, "%" PRId64, a->int_value);
+        json_array_append_new(attrs, key_value(a->key, a->is_int
+                                                           ? json_pack("{s:s}", "intValue", n)
+                                                           : string_value(a->text)));
+    }
+    json_t *status = s->error ? json_pack("{s:i, s:s}", "code", 2, "message", s->status_message)
+                              : json_pack("{s:i}", "code", 0);
+    json_t *j = json_pack("{s:o, s:o, s:s, s:i, s:o, s:o, s:o, s:o}", "traceId",
+                          hex_string(s->trace_id, PJS_TRACE_ID_SIZE), "spanId",
+                          hex_string(s->span_id, PJS_SPAN_ID_SIZE), "name", s->name, "kind",
+                          (int)s->kind, "startTimeUnixNano",
+                          u64_string((uint64_t)((int64_t)s->start_ns + unix_minus_monotonic_ns)),
+                          "endTimeUnixNano",
+                          u64_string((uint64_t)((int64_t)s->end_ns + unix_minus_monotonic_ns)),
+                          "attributes", attrs ? attrs : json_array(), "status", status);
+    if (j != NULL && !all_zero(s->parent_id, PJS_SPAN_ID_SIZE))
+        json_object_set_new(j, "parentSpanId", hex_string(s->parent_id, PJS_SPAN_ID_SIZE));
+    return j;
+}
+
+char *pjs_trace_encode_otlp_json(const pjs_tracer_options *o, const pjs_span *spans, size_t n,
+                                 int64_t unix_minus_monotonic_ns)
+{
+    json_t *list = json_array();
+    for (size_t i = 0; list != NULL && i < n; i++)
+        json_array_append_new(list, span_json(&spans[i], unix_minus_monotonic_ns));
+    json_t *resource = json_array();
+    if (resource != NULL) {
+        json_array_append_new(resource,
+                              key_value("service.name", string_value(o->service_name
+                                                                         ? o->service_name
+                                                                         : "pjserve")));
+        if (o->instance != NULL)
+            json_array_append_new(resource,
+                                  key_value("service.instance.id", string_value(o->instance)));
+    }
+    json_t *doc = json_pack(
+        "{s:[{s:{s:o}, s:[{s:{s:s}, s:o}]}]}", "resourceSpans", "resource", "attributes",
+        resource ? resource : json_array(), "scopeSpans", "scope", "name", "pjserve", "spans",
+        list ? list : json_array());
+    char *text = doc != NULL ? json_dumps(doc, JSON_COMPACT) : NULL;
+    json_decref(doc);
+    return text;
+}
+
+/* ---- the tracer ------------------------------------------------------------------- */
+
+struct pjs_tracer {
+    pjs_tracer_options options;
+    char *endpoint, *service_name, *instance; /* owned copies */
+    _Atomic uint64_t rate_bits;               /* the rate, a double's bits */
+    int64_t unix_minus_monotonic_ns;
+
+    pthread_mutex_t lock;
+    pthread_cond_t wake;
+    pjs_span *ring;
+    size_t cap, head, count;
+    bool stopping;
+    pthread_t thread;
+
+    _Atomic uint64_t exported, dropped_full, dropped_failed;
+    pjs_log_limiter failure_log; /* a collector down: one line a second */
+};
+
+static uint64_t double_bits(double d)
+{
+    uint64_t b;
+    memcpy(&b, &d, sizeof b);
+    return b;
+}
+
+double pjs_tracer_rate(const pjs_tracer *t)
+{
+    if (t == NULL)
+        return 0;
+    uint64_t b = atomic_load_explicit(&((pjs_tracer *)t)->rate_bits, memory_order_relaxed);
+    double d;
+    memcpy(&d, &b, sizeof d);
+    return d;
+}
+
+void pjs_tracer_set_rate(pjs_tracer *t, double rate)
+{
+    rate = rate < 0 ? 0 : rate > 1 ? 1 : rate;
+    atomic_store_explicit(&t->rate_bits, double_bits(rate), memory_order_relaxed);
+}
+
+bool pjs_tracer_start(pjs_tracer *t, const pjs_trace_ctx *incoming, pjs_trace_ctx *ctx)
+{
+    if (incoming != NULL && incoming->valid) {
+        pjs_trace_child(incoming, ctx);
+        ctx->sampled = t != NULL && incoming->sampled;
+        return ctx->sampled;
+    }
+    memset(ctx, 0, sizeof *ctx);
+    double rate = pjs_tracer_rate(t);
+    /* 53 random bits against the rate: exactly 0 and 1 at the ends */
+    if (t == NULL || rate <= 0 || (rate < 1 && (double)(next_random() >> 11) >= rate * 0x1p53))
+        return false;
+    pjs_trace_new_trace_id(ctx->trace_id);
+    pjs_trace_new_span_id(ctx->span_id);
+    ctx->valid = ctx->sampled = true;
+    return true;
+}
+
+void pjs_tracer_emit(pjs_tracer *t, const pjs_span *s)
+{
+    if (t == NULL)
+        return;
+    pthread_mutex_lock(&t->lock);
+    if (t->count == t->cap) {
+        pthread_mutex_unlock(&t->lock);
+        atomic_fetch_add_explicit(&t->dropped_full, 1, memory_order_relaxed);
+        return;
+    }
+    t->ring[(t->head + t->count) % t->cap] = *s;
+    t->count++;
+    if (t->count == PJS_TRACE_BATCH_SPANS)
+        pthread_cond_signal(&t->wake);
+    pthread_mutex_unlock(&t->lock);
+}
+
+void pjs_tracer_get_counters(pjs_tracer *t, pjs_tracer_counters *out)
+{
+    memset(out, 0, sizeof *out);
+    if (t == NULL)
+        return;
+    out->exported = atomic_load(&t->exported);
+    out->dropped_full = atomic_load(&t->dropped_full);
+    out->dropped_failed = atomic_load(&t->dropped_failed);
+}
+
+static size_t discard_body(void *data, size_t size, size_t n, void *ctx)
+{
+    (void)data;
+    (void)ctx;
+    return size * n;
+}
+
+/* POSTs one batch; true when the collector answered 2xx. */
+static bool post_batch(pjs_tracer *t, CURL *curl, const pjs_span *spans, size_t n)
+{
+    char *body = pjs_trace_encode_otlp_json(&t->options, spans, n, t->unix_minus_monotonic_ns);
+    if (body == NULL)
+        return false;
+    struct curl_slist *headers = curl_slist_append(NULL, "Content-Type: application/json");
+    curl_easy_setopt(curl, CURLOPT_URL, t->endpoint);
+    curl_easy_setopt(curl, CURLOPT_HTTPHEADER, headers);
+    curl_easy_setopt(curl, CURLOPT_POSTFIELDS, body);
+    curl_easy_setopt(curl, CURLOPT_POSTFIELDSIZE, (long)strlen(body));
+    curl_easy_setopt(curl, CURLOPT_WRITEFUNCTION, discard_body);
+    curl_easy_setopt(curl, CURLOPT_TIMEOUT_MS, 5000L);
+    curl_easy_setopt(curl, CURLOPT_NOSIGNAL, 1L);
+    CURLcode rc = curl_easy_perform(curl);
+    long status = 0;
+    if (rc == CURLE_OK)
+        curl_easy_getinfo(curl, CURLINFO_RESPONSE_CODE, &status);
+    curl_slist_free_all(headers);
+    free(body);
+    bool ok = rc == CURLE_OK && status >= 200 && status < 300;
+    if (!ok && rc != CURLE_OK)
+        pjs_log_limited(&t->failure_log, PJS_LOG_WARN,
+                        "traces: cannot export to the collector at %s (%s): %zu spans dropped",
+                        t->endpoint, curl_easy_strerror(rc), n);
+    else if (!ok)
+        pjs_log_limited(&t->failure_log, PJS_LOG_WARN,
+                        "traces: the collector at %s answered HTTP %ld: %zu spans dropped",
+                        t->endpoint, status, n);
+    return ok;
+}
+
+static void *exporter_main(void *arg)
+{
+    pjs_tracer *t = arg;
+    pjs_thread_name(pthread_self(), "pjs-trace");
+    CURL *curl = curl_easy_init();
+    pjs_span *batch = malloc(PJS_TRACE_BATCH_SPANS * sizeof *batch);
+    pthread_mutex_lock(&t->lock);
+    for (;;) {
+        if (t->count < PJS_TRACE_BATCH_SPANS && !t->stopping) {
+            struct timespec until;
+            clock_gettime(CLOCK_REALTIME, &until);
+            until.tv_nsec += PJS_TRACE_FLUSH_MS * 1000000L;
+            until.tv_sec += until.tv_nsec / 1000000000L;
+            until.tv_nsec %= 1000000000L;
+            pthread_cond_timedwait(&t->wake, &t->lock, &until);
+        }
+        if (t->count == 0 && t->stopping)
+            break;
+        size_t n = t->count < PJS_TRACE_BATCH_SPANS ? t->count : PJS_TRACE_BATCH_SPANS;
+        for (size_t i = 0; batch != NULL && i < n; i++)
+            batch[i] = t->ring[(t->head + i) % t->cap];
+        t->head = (t->head + n) % t->cap;
+        t->count -= n;
+        if (n == 0)
+            continue;
+        pthread_mutex_unlock(&t->lock);
+        bool ok = batch != NULL && curl != NULL && post_batch(t, curl, batch, n);
+        atomic_fetch_add(ok ? &t->exported : &t->dropped_failed, n);
+        pthread_mutex_lock(&t->lock);
+        if (!ok && t->stopping) { /* no collector to flush to: do not hold up the exit */
+            atomic_fetch_add(&t->dropped_failed, t->count);
+            t->count = 0;
+        }
+    }
+    pthread_mutex_unlock(&t->lock);
+    free(batch);
+    if (curl != NULL)
+        curl_easy_cleanup(curl);
+    return NULL;
+}
+
+static int64_t clock_ns(clockid_t id)
+{
+    struct timespec ts;
+    clock_gettime(id, &ts);
+    return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
+static void curl_init_once(void)
+{
+    curl_global_init(CURL_GLOBAL_DEFAULT);
+}
+
+static void free_tracer(pjs_tracer *t)
+{
+    free(t->ring);
+    free(t->endpoint);
+    free(t->service_name);
+    free(t->instance);
+    free(t);
+}
+
+int pjs_tracer_create(const pjs_tracer_options *o, pjs_tracer **out, pjs_error *err)
+{
+    if (o->endpoint == NULL ||
+        (strncmp(o->endpoint, "http://", 7) != 0 && strncmp(o->endpoint, "https://", 8) != 0))
+        return pjs_error_set(err, PJS_ERR_INVALID_ARGUMENT,
+                             "trace endpoint \"%s\": give the collector's OTLP/HTTP traces URL, "
+                             "e.g. http://127.0.0.1:4318/v1/traces",
+                             o->endpoint ? o->endpoint : "");
+    if (!(o->rate >= 0 && o->rate <= 1))
+        return pjs_error_set(err, PJS_ERR_INVALID_ARGUMENT,
+                             "trace rate %g: give the share of requests to trace, 0 to 1",
+                             o->rate);
+    static pthread_once_t curl_once = PTHREAD_ONCE_INIT;
+    pthread_once(&curl_once, curl_init_once);
+    pjs_tracer *t = calloc(1, sizeof *t);
+    if (t == NULL)
+        return pjs_error_set(err, PJS_ERR_NOMEM, "out of memory");
+    t->cap = o->queue_spans ? o->queue_spans : PJS_TRACE_DEFAULT_QUEUE;
+    t->ring = calloc(t->cap, sizeof *t->ring);
+    t->endpoint = strdup(o->endpoint);
+    t->service_name = strdup(o->service_name ? o->service_name : "pjserve");
+    t->instance = o->instance ? strdup(o->instance) : NULL;
+    if (t->ring == NULL || t->endpoint == NULL || t->service_name == NULL ||
+        (o->instance != NULL && t->instance == NULL)) {
+        free_tracer(t);
+        return pjs_error_set(err, PJS_ERR_NOMEM, "out of memory");
+    }
+    t->options = *o;
+    t->options.endpoint = t->endpoint;
+    t->options.service_name = t->service_name;
+    t->options.instance = t->instance;
+    pjs_tracer_set_rate(t, o->rate);
+    t->unix_minus_monotonic_ns = clock_ns(CLOCK_REALTIME) - clock_ns(CLOCK_MONOTONIC);
+    pthread_mutex_init(&t->lock, NULL);
+    pthread_cond_init(&t->wake, NULL);
+    if (pthread_create(&t->thread, NULL, exporter_main, t) != 0) {
+        pthread_mutex_destroy(&t->lock);
+        pthread_cond_destroy(&t->wake);
+        free_tracer(t);
+        return pjs_error_set(err, PJS_ERR_INTERNAL, "cannot start the trace exporter thread");
+    }
+    *out = t;
+    return 0;
+}
+
+void pjs_tracer_destroy(pjs_tracer *t)
+{
+    if (t == NULL)
+        return;
+    pthread_mutex_lock(&t->lock);
+    t->stopping = true;
+    pthread_cond_signal(&t->wake);
+    pthread_mutex_unlock(&t->lock);
+    pthread_join(t->thread, NULL);
+    pthread_mutex_destroy(&t->lock);
+    pthread_cond_destroy(&t->wake);
+    free_tracer(t);
+}

@@ -1,0 +1,165 @@
+/*
+ * trace.h - per-request traces: W3C trace context in, spans out over
+ * OTLP/HTTP (JSON) to a collector.
+ *
+ * A request may arrive with a `traceparent` (HTTP header, gRPC metadata):
+ * the trace it belongs to and the caller's span. pjserve records the
+ * request as a server span that is a child of that span, and the stages
+ * inside it (decode, queue, execution, hooks, a meta's sub-calls, encode) as
+ * children of that; what it calls (the gateway's worker, a meta's sub-model)
+ * gets a traceparent naming the span it is called from. Spans are recorded
+ * once finished, from timestamps the request already keeps, so a request
+ * that is not sampled costs one branch.
+ *
+ * Sampling is decided once per trace, where it starts: a request with a
+ * traceparent follows its sampled flag (the caller decided); one without is
+ * sampled at the tracer's rate. Everything it calls inherits the decision.
+ *
+ * Export never touches a request's path: pjs_tracer_emit copies the span
+ * into a bounded queue (a full queue drops the span and counts it), and one
+ * thread per tracer batches queued spans into OTLP/HTTP JSON
+ * (https://opentelemetry.io/docs/specs/otlp/#otlphttp: ids as hex, times as
+ * decimal strings of Unix nanoseconds) and POSTs them to the collector with
+ * libcurl, a batch at least every PJS_TRACE_FLUSH_MS or when
+ * PJS_TRACE_BATCH_SPANS are queued. A failed POST drops its batch and counts
+ * it. Every function here may be called from any thread.
+ */
+#ifndef PJS_TRACE_TRACE_H
+#define PJS_TRACE_TRACE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/status.h"
+
+#define PJS_TRACE_ID_SIZE 16
+#define PJS_SPAN_ID_SIZE 8
+/* "00-" 32 hex "-" 16 hex "-" 2 hex */
+#define PJS_TRACEPARENT_LEN 55
+
+#define PJS_TRACE_FLUSH_MS 200
+#define PJS_TRACE_BATCH_SPANS 512
+/* Default bound of the export queue, spans. */
+#define PJS_TRACE_DEFAULT_QUEUE 8192
+
+/* Where a request's spans go: its trace, and the span that what it records
+ * is a child of (for a request as it arrives, the caller's span). */
+typedef struct pjs_trace_ctx {
+    uint8_t trace_id[PJS_TRACE_ID_SIZE];
+    uint8_t span_id[PJS_SPAN_ID_SIZE];
+    bool valid;   /* both ids set (not all zero) */
+    bool sampled; /* spans under it are recorded */
+} pjs_trace_ctx;
+
+/* Parses a traceparent value (W3C Trace Context: "00-" trace id "-" parent
+ * id "-" flags, lower-case hex; a later version's first four fields when
+ * longer, as the specification says). False, *out zeroed, for anything
+ * else: wrong lengths or separators, upper-case or non-hex digits, version
+ * ff, all-zero ids, trailing bytes after a version 00 value. Never reads
+ * past len. */
+bool pjs_trace_parse(const char *value, size_t len, pjs_trace_ctx *out);
+/* ctx (valid) as a version 00 traceparent: PJS_TRACEPARENT_LEN characters
+ * and a NUL. */
+void pjs_trace_format(const pjs_trace_ctx *ctx, char out[PJS_TRACEPARENT_LEN + 1]);
+/* Random non-zero ids. */
+void pjs_trace_new_trace_id(uint8_t out[PJS_TRACE_ID_SIZE]);
+void pjs_trace_new_span_id(uint8_t out[PJS_SPAN_ID_SIZE]);
+/* A child context: the same trace and decision, a new span id (the span
+ * the child's work is recorded under). */
+void pjs_trace_child(const pjs_trace_ctx *parent, pjs_trace_ctx *out);
+
+/* OTLP span kinds. */
+typedef enum {
+    PJS_SPAN_INTERNAL = 1,
+    PJS_SPAN_SERVER = 2,
+    PJS_SPAN_CLIENT = 3,
+} pjs_span_kind;
+
+#define PJS_SPAN_NAME_MAX 96
+#define PJS_SPAN_TEXT_MAX 160
+#define PJS_SPAN_MAX_ATTRS 8
+
+typedef struct pjs_span_attr {
+    const char *key; /* a string literal ("pjserve.batch_rows") */
+    bool is_int;
+    int64_t int_value;
+    char text[PJS_SPAN_TEXT_MAX]; /* when !is_int; cut at the limit */
+} pjs_span_attr;
+
+/* A finished span. Times are CLOCK_MONOTONIC nanoseconds (pjs_now_ns); the
+ * tracer turns them into Unix time. */
+typedef struct pjs_span {
+    uint8_t trace_id[PJS_TRACE_ID_SIZE];
+    uint8_t span_id[PJS_SPAN_ID_SIZE];
+    uint8_t parent_id[PJS_SPAN_ID_SIZE]; /* all zero: a root span */
+    char name[PJS_SPAN_NAME_MAX];
+    pjs_span_kind kind;
+    uint64_t start_ns, end_ns;
+    bool error;                          /* status ERROR, with status_message */
+    char status_message[PJS_SPAN_TEXT_MAX];
+    size_t n_attrs;
+    pjs_span_attr attrs[PJS_SPAN_MAX_ATTRS];
+} pjs_span;
+
+/* Starts span s: ids from ctx (trace id; parent = ctx->span_id) and a new
+ * span id, the name (cut at PJS_SPAN_NAME_MAX - 1), kind and times. */
+void pjs_span_init(pjs_span *s, const pjs_trace_ctx *ctx, pjs_span_kind kind, const char *name,
+                   uint64_t start_ns, uint64_t end_ns);
+/* The same with a given span id (a span whose id was handed on before it
+ * ended: the request's server span, a client span). */
+void pjs_span_init_with_id(pjs_span *s, const pjs_trace_ctx *ctx,
+                           const uint8_t span_id[PJS_SPAN_ID_SIZE], pjs_span_kind kind,
+                           const char *name, uint64_t start_ns, uint64_t end_ns);
+/* Attributes past PJS_SPAN_MAX_ATTRS are left out. */
+void pjs_span_attr_int(pjs_span *s, const char *key, int64_t value);
+void pjs_span_attr_str(pjs_span *s, const char *key, const char *value);
+void pjs_span_set_error(pjs_span *s, const char *message);
+
+typedef struct pjs_tracer pjs_tracer;
+
+typedef struct pjs_tracer_options {
+    /* The collector's OTLP/HTTP traces URL ("http://127.0.0.1:4318/v1/traces").
+     * Required. */
+    const char *endpoint;
+    const char *service_name; /* resource attribute service.name ("pjserve") */
+    const char *instance;     /* service.instance.id, or NULL */
+    double rate;              /* share of traces started here that are sampled, 0..1 */
+    size_t queue_spans;       /* 0: PJS_TRACE_DEFAULT_QUEUE */
+} pjs_tracer_options;
+
+/* Checks the options (an http:// or https:// endpoint; a rate in 0..1) and
+ * starts the export thread. */
+int pjs_tracer_create(const pjs_tracer_options *o, pjs_tracer **out, pjs_error *err);
+/* Exports what is queued (at most a few seconds' worth of tries), stops the
+ * thread and frees. NULL is a no-op. */
+void pjs_tracer_destroy(pjs_tracer *t);
+
+/* The sampling decision for a request that arrived with `incoming` (NULL,
+ * or not valid: none). Sets *ctx to the context its spans are recorded
+ * under, a child of incoming (same trace, new span id: the request's own
+ * server span) or a new trace, and returns ctx->sampled. With t NULL
+ * (tracing off): *ctx is not sampled and false is returned. */
+bool pjs_tracer_start(pjs_tracer *t, const pjs_trace_ctx *incoming, pjs_trace_ctx *ctx);
+/* The rate of new traces (TraceSetting): 0..1. */
+double pjs_tracer_rate(const pjs_tracer *t);
+void pjs_tracer_set_rate(pjs_tracer *t, double rate);
+
+/* Queues a copy of s for export; never blocks (see top). No-op with t
+ * NULL. */
+void pjs_tracer_emit(pjs_tracer *t, const pjs_span *s);
+
+typedef struct pjs_tracer_counters {
+    uint64_t exported;      /* spans the collector accepted (HTTP 2xx) */
+    uint64_t dropped_full;  /* spans dropped because the queue was full */
+    uint64_t dropped_failed; /* spans of batches the collector refused or did not answer */
+} pjs_tracer_counters;
+void pjs_tracer_get_counters(pjs_tracer *t, pjs_tracer_counters *out);
+
+/* Encodes spans[0..n) as one OTLP ExportTraceServiceRequest in JSON
+ * (resource attributes from the options) into a malloc'd NUL-terminated
+ * string; NULL when out of memory. Exposed for tests. */
+char *pjs_trace_encode_otlp_json(const pjs_tracer_options *o, const pjs_span *spans, size_t n,
+                                 int64_t unix_minus_monotonic_ns);
+
+#endif
