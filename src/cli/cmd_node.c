@@ -153,6 +153,8 @@ static const struct serve_flag {
     {"server-name", required_argument, TO_WORKERS},
     {"grpc-stream-write-timeout-ms", required_argument, TO_BOTH},
     {"strict-readiness", required_argument, TO_BOTH},
+    {"trace-endpoint", required_argument, TO_BOTH},
+    {"trace-rate", required_argument, TO_BOTH},
     {"admin-token-file", required_argument, TO_PUBLIC},
     {"infer-token-file", required_argument, TO_PUBLIC},
     {"grpc-tls-cert", required_argument, TO_PUBLIC},

@@ -614,6 +614,13 @@ int pjs_cmd_serve(int argc, char **argv)
 
     /* The CPU plugin's threads are sized by the models the repository
      * holds at start-up; models added later do not change them. */
+    pjs_tracer *tracer = NULL;
+    rc = pjs_cli_endpoint_tracer(&a.endpoint, "pjserve", &tracer);
+    if (rc != PJS_EXIT_OK) {
+        pjs_server_config_free(&config);
+        pjs_access_destroy(access);
+        return rc;
+    }
     pjs_rt_option client_options[PJS_CLI_MAX_PJRT_OPTIONS + 1];
     char *repository[1] = {(char *)a.repository};
     size_t n_client_options = pjs_cli_client_options(&a.common, repository, 1, client_options);
@@ -642,6 +649,7 @@ int pjs_cmd_serve(int argc, char **argv)
         .shared_weights_dir = a.shared_weights_dir,
         .shared_weights_group = a.shared_weights_group,
         .strict_readiness = a.endpoint.strict_readiness,
+        .tracer = tracer,
     };
     pjs_error err;
     pjs_server *server = NULL;
@@ -650,6 +658,7 @@ int pjs_cmd_serve(int argc, char **argv)
     if (pjs_server_create(&so, &server, &err) != 0) {
         pjs_server_config_free(&config);
         pjs_access_destroy(access);
+        pjs_tracer_destroy(tracer);
         return pjs_cli_fail("%s", err.msg);
     }
 
@@ -686,6 +695,7 @@ int pjs_cmd_serve(int argc, char **argv)
     pjs_http_frontend_stop(http);
     pjs_http_frontend_stop(metrics);
     pjs_server_destroy(server);
+    pjs_tracer_destroy(tracer); /* after the server: its last spans are exported */
     pjs_server_config_free(&config);
     pjs_access_destroy(access);
     if (rc == PJS_EXIT_OK)

@@ -8,7 +8,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <unistd.h>
+
 #include "cli/cli.h"
+#include "core/log.h"
 #include "core/unix_addr.h"
 #include "server/config.h"
 #include "server/server.h"
@@ -51,6 +54,8 @@ enum {
     EP_MAX_INFLIGHT,
     EP_STREAM_WRITE_TIMEOUT,
     EP_STRICT_READINESS,
+    EP_TRACE_ENDPOINT,
+    EP_TRACE_RATE,
     EP_END,
 };
 
@@ -69,6 +74,7 @@ void pjs_cli_endpoint_init(pjs_cli_endpoint *e)
     e->grpc.stream_write_timeout_ms = 30000;
     e->max_request_bytes = PJS_DEFAULT_MAX_REQUEST_BYTES;
     e->strict_readiness = true;
+    e->trace_rate = PJS_CLI_DEFAULT_TRACE_RATE;
 }
 
 /* An integer in [min, max], or a usage error naming the flag. */
@@ -178,6 +184,26 @@ int pjs_cli_endpoint_option(pjs_cli_endpoint *e, const char *cmd, int opt, const
         }
         e->strict_readiness = strcmp(arg, "true") == 0;
         break;
+    case EP_TRACE_ENDPOINT:
+        if (strncmp(arg, "http://", 7) != 0 && strncmp(arg, "https://", 8) != 0) {
+            pjs_cli_usage_error(cmd,
+                                "--%s %s: expected the collector's OTLP/HTTP traces URL, "
+                                "e.g. http://127.0.0.1:4318/v1/traces",
+                                flag, arg);
+            return -1;
+        }
+        e->trace_endpoint = arg;
+        break;
+    case EP_TRACE_RATE: {
+        char *end;
+        double r = strtod(arg, &end);
+        if (*arg == '\0' || *end != '\0' || !(r >= 0 && r <= 1)) {
+            pjs_cli_usage_error(cmd, "--%s %s: expected a share of requests, 0 to 1", flag, arg);
+            return -1;
+        }
+        e->trace_rate = r;
+        break;
+    }
     case EP_GRPC_QUOTA:
         return parse_bytes(cmd, flag, arg, (uint64_t)1 << 20, UINT64_MAX,
                            &e->grpc_memory_quota) != 0 ? -1 : 1;
@@ -258,4 +284,26 @@ void pjs_cli_address(char *buf, size_t size, const char *host, int port)
         snprintf(buf, size, "%s", host);
     else
         snprintf(buf, size, "%s:%d", host, port);
+}
+
+int pjs_cli_endpoint_tracer(const pjs_cli_endpoint *e, const char *service, pjs_tracer **out)
+{
+    *out = NULL;
+    if (e->trace_endpoint == NULL)
+        return PJS_EXIT_OK;
+    char host[256] = "";
+    gethostname(host, sizeof host - 1);
+    char instance[300];
+    snprintf(instance, sizeof instance, "%s:%d", host, (int)getpid());
+    pjs_tracer_options o = {.endpoint = e->trace_endpoint,
+                            .service_name = service,
+                            .instance = instance,
+                            .rate = e->trace_rate};
+    pjs_error err;
+    if (pjs_tracer_create(&o, out, &err) != 0)
+        return pjs_cli_fail("%s", err.msg);
+    pjs_info("traces: spans of sampled requests go to %s over OTLP/HTTP; %g of requests "
+             "without a traceparent are sampled",
+             e->trace_endpoint, e->trace_rate);
+    return PJS_EXIT_OK;
 }

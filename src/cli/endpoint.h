@@ -14,6 +14,7 @@
 #include "frontend/access.h"
 #include "frontend/grpc/grpc_frontend.h"
 #include "frontend/http/http_frontend.h"
+#include "trace/trace.h"
 
 typedef struct pjs_cli_endpoint {
     const char *host;                                  /* --host [0.0.0.0] */
@@ -27,7 +28,12 @@ typedef struct pjs_cli_endpoint {
     uint64_t max_request_bytes;          /* [PJS_DEFAULT_MAX_REQUEST_BYTES] */
     uint64_t max_inflight_request_bytes; /* 0: 4 x max_request_bytes */
     bool strict_readiness; /* --strict-readiness [true]: what /v2/health/ready asks */
+    const char *trace_endpoint; /* --trace-endpoint URL; NULL: tracing off */
+    double trace_rate;          /* --trace-rate [PJS_CLI_DEFAULT_TRACE_RATE] */
 } pjs_cli_endpoint;
+
+/* The share of requests traced by default once a collector is given. */
+#define PJS_CLI_DEFAULT_TRACE_RATE 0.01
 
 #define PJS_CLI_ENDPOINT_OPT_BASE 0x400
 
@@ -65,7 +71,9 @@ typedef struct pjs_cli_endpoint {
         {"max-request-bytes", required_argument, NULL, PJS_CLI_ENDPOINT_OPT_BASE + 29},            \
         {"max-inflight-request-bytes", required_argument, NULL, PJS_CLI_ENDPOINT_OPT_BASE + 30},   \
         {"grpc-stream-write-timeout-ms", required_argument, NULL, PJS_CLI_ENDPOINT_OPT_BASE + 31}, \
-        {"strict-readiness", required_argument, NULL, PJS_CLI_ENDPOINT_OPT_BASE + 32}
+        {"strict-readiness", required_argument, NULL, PJS_CLI_ENDPOINT_OPT_BASE + 32},             \
+        {"trace-endpoint", required_argument, NULL, PJS_CLI_ENDPOINT_OPT_BASE + 33},               \
+        {"trace-rate", required_argument, NULL, PJS_CLI_ENDPOINT_OPT_BASE + 34}
 
 /* --help text of the endpoint flags. */
 #define PJS_CLI_ENDPOINT_HELP                                                                      \
@@ -154,10 +162,22 @@ typedef struct pjs_cli_endpoint {
     "                          are accepted from loopback peers only (127.0.0.0/8,\n"             \
     "                          ::1, Unix sockets); others get PERMISSION_DENIED / 403\n"          \
     "  --infer-token-file FILE every call but the health probes then needs this\n"                \
-    "                          token or the admin token (default: inference is open)\n"
+    "                          token or the admin token (default: inference is open)\n"          \
+    "\n"                                                                                           \
+    "traces (docs/observability.md, section Traces):\n"                                           \
+    "  --trace-endpoint URL    export request spans over OTLP/HTTP (JSON) to this\n"              \
+    "                          collector URL, e.g. http://127.0.0.1:4318/v1/traces;\n"          \
+    "                          a request with a W3C traceparent follows its sampled\n"          \
+    "                          flag (default: no tracing)\n"                                     \
+    "  --trace-rate R          share of the other requests traced, 0 to 1 (default\n"           \
+    "                          0.01; TraceSetting's trace_rate N sets 1/N)\n"
 
 /* Defaults of every field. */
 void pjs_cli_endpoint_init(pjs_cli_endpoint *e);
+/* The tracer of --trace-endpoint and --trace-rate for `service` (the
+ * resource's service.name), or NULL without --trace-endpoint; an exit
+ * status, having said why, when it cannot start. */
+int pjs_cli_endpoint_tracer(const pjs_cli_endpoint *e, const char *service, pjs_tracer **out);
 /* Handles getopt's `opt` when it is an endpoint flag: 1 handled, 0 not an
  * endpoint flag, -1 a bad value (a usage message naming `cmd` printed). */
 int pjs_cli_endpoint_option(pjs_cli_endpoint *e, const char *cmd, int opt, const char *arg);

@@ -28,6 +28,7 @@
 #include "core/shape.h"
 #include "core/status.h"
 #include "core/job.h"
+#include "trace/trace.h"
 
 /* Most inputs or outputs a served model may have. */
 #define PJS_INFER_MAX_TENSORS 64
@@ -145,10 +146,18 @@ struct pjs_infer_request {
      * (server/meta_gate.h): the ModelStreamInfer stream it came on, NULL
      * elsewhere (a client of its own). Compared, never dereferenced. */
     const void *client;
+    /* The request's place in a trace (server/request_trace.c): its own
+     * span's context, sampled or not; zero when tracing is off. Set by the
+     * front end, or by a meta for its sub-calls. */
+    pjs_trace_ctx trace;
     /* Set by the dispatcher. */
     size_t n_outputs;
     pjs_infer_output outputs[PJS_INFER_MAX_TENSORS];
     pjs_infer_times times;
+    /* The execution the request rode in: rows of all its requests, the
+     * compiled batch size, and how many requests. */
+    int64_t exec_rows, exec_batch_size;
+    size_t exec_requests;
     pjs_error error; /* code PJS_OK on success */
 
     /* Called once when outputs or error are set (see the top of this file). */

@@ -558,6 +558,9 @@ static void run_batch(owner_scratch *sc, const batch *bt, uint64_t start, exec_t
     for (size_t j = 0; j < bt->n; j++) {
         pjs_infer_request *r = bt->reqs[j];
         r->times.exec_start = start;
+        r->exec_rows = bt->rows;
+        r->exec_batch_size = bt->batch_size;
+        r->exec_requests = bt->n;
         r->times.input_done = t->input_done;
         r->times.infer_done = t->infer_done;
         r->times.output_done = t->output_done;

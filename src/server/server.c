@@ -78,6 +78,7 @@ struct pjs_server {
     pjs_wstore *weight_store; /* --shared-weights; NULL: private host floors */
     pjs_dispatcher *dispatcher;
     pjs_shm_registry *shm;
+    struct pjs_tracer *tracer; /* the caller's; NULL: tracing off */
     uint64_t max_request_bytes;
     pjs_byte_budget request_budget;
     atomic_bool draining;
@@ -955,6 +956,7 @@ int pjs_server_create(const pjs_server_options *o, pjs_server **out, pjs_error *
         return pjs_error_set(err, PJS_ERR_NOMEM, "out of memory");
     snprintf(s->repository, sizeof s->repository, "%s", o->repository);
     snprintf(s->name, sizeof s->name, "%s", o->server_name != NULL ? o->server_name : "pjserve");
+    s->tracer = o->tracer;
     if (copy_policies(&s->policies, o->config, err) != 0) {
         pjs_server_destroy(s);
         return err->code;
@@ -1095,6 +1097,11 @@ const char *pjs_server_platform(const pjs_server *s)
 pjs_shm_registry *pjs_server_shm(pjs_server *s)
 {
     return s->shm;
+}
+
+struct pjs_tracer *pjs_server_tracer(const pjs_server *s)
+{
+    return s->tracer;
 }
 
 uint64_t pjs_server_max_request_bytes(const pjs_server *s)

@@ -45,6 +45,9 @@ typedef struct pjs_server_options {
     /* The name ServerMetadata reports (--server-name; at most
      * PJS_SERVER_NAME_MAX bytes); NULL: "pjserve". */
     const char *server_name;
+    /* Where sampled requests' spans go (--trace-endpoint); NULL: tracing
+     * off. Owned by the caller; it outlives the server. */
+    struct pjs_tracer *tracer;
     int dispatch_workers;         /* threads that take the device and finish requests
                                      when submitting threads do not; 0: a default */
     const pjs_server_config *config; /* scheduler and model policies; NULL: defaults */
@@ -126,6 +129,24 @@ const char *pjs_server_version(void);          /* "0.1.0" */
 const char *pjs_server_name(const pjs_server *s); /* "pjserve", or --server-name */
 const char *pjs_server_platform(const pjs_server *s); /* "cpu", "cuda" */
 pjs_shm_registry *pjs_server_shm(pjs_server *s);
+/* The tracer (NULL: tracing off). */
+struct pjs_tracer *pjs_server_tracer(const pjs_server *s);
+
+/* A request's spans (server/request_trace.c). pjs_server_trace_start, once
+ * the front end decoded the request, decides whether it is traced: from
+ * its traceparent value (NULL: none) or the tracer's rate, into r->trace.
+ * pjs_server_trace_finish records the spans of a traced request once it is
+ * answered (its server span ends at end_ns; err NULL or PJS_OK: success):
+ * the request's own span, named "<protocol> <model>", and as its children
+ * decode, queue, execute (with the batch it rode in) and respond, from
+ * r->times. No-ops for a request that is not sampled. */
+void pjs_server_trace_start(pjs_server *s, pjs_infer_request *r, const char *traceparent,
+                            size_t len);
+void pjs_server_trace_finish(pjs_server *s, const pjs_infer_request *r, const char *protocol,
+                             uint64_t end_ns, const pjs_error *err);
+/* The spans of executed request r under `parent`: queue and execute. */
+void pjs_server_trace_execution(pjs_server *s, const pjs_trace_ctx *parent,
+                                const pjs_infer_request *r);
 /* The request byte cap (--max-request-bytes) and the budget of request bytes
  * in flight that every front end takes from (--max-inflight-request-bytes). */
 uint64_t pjs_server_max_request_bytes(const pjs_server *s);

@@ -140,6 +140,7 @@ void pjs_trace_new_span_id(uint8_t out[PJS_SPAN_ID_SIZE])
 void pjs_trace_child(const pjs_trace_ctx *parent, pjs_trace_ctx *out)
 {
     *out = *parent;
+    memcpy(out->parent_id, parent->span_id, PJS_SPAN_ID_SIZE);
     pjs_trace_new_span_id(out->span_id);
 }
 
@@ -150,26 +151,32 @@ static void copy_text(char *dst, size_t size, const char *src)
     snprintf(dst, size, "%s", src != NULL ? src : "");
 }
 
-void pjs_span_init_with_id(pjs_span *s, const pjs_trace_ctx *ctx,
-                           const uint8_t span_id[PJS_SPAN_ID_SIZE], pjs_span_kind kind,
-                           const char *name, uint64_t start_ns, uint64_t end_ns)
+static void span_init(pjs_span *s, const uint8_t *trace_id, const uint8_t *span_id,
+                      const uint8_t *parent_id, pjs_span_kind kind, const char *name,
+                      uint64_t start_ns, uint64_t end_ns)
 {
     memset(s, 0, offsetof(pjs_span, attrs));
-    memcpy(s->trace_id, ctx->trace_id, PJS_TRACE_ID_SIZE);
-    memcpy(s->parent_id, ctx->span_id, PJS_SPAN_ID_SIZE);
+    memcpy(s->trace_id, trace_id, PJS_TRACE_ID_SIZE);
     memcpy(s->span_id, span_id, PJS_SPAN_ID_SIZE);
+    memcpy(s->parent_id, parent_id, PJS_SPAN_ID_SIZE);
     copy_text(s->name, sizeof s->name, name);
     s->kind = kind;
     s->start_ns = start_ns;
     s->end_ns = end_ns > start_ns ? end_ns : start_ns;
 }
 
-void pjs_span_init(pjs_span *s, const pjs_trace_ctx *ctx, pjs_span_kind kind, const char *name,
-                   uint64_t start_ns, uint64_t end_ns)
+void pjs_span_init(pjs_span *s, const pjs_trace_ctx *parent, pjs_span_kind kind,
+                   const char *name, uint64_t start_ns, uint64_t end_ns)
 {
     uint8_t id[PJS_SPAN_ID_SIZE];
     pjs_trace_new_span_id(id);
-    pjs_span_init_with_id(s, ctx, id, kind, name, start_ns, end_ns);
+    span_init(s, parent->trace_id, id, parent->span_id, kind, name, start_ns, end_ns);
+}
+
+void pjs_span_init_self(pjs_span *s, const pjs_trace_ctx *ctx, pjs_span_kind kind,
+                        const char *name, uint64_t start_ns, uint64_t end_ns)
+{
+    span_init(s, ctx->trace_id, ctx->span_id, ctx->parent_id, kind, name, start_ns, end_ns);
 }
 
 void pjs_span_attr_int(pjs_span *s, const char *key, int64_t value)
@@ -326,7 +333,7 @@ bool pjs_tracer_start(pjs_tracer *t, const pjs_trace_ctx *incoming, pjs_trace_ct
         ctx->sampled = t != NULL && incoming->sampled;
         return ctx->sampled;
     }
-    memset(ctx, 0, sizeof *ctx);
+    memset(ctx, 0, sizeof *ctx); /* a root: parent_id zero */
     double rate = pjs_tracer_rate(t);
     /* 53 random bits against the rate: exactly 0 and 1 at the ends */
     if (t == NULL || rate <= 0 || (rate < 1 && (double)(next_random() >> 11) >= rate * 0x1p53))

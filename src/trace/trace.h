@@ -43,12 +43,14 @@
 /* Default bound of the export queue, spans. */
 #define PJS_TRACE_DEFAULT_QUEUE 8192
 
-/* Where a request's spans go: its trace, and the span that what it records
- * is a child of (for a request as it arrives, the caller's span). */
+/* A span's place in its trace: the trace, the span's id, and its parent's
+ * (all zero for the trace's root). A traceparent carries the first two: as
+ * parsed, span_id is the caller's span. */
 typedef struct pjs_trace_ctx {
     uint8_t trace_id[PJS_TRACE_ID_SIZE];
     uint8_t span_id[PJS_SPAN_ID_SIZE];
-    bool valid;   /* both ids set (not all zero) */
+    uint8_t parent_id[PJS_SPAN_ID_SIZE];
+    bool valid;   /* trace_id and span_id set (not all zero) */
     bool sampled; /* spans under it are recorded */
 } pjs_trace_ctx;
 
@@ -65,8 +67,8 @@ void pjs_trace_format(const pjs_trace_ctx *ctx, char out[PJS_TRACEPARENT_LEN + 1
 /* Random non-zero ids. */
 void pjs_trace_new_trace_id(uint8_t out[PJS_TRACE_ID_SIZE]);
 void pjs_trace_new_span_id(uint8_t out[PJS_SPAN_ID_SIZE]);
-/* A child context: the same trace and decision, a new span id (the span
- * the child's work is recorded under). */
+/* A child context: the same trace and decision, a new span id, parent_id
+ * the parent's span id. */
 void pjs_trace_child(const pjs_trace_ctx *parent, pjs_trace_ctx *out);
 
 /* OTLP span kinds. */
@@ -102,15 +104,16 @@ typedef struct pjs_span {
     pjs_span_attr attrs[PJS_SPAN_MAX_ATTRS];
 } pjs_span;
 
-/* Starts span s: ids from ctx (trace id; parent = ctx->span_id) and a new
- * span id, the name (cut at PJS_SPAN_NAME_MAX - 1), kind and times. */
-void pjs_span_init(pjs_span *s, const pjs_trace_ctx *ctx, pjs_span_kind kind, const char *name,
-                   uint64_t start_ns, uint64_t end_ns);
-/* The same with a given span id (a span whose id was handed on before it
- * ended: the request's server span, a client span). */
-void pjs_span_init_with_id(pjs_span *s, const pjs_trace_ctx *ctx,
-                           const uint8_t span_id[PJS_SPAN_ID_SIZE], pjs_span_kind kind,
-                           const char *name, uint64_t start_ns, uint64_t end_ns);
+/* Makes s a child span of `parent` (its trace, parent = parent->span_id)
+ * with a new span id, the name (cut at PJS_SPAN_NAME_MAX - 1), kind and
+ * times (an end before the start is taken as the start). */
+void pjs_span_init(pjs_span *s, const pjs_trace_ctx *parent, pjs_span_kind kind,
+                   const char *name, uint64_t start_ns, uint64_t end_ns);
+/* Makes s the span of ctx itself (span_id and parent_id from ctx): a span
+ * whose id was handed on before it ended, as a request's server span is to
+ * its children. */
+void pjs_span_init_self(pjs_span *s, const pjs_trace_ctx *ctx, pjs_span_kind kind,
+                        const char *name, uint64_t start_ns, uint64_t end_ns);
 /* Attributes past PJS_SPAN_MAX_ATTRS are left out. */
 void pjs_span_attr_int(pjs_span *s, const char *key, int64_t value);
 void pjs_span_attr_str(pjs_span *s, const char *key, const char *value);

@@ -84,6 +84,14 @@ static void test_ids_and_children(void **state)
     pjs_trace_child(&a, &b);
     assert_memory_equal(a.trace_id, b.trace_id, PJS_TRACE_ID_SIZE);
     assert_memory_not_equal(a.span_id, b.span_id, PJS_SPAN_ID_SIZE);
+    assert_memory_equal(b.parent_id, a.span_id, PJS_SPAN_ID_SIZE);
+    pjs_span s;
+    pjs_span_init_self(&s, &b, PJS_SPAN_SERVER, "self", 1, 2);
+    assert_memory_equal(s.span_id, b.span_id, PJS_SPAN_ID_SIZE);
+    assert_memory_equal(s.parent_id, a.span_id, PJS_SPAN_ID_SIZE);
+    pjs_span_init(&s, &b, PJS_SPAN_INTERNAL, "child", 1, 2);
+    assert_memory_equal(s.parent_id, b.span_id, PJS_SPAN_ID_SIZE);
+    assert_memory_not_equal(s.span_id, b.span_id, PJS_SPAN_ID_SIZE);
     assert_true(b.valid && b.sampled);
     uint8_t x[PJS_TRACE_ID_SIZE], y[PJS_TRACE_ID_SIZE];
     pjs_trace_new_trace_id(x);
@@ -114,6 +122,7 @@ static void test_sampling(void **state)
     assert_true(pjs_tracer_start(t, &in, &ctx));
     assert_memory_equal(ctx.trace_id, in.trace_id, PJS_TRACE_ID_SIZE);
     assert_memory_not_equal(ctx.span_id, in.span_id, PJS_SPAN_ID_SIZE);
+    assert_memory_equal(ctx.parent_id, in.span_id, PJS_SPAN_ID_SIZE);
     in.sampled = false;
     pjs_tracer_set_rate(t, 1.0);
     assert_false(pjs_tracer_start(t, &in, &ctx));
@@ -123,6 +132,8 @@ static void test_sampling(void **state)
         sampled += pjs_tracer_start(t, NULL, &ctx);
     assert_int_equal(sampled, 1000);
     assert_true(ctx.valid);
+    static const uint8_t zero[PJS_SPAN_ID_SIZE];
+    assert_memory_equal(ctx.parent_id, zero, PJS_SPAN_ID_SIZE); /* a new trace's root */
     pjs_tracer_set_rate(t, 0.0);
     for (int i = 0; i < 1000; i++)
         assert_false(pjs_tracer_start(t, NULL, &ctx));

@@ -183,6 +183,22 @@ int pjs__grpc_access_check_path(const pjs_grpc_call *c, const char *path, pjs_er
     return rc;
 }
 
+const char *pjs__grpc_metadata_value(const grpc_metadata_array *md, const char *key,
+                                     size_t *len)
+{
+    size_t key_len = strlen(key);
+    for (size_t i = 0; i < md->count; i++) {
+        const grpc_metadata *m = &md->metadata[i];
+        if (GRPC_SLICE_LENGTH(m->key) == key_len &&
+            memcmp(GRPC_SLICE_START_PTR(m->key), key, key_len) == 0) {
+            *len = GRPC_SLICE_LENGTH(m->value);
+            return (const char *)GRPC_SLICE_START_PTR(m->value);
+        }
+    }
+    *len = 0;
+    return NULL;
+}
+
 void pjs__grpc_client_id(const pjs_grpc_frontend *f, grpc_call *call,
                          const grpc_metadata_array *md, char *out)
 {

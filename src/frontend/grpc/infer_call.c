@@ -17,7 +17,8 @@
  *     requested, the caller's access checked and the job submitted. Any
  *     failure is answered at once.
  *   in the dispatcher --job done--> the response is encoded (or the error
- *     mapped) and the one reply batch started: initial metadata, message,
+ *     mapped), a traced request's spans recorded (server/request_trace.c),
+ *     and the one reply batch started: initial metadata, message,
  *     status and RECV_CLOSE_ON_SERVER. This runs on the thread that ran the
  *     request: the CQ thread itself, inside pjs_server_submit, when the
  *     device was free, else a dispatcher worker; so on_new touches nothing
@@ -52,8 +53,14 @@ void pjs__grpc_infer_job_init(pjs_grpc_infer_job *j, pjs_grpc_frontend *f)
     pjs_grpc_infer_init(&j->decoded);
 }
 
+void pjs__grpc_infer_job_trace(pjs_grpc_infer_job *j, const pjs_error *err)
+{
+    pjs_server_trace_finish(j->frontend->server, &j->decoded.req, "grpc", pjs_now_ns(), err);
+}
+
 void pjs__grpc_infer_job_release(pjs_grpc_infer_job *j)
 {
+    memset(&j->decoded.req.trace, 0, sizeof j->decoded.req.trace);
     pjs_grpc_infer_recycle(&j->decoded);
     grpc_slice_unref(j->bytes); /* after the request that borrowed from it */
     j->bytes = grpc_empty_slice();
@@ -105,6 +112,12 @@ int pjs__grpc_infer_job_submit(pjs_grpc_infer_job *j, grpc_byte_buffer **payload
     r->frontend_ctx = j;
     r->client_gone = j->client_gone;
     r->client = j->client;
+    size_t traceparent_len = 0;
+    const char *traceparent =
+        j->call != NULL ? pjs__grpc_metadata_value(&j->call->metadata, "traceparent",
+                                                   &traceparent_len)
+                        : NULL;
+    pjs_server_trace_start(f->server, r, traceparent, traceparent_len);
     if (r->sequence.start && j->model->bundle->manifest.stateful && j->call != NULL) {
         pjs__grpc_client_id(f, j->call->call, &j->call->metadata, j->client_id);
         r->sequence.client = j->client_id;
@@ -212,6 +225,7 @@ static void infer_on_done(pjs_grpc_infer_job *j, const pjs_error *err)
             (c->response = pjs__grpc_pack(&resp->base, &encode_err)) == NULL)
             err = &encode_err;
     }
+    pjs__grpc_infer_job_trace(j, err);
     /* The packed response owns its bytes: the request can go now. */
     pjs__grpc_infer_job_release(j);
     infer_reply(c, err);
@@ -232,6 +246,7 @@ static void infer_on_new(pjs_grpc_tag *tag, bool ok)
             0)
         return; /* c belongs to infer_on_done now, which may have run already */
     pjs_debug("grpc ModelInfer: %s", err.msg);
+    pjs__grpc_infer_job_trace(&c->job, &err);
     pjs__grpc_infer_job_release(&c->job);
     infer_reply(c, &err);
 }

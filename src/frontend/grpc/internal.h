@@ -266,6 +266,11 @@ int pjs__grpc_access_check(const pjs_grpc_call *c, pjs_error *err);
  * registered method). */
 int pjs__grpc_access_check_path(const pjs_grpc_call *c, const char *path, pjs_error *err);
 
+/* The value of the first metadata entry `key` (lower case), not
+ * NUL-terminated, its length in *len; NULL when there is none. */
+const char *pjs__grpc_metadata_value(const grpc_metadata_array *md, const char *key,
+                                     size_t *len);
+
 /* Who made `call` (with initial metadata md) to f, into out
  * (PJS_CLIENT_ID_MAX bytes): the `pjserve-client` metadata when the peer is
  * trusted with it (frontend/client_id.h), else the peer's address. */
@@ -332,6 +337,9 @@ int pjs__grpc_infer_job_submit(pjs_grpc_infer_job *j, grpc_byte_buffer **payload
  * harmless). Its
  * arena keeps a block for that (pjs_grpc_infer_recycle): destroy frees it
  * when j goes for good. */
+/* Records the spans of the job's request when it is traced, answered with
+ * err (NULL: success); before pjs__grpc_infer_job_release. */
+void pjs__grpc_infer_job_trace(pjs_grpc_infer_job *j, const pjs_error *err);
 void pjs__grpc_infer_job_release(pjs_grpc_infer_job *j);
 void pjs__grpc_infer_job_destroy(pjs_grpc_infer_job *j);
 

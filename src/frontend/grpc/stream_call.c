@@ -497,6 +497,7 @@ static void item_complete(stream_item *it, const pjs_error *err)
         item_finish_decoupled(it, err);
     else if (!dead)
         item_encode(it, err);
+    pjs__grpc_infer_job_trace(&it->job, err);
     pjs__grpc_infer_job_release(&it->job);
     pthread_mutex_lock(&s->lock);
     it->ready = true;

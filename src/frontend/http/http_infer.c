@@ -6,8 +6,9 @@
  *
  * In on_done (on the submitting thread inside pjs_server_submit, when the
  * device was free, or on another thread later): write shared-memory
- * outputs, encode the response, release the request's outputs and model
- * reference, free the decoded request and store the reply.
+ * outputs, encode the response, record a traced request's spans, release
+ * the request's outputs and model reference, free the decoded request and
+ * store the reply.
  *
  * Then the call goes back to its connection thread through `handover`, one
  * atomic exchange on each side, so the connection is suspended only when
@@ -31,6 +32,7 @@
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "server/server.h"
 
@@ -144,6 +146,7 @@ static void on_infer_done(pjs_infer_request *r)
         reply_outputs(c, &err);
     if (err.code != PJS_OK)
         pjs__http_reply_error(c, &err);
+    pjs_server_trace_finish(server_of(c), r, "http", pjs_now_ns(), &err);
     finish_infer(c);
     if (atomic_exchange(&c->handover, HANDOVER_DONE) == HANDOVER_SUSPENDED)
         MHD_resume_connection(c->conn); /* the last touch of the call */
@@ -196,6 +199,9 @@ void pjs__http_infer(pjs__http_call *c, const char *model, const char *version)
         finish_infer(c);
         return;
     }
+    const char *traceparent = MHD_lookup_connection_value(c->conn, MHD_HEADER_KIND, "traceparent");
+    pjs_server_trace_start(s, &c->infer->req, traceparent,
+                           traceparent != NULL ? strlen(traceparent) : 0);
     if (c->infer->req.sequence.start && pjs_model_manifest(m)->stateful) {
         pjs__http_client_id(c, c->client_id);
         c->infer->req.sequence.client = c->client_id;
@@ -206,6 +212,7 @@ void pjs__http_infer(pjs__http_call *c, const char *model, const char *version)
     rc = pjs_server_submit(s, &c->infer->req, &err);
     if (rc != 0) {
         pjs__http_reply_error(c, &err);
+        pjs_server_trace_finish(s, &c->infer->req, "http", pjs_now_ns(), &err);
         finish_infer(c);
         return;
     }
