@@ -253,10 +253,19 @@ int pjs_cmd_gateway(int argc, char **argv)
                            &o.metrics);
     o.max_request_bytes = a.endpoint.max_request_bytes;
     o.max_inflight_request_bytes = a.endpoint.max_inflight_request_bytes;
+    pjs_tracer *tracer = NULL;
+    rc = pjs_cli_endpoint_tracer(&a.endpoint, "pjserve-gateway", &tracer);
+    if (rc != PJS_EXIT_OK) {
+        pjs_access_destroy(access);
+        free(token);
+        return rc;
+    }
+    o.tracer = tracer;
     pjs_gateway *g = NULL;
     if (pjs_gateway_start(&o, &g, &err) != 0) {
         pjs_access_destroy(access);
         free(token);
+        pjs_tracer_destroy(tracer);
         return pjs_cli_fail("%s", err.msg);
     }
     pjs_info("serving: gRPC %s:%d, HTTP %s:%d, metrics %s:%d/metrics over %zu workers%s%s "
@@ -269,6 +278,7 @@ int pjs_cmd_gateway(int argc, char **argv)
     pjs_info("%s received: answering the requests in flight, then stopping",
              sig == SIGINT ? "SIGINT" : "SIGTERM");
     pjs_gateway_stop(g);
+    pjs_tracer_destroy(tracer);
     pjs_access_destroy(access);
     free(token);
     pjs_info("stopped");

@@ -801,6 +801,7 @@ typedef struct node_gateway {
     _Atomic(pjs_node *) node;
     pjs_access *access;
     pjs_repo_watch *watch; /* the repository's one watcher (plan.node_watches) */
+    pjs_tracer *tracer;    /* the gateway's (--trace-endpoint); NULL: off */
 } node_gateway;
 
 static char *gateway_node_status(void *ctx)
@@ -898,7 +899,9 @@ static int gateway_options(const node_args *a, const node_plan *p, pjs_gw_worker
     o->pool.strict_readiness = ep.strict_readiness;
     o->node_status = gateway_node_status;
     o->node_ctx = ng;
-    return PJS_EXIT_OK;
+    rc = pjs_cli_endpoint_tracer(&ep, "pjserve-gateway", &ng->tracer);
+    o->tracer = ng->tracer;
+    return rc;
 }
 
 /* ---- running ------------------------------------------------------------------ */
@@ -941,6 +944,7 @@ static int run(const node_args *a, node_plan *p, const sigset_t *stop_signals)
             rc = pjs_cli_fail("gateway: %s", err.msg);
         if (rc != PJS_EXIT_OK) {
             pjs_access_destroy(ng.access);
+            pjs_tracer_destroy(ng.tracer);
             return rc;
         }
         pjs_info("gateway: gRPC %s:%d, HTTP %s:%d, metrics %s:%d over %zu workers (%s)",
@@ -962,6 +966,7 @@ static int run(const node_args *a, node_plan *p, const sigset_t *stop_signals)
                                  repository_changed, &ng, &ng.watch, &err) != 0) {
             pjs_gateway_stop(ng.gw);
             pjs_access_destroy(ng.access);
+            pjs_tracer_destroy(ng.tracer);
             return pjs_cli_fail("%s", err.msg);
         }
     }
@@ -993,6 +998,7 @@ static int run(const node_args *a, node_plan *p, const sigset_t *stop_signals)
     pjs_node_stop(node);
     pjs_node_destroy(node);
     pjs_access_destroy(ng.access);
+    pjs_tracer_destroy(ng.tracer);
     if (rc == 0)
         pjs_info("node stopped");
     return rc;

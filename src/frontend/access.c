@@ -73,6 +73,7 @@ static const struct {
     {"/v2/health/live", PJS_ACCESS_OPEN},
     {"/v2/health/ready", PJS_ACCESS_OPEN},
     {"/v2", PJS_ACCESS_INFER},
+    {"/v2/models/*/trace/setting", PJS_ACCESS_ADMIN},
     {"/v2/models/**", PJS_ACCESS_INFER},
     {"/v2/repository/index", PJS_ACCESS_INFER},
     {"/v2/pjserve/control", PJS_ACCESS_INFER},

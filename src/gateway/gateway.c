@@ -78,9 +78,12 @@ int pjs_gateway_start(const pjs_gateway_options *o, pjs_gateway **out, pjs_error
         free(g);
         return rc;
     }
-    g->grpc_routes = (pjs_gw_grpc_routes){
-        .pool = g->pool, .node_status = o->node_status, .node_ctx = o->node_ctx};
+    g->grpc_routes = (pjs_gw_grpc_routes){.pool = g->pool,
+                                          .node_status = o->node_status,
+                                          .node_ctx = o->node_ctx,
+                                          .tracer = o->tracer};
     pjs_gw_grpc_ops(&g->grpc_routes, &g->grpc_ops);
+    g->grpc_ops.tracer = o->tracer;
     pjs_grpc_options grpc = o->grpc;
     grpc.max_request_bytes = o->max_request_bytes;
     if (grpc.threads == 0)
@@ -91,7 +94,7 @@ int pjs_gateway_start(const pjs_gateway_options *o, pjs_gateway **out, pjs_error
     pjs_gw_http *http = NULL;
     if (rc == 0 && (o->http.port != 0 || o->metrics.port != 0))
         rc = pjs_gw_http_start(g->pool, &o->http, &o->metrics, &g->budget, o->max_request_bytes,
-                               o->node_status, o->node_ctx, &http, err);
+                               o->node_status, o->node_ctx, o->tracer, &http, err);
     if (http != NULL) {
         pthread_mutex_lock(&g->http_lock);
         g->http = http;

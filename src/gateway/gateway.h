@@ -42,6 +42,9 @@ typedef struct pjs_gateway_options {
      * NULL in a standalone gateway (the route answers 404). */
     pjs_gateway_node_status_fn node_status;
     void *node_ctx;
+    /* Where the spans of the inference calls it forwards go (--trace-endpoint);
+     * NULL: tracing off. The caller's; it outlives the gateway. */
+    struct pjs_tracer *tracer;
 } pjs_gateway_options;
 
 typedef struct pjs_gateway pjs_gateway;

@@ -21,6 +21,7 @@
 #include "grpc_service.pb-c.h"
 #include "health.pb-c.h"
 #include "pjserve_control.pb-c.h"
+#include "trace/trace.h"
 
 #define INFERENCE_SERVICE "inference.GRPCInferenceService"
 
@@ -198,11 +199,40 @@ static bool change_of(pjs_gw_op_id op, const uint8_t *msg, size_t len, pjs_gw_ch
 
 /* The workers of a fan-out or merge, as its class says; a change the pool
  * remembers for workers restarted later read out of the request. */
+/* TraceSetting acts on the gateway's own sampling too: applied here first,
+ * so that one the gateway refuses goes to no worker. */
+static int trace_setting_here(pjs_tracer *t, const uint8_t *msg, size_t len, pjs_error *err)
+{
+    Inference__TraceSettingRequest *req = inference__trace_setting_request__unpack(NULL, len, msg);
+    if (req == NULL)
+        return pjs_error_set(err, PJS_ERR_INVALID_ARGUMENT,
+                             "TraceSetting: the message does not decode");
+    pjs_trace_setting_in in[16];
+    int rc = 0;
+    if (req->n_settings > sizeof in / sizeof in[0])
+        rc = pjs_error_set(err, PJS_ERR_INVALID_ARGUMENT, "%zu trace settings, at most %zu",
+                           req->n_settings, sizeof in / sizeof in[0]);
+    for (size_t i = 0; rc == 0 && i < req->n_settings; i++) {
+        const Inference__TraceSettingRequest__SettingValue *v = req->settings[i]->value;
+        in[i] = (pjs_trace_setting_in){.key = req->settings[i]->key,
+                                       .values = v != NULL ? (const char *const *)v->value : NULL,
+                                       .n_values = v != NULL ? v->n_value : 0};
+    }
+    if (rc == 0)
+        rc = pjs_trace_settings_update(t, req->model_name, in, req->n_settings, err);
+    inference__trace_setting_request__free_unpacked(req, NULL);
+    return rc;
+}
+
 static uint64_t fanout(void *ctx, const char *m, const uint8_t *msg, size_t len,
                        uint64_t *change_seq, pjs_error *err)
 {
-    pjs_gw_pool *pool = ((pjs_gw_grpc_routes *)ctx)->pool;
+    pjs_gw_grpc_routes *routes = ctx;
+    pjs_gw_pool *pool = routes->pool;
     const pjs_gw_op *op = pjs_gw_op_of_grpc(m);
+    if (op->id == PJS_GW_OP_TRACE_SETTING && routes->tracer != NULL &&
+        trace_setting_here(routes->tracer, msg, len, err) != 0)
+        return 0;
     pjs_gw_change change;
     ProtobufCMessage *unpacked;
     bool remembered = change_of(op->id, msg, len, &change, &unpacked);

@@ -15,6 +15,7 @@ typedef struct pjs_gw_grpc_routes {
     pjs_gw_pool *pool;
     pjs_gateway_node_status_fn node_status;
     void *node_ctx;
+    struct pjs_tracer *tracer; /* the gateway's; TraceSetting applies to it too */
 } pjs_gw_grpc_routes;
 
 /* Fills ops for forwarding as `routes` says (which must outlive the front

@@ -35,6 +35,12 @@
  * its own connection thread, which queues its transfers under `lock` and
  * wakes the loop; only the proxy thread touches the multi handle and
  * running transfers.
+ *
+ * With a tracer, an inference request is traced as over gRPC
+ * (frontend/grpc/proxy.c): the client's traceparent (only a valid one, never
+ * its bytes) or the rate decides, the worker gets a traceparent naming the
+ * gateway's forward span, and a sampled job records the gateway's server
+ * span and the forward span when it is freed.
  */
 #include "core/thread_name.h"
 #include "gateway/http_proxy.h"
@@ -53,6 +59,7 @@
 #include "frontend/status_map.h"
 #include "gateway/http_docs.h"
 #include "gateway/relay_policy.h"
+#include "trace/trace.h"
 
 /* Upstream bounds: a worker must accept the connection within the first
  * and answer within the second (the request's own timeout travels in its
@@ -96,6 +103,7 @@ struct pjs_gw_http {
     char metrics_addr[PJS_GW_MAX_WORKERS][HOST_PORT_MAX];
     atomic_uint_fast64_t retries; /* transfers sent again to another worker */
     pjs_log_limiter retry_log;    /* bounds the lines retries write: one per request */
+    pjs_tracer *tracer;           /* NULL: tracing off */
 };
 
 typedef enum job_kind {
@@ -133,6 +141,12 @@ typedef struct job {
     transfer *transfers;
     size_t n_transfers;
     size_t pending; /* proxy thread only */
+    /* A traced inference request (see top): the gateway's span and the
+     * forward's, and when each began and the forward ended. */
+    pjs_trace_ctx trace, forward;
+    uint64_t started_ns, forward_end_ns;
+    int worker;      /* the last worker it went to */
+    long status;     /* that worker's HTTP status; 0: none answered */
 } job;
 
 /* ---- answers ------------------------------------------------------------- */
@@ -295,8 +309,33 @@ static void transfer_release(transfer *t)
     pjs_http_buf_free(&t->answer);
 }
 
+/* A sampled job's spans (see top). */
+static void trace_spans(const job *j)
+{
+    pjs_tracer *t = j->h->tracer;
+    if (t == NULL || !j->trace.sampled)
+        return;
+    uint64_t now = pjs_now_ns();
+    char name[PJS_SPAN_NAME_MAX];
+    snprintf(name, sizeof name, "gateway infer %.80s", j->model);
+    pjs_span s;
+    pjs_span_init_self(&s, &j->trace, PJS_SPAN_SERVER, name, j->started_ns, now);
+    pjs_span_attr_str(&s, "http.request.method", "POST");
+    pjs_span_attr_str(&s, "pjserve.model", j->model);
+    pjs_span_attr_int(&s, "http.response.status_code", j->status);
+    if (j->status == 0 || j->status >= 400)
+        pjs_span_set_error(&s, j->status == 0 ? "no worker answered" : "the worker refused it");
+    pjs_tracer_emit(t, &s);
+    pjs_span_init_self(&s, &j->forward, PJS_SPAN_CLIENT, "forward to a worker", j->started_ns,
+                       j->forward_end_ns != 0 ? j->forward_end_ns : now);
+    pjs_span_attr_int(&s, "pjserve.worker", j->worker);
+    pjs_span_attr_int(&s, "pjserve.attempts", (int64_t)__builtin_popcountll(j->tried));
+    pjs_tracer_emit(t, &s);
+}
+
 static void job_free(job *j)
 {
+    trace_spans(j);
     for (size_t i = 0; i < j->n_transfers; i++)
         transfer_release(&j->transfers[i]);
     free(j->transfers);
@@ -523,6 +562,33 @@ static bool body_ready(pjs__http_call *c)
     return strcmp(c->method, "POST") != 0 || pjs__http_body_ready(c);
 }
 
+/* Decides whether inference job j is traced (see top) and gives it the
+ * worker's traceparent; false when out of memory. */
+static bool trace_job(job *j)
+{
+    pjs_tracer *t = j->h->tracer;
+    if (t == NULL || !pjs_tracer_enabled(t))
+        return true;
+    j->started_ns = pjs_now_ns();
+    const char *value = MHD_lookup_connection_value(j->call->conn, MHD_HEADER_KIND, "traceparent");
+    pjs_trace_ctx incoming;
+    bool given = value != NULL && pjs_trace_parse(value, strlen(value), &incoming);
+    pjs_tracer_start(t, given ? &incoming : NULL, &j->trace);
+    if (!j->trace.valid) { /* not sampled and no trace: the decision still travels */
+        pjs_trace_new_trace_id(j->trace.trace_id);
+        pjs_trace_new_span_id(j->trace.span_id);
+        j->trace.valid = true;
+    }
+    pjs_trace_child(&j->trace, &j->forward);
+    char line[16 + PJS_TRACEPARENT_LEN] = "traceparent: ";
+    pjs_trace_format(&j->forward, line + strlen(line));
+    struct curl_slist *l = curl_slist_append(j->headers, line);
+    if (l == NULL)
+        return false;
+    j->headers = l;
+    return true;
+}
+
 /* Relays the call to the one worker op's class picks (for `model`, NULL
  * when the call names none). */
 static void forward(pjs__http_call *c, const pjs__http_path *p, const pjs_gw_op *op,
@@ -555,6 +621,12 @@ static void forward(pjs__http_call *c, const pjs__http_path *p, const pjs_gw_op 
     snprintf(j->model, sizeof j->model, "%s", route.model);
     snprintf(j->sequence, sizeof j->sequence, "%s", sequence);
     j->tried = (uint64_t)1 << worker;
+    if (op->inference && !trace_job(j)) {
+        pjs_gw_pool_done(h->pool, worker, PJS_GW_NOT_SENT);
+        job_free(j);
+        pjs__http_reply_message(c, 500, "out of memory relaying the request");
+        return;
+    }
     job_start(j, &worker, true);
 }
 
@@ -616,11 +688,19 @@ static void to_every_worker(pjs__http_call *c, const pjs__http_path *p, const pj
     pjs_gw_http *h = c->fe->routes_ctx;
     if (!body_ready(c))
         return;
+    pjs_error err;
+    /* Trace settings act on the gateway's own sampling too: first here, so
+     * that one the gateway refuses goes nowhere. */
+    if (op->id == PJS_GW_OP_TRACE_SETTING && h->tracer != NULL &&
+        strcmp(c->method, "POST") == 0 &&
+        pjs_trace_settings_update_json(h->tracer, model, c->body.data, c->body.len, &err) != 0) {
+        pjs__http_reply_error(c, &err);
+        return;
+    }
     pjs_gw_change change;
     json_t *doc;
     bool remembered = rest_change(c, op, model, &change, &doc);
     uint64_t change_seq = 0;
-    pjs_error err;
     uint64_t mask = op->cls->targets(h->pool, remembered ? &change : NULL, &change_seq, &err);
     json_decref(doc);
     if (mask == 0) {
@@ -937,6 +1017,9 @@ static void transfer_ended(transfer *t, CURLcode result)
     pjs_gw_http *h = j->h;
     t->result = result;
     curl_easy_getinfo(t->easy, CURLINFO_RESPONSE_CODE, &t->status);
+    j->forward_end_ns = pjs_now_ns();
+    j->worker = t->worker;
+    j->status = t->status;
     if (t->picked) {
         /* What the outcome means is the relay policy's: the pool hears it,
          * and a call that provably did not run goes to another worker;
@@ -1158,7 +1241,7 @@ static void stop_thread(pjs_gw_http *h)
 int pjs_gw_http_start(pjs_gw_pool *pool, const pjs_http_options *rest,
                       const pjs_http_options *metrics, pjs_byte_budget *budget,
                       uint64_t max_request_bytes, pjs_gateway_node_status_fn node_status,
-                      void *node_ctx, pjs_gw_http **out, pjs_error *err)
+                      void *node_ctx, pjs_tracer *tracer, pjs_gw_http **out, pjs_error *err)
 {
     *out = NULL;
     pthread_once(&curl_once, init_curl);
@@ -1171,6 +1254,7 @@ int pjs_gw_http_start(pjs_gw_pool *pool, const pjs_http_options *rest,
     h->pool = pool;
     h->node_status = node_status;
     h->node_ctx = node_ctx;
+    h->tracer = tracer;
     pthread_mutex_init(&h->lock, NULL);
     atomic_init(&h->retries, 0);
     h->multi = curl_multi_init();

@@ -40,7 +40,8 @@ typedef struct pjs_gw_http pjs_gw_http;
 int pjs_gw_http_start(pjs_gw_pool *pool, const pjs_http_options *rest,
                       const pjs_http_options *metrics, pjs_byte_budget *budget,
                       uint64_t max_request_bytes, pjs_gateway_node_status_fn node_status,
-                      void *node_ctx, pjs_gw_http **out, pjs_error *err);
+                      void *node_ctx, struct pjs_tracer *tracer, pjs_gw_http **out,
+                      pjs_error *err);
 /* Where worker i serves its Prometheus metrics ("host:port", its
  * --metrics-port); /metrics merges the workers set here, each sample with
  * worker="i", before the gateway's own series. Until set, worker i's

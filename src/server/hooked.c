@@ -74,6 +74,20 @@ static pjserve_tensor executable_input_slot(const pjs_manifest *man, size_t i)
     return pjs_hook_slot(&man->inputs[i], &s);
 }
 
+/* A traced request's span of one hook, from `from` until now. */
+static void trace_hook(const hooked_request *h, const char *stage, uint64_t from, int status)
+{
+    const pjs_infer_request *r = h->ctx.request;
+    pjs_tracer *t = pjs_server_tracer(h->ctx.server);
+    if (t == NULL || !r->trace.sampled)
+        return;
+    pjs_span s;
+    pjs_span_init(&s, &r->trace, PJS_SPAN_INTERNAL, stage, from, pjs_now_ns());
+    if (status != PJSERVE_OK)
+        pjs_span_set_error(&s, h->ctx.message[0] != '\0' ? h->ctx.message : "the hook failed");
+    pjs_tracer_emit(t, &s);
+}
+
 static int run_preprocess(hooked_request *h, pjs_error *err)
 {
     pjs_infer_request *r = h->ctx.request;
@@ -84,8 +98,10 @@ static int run_preprocess(hooked_request *h, pjs_error *err)
     for (size_t i = 0; i < man->n_inputs; i++)
         out[i] = slots[i] = executable_input_slot(man, i);
     h->ctx.stage = "preprocess";
+    uint64_t from = r->trace.sampled ? pjs_now_ns() : 0;
     int status = r->model->bundle->hooks->preprocess(&h->ctx.base, in, r->n_inputs, out,
                                                       man->n_inputs);
+    trace_hook(h, "preprocess", from, status);
     if (status != PJSERVE_OK)
         return pjs_hook_fail(&h->ctx, status, err);
     int rc = pjs_hook_check_produced(&h->ctx, slots, out, man->n_inputs, err);
@@ -144,8 +160,10 @@ static int run_postprocess(hooked_request *h, pjs_error *err)
     for (size_t i = 0; i < man->n_client_outputs; i++)
         out[i] = slots[i] = pjs_hook_slot(&man->client_outputs[i], NULL);
     h->ctx.stage = "postprocess";
+    uint64_t from = r->trace.sampled ? pjs_now_ns() : 0;
     int status = r->model->bundle->hooks->postprocess(&h->ctx.base, in, r->n_outputs, out,
                                                        man->n_client_outputs);
+    trace_hook(h, "postprocess", from, status);
     if (status != PJSERVE_OK)
         return pjs_hook_fail(&h->ctx, status, err);
     int rc = pjs_hook_check_produced(&h->ctx, slots, out, man->n_client_outputs, err);

@@ -17,6 +17,7 @@
 #include "server/meta.h"
 
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -38,6 +39,10 @@ struct pjserve_subcall {
     size_t n_done;              /* parts completed (run->lock) */
     pjs_error error;            /* the first failure (run->lock) */
     bool waited;
+    /* Its span under the meta's request, when that is traced: from the
+     * start to the last part's completion (run->lock). */
+    pjs_trace_ctx trace;
+    uint64_t started_ns, done_ns;
 };
 
 typedef struct pjs_meta_run {
@@ -91,6 +96,7 @@ static void part_done(pjs_infer_request *part)
         c->error = part->error;
     c->state[part - c->parts] = PART_DONE;
     c->n_done++;
+    c->done_ns = pjs_now_ns();
     if (part->committed_slot != NULL)
         pass_turn_locked(run);
     pthread_cond_broadcast(&run->done);
@@ -218,6 +224,9 @@ int pjs_meta_call_start(pjs_hook_ctx *ctx, const char *model, const pjserve_tens
         return PJSERVE_RESOURCE_EXHAUSTED;
     }
     c->run = run;
+    c->started_ns = pjs_now_ns();
+    if (ctx->request->trace.sampled)
+        pjs_trace_child(&ctx->request->trace, &c->trace);
     if (pjs__server_get_internal_model(ctx->server, model, &c->model, &err) != 0) {
         free(c);
         return set_message(ctx, &err);
@@ -340,12 +349,33 @@ int pjs_meta_call_wait(pjs_hook_ctx *ctx, pjserve_subcall *c, const pjserve_tens
 
 /* ---- the run ------------------------------------------------------------------ */
 
+/* A traced call's span, and its parts' queue and execute spans under it. */
+static void trace_call(pjs_meta_run *run, const pjserve_subcall *c)
+{
+    pjs_tracer *t = pjs_server_tracer(run->ctx.server);
+    if (t == NULL || !c->trace.sampled)
+        return;
+    char name[PJS_SPAN_NAME_MAX];
+    snprintf(name, sizeof name, "call %.80s", c->model->name);
+    pjs_span s;
+    pjs_span_init_self(&s, &c->trace, PJS_SPAN_INTERNAL, name, c->started_ns,
+                       c->done_ns != 0 ? c->done_ns : c->started_ns);
+    pjs_span_attr_str(&s, "pjserve.model", c->model->name);
+    pjs_span_attr_int(&s, "pjserve.call_parts", (int64_t)c->n_parts);
+    if (c->error.code != 0)
+        pjs_span_set_error(&s, c->error.msg);
+    pjs_tracer_emit(t, &s);
+    for (size_t k = 0; k < c->n_submitted; k++)
+        pjs_server_trace_execution(run->ctx.server, &c->trace, &c->parts[k]);
+}
+
 static void release_calls(pjs_meta_run *run)
 {
     while (run->calls != NULL) {
         pjserve_subcall *c = run->calls;
         run->calls = c->next;
         wait_parts(run, c);
+        trace_call(run, c);
         for (size_t k = 0; k < c->n_parts; k++) {
             pjs_infer_request_release(&c->parts[k]);
             pjs_model_unref(c->parts[k].model);
@@ -456,6 +486,7 @@ static void run_meta(pjs_meta_job *job)
         rc = pjs_hook_take_outputs(r, man->client_outputs, out, man->n_client_outputs, &err);
     if (rc != 0)
         r->error = err;
+    r->times.output_done = pjs_now_ns();
     finish(run);
 }
 

@@ -13,9 +13,12 @@
  *       upload, compute, read back                      (the execution's phases)
  *     respond              output_done (or queued)..end
  *
- * A meta's run records its own stages (server/meta.c): each sub-call is a
- * span under the meta's request, and each part of it one queue and one
- * execute span under the call (pjs_server_trace_execution).
+ * A meta's or an ensemble's request has queue (for the meta gate) and run
+ * in place of queue and execute; the run records its own stages
+ * (server/meta.c): each sub-call is a span under the request, and each
+ * part of it one queue and one execute span under the call
+ * (pjs_server_trace_execution). Hooks add preprocess and postprocess
+ * (server/hooked.c).
  */
 #include "server/server.h"
 
@@ -54,6 +57,10 @@ static void execution(pjs_tracer *t, const pjs_trace_ctx *parent, const pjs_infe
         return;
     pjs_span s;
     stage(t, parent, "queue", tm->queued, tm->exec_start, &s);
+    if (r->exec_batch_size == 0) { /* a meta's or an ensemble's run: its calls are its spans */
+        stage(t, parent, "run", tm->exec_start, tm->output_done, &s);
+        return;
+    }
     pjs_span_init(&s, parent, PJS_SPAN_INTERNAL, "execute", tm->exec_start, tm->output_done);
     pjs_span_attr_str(&s, "pjserve.model", r->model->name);
     pjs_span_attr_int(&s, "pjserve.batch_rows", r->exec_rows);

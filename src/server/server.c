@@ -1387,6 +1387,11 @@ void pjs_server_get_counters(pjs_server *s, pjs_server_counters *out)
                             &out->plans_inline, &out->plans_worker, &out->weight_prefetches);
     pjs_dispatcher_shm_device_bytes(s->dispatcher, &out->shm_device_in_bytes,
                                     &out->shm_device_out_bytes);
+    pjs_tracer_counters tc;
+    pjs_tracer_get_counters(s->tracer, &tc);
+    out->trace_spans_exported = tc.exported;
+    out->trace_spans_dropped_full = tc.dropped_full;
+    out->trace_spans_dropped_failed = tc.dropped_failed;
     pjs_meta_gate_counters g, st;
     pjs_meta_gate_get_counters(s->meta_gate, &g);
     pjs_meta_gate_get_counters(s->stream_gate, &st);

@@ -305,6 +305,10 @@ typedef struct pjs_server_counters {
     /* CUDA shared memory bytes executions read in place and wrote device to
      * device (pjs_dispatcher_shm_device_bytes). */
     uint64_t shm_device_in_bytes, shm_device_out_bytes;
+    /* Spans of sampled requests: exported, and dropped with a full export
+     * queue or a collector that refused them (trace/trace.h); 0 without a
+     * tracer. */
+    uint64_t trace_spans_exported, trace_spans_dropped_full, trace_spans_dropped_failed;
     /* Meta runs (server/meta_gate.h) and their scratch pool. */
     uint64_t meta_permits;          /* --meta-concurrency */
     uint64_t meta_running_gated;    /* runs holding a permit now */

@@ -290,6 +290,7 @@ struct pjs_tracer {
     pjs_tracer_options options;
     char *endpoint, *service_name, *instance; /* owned copies */
     _Atomic uint64_t rate_bits;               /* the rate, a double's bits */
+    atomic_bool enabled;
     int64_t unix_minus_monotonic_ns;
 
     pthread_mutex_t lock;
@@ -326,8 +327,22 @@ void pjs_tracer_set_rate(pjs_tracer *t, double rate)
     atomic_store_explicit(&t->rate_bits, double_bits(rate), memory_order_relaxed);
 }
 
+bool pjs_tracer_enabled(const pjs_tracer *t)
+{
+    return t != NULL && atomic_load_explicit(&((pjs_tracer *)t)->enabled, memory_order_relaxed);
+}
+
+void pjs_tracer_set_enabled(pjs_tracer *t, bool enabled)
+{
+    atomic_store_explicit(&t->enabled, enabled, memory_order_relaxed);
+}
+
 bool pjs_tracer_start(pjs_tracer *t, const pjs_trace_ctx *incoming, pjs_trace_ctx *ctx)
 {
+    if (!pjs_tracer_enabled(t)) {
+        memset(ctx, 0, sizeof *ctx);
+        return false;
+    }
     if (incoming != NULL && incoming->valid) {
         pjs_trace_child(incoming, ctx);
         ctx->sampled = t != NULL && incoming->sampled;
@@ -504,6 +519,7 @@ int pjs_tracer_create(const pjs_tracer_options *o, pjs_tracer **out, pjs_error *
     t->options.service_name = t->service_name;
     t->options.instance = t->instance;
     pjs_tracer_set_rate(t, o->rate);
+    atomic_init(&t->enabled, true);
     t->unix_minus_monotonic_ns = clock_ns(CLOCK_REALTIME) - clock_ns(CLOCK_MONOTONIC);
     pthread_mutex_init(&t->lock, NULL);
     pthread_cond_init(&t->wake, NULL);
@@ -529,4 +545,197 @@ void pjs_tracer_destroy(pjs_tracer *t)
     pthread_mutex_destroy(&t->lock);
     pthread_cond_destroy(&t->wake);
     free_tracer(t);
+}
+
+/* ---- Triton's trace settings ------------------------------------------------------ */
+
+static const char *const fixed_keys[][2] = {
+    {"trace_count", "-1"}, {"log_frequency", "0"}, {"trace_file", ""},
+    {"trace_mode", "opentelemetry"},
+};
+
+/* The one value of a single-valued setting, or NULL (with err) when it has
+ * more than one. */
+static const char *one_value(const pjs_trace_setting_in *s, pjs_error *err)
+{
+    if (s->n_values != 1) {
+        pjs_error_set(err, PJS_ERR_INVALID_ARGUMENT, "trace setting %s takes one value, not %zu",
+                      s->key, s->n_values);
+        return NULL;
+    }
+    return s->values[0];
+}
+
+int pjs_trace_settings_update(pjs_tracer *t, const char *model, const pjs_trace_setting_in *in,
+                              size_t n, pjs_error *err)
+{
+    if (model != NULL && model[0] != '\0')
+        return pjs_error_set(err, PJS_ERR_UNSUPPORTED,
+                             "trace settings are server-wide in pjserve: send them without a "
+                             "model name (model \"%.128s\")",
+                             model);
+    int level = -1;     /* 0 off, 1 on, -1 unchanged */
+    double rate = -1;   /* -1 unchanged */
+    bool clear_rate = false, clear_level = false;
+    for (size_t i = 0; i < n; i++) {
+        const pjs_trace_setting_in *s = &in[i];
+        bool clears = s->n_values == 0;
+        if (strcmp(s->key, "trace_level") == 0) {
+            if (clears) {
+                clear_level = true;
+                continue;
+            }
+            bool off = false, on = false;
+            for (size_t k = 0; k < s->n_values; k++) {
+                const char *v = s->values[k];
+                if (strcmp(v, "OFF") == 0)
+                    off = true;
+                else if (strcmp(v, "TIMESTAMPS") == 0)
+                    on = true;
+                else if (strcmp(v, "TENSORS") == 0)
+                    return pjs_error_set(err, PJS_ERR_UNSUPPORTED,
+                                         "trace_level TENSORS: pjserve traces timestamps "
+                                         "(spans), not tensor values; give TIMESTAMPS or OFF");
+                else
+                    return pjs_error_set(err, PJS_ERR_INVALID_ARGUMENT,
+                                         "trace_level \"%.64s\": expected OFF or TIMESTAMPS", v);
+            }
+            if (off && on)
+                return pjs_error_set(err, PJS_ERR_INVALID_ARGUMENT,
+                                     "trace_level: OFF and TIMESTAMPS together");
+            level = on ? 1 : 0;
+        } else if (strcmp(s->key, "trace_rate") == 0) {
+            if (clears) {
+                clear_rate = true;
+                continue;
+            }
+            const char *v = one_value(s, err);
+            if (v == NULL)
+                return err->code;
+            char *end;
+            long long every = strtoll(v, &end, 10);
+            if (*v == '\0' || *end != '\0' || every < 1)
+                return pjs_error_set(err, PJS_ERR_INVALID_ARGUMENT,
+                                     "trace_rate \"%.64s\": expected a whole number N >= 1 (one "
+                                     "request in N is traced)",
+                                     v);
+            rate = 1.0 / (double)every;
+        } else {
+            size_t k = 0;
+            while (k < sizeof fixed_keys / sizeof fixed_keys[0] &&
+                   strcmp(fixed_keys[k][0], s->key) != 0)
+                k++;
+            if (k == sizeof fixed_keys / sizeof fixed_keys[0])
+                return pjs_error_set(err, PJS_ERR_INVALID_ARGUMENT,
+                                     "unknown trace setting \"%.64s\" (known: trace_level, "
+                                     "trace_rate, trace_count, log_frequency, trace_file, "
+                                     "trace_mode)",
+                                     s->key);
+            if (clears)
+                continue;
+            const char *v = one_value(s, err);
+            if (v == NULL)
+                return err->code;
+            if (strcmp(v, fixed_keys[k][1]) != 0)
+                return pjs_error_set(err, PJS_ERR_UNSUPPORTED,
+                                     "%s \"%.64s\": pjserve exports every sampled trace over "
+                                     "OTLP to its --trace-endpoint collector, so %s is \"%s\" "
+                                     "and cannot be changed",
+                                     s->key, v, s->key, fixed_keys[k][1]);
+        }
+    }
+    if (t == NULL && (level == 1 || rate >= 0))
+        return pjs_error_set(err, PJS_ERR_UNSUPPORTED,
+                             "tracing is off: start pjserve with --trace-endpoint URL (an "
+                             "OpenTelemetry collector's OTLP/HTTP traces URL) to trace requests");
+    if (t == NULL)
+        return 0;
+    if (clear_level)
+        pjs_tracer_set_enabled(t, true);
+    if (level >= 0)
+        pjs_tracer_set_enabled(t, level == 1);
+    if (clear_rate)
+        pjs_tracer_set_rate(t, t->options.rate);
+    if (rate >= 0)
+        pjs_tracer_set_rate(t, rate);
+    return 0;
+}
+
+size_t pjs_trace_settings_current(const pjs_tracer *t,
+                                  pjs_trace_setting_out out[PJS_TRACE_SETTINGS])
+{
+    out[0] = (pjs_trace_setting_out){.key = "trace_level", .is_list = true};
+    snprintf(out[0].value, sizeof out[0].value, "%s",
+             pjs_tracer_enabled(t) ? "TIMESTAMPS" : "OFF");
+    out[1] = (pjs_trace_setting_out){.key = "trace_rate"};
+    double rate = pjs_tracer_rate(t);
+    snprintf(out[1].value, sizeof out[1].value, "%.0f", rate > 0 ? 1.0 / rate : 0.0);
+    for (size_t k = 0; k < sizeof fixed_keys / sizeof fixed_keys[0]; k++) {
+        out[2 + k] = (pjs_trace_setting_out){.key = fixed_keys[k][0]};
+        snprintf(out[2 + k].value, sizeof out[2 + k].value, "%s", fixed_keys[k][1]);
+    }
+    return PJS_TRACE_SETTINGS;
+}
+
+/* Triton's JSON: each setting a string, a list of strings, or null (clear). */
+static int settings_from_json(const json_t *doc, pjs_trace_setting_in *in, const char **values,
+                              size_t cap, size_t values_cap, size_t *n, pjs_error *err)
+{
+    const char *key;
+    const json_t *v;
+    size_t used = 0;
+    *n = 0;
+    json_object_foreach((json_t *)doc, key, v) {
+        if (*n == cap)
+            return pjs_error_set(err, PJS_ERR_INVALID_ARGUMENT, "too many trace settings");
+        pjs_trace_setting_in *s = &in[(*n)++];
+        *s = (pjs_trace_setting_in){.key = key, .values = values + used};
+        if (json_is_null(v))
+            continue;
+        if (json_is_string(v)) {
+            if (used == values_cap)
+                return pjs_error_set(err, PJS_ERR_INVALID_ARGUMENT, "too many values");
+            values[used++] = json_string_value(v);
+            s->n_values = 1;
+            continue;
+        }
+        if (!json_is_array(v))
+            return pjs_error_set(err, PJS_ERR_INVALID_ARGUMENT,
+                                 "trace setting %.64s: expected a string, a list of strings or "
+                                 "null",
+                                 key);
+        size_t i;
+        const json_t *x;
+        json_array_foreach(v, i, x) {
+            if (!json_is_string(x) || used == values_cap)
+                return pjs_error_set(err, PJS_ERR_INVALID_ARGUMENT,
+                                     "trace setting %.64s: expected strings", key);
+            values[used++] = json_string_value(x);
+            s->n_values++;
+        }
+    }
+    return 0;
+}
+
+int pjs_trace_settings_update_json(pjs_tracer *t, const char *model, const char *body,
+                                   size_t len, pjs_error *err)
+{
+    if (len == 0)
+        return pjs_trace_settings_update(t, model, NULL, 0, err);
+    json_error_t jerr;
+    json_t *doc = json_loadb(body, len, 0, &jerr);
+    if (!json_is_object(doc)) {
+        json_decref(doc);
+        return pjs_error_set(err, PJS_ERR_INVALID_ARGUMENT,
+                             "trace settings: expected a JSON object of settings (%s)",
+                             doc == NULL ? jerr.text : "not an object");
+    }
+    pjs_trace_setting_in in[16];
+    const char *values[64];
+    size_t n = 0;
+    int rc = settings_from_json(doc, in, values, 16, 64, &n, err);
+    if (rc == 0)
+        rc = pjs_trace_settings_update(t, model, in, n, err);
+    json_decref(doc);
+    return rc;
 }

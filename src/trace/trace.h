@@ -144,9 +144,51 @@ void pjs_tracer_destroy(pjs_tracer *t);
  * server span) or a new trace, and returns ctx->sampled. With t NULL
  * (tracing off): *ctx is not sampled and false is returned. */
 bool pjs_tracer_start(pjs_tracer *t, const pjs_trace_ctx *incoming, pjs_trace_ctx *ctx);
-/* The rate of new traces (TraceSetting): 0..1. */
+/* The rate of new traces (TraceSetting): 0..1; the options' at first. */
 double pjs_tracer_rate(const pjs_tracer *t);
 void pjs_tracer_set_rate(pjs_tracer *t, double rate);
+/* Whether anything is traced (TraceSetting's trace_level; on at first):
+ * off, pjs_tracer_start samples nothing, a caller's decision included. */
+bool pjs_tracer_enabled(const pjs_tracer *t);
+void pjs_tracer_set_enabled(pjs_tracer *t, bool enabled);
+
+/* ---- Triton's trace settings (TraceSetting, /v2/trace/setting) ------------------
+ * trace_level ["OFF"] or ["TIMESTAMPS"]; trace_rate "N": one request in N
+ * (a rate of 1/N); trace_count "-1", log_frequency "0", trace_file "" and
+ * trace_mode "opentelemetry" are what pjserve does and the only values
+ * accepted. Settings are server-wide. */
+
+/* One setting as a client sends it: no values clears it (back to the
+ * start-up value). */
+typedef struct pjs_trace_setting_in {
+    const char *key;
+    const char *const *values;
+    size_t n_values;
+} pjs_trace_setting_in;
+
+/* One setting as reported: a list (trace_level) or a single string. */
+typedef struct pjs_trace_setting_out {
+    const char *key;
+    bool is_list;
+    char value[32];
+} pjs_trace_setting_out;
+#define PJS_TRACE_SETTINGS 6
+
+/* Checks every setting, then applies them all (none when one is refused).
+ * t NULL (no --trace-endpoint): only clearing, trace_level OFF and the
+ * values that hold are accepted. model non-empty: UNSUPPORTED. Errors:
+ * INVALID_ARGUMENT for an unknown key or a bad value, UNSUPPORTED for what
+ * pjserve does not do (tensors, a trace file, Triton's own trace mode,
+ * a trace count, tracing without a collector). */
+int pjs_trace_settings_update(pjs_tracer *t, const char *model, const pjs_trace_setting_in *in,
+                              size_t n, pjs_error *err);
+/* The same from Triton's JSON body (each setting a string, a list of
+ * strings, or null to clear it; an empty body changes nothing). */
+int pjs_trace_settings_update_json(pjs_tracer *t, const char *model, const char *body,
+                                   size_t len, pjs_error *err);
+/* The current settings into out; returns PJS_TRACE_SETTINGS. */
+size_t pjs_trace_settings_current(const pjs_tracer *t,
+                                  pjs_trace_setting_out out[PJS_TRACE_SETTINGS]);
 
 /* Queues a copy of s for export; never blocks (see top). No-op with t
  * NULL. */

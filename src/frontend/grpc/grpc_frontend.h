@@ -114,6 +114,10 @@ typedef struct pjs_grpc_proxy_ops {
     /* Sent to workers as `authorization: Bearer <token>` in place of the
      * client's credential (which the front end has checked); NULL: none. */
     const char *worker_token;
+    /* Traces the inference calls it forwards (a span of its own and one of
+     * the forward, whose id the worker gets as its traceparent); NULL: the
+     * client's traceparent goes on as it is. */
+    struct pjs_tracer *tracer;
 } pjs_grpc_proxy_ops;
 
 /* Starts a front end that serves no method itself: each call is checked

@@ -39,6 +39,14 @@
  * Metadata is forwarded but for the credential, which the worker token
  * replaces, gRPC's reserved keys, and `pjserve-client`, which names the
  * client's address instead (frontend/client_id.h: workers count per client).
+ *
+ * With a tracer, an inference call (ModelInfer, ModelStreamInfer) is traced
+ * here too: its sampling is decided as a server's (the client's
+ * traceparent, else the rate), and the worker gets a traceparent naming the
+ * gateway's forward span and carrying the decision, in place of the
+ * client's. When the call is over, a sampled one records the gateway's
+ * server span and, under it, the forward span (first send to last answer,
+ * with the worker and the attempts).
  */
 #include "frontend/grpc/internal.h"
 
@@ -54,6 +62,7 @@
 #include "core/log.h"
 #include "frontend/deadline.h"
 #include "frontend/status_map.h"
+#include "trace/trace.h"
 
 #define MAX_FANOUT 64
 
@@ -116,6 +125,14 @@ struct pjs_grpc_proxy_call {
     /* On f->relayed while a stream (under f->relayed_lock). */
     proxy_call *relayed_prev, *relayed_next;
     bool relayed;
+
+    /* Tracing (see top): the gateway's server span and its forward span,
+     * the forward's traceparent as sent, and the times of both. */
+    pjs_trace_ctx trace, forward;
+    grpc_slice traceparent;
+    uint64_t started_ns, forward_start_ns, forward_end_ns;
+    int last_worker;
+    grpc_status_code final_status;
 };
 
 static void proxy_ref(proxy_call *p)
@@ -151,6 +168,35 @@ static void relayed_remove(proxy_call *p)
     pthread_mutex_unlock(&f->relayed_lock);
 }
 
+/* A sampled call's spans (see top), once it is over. */
+static void trace_spans(const proxy_call *p)
+{
+    pjs_tracer *t = p->f->proxy->tracer;
+    if (t == NULL || !p->trace.sampled)
+        return;
+    const char *method = strrchr(p->method, '/');
+    char name[PJS_SPAN_NAME_MAX];
+    snprintf(name, sizeof name, "gateway %.80s", method != NULL ? method + 1 : p->method);
+    pjs_span s;
+    pjs_span_init_self(&s, &p->trace, PJS_SPAN_SERVER, name, p->started_ns, pjs_now_ns());
+    pjs_span_attr_str(&s, "rpc.system", "grpc");
+    pjs_span_attr_str(&s, "rpc.method", p->method);
+    if (p->final_status != GRPC_STATUS_OK) {
+        char text[64];
+        snprintf(text, sizeof text, "gRPC status %d", (int)p->final_status);
+        pjs_span_set_error(&s, text);
+    }
+    pjs_tracer_emit(t, &s);
+    if (p->forward_start_ns == 0)
+        return;
+    pjs_span_init_self(&s, &p->forward, PJS_SPAN_CLIENT, "forward to a worker",
+                       p->forward_start_ns,
+                       p->forward_end_ns != 0 ? p->forward_end_ns : pjs_now_ns());
+    pjs_span_attr_int(&s, "pjserve.worker", p->last_worker);
+    pjs_span_attr_int(&s, "pjserve.attempts", (int64_t)p->n_up);
+    pjs_tracer_emit(t, &s);
+}
+
 static void proxy_free(proxy_call *p)
 {
     pjs_grpc_frontend *f = p->f;
@@ -176,8 +222,10 @@ static void proxy_free(proxy_call *p)
         grpc_byte_buffer_destroy(p->reply_message);
     grpc_slice_unref(p->first);
     grpc_slice_unref(p->reply_details);
+    trace_spans(p);
     grpc_slice_unref(p->bearer);
     grpc_slice_unref(p->client_id);
+    grpc_slice_unref(p->traceparent);
     pjs__grpc_release_request(f, &p->charged);
     free(p->forward_md);
     grpc_metadata_array_destroy(&p->metadata);
@@ -227,19 +275,51 @@ static bool relayable(grpc_slice key)
            !slice_is(key, PJS_CLIENT_HEADER);
 }
 
-/* The client's metadata as sent to workers: relayable entries, the client
- * and the worker token. Slices are borrowed from p->metadata, p->client_id
- * and p->bearer. */
+/* Whether the call is traced here (see top): an inference call with a
+ * tracer on. Decides its sampling and makes the forward's traceparent. */
+static bool start_trace(proxy_call *p)
+{
+    pjs_tracer *t = p->f->proxy->tracer;
+    if (t == NULL || !pjs_tracer_enabled(t) ||
+        (strstr(p->method, "/ModelInfer") == NULL && strstr(p->method, "/ModelStreamInfer") == NULL))
+        return false;
+    size_t len = 0;
+    const char *value = pjs__grpc_metadata_value(&p->metadata, "traceparent", &len);
+    pjs_trace_ctx incoming;
+    bool given = value != NULL && pjs_trace_parse(value, len, &incoming);
+    pjs_tracer_start(t, given ? &incoming : NULL, &p->trace);
+    if (!p->trace.valid) { /* not sampled and no trace: the decision still travels */
+        pjs_trace_new_trace_id(p->trace.trace_id);
+        pjs_trace_new_span_id(p->trace.span_id);
+        p->trace.valid = true;
+    }
+    pjs_trace_child(&p->trace, &p->forward);
+    char text[PJS_TRACEPARENT_LEN + 1];
+    pjs_trace_format(&p->forward, text);
+    p->traceparent = grpc_slice_from_copied_string(text);
+    return true;
+}
+
+/* The client's metadata as sent to workers: relayable entries (the
+ * traceparent replaced when the call is traced here), the client and the
+ * worker token. Slices are borrowed from p->metadata, p->client_id,
+ * p->traceparent and p->bearer. */
 static bool build_forward_md(proxy_call *p)
 {
     const grpc_metadata_array *md = &p->metadata;
-    p->forward_md = calloc(md->count + 2, sizeof *p->forward_md);
+    p->forward_md = calloc(md->count + 3, sizeof *p->forward_md);
     if (p->forward_md == NULL)
         return false;
+    bool traced = start_trace(p);
     size_t n = 0;
     for (size_t i = 0; i < md->count; i++)
-        if (relayable(md->metadata[i].key))
+        if (relayable(md->metadata[i].key) &&
+            !(traced && slice_is(md->metadata[i].key, "traceparent")))
             p->forward_md[n++] = md->metadata[i];
+    if (traced) {
+        p->forward_md[n].key = grpc_slice_from_static_string("traceparent");
+        p->forward_md[n++].value = p->traceparent;
+    }
     char client[PJS_CLIENT_ID_MAX];
     pjs__grpc_client_id(p->f, p->call, &p->metadata, client);
     p->client_id = grpc_slice_from_copied_string(client);
@@ -295,6 +375,7 @@ static void reply(proxy_call *p, const grpc_metadata_array *head, grpc_byte_buff
         ops[n].op = GRPC_OP_SEND_MESSAGE;
         ops[n++].data.send_message.send_message = message;
     }
+    p->final_status = status;
     ops[n].op = GRPC_OP_SEND_STATUS_FROM_SERVER;
     ops[n].data.send_status_from_server.status = status;
     ops[n].data.send_status_from_server.status_details = &p->reply_details;
@@ -338,6 +419,9 @@ static upstream *upstream_open(proxy_call *p, int worker)
     memset(u, 0, sizeof *u);
     u->owner = p;
     u->worker = worker;
+    p->last_worker = worker;
+    if (p->forward_start_ns == 0)
+        p->forward_start_ns = pjs_now_ns();
     u->details = grpc_empty_slice();
     u->status = GRPC_STATUS_UNKNOWN;
     u->tag.fn = on_upstream;
@@ -536,6 +620,7 @@ static void on_upstream(pjs_grpc_tag *tag, bool ok)
     (void)ok;
     upstream *u = PJS_GRPC_CONTAINER(tag, upstream, tag);
     proxy_call *p = u->owner;
+    p->forward_end_ns = pjs_now_ns();
     proxy_take_details(u);
     if (p->kind == PJS_GRPC_PROXY_ROUTED) {
         routed_done(p, u);
@@ -786,6 +871,7 @@ static void on_worker_status(pjs_grpc_tag *tag, bool ok)
 {
     (void)ok;
     proxy_call *p = PJS_GRPC_CONTAINER(tag, proxy_call, on_worker_status);
+    p->forward_end_ns = pjs_now_ns();
     proxy_take_details(&p->up[0]);
     pthread_mutex_lock(&p->lock);
     p->status_in = true;
@@ -958,6 +1044,8 @@ void pjs__grpc_proxy_serve(pjs_grpc_frontend *f, grpc_call *call, grpc_metadata_
     p->call = call;
     p->metadata = *metadata;
     p->refs = 1;
+    p->started_ns = pjs_now_ns();
+    p->traceparent = grpc_empty_slice();
     pthread_mutex_init(&p->lock, NULL);
     p->first = grpc_empty_slice();
     p->reply_details = grpc_empty_slice();

@@ -574,44 +574,57 @@ static int cuda_shm_unregister(pjs_grpc_unary_ctx *ctx, const ProtobufCMessage *
 
 /* ---- tracing and logging ---------------------------------------------------------- */
 
-/* Reports tracing off. Only "changes" to what already holds are accepted:
- * clearing a setting, or trace_level OFF. */
+/* Applies the settings given (none: a read), then reports them all
+ * (trace/trace.h). */
 static int trace_setting(pjs_grpc_unary_ctx *ctx, const ProtobufCMessage *request,
                          ProtobufCMessage **response, pjs_error *err)
 {
     const Inference__TraceSettingRequest *req = (const Inference__TraceSettingRequest *)request;
+    pjs_tracer *tracer = pjs_server_tracer(ctx->frontend->server);
+    pjs_trace_setting_in in[16];
+    if (req->n_settings > sizeof in / sizeof in[0])
+        return pjs_error_set(err, PJS_ERR_INVALID_ARGUMENT, "%zu trace settings, at most %zu",
+                             req->n_settings, sizeof in / sizeof in[0]);
     for (size_t i = 0; i < req->n_settings; i++) {
         const Inference__TraceSettingRequest__SettingsEntry *e = req->settings[i];
         const Inference__TraceSettingRequest__SettingValue *v = e->value;
-        bool clears = v == NULL || v->n_value == 0;
-        bool off = strcmp(e->key, "trace_level") == 0 && v != NULL && v->n_value == 1 &&
-                   strcmp(v->value[0], "OFF") == 0;
-        if (!clears && !off)
-            return pjs_error_set(err, PJS_ERR_UNSUPPORTED,
-                                 "pjserve does not trace; trace setting \"%.256s\" cannot be "
-                                 "changed",
-                                 e->key);
+        in[i] = (pjs_trace_setting_in){.key = e->key,
+                                       .values = v != NULL ? (const char *const *)v->value : NULL,
+                                       .n_values = v != NULL ? v->n_value : 0};
     }
-    static char *off_values[] = {"OFF"};
+    int rc = pjs_trace_settings_update(tracer, req->model_name, in, req->n_settings, err);
+    if (rc != 0)
+        return rc;
+    pjs_trace_setting_out now[PJS_TRACE_SETTINGS];
+    size_t n = pjs_trace_settings_current(tracer, now);
     Inference__TraceSettingResponse *r =
         NEW(ctx, Inference__TraceSettingResponse, inference__trace_setting_response);
-    Inference__TraceSettingResponse__SettingsEntry *e =
-        NEW(ctx, Inference__TraceSettingResponse__SettingsEntry,
-            inference__trace_setting_response__settings_entry);
-    Inference__TraceSettingResponse__SettingValue *v =
-        NEW(ctx, Inference__TraceSettingResponse__SettingValue,
-            inference__trace_setting_response__setting_value);
     Inference__TraceSettingResponse__SettingsEntry **entries =
-        pjs_grpc_arena_alloc(ctx->arena, sizeof *entries);
-    if (r == NULL || e == NULL || v == NULL || entries == NULL)
+        pjs_grpc_arena_alloc(ctx->arena, n * sizeof *entries);
+    if (r == NULL || entries == NULL)
         return no_memory(err);
-    v->value = off_values;
-    v->n_value = 1;
-    e->key = "trace_level";
-    e->value = v;
-    entries[0] = e;
+    for (size_t i = 0; i < n; i++) {
+        Inference__TraceSettingResponse__SettingsEntry *e =
+            NEW(ctx, Inference__TraceSettingResponse__SettingsEntry,
+                inference__trace_setting_response__settings_entry);
+        Inference__TraceSettingResponse__SettingValue *v =
+            NEW(ctx, Inference__TraceSettingResponse__SettingValue,
+                inference__trace_setting_response__setting_value);
+        char **values = pjs_grpc_arena_alloc(ctx->arena, sizeof *values);
+        char *text = pjs_grpc_arena_alloc(ctx->arena, sizeof now[i].value);
+        if (e == NULL || v == NULL || values == NULL || text == NULL)
+            return no_memory(err);
+        memcpy(text, now[i].value, sizeof now[i].value);
+        values[0] = text;
+        /* an empty string is reported as no value, as Triton does */
+        v->value = values;
+        v->n_value = text[0] != '\0' ? 1 : 0;
+        e->key = (char *)now[i].key;
+        e->value = v;
+        entries[i] = e;
+    }
     r->settings = entries;
-    r->n_settings = 1;
+    r->n_settings = n;
     *response = &r->base;
     return 0;
 }

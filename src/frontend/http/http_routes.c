@@ -146,6 +146,40 @@ static void logging(pjs__http_call *c)
     pjs__http_reply_json(c, 200, log_settings_json());
 }
 
+/* ---- trace settings ----------------------------------------------------------- */
+
+static json_t *trace_settings_json(const pjs_tracer *t)
+{
+    pjs_trace_setting_out now[PJS_TRACE_SETTINGS];
+    size_t n = pjs_trace_settings_current(t, now);
+    json_t *doc = json_object();
+    for (size_t i = 0; doc != NULL && i < n; i++)
+        json_object_set_new(doc, now[i].key,
+                            now[i].is_list ? json_pack("[s]", now[i].value)
+                                           : json_string(now[i].value));
+    return doc;
+}
+
+/* GET or POST /v2/trace/setting, /v2/models/{m}/trace/setting (model NULL
+ * for the first). */
+static void trace_setting(pjs__http_call *c, const char *model)
+{
+    pjs_tracer *t = pjs_server_tracer(server_of(c));
+    if (is(c->method, "POST")) {
+        pjs_error err;
+        if (!pjs__http_body_ready(c))
+            return;
+        int rc = pjs_trace_settings_update_json(t, model, c->body.data, c->body.len, &err);
+        if (rc != 0) {
+            pjs__http_reply_error(c, &err);
+            return;
+        }
+    } else if (!pjs__http_method_ok(c, "GET")) {
+        return;
+    }
+    pjs__http_reply_json(c, 200, trace_settings_json(t));
+}
+
 /* ---- models --------------------------------------------------------------- */
 
 static void model_ready(pjs__http_call *c, const char *name, const char *version)
@@ -226,6 +260,10 @@ static void models_route(pjs__http_call *c, const pjs__http_path *p)
         i += 2;
     }
     const char *action = i < p->n ? p->seg[i] : "";
+    if (is(action, "trace") && i + 2 == p->n && is(p->seg[i + 1], "setting")) {
+        trace_setting(c, name);
+        return;
+    }
     if (i + 1 < p->n) {
         pjs__http_reply_message(c, 404, "no such endpoint: %s", c->url);
         return;
@@ -689,6 +727,8 @@ static void route_rest(pjs__http_call *c)
             health(c, p.seg[2]);
     } else if (is(area, "logging") && p.n == 2) {
         logging(c);
+    } else if (is(area, "trace") && p.n == 3 && is(p.seg[2], "setting")) {
+        trace_setting(c, NULL);
     } else if (is(area, "models") && p.n >= 3) {
         models_route(c, &p);
     } else if (is(area, "repository")) {

@@ -464,6 +464,19 @@ static int render_server(const pjs_metrics_gauges *g, pjs_http_buf *b, pjs_error
                                  "%" PRIu64 "\npjserve_cuda_shm_device_bytes_total"
                                  "{direction=\"output\"} %" PRIu64 "\n",
                                  g->server->shm_device_in_bytes, g->server->shm_device_out_bytes);
+    if (rc == 0 && g->server != NULL)
+        rc = family_header(b, "pjserve_trace_spans_total",
+                           "Spans of sampled requests: exported to the collector, or dropped "
+                           "because the export queue was full or the collector refused them",
+                           "counter", err);
+    if (rc == 0 && g->server != NULL)
+        rc = pjs_http_buf_printf(
+            b, err,
+            "pjserve_trace_spans_total{outcome=\"exported\"} %" PRIu64 "\n"
+            "pjserve_trace_spans_total{outcome=\"dropped_queue_full\"} %" PRIu64 "\n"
+            "pjserve_trace_spans_total{outcome=\"dropped_export_failed\"} %" PRIu64 "\n",
+            g->server->trace_spans_exported, g->server->trace_spans_dropped_full,
+            g->server->trace_spans_dropped_failed);
     if (rc == 0)
         rc = family_header(b, "pjserve_scheduler_info",
                            "The scheduler's discipline (the value is always 1)", "gauge", err);
