@@ -37,7 +37,7 @@ FUZZ_SECONDS ?= 20
 PYTHON := .venv/bin/python
 PYTEST := $(PYTHON) -m pytest -q -p no:cacheprovider
 
-.PHONY: all bootstrap bootstrap-torch build test unit e2e e2e-node e2e-torch docs docs-check models models-large demo serve asan tsan fuzz fuzz-build fuzz-smoke clean install bench bench-scheduler bench-residency bench-meta bench-shared-weights bench-gateway gpu-check gpu-bench container-check
+.PHONY: all bootstrap bootstrap-torch build test unit e2e e2e-node e2e-torch docs docs-check models models-large demo serve asan tsan fuzz fuzz-build fuzz-smoke clean install bench bench-scheduler bench-residency bench-meta bench-shared-weights bench-gateway bench-tracing gpu-check gpu-bench container-check
 
 all: build
 
@@ -209,6 +209,12 @@ bench-meta: build
 # (docs/benchmarks.md). Needs only .venv. Under a minute.
 bench-shared-weights: build
 	$(PYTHON) bench/shared_weights.py
+
+# What tracing costs: p50 and server CPU per request of the demo mlp over
+# gRPC with tracing off, 1 % and 100 % sampled, exporting to an OTLP/HTTP
+# receiver in the driver (docs/benchmarks.md). About a minute.
+bench-tracing: build
+	$(PYTHON) bench/tracing.py
 
 # The gateway: p50/p99 of the demo mlp directly on a worker and through a
 # gateway (gRPC and HTTP, concurrency 1 and 8), and the convnet's throughput

@@ -205,83 +205,190 @@ void pjs_span_set_error(pjs_span *s, const char *message)
     copy_text(s->status_message, sizeof s->status_message, message);
 }
 
-/* ---- OTLP/HTTP JSON --------------------------------------------------------------- */
+/* ---- OTLP/HTTP JSON ---------------------------------------------------------------
+ *
+ * Written straight into one growing buffer, not through a JSON library's
+ * tree: a traced request makes about eight spans, and building a tree of
+ * them cost as much CPU as the request. Strings are escaped for JSON and
+ * made valid UTF-8 (a client's request id may hold anything): each byte
+ * that does not start a well-formed sequence becomes U+FFFD. */
 
-static json_t *hex_string(const uint8_t *b, size_t n)
+typedef struct out_buf {
+    char *data;
+    size_t len, cap;
+    bool failed; /* out of memory: the text is incomplete */
+} out_buf;
+
+static void put(out_buf *b, const char *s, size_t n)
 {
-    char text[2 * PJS_TRACE_ID_SIZE + 1];
-    put_hex(text, b, n);
-    text[2 * n] = '\0';
-    return json_string(text);
+    if (b->failed)
+        return;
+    if (b->len + n + 1 > b->cap) {
+        size_t cap = b->cap ? b->cap : 4096;
+        while (cap < b->len + n + 1)
+            cap *= 2;
+        char *d = realloc(b->data, cap);
+        if (d == NULL) {
+            b->failed = true;
+            return;
+        }
+        b->data = d;
+        b->cap = cap;
+    }
+    memcpy(b->data + b->len, s, n);
+    b->len += n;
+    b->data[b->len] = '\0';
+}
+
+static void put_str(out_buf *b, const char *s)
+{
+    put(b, s, strlen(s));
+}
+
+/* The length of the well-formed UTF-8 sequence at s (n bytes left), or 0. */
+static size_t utf8_sequence(const unsigned char *s, size_t n)
+{
+    size_t len = s[0] >= 0xf0 ? 4 : s[0] >= 0xe0 ? 3 : s[0] >= 0xc0 ? 2 : 0;
+    if (len == 0 || len > n || s[0] > 0xf4 || (len == 2 && s[0] < 0xc2))
+        return 0;
+    for (size_t i = 1; i < len; i++)
+        if ((s[i] & 0xc0) != 0x80)
+            return 0;
+    if ((len == 3 && s[0] == 0xe0 && s[1] < 0xa0) || (len == 3 && s[0] == 0xed && s[1] > 0x9f) ||
+        (len == 4 && s[0] == 0xf0 && s[1] < 0x90) || (len == 4 && s[0] == 0xf4 && s[1] > 0x8f))
+        return 0; /* overlong, a surrogate, or past U+10FFFF */
+    return len;
+}
+
+/* s as a JSON string, quoted. */
+static void put_json_string(out_buf *b, const char *s)
+{
+    put(b, "\"", 1);
+    const unsigned char *p = (const unsigned char *)s;
+    size_t n = strlen(s);
+    for (size_t i = 0; i < n;) {
+        unsigned char c = p[i];
+        if (c == '"' || c == '\\') {
+            char esc[2] = {'\\', (char)c};
+            put(b, esc, 2);
+            i++;
+        } else if (c < 0x20 || c == 0x7f) {
+            char esc[8];
+            snprintf(esc, sizeof esc, "\\u%04x", c);
+            put_str(b, esc);
+            i++;
+        } else if (c < 0x80) {
+            size_t run = i;
+            while (run < n && p[run] >= 0x20 && p[run] < 0x7f && p[run] != '"' && p[run] != '\\')
+                run++;
+            put(b, (const char *)p + i, run - i);
+            i = run;
+        } else {
+            size_t len = utf8_sequence(p + i, n - i);
+            if (len == 0) {
+                put_str(b, "\\ufffd");
+                i++;
+            } else {
+                put(b, (const char *)p + i, len);
+                i += len;
+            }
+        }
+    }
+    put(b, "\"", 1);
+}
+
+static void put_hex_string(out_buf *b, const uint8_t *id, size_t n)
+{
+    char text[2 * PJS_TRACE_ID_SIZE + 2];
+    text[0] = '"';
+    put_hex(text + 1, id, n);
+    text[2 * n + 1] = '"';
+    put(b, text, 2 * n + 2);
 }
 
 /* OTLP/JSON writes 64-bit integers as decimal strings. */
-static json_t *u64_string(uint64_t v)
+static void put_u64_string(out_buf *b, uint64_t v)
 {
     char text[24];
-    snprintf(text, sizeof text, "%" PRIu64, v);
-    return json_string(text);
+    int n = snprintf(text, sizeof text, "\"%" PRIu64 "\"", v);
+    put(b, text, (size_t)n);
 }
 
-static json_t *key_value(const char *key, json_t *any_value)
+static void put_key_string(out_buf *b, const char *key, const char *value)
 {
-    return json_pack("{s:s, s:o}", "key", key, "value", any_value);
+    put_str(b, "{\"key\":");
+    put_json_string(b, key);
+    put_str(b, ",\"value\":{\"stringValue\":");
+    put_json_string(b, value);
+    put_str(b, "}}");
 }
 
-static json_t *string_value(const char *s)
+static void put_span(out_buf *b, const pjs_span *s, int64_t unix_minus_monotonic_ns)
 {
-    return json_pack("{s:s}", "stringValue", s);
-}
-
-static json_t *span_json(const pjs_span *s, int64_t unix_minus_monotonic_ns)
-{
-    json_t *attrs = json_array();
-    for (size_t i = 0; attrs != NULL && i < s->n_attrs; i++) {
-        const pjs_span_attr *a = &s->attrs[i];
-        char n[24];
-        snprintf(n, sizeof n, "%" PRId64, a->int_value);
-        json_array_append_new(attrs, key_value(a->key, a->is_int
-                                                           ? json_pack("{s:s}", "intValue", n)
-                                                           : string_value(a->text)));
+    put_str(b, "{\"traceId\":");
+    put_hex_string(b, s->trace_id, PJS_TRACE_ID_SIZE);
+    put_str(b, ",\"spanId\":");
+    put_hex_string(b, s->span_id, PJS_SPAN_ID_SIZE);
+    if (!all_zero(s->parent_id, PJS_SPAN_ID_SIZE)) {
+        put_str(b, ",\"parentSpanId\":");
+        put_hex_string(b, s->parent_id, PJS_SPAN_ID_SIZE);
     }
-    json_t *status = s->error ? json_pack("{s:i, s:s}", "code", 2, "message", s->status_message)
-                              : json_pack("{s:i}", "code", 0);
-    json_t *j = json_pack("{s:o, s:o, s:s, s:i, s:o, s:o, s:o, s:o}", "traceId",
-                          hex_string(s->trace_id, PJS_TRACE_ID_SIZE), "spanId",
-                          hex_string(s->span_id, PJS_SPAN_ID_SIZE), "name", s->name, "kind",
-                          (int)s->kind, "startTimeUnixNano",
-                          u64_string((uint64_t)((int64_t)s->start_ns + unix_minus_monotonic_ns)),
-                          "endTimeUnixNano",
-                          u64_string((uint64_t)((int64_t)s->end_ns + unix_minus_monotonic_ns)),
-                          "attributes", attrs ? attrs : json_array(), "status", status);
-    if (j != NULL && !all_zero(s->parent_id, PJS_SPAN_ID_SIZE))
-        json_object_set_new(j, "parentSpanId", hex_string(s->parent_id, PJS_SPAN_ID_SIZE));
-    return j;
+    put_str(b, ",\"name\":");
+    put_json_string(b, s->name);
+    char kind[16];
+    snprintf(kind, sizeof kind, ",\"kind\":%d", (int)s->kind);
+    put_str(b, kind);
+    put_str(b, ",\"startTimeUnixNano\":");
+    put_u64_string(b, (uint64_t)((int64_t)s->start_ns + unix_minus_monotonic_ns));
+    put_str(b, ",\"endTimeUnixNano\":");
+    put_u64_string(b, (uint64_t)((int64_t)s->end_ns + unix_minus_monotonic_ns));
+    put_str(b, ",\"attributes\":[");
+    for (size_t i = 0; i < s->n_attrs; i++) {
+        const pjs_span_attr *a = &s->attrs[i];
+        if (i > 0)
+            put(b, ",", 1);
+        if (!a->is_int) {
+            put_key_string(b, a->key, a->text);
+            continue;
+        }
+        put_str(b, "{\"key\":");
+        put_json_string(b, a->key);
+        char v[48];
+        snprintf(v, sizeof v, ",\"value\":{\"intValue\":\"%" PRId64 "\"}}", a->int_value);
+        put_str(b, v);
+    }
+    put_str(b, "],\"status\":");
+    if (s->error) {
+        put_str(b, "{\"code\":2,\"message\":");
+        put_json_string(b, s->status_message);
+        put_str(b, "}}");
+    } else {
+        put_str(b, "{\"code\":0}}");
+    }
 }
 
 char *pjs_trace_encode_otlp_json(const pjs_tracer_options *o, const pjs_span *spans, size_t n,
                                  int64_t unix_minus_monotonic_ns)
 {
-    json_t *list = json_array();
-    for (size_t i = 0; list != NULL && i < n; i++)
-        json_array_append_new(list, span_json(&spans[i], unix_minus_monotonic_ns));
-    json_t *resource = json_array();
-    if (resource != NULL) {
-        json_array_append_new(resource,
-                              key_value("service.name", string_value(o->service_name
-                                                                         ? o->service_name
-                                                                         : "pjserve")));
-        if (o->instance != NULL)
-            json_array_append_new(resource,
-                                  key_value("service.instance.id", string_value(o->instance)));
+    out_buf b = {0};
+    put_str(&b, "{\"resourceSpans\":[{\"resource\":{\"attributes\":[");
+    put_key_string(&b, "service.name", o->service_name ? o->service_name : "pjserve");
+    if (o->instance != NULL) {
+        put(&b, ",", 1);
+        put_key_string(&b, "service.instance.id", o->instance);
     }
-    json_t *doc = json_pack(
-        "{s:[{s:{s:o}, s:[{s:{s:s}, s:o}]}]}", "resourceSpans", "resource", "attributes",
-        resource ? resource : json_array(), "scopeSpans", "scope", "name", "pjserve", "spans",
-        list ? list : json_array());
-    char *text = doc != NULL ? json_dumps(doc, JSON_COMPACT) : NULL;
-    json_decref(doc);
-    return text;
+    put_str(&b, "]},\"scopeSpans\":[{\"scope\":{\"name\":\"pjserve\"},\"spans\":[");
+    for (size_t i = 0; i < n; i++) {
+        if (i > 0)
+            put(&b, ",", 1);
+        put_span(&b, &spans[i], unix_minus_monotonic_ns);
+    }
+    put_str(&b, "]}]}]}");
+    if (b.failed) {
+        free(b.data);
+        return NULL;
+    }
+    return b.data;
 }
 
 /* ---- the tracer ------------------------------------------------------------------- */

@@ -218,6 +218,40 @@ static void test_otlp_json(void **state)
     free(text);
 }
 
+/* A client's request id may hold anything: the JSON stays valid UTF-8, with
+ * control characters escaped and each stray byte replaced by U+FFFD. */
+static void test_otlp_json_escapes_what_clients_send(void **state)
+{
+    (void)state;
+    pjs_trace_ctx ctx;
+    assert_true(pjs_trace_parse(good, strlen(good), &ctx));
+    pjs_span s;
+    pjs_span_init(&s, &ctx, PJS_SPAN_SERVER, "infer \"m\"\\", 1, 2);
+    pjs_span_attr_str(&s, "pjserve.request_id",
+                      "\x01id\n\xff\xc3\xa9\xe2\x82\xac\xf0\x9f\x98\x80\xed\xa0\x80\xc3");
+    pjs_tracer_options o = {.service_name = "s"};
+    char *text = pjs_trace_encode_otlp_json(&o, &s, 1, 0);
+    assert_non_null(text);
+    json_error_t jerr;
+    json_t *doc = json_loads(text, 0, &jerr); /* jansson refuses invalid UTF-8 */
+    assert_non_null(doc);
+    json_t *span = json_array_get(
+        json_object_get(json_array_get(json_object_get(
+                                           json_array_get(json_object_get(doc, "resourceSpans"), 0),
+                                           "scopeSpans"),
+                                       0),
+                        "spans"),
+        0);
+    assert_string_equal(json_string_value(json_object_get(span, "name")), "infer \"m\"\\");
+    const char *id = json_string_value(json_object_get(
+        json_object_get(json_array_get(json_object_get(span, "attributes"), 0), "value"),
+        "stringValue"));
+    assert_string_equal(id, "\x01id\n\xef\xbf\xbd\xc3\xa9\xe2\x82\xac\xf0\x9f\x98\x80"
+                            "\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd");
+    json_decref(doc);
+    free(text);
+}
+
 /* ---- a collector on loopback: answers each POST with `status`, keeps bodies ---- */
 
 typedef struct sink {
@@ -364,6 +398,7 @@ int main(void)
         cmocka_unit_test(test_sampling),
         cmocka_unit_test(test_options_refused),
         cmocka_unit_test(test_otlp_json),
+        cmocka_unit_test(test_otlp_json_escapes_what_clients_send),
         cmocka_unit_test(test_export_to_a_collector),
         cmocka_unit_test(test_queue_bound_and_failed_exports),
     };
