@@ -11,8 +11,8 @@ sent, as a collector's receiver would take them): "off" has no
 load is pjs_bench_grpc_floor's C client (requests without a traceparent, so
 the server's rate decides), at each concurrency for --seconds after 1 s of
 warm-up; the server's CPU is its process tree's over the client's run,
-divided by the client's calls. The settings alternate within each round, and
-the table shows the median over rounds. It writes JSON and a markdown table
+divided by the client's calls. Each round runs every setting, starting with
+a different one, and the table shows the median over rounds. It writes JSON and a markdown table
 beside it. Needs build/pjserve and build/pjs_bench_grpc_floor (make build).
 """
 
@@ -125,7 +125,7 @@ def main():
     receiver = Receiver()
     runs = {}
     for rnd in range(args.rounds):
-        for name, rate in SETTINGS:
+        for name, rate in SETTINGS[rnd % 3:] + SETTINGS[:rnd % 3]:
             extra = [] if rate is None else ["--trace-endpoint", receiver.url,
                                              "--trace-rate", rate]
             server = Server(repo, work / "cache", work, f"{name.replace(' %', 'pct')}-{rnd}",
