@@ -28,7 +28,8 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
-from protocol_util import NODE_WORKERS, free_ports, metric, parse_metrics, scrape
+from protocol_util import (NODE_WORKERS, finish_checked, free_ports, metric, parse_metrics,
+                           scrape)
 
 _demo_spec = importlib.util.spec_from_file_location(
     "make_demo_models", Path(__file__).resolve().parents[2] / "examples" / "make_demo_models.py")
@@ -111,8 +112,23 @@ def collector():
     c.close()
 
 
-def traced_server(server_factory, collector, rate="0"):
-    return server_factory(["--trace-endpoint", collector.url, "--trace-rate", rate],
+@pytest.fixture
+def servers(server_factory):
+    """server_factory's servers, each stopped and checked (exit 0, no error
+    or sanitizer line) after the test."""
+    started = []
+
+    def start(*args, **kwargs):
+        started.append(server_factory(*args, **kwargs))
+        return started[-1]
+
+    yield start
+    for s in started:
+        finish_checked(s)
+
+
+def traced_server(servers, collector, rate="0"):
+    return servers(["--trace-endpoint", collector.url, "--trace-rate", rate],
                           names=("mlp", "two_io"))
 
 
@@ -173,8 +189,8 @@ def the_request_span(spans, caller_span, model):
 
 
 @pytest.mark.parametrize("protocol", PROTOCOLS)
-def test_one_trace_per_request_under_the_callers_span(server_factory, collector, protocol):
-    server = traced_server(server_factory, collector)
+def test_one_trace_per_request_under_the_callers_span(servers, collector, protocol):
+    server = traced_server(servers, collector)
     trace_id, caller = new_ids()
     y = infer_mlp(server, protocol, f"00-{trace_id}-{caller}-01")
     assert y.shape == (1, 4)
@@ -195,9 +211,9 @@ def test_one_trace_per_request_under_the_callers_span(server_factory, collector,
     assert all(s["traceId"] == trace_id for s in spans)
 
 
-def test_ensemble_sub_calls_are_spans_of_the_request(server_factory, collector, exported,
+def test_ensemble_sub_calls_are_spans_of_the_request(servers, collector, exported,
                                                       tmp_path):
-    server = server_factory(["--trace-endpoint", collector.url, "--trace-rate", "0"],
+    server = servers(["--trace-endpoint", collector.url, "--trace-rate", "0"],
                             names=("mlp", "two_io"))
     # the ensemble beside two_io, loaded into the running server's repository
     demo_models.export_ensemble("two_io_chain", server.repository)
@@ -227,8 +243,8 @@ def test_ensemble_sub_calls_are_spans_of_the_request(server_factory, collector, 
 
 
 @pytest.mark.parametrize("protocol", PROTOCOLS)
-def test_callers_decision_and_the_rate(server_factory, collector, protocol):
-    server = traced_server(server_factory, collector, rate="0")
+def test_callers_decision_and_the_rate(servers, collector, protocol):
+    server = traced_server(servers, collector, rate="0")
     unsampled, caller = new_ids()
     infer_mlp(server, protocol, f"00-{unsampled}-{caller}-00")
     infer_mlp(server, protocol)  # rate 0, no traceparent: not traced
@@ -259,8 +275,8 @@ def trace_settings(server, protocol, settings=None):
 
 
 @pytest.mark.parametrize("protocol", PROTOCOLS)
-def test_trace_settings_set_the_rate_and_level(server_factory, collector, protocol):
-    server = traced_server(server_factory, collector, rate="0.01")
+def test_trace_settings_set_the_rate_and_level(servers, collector, protocol):
+    server = traced_server(servers, collector, rate="0.01")
     got = trace_settings(server, protocol)
     assert got["trace_level"] == ["TIMESTAMPS"]
     assert got["trace_rate"] == ["100"]
@@ -302,8 +318,8 @@ def test_trace_settings_set_the_rate_and_level(server_factory, collector, protoc
     ({"trace_mode": "triton"}, "cannot be changed"),
     ({"no_such_setting": "1"}, "unknown trace setting"),
 ])
-def test_trace_settings_refused(server_factory, collector, protocol, settings, words):
-    server = traced_server(server_factory, collector, rate="0.5")
+def test_trace_settings_refused(servers, collector, protocol, settings, words):
+    server = traced_server(servers, collector, rate="0.5")
     with pytest.raises(InferenceServerException) as e:
         trace_settings(server, protocol, settings)
     assert words in str(e.value)
@@ -311,8 +327,8 @@ def test_trace_settings_refused(server_factory, collector, protocol, settings, w
 
 
 @pytest.mark.parametrize("protocol", PROTOCOLS)
-def test_per_model_settings_and_no_collector(server_factory, protocol):
-    server = server_factory([], names=("mlp",))  # no --trace-endpoint
+def test_per_model_settings_and_no_collector(servers, protocol):
+    server = servers([], names=("mlp",))  # no --trace-endpoint
     assert trace_settings(server, protocol)["trace_level"] == ["OFF"]
     assert trace_settings(server, protocol, {"trace_level": ["OFF"]})["trace_level"] == ["OFF"]
     with pytest.raises(InferenceServerException) as e:
@@ -328,9 +344,9 @@ def test_per_model_settings_and_no_collector(server_factory, protocol):
     assert "server-wide" in str(e.value)
 
 
-def test_span_counters_and_a_collector_that_is_down(server_factory, collector):
+def test_span_counters_and_a_collector_that_is_down(servers, collector):
     (dead,) = free_ports(1)  # nothing listens there
-    server = server_factory(["--trace-endpoint", f"http://127.0.0.1:{dead}/v1/traces",
+    server = servers(["--trace-endpoint", f"http://127.0.0.1:{dead}/v1/traces",
                              "--trace-rate", "1"], names=("mlp",))
     for protocol in PROTOCOLS * 3:
         assert infer_mlp(server, protocol).shape == (1, 4)
@@ -346,7 +362,7 @@ def test_span_counters_and_a_collector_that_is_down(server_factory, collector):
     assert failed >= 6 * 7
     assert metric(samples, "pjserve_trace_spans_total", outcome="exported") == 0
 
-    server = traced_server(server_factory, collector, rate="1")
+    server = traced_server(servers, collector, rate="1")
     infer_mlp(server, "http")
     deadline = time.monotonic() + 10
     exported = 0
