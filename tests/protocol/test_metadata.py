@@ -19,7 +19,7 @@ from protocol_util import (ALL_MODELS, CONFIG_DTYPE, client_dims, finish_checked
 # Extensions pjserve implements and clients (perf_analyzer, tritonclient) look for.
 # (system_shared_memory is checked on the server that allows it.)
 REQUIRED_EXTENSIONS = {"binary_tensor_data", "model_repository", "model_configuration",
-                       "statistics", "logging"}
+                       "statistics", "logging", "trace", "cuda_shared_memory"}
 
 
 # ---- health -------------------------------------------------------------------

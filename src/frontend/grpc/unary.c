@@ -96,9 +96,10 @@ static int server_metadata(pjs_grpc_unary_ctx *ctx, const ProtobufCMessage *requ
                            ProtobufCMessage **response, pjs_error *err)
 {
     (void)request;
-    static char *extensions[] = {"classification",      "binary_tensor_data",
-                                 "model_repository",    "model_configuration",
-                                 "system_shared_memory", "statistics",
+    static char *extensions[] = {"classification",       "binary_tensor_data",
+                                 "model_repository",     "model_configuration",
+                                 "system_shared_memory", "cuda_shared_memory",
+                                 "statistics",           "trace",
                                  "logging"};
     Inference__ServerMetadataResponse *r =
         NEW(ctx, Inference__ServerMetadataResponse, inference__server_metadata_response);

@@ -64,12 +64,12 @@ static void health(pjs__http_call *c, const char *kind)
 
 static void server_metadata(pjs__http_call *c)
 {
-    json_t *doc = json_pack("{s:s, s:s, s:[s,s,s,s,s,s,s]}", "name",
+    json_t *doc = json_pack("{s:s, s:s, s:[s,s,s,s,s,s,s,s,s]}", "name",
                             pjs_server_name(server_of(c)), "version",
                             pjs_server_version(), "extensions", "classification",
                             "binary_tensor_data",
                             "model_repository", "model_configuration", "system_shared_memory",
-                            "statistics", "logging");
+                            "cuda_shared_memory", "statistics", "trace", "logging");
     pjs__http_reply_json(c, 200, doc);
 }
 
