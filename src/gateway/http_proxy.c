@@ -573,13 +573,7 @@ static bool trace_job(job *j)
     const char *value = MHD_lookup_connection_value(j->call->conn, MHD_HEADER_KIND, "traceparent");
     pjs_trace_ctx incoming;
     bool given = value != NULL && pjs_trace_parse(value, strlen(value), &incoming);
-    pjs_tracer_start(t, given ? &incoming : NULL, &j->trace);
-    if (!j->trace.valid) { /* not sampled and no trace: the decision still travels */
-        pjs_trace_new_trace_id(j->trace.trace_id);
-        pjs_trace_new_span_id(j->trace.span_id);
-        j->trace.valid = true;
-    }
-    pjs_trace_child(&j->trace, &j->forward);
+    pjs_tracer_start_relay(t, given ? &incoming : NULL, &j->trace, &j->forward);
     char line[16 + PJS_TRACEPARENT_LEN] = "traceparent: ";
     pjs_trace_format(&j->forward, line + strlen(line));
     struct curl_slist *l = curl_slist_append(j->headers, line);

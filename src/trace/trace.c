@@ -466,6 +466,18 @@ bool pjs_tracer_start(pjs_tracer *t, const pjs_trace_ctx *incoming, pjs_trace_ct
     return true;
 }
 
+void pjs_tracer_start_relay(pjs_tracer *t, const pjs_trace_ctx *incoming, pjs_trace_ctx *ctx,
+                            pjs_trace_ctx *forward)
+{
+    pjs_tracer_start(t, incoming, ctx);
+    if (!ctx->valid) {
+        pjs_trace_new_trace_id(ctx->trace_id);
+        pjs_trace_new_span_id(ctx->span_id);
+        ctx->valid = true;
+    }
+    pjs_trace_child(ctx, forward);
+}
+
 void pjs_tracer_emit(pjs_tracer *t, const pjs_span *s)
 {
     if (t == NULL)

@@ -144,6 +144,12 @@ void pjs_tracer_destroy(pjs_tracer *t);
  * server span) or a new trace, and returns ctx->sampled. With t NULL
  * (tracing off): *ctx is not sampled and false is returned. */
 bool pjs_tracer_start(pjs_tracer *t, const pjs_trace_ctx *incoming, pjs_trace_ctx *ctx);
+/* For a process that relays the request (a gateway): pjs_tracer_start,
+ * then *forward, a child of *ctx whose traceparent the callee gets. A
+ * request that is not sampled and came without a trace gets one, so that
+ * the decision travels all the same. */
+void pjs_tracer_start_relay(pjs_tracer *t, const pjs_trace_ctx *incoming, pjs_trace_ctx *ctx,
+                            pjs_trace_ctx *forward);
 /* The rate of new traces (TraceSetting): 0..1; the options' at first. */
 double pjs_tracer_rate(const pjs_tracer *t);
 void pjs_tracer_set_rate(pjs_tracer *t, double rate);

@@ -142,6 +142,13 @@ static void test_sampling(void **state)
     for (int i = 0; i < 20000; i++)
         sampled += pjs_tracer_start(t, NULL, &ctx);
     assert_in_range(sampled, 4400, 5600);
+    /* a relay (a gateway) hands a decision on even when it samples nothing */
+    pjs_trace_ctx forward;
+    pjs_tracer_set_rate(t, 0.0);
+    pjs_tracer_start_relay(t, NULL, &ctx, &forward);
+    assert_true(ctx.valid && !ctx.sampled && forward.valid && !forward.sampled);
+    assert_memory_equal(forward.trace_id, ctx.trace_id, PJS_TRACE_ID_SIZE);
+    assert_memory_equal(forward.parent_id, ctx.span_id, PJS_SPAN_ID_SIZE);
     pjs_tracer_set_rate(t, 7); /* clamped */
     assert_true(pjs_tracer_rate(t) == 1.0);
     pjs_tracer_destroy(t);

@@ -287,13 +287,7 @@ static bool start_trace(proxy_call *p)
     const char *value = pjs__grpc_metadata_value(&p->metadata, "traceparent", &len);
     pjs_trace_ctx incoming;
     bool given = value != NULL && pjs_trace_parse(value, len, &incoming);
-    pjs_tracer_start(t, given ? &incoming : NULL, &p->trace);
-    if (!p->trace.valid) { /* not sampled and no trace: the decision still travels */
-        pjs_trace_new_trace_id(p->trace.trace_id);
-        pjs_trace_new_span_id(p->trace.span_id);
-        p->trace.valid = true;
-    }
-    pjs_trace_child(&p->trace, &p->forward);
+    pjs_tracer_start_relay(t, given ? &incoming : NULL, &p->trace, &p->forward);
     char text[PJS_TRACEPARENT_LEN + 1];
     pjs_trace_format(&p->forward, text);
     p->traceparent = grpc_slice_from_copied_string(text);
