@@ -86,6 +86,7 @@ typedef struct pjs_infer_times {
     uint64_t input_done;    /* inputs on the device */
     uint64_t infer_done;    /* execution finished */
     uint64_t output_done;   /* outputs back on the host, sliced */
+    uint64_t hooks_done;    /* a hooked model's postprocess returned (0: none ran) */
 } pjs_infer_times;
 
 /* The sequence batching parameters of a request (sequence_id,

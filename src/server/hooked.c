@@ -204,6 +204,8 @@ static void hooked_done(pjs_infer_request *r)
             pjs_infer_request_release(r);
             r->error = err;
         }
+        if (r->model->bundle->hooks->postprocess != NULL && r->trace.sampled)
+            r->times.hooks_done = pjs_now_ns();
     }
     finish(h);
 }

@@ -11,7 +11,8 @@
  *     queue                queued..exec_start           (executables)
  *     execute              exec_start..output_done, with the batch it rode in
  *       upload, compute, read back                      (the execution's phases)
- *     respond              output_done (or queued)..end
+ *     respond              output_done (or queued, or the postprocess hook's
+ *                          end)..end
  *
  * A meta's or an ensemble's request has queue (for the meta gate) and run
  * in place of queue and execute; the run records its own stages
@@ -107,6 +108,8 @@ void pjs_server_trace_finish(pjs_server *s, const pjs_infer_request *r, const ch
     pjs_tracer_emit(t, &span);
     stage(t, &r->trace, "decode", tm->received, tm->queued, &span);
     execution(t, &r->trace, r);
-    uint64_t answered = tm->output_done != 0 ? tm->output_done : tm->queued;
+    uint64_t answered = tm->hooks_done != 0    ? tm->hooks_done
+                        : tm->output_done != 0 ? tm->output_done
+                                               : tm->queued;
     stage(t, &r->trace, "respond", answered, end_ns, &span);
 }

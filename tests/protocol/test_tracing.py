@@ -5,7 +5,8 @@ body it is sent, as a collector's OTLP/HTTP receiver does).
 Checked against a dedicated server (behind a gateway when the suite runs under
 PJSERVE_PROTOCOL_NODE_WORKERS): one trace per request, under the caller's
 span; the request's server span with its stages (decode, queue, execute with
-the batch it rode in and the execution's phases, respond); through a gateway,
+the batch it rode in and the execution's phases, respond); a hooked model's
+preprocess and postprocess; through a gateway,
 the gateway's span and its forward span between the caller and the worker;
 an ensemble's sub-calls as spans with their own queue and execute; the
 caller's unsampled flag followed; the rate for requests without a
@@ -28,6 +29,8 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
+from pjserve_export import hooks as H
+from pjserve_export.triton_examples import export_triton_example
 from protocol_util import (NODE_WORKERS, finish_checked, free_ports, metric, parse_metrics,
                            scrape)
 
@@ -217,10 +220,8 @@ def test_ensemble_sub_calls_are_spans_of_the_request(servers, collector, exporte
                             names=("mlp", "two_io"))
     # the ensemble beside two_io, loaded into the running server's repository
     demo_models.export_ensemble("two_io_chain", server.repository)
+    wait_ready(server, "two_io_chain")
     c = httpclient.InferenceServerClient(server.http_url)
-    deadline = time.monotonic() + 60
-    while not c.is_model_ready("two_io_chain") and time.monotonic() < deadline:
-        time.sleep(0.2)
     trace_id, caller = new_ids()
     a = httpclient.InferInput("a", [2, 8], "FP32")
     a.set_data_from_numpy(np.arange(16, dtype=np.float32).reshape(2, 8))
@@ -240,6 +241,36 @@ def test_ensemble_sub_calls_are_spans_of_the_request(servers, collector, exporte
         under = children(spans, call)
         assert [s["name"] for s in under] == ["queue", "execute"]
         assert under[1]["attrs"]["pjserve.request_rows"] == "2"
+
+
+def wait_ready(server, model):
+    c = httpclient.InferenceServerClient(server.http_url)
+    deadline = time.monotonic() + 60
+    while not c.is_model_ready(model) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    c.close()
+
+
+def test_hooks_are_spans_of_the_request(servers, collector, pjserve_bin):
+    server = servers(["--trace-endpoint", collector.url, "--trace-rate", "0"], names=("mlp",))
+    # Triton's simple_string: C hooks (strings to numbers and back) around an adder
+    export_triton_example("simple_string", server.repository, build=H.hooks_builder(pjserve_bin))
+    wait_ready(server, "simple_string")
+    trace_id, caller = new_ids()
+    c = httpclient.InferenceServerClient(server.http_url)
+    inputs = []
+    for name in ("INPUT0", "INPUT1"):
+        i = httpclient.InferInput(name, [1, 16], "BYTES")
+        i.set_data_from_numpy(np.array([str(k).encode() for k in range(16)],
+                                       np.object_).reshape(1, 16))
+        inputs.append(i)
+    r = c.infer("simple_string", inputs, headers={"traceparent": f"00-{trace_id}-{caller}-01"})
+    c.close()
+    assert [int(v) for v in r.as_numpy("OUTPUT0").ravel()] == [2 * k for k in range(16)]
+    spans = collector.wait_trace(trace_id, 2 if NODE_WORKERS else 1)
+    request = the_request_span(spans, caller, "simple_string")
+    names = [s["name"] for s in children(spans, request)]
+    assert names == ["decode", "preprocess", "queue", "execute", "postprocess", "respond"], names
 
 
 @pytest.mark.parametrize("protocol", PROTOCOLS)
