@@ -43,6 +43,14 @@ PyTorch modules (torch and torchax live in .venv-torch)::
 traces module.forward through torchax into JAX and exports it as above; the
 weights are the module's state_dict, by name.
 
+Keras 3 models (the JAX backend: KERAS_BACKEND=jax before keras is imported)::
+
+    export_keras(model, out_dir, *, name, batch_sizes, example_inputs=None,
+                 input_names=None, output_names=None, **export_jax_options) -> pathlib.Path
+
+exports model.stateless_call in inference mode; a functional model's inputs
+and output names are its own.
+
 Hooked and meta bundles (C code in model.c, docs/hooks.md,
 docs/meta-models.md): `export_jax(..., client_inputs=, client_outputs=,
 hooks_source=, extra_files=, build_hooks=)` and `export_meta(out_dir, name=,
@@ -63,10 +71,11 @@ from .jax_export import (PLUGIN_STABLEHLO_VERSION, artifact_version, custom_call
                          main_signature, serialize_portable_artifact, stablehlo_versions,
                          weight_names_and_arrays)
 from .safetensors_io import read_safetensors, rewrite_metadata, write_safetensors
+from .keras_export import export_keras
 from .torch_export import export_torch, torch_reference
 
 __all__ = [
-    "export_jax", "export_torch", "torch_reference", "export_meta", "hooks_builder", "tensor_spec", "HOOKS_SOURCE", "HOOKS_LIBRARY",
+    "export_jax", "export_keras", "export_torch", "torch_reference", "export_meta", "hooks_builder", "tensor_spec", "HOOKS_SOURCE", "HOOKS_LIBRARY",
     "DEFAULT_VARIANT", "FORMAT_VERSION", "MANIFEST_FILE", "WEIGHTS_FILE", "Manifest",
     "TensorSpec", "Variant", "module_file", "random_inputs", "read_manifest",
     "PLUGIN_STABLEHLO_VERSION", "artifact_version", "custom_call_targets",
