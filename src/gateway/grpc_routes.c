@@ -124,7 +124,10 @@ static int pick(void *ctx, const char *m, const uint8_t *msg, size_t len, uint64
         }
     }
     pjs_gw_route route = {key.model, key.sequence};
-    return op->cls->pick(pool, &route, tried, err);
+    int worker = op->cls->pick(pool, &route, tried, err);
+    if (worker >= 0 && tried != 0) /* a call sent again: the first worker did not run it */
+        pjs_gw_pool_count_retry(pool, PJS_GW_GRPC);
+    return worker;
 }
 
 /* What the relay policy reads of a worker's call. */

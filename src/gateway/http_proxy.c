@@ -101,7 +101,6 @@ struct pjs_gw_http {
      * Room for every worker the pool may ever have (workers found by DNS
      * join while it runs). */
     char metrics_addr[PJS_GW_MAX_WORKERS][HOST_PORT_MAX];
-    atomic_uint_fast64_t retries; /* transfers sent again to another worker */
     pjs_log_limiter retry_log;    /* bounds the lines retries write: one per request */
     pjs_tracer *tracer;           /* NULL: tracing off */
 };
@@ -920,9 +919,12 @@ static int render_gateway_metrics(pjs_gw_http *h, pjs_http_buf *b, pjs_error *er
         rc = pjs_http_buf_printf(
             b, err,
             "# HELP pjserve_gateway_retries_total Requests sent again to another worker after "
-            "the first could not be reached\n# TYPE pjserve_gateway_retries_total counter\n"
-            "pjserve_gateway_retries_total %llu\n",
-            (unsigned long long)atomic_load(&h->retries));
+            "the first could not be reached or refused them before running them\n"
+            "# TYPE pjserve_gateway_retries_total counter\n"
+            "pjserve_gateway_retries_total{protocol=\"grpc\"} %llu\n"
+            "pjserve_gateway_retries_total{protocol=\"http\"} %llu\n",
+            (unsigned long long)pjs_gw_pool_retries(h->pool, PJS_GW_GRPC),
+            (unsigned long long)pjs_gw_pool_retries(h->pool, PJS_GW_HTTP));
     return rc;
 }
 
@@ -1001,7 +1003,7 @@ static bool retry_elsewhere(transfer *t)
         pjs_gw_pool_done(h->pool, next, PJS_GW_NOT_SENT);
         return false;
     }
-    atomic_fetch_add(&h->retries, 1);
+    pjs_gw_pool_count_retry(h->pool, PJS_GW_HTTP);
     return true;
 }
 
@@ -1250,7 +1252,6 @@ int pjs_gw_http_start(pjs_gw_pool *pool, const pjs_http_options *rest,
     h->node_ctx = node_ctx;
     h->tracer = tracer;
     pthread_mutex_init(&h->lock, NULL);
-    atomic_init(&h->retries, 0);
     h->multi = curl_multi_init();
     if (h->multi == NULL) {
         proxy_free(h);

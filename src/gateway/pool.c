@@ -117,6 +117,7 @@ typedef struct sequence_pin {
 
 struct pjs_gw_pool {
     pjs_gw_pool_options o;
+    _Atomic uint64_t retries[2]; /* per pjs_gw_protocol */
     char *token;
     char *dns_name;
     worker w[PJS_GW_MAX_WORKERS];
@@ -1429,6 +1430,16 @@ const pjs_gw_worker_addr *pjs_gw_pool_addr(const pjs_gw_pool *p, size_t i)
 const char *pjs_gw_pool_worker_token(const pjs_gw_pool *p)
 {
     return p->token;
+}
+
+void pjs_gw_pool_count_retry(pjs_gw_pool *p, pjs_gw_protocol protocol)
+{
+    atomic_fetch_add_explicit(&p->retries[protocol], 1, memory_order_relaxed);
+}
+
+uint64_t pjs_gw_pool_retries(const pjs_gw_pool *p, pjs_gw_protocol protocol)
+{
+    return atomic_load_explicit(&((pjs_gw_pool *)p)->retries[protocol], memory_order_relaxed);
 }
 
 grpc_channel *pjs_gw_pool_channel(const pjs_gw_pool *p, size_t i)

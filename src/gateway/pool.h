@@ -111,6 +111,12 @@ grpc_channel *pjs_gw_pool_channel(const pjs_gw_pool *p, size_t i);
 /* The token to send with admin calls forwarded to workers, or NULL. */
 const char *pjs_gw_pool_worker_token(const pjs_gw_pool *p);
 
+/* Requests sent again to another worker (the relay policy said the first
+ * did not run it), per protocol, for pjserve_gateway_retries_total. */
+typedef enum { PJS_GW_GRPC = 0, PJS_GW_HTTP = 1 } pjs_gw_protocol;
+void pjs_gw_pool_count_retry(pjs_gw_pool *p, pjs_gw_protocol protocol);
+uint64_t pjs_gw_pool_retries(const pjs_gw_pool *p, pjs_gw_protocol protocol);
+
 /* The worker to forward one request for `model` to, never one in `tried`
  * (bit i: worker i), counted in flight until pjs_gw_pool_done: one holding
  * the model, or any available worker when none held it at the last probe

@@ -240,6 +240,12 @@ def test_a_draining_workers_refusals_go_to_the_other_worker(cluster_factory, pjs
     assert total > 20, total
     assert refused_by_worker == 0 and not failures, \
         f"{len(failures)} of {total} requests failed while worker 0 drained: {failures[:3]}"
+    # the requests worker 0 refused went to worker 1, counted per protocol
+    samples, _ = parse_metrics(scrape(c.gateway.metrics_url))
+    for protocol in ("grpc", "http"):
+        retried = samples.get(("pjserve_gateway_retries_total",
+                               frozenset({("protocol", protocol)})))
+        assert retried is not None and retried >= 1, (protocol, retried)
     draining.wait_exit(30)
     finish_cluster(c, expected_errors=(r"worker 0",))
 
