@@ -51,6 +51,14 @@ Keras 3 models (the JAX backend: KERAS_BACKEND=jax before keras is imported)::
 exports model.stateless_call in inference mode; a functional model's inputs
 and output names are its own.
 
+ONNX files (onnx lives in .venv-torch)::
+
+    export_onnx(model, out_dir, *, name, batch_sizes, input_names=None,
+                output_names=None, example_inputs=None, **export_jax_options) -> pathlib.Path
+
+runs the graph's nodes as JAX operations (onnx_export.OPS) and exports that;
+the weights are the graph's float initializers, by name.
+
 Hooked and meta bundles (C code in model.c, docs/hooks.md,
 docs/meta-models.md): `export_jax(..., client_inputs=, client_outputs=,
 hooks_source=, extra_files=, build_hooks=)` and `export_meta(out_dir, name=,
@@ -72,10 +80,11 @@ from .jax_export import (PLUGIN_STABLEHLO_VERSION, artifact_version, custom_call
                          weight_names_and_arrays)
 from .safetensors_io import read_safetensors, rewrite_metadata, write_safetensors
 from .keras_export import export_keras
+from .onnx_export import export_onnx
 from .torch_export import export_torch, torch_reference
 
 __all__ = [
-    "export_jax", "export_keras", "export_torch", "torch_reference", "export_meta", "hooks_builder", "tensor_spec", "HOOKS_SOURCE", "HOOKS_LIBRARY",
+    "export_jax", "export_keras", "export_onnx", "export_torch", "torch_reference", "export_meta", "hooks_builder", "tensor_spec", "HOOKS_SOURCE", "HOOKS_LIBRARY",
     "DEFAULT_VARIANT", "FORMAT_VERSION", "MANIFEST_FILE", "WEIGHTS_FILE", "Manifest",
     "TensorSpec", "Variant", "module_file", "random_inputs", "read_manifest",
     "PLUGIN_STABLEHLO_VERSION", "artifact_version", "custom_call_targets",
