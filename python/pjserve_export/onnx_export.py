@@ -22,8 +22,10 @@ size. So:
 - a node whose op this table does not have, or an attribute value it does
   not handle, is refused at export, naming the node, the op and what to do.
 
-Supported ops (opsets 11 to 21 as torch.onnx.export and tf2onnx write them):
-see OPS. onnx is in .venv-torch (scripts/requirements-torch.txt).
+Supported ops: see OPS; their attributes are read as opsets 11 to 18 define
+them (axes as an attribute or as an input), and the tests use the files
+torch.onnx.export writes at opset 17. onnx is in .venv-torch
+(scripts/requirements-torch.txt).
 """
 
 import re
