@@ -81,3 +81,35 @@ def serving(pjserve_bin: Path, plugin_path: Path, bundles: Sequence[Path], workd
         yield s
     finally:
         finish_checked(s)
+
+
+def check_served(server, cases, tolerance: float):
+    """Each case served as its framework computes it, over gRPC (3 rows, padded
+    by the server) and HTTP (1 row), within `tolerance` relative to the
+    output's scale. A case has name (the model), input_names, output_names,
+    make_inputs(n, seed) -> arrays and reference(arrays) -> outputs."""
+    import tritonclient.grpc as grpcclient
+    import tritonclient.http as httpclient
+    kserve = {np.dtype(np.float32): "FP32", np.dtype(np.int32): "INT32"}
+    g = grpcclient.InferenceServerClient(server.grpc_url)
+    h = httpclient.InferenceServerClient(server.http_url)
+    try:
+        for k, c in enumerate(cases):
+            for mod, client, n in ((grpcclient, g, 3), (httpclient, h, 1)):
+                xs = c.make_inputs(n, k)
+                inputs = []
+                for name, x in zip(c.input_names, xs):
+                    i = mod.InferInput(name, list(x.shape), kserve[x.dtype])
+                    i.set_data_from_numpy(x)
+                    inputs.append(i)
+                result = client.infer(c.name, inputs)
+                for name, want in zip(c.output_names, c.reference(xs)):
+                    got = result.as_numpy(name)
+                    assert got.shape == want.shape, (c.name, name)
+                    err = float(np.max(np.abs(got - want))) / max(1.0, float(np.max(np.abs(want))))
+                    print(f"{c.name} {name} {mod.__name__.split('.')[-1]} {n} rows: relative "
+                          f"error {err:.2e}")
+                    assert err <= tolerance, (c.name, name, err)
+    finally:
+        g.close()
+        h.close()

@@ -29,18 +29,15 @@ import pytest  # noqa: E402
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import common  # noqa: E402,F401  (puts python/ on sys.path)
-from e2e_util import serving  # noqa: E402
+from e2e_util import check_served, serving  # noqa: E402
 
 keras = pytest.importorskip("keras")
-import tritonclient.grpc as grpcclient  # noqa: E402
-import tritonclient.http as httpclient  # noqa: E402
 
 from pjserve_export import export_keras, read_manifest, read_safetensors  # noqa: E402
 
 BATCH_SIZES = (1, 4)
 TOLERANCE = 1e-4
 
-KSERVE = {np.dtype(np.float32): "FP32", np.dtype(np.int32): "INT32"}
 
 
 def functional(name, inputs, outputs):
@@ -156,12 +153,17 @@ def rows(model_inputs, n, seed):
 
 
 class Exported:
+    """An exported model as e2e_util.check_served takes it."""
+
     def __init__(self, model, path, input_names, output_names, inputs):
-        self.model, self.path = model, path
+        self.model, self.path, self.name = model, path, model.name
         self.input_names, self.output_names = input_names, output_names
         self.inputs = inputs  # [(per-example shape, dtype)]
 
-    def predict(self, xs):
+    def make_inputs(self, n, seed):
+        return rows(self.inputs, n, seed)
+
+    def reference(self, xs):
         y = self.model.predict(xs[0] if len(xs) == 1 else xs, verbose=0)
         ys = y if isinstance(y, (list, tuple)) else [y]
         return [np.asarray(v) for v in ys]
@@ -188,34 +190,10 @@ def exported(tmp_path_factory):
     return result
 
 
-def close(got, want):
-    scale = max(1.0, float(np.max(np.abs(want))))
-    return float(np.max(np.abs(got - want))) / scale
-
-
 def test_every_model_served_as_keras_predicts(exported, pjserve_bin, plugin_path, tmp_path):
     assert len(exported) >= 10
     with serving(pjserve_bin, plugin_path, [e.path for e in exported], tmp_path) as server:
-        g = grpcclient.InferenceServerClient(server.grpc_url)
-        h = httpclient.InferenceServerClient(server.http_url)
-        for k, e in enumerate(exported):
-            for mod, client, n in ((grpcclient, g, 3), (httpclient, h, 1)):
-                xs = rows(e.inputs, n, seed=k)
-                inputs = []
-                for name, x in zip(e.input_names, xs):
-                    i = mod.InferInput(name, list(x.shape), KSERVE[x.dtype])
-                    i.set_data_from_numpy(x)
-                    inputs.append(i)
-                result = client.infer(e.model.name, inputs)
-                for name, want in zip(e.output_names, e.predict(xs)):
-                    got = result.as_numpy(name)
-                    assert got.shape == want.shape, (e.model.name, name)
-                    err = close(got, want)
-                    print(f"{e.model.name} {name} {mod.__name__.split('.')[-1]} "
-                          f"{n} rows: relative error {err:.2e}")
-                    assert err <= TOLERANCE, (e.model.name, name, err)
-        g.close()
-        h.close()
+        check_served(server, exported, TOLERANCE)
 
 
 def test_weights_are_the_models_variables_by_path(exported):

@@ -26,15 +26,13 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import common  # noqa: E402,F401  (puts python/ on sys.path)
-from e2e_util import serving  # noqa: E402
+from e2e_util import check_served, serving  # noqa: E402
 
 onnx = pytest.importorskip("onnx", reason="onnx lives in .venv-torch: make e2e-torch")
 ort = pytest.importorskip("onnxruntime", reason="onnxruntime lives in .venv-torch")
 torch = pytest.importorskip("torch", reason="PyTorch lives in .venv-torch: make e2e-torch")
 import torchvision  # noqa: E402
 import transformers  # noqa: E402
-import tritonclient.grpc as grpcclient  # noqa: E402
-import tritonclient.http as httpclient  # noqa: E402
 from onnx import TensorProto, helper  # noqa: E402
 
 from pjserve_export import export_onnx, read_safetensors  # noqa: E402
@@ -47,7 +45,6 @@ SEQ, VOCAB = 16, 1000
 VISION = ("resnet18", "mobilenet_v3_small", "squeezenet1_0", "shufflenet_v2_x0_5",
           "efficientnet_b0", "densenet121", "mnasnet0_5", "regnet_y_400mf", "googlenet",
           "convnext_tiny")
-KSERVE = {np.dtype(np.float32): "FP32", np.dtype(np.int32): "INT32"}
 
 
 class Case:
@@ -113,26 +110,7 @@ def cases(tmp_path_factory):
 def test_every_model_served_as_onnxruntime_computes(cases, pjserve_bin, plugin_path, tmp_path):
     assert len(cases) >= 10
     with serving(pjserve_bin, plugin_path, [c.path for c in cases], tmp_path) as server:
-        g = grpcclient.InferenceServerClient(server.grpc_url)
-        h = httpclient.InferenceServerClient(server.http_url)
-        for k, c in enumerate(cases):
-            for mod, client, n in ((grpcclient, g, 3), (httpclient, h, 1)):
-                xs = c.make_inputs(n, k)
-                inputs = []
-                for name, x in zip(c.input_names, xs):
-                    i = mod.InferInput(name, list(x.shape), KSERVE[x.dtype])
-                    i.set_data_from_numpy(x)
-                    inputs.append(i)
-                result = client.infer(c.name, inputs)
-                for name, want in zip(c.output_names, c.reference(xs)):
-                    got = result.as_numpy(name)
-                    assert got.shape == want.shape, (c.name, name)
-                    err = float(np.max(np.abs(got - want))) / max(1.0, float(np.max(np.abs(want))))
-                    print(f"{c.name} {name} {mod.__name__.split('.')[-1]} {n} rows: relative "
-                          f"error {err:.2e}")
-                    assert err <= TOLERANCE, (c.name, name, err)
-        g.close()
-        h.close()
+        check_served(server, cases, TOLERANCE)
 
 
 def test_weights_are_the_float_initializers_by_name(cases):
