@@ -143,7 +143,8 @@ tsan: bootstrap
 FUZZERS := fuzz_safetensors fuzz_manifest fuzz_npy fuzz_config fuzz_rest_infer fuzz_grpc_infer \
             fuzz_control_json fuzz_auth_header fuzz_bytes \
             fuzz_hook_abi fuzz_gateway_http fuzz_weight_segment fuzz_gateway_route fuzz_relay_inputs \
-            fuzz_client_decode fuzz_load_config fuzz_image_decode fuzz_shm_json fuzz_traceparent
+            fuzz_client_decode fuzz_load_config fuzz_image_decode fuzz_shm_json fuzz_traceparent \
+            fuzz_trace_settings
 
 fuzz-build: bootstrap
 	@test -f build-fuzz/CMakeCache.txt || \

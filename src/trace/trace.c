@@ -544,12 +544,20 @@ static bool post_batch(pjs_tracer *t, CURL *curl, const pjs_span *spans, size_t 
     return ok;
 }
 
+static int64_t clock_ns(clockid_t id)
+{
+    struct timespec ts;
+    clock_gettime(id, &ts);
+    return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
 static void *exporter_main(void *arg)
 {
     pjs_tracer *t = arg;
     pjs_thread_name(pthread_self(), "pjs-trace");
     CURL *curl = curl_easy_init();
     pjs_span *batch = malloc(PJS_TRACE_BATCH_SPANS * sizeof *batch);
+    int64_t stop_by = 0; /* when stopping: the end of the last flush's time */
     pthread_mutex_lock(&t->lock);
     for (;;) {
         if (t->count < PJS_TRACE_BATCH_SPANS && !t->stopping) {
@@ -573,7 +581,10 @@ static void *exporter_main(void *arg)
         bool ok = batch != NULL && curl != NULL && post_batch(t, curl, batch, n);
         atomic_fetch_add(ok ? &t->exported : &t->dropped_failed, n);
         pthread_mutex_lock(&t->lock);
-        if (!ok && t->stopping) { /* no collector to flush to: do not hold up the exit */
+        if (t->stopping && stop_by == 0)
+            stop_by = clock_ns(CLOCK_MONOTONIC) + PJS_TRACE_FLUSH_AT_EXIT_MS * 1000000LL;
+        /* exiting: a collector that failed or is slow does not hold it up */
+        if (t->stopping && (!ok || clock_ns(CLOCK_MONOTONIC) > stop_by)) {
             atomic_fetch_add(&t->dropped_failed, t->count);
             t->count = 0;
         }
@@ -583,13 +594,6 @@ static void *exporter_main(void *arg)
     if (curl != NULL)
         curl_easy_cleanup(curl);
     return NULL;
-}
-
-static int64_t clock_ns(clockid_t id)
-{
-    struct timespec ts;
-    clock_gettime(id, &ts);
-    return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
 }
 
 static void curl_init_once(void)

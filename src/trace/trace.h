@@ -40,6 +40,8 @@
 
 #define PJS_TRACE_FLUSH_MS 200
 #define PJS_TRACE_BATCH_SPANS 512
+/* How long pjs_tracer_destroy goes on exporting what is queued. */
+#define PJS_TRACE_FLUSH_AT_EXIT_MS 3000
 /* Default bound of the export queue, spans. */
 #define PJS_TRACE_DEFAULT_QUEUE 8192
 
@@ -134,8 +136,9 @@ typedef struct pjs_tracer_options {
 /* Checks the options (an http:// or https:// endpoint; a rate in 0..1) and
  * starts the export thread. */
 int pjs_tracer_create(const pjs_tracer_options *o, pjs_tracer **out, pjs_error *err);
-/* Exports what is queued (at most a few seconds' worth of tries), stops the
- * thread and frees. NULL is a no-op. */
+/* Exports what is queued (for at most PJS_TRACE_FLUSH_AT_EXIT_MS, or until a
+ * batch fails; the rest is dropped and counted), stops the thread and frees.
+ * NULL is a no-op. */
 void pjs_tracer_destroy(pjs_tracer *t);
 
 /* The sampling decision for a request that arrived with `incoming` (NULL,
