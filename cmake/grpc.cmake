@@ -93,7 +93,7 @@ add_library(pjs_grpc_codec STATIC
   ${PJS_PB_CONTROL}
 )
 target_include_directories(pjs_grpc_codec PUBLIC ${PJS_PROTO_GEN})
-target_link_libraries(pjs_grpc_codec PUBLIC pjs_core PkgConfig::PROTOBUF_C)
+target_link_libraries(pjs_grpc_codec PUBLIC pjs_core pjs_trace PkgConfig::PROTOBUF_C)
 
 # ---- the gRPC server ------------------------------------------------------
 add_library(pjs_frontend_grpc STATIC

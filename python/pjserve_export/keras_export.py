@@ -83,17 +83,13 @@ def _variable_names(variables):
     return names
 
 
-def keras_module():
-    return _keras()
-
-
 def export_keras(model, out_dir, *, name: str, batch_sizes: Sequence[int],
                  example_inputs: Optional[Sequence[Any]] = None,
                  input_names: Optional[Sequence[str]] = None,
                  output_names: Optional[Sequence[str]] = None, **export_jax_options) -> Path:
     """Exports a Keras 3 model (JAX backend) as the bundle out_dir/name/; returns
     its path. See the module's documentation; other options go to export_jax."""
-    _keras()
+    keras = _keras()
     examples = _example_inputs(model, example_inputs)
     if input_names is None:
         if example_inputs is not None:
@@ -103,7 +99,7 @@ def export_keras(model, out_dir, *, name: str, batch_sizes: Sequence[int],
         raise ValueError(f"{len(input_names)} input names for {len(examples)} inputs")
     if output_names is None:
         output_names = list(getattr(model, "output_names", None) or [])
-        if not output_names and isinstance(model, keras_module().Sequential) and model.layers:
+        if not output_names and isinstance(model, keras.Sequential) and model.layers:
             output_names = [model.layers[-1].name]  # its one output is its last layer's
         if not output_names:
             raise ValueError(f"model {model.name!r} does not name its outputs: give "

@@ -45,6 +45,21 @@ void pjs_infer_request_release(pjs_infer_request *r)
     r->n_outputs = 0;
 }
 
+int pjs_infer_input_from_shm(pjs_infer_input *in, pjs_shm_view *view, pjs_error *err)
+{
+    in->nbytes = view->size;
+    int64_t device_id;
+    uint64_t address;
+    if (pjs_shm_view_device(view, &device_id, &address)) {
+        in->device = view;
+        return 0;
+    }
+    int rc = pjs_shm_view_read(view, err);
+    if (rc == 0)
+        in->data = view->data;
+    return rc;
+}
+
 int pjs_infer_read_device_inputs(pjs_infer_request *r, pjs_error *err)
 {
     for (size_t i = 0; i < r->n_inputs; i++) {

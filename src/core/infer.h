@@ -207,6 +207,11 @@ int pjs_infer_validate(pjs_infer_request *r, const pjs_manifest *m, int64_t max_
 int pjs_infer_validate_client(pjs_infer_request *r, const pjs_manifest *m, int64_t max_batch,
                               pjs_error *err);
 
+/* Gives input `in` the bytes of shared memory window `view` (which outlives
+ * the request): a CUDA window stays where it is (in->device, read where it
+ * is used), a system one is read into the view now (pjs_shm_view_read's
+ * errors). */
+int pjs_infer_input_from_shm(pjs_infer_input *in, struct pjs_shm_view *view, pjs_error *err);
 /* Reads every input still in CUDA shared memory (`device`) into host memory
  * the input's view owns, for the code that reads inputs on the host: hooks,
  * metas, sequences, BYTES. */

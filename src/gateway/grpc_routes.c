@@ -210,19 +210,7 @@ static int trace_setting_here(pjs_tracer *t, const uint8_t *msg, size_t len, pjs
     if (req == NULL)
         return pjs_error_set(err, PJS_ERR_INVALID_ARGUMENT,
                              "TraceSetting: the message does not decode");
-    pjs_trace_setting_in in[16];
-    int rc = 0;
-    if (req->n_settings > sizeof in / sizeof in[0])
-        rc = pjs_error_set(err, PJS_ERR_INVALID_ARGUMENT, "%zu trace settings, at most %zu",
-                           req->n_settings, sizeof in / sizeof in[0]);
-    for (size_t i = 0; rc == 0 && i < req->n_settings; i++) {
-        const Inference__TraceSettingRequest__SettingValue *v = req->settings[i]->value;
-        in[i] = (pjs_trace_setting_in){.key = req->settings[i]->key,
-                                       .values = v != NULL ? (const char *const *)v->value : NULL,
-                                       .n_values = v != NULL ? v->n_value : 0};
-    }
-    if (rc == 0)
-        rc = pjs_trace_settings_update(t, req->model_name, in, req->n_settings, err);
+    int rc = pjs_grpc_trace_settings_update(t, req, err);
     inference__trace_setting_request__free_unpacked(req, NULL);
     return rc;
 }

@@ -55,6 +55,9 @@ struct pjs_rt_client {
      * layout (probe_device_layouts); the CPU plugin records the layout and
      * keeps the bytes row-major. */
     bool stores_device_layouts;
+    /* The device's number on its platform (PJRT_Device_LocalHardwareId),
+     * read once at creation; -1 where the plugin does not tell. */
+    int hardware_id;
     /* Threads of each XLA CPU pool (cpu_threads.h); 0 on other platforms.
      * Part of every executable cache key: it shapes the compiled code. */
     int cpu_threads;
@@ -661,6 +664,17 @@ static int split_options(const pjs_rt_option *options, size_t n_options,
     return 0;
 }
 
+/* The device's PJRT_Device_LocalHardwareId, or -1. */
+static int read_hardware_id(const pjs_rt_client *c)
+{
+    const struct pjrt_api *api = c->plugin->api;
+    struct pjrt_device_local_hardware_id_args a = {.struct_size = sizeof a, .device = c->device};
+    pjs_error ignored;
+    if (CALL(api, device_local_hardware_id, &a, "reading the device's number", &ignored) != 0)
+        return -1;
+    return a.local_hardware_id;
+}
+
 /* Whether the plugin stores a buffer created with a device layout in that
  * layout. PJRT says it does, and a module whose parameter has another layout
  * (mhlo.layout_mode) reads its argument's bytes in it; the CPU plugin
@@ -748,6 +762,7 @@ int pjs_rt_client_create(pjs_rt_plugin *p, const pjs_rt_option *options, size_t 
         c->cpu_threads = requested > (int)c->n_devices ? requested : (int)c->n_devices;
     }
     c->stores_device_layouts = probe_device_layouts(c);
+    c->hardware_id = read_hardware_id(c);
     free(values);
     *out = c;
     return 0;
@@ -1258,12 +1273,7 @@ int pjs_rt_buffer_from_host(pjs_rt_client *c, pjs_dtype dtype, const pjs_shape *
 
 int pjs_rt_client_hardware_id(const pjs_rt_client *c)
 {
-    const struct pjrt_api *api = c->plugin->api;
-    struct pjrt_device_local_hardware_id_args a = {.struct_size = sizeof a, .device = c->device};
-    pjs_error ignored;
-    if (CALL(api, device_local_hardware_id, &a, "reading the device's number", &ignored) != 0)
-        return -1;
-    return a.local_hardware_id;
+    return c->hardware_id;
 }
 
 /* A view's memory belongs to whoever shared it: nothing to do when the

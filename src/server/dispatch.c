@@ -358,16 +358,24 @@ static void *staging_for(owner_scratch *sc, pjs_rt_client *client, size_t i, siz
  * cudaMalloc's allocations have and XLA's kernels may assume. */
 #define DEVICE_VIEW_ALIGN 256u
 
-/* Whether the CUDA shared memory window v lies on m's device, where the
- * plugin can use it as it is (row-major, aligned) for a parameter of type
- * param: then its address into *address. */
-static bool on_model_device(pjs_model *m, const pjs_shm_view *v, const pjs_rt_tensor_type *param,
-                            uint64_t *address)
+/* Whether the CUDA shared memory window v (NULL: none) lies on m's device
+ * (the CPU plugin's device is no CUDA device): then its address into
+ * *address. */
+static bool on_model_device(pjs_model *m, const pjs_shm_view *v, uint64_t *address)
 {
     int64_t device_id = -1;
-    return !param->other_layout && strcmp(pjs_rt_client_platform(m->client), "cpu") != 0 &&
-           pjs_shm_view_device(v, &device_id, address) && *address % DEVICE_VIEW_ALIGN == 0 &&
+    return v != NULL && strcmp(pjs_rt_client_platform(m->client), "cpu") != 0 &&
+           pjs_shm_view_device(v, &device_id, address) &&
            device_id == pjs_rt_client_hardware_id(m->client);
+}
+
+/* Whether input window v can be a parameter of type param as it is: on m's
+ * device, aligned, and the parameter row-major. */
+static bool input_in_place(pjs_model *m, const pjs_shm_view *v, const pjs_rt_tensor_type *param,
+                           uint64_t *address)
+{
+    return !param->other_layout && on_model_device(m, v, address) &&
+           *address % DEVICE_VIEW_ALIGN == 0;
 }
 
 /* Host inputs at the compiled size: a request's own buffer when it fills the
@@ -390,7 +398,7 @@ static int gather_inputs(owner_scratch *sc, const batch *bt, const void **inputs
         if (!s->batched || batch_is_one_request(bt)) {
             pjs_infer_input *in = &bt->reqs[0]->inputs[i];
             if (in->data == NULL && in->device != NULL) {
-                if (on_model_device(m, in->device, &exec->params[n_w + i], &in_device[i])) {
+                if (input_in_place(m, in->device, &exec->params[n_w + i], &in_device[i])) {
                     atomic_fetch_add_explicit(&sc->shm_device_in_bytes, in->nbytes,
                                               memory_order_relaxed);
                     continue;
@@ -434,11 +442,8 @@ static int gather_inputs(owner_scratch *sc, const batch *bt, const void **inputs
 static bool output_to_device(const batch *bt, size_t o, const pjs_shm_view *v, size_t nbytes)
 {
     pjs_model *m = bt->model;
-    int64_t device_id = -1;
     uint64_t address = 0;
-    return v != NULL && nbytes <= v->size && strcmp(pjs_rt_client_platform(m->client), "cpu") != 0 &&
-           pjs_shm_view_device(v, &device_id, &address) &&
-           device_id == pjs_rt_client_hardware_id(m->client) &&
+    return v != NULL && nbytes <= v->size && on_model_device(m, v, &address) &&
            pjs_rt_output_device_row_major(
                pjs_bundle_module_at(m->bundle, bt->variant, bt->size_index)->exec, o);
 }

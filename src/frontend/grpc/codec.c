@@ -452,17 +452,9 @@ static int decode_input(pjs_grpc_infer *d, const input_tensor *t, pjs_shm_regist
         if ((rc = get_shm_view(shm, &sp, "input", t->name, view, err)) != 0)
             return rc;
         d->n_input_views++;
-        in->nbytes = view->size;
         *src = SOURCE_SHM;
-        int64_t device_id;
-        uint64_t address;
-        if (pjs_shm_view_device(view, &device_id, &address)) {
-            in->device = view; /* read where it is used (core/infer.h) */
-            return 0;
-        }
-        if ((rc = pjs_shm_view_read(view, err)) != 0)
+        if ((rc = pjs_infer_input_from_shm(in, view, err)) != 0)
             return pjs_error_prefix(err, "input \"%.256s\": ", t->name);
-        in->data = view->data;
         return 0;
     }
     *src = has_contents(t) ? SOURCE_CONTENTS : SOURCE_RAW;

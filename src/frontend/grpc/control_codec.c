@@ -233,3 +233,19 @@ int pjs_grpc_node_status(const char *json, size_t len, pjs_grpc_arena *a,
     *out = r;
     return 0;
 }
+
+int pjs_grpc_trace_settings_update(pjs_tracer *t, const Inference__TraceSettingRequest *req,
+                                   pjs_error *err)
+{
+    pjs_trace_setting_in in[16];
+    if (req->n_settings > sizeof in / sizeof in[0])
+        return pjs_error_set(err, PJS_ERR_INVALID_ARGUMENT, "%zu trace settings, at most %zu",
+                             req->n_settings, sizeof in / sizeof in[0]);
+    for (size_t i = 0; i < req->n_settings; i++) {
+        const Inference__TraceSettingRequest__SettingValue *v = req->settings[i]->value;
+        in[i] = (pjs_trace_setting_in){.key = req->settings[i]->key,
+                                       .values = v != NULL ? (const char *const *)v->value : NULL,
+                                       .n_values = v != NULL ? v->n_value : 0};
+    }
+    return pjs_trace_settings_update(t, req->model_name, in, req->n_settings, err);
+}

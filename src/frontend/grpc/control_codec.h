@@ -14,9 +14,11 @@
 #include "core/manifest.h"
 #include "core/status.h"
 #include "frontend/grpc/arena.h"
+#include "grpc_service.pb-c.h"
 #include "pjserve_control.pb-c.h"
 #include "server/control.h"
 #include "server/server.h"
+#include "trace/trace.h"
 
 typedef Pjserve__Control__V1__ModelStatus pjs_grpc_model_status;
 typedef Pjserve__Control__V1__ModelControlStatusResponse pjs_grpc_control_status_response;
@@ -49,5 +51,10 @@ typedef Pjserve__Control__V1__NodeStatusResponse pjs_grpc_node_status_response;
  * the document is not one. */
 int pjs_grpc_node_status(const char *json, size_t len, pjs_grpc_arena *a,
                          pjs_grpc_node_status_response **out, pjs_error *err);
+
+/* Applies a TraceSetting request's settings to t (trace/trace.h:
+ * pjs_trace_settings_update; at most 16 settings). */
+int pjs_grpc_trace_settings_update(pjs_tracer *t, const Inference__TraceSettingRequest *req,
+                                   pjs_error *err);
 
 #endif

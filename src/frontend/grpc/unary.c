@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "core/log.h"
+#include "frontend/grpc/control_codec.h"
 #include "frontend/grpc/model_info.h"
 #include "grpc_service.pb-c.h"
 #include "health.pb-c.h"
@@ -582,18 +583,7 @@ static int trace_setting(pjs_grpc_unary_ctx *ctx, const ProtobufCMessage *reques
 {
     const Inference__TraceSettingRequest *req = (const Inference__TraceSettingRequest *)request;
     pjs_tracer *tracer = pjs_server_tracer(ctx->frontend->server);
-    pjs_trace_setting_in in[16];
-    if (req->n_settings > sizeof in / sizeof in[0])
-        return pjs_error_set(err, PJS_ERR_INVALID_ARGUMENT, "%zu trace settings, at most %zu",
-                             req->n_settings, sizeof in / sizeof in[0]);
-    for (size_t i = 0; i < req->n_settings; i++) {
-        const Inference__TraceSettingRequest__SettingsEntry *e = req->settings[i];
-        const Inference__TraceSettingRequest__SettingValue *v = e->value;
-        in[i] = (pjs_trace_setting_in){.key = e->key,
-                                       .values = v != NULL ? (const char *const *)v->value : NULL,
-                                       .n_values = v != NULL ? v->n_value : 0};
-    }
-    int rc = pjs_trace_settings_update(tracer, req->model_name, in, req->n_settings, err);
+    int rc = pjs_grpc_trace_settings_update(tracer, req, err);
     if (rc != 0)
         return rc;
     pjs_trace_setting_out now[PJS_TRACE_SETTINGS];

@@ -652,17 +652,8 @@ int pjs_http_infer_map_shm(pjs_http_infer *d, pjs_shm_registry *registry, pjs_er
                           in->name, err);
         if (rc != 0)
             return rc;
-        pjs_shm_view *view = &d->views[d->n_views - 1];
-        in->nbytes = view->size;
-        int64_t device_id;
-        uint64_t address;
-        if (pjs_shm_view_device(view, &device_id, &address)) {
-            in->device = view; /* read where it is used (core/infer.h) */
-            continue;
-        }
-        if ((rc = pjs_shm_view_read(view, err)) != 0)
+        if ((rc = pjs_infer_input_from_shm(in, &d->views[d->n_views - 1], err)) != 0)
             return pjs_error_prefix(err, "input \"%s\": ", in->name);
-        in->data = view->data;
     }
     for (size_t k = 0; k < d->req.n_requested; k++) {
         pjs_infer_requested_output *o = &d->req.requested[k];
