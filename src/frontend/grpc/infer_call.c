@@ -114,9 +114,9 @@ int pjs__grpc_infer_job_submit(pjs_grpc_infer_job *j, grpc_byte_buffer **payload
     r->client = j->client;
     size_t traceparent_len = 0;
     const char *traceparent =
-        j->call != NULL ? pjs__grpc_metadata_value(&j->call->metadata, "traceparent",
-                                                   &traceparent_len)
-                        : NULL;
+        j->call != NULL && pjs_server_tracer(f->server) != NULL
+            ? pjs__grpc_metadata_value(&j->call->metadata, "traceparent", &traceparent_len)
+            : NULL;
     pjs_server_trace_start(f->server, r, traceparent, traceparent_len);
     if (r->sequence.start && j->model->bundle->manifest.stateful && j->call != NULL) {
         pjs__grpc_client_id(f, j->call->call, &j->call->metadata, j->client_id);

@@ -199,7 +199,10 @@ void pjs__http_infer(pjs__http_call *c, const char *model, const char *version)
         finish_infer(c);
         return;
     }
-    const char *traceparent = MHD_lookup_connection_value(c->conn, MHD_HEADER_KIND, "traceparent");
+    const char *traceparent = pjs_server_tracer(s) != NULL
+                                  ? MHD_lookup_connection_value(c->conn, MHD_HEADER_KIND,
+                                                                "traceparent")
+                                  : NULL;
     pjs_server_trace_start(s, &c->infer->req, traceparent,
                            traceparent != NULL ? strlen(traceparent) : 0);
     if (c->infer->req.sequence.start && pjs_model_manifest(m)->stateful) {
