@@ -76,7 +76,7 @@ static long default_threads(void)
 {
     cpu_set_t set;
     long cpus = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : 1;
-    return cpus < 1 ? 1 : cpus > 4 ? 4 : cpus;
+    return cpus < 1 ? 1 : cpus > 2 ? 2 : cpus;
 }
 
 static const char usage[] =
@@ -88,7 +88,7 @@ static const char usage[] =
     "\n"
     "echo-server: a unary gRPC method (" ECHO_METHOD ") that returns the request\n"
     "  bytes unchanged; N threads on one completion queue (default, as pjserve's: one\n"
-    "  per CPU the process may run on, at most 4). --port 0 picks a free port; the port\n"
+    "  per CPU the process may run on, at most 2). --port 0 picks a free port; the port\n"
     "  is printed. SIGINT or SIGTERM stops it.\n"
     "client: C synchronous workers, one call at a time each, for S seconds (default 5)\n"
     "  after a warm-up (default 1 s). infer sends a ModelInfer request for --model\n"

@@ -67,8 +67,9 @@ static const char help[] =
     "                          Each worker sees only its own device: it starts with\n"
     "                          CUDA_VISIBLE_DEVICES=<id> (HIP_VISIBLE_DEVICES on\n"
     "                          ROCm)\n"
-    "  --worker-threads N      threads of each worker: gRPC and HTTP threads at most\n"
-    "                          min(N, 4), CPU plugin threads at most N (default:\n"
+    "  --worker-threads N      threads of each worker: gRPC threads at most min(N, 2),\n"
+    "                          HTTP threads at most min(N, 4), CPU plugin threads at\n"
+    "                          most N (default:\n"
     "                          CPUs / workers, at most 16; flags --grpc-threads,\n"
     "                          --http-threads, --cpu-intra-op-threads win)\n"
     "  --routing round_robin|lpt_packing  how the gateway spreads a model's requests\n"
@@ -537,22 +538,32 @@ static void plan_threads(const node_args *a, node_plan *p)
     p->cpu_plugin_threads = auto_threads < share ? auto_threads : share;
 }
 
+/* A worker's gRPC and HTTP threads: its share, at most these many (serve's
+ * own defaults; docs/runtime.md, "CPU cost per request on few cores"). */
+#define WORKER_GRPC_THREADS_MAX 2
+#define WORKER_HTTP_THREADS_MAX 4
+
+static int capped(int threads, int max)
+{
+    return threads < max ? threads : max;
+}
+
 /* The thread count a worker gets for `flag` ("grpc-threads"), as text. */
-static void io_threads(const node_args *a, const node_plan *p, const char *flag, char *buf,
-                       size_t size)
+static void io_threads(const node_args *a, const node_plan *p, const char *flag, int max,
+                       char *buf, size_t size)
 {
     const char *given = given_value(a, flag);
     if (p->n_workers == 1 && given != NULL)
         snprintf(buf, size, "%s (--%s)", given, flag);
     else
-        snprintf(buf, size, "%d", p->threads < 4 ? p->threads : 4);
+        snprintf(buf, size, "%d", capped(p->threads, max));
 }
 
 static void describe_threads(const node_args *a, const node_plan *p)
 {
     char grpc[64], http[64], cpu[64] = "as given";
-    io_threads(a, p, "grpc-threads", grpc, sizeof grpc);
-    io_threads(a, p, "http-threads", http, sizeof http);
+    io_threads(a, p, "grpc-threads", WORKER_GRPC_THREADS_MAX, grpc, sizeof grpc);
+    io_threads(a, p, "http-threads", WORKER_HTTP_THREADS_MAX, http, sizeof http);
     if (p->cpu_plugin_threads > 0)
         snprintf(cpu, sizeof cpu, "%d", p->cpu_plugin_threads);
     else if (strcmp(p->platform.name, "cpu") != 0)
@@ -600,7 +611,6 @@ static int plan_lifecycle(const node_args *a, node_plan *p)
 static int plan_argv(const node_args *a, node_plan *p)
 {
     bool single = p->n_workers == 1;
-    int io = p->threads < 4 ? p->threads : 4;
     for (size_t i = 0; i < p->n_workers; i++) {
         node_worker *w = &p->workers[i];
         w->argv = calloc(2 * a->n_given + 40, sizeof *w->argv);
@@ -625,9 +635,9 @@ static int plan_argv(const node_args *a, node_plan *p)
                 push(w, g->value);
         }
         if (!single || given_value(a, "grpc-threads") == NULL)
-            push_int(w, "--grpc-threads", io);
+            push_int(w, "--grpc-threads", capped(p->threads, WORKER_GRPC_THREADS_MAX));
         if (!single || given_value(a, "http-threads") == NULL)
-            push_int(w, "--http-threads", io);
+            push_int(w, "--http-threads", capped(p->threads, WORKER_HTTP_THREADS_MAX));
         if (p->cpu_plugin_threads > 0)
             push_int(w, "--cpu-intra-op-threads", p->cpu_plugin_threads);
         if (p->node_watches) {

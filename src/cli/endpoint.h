@@ -109,7 +109,7 @@ typedef struct pjs_cli_endpoint {
     "  --grpc-keepalive-timeout-ms N  close a connection whose ping gets no answer\n"             \
     "  --grpc-keepalive-permit-without-calls  allow client pings with no call open\n"             \
     "  --grpc-threads N        gRPC completion-queue threads (default: one per CPU\n"             \
-    "                          the process may run on, at most 4; a gateway's: one\n"           \
+    "                          the process may run on, at most 2; a gateway's: one\n"           \
     "                          per 4 CPUs, at least 1, at most 4)\n"                              \
     "  --grpc-max-concurrent-streams N  calls open at once on one gRPC connection;\n"             \
     "                          more are refused (default 128)\n"                                  \

@@ -151,6 +151,11 @@ struct pjs_infer_request {
      * span's context, sampled or not; zero when tracing is off. Set by the
      * front end, or by a meta for its sub-calls. */
     pjs_trace_ctx trace;
+    /* Set by a front end whose every other thread was busy when this one
+     * submitted the request: executing it here would leave the front end's
+     * connections unread meanwhile, so the dispatcher lets this thread run
+     * only a quick execution itself (pjs_dispatcher_submit). */
+    bool sole_poller;
     /* Set by the dispatcher. */
     size_t n_outputs;
     pjs_infer_output outputs[PJS_INFER_MAX_TENSORS];

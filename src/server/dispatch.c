@@ -143,8 +143,11 @@ struct pjs_dispatcher {
     pthread_t *workers;
 };
 
-/* Longest estimated execution a request thread runs itself. */
+/* Longest estimated execution a request thread runs itself; when it is
+ * its front end's only thread polling (pjs_infer_request.sole_poller), the
+ * longest it runs while its connections wait. */
 #define PJS_DISPATCH_INLINE_MAX_NS 2e6
+#define PJS_DISPATCH_SOLE_POLLER_MAX_NS 100e3
 /* Without hand-off, the most plans in a row a request thread runs before it
  * wakes a worker for the rest (it has its own connections to serve). */
 #define PJS_DISPATCH_INLINE_MAX_RUNS 4
@@ -1328,10 +1331,14 @@ int pjs_dispatcher_create(int workers, const pjs_sched_config *cfg, uint64_t wei
 
 /* Lock held, token free: whether a request thread may run r's execution
  * itself: its model is resident and the smallest compiled size that holds
- * r's rows is known to take at most PJS_DISPATCH_INLINE_MAX_NS. A load or a
- * long execution goes to a worker instead, so the thread's other
- * connections (an HTTP thread serves several) are not held up. Nobody
- * changes residency while the token is free, so reading it here is safe. */
+ * r's rows is known to take at most PJS_DISPATCH_INLINE_MAX_NS, or
+ * PJS_DISPATCH_SOLE_POLLER_MAX_NS when no other thread of its front end
+ * is reading connections meanwhile. A load or a long execution goes to a
+ * worker instead, so the thread's other connections (an HTTP thread serves
+ * several) are not held up: a gRPC front end of one thread on a GPU, whose
+ * round trips take hundreds of microseconds, would otherwise read no new
+ * request while it executes, and nothing would coalesce. Nobody changes
+ * residency while the token is free, so reading it here is safe. */
 static bool quick_on_request_thread(const pjs_infer_request *r)
 {
     const pjs_model *m = r->model;
@@ -1340,7 +1347,8 @@ static bool quick_on_request_thread(const pjs_infer_request *r)
     while (k + 1 < q->n_sizes && q->sizes[k] < r->batch)
         k++;
     const pjs_sched_cost *c = &q->cost[k];
-    return m->wentry.resident && c->samples > 0 && c->ns <= PJS_DISPATCH_INLINE_MAX_NS;
+    double longest = r->sole_poller ? PJS_DISPATCH_SOLE_POLLER_MAX_NS : PJS_DISPATCH_INLINE_MAX_NS;
+    return m->wentry.resident && c->samples > 0 && c->ns <= longest;
 }
 
 bool pjs_dispatcher_promote(pjs_dispatcher *d, pjs_infer_request *r, atomic_bool *slot)
@@ -1378,7 +1386,7 @@ int pjs_dispatcher_submit(pjs_dispatcher *d, pjs_infer_request *r, bool committe
         d->in_flight++;
         m->requests_in_flight++;
         if (completing == 0 && device_work_locked(d) && d->tasks == NULL &&
-            quick_on_request_thread(r)) {
+            (!r->sole_poller || d->queued == 1) && quick_on_request_thread(r)) {
             /* The device is free: this thread runs the next plan itself. */
             own_device_locked(d, true);
             finish_all_locked(d);

@@ -156,3 +156,49 @@ def test_statistics_consistent_after_concurrency(gclient):
         st = s.inference_stats
         assert s.inference_count >= s.execution_count, s
         assert st.queue.count == st.success.count, s
+
+
+def test_sole_grpc_thread_leaves_long_executions_to_workers(server_factory, cases):
+    """With one gRPC thread, a request thread that ran a long execution itself
+    would read no new request meanwhile, and nothing would coalesce: on a GPU,
+    where a round trip takes hundreds of microseconds, concurrency 4 ran at
+    half the throughput of two threads. So that thread leaves executions
+    longer than 100 us to the dispatcher's workers and goes back to reading,
+    and what arrives meanwhile rides in the same executions."""
+    srv = server_factory(names=("convnet",), extra_args=("--grpc-threads", "1"))
+    case = cases.get("convnet", 2, seed=73)  # executed at compiled size 4
+    with grpcclient.InferenceServerClient(srv.grpc_url) as c:
+        for i in range(10):  # the cost estimate settles
+            got, _ = grpc_infer_case(c, case)
+            case.check(got, f"warm-up request {i}")
+    compute0, (inline0, worker0, exec0) = device_seconds(srv), device_plans(srv)
+    with grpcclient.InferenceServerClient(srv.grpc_url) as c:
+        for i in range(5):
+            got, _ = grpc_infer_case(c, case)
+            case.check(got, f"request {i}")
+    per_execution_us = (device_seconds(srv) - compute0) * 1e6 / 5
+    if per_execution_us < 200:
+        pytest.skip(f"a convnet execution takes {per_execution_us:.0f} us here, too close to "
+                    "the 100 us the only gRPC thread runs itself")
+    inline1, worker1, exec1 = device_plans(srv)
+    assert (inline1 - inline0, worker1 - worker0) == (0, 5), \
+        "the only gRPC thread ran a long execution itself"
+
+    def worker(tid):
+        client = grpcclient.InferenceServerClient(srv.grpc_url)
+        try:
+            for i in range(20):
+                got, _ = grpc_infer_case(client, case)
+                case.check(got, f"thread {tid} request {i}")
+        finally:
+            client.close()
+        return 20
+
+    results, errors = run_threads(worker, 8, timeout=300)
+    assert not errors, f"first failure: {errors[0][1]!r}"
+    inline2, worker2, exec2 = device_plans(srv)
+    assert inline2 == inline1, "the only gRPC thread ran a long execution itself"
+    # 160 requests from 8 clients: some executions carried several (one
+    # request per execution is what running them on the gRPC thread gives)
+    assert exec2 - exec1 < 160, "no execution carried more than one request"
+    assert srv.stop_and_check() == []

@@ -39,7 +39,7 @@
 
 /* Completion-queue threads when the options leave it to us: one per CPU
  * the process may run on, at most this many (see default_threads). */
-#define PJS_GRPC_DEFAULT_THREADS_MAX 4
+#define PJS_GRPC_DEFAULT_THREADS_MAX 2
 /* Largest PEM file read for TLS. */
 #define PJS_GRPC_PEM_MAX ((size_t)1 << 20)
 
@@ -146,11 +146,14 @@ static void request_unknown(pjs_grpc_frontend *f)
 
 /* ---- threads ---------------------------------------------------------------- */
 
-/* One completion-queue thread per CPU. Fewer threads cost less per request
- * at low concurrency (gRPC hands its poller from thread to thread), more
- * carry high concurrency: on 2 CPUs one thread instead of two took the
- * mlp's server CPU per request at concurrency 1 from 172-188 to 133-136 us
- * but at 16 from 51-55 to 80-103 us, with 40 % fewer requests/s
+/* One completion-queue thread per CPU, at most two. Fewer threads cost
+ * less per request at low concurrency (gRPC hands its poller from thread
+ * to thread), more carry high concurrency: on 2 CPUs one thread instead of
+ * two took the mlp's server CPU per request at concurrency 1 from 172-188
+ * to 133-136 us but at 16 from 51-55 to 80-103 us, with 40 % fewer
+ * requests/s; on a 16-CPU GPU machine two instead of four took the mlp's
+ * p50 at concurrency 1 from 739 to 477 us and its CPU per request at 4
+ * from 417 to 346 us, and ResNet-50 at 16 from 2,077 to 2,320 requests/s
  * (docs/runtime.md, "CPU cost per request on few cores"). */
 static size_t default_threads(void)
 {
@@ -175,7 +178,9 @@ static void run_queue(pjs_grpc_frontend *f)
         gpr_timespec deadline =
             gpr_time_add(gpr_now(GPR_CLOCK_MONOTONIC),
                          gpr_time_from_millis(PJS_GRPC_HEALTH_POLL_MS, GPR_TIMESPAN));
+        atomic_fetch_add_explicit(&f->polling, 1, memory_order_relaxed);
         grpc_event ev = grpc_completion_queue_next(f->cq, deadline, NULL);
+        atomic_fetch_sub_explicit(&f->polling, 1, memory_order_relaxed);
         if (ev.type == GRPC_QUEUE_SHUTDOWN)
             return;
         if (ev.type == GRPC_OP_COMPLETE) {

@@ -112,6 +112,7 @@ int pjs__grpc_infer_job_submit(pjs_grpc_infer_job *j, grpc_byte_buffer **payload
     r->frontend_ctx = j;
     r->client_gone = j->client_gone;
     r->client = j->client;
+    r->sole_poller = atomic_load_explicit(&f->polling, memory_order_relaxed) == 0;
     size_t traceparent_len = 0;
     const char *traceparent =
         j->call != NULL && pjs_server_tracer(f->server) != NULL

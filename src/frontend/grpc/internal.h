@@ -180,6 +180,7 @@ struct pjs_grpc_frontend {
     pjs_work_pool *control_jobs; /* SetModelResidency and Compact, off the queue threads */
 
     atomic_bool stopping;   /* set once by stop: request no more calls */
+    atomic_uint polling;    /* threads waiting in the completion queue now */
     atomic_uint_least64_t calls_handed_over; /* calls gRPC has matched to a request */
     pthread_mutex_t lock;   /* guards the fields below */
     pthread_cond_t changed; /* signalled when they change */
