@@ -25,6 +25,7 @@
 #include "cli/cli.h"
 #include "cli/endpoint.h"
 #include "core/file_limit.h"
+#include "core/host_memory.h"
 #include "core/log.h"
 #include "frontend/grpc/grpc_frontend.h"
 #include "frontend/http/http_frontend.h"
@@ -93,6 +94,14 @@ static const char help[] =
     "                          --weight-fraction of the device's memory, unlimited\n"
     "                          when the device reports none (the CPU plugin)\n"
     "                          (default 0)\n"
+    "  --host-weight-budget BYTES|P%  host memory for the weights of models whose\n"
+    "                          residency is host, in bytes (suffixes as\n"
+    "                          --device-weight-budget) or a percentage of the\n"
+    "                          memory this process may use: their floors are then\n"
+    "                          read from their files when they are uploaded and\n"
+    "                          evicted by --eviction-policy under this budget\n"
+    "                          (default: none, every floor kept for its model's\n"
+    "                          life; docs/residency.md)\n"
     "  --weight-fraction X     share of the device's memory for weights when no\n"
     "                          budget is given, 0 < X <= 1 (default 0.8)\n"
     "  --shared-weights DIR    share one host copy of each bundle's weights with\n"
@@ -206,6 +215,7 @@ typedef struct serve_args {
     bool repository_watched_outside; /* --repository-watch external */
     uint64_t max_pending_loads;
     uint64_t device_weight_budget; /* 0: derived from the device's memory */
+    uint64_t host_weight_budget;   /* 0: no host tier */
     double weight_fraction;
     const char *shared_weights_dir, *shared_weights_group; /* NULL: not given */
     uint64_t max_shm_regions, max_shm_bytes;
@@ -225,6 +235,7 @@ enum {
     OPT_REPOSITORY_WATCH,
     OPT_MAX_PENDING_LOADS,
     OPT_WEIGHT_BUDGET,
+    OPT_HOST_WEIGHT_BUDGET,
     OPT_WEIGHT_FRACTION,
     OPT_MAX_SHM_REGIONS,
     OPT_MAX_SHM_BYTES,
@@ -306,6 +317,32 @@ static int parse_bytes(const char *flag, const char *arg, uint64_t *out)
                                flag, arg);
 }
 
+/* Parses --host-weight-budget: bytes, or a percentage of the memory this
+ * process may use (core/host_memory.h); at least one byte. */
+static int parse_host_budget(const char *arg, uint64_t *out)
+{
+    size_t n = strlen(arg);
+    if (n > 1 && arg[n - 1] == '%') {
+        char *end;
+        double pct = strtod(arg, &end);
+        uint64_t memory = pjs_host_memory_bytes();
+        if (end != arg + n - 1 || !isfinite(pct) || pct <= 0 || pct > 100)
+            return pjs_cli_usage_error("serve", "--host-weight-budget %s: expected a percentage "
+                                       "in (0, 100]", arg);
+        if (memory == 0)
+            return pjs_cli_usage_error("serve", "--host-weight-budget %s: this machine's memory "
+                                       "size cannot be read; give the budget in bytes", arg);
+        *out = (uint64_t)((double)memory * pct / 100.0);
+    } else if (parse_bytes("--host-weight-budget", arg, out) != 0) {
+        return PJS_EXIT_USAGE;
+    }
+    if (*out == 0)
+        return pjs_cli_usage_error("serve", "--host-weight-budget %s: expected at least one byte "
+                                   "(a model with no host floor at all is residency unpinned)",
+                                   arg);
+    return 0;
+}
+
 /* Parses --weight-fraction: a number in (0, 1]. */
 static int parse_fraction(const char *flag, const char *arg, double *out)
 {
@@ -356,6 +393,7 @@ static int parse_args(int argc, char **argv, serve_args *a)
         {"repository-watch", required_argument, NULL, OPT_REPOSITORY_WATCH},
         {"max-pending-loads", required_argument, NULL, OPT_MAX_PENDING_LOADS},
         {"device-weight-budget", required_argument, NULL, OPT_WEIGHT_BUDGET},
+        {"host-weight-budget", required_argument, NULL, OPT_HOST_WEIGHT_BUDGET},
         {"weight-fraction", required_argument, NULL, OPT_WEIGHT_FRACTION},
         {"shared-weights", required_argument, NULL, OPT_SHARED_WEIGHTS},
         {"shared-weights-group", required_argument, NULL, OPT_SHARED_WEIGHTS_GROUP},
@@ -429,6 +467,9 @@ static int parse_args(int argc, char **argv, serve_args *a)
             break;
         case OPT_WEIGHT_BUDGET:
             bad = parse_bytes("--device-weight-budget", optarg, &a->device_weight_budget);
+            break;
+        case OPT_HOST_WEIGHT_BUDGET:
+            bad = parse_host_budget(optarg, &a->host_weight_budget);
             break;
         case OPT_WEIGHT_FRACTION:
             bad = parse_fraction("--weight-fraction", optarg, &a->weight_fraction);
@@ -639,6 +680,7 @@ int pjs_cmd_serve(int argc, char **argv)
         .repository_watched_outside = a.repository_watched_outside,
         .max_pending_loads = a.max_pending_loads,
         .device_weight_budget = a.device_weight_budget,
+        .host_weight_budget = a.host_weight_budget,
         .weight_fraction = a.weight_fraction,
         .max_request_bytes = a.endpoint.max_request_bytes,
         .max_inflight_request_bytes = a.endpoint.max_inflight_request_bytes,

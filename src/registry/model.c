@@ -29,7 +29,7 @@ static void model_free(pjs_model *m)
 }
 
 int pjs_model_create(pjs_bundle *b, pjs_rt_client *c, pjs_exec_cache *cache, pjs_wstore *store,
-                     pjs_model **out, pjs_error *err)
+                     bool floor_on_demand, pjs_model **out, pjs_error *err)
 {
     const pjs_manifest *man = &b->manifest;
     if (man->n_inputs > PJS_INFER_MAX_TENSORS || man->n_outputs > PJS_INFER_MAX_TENSORS ||
@@ -96,8 +96,11 @@ int pjs_model_create(pjs_bundle *b, pjs_rt_client *c, pjs_exec_cache *cache, pjs
     for (size_t i = 0; i < b->weights.n_tensors; i++)
         m->wentry.bytes += b->weights.tensors[i].nbytes;
     m->wentry.pinned = m->residency == PJS_RESIDENCY_DEVICE;
+    m->hentry.bytes = pjs_model_floor_bytes(m);
     atomic_init(&m->load_ns, 0);
-    int rc = pjs_model_set_host_floor(m, m->residency != PJS_RESIDENCY_UNPINNED, err);
+    bool floor = m->residency == PJS_RESIDENCY_DEVICE ||
+                 (m->residency == PJS_RESIDENCY_HOST && !floor_on_demand);
+    int rc = pjs_model_set_host_floor(m, floor, err);
     if (rc == 0)
         rc = pjs_bundle_seal_weights(b, err);
     if (rc != 0) {
@@ -168,15 +171,22 @@ static int shared_host_floor(pjs_model *m, void **host, pjs_error *err)
  * each weight starts aligned for the plugin's copies. */
 static size_t floor_stride(const pjs_st_tensor *t) { return ((size_t)t->nbytes + 63) / 64 * 64; }
 
+uint64_t pjs_model_floor_bytes(const pjs_model *m)
+{
+    const pjs_bundle *b = m->bundle;
+    uint64_t total = 0;
+    for (size_t i = 0; i < b->weights.n_tensors; i++)
+        total += floor_stride(&b->weights.tensors[i]);
+    return total;
+}
+
 /* The private host floor: one block from the runtime (page-locked where the
  * plugin DMA-maps host memory), the weights in argument order. */
 static int private_host_floor(pjs_model *m, void **host, pjs_error *err)
 {
     pjs_bundle *b = m->bundle;
-    size_t n = b->weights.n_tensors, total = 0;
-    for (size_t i = 0; i < n; i++)
-        total += floor_stride(&b->weights.tensors[i]);
-    int rc = pjs_rt_host_alloc(m->client, total, &m->host_block, err);
+    size_t n = b->weights.n_tensors;
+    int rc = pjs_rt_host_alloc(m->client, (size_t)pjs_model_floor_bytes(m), &m->host_block, err);
     if (rc != 0)
         return pjs_error_prefix(err, "model %s: ", m->name);
     size_t at = 0;

@@ -106,6 +106,11 @@ typedef struct pjs_model {
                                      device owner changes it under the
                                      weight cache's lock */
     pjs_wcache_entry wentry;      /* the cache's books for this model */
+    /* The host tier's books for its floor (server/dispatch.c, used when a
+     * host weight budget is set): the floor is loaded from the file when
+     * the model is next uploaded and evicted under the budget, by the
+     * same policy as the device's. */
+    pjs_wcache_entry hentry;
     atomic_uint_fast64_t load_ns; /* total time of weight loads */
     bool retired;                 /* left the repository (device owner) */
     pjs_rt_client *client;
@@ -153,12 +158,14 @@ typedef struct pjs_model {
 
 /* Compiles every module of an opened bundle (taking ownership of it, also on
  * failure), materializes the host floor (unless the manifest says
- * `residency: unpinned`; in `store` when not NULL) and returns a model with
- * one reference and no weights on the device.
+ * `residency: unpinned`, or says `host` and floor_on_demand is set: a host
+ * tier with a budget loads it when the model is next uploaded; in `store`
+ * when not NULL) and returns a model with one reference and no weights on
+ * the device.
  * Refuses models with more than PJS_INFER_MAX_TENSORS inputs or outputs or
  * more than PJS_MODEL_MAX_BATCH_SIZES batch sizes. */
 int pjs_model_create(pjs_bundle *b, pjs_rt_client *c, pjs_exec_cache *cache, pjs_wstore *store,
-                     pjs_model **out, pjs_error *err);
+                     bool floor_on_demand, pjs_model **out, pjs_error *err);
 pjs_model *pjs_model_ref(pjs_model *m);
 
 static inline pjs_model *pjs_model_of_wentry(pjs_wcache_entry *e)
@@ -166,11 +173,18 @@ static inline pjs_model *pjs_model_of_wentry(pjs_wcache_entry *e)
     return (pjs_model *)((char *)e - offsetof(pjs_model, wentry));
 }
 
+static inline pjs_model *pjs_model_of_hentry(pjs_wcache_entry *e)
+{
+    return (pjs_model *)((char *)e - offsetof(pjs_model, hentry));
+}
+
 /* Copies the weights to the device (from the host floor, or the file); a
  * shared floor is checked first (pjs_wstore_segment_verify). */
 int pjs_model_load_weights(pjs_model *m, pjs_error *err);
 /* Frees the device copies. */
 void pjs_model_free_weights(pjs_model *m);
+/* Bytes the host floor takes in host memory. */
+uint64_t pjs_model_floor_bytes(const pjs_model *m);
 /* Materializes (present) or frees the host floor. */
 int pjs_model_set_host_floor(pjs_model *m, bool present, pjs_error *err);
 void pjs_model_unref(pjs_model *m);

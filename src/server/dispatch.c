@@ -125,6 +125,12 @@ struct pjs_dispatcher {
     pjs_sched sched;
     bool device_held;      /* the device token */
     pjs_wcache cache;      /* changed by the token holder only */
+    /* The host tier (see "host tier" below): whether a budget manages the
+     * host floors, and their books, changed under host_lock by the thread
+     * that uploads (the token holder, or the transfer thread for it). */
+    bool host_tier;
+    pjs_wcache host;
+    pthread_mutex_t host_lock;
     owner_scratch scratch; /* used by the token holder only */
     device_task *tasks;
     request_fifo finished; /* executed or dropped, on_done not yet called */
@@ -582,6 +588,94 @@ static void run_batch(owner_scratch *sc, const batch *bt, uint64_t start, exec_t
     }
 }
 
+/* ---- the host tier (uploading thread, host_lock held) --------------------------- */
+
+/* With a host weight budget, the floors of `host` models are a cache
+ * between the bundle files and the device: a floor is read from its file
+ * (checked against the checksums taken when the model loaded: a changed
+ * file is refused) when the model is uploaded and its floor is absent,
+ * evicting other floors by the eviction policy (uses times what reloading
+ * them costs per byte) until it fits. A floor being read by an upload is
+ * held, so never dropped under it; `device` models' floors are pinned
+ * (outside the budget); `unpinned` models have none. Uploads are made by
+ * the token holder, or by the transfer thread while the holder executes
+ * other models (which waits for that copy before uploading itself), and
+ * host_lock orders them with a retired model's release. A floor holds a
+ * reference to its model, as device weights do. */
+
+static int host_load(pjs_wcache_entry *e, void *ctx, pjs_error *err)
+{
+    (void)ctx;
+    pjs_model *m = pjs_model_of_hentry(e);
+    uint64_t start = pjs_now_ns();
+    int rc = pjs_model_set_host_floor(m, true, err);
+    if (rc != 0)
+        return rc;
+    e->load_ns = (double)(pjs_now_ns() - start);
+    pjs_model_ref(m);
+    return 0;
+}
+
+static void host_evict(pjs_wcache_entry *e, void *ctx)
+{
+    (void)ctx;
+    pjs_model *m = pjs_model_of_hentry(e);
+    pjs_model_set_host_floor(m, false, NULL);
+    pjs_model_unref(m);
+}
+
+static bool cache_wanted(const pjs_wcache_entry *e, void *ctx);
+
+static bool host_wanted(const pjs_wcache_entry *e, void *ctx)
+{
+    const pjs_model *m = pjs_model_of_hentry((pjs_wcache_entry *)e);
+    return cache_wanted(&m->wentry, ctx);
+}
+
+/* Before m's weights are uploaded: its floor in host memory, held until
+ * host_upload_done. A `host` model's floor is loaded from its file when
+ * absent; a `device` model's is pinned. No-op without a host tier. */
+static int host_upload_begin(pjs_dispatcher *d, pjs_model *m, pjs_error *err)
+{
+    if (!d->host_tier || m->residency == PJS_RESIDENCY_UNPINNED)
+        return 0;
+    bool over_budget = false;
+    pthread_mutex_lock(&d->host_lock);
+    int rc = m->residency == PJS_RESIDENCY_DEVICE
+                 ? pjs_wcache_set_pinned(&d->host, &m->hentry, true, err)
+                 : pjs_wcache_acquire(&d->host, &m->hentry, 1, &over_budget, err);
+    if (rc == 0)
+        atomic_fetch_add(&m->hentry.holds, 1);
+    pthread_mutex_unlock(&d->host_lock);
+    if (rc != 0)
+        return pjs_error_prefix(err, "reading its weights into host memory: ");
+    if (over_budget) {
+        char have[32], budget[32];
+        pjs_log_limited(&m->over_budget_log, PJS_LOG_WARN,
+                        "model %s: its weights (%s) exceed the host weight budget (%s); read "
+                        "after evicting every other model's from host memory",
+                        m->name, pjs_format_bytes(m->hentry.bytes, have, sizeof have),
+                        pjs_format_bytes(d->host.budget, budget, sizeof budget));
+    }
+    return 0;
+}
+
+static void host_upload_done(pjs_dispatcher *d, pjs_model *m)
+{
+    if (d->host_tier && m->residency != PJS_RESIDENCY_UNPINNED)
+        atomic_fetch_sub(&m->hentry.holds, 1);
+}
+
+/* m leaves the host tier (retired, or now `unpinned`): its floor is freed. */
+static void host_release(pjs_dispatcher *d, pjs_model *m)
+{
+    if (!d->host_tier)
+        return;
+    pthread_mutex_lock(&d->host_lock);
+    pjs_wcache_release(&d->host, &m->hentry);
+    pthread_mutex_unlock(&d->host_lock);
+}
+
 /* ---- weight residency (token holder) ------------------------------------------ */
 
 /* The cache's callbacks: a resident model holds a reference, so it outlives
@@ -593,7 +687,11 @@ static int cache_load(pjs_wcache_entry *e, void *ctx, pjs_error *err)
     pjs_dispatcher *d = ctx;
     pjs_model *m = pjs_model_of_wentry(e);
     uint64_t start = pjs_now_ns();
-    int rc = pjs_model_load_weights(m, err);
+    int rc = host_upload_begin(d, m, err);
+    if (rc != 0)
+        return rc;
+    rc = pjs_model_load_weights(m, err);
+    host_upload_done(d, m);
     if (rc != 0)
         return pjs_error_prefix(err, "loading its weights: ");
     uint64_t end = pjs_now_ns();
@@ -770,8 +868,10 @@ static void release_if_retired(pjs_dispatcher *d, pjs_model *m)
     pthread_mutex_lock(&d->lock);
     bool idle = m->share.queued == 0;
     pthread_mutex_unlock(&d->lock);
-    if (idle)
+    if (idle) {
         pjs_wcache_release(&d->cache, &m->wentry);
+        host_release(d, m);
+    }
 }
 
 /* ---- statistics ------------------------------------------------------------- */
@@ -1195,18 +1295,35 @@ static void residency_run(device_task *task)
         return;
     }
     bool pin = t->target == PJS_RESIDENCY_DEVICE;
-    if (t->target != PJS_RESIDENCY_UNPINNED &&
+    if (!d->host_tier && t->target != PJS_RESIDENCY_UNPINNED &&
         (t->rc = pjs_model_set_host_floor(m, true, &t->err)) != 0)
         return;
+    if (d->host_tier && t->target != PJS_RESIDENCY_UNPINNED) {
+        /* a device model's floor is pinned in host memory too, a host
+         * model's is evictable (read again when it is next uploaded) */
+        pthread_mutex_lock(&d->host_lock);
+        t->rc = pjs_wcache_set_pinned(&d->host, &m->hentry, pin, &t->err);
+        pthread_mutex_unlock(&d->host_lock);
+        if (t->rc != 0) {
+            pjs_error_prefix(&t->err, "model %s: ", m->name);
+            return;
+        }
+    }
+    pthread_mutex_lock(&d->cache.lock);
+    pjs_residency was = m->residency;
+    m->residency = t->target; /* read by the load the pinning below makes */
+    pthread_mutex_unlock(&d->cache.lock);
     if ((t->rc = pjs_wcache_set_pinned(&d->cache, &m->wentry, pin, &t->err)) != 0) {
+        pthread_mutex_lock(&d->cache.lock);
+        m->residency = was;
+        pthread_mutex_unlock(&d->cache.lock);
         pjs_error_prefix(&t->err, "model %s: ", m->name);
         return;
     }
-    if (t->target == PJS_RESIDENCY_UNPINNED)
+    if (t->target == PJS_RESIDENCY_UNPINNED) {
+        host_release(d, m);
         pjs_model_set_host_floor(m, false, NULL);
-    pthread_mutex_lock(&d->cache.lock);
-    m->residency = t->target;
-    pthread_mutex_unlock(&d->cache.lock);
+    }
 }
 
 int pjs_dispatcher_set_residency(pjs_dispatcher *d, pjs_model *m, pjs_residency target,
@@ -1279,10 +1396,39 @@ void pjs_dispatcher_cache_totals(pjs_dispatcher *d, uint64_t *budget, uint64_t *
     pjs_wcache_totals(&d->cache, budget, used, pinned, changes);
 }
 
+bool pjs_dispatcher_host_tier(const pjs_dispatcher *d)
+{
+    return d->host_tier;
+}
+
+void pjs_dispatcher_host_residency(pjs_dispatcher *d, pjs_model *m, bool *in_host,
+                                   uint64_t *loads, uint64_t *evictions)
+{
+    if (!d->host_tier) {
+        pthread_mutex_lock(&d->cache.lock);
+        *in_host = m->residency != PJS_RESIDENCY_UNPINNED;
+        pthread_mutex_unlock(&d->cache.lock);
+        *loads = *evictions = 0;
+        return;
+    }
+    pthread_mutex_lock(&d->host.lock);
+    *in_host = m->hentry.resident;
+    *loads = m->hentry.loads;
+    *evictions = m->hentry.evictions;
+    pthread_mutex_unlock(&d->host.lock);
+}
+
+void pjs_dispatcher_host_totals(pjs_dispatcher *d, uint64_t *budget, uint64_t *used,
+                                uint64_t *pinned, uint64_t *changes)
+{
+    pjs_wcache_totals(&d->host, budget, used, pinned, changes);
+}
+
 /* ---- the public API ------------------------------------------------------------------ */
 
 int pjs_dispatcher_create(int workers, const pjs_sched_config *cfg, uint64_t weight_budget,
-                          bool autonomous, pjs_dispatcher **out, pjs_error *err)
+                          bool autonomous, uint64_t host_budget, pjs_dispatcher **out,
+                          pjs_error *err)
 {
     pjs_dispatcher *d = calloc(1, sizeof *d);
     if (d == NULL)
@@ -1297,6 +1443,15 @@ int pjs_dispatcher_create(int workers, const pjs_sched_config *cfg, uint64_t wei
                                       .evict = cache_evict,
                                       .wanted = cache_wanted,
                                       .ctx = d});
+    /* The host tier is always autonomous: a control plane pins models on
+     * the device, and their floors come along. */
+    d->host_tier = host_budget != PJS_WCACHE_UNLIMITED;
+    pjs_wcache_init(&d->host, host_budget, true, cfg->eviction,
+                    &(pjs_wcache_ops){.load = host_load,
+                                      .evict = host_evict,
+                                      .wanted = host_wanted,
+                                      .ctx = d});
+    pthread_mutex_init(&d->host_lock, NULL);
     pthread_cond_init(&d->xfer.wake, NULL);
     pthread_cond_init(&d->xfer.finished, NULL);
     if (autonomous && cfg->weight_prefetch && weight_budget != PJS_WCACHE_UNLIMITED) {
@@ -1487,6 +1642,10 @@ void pjs_dispatcher_destroy(pjs_dispatcher *d)
     while (d->cache.oldest != NULL)
         pjs_wcache_release(&d->cache, d->cache.oldest);
     pjs_wcache_destroy(&d->cache);
+    while (d->host.oldest != NULL)
+        pjs_wcache_release(&d->host, d->host.oldest);
+    pjs_wcache_destroy(&d->host);
+    pthread_mutex_destroy(&d->host_lock);
     free(d->scratch.args);
     free(d->scratch.results);
     free(d->scratch.result_bytes);

@@ -33,10 +33,16 @@ typedef struct pjs_dispatcher pjs_dispatcher;
 
 /* workers >= 1; cfg checked by pjs_sched_config_check. The device weight
  * cache gets weight_budget bytes (PJS_WCACHE_UNLIMITED) and loads and
- * evicts on its own when autonomous (not in explicit control). */
+ * evicts on its own when autonomous (not in explicit control). With a
+ * host_budget (not PJS_WCACHE_UNLIMITED) the host floors of `host` models
+ * are a cache too: read from their files when uploaded, evicted under
+ * that many bytes. */
 int pjs_dispatcher_create(int workers, const pjs_sched_config *cfg,
-                          uint64_t weight_budget, bool autonomous, pjs_dispatcher **out,
-                          pjs_error *err);
+                          uint64_t weight_budget, bool autonomous, uint64_t host_budget,
+                          pjs_dispatcher **out, pjs_error *err);
+/* Whether a host budget manages the host floors (models then create
+ * theirs on demand: pjs_model_create's floor_on_demand). */
+bool pjs_dispatcher_host_tier(const pjs_dispatcher *d);
 /* Drains, then stops and joins every thread. */
 void pjs_dispatcher_destroy(pjs_dispatcher *d);
 
@@ -86,6 +92,15 @@ void pjs_dispatcher_residency(pjs_dispatcher *d, pjs_model *m, pjs_residency *re
                               bool *resident, uint64_t *loads, uint64_t *evictions);
 void pjs_dispatcher_cache_totals(pjs_dispatcher *d, uint64_t *budget, uint64_t *used,
                                  uint64_t *pinned, uint64_t *changes);
+/* Whether m's host floor is in host memory, and the host tier's counts
+ * of its floor read from the file and dropped (0 without a host tier). */
+void pjs_dispatcher_host_residency(pjs_dispatcher *d, pjs_model *m, bool *in_host,
+                                   uint64_t *loads, uint64_t *evictions);
+/* The host tier's: budget (PJS_WCACHE_UNLIMITED without one), floors of
+ * `host` models in memory, of `device` models (pinned), floors read and
+ * dropped so far. */
+void pjs_dispatcher_host_totals(pjs_dispatcher *d, uint64_t *budget, uint64_t *used,
+                                uint64_t *pinned, uint64_t *changes);
 
 /* Refuses new requests from now on and waits until every accepted one has
  * completed (its on_done returned). */

@@ -531,7 +531,8 @@ static int load_locked(pjs_server *s, const char *name, const char *progress, bo
     if (rc == 0 && config != NULL && (rc = check_override(s, name, config, b, &ov, err)) != 0)
         pjs_bundle_close(b);
     if (rc == 0)
-        rc = pjs_model_create(b, s->client, s->cache, s->weight_store, &m, err);
+        rc = pjs_model_create(b, s->client, s->cache, s->weight_store,
+                              pjs_dispatcher_host_tier(s->dispatcher), &m, err);
     if (rc == 0 && config != NULL)
         override_model(m, &ov);
     if (rc == 0)
@@ -996,9 +997,18 @@ int pjs_server_create(const pjs_server_options *o, pjs_server **out, pjs_error *
         s->control_mode = o->control_mode;
         s->strict_readiness = o->strict_readiness;
         uint64_t budget = weight_budget(s, o);
+        uint64_t host_budget = PJS_WCACHE_UNLIMITED;
+        if (o->host_weight_budget > 0) {
+            char bytes[32];
+            host_budget = o->host_weight_budget;
+            pjs_info("host weight tier: budget %s (--host-weight-budget): floors of host "
+                     "models are read from their files when needed",
+                     pjs_format_bytes(host_budget, bytes, sizeof bytes));
+        }
         rc = pjs_dispatcher_create(o->dispatch_workers > 0 ? o->dispatch_workers : 4,
                                    &s->policies.sched, budget,
-                                   o->control_mode != PJS_CONTROL_EXPLICIT, &s->dispatcher, err);
+                                   o->control_mode != PJS_CONTROL_EXPLICIT, host_budget,
+                                   &s->dispatcher, err);
     }
     if (rc == 0)
         rc = pjs_work_pool_create("model loads", 1, s->max_pending_loads, &s->loads, err);
@@ -1453,12 +1463,17 @@ void pjs_server_model_residency(pjs_server *s, pjs_model *m, pjs_model_residency
     out->load_ns = atomic_load(&m->load_ns);
     pjs_dispatcher_residency(s->dispatcher, m, &out->residency, &out->resident, &out->loads,
                              &out->evictions);
+    pjs_dispatcher_host_residency(s->dispatcher, m, &out->in_host, &out->host_loads,
+                                  &out->host_evictions);
+    out->host_bytes = m->hentry.bytes;
 }
 
 void pjs_server_weight_cache_info(pjs_server *s, pjs_weight_cache_info *out)
 {
     pjs_dispatcher_cache_totals(s->dispatcher, &out->budget_bytes, &out->used_bytes,
                                 &out->pinned_bytes, &out->changes);
+    pjs_dispatcher_host_totals(s->dispatcher, &out->host_budget_bytes, &out->host_used_bytes,
+                               &out->host_pinned_bytes, &out->host_changes);
 }
 
 int pjs_server_set_residency(pjs_server *s, const char *name, pjs_residency target,

@@ -62,6 +62,9 @@ typedef struct pjs_server_options {
      * device reports none (the CPU plugin). */
     uint64_t device_weight_budget;
     double weight_fraction;       /* share of device memory for weights; 0: 0.8 */
+    /* Host memory for `host` models' floors; 0: no host tier (every floor
+     * kept for its model's life). */
+    uint64_t host_weight_budget;
     /* Largest request a front end accepts, counted after decompression;
      * 0: PJS_DEFAULT_MAX_REQUEST_BYTES. At most PJS_MAX_REQUEST_BYTES_LIMIT. */
     uint64_t max_request_bytes;
@@ -207,6 +210,10 @@ typedef struct pjs_model_residency_info {
     uint64_t loads;             /* host-to-device weight loads */
     uint64_t evictions;
     uint64_t load_ns;           /* total time of those loads */
+    bool in_host;               /* its host floor is in host memory now */
+    uint64_t host_bytes;        /* what its floor takes there */
+    uint64_t host_loads;        /* floors read from the file by the host tier */
+    uint64_t host_evictions;    /* floors dropped by it */
 } pjs_model_residency_info;
 void pjs_server_model_residency(pjs_server *s, pjs_model *m, pjs_model_residency_info *out);
 
@@ -216,6 +223,11 @@ typedef struct pjs_weight_cache_info {
     uint64_t pinned_bytes;      /* resident weights of device-pinned models */
     uint64_t changes;           /* loads + evictions so far: equal before and after
                                    reading models' residency = a consistent set */
+    /* The host tier (--host-weight-budget): UINT64_MAX without one. */
+    uint64_t host_budget_bytes;
+    uint64_t host_used_bytes;   /* floors of `host` models in host memory */
+    uint64_t host_pinned_bytes; /* floors of `device` models (outside the budget) */
+    uint64_t host_changes;      /* floors read + dropped so far */
 } pjs_weight_cache_info;
 void pjs_server_weight_cache_info(pjs_server *s, pjs_weight_cache_info *out);
 

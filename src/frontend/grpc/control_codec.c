@@ -62,6 +62,9 @@ int pjs_grpc_control_model_status(const pjs_control_model *m, pjs_grpc_arena *a,
         s->max_queue_depth = m->sched.max_queue_depth;
         s->default_timeout_us = m->sched.default_timeout_us;
         s->queue_depth = m->sched.queue_depth;
+        s->in_host = r->in_host;
+        s->host_loads = r->host_loads;
+        s->host_evictions = r->host_evictions;
     }
     *out = s;
     return 0;
@@ -82,6 +85,10 @@ int pjs_grpc_control_status(pjs_control_mode mode, const pjs_weight_cache_info *
     c->budget_bytes = c->unlimited ? 0 : cache->budget_bytes;
     c->used_bytes = cache->used_bytes;
     c->pinned_bytes = cache->pinned_bytes;
+    c->host_unlimited = cache->host_budget_bytes == UINT64_MAX;
+    c->host_budget_bytes = c->host_unlimited ? 0 : cache->host_budget_bytes;
+    c->host_used_bytes = cache->host_used_bytes;
+    c->host_pinned_bytes = cache->host_pinned_bytes;
     for (size_t i = 0; i < n; i++) {
         int rc = pjs_grpc_control_model_status(&models[i], a, &list[i], err);
         if (rc != 0)

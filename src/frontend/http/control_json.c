@@ -22,13 +22,14 @@ json_t *pjs_control_model_json(const pjs_control_model *m)
         return doc;
     const pjs_model_residency_info *r = &m->residency;
     json_t *loaded = json_pack(
-        "{s:s, s:b, s:I, s:I, s:I, s:f, s:f, s:I, s:I, s:I}", "residency",
+        "{s:s, s:b, s:I, s:I, s:I, s:f, s:f, s:I, s:I, s:I, s:b, s:I, s:I}", "residency",
         pjs_residency_name(r->residency), "resident", r->resident, "weight_bytes",
         (json_int_t)r->weight_bytes, "loads", (json_int_t)r->loads, "evictions",
         (json_int_t)r->evictions, "load_seconds", (double)r->load_ns / 1e9, "weight",
         m->sched.weight, "max_queue_depth", (json_int_t)m->sched.max_queue_depth,
         "default_timeout_us", (json_int_t)m->sched.default_timeout_us, "queue_depth",
-        (json_int_t)m->sched.queue_depth);
+        (json_int_t)m->sched.queue_depth, "in_host", r->in_host, "host_loads",
+        (json_int_t)r->host_loads, "host_evictions", (json_int_t)r->host_evictions);
     if (loaded == NULL || json_object_update(doc, loaded) != 0) {
         json_decref(doc);
         doc = NULL;
@@ -41,6 +42,7 @@ json_t *pjs_control_status_json(pjs_control_mode mode, const pjs_weight_cache_in
                                 const pjs_control_model *models, size_t n)
 {
     bool unlimited = cache->budget_bytes == UINT64_MAX;
+    bool host_unlimited = cache->host_budget_bytes == UINT64_MAX;
     json_t *list = json_array();
     for (size_t i = 0; list != NULL && i < n; i++) {
         json_t *e = pjs_control_model_json(&models[i]);
@@ -49,11 +51,15 @@ json_t *pjs_control_status_json(pjs_control_mode mode, const pjs_weight_cache_in
             list = NULL;
         }
     }
-    return json_pack("{s:s, s:{s:I, s:b, s:I, s:I}, s:o}", "control_mode",
+    return json_pack("{s:s, s:{s:I, s:b, s:I, s:I, s:I, s:b, s:I, s:I}, s:o}", "control_mode",
                      pjs_control_mode_name(mode), "cache", "budget_bytes",
                      (json_int_t)(unlimited ? 0 : cache->budget_bytes), "unlimited", unlimited,
                      "used_bytes", (json_int_t)cache->used_bytes, "pinned_bytes",
-                     (json_int_t)cache->pinned_bytes, "models", list);
+                     (json_int_t)cache->pinned_bytes, "host_budget_bytes",
+                     (json_int_t)(host_unlimited ? 0 : cache->host_budget_bytes),
+                     "host_unlimited", host_unlimited, "host_used_bytes",
+                     (json_int_t)cache->host_used_bytes, "host_pinned_bytes",
+                     (json_int_t)cache->host_pinned_bytes, "models", list);
 }
 
 /* ---- request bodies -------------------------------------------------------------- */

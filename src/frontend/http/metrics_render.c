@@ -172,6 +172,21 @@ static metric_value weight_load_s(const pjs_metrics_model *m)
     return seconds(m->residency.load_ns);
 }
 
+static metric_value host_weight_bytes(const pjs_metrics_model *m)
+{
+    return count(m->residency.in_host ? m->residency.host_bytes : 0);
+}
+
+static metric_value host_weight_loads(const pjs_metrics_model *m)
+{
+    return count(m->residency.host_loads);
+}
+
+static metric_value host_weight_evictions(const pjs_metrics_model *m)
+{
+    return count(m->residency.host_evictions);
+}
+
 
 static const model_family triton_families[] = {
     {"nv_inference_request_success", "Number of successful inference requests, all batch sizes",
@@ -227,6 +242,14 @@ static const model_family pjserve_families[] = {
      "gauge", "", weight_resident_bytes},
     {"pjserve_weight_load_seconds_total", "Time spent loading the model's weights, in seconds",
      "counter", "", weight_load_s},
+    {"pjserve_host_weight_bytes", "Bytes of the model's host floor in host memory now",
+     "gauge", "", host_weight_bytes},
+    {"pjserve_host_weight_loads_total",
+     "Reads of the model's weights from its file into host memory by the host tier", "counter",
+     "", host_weight_loads},
+    {"pjserve_host_weight_evictions_total",
+     "Evictions of the model's host floor by the host tier", "counter", "",
+     host_weight_evictions},
 };
 
 /* A label value between quotes, escaped. */
@@ -520,6 +543,23 @@ static int render_weight_cache(const pjs_weight_cache_info *c, pjs_http_buf *b, 
                           "Bytes of device-pinned models' weights on the device (outside the "
                           "budget)",
                           count(c->pinned_bytes), err);
+    metric_value host_budget =
+        c->host_budget_bytes == UINT64_MAX ? real(INFINITY) : count(c->host_budget_bytes);
+    if (rc == 0)
+        rc = server_gauge(b, "pjserve_host_weight_budget_bytes",
+                          "Host memory the host tier may fill with host models' floors "
+                          "(+Inf: no host tier, every floor kept)",
+                          host_budget, err);
+    if (rc == 0)
+        rc = server_gauge(b, "pjserve_host_weight_used_bytes",
+                          "Bytes of host models' floors in host memory under the budget (0 "
+                          "without a host tier)",
+                          count(c->host_used_bytes), err);
+    if (rc == 0)
+        rc = server_gauge(b, "pjserve_host_weight_pinned_bytes",
+                          "Bytes of device-pinned models' floors kept in host memory by the "
+                          "host tier (outside its budget)",
+                          count(c->host_pinned_bytes), err);
     return rc;
 }
 
