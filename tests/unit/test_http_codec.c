@@ -1120,6 +1120,7 @@ static void test_metrics_render(void **state)
     /* No models: the families are still declared, the gauges still there;
      * an unlimited budget is +Inf. */
     gauges.cache.budget_bytes = UINT64_MAX;
+    gauges.cache.host_budget_bytes = UINT64_MAX;
     pjs_http_buf_init(&out, 1 << 20);
     assert_int_equal(pjs_metrics_render(NULL, 0, &gauges, &out, &err), 0);
     assert_non_null(strstr(out.data, "# TYPE nv_inference_count counter\n# HELP"));
@@ -1127,6 +1128,7 @@ static void test_metrics_render(void **state)
     assert_non_null(strstr(out.data, "pjserve_scheduler_info{discipline=\"fair\"} 1\n"));
     assert_non_null(strstr(out.data, "# TYPE pjserve_weight_loads_total counter\n# HELP"));
     assert_non_null(strstr(out.data, "\npjserve_weight_cache_budget_bytes +Inf\n"));
+    assert_non_null(strstr(out.data, "\npjserve_host_weight_budget_bytes +Inf\n"));
     pjs_http_buf_free(&out);
 
     /* Every line is a comment or `name{labels} value`, every family declared once. */
@@ -1139,7 +1141,7 @@ static void test_metrics_render(void **state)
         else if (line[0] != '#' && strchr(line, ' ') == NULL)
             fail_msg("a sample without a value: %s", line);
     }
-    assert_int_equal(types, 9 + 13 + 3 + 6);
+    assert_int_equal(types, 9 + 16 + 3 + 9);
     pjs_http_buf_free(&out);
 }
 
@@ -1160,7 +1162,11 @@ static pjs_control_model control_model(const char *name, pjs_model_state state, 
                                                  .weight_bytes = 4096,
                                                  .loads = 2,
                                                  .evictions = 1,
-                                                 .load_ns = 2500000000u};
+                                                 .load_ns = 2500000000u,
+                                                 .in_host = true,
+                                                 .host_bytes = 4096,
+                                                 .host_loads = 3,
+                                                 .host_evictions = 2};
         m.sched = (pjs_model_sched_info){.weight = 2.5, .max_queue_depth = 64,
                                          .default_timeout_us = 50000, .queue_depth = 3};
     }
@@ -1173,13 +1179,15 @@ static void test_control_status_json(void **state)
     pjs_control_model models[2] = {control_model("mlp", PJS_MODEL_READY, true),
                                    control_model("two_io", PJS_MODEL_UNAVAILABLE, false)};
     pjs_weight_cache_info cache = {.budget_bytes = UINT64_MAX, .used_bytes = 7,
-                                   .pinned_bytes = 4096};
+                                   .pinned_bytes = 4096, .host_budget_bytes = UINT64_MAX};
     json_t *doc = pjs_control_status_json(PJS_CONTROL_EXPLICIT, &cache, models, 2);
     char *text = json_dumps(doc, JSON_COMPACT | JSON_SORT_KEYS);
     assert_string_equal(
-        text, "{\"cache\":{\"budget_bytes\":0,\"pinned_bytes\":4096,\"unlimited\":true,"
-              "\"used_bytes\":7},\"control_mode\":\"explicit\",\"models\":[{"
-              "\"default_timeout_us\":50000,\"evictions\":1,\"load_seconds\":2.5,\"loads\":2,"
+        text, "{\"cache\":{\"budget_bytes\":0,\"host_budget_bytes\":0,\"host_pinned_bytes\":0,"
+              "\"host_unlimited\":true,\"host_used_bytes\":0,\"pinned_bytes\":4096,"
+              "\"unlimited\":true,\"used_bytes\":7},\"control_mode\":\"explicit\",\"models\":[{"
+              "\"default_timeout_us\":50000,\"evictions\":1,\"host_evictions\":2,"
+              "\"host_loads\":3,\"in_host\":true,\"load_seconds\":2.5,\"loads\":2,"
               "\"max_queue_depth\":64,\"name\":\"mlp\",\"queue_depth\":3,\"reason\":\"\","
               "\"residency\":\"device\",\"resident\":true,\"state\":\"READY\",\"weight\":2.5,"
               "\"weight_bytes\":4096},{\"name\":\"two_io\",\"reason\":\"unloaded by a "
@@ -1188,10 +1196,14 @@ static void test_control_status_json(void **state)
     json_decref(doc);
 
     cache.budget_bytes = 1 << 20;
+    cache.host_budget_bytes = 3 << 20;
+    cache.host_used_bytes = 5;
     doc = pjs_control_status_json(PJS_CONTROL_DYNAMIC, &cache, NULL, 0);
     text = json_dumps(doc, JSON_COMPACT | JSON_SORT_KEYS);
     assert_non_null(strstr(text, "\"budget_bytes\":1048576,"));
     assert_non_null(strstr(text, "\"unlimited\":false"));
+    assert_non_null(strstr(text, "\"host_budget_bytes\":3145728,"));
+    assert_non_null(strstr(text, "\"host_unlimited\":false,\"host_used_bytes\":5,"));
     assert_non_null(strstr(text, "\"control_mode\":\"dynamic\",\"models\":[]"));
     free(text);
     json_decref(doc);
