@@ -43,7 +43,7 @@ import tritonclient.http as httpclient
 import pjserve_export as pe
 from protocol_util import (BUDGET, EVICTIONS, LOAD_SECONDS, LOADS, PINNED, RESIDENT, USED, Case,
                            ServerFailure, ServerProcess, grpc_infer_case, http_infer_case,
-                           parse_metrics, run_threads, scrape, serve_only)
+                           http_json, parse_metrics, run_threads, scrape, serve_only)
 
 N_MODELS = 10
 IN, HIDDEN, OUT = 64, 768, 32
@@ -472,3 +472,192 @@ def test_over_budget_warning_is_rate_limited(start_server, residency_models):
         # every load is either a line or counted in one (start-up's lines
         # may be counted too)
         assert loads[model] <= len(mine) + sum(mine) <= loads[model] + 2, (model, mine, loads)
+
+
+# ---- the host tier (--host-weight-budget) ------------------------------------------------
+
+HOST_BUDGET = "pjserve_host_weight_budget_bytes"
+HOST_USED = "pjserve_host_weight_used_bytes"
+HOST_PINNED = "pjserve_host_weight_pinned_bytes"
+HOST_BYTES = "pjserve_host_weight_bytes"
+HOST_LOADS = "pjserve_host_weight_loads_total"
+HOST_EVICTIONS = "pjserve_host_weight_evictions_total"
+
+
+@dataclass
+class HostView:
+    """The host tier as one scrape of /metrics shows it."""
+    budget: float
+    used: float
+    pinned: float
+    in_host: Dict[str, float]
+    loads: Dict[str, float]
+    evictions: Dict[str, float]
+
+    def floors(self):
+        return sorted(m for m, b in self.in_host.items() if b > 0)
+
+
+def host_view(server: ServerProcess) -> HostView:
+    samples, _ = parse_metrics(scrape(server.metrics_url))
+    return HostView(server_gauge(samples, HOST_BUDGET), server_gauge(samples, HOST_USED),
+                    server_gauge(samples, HOST_PINNED), per_model(samples, HOST_BYTES),
+                    per_model(samples, HOST_LOADS), per_model(samples, HOST_EVICTIONS))
+
+
+def control_json(server, method: str, path: str, doc=None):
+    status, got, raw = http_json(server.http_url, method, path, doc)
+    return status, got if got is not None else raw
+
+
+@serve_only("the host budget is per worker")
+def test_host_tier_many_models(start_server, residency_models):
+    """Ten models, host memory for four of their floors, device room for two:
+    every answer right over both protocols while floors are read from their
+    files and evicted again; the host budget held at every scrape; the books
+    add up at the end."""
+    mb = residency_models.weight_bytes
+    host_budget = 4 * mb + mb // 2
+    server = start_server(NAMES, int(2.5 * mb), ["--host-weight-budget", str(host_budget)])
+    first = host_view(server)
+    assert first.budget == host_budget
+    assert first.pinned == 0
+    assert len(first.floors()) <= 4  # the warm-ups read them, within the budget
+
+    scrapes, violations = [], []
+    stop = threading.Event()
+
+    def scraper():
+        while not stop.is_set():
+            try:
+                v = host_view(server)
+            except Exception as e:  # noqa: BLE001 - reported below
+                violations.append(f"scrape failed: {e!r}")
+                return
+            total = sum(v.in_host.values())
+            scrapes.append((v.used, len(v.floors())))
+            if v.used > host_budget or total > host_budget:
+                violations.append(f"used {v.used:.0f}, floors {total:.0f} ({v.floors()}) > "
+                                  f"budget {host_budget}")
+            time.sleep(0.01)
+
+    def client_thread(i):
+        proto = "grpc" if i % 2 == 0 else "http"
+        rng = random.Random(4321 + i)
+        g, h = clients(server)
+        c = g if proto == "grpc" else h
+        try:
+            for k in range(60):
+                name = rng.choice(NAMES)
+                case = residency_models.cases[name][rng.choice(ROWS)]
+                infer_checked(c, proto, case, f"(thread {i}, request {k})")
+        finally:
+            g.close()
+            h.close()
+        return k + 1
+
+    t = threading.Thread(target=scraper, daemon=True)
+    t.start()
+    try:
+        results, errors = run_threads(client_thread, 4, timeout=600)
+    finally:
+        stop.set()
+        t.join(30)
+    assert not errors, f"{len(errors)} client threads failed; first: {errors[0][1]!r}"
+    assert not violations, (f"the host tier exceeded its budget at {len(violations)} of "
+                            f"{len(scrapes)} scrapes:\n" + "\n".join(violations[:20]))
+    assert len(scrapes) >= 10, f"only {len(scrapes)} scrapes during the run"
+    end = host_view(server)
+    floors = end.floors()
+    assert 1 <= len(floors) <= 4
+    for m in NAMES:
+        loads, ev = end.loads.get(m, 0), end.evictions.get(m, 0)
+        assert loads - ev == (1 if m in floors else 0), f"{m}: {loads} reads, {ev} evictions"
+    assert sum(end.evictions.values()) > 0, "no floor was ever evicted"
+    assert end.used == sum(end.in_host.values())
+
+
+@serve_only("the host budget is per worker")
+def test_host_tier_follows_residency(start_server, residency_models):
+    """A device-pinned model's floor is kept outside the host budget, an
+    unpinned one's dropped (it is read from the file on each upload), and
+    a host one's back under the budget; the answers stay right."""
+    mb = residency_models.weight_bytes
+    names = NAMES[:3]
+    server = start_server(names, 10 * mb, ["--host-weight-budget", str(2 * mb + mb // 2)])
+    g, h = clients(server)
+    try:
+        a = names[0]
+        assert control_json(server, "POST", f"/v2/pjserve/models/{a}/residency",
+                            {"residency": "device"})[0] == 200
+        v = host_view(server)
+        assert v.in_host[a] > 0 and v.pinned == v.in_host[a], v
+        for name in names:  # the other two fill the budget; a's floor stays
+            infer_checked(g, "grpc", residency_models.cases[name][1], f"({name})")
+        status, doc = control_json(server, "GET", "/v2/pjserve/control")
+        assert status == 200, doc
+        state = {m["name"]: m for m in doc["models"]}
+        assert state[a]["in_host"] and state[a]["residency"] == "device"
+        assert doc["cache"]["host_pinned_bytes"] == v.pinned
+        assert doc["cache"]["host_budget_bytes"] == 2 * mb + mb // 2
+        assert not doc["cache"]["host_unlimited"]
+
+        assert control_json(server, "POST", f"/v2/pjserve/models/{a}/residency",
+                            {"residency": "unpinned"})[0] == 200
+        v = host_view(server)
+        assert v.in_host.get(a, 0) == 0 and v.pinned == 0, v
+        infer_checked(h, "http", residency_models.cases[a][3], "(unpinned)")
+        assert host_view(server).in_host.get(a, 0) == 0, "an unpinned model got a floor"
+
+        assert control_json(server, "POST", f"/v2/pjserve/models/{a}/residency",
+                            {"residency": "host"})[0] == 200
+        for name in names:
+            infer_checked(h, "http", residency_models.cases[name][1], f"({name}, host)")
+        v = host_view(server)
+        assert v.used <= 2 * mb + mb // 2 and v.pinned == 0, v
+    finally:
+        g.close()
+        h.close()
+
+
+@serve_only("the host budget is per worker")
+def test_host_tier_refuses_a_changed_file(pjserve_bin, plugin_path, cache_dir, residency_models,
+                                          tmp_path):
+    """A floor read again after its file changed is refused with
+    FAILED_PRECONDITION (the checksums taken when the model loaded), never
+    served; the other models keep answering."""
+    mb = residency_models.weight_bytes
+    changed = NAMES[1]
+    repo = residency_models.repository(tmp_path / "repo", NAMES[:3])
+    (repo / changed).unlink()  # a copy of its own, to change
+    shutil.copytree(residency_models.bundles / changed, repo / changed)
+    server = ServerProcess(pjserve_bin, plugin_path, repo, cache_dir, tmp_path / "srv",
+                           ["--device-weight-budget", str(mb + mb // 2), "--host-weight-budget",
+                            str(mb + mb // 2), "--model-control-mode", "static"], "host-changed")
+    try:
+        server.start()
+    except ServerFailure as e:
+        pytest.fail(str(e), pytrace=False)
+    g, h = clients(server)
+    try:
+        for name in NAMES[:3]:  # room for one model: each request reads its model's file
+            infer_checked(g, "grpc", residency_models.cases[name][1], f"({name})")
+        weights = repo / changed / pe.WEIGHTS_FILE
+        with open(weights, "r+b") as f:  # in place: the file the server has open
+            f.seek(-8, 2)
+            tail = f.read(8)
+            f.seek(-8, 2)
+            f.write(bytes(8) if tail != bytes(8) else b"\x01" * 8)
+        infer_checked(g, "grpc", residency_models.cases[NAMES[0]][1], "(evicting the floor)")
+        with pytest.raises(Exception) as e:
+            grpc_infer_case(g, residency_models.cases[changed][1])
+        assert "weights refused" in str(e.value), str(e.value)
+        assert "FAILED_PRECONDITION" in str(e.value), str(e.value)
+        for name in (NAMES[0], NAMES[2]):
+            infer_checked(h, "http", residency_models.cases[name][3], f"({name}, after)")
+    finally:
+        g.close()
+        h.close()
+        problems = server.stop_and_check()
+        server.kill()
+    assert problems == [], problems
