@@ -122,6 +122,8 @@ typedef enum model_field {
     F_QUEUE_DEPTH,
     F_IN_FLIGHT,
     F_RESIDENT,
+    F_IN_HOST,
+    F_HOST_LOADS,
     F_QWAIT,
 } model_field;
 
@@ -139,6 +141,8 @@ static const struct {
     {"pjserve_model_queue_depth", F_QUEUE_DEPTH},
     {"pjserve_model_requests_in_flight", F_IN_FLIGHT},
     {"pjserve_weight_resident_bytes", F_RESIDENT},
+    {"pjserve_host_weight_bytes", F_IN_HOST},
+    {"pjserve_host_weight_loads_total", F_HOST_LOADS},
     {"pjserve_model_queue_wait_seconds", F_QWAIT},
 };
 
@@ -185,6 +189,8 @@ static void add_model_sample(builder *b, const pjs_prom_sample *x, model_field f
         m->resident_bytes += v;
         m->resident_on += v > 0;
         break;
+    case F_IN_HOST: m->in_host_on += v > 0; break;
+    case F_HOST_LOADS: w->host_loads += v; break;
     case F_QWAIT: {
         const char *q = pjs_prom_label_value(x, "quantile");
         if (q == NULL)
@@ -225,6 +231,11 @@ static void add_server_sample(builder *b, const pjs_prom_sample *x)
         w->pinned_bytes = x->value;
     } else if (strcmp(n, "pjserve_weight_prefetches_total") == 0) {
         w->prefetches = x->value;
+    } else if (strcmp(n, "pjserve_host_weight_budget_bytes") == 0) {
+        w->has_host_tier = true; /* a finite budget: +Inf (no tier) is not countable */
+        w->host_budget_bytes = x->value;
+    } else if (strcmp(n, "pjserve_host_weight_used_bytes") == 0) {
+        w->host_used_bytes = x->value;
     } else if (strcmp(n, "pjserve_queue_depth") == 0) {
         s->queue_depth += x->value;
     } else if (strcmp(n, "pjserve_requests_in_flight") == 0) {
@@ -448,6 +459,12 @@ static void server_figures(const pjs_top_snapshot *prev, const pjs_top_snapshot 
             v->used_bytes += w->used_bytes;
             v->pinned_bytes += w->pinned_bytes;
         }
+        if (w->has_host_tier) {
+            v->has_host_tier = true;
+            v->host_budget_bytes += w->host_budget_bytes;
+            v->host_used_bytes += w->host_used_bytes;
+            v->host_loads_rate += dt > 0 ? growth(p->host_loads, w->host_loads) / dt : 0;
+        }
     }
     size_t n = cur->n_workers > 0 ? cur->n_workers : 1;
     v->busy = dt > 0 && cur->has_device_time ? device_s / dt / (double)n : -1;
@@ -499,9 +516,10 @@ static void format_bytes(double bytes, char *out, size_t cap)
 }
 
 /* Where a model's weights are now: pinned (residency device), device (in
- * the cache; "device 1/2" when on some workers only), file (unpinned and
- * evicted: read from the bundle when loaded next), host. */
-static void location(const pjs_top_model *m, char *out, size_t cap)
+ * the cache; "device 1/2" when on some workers only), file (unpinned, or
+ * its floor evicted by a host tier: read from the bundle when loaded
+ * next), host. */
+static void location(const pjs_top_model *m, bool host_tier, char *out, size_t cap)
 {
     if (strcmp(m->residency, "device") == 0)
         snprintf(out, cap, "pinned");
@@ -509,7 +527,7 @@ static void location(const pjs_top_model *m, char *out, size_t cap)
         snprintf(out, cap, "device %u/%u", m->resident_on, m->workers);
     else if (m->resident_on > 0)
         snprintf(out, cap, "device");
-    else if (strcmp(m->residency, "unpinned") == 0)
+    else if (strcmp(m->residency, "unpinned") == 0 || (host_tier && m->in_host_on == 0))
         snprintf(out, cap, "file");
     else
         snprintf(out, cap, "host");
@@ -585,6 +603,17 @@ static int header(const pjs_top_snapshot *cur, const pjs_top_view *v, const pjs_
                       "%.1f/s",
                       v->loads_rate, v->evictions_rate);
     }
+    if (rc == 0 && v->has_host_tier) {
+        char host_used[32], host_budget[32];
+        format_bytes(v->host_used_bytes, host_used, sizeof host_used);
+        format_bytes(v->host_budget_bytes, host_budget, sizeof host_budget);
+        rc = add_line(out, width, err,
+                      "host floors %s of %s budget (%.0f%%)   read from files %.1f/s", host_used,
+                      host_budget,
+                      v->host_budget_bytes > 0 ? 100.0 * v->host_used_bytes / v->host_budget_bytes
+                                               : 0.0,
+                      v->host_loads_rate);
+    }
     if (rc == 0)
         rc = add_line(out, width, err,
                       "LAT ms: mean over the interval (the server exports sums, not latency "
@@ -656,7 +685,7 @@ int pjs_top_render(const pjs_top_snapshot *cur, const pjs_top_view *v, const pjs
         figure(r->latency_ms, "%.2f", lat, sizeof lat);
         figure(m->has_qwait ? m->qwait_p50_s * 1e3 : -1, "%.2f", p50, sizeof p50);
         figure(m->has_qwait ? m->qwait_p99_s * 1e3 : -1, "%.2f", p99, sizeof p99);
-        location(m, where, sizeof where);
+        location(m, v->has_host_tier, where, sizeof where);
         if (m->weight_bytes > 0)
             format_bytes(m->weight_bytes, size, sizeof size);
         else
@@ -701,11 +730,11 @@ static json_t *maybe(double v)
     return v < 0 ? json_null() : json_real(v);
 }
 
-static json_t *row_json(const pjs_top_row *r)
+static json_t *row_json(const pjs_top_row *r, bool host_tier)
 {
     const pjs_top_model *m = r->model;
     char where[32];
-    location(m, where, sizeof where);
+    location(m, host_tier, where, sizeof where);
     json_t *e = json_object();
     json_object_set_new(e, "name", json_string(m->name));
     json_object_set_new(e, "queue_depth", json_integer((json_int_t)m->queue_depth));
@@ -754,7 +783,7 @@ json_t *pjs_top_view_json(const pjs_top_snapshot *cur, const pjs_top_view *v,
 {
     json_t *models = json_array(), *workers = json_array();
     for (size_t i = 0; i < v->n_rows; i++)
-        json_array_append_new(models, row_json(&v->rows[i]));
+        json_array_append_new(models, row_json(&v->rows[i], v->has_host_tier));
     for (size_t i = 0; i < cur->n_workers; i++)
         json_array_append_new(workers, worker_json(&cur->workers[i], v->worker_busy[i]));
     json_t *cache = json_null();
@@ -781,6 +810,12 @@ json_t *pjs_top_view_json(const pjs_top_snapshot *cur, const pjs_top_view *v,
     json_object_set_new(doc, "evictions_per_s", json_real(v->evictions_rate));
     json_object_set_new(doc, "prefetches_per_s", json_real(v->prefetches_rate));
     json_object_set_new(doc, "cache", cache);
+    json_t *host = json_null();
+    if (v->has_host_tier)
+        host = json_pack("{s:I, s:I, s:f}", "budget_bytes", (json_int_t)v->host_budget_bytes,
+                         "used_bytes", (json_int_t)v->host_used_bytes, "loads_per_s",
+                         v->host_loads_rate);
+    json_object_set_new(doc, "host_tier", host);
     json_object_set_new(doc, "node", json_boolean(cur->node));
     json_object_set_new(doc, "workers", workers);
     json_object_set_new(doc, "sort", json_string(pjs_top_column_name(o->sort)));

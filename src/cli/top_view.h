@@ -37,6 +37,7 @@ typedef struct pjs_top_model {
     double qwait_p50_s, qwait_p99_s; /* queue wait summary, the largest over workers */
     bool has_qwait;
     unsigned workers, resident_on;   /* workers reporting it; of them, with weights on the device */
+    unsigned in_host_on;             /* of them, with its floor in host memory */
     char residency[16];              /* device, host, unpinned (control status), or "" */
     double weight_bytes;             /* from the control status; 0 when unknown */
 } pjs_top_model;
@@ -47,6 +48,10 @@ typedef struct pjs_top_worker {
     bool has_cache;
     double budget_bytes, used_bytes, pinned_bytes; /* budget +Inf: unlimited */
     double device_s, loads, evictions, prefetches;
+    /* Its host tier (--host-weight-budget), when it has one: floors in
+     * host memory, and floors read from files so far. */
+    bool has_host_tier;
+    double host_budget_bytes, host_used_bytes, host_loads;
     /* From the node status, when there is one. */
     char state[16], device[32];
     long long pid, restarts;   /* pid -1: none running */
@@ -121,6 +126,8 @@ typedef struct pjs_top_view {
     double worker_busy[PJS_TOP_MAX_WORKERS]; /* by index into the snapshot's workers */
     double budget_bytes, used_bytes, pinned_bytes; /* summed over workers */
     bool has_cache;
+    bool has_host_tier;          /* some worker has one: its sums below */
+    double host_budget_bytes, host_used_bytes, host_loads_rate;
 } pjs_top_view;
 
 typedef struct pjs_top_options {

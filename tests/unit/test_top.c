@@ -403,6 +403,71 @@ static void columns_by_name(void **state)
     assert_int_equal(pjs_top_column_parse("speed"), -1);
 }
 
+/* With a host tier, a model neither on the device nor in host memory is
+ * read from its file when it runs next: "file"; the header shows the tier. */
+static void host_tier_shows_where_floors_are(void **state)
+{
+    (void)state;
+    char *base = server_metrics(NULL, 1), *t0, *t1;
+    const char *host = "pjserve_host_weight_bytes{model=\"mlp\",version=\"1\"} 2752\n"
+                       "pjserve_host_weight_bytes{model=\"big\",version=\"1\"} 0\n"
+                       "pjserve_host_weight_loads_total{model=\"big\",version=\"1\"} %d\n"
+                       "pjserve_host_weight_budget_bytes 65536\n"
+                       "pjserve_host_weight_used_bytes 2752\n";
+    assert_true(asprintf(&t0, "%s", base) > 0);
+    char *extra;
+    assert_true(asprintf(&extra, host, 6) > 0);
+    assert_true(asprintf(&t1, "%s%s", base, extra) > 0);
+    pjs_top_snapshot a, b;
+    snapshot_of(t0, 0, &a);
+    snapshot_of(t1, 2, &b);
+    pjs_top_options o = {.sort = PJS_TOP_COL_MODEL};
+    pjs_top_view v;
+    pjs_error err;
+    assert_int_equal(pjs_top_view_build(&a, &b, &o, &v, &err), 0);
+    assert_true(v.has_host_tier && v.host_budget_bytes == 65536 && v.host_used_bytes == 2752);
+    assert_true(fabs(v.host_loads_rate - 3) < 1e-9); /* 6 reads in 2 s */
+    pjs_top_context ctx = {.url = "http://h:8000", .metrics_url = "http://h:8002/metrics"};
+    pjs_top_lines lines;
+    assert_int_equal(pjs_top_render(&b, &v, &o, &ctx, 0, &lines, &err), 0);
+    bool header = false, big = false;
+    for (size_t i = 0; i < lines.n; i++) {
+        header = header || strstr(lines.line[i], "host floors 2.7 KiB of 64.0 KiB") != NULL;
+        if (strncmp(lines.line[i], "big ", 4) == 0) {
+            assert_non_null(strstr(lines.line[i], "file"));
+            big = true;
+        }
+        if (strncmp(lines.line[i], "mlp ", 4) == 0) /* on the device */
+            assert_non_null(strstr(lines.line[i], "device"));
+    }
+    assert_true(header && big);
+    pjs_top_lines_free(&lines);
+    json_t *doc = pjs_top_view_json(&b, &v, &o, &ctx);
+    json_t *tier = json_object_get(doc, "host_tier");
+    assert_int_equal(json_integer_value(json_object_get(tier, "budget_bytes")), 65536);
+    json_decref(doc);
+    pjs_top_view_free(&v);
+
+    /* Without a host tier an evicted model's floor is still in host memory. */
+    pjs_top_snapshot c;
+    snapshot_of(t0, 4, &c);
+    assert_int_equal(pjs_top_view_build(&a, &c, &o, &v, &err), 0);
+    assert_false(v.has_host_tier);
+    assert_int_equal(pjs_top_render(&c, &v, &o, &ctx, 0, &lines, &err), 0);
+    for (size_t i = 0; i < lines.n; i++)
+        if (strncmp(lines.line[i], "big ", 4) == 0)
+            assert_non_null(strstr(lines.line[i], "host"));
+    pjs_top_lines_free(&lines);
+    pjs_top_view_free(&v);
+    pjs_top_snapshot_free(&a);
+    pjs_top_snapshot_free(&b);
+    pjs_top_snapshot_free(&c);
+    free(base);
+    free(extra);
+    free(t0);
+    free(t1);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -412,6 +477,7 @@ int main(void)
         cmocka_unit_test(rates_between_two_scrapes),
         cmocka_unit_test(workers_behind_a_gateway_are_summed),
         cmocka_unit_test(screen_and_json),
+        cmocka_unit_test(host_tier_shows_where_floors_are),
         cmocka_unit_test(other_metrics_are_not_a_server),
         cmocka_unit_test(names_cannot_drive_the_terminal),
         cmocka_unit_test(columns_by_name),
