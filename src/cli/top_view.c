@@ -20,6 +20,8 @@
 #include <string.h>
 #include <strings.h>
 
+#include "core/residency.h"
+
 /* ---- snapshot ------------------------------------------------------------------- */
 
 #define TABLE_SLOTS 8192 /* a power of two, twice PJS_TOP_MAX_MODELS */
@@ -521,13 +523,15 @@ static void format_bytes(double bytes, char *out, size_t cap)
  * next), host. */
 static void location(const pjs_top_model *m, bool host_tier, char *out, size_t cap)
 {
-    if (strcmp(m->residency, "device") == 0)
+    pjs_residency r;
+    bool known = pjs_residency_from_name(m->residency, &r);
+    if (known && pjs_residency_device_pinned(r))
         snprintf(out, cap, "pinned");
     else if (m->resident_on > 0 && m->resident_on < m->workers && m->workers > 1)
         snprintf(out, cap, "device %u/%u", m->resident_on, m->workers);
     else if (m->resident_on > 0)
         snprintf(out, cap, "device");
-    else if (strcmp(m->residency, "unpinned") == 0 || (host_tier && m->in_host_on == 0))
+    else if ((known && !pjs_residency_has_floor(r)) || (host_tier && m->in_host_on == 0))
         snprintf(out, cap, "file");
     else
         snprintf(out, cap, "host");

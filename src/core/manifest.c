@@ -252,21 +252,18 @@ static int parse_kind(pjs_yaml *y, yaml_node_t *n, pjs_model_kind *out)
 
 static int parse_residency(pjs_yaml *y, yaml_node_t *n, pjs_residency *out)
 {
-    static const pjs_residency all[] = {PJS_RESIDENCY_HOST, PJS_RESIDENCY_DEVICE,
-                                        PJS_RESIDENCY_UNPINNED};
     int rc = pjs_yaml_get_string(y, n, "residency");
     if (rc != 0)
         return rc;
-    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) {
-        if (pjs_yaml_scalar_is(n, pjs_residency_name(all[i]))) {
-            *out = all[i];
+    for (size_t i = 0; i < PJS_N_RESIDENCIES; i++) {
+        if (pjs_yaml_scalar_is(n, pjs_residencies[i].name)) {
+            *out = pjs_residencies[i].residency;
             return 0;
         }
     }
     char q[PJS_YAML_QUOTE_MAX];
-    return pjs_yaml_fail(y, n, "residency",
-                         "unknown residency %s (expected host, device or unpinned)",
-                         pjs_yaml_quote_node(n, q, sizeof q));
+    return pjs_yaml_fail(y, n, "residency", "unknown residency %s (expected %s)",
+                         pjs_yaml_quote_node(n, q, sizeof q), pjs_residency_choices());
 }
 
 static int parse_batch_sizes(pjs_yaml *y, yaml_node_t *n, pjs_manifest *m)
@@ -1494,16 +1491,6 @@ void pjs_manifest_free(pjs_manifest *m)
     free(m->sequence.client_inputs);
     free(m->sequence.client_outputs);
     memset(m, 0, sizeof *m);
-}
-
-const char *pjs_residency_name(pjs_residency r)
-{
-    switch (r) {
-    case PJS_RESIDENCY_HOST: return "host";
-    case PJS_RESIDENCY_DEVICE: return "device";
-    case PJS_RESIDENCY_UNPINNED: return "unpinned";
-    }
-    return "invalid";
 }
 
 size_t pjs_tensor_spec_row_bytes(const pjs_tensor_spec *s)

@@ -17,6 +17,7 @@
 #include <stdint.h>
 
 #include "core/dtype.h"
+#include "core/residency.h"
 #include "core/shape.h"
 #include "core/status.h"
 
@@ -37,13 +38,6 @@ typedef enum pjs_model_kind {
  * or output_map (a step's inputs travel as one sub-call). */
 #define PJS_ENSEMBLE_MAX_STEPS 64
 #define PJS_ENSEMBLE_MAX_MAP 64
-
-/* Where a model's weights live between executions (see docs/bundle-format.md). */
-typedef enum pjs_residency {
-    PJS_RESIDENCY_HOST = 0,     /* host floor, loaded to the device on demand (default) */
-    PJS_RESIDENCY_DEVICE = 1,   /* kept on the device for the server's life */
-    PJS_RESIDENCY_UNPINNED = 2, /* no host floor: read from the file when needed */
-} pjs_residency;
 
 /* The layout of an image input, as clients read it from the model
  * configuration (Triton's ModelInput.format, same values). */
@@ -255,7 +249,5 @@ int pjs_manifest_parse(pjs_manifest *m, const char *yaml, size_t len, const char
                        pjs_error *err);
 int pjs_manifest_load(pjs_manifest *m, const char *path, pjs_error *err);
 void pjs_manifest_free(pjs_manifest *m);
-
-const char *pjs_residency_name(pjs_residency r);
 
 #endif

@@ -54,6 +54,7 @@
 #include <strings.h>
 
 #include "core/log.h"
+#include "core/residency.h"
 #include "core/unix_addr.h"
 #include "frontend/http/http_internal.h"
 #include "frontend/status_map.h"
@@ -661,15 +662,13 @@ static bool rest_change(pjs__http_call *c, const pjs_gw_op *op, const char *mode
         out->config = json_string_value(config);
         return c->body.len == 0 || *doc != NULL;
     }
-    static const char *const names[] = {"device", "host", "unpinned"};
     const char *value = json_string_value(json_object_get(*doc, "residency"));
     out->kind = PJS_GW_CHANGE_RESIDENCY;
-    for (int i = 0; value != NULL && i < 3; i++)
-        if (strcmp(value, names[i]) == 0) {
-            out->residency = i + 1; /* pjserve.control.v1.Residency: DEVICE, HOST, UNPINNED */
-            return true;
-        }
-    return false;
+    pjs_residency r;
+    if (!pjs_residency_from_name(value, &r))
+        return false;
+    out->residency = pjs_residency_wire(r);
+    return true;
 }
 
 /* Sends the call to the workers op's class names (`model`: the model's

@@ -95,11 +95,12 @@ int pjs_model_create(pjs_bundle *b, pjs_rt_client *c, pjs_exec_cache *cache, pjs
     m->residency = man->residency;
     for (size_t i = 0; i < b->weights.n_tensors; i++)
         m->wentry.bytes += b->weights.tensors[i].nbytes;
-    m->wentry.pinned = m->residency == PJS_RESIDENCY_DEVICE;
+    m->wentry.pinned = pjs_residency_device_pinned(m->residency);
     m->hentry.bytes = pjs_model_floor_bytes(m);
     atomic_init(&m->load_ns, 0);
-    bool floor = m->residency == PJS_RESIDENCY_DEVICE ||
-                 (m->residency == PJS_RESIDENCY_HOST && !floor_on_demand);
+    /* with a host tier, only a pinned model's floor is made now */
+    bool floor = pjs_residency_has_floor(m->residency) &&
+                 (m->wentry.pinned || !floor_on_demand);
     int rc = pjs_model_set_host_floor(m, floor, err);
     if (rc == 0)
         rc = pjs_bundle_seal_weights(b, err);

@@ -637,11 +637,11 @@ static bool host_wanted(const pjs_wcache_entry *e, void *ctx)
  * absent; a `device` model's is pinned. No-op without a host tier. */
 static int host_upload_begin(pjs_dispatcher *d, pjs_model *m, pjs_error *err)
 {
-    if (!d->host_tier || m->residency == PJS_RESIDENCY_UNPINNED)
+    if (!d->host_tier || !pjs_residency_has_floor(m->residency))
         return 0;
     bool over_budget = false;
     pthread_mutex_lock(&d->host_lock);
-    int rc = m->residency == PJS_RESIDENCY_DEVICE
+    int rc = pjs_residency_device_pinned(m->residency)
                  ? pjs_wcache_set_pinned(&d->host, &m->hentry, true, err)
                  : pjs_wcache_acquire(&d->host, &m->hentry, 1, &over_budget, err);
     if (rc == 0)
@@ -662,7 +662,7 @@ static int host_upload_begin(pjs_dispatcher *d, pjs_model *m, pjs_error *err)
 
 static void host_upload_done(pjs_dispatcher *d, pjs_model *m)
 {
-    if (d->host_tier && m->residency != PJS_RESIDENCY_UNPINNED)
+    if (d->host_tier && pjs_residency_has_floor(m->residency))
         atomic_fetch_sub(&m->hentry.holds, 1);
 }
 
@@ -1294,11 +1294,11 @@ static void residency_run(device_task *task)
         release_if_retired(d, m);
         return;
     }
-    bool pin = t->target == PJS_RESIDENCY_DEVICE;
-    if (!d->host_tier && t->target != PJS_RESIDENCY_UNPINNED &&
-        (t->rc = pjs_model_set_host_floor(m, true, &t->err)) != 0)
+    bool pin = pjs_residency_device_pinned(t->target);
+    bool floor = pjs_residency_has_floor(t->target);
+    if (!d->host_tier && floor && (t->rc = pjs_model_set_host_floor(m, true, &t->err)) != 0)
         return;
-    if (d->host_tier && t->target != PJS_RESIDENCY_UNPINNED) {
+    if (d->host_tier && floor) {
         /* a device model's floor is pinned in host memory too, a host
          * model's is evictable (read again when it is next uploaded) */
         pthread_mutex_lock(&d->host_lock);
@@ -1320,7 +1320,7 @@ static void residency_run(device_task *task)
         pjs_error_prefix(&t->err, "model %s: ", m->name);
         return;
     }
-    if (t->target == PJS_RESIDENCY_UNPINNED) {
+    if (!floor) {
         host_release(d, m);
         pjs_model_set_host_floor(m, false, NULL);
     }
@@ -1406,7 +1406,7 @@ void pjs_dispatcher_host_residency(pjs_dispatcher *d, pjs_model *m, bool *in_hos
 {
     if (!d->host_tier) {
         pthread_mutex_lock(&d->cache.lock);
-        *in_host = m->residency != PJS_RESIDENCY_UNPINNED;
+        *in_host = pjs_residency_has_floor(m->residency);
         pthread_mutex_unlock(&d->cache.lock);
         *loads = *evictions = 0;
         return;

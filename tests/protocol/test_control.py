@@ -121,7 +121,12 @@ def test_status_lists_every_model(server, control):
 
     doc = rest_status(server)
     assert doc["control_mode"] == "dynamic"
-    assert set(doc["cache"]) == {"budget_bytes", "unlimited", "used_bytes", "pinned_bytes"}
+    assert set(doc["cache"]) == {"budget_bytes", "unlimited", "used_bytes", "pinned_bytes",
+                                 "host_budget_bytes", "host_unlimited", "host_used_bytes",
+                                 "host_pinned_bytes"}
+    # no host tier: every floor kept, none counted under a budget
+    assert doc["cache"]["host_unlimited"] and doc["cache"]["host_used_bytes"] == 0
+    assert st.cache.host_unlimited and st.cache.host_budget_bytes == 0
     assert [m["name"] for m in doc["models"]] == names
     for g, r in zip(st.models, doc["models"]):
         assert r["state"] == g.state and r["reason"] == g.reason
@@ -130,6 +135,7 @@ def test_status_lists_every_model(server, control):
             assert r["weight_bytes"] == g.weight_bytes
             assert r["weight"] == g.weight and r["max_queue_depth"] == g.max_queue_depth
             assert r["default_timeout_us"] == g.default_timeout_us
+            assert r["in_host"] == g.in_host == (r["residency"] != "unpinned")
 
 
 def test_status_of_named_models(server, control):

@@ -13,24 +13,15 @@
 
 #include <jansson.h>
 
-typedef struct residency_pair {
-    pjs_residency ours;
-    Pjserve__Control__V1__Residency wire;
-} residency_pair;
-
-static const residency_pair residencies[] = {
-    {PJS_RESIDENCY_DEVICE, PJSERVE__CONTROL__V1__RESIDENCY__DEVICE},
-    {PJS_RESIDENCY_HOST, PJSERVE__CONTROL__V1__RESIDENCY__HOST},
-    {PJS_RESIDENCY_UNPINNED, PJSERVE__CONTROL__V1__RESIDENCY__UNPINNED},
-};
-#define N_RESIDENCIES (sizeof residencies / sizeof residencies[0])
+/* The table's wire values (core/residency.c) are the service's enum. */
+_Static_assert(PJSERVE__CONTROL__V1__RESIDENCY__DEVICE == 1 &&
+                   PJSERVE__CONTROL__V1__RESIDENCY__HOST == 2 &&
+                   PJSERVE__CONTROL__V1__RESIDENCY__UNPINNED == 3,
+               "pjserve.control.v1.Residency differs from core/residency.c's wire values");
 
 static Pjserve__Control__V1__Residency wire_residency(pjs_residency r)
 {
-    for (size_t i = 0; i < N_RESIDENCIES; i++)
-        if (residencies[i].ours == r)
-            return residencies[i].wire;
-    return PJSERVE__CONTROL__V1__RESIDENCY__RESIDENCY_UNSPECIFIED;
+    return (Pjserve__Control__V1__Residency)pjs_residency_wire(r);
 }
 
 static int no_memory(pjs_error *err)
@@ -104,12 +95,8 @@ int pjs_grpc_control_status(pjs_control_mode mode, const pjs_weight_cache_info *
 
 int pjs_grpc_control_residency(int value, const char *name, pjs_residency *out, pjs_error *err)
 {
-    for (size_t i = 0; i < N_RESIDENCIES; i++) {
-        if ((int)residencies[i].wire == value) {
-            *out = residencies[i].ours;
-            return 0;
-        }
-    }
+    if (pjs_residency_from_wire(value, out))
+        return 0;
     if (value == PJSERVE__CONTROL__V1__RESIDENCY__RESIDENCY_UNSPECIFIED)
         return pjs_error_set(err, PJS_ERR_INVALID_ARGUMENT,
                              "model %.256s: no residency given (DEVICE, HOST or UNPINNED)", name);

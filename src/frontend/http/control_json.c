@@ -110,32 +110,25 @@ int pjs_control_parse_residency(const char *body, size_t len, pjs_residency *out
                                 pjs_error *err)
 {
     static const char *const keys[] = {"residency", NULL};
-    static const pjs_residency all[] = {PJS_RESIDENCY_DEVICE, PJS_RESIDENCY_HOST,
-                                        PJS_RESIDENCY_UNPINNED};
-    const char *shape = "{\"residency\": \"device\" | \"host\" | \"unpinned\"}";
+    char shape[96];
+    snprintf(shape, sizeof shape, "{\"residency\": NAME}, NAME one of %s",
+             pjs_residency_choices());
     json_t *doc;
     int rc = load_object(body, len, keys, false, shape, &doc, err);
     if (rc != 0)
         return rc;
     const json_t *v = json_object_get(doc, "residency");
     const char *s = json_string_value(v);
-    bool found = false;
-    for (size_t i = 0; s != NULL && !found && i < sizeof all / sizeof all[0]; i++) {
-        found = strcmp(s, pjs_residency_name(all[i])) == 0;
-        if (found)
-            *out = all[i];
-    }
+    bool found = s != NULL && pjs_residency_from_name(s, out);
     if (v == NULL)
         rc = pjs_error_set(err, PJS_ERR_INVALID_ARGUMENT, "no \"residency\" given: %s", shape);
     else if (s == NULL)
-        rc = pjs_error_set(err, PJS_ERR_INVALID_ARGUMENT,
-                           "\"residency\" must be a string: \"device\", \"host\" or "
-                           "\"unpinned\"");
+        rc = pjs_error_set(err, PJS_ERR_INVALID_ARGUMENT, "\"residency\" must be a string: %s",
+                           pjs_residency_choices());
     else if (!found)
         rc = pjs_error_set(err, PJS_ERR_INVALID_ARGUMENT,
-                           "unknown residency \"%.64s\" (expected \"device\", \"host\" or "
-                           "\"unpinned\")",
-                           s);
+                           "unknown residency \"%.64s\" (expected %s)", s,
+                           pjs_residency_choices());
     json_decref(doc);
     return rc;
 }
