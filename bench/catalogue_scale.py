@@ -21,7 +21,7 @@ For each size, one `pjserve serve --model-control-mode static` (plus
 
   start-up   from the process's start until GET /v2/health/ready answers 200
              (every model loaded: --strict-readiness is on by default);
-             progress printed every 10 s from the server's "[i/N]" log lines.
+             progress printed every 5 s from the server's "[i/N]" log lines.
              From those lines: the time before the first model loads (plugin,
              repository scan), loading itself, the time from the last model
              ready to "serving", and the median per-model load time among
@@ -169,6 +169,18 @@ def proc_status(pid):
     return out
 
 
+def map_count(pid):
+    with open(f"/proc/{pid}/maps", "rb") as f:
+        return f.read().count(b"\n")
+
+
+def max_map_count():
+    try:
+        return int(Path("/proc/sys/vm/max_map_count").read_text())
+    except (OSError, ValueError):
+        return None
+
+
 def thread_ticks(pid):
     """{(tid, name): utime + stime ticks} of every thread of pid."""
     out = {}
@@ -222,10 +234,13 @@ def progress_line(server, n):
         recent[-1] > recent[0] else None
     try:
         rss = proc_status(server.proc.pid).get("VmRSS")
+        server.maps_seen = (k, map_count(server.proc.pid))
     except OSError:
         rss = None
+    maps = getattr(server, "maps_seen", (None, None))
     return k, (f"{k} of {n} loaded, {fmt(rate, '.0f')} models/s over the last 10 s of the "
-               f"log, RSS {fmt(rss, '.0f')} MiB")
+               f"log, RSS {fmt(rss, '.0f')} MiB, {fmt(maps[1], ',d')} memory mappings "
+               f"(at {fmt(maps[0], ',d')} loaded)")
 
 
 def load_breakdown(server, n):
@@ -372,7 +387,7 @@ def measure(n, bundles, work, cache, extra, template, a):
     try:
         log(f"{n} models: started pid {server.proc.pid}")
         deadline = server.started + a.ready_timeout
-        next_report = server.started + 10
+        next_report = server.started + 5
         loaded_at = None  # when the log said "k of N models loaded"
         while True:
             now = time.monotonic()
@@ -380,7 +395,10 @@ def measure(n, bundles, work, cache, extra, template, a):
                 k, text = progress_line(server, n)
                 row.update({"status": f"exited with status {server.proc.returncode} after "
                                       f"{now - server.started:.0f} s: {text}",
-                            "loaded_at_exit": k, "log_problems": log_problems(server)})
+                            "loaded_at_exit": k, "log_problems": log_problems(server),
+                            "log_last_non_info": [l for l in server.log_tail(12).splitlines()
+                                                  if " INFO " not in l],
+                            "maps_last_seen": getattr(server, "maps_seen", None)})
                 row.update(load_breakdown(server, n))
                 log(f"{n} models: {row['status']}\n{server.log_tail(15)}")
                 return row
@@ -401,14 +419,15 @@ def measure(n, bundles, work, cache, extra, template, a):
             if now > deadline:
                 k, text = progress_line(server, n)
                 row.update({"status": f"not ready after {a.ready_timeout:.0f} s: {text}",
-                            "loaded_at_timeout": k, "log_problems": log_problems(server)})
+                            "loaded_at_timeout": k, "log_problems": log_problems(server),
+                            "maps_last_seen": getattr(server, "maps_seen", None)})
                 row.update(load_breakdown(server, n))
                 log(f"{n} models: {row['status']}")
                 return row
             if now >= next_report:
                 log(f"  {n} models, {now - server.started:.0f} s: "
                     f"{progress_line(server, n)[1]}")
-                next_report += 10
+                next_report += 5
             time.sleep(0.1 if now - server.started < 5 else 0.5)
         row["ready_s"] = round(time.monotonic() - server.started, 3)
         row.setdefault("status", "ok")
@@ -419,7 +438,7 @@ def measure(n, bundles, work, cache, extra, template, a):
         st = proc_status(pid)
         row.update({"rss_mib": round(st["VmRSS"], 1), "hwm_mib": round(st["VmHWM"], 1),
                     "threads": st["Threads"], "fds": len(os.listdir(f"/proc/{pid}/fd")),
-                    "maps": len(Path(f"/proc/{pid}/maps").read_text().splitlines())})
+                    "maps": map_count(pid)})
         row.update(idle_cpu(pid, a.idle_seconds))
         log(f"{n} models: RSS {row['rss_mib']:.0f} MiB, idle CPU {row['idle_cpu_pct']:.2f} % "
             f"({row['idle_cpu_threads']})")
@@ -527,9 +546,20 @@ def markdown(result):
              "(% of one CPU), SIGTERM to exit:", "", *t1, "",
              f"Endpoints (median of {FETCHES} fetches) and {c['requests']} HTTP requests one "
              "at a time to random models, every answer checked against numpy:", "", *t2, ""]
+    ok = sorted((r for r in result["rows"] if r.get("maps")), key=lambda r: r["models"])
+    limit = c.get("vm_max_map_count")
+    if len(ok) >= 2 and ok[-1]["models"] > ok[0]["models"]:
+        per = (ok[-1]["maps"] - ok[0]["maps"]) / (ok[-1]["models"] - ok[0]["models"])
+        base = ok[0]["maps"] - per * ok[0]["models"]
+        lines.append(f"- memory mappings: {per:.1f} per model ({base:,.0f} without models); "
+                     f"vm.max_map_count {fmt(limit, ',d')}"
+                     + (f" leaves room for about {(limit - base) / per:,.0f} models" if limit
+                        else ""))
     for r in result["rows"]:
         if r.get("status") != "ok":
             lines.append(f"- {r['models']:,} models: {r.get('status')}")
+            for l in r.get("log_last_non_info", []):
+                lines.append(f"  `{l.strip()}`")
         elif r.get("idle_cpu_threads"):
             busy = ", ".join(f"{k} {v:.2f} %" for k, v in r["idle_cpu_threads"].items())
             lines.append(f"- {r['models']:,} models, idle CPU by thread: {busy}")
@@ -596,6 +626,7 @@ def main(argv=None):
     result = {"config": {"sizes": sizes, "extra_args": a.extra_args,
                          "idle_seconds": a.idle_seconds, "requests": a.requests,
                          "ready_timeout_s": a.ready_timeout, "weights_bytes": weights_bytes,
+                         "vm_max_map_count": max_map_count(),
                          "plugin": str(plugin),
                          "command": " ".join(["bench/catalogue_scale.py"] +
                                              [shlex.quote(x) for x in (argv or sys.argv[1:])])},

@@ -98,6 +98,7 @@ int pjs_model_create(pjs_bundle *b, pjs_rt_client *c, pjs_exec_cache *cache, pjs
     m->wentry.pinned = pjs_residency_device_pinned(m->residency);
     m->hentry.bytes = pjs_model_floor_bytes(m);
     atomic_init(&m->load_ns, 0);
+    atomic_init(&m->host_load_ns, 0);
     /* with a host tier, only a pinned model's floor is made now */
     bool floor = pjs_residency_has_floor(m->residency) &&
                  (m->wentry.pinned || !floor_on_demand);

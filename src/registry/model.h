@@ -111,6 +111,7 @@ typedef struct pjs_model {
      * the model is next uploaded and evicted under the budget, by the
      * same policy as the device's. */
     pjs_wcache_entry hentry;
+    atomic_uint_fast64_t host_load_ns; /* total time of the host tier's floor reads */
     atomic_uint_fast64_t load_ns; /* total time of weight loads */
     bool retired;                 /* left the repository (device owner) */
     pjs_rt_client *client;

@@ -611,7 +611,9 @@ static int host_load(pjs_wcache_entry *e, void *ctx, pjs_error *err)
     int rc = pjs_model_set_host_floor(m, true, err);
     if (rc != 0)
         return rc;
-    e->load_ns = (double)(pjs_now_ns() - start);
+    uint64_t took = pjs_now_ns() - start;
+    e->load_ns = (double)took;
+    atomic_fetch_add(&m->host_load_ns, took);
     pjs_model_ref(m);
     return 0;
 }

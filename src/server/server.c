@@ -1466,6 +1466,7 @@ void pjs_server_model_residency(pjs_server *s, pjs_model *m, pjs_model_residency
     pjs_dispatcher_host_residency(s->dispatcher, m, &out->in_host, &out->host_loads,
                                   &out->host_evictions);
     out->host_bytes = m->hentry.bytes;
+    out->host_load_ns = atomic_load(&m->host_load_ns);
 }
 
 void pjs_server_weight_cache_info(pjs_server *s, pjs_weight_cache_info *out)

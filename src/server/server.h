@@ -214,6 +214,7 @@ typedef struct pjs_model_residency_info {
     uint64_t host_bytes;        /* what its floor takes there */
     uint64_t host_loads;        /* floors read from the file by the host tier */
     uint64_t host_evictions;    /* floors dropped by it */
+    uint64_t host_load_ns;      /* total time of those reads */
 } pjs_model_residency_info;
 void pjs_server_model_residency(pjs_server *s, pjs_model *m, pjs_model_residency_info *out);
 

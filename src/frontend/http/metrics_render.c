@@ -187,6 +187,11 @@ static metric_value host_weight_evictions(const pjs_metrics_model *m)
     return count(m->residency.host_evictions);
 }
 
+static metric_value host_weight_load_s(const pjs_metrics_model *m)
+{
+    return seconds(m->residency.host_load_ns);
+}
+
 
 static const model_family triton_families[] = {
     {"nv_inference_request_success", "Number of successful inference requests, all batch sizes",
@@ -250,6 +255,9 @@ static const model_family pjserve_families[] = {
     {"pjserve_host_weight_evictions_total",
      "Evictions of the model's host floor by the host tier", "counter", "",
      host_weight_evictions},
+    {"pjserve_host_weight_load_seconds_total",
+     "Time the host tier spent reading the model's weights from its file, in seconds",
+     "counter", "", host_weight_load_s},
 };
 
 /* A label value between quotes, escaped. */
