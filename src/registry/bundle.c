@@ -286,7 +286,8 @@ int pjs_bundle_compile_module(pjs_bundle *b, pjs_bundle_module *mod, pjs_rt_clie
     if (rc == 0) {
         char label[256];
         snprintf(label, sizeof label, "%s", file_name(mod->path));
-        rc = pjs_rt_compile(c, mf.data, mf.size, cache, label, &mod->exec, err);
+        rc = pjs_rt_compile_shared(c, mf.data, mf.size, cache, label, &mod->exec, &mod->shared,
+                                   err);
         pjs_mapped_file_close(&mf);
     }
     if (rc == 0) {

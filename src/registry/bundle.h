@@ -53,6 +53,7 @@ typedef struct pjs_bundle_module {
     int64_t batch_size;
     char path[PJS_BUNDLE_PATH_MAX];
     pjs_rt_executable *exec; /* NULL until compiled */
+    bool shared;             /* exec was already loaded for another model */
 } pjs_bundle_module;
 
 typedef struct pjs_bundle {

@@ -66,6 +66,12 @@ struct pjs_rt_client {
     /* What pjs_rt_host_alloc gives: HOST_UNDECIDED until the first call
      * decides (and logs) it, then HOST_DMA_MAPPED or HOST_PAGEABLE. */
     atomic_int host_memory;
+    /* The loaded executables by cache key, shared by every compile of the
+     * same module (pjs_rt_compile): chained buckets, n_shared_buckets a
+     * power of two, grown as they fill. */
+    pthread_mutex_t shared_lock;
+    pjs_rt_executable **shared;
+    size_t n_shared, n_shared_buckets;
 };
 
 enum { HOST_UNDECIDED = 0, HOST_DMA_MAPPED, HOST_PAGEABLE };
@@ -731,8 +737,10 @@ int pjs_rt_client_create(pjs_rt_plugin *p, const pjs_rt_option *options, size_t 
     int cpu_threads = 0;
     bool has_device_count = false;
     pjs_rt_client *c = calloc(1, sizeof *c);
-    if (c != NULL)
+    if (c != NULL) {
         atomic_init(&c->host_memory, HOST_UNDECIDED);
+        pthread_mutex_init(&c->shared_lock, NULL);
+    }
     int rc = 0;
     if (c == NULL || (values = calloc(n_options + 1, sizeof *values)) == NULL) {
         rc = pjs_error_set(err, PJS_ERR_NOMEM, "out of memory");
@@ -795,6 +803,8 @@ void pjs_rt_client_destroy(pjs_rt_client *c)
     if (c == NULL)
         return;
     destroy_plugin_client(c);
+    pthread_mutex_destroy(&c->shared_lock);
+    free(c->shared);
     free(c);
 }
 
@@ -1105,23 +1115,134 @@ out:
     destroy_executable(api, x);
 }
 
+/* ---- executables shared in memory (client's shared_lock held) ----------- */
+
+static size_t shared_bucket(const pjs_rt_client *c, const unsigned char *key)
+{
+    uint64_t h;
+    memcpy(&h, key, sizeof h);
+    return (size_t)h & (c->n_shared_buckets - 1);
+}
+
+static pjs_rt_executable *shared_find(pjs_rt_client *c, const unsigned char *key)
+{
+    if (c->n_shared_buckets == 0)
+        return NULL;
+    for (pjs_rt_executable *e = c->shared[shared_bucket(c, key)]; e != NULL; e = e->next_shared)
+        if (memcmp(e->key, key, PJS_EXEC_CACHE_KEY_SIZE) == 0)
+            return e;
+    return NULL;
+}
+
+/* Adds e (keyed); false when out of memory (e then stays unshared). */
+static bool shared_add(pjs_rt_client *c, pjs_rt_executable *e)
+{
+    if (c->n_shared >= c->n_shared_buckets) {
+        size_t n = c->n_shared_buckets ? 2 * c->n_shared_buckets : 64;
+        pjs_rt_executable **grown = calloc(n, sizeof *grown);
+        if (grown == NULL)
+            return false;
+        pjs_rt_executable **old = c->shared;
+        size_t n_old = c->n_shared_buckets;
+        c->shared = grown;
+        c->n_shared_buckets = n;
+        for (size_t i = 0; i < n_old; i++) {
+            for (pjs_rt_executable *x = old[i], *next; x != NULL; x = next) {
+                next = x->next_shared;
+                size_t b = shared_bucket(c, x->key);
+                x->next_shared = c->shared[b];
+                c->shared[b] = x;
+            }
+        }
+        free(old);
+    }
+    size_t b = shared_bucket(c, e->key);
+    e->next_shared = c->shared[b];
+    c->shared[b] = e;
+    c->n_shared++;
+    return true;
+}
+
+static void shared_remove(pjs_rt_client *c, pjs_rt_executable *e)
+{
+    for (pjs_rt_executable **p = &c->shared[shared_bucket(c, e->key)]; *p != NULL;
+         p = &(*p)->next_shared) {
+        if (*p == e) {
+            *p = e->next_shared;
+            c->n_shared--;
+            return;
+        }
+    }
+}
+
+/* The executable loaded under key, one more holder of it; NULL if none. */
+static pjs_rt_executable *shared_take(pjs_rt_client *c, const unsigned char *key)
+{
+    pthread_mutex_lock(&c->shared_lock);
+    pjs_rt_executable *e = shared_find(c, key);
+    if (e != NULL)
+        e->holders++;
+    pthread_mutex_unlock(&c->shared_lock);
+    return e;
+}
+
+/* Offers a fresh executable to the table: *e becomes the one kept there
+ * (another compile of the same module may have got there first: ours is
+ * then destroyed). True when *e is one that was already there. */
+static bool shared_offer(pjs_rt_client *c, pjs_rt_executable **e)
+{
+    pthread_mutex_lock(&c->shared_lock);
+    pjs_rt_executable *there = shared_find(c, (*e)->key);
+    if (there != NULL)
+        there->holders++;
+    else
+        (*e)->keyed = shared_add(c, *e);
+    pthread_mutex_unlock(&c->shared_lock);
+    if (there == NULL)
+        return false;
+    (*e)->keyed = false;
+    pjs_rt_executable_destroy(*e);
+    *e = there;
+    return true;
+}
+
 int pjs_rt_compile(pjs_rt_client *c, const void *module, size_t module_size, pjs_exec_cache *cache,
                    const char *label, pjs_rt_executable **out, pjs_error *err)
 {
+    return pjs_rt_compile_shared(c, module, module_size, cache, label, out, NULL, err);
+}
+
+int pjs_rt_compile_shared(pjs_rt_client *c, const void *module, size_t module_size,
+                          pjs_exec_cache *cache, const char *label, pjs_rt_executable **out,
+                          bool *out_shared, pjs_error *err)
+{
+    unsigned char key[PJS_EXEC_CACHE_KEY_SIZE];
+    cache_key(c, module, module_size, key);
+    static const unsigned char no_key[PJS_EXEC_CACHE_KEY_SIZE];
+    bool keyable = memcmp(key, no_key, sizeof key) != 0;
+    if (out_shared != NULL)
+        *out_shared = false;
+    pjs_rt_executable *there = keyable ? shared_take(c, key) : NULL;
+    if (there != NULL) {
+        if (out_shared != NULL)
+            *out_shared = true;
+        *out = there;
+        return 0;
+    }
     pjs_rt_executable *e = calloc(1, sizeof *e);
     if (e == NULL)
         return pjs_error_set(err, PJS_ERR_NOMEM, "out of memory");
     e->client = c;
+    e->holders = 1;
+    memcpy(e->key, key, sizeof key);
     double start = now_seconds();
-    unsigned char key[PJS_EXEC_CACHE_KEY_SIZE];
-    if (cache != NULL) {
-        cache_key(c, module, module_size, key);
-        if (load_cached(c, cache, key, e, label)) {
-            e->from_cache = true;
-            e->compile_seconds = now_seconds() - start;
-            *out = e;
-            return 0;
-        }
+    if (cache != NULL && keyable && load_cached(c, cache, key, e, label)) {
+        e->from_cache = true;
+        e->compile_seconds = now_seconds() - start;
+        if (keyable && shared_offer(c, &e) && out_shared != NULL)
+            *out_shared = true;
+        *out = e;
+        return 0;
     }
     struct pjrt_program prog = {.struct_size = sizeof prog,
                                 .code = (char *)module,
@@ -1146,8 +1267,10 @@ int pjs_rt_compile(pjs_rt_client *c, const void *module, size_t module_size, pjs
         return rc;
     }
     e->compile_seconds = now_seconds() - start;
-    if (cache != NULL)
+    if (cache != NULL && keyable)
         store_cached(c, cache, key, e, label);
+    if (keyable && shared_offer(c, &e) && out_shared != NULL)
+        *out_shared = true;
     *out = e;
     return 0;
 }
@@ -1156,6 +1279,16 @@ void pjs_rt_executable_destroy(pjs_rt_executable *e)
 {
     if (e == NULL)
         return;
+    if (e->keyed) {
+        pjs_rt_client *c = e->client;
+        pthread_mutex_lock(&c->shared_lock);
+        bool last = --e->holders == 0;
+        if (last)
+            shared_remove(c, e);
+        pthread_mutex_unlock(&c->shared_lock);
+        if (!last)
+            return;
+    }
     destroy_loaded(e->client->plugin->api, e->loaded);
     struct pjs_rt_read_plan *plan = atomic_load(&e->read_plan);
     if (plan != &plugin_row_major)

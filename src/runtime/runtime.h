@@ -118,6 +118,13 @@ typedef struct pjs_rt_executable {
     /* Its executions' usual time, from the execute call to completion
      * (an average; 0 before the first); shortens waits (runtime.c). */
     _Atomic uint64_t usual_exec_ns;
+    /* Compiles of the same module with the same options share one
+     * executable in memory: holders counts them, each destroy drops one
+     * (the client's table, runtime.c, under its lock). */
+    unsigned holders;
+    bool keyed; /* in the client's table under key */
+    unsigned char key[32];
+    struct pjs_rt_executable *next_shared;
 } pjs_rt_executable;
 
 /* Executions that usually take at most this long are waited for by
@@ -127,8 +134,16 @@ typedef struct pjs_rt_executable {
 #define PJS_RT_SPIN_UNDER_NS 50000u
 
 /* Compiles a module (MLIR text, bytecode or a StableHLO portable artifact).
- * With a cache, a valid entry is loaded instead and a fresh compile is stored.
- * `label` names the module in errors ("mlp/model.b4.mlir"). */
+ * An executable of the same module and options already loaded on this
+ * client is shared instead (*shared set when out_shared is not NULL): a
+ * catalogue of copies of one architecture holds one executable per module,
+ * not one per model. Otherwise, with a cache, a valid entry is loaded
+ * instead and a fresh compile is stored. `label` names the module in
+ * errors ("mlp/model.b4.mlir"). Each compile is matched by one
+ * pjs_rt_executable_destroy. */
+int pjs_rt_compile_shared(pjs_rt_client *c, const void *module, size_t module_size,
+                          pjs_exec_cache *cache, const char *label, pjs_rt_executable **out,
+                          bool *out_shared, pjs_error *err);
 int pjs_rt_compile(pjs_rt_client *c, const void *module, size_t module_size, pjs_exec_cache *cache,
                    const char *label, pjs_rt_executable **out, pjs_error *err);
 void pjs_rt_executable_destroy(pjs_rt_executable *e);

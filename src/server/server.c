@@ -429,16 +429,19 @@ static int attach_model(pjs_server *s, pjs_model *m, const pjs_load_override *ov
     return pjs_dispatcher_attach(s->dispatcher, m, weight, depth, err);
 }
 
-/* "model mlp ready: 3 batch sizes (3 from the executable cache), 4 weights,
- * warm-up b1 0.05 ms, b4 0.08 ms, b8 0.11 ms; 0.21 s" */
+/* "model mlp ready: 3 batch sizes x 1 variants (3 modules from the
+ * executable cache, 0 shared with loaded models), 4 weights; warm-up b1
+ * 0.05 ms, b4 0.08 ms, b8 0.11 ms; 0.21 s" */
 static void log_ready(pjs_server *s, pjs_model *m, const char *progress, const uint64_t *costs,
                       double seconds)
 {
     const pjs_bundle *b = m->bundle;
     const pjs_manifest *man = pjs_model_manifest(m);
-    size_t from_cache = 0;
-    for (size_t i = 0; i < b->n_modules; i++)
-        from_cache += b->modules[i].exec->from_cache;
+    size_t from_cache = 0, shared = 0;
+    for (size_t i = 0; i < b->n_modules; i++) {
+        shared += b->modules[i].shared;
+        from_cache += !b->modules[i].shared && b->modules[i].exec->from_cache;
+    }
     char warm[512] = "";
     size_t used = 0;
     for (size_t i = 0; s->policies.sched.warmup_runs > 0 && i < b->n_modules; i++) {
@@ -468,8 +471,8 @@ static void log_ready(pjs_server *s, pjs_model *m, const char *progress, const u
     }
     const pjs_hooks *h = b->hooks;
     pjs_info("%smodel %s ready: %zu batch sizes x %zu variants (%zu modules from the executable "
-             "cache), %zu weights%s%s%s%s; %.2f s",
-             progress, m->name, man->n_batch_sizes, man->n_variants, from_cache,
+             "cache, %zu shared with loaded models), %zu weights%s%s%s%s; %.2f s",
+             progress, m->name, man->n_batch_sizes, man->n_variants, from_cache, shared,
              b->weights.n_tensors, warm, h != NULL ? "; hooks:" : "",
              h != NULL && h->preprocess != NULL ? " preprocess" : "",
              h != NULL && h->postprocess != NULL ? " postprocess" : "", seconds);

@@ -149,6 +149,56 @@ static void test_compile_reads_signature(void **state)
     pjs_rt_executable_destroy(e);
 }
 
+/* Compiles of one module share one loaded executable until the last holder
+ * lets go; another module gets its own. */
+static void test_identical_modules_share_one_executable(void **state)
+{
+    (void)state;
+    pjs_rt_executable *a, *b, *c, *other;
+    bool shared = true;
+    pjs_error err;
+    assert_int_equal(pjs_rt_compile_shared(client, add_module, strlen(add_module), NULL, "add",
+                                           &a, &shared, &err),
+                     0);
+    assert_false(shared);
+    assert_int_equal(pjs_rt_compile_shared(client, add_module, strlen(add_module), NULL, "add2",
+                                           &b, &shared, &err),
+                     0);
+    assert_true(shared);
+    assert_ptr_equal(a, b);
+    assert_int_equal(pjs_rt_compile_shared(client, neg_module, strlen(neg_module), NULL, "neg",
+                                           &other, &shared, &err),
+                     0);
+    assert_false(shared);
+    assert_ptr_not_equal(other, a);
+    /* one holder goes; the other still executes with it */
+    pjs_rt_executable_destroy(a);
+    float w[6] = {1, 2, 3, 4, 5, 6}, x[6] = {1, 1, 1, 1, 1, 1}, sum[6];
+    pjrt_buffer *args[2], *out[3];
+    assert_int_equal(pjs_rt_buffer_from_host(client, PJS_DTYPE_F32, &b->params[0].shape,
+                                             &b->params[0], w, &args[0], &err),
+                     0);
+    assert_int_equal(pjs_rt_buffer_from_host(client, PJS_DTYPE_F32, &b->params[1].shape,
+                                             &b->params[1], x, &args[1], &err),
+                     0);
+    assert_int_equal(pjs_rt_execute(b, args, out, &err), 0);
+    assert_int_equal(pjs_rt_buffer_to_host(client, out[0], sum, sizeof sum, &err), 0);
+    for (int i = 0; i < 6; i++)
+        assert_true(sum[i] == w[i] + 1);
+    for (int i = 0; i < 3; i++)
+        pjs_rt_buffer_destroy(client, out[i]);
+    for (int i = 0; i < 2; i++)
+        pjs_rt_buffer_destroy(client, args[i]);
+    pjs_rt_executable_destroy(b);
+    /* the last holder went: the next compile loads it afresh */
+    assert_int_equal(pjs_rt_compile_shared(client, add_module, strlen(add_module), NULL, "add",
+                                           &c, &shared, &err),
+                     0);
+    assert_false(shared);
+    pjs_rt_executable_destroy(c);
+    pjs_rt_executable_destroy(other);
+}
+
 static void test_execute_values(void **state)
 {
     (void)state;
@@ -640,6 +690,7 @@ int main(void)
         cmocka_unit_test(test_plugin_errors),
         cmocka_unit_test(test_plugin_resolve_prefers_explicit_then_env),
         cmocka_unit_test(test_compile_reads_signature),
+        cmocka_unit_test(test_identical_modules_share_one_executable),
         cmocka_unit_test(test_execute_values),
         cmocka_unit_test(test_execute_with_wrong_argument_shape_fails_cleanly),
         cmocka_unit_test(test_execute_read_in_both_orders),
