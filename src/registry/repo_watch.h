@@ -20,6 +20,15 @@
  * The scan is opened on the repository as it is (every bundle counts as
  * acted on: the caller's start-up load reads that state) before the caller
  * loads it, so a bundle changed during start-up is picked up.
+ *
+ * Where the kernel notifies changes (inotify), a poll fingerprints only the
+ * bundles a notification named since the last poll and those whose change
+ * has not settled yet, so an idle repository of 10,000 bundles costs nothing
+ * to watch; every PJS_REPO_FULL_SCAN_POLLS polls (and after a notification
+ * overflow, or the repository directory itself replaced) it scans them all,
+ * for the changes no notification reports (a network file system's, made
+ * elsewhere). Without notification (none, or the system's watches used up:
+ * logged) every poll scans them all.
  */
 #ifndef PJS_REGISTRY_REPO_WATCH_H
 #define PJS_REGISTRY_REPO_WATCH_H
@@ -39,11 +48,24 @@ typedef bool (*pjs_repo_act_fn)(void *ctx, const char *name, uint64_t before, ui
 
 typedef struct pjs_repo_scan pjs_repo_scan;
 
+typedef enum pjs_repo_notify {
+    PJS_REPO_NOTIFY_AUTO = 0, /* the kernel's change notification where it has one */
+    PJS_REPO_NOTIFY_NONE = 1, /* scan every bundle at every poll */
+} pjs_repo_notify;
+
+/* Polls between two scans of every bundle while notifications arrive. */
+#define PJS_REPO_FULL_SCAN_POLLS 60
+
 /* Fingerprints every bundle directory of `repository` as it is now, each
  * counted as acted on. NOT_FOUND when the directory cannot be read. */
-int pjs_repo_scan_open(const char *repository, pjs_repo_scan **out, pjs_error *err);
+int pjs_repo_scan_open(const char *repository, pjs_repo_notify notify, pjs_repo_scan **out,
+                       pjs_error *err);
 /* The bundles fingerprinted at the last scan. */
 size_t pjs_repo_scan_count(const pjs_repo_scan *s);
+/* Whether changes are notified (false: every poll scans every bundle). */
+bool pjs_repo_scan_notified(const pjs_repo_scan *s);
+/* Bundle fingerprints taken so far (what a poll costs). */
+uint64_t pjs_repo_scan_fingerprints(const pjs_repo_scan *s);
 /* Scans once and calls act for every change that settled, in the order
  * readdir listed the bundles; none once *stop (NULL: never) is set. A
  * repository that cannot be read is warned about once (models keep serving
