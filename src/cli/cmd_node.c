@@ -187,6 +187,7 @@ static const struct serve_flag {
     {"max-pending-loads", required_argument, TO_WORKERS},
     {"device-weight-budget", required_argument, TO_WORKERS},
     {"host-weight-budget", required_argument, TO_WORKERS},
+    {"metrics-models", required_argument, TO_WORKERS},
     {"weight-fraction", required_argument, TO_WORKERS},
     {"shared-weights", required_argument, TO_WORKERS},
     {"shared-weights-group", required_argument, TO_WORKERS},

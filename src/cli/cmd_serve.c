@@ -102,6 +102,10 @@ static const char help[] =
     "                          evicted by --eviction-policy under this budget\n"
     "                          (default: none, every floor kept for its model's\n"
     "                          life; docs/residency.md)\n"
+    "  --metrics-models N|all  models with series of their own in /metrics: past N,\n"
+    "                          those with requests in flight, then on the device,\n"
+    "                          then the most used; every model is still counted in\n"
+    "                          the pjserve_all_models_* totals (default 1000)\n"
     "  --weight-fraction X     share of the device's memory for weights when no\n"
     "                          budget is given, 0 < X <= 1 (default 0.8)\n"
     "  --shared-weights DIR    share one host copy of each bundle's weights with\n"
@@ -216,6 +220,7 @@ typedef struct serve_args {
     uint64_t max_pending_loads;
     uint64_t device_weight_budget; /* 0: derived from the device's memory */
     uint64_t host_weight_budget;   /* 0: no host tier */
+    size_t metrics_models;         /* 0: the default; SIZE_MAX: every model */
     double weight_fraction;
     const char *shared_weights_dir, *shared_weights_group; /* NULL: not given */
     uint64_t max_shm_regions, max_shm_bytes;
@@ -236,6 +241,7 @@ enum {
     OPT_MAX_PENDING_LOADS,
     OPT_WEIGHT_BUDGET,
     OPT_HOST_WEIGHT_BUDGET,
+    OPT_METRICS_MODELS,
     OPT_WEIGHT_FRACTION,
     OPT_MAX_SHM_REGIONS,
     OPT_MAX_SHM_BYTES,
@@ -394,6 +400,7 @@ static int parse_args(int argc, char **argv, serve_args *a)
         {"max-pending-loads", required_argument, NULL, OPT_MAX_PENDING_LOADS},
         {"device-weight-budget", required_argument, NULL, OPT_WEIGHT_BUDGET},
         {"host-weight-budget", required_argument, NULL, OPT_HOST_WEIGHT_BUDGET},
+        {"metrics-models", required_argument, NULL, OPT_METRICS_MODELS},
         {"weight-fraction", required_argument, NULL, OPT_WEIGHT_FRACTION},
         {"shared-weights", required_argument, NULL, OPT_SHARED_WEIGHTS},
         {"shared-weights-group", required_argument, NULL, OPT_SHARED_WEIGHTS_GROUP},
@@ -470,6 +477,17 @@ static int parse_args(int argc, char **argv, serve_args *a)
             break;
         case OPT_HOST_WEIGHT_BUDGET:
             bad = parse_host_budget(optarg, &a->host_weight_budget);
+            break;
+        case OPT_METRICS_MODELS:
+            if (strcmp(optarg, "all") == 0) {
+                a->metrics_models = SIZE_MAX;
+            } else {
+                bad = parse_int("--metrics-models", optarg, 1000000, &v);
+                if (!bad && v == 0)
+                    bad = pjs_cli_usage_error("serve", "--metrics-models 0: expected at least "
+                                                       "1, or all");
+                a->metrics_models = (size_t)v;
+            }
             break;
         case OPT_WEIGHT_FRACTION:
             bad = parse_fraction("--weight-fraction", optarg, &a->weight_fraction);
@@ -681,6 +699,7 @@ int pjs_cmd_serve(int argc, char **argv)
         .max_pending_loads = a.max_pending_loads,
         .device_weight_budget = a.device_weight_budget,
         .host_weight_budget = a.host_weight_budget,
+        .metrics_models = a.metrics_models,
         .weight_fraction = a.weight_fraction,
         .max_request_bytes = a.endpoint.max_request_bytes,
         .max_inflight_request_bytes = a.endpoint.max_inflight_request_bytes,

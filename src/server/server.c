@@ -85,6 +85,7 @@ struct pjs_server {
     pjs_watcher *watcher; /* dynamic mode, until the server drains; else NULL */
     pjs_control_mode control_mode;
     bool strict_readiness; /* pjs_server_options.strict_readiness */
+    size_t metrics_models; /* pjs_server_metrics_models */
 
     pthread_mutex_t load_lock; /* one load at a time */
     pjs_work_pool *loads;      /* the load thread and its queue */
@@ -999,6 +1000,9 @@ int pjs_server_create(const pjs_server_options *o, pjs_server **out, pjs_error *
                  devices);
         s->control_mode = o->control_mode;
         s->strict_readiness = o->strict_readiness;
+        s->metrics_models = o->metrics_models == 0            ? PJS_DEFAULT_METRICS_MODELS
+                            : o->metrics_models == SIZE_MAX ? 0
+                                                            : o->metrics_models;
         uint64_t budget = weight_budget(s, o);
         uint64_t host_budget = PJS_WCACHE_UNLIMITED;
         if (o->host_weight_budget > 0) {
@@ -1470,6 +1474,11 @@ void pjs_server_model_residency(pjs_server *s, pjs_model *m, pjs_model_residency
                                   &out->host_evictions);
     out->host_bytes = m->hentry.bytes;
     out->host_load_ns = atomic_load(&m->host_load_ns);
+}
+
+size_t pjs_server_metrics_models(const pjs_server *s)
+{
+    return s->metrics_models;
 }
 
 void pjs_server_weight_cache_info(pjs_server *s, pjs_weight_cache_info *out)

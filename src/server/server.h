@@ -65,6 +65,9 @@ typedef struct pjs_server_options {
     /* Host memory for `host` models' floors; 0: no host tier (every floor
      * kept for its model's life). */
     uint64_t host_weight_budget;
+    /* Models with series of their own in /metrics (the rest in totals);
+     * 0: PJS_DEFAULT_METRICS_MODELS; SIZE_MAX: every model. */
+    size_t metrics_models;
     /* Largest request a front end accepts, counted after decompression;
      * 0: PJS_DEFAULT_MAX_REQUEST_BYTES. At most PJS_MAX_REQUEST_BYTES_LIMIT. */
     uint64_t max_request_bytes;
@@ -231,6 +234,10 @@ typedef struct pjs_weight_cache_info {
     uint64_t host_changes;      /* floors read + dropped so far */
 } pjs_weight_cache_info;
 void pjs_server_weight_cache_info(pjs_server *s, pjs_weight_cache_info *out);
+
+/* Models given series of their own in /metrics (0: every model). */
+#define PJS_DEFAULT_METRICS_MODELS 1000
+size_t pjs_server_metrics_models(const pjs_server *s);
 
 /* Moves model `name` to `target` (runs under the device token, between
  * executions; returns when done): DEVICE uploads and pins its weights

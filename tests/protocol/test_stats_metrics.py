@@ -238,3 +238,29 @@ def test_metrics_unknown_path(server):
     with pytest.raises(urllib.error.HTTPError) as ei:
         urllib.request.urlopen(server.metrics_url.replace("/metrics", "/nope"), timeout=10)
     assert ei.value.code == 404
+
+
+@serve_only("a gateway merges its workers' expositions")
+def test_metrics_for_the_models_that_matter(server_factory, cases):
+    """--metrics-models 1 over three models: series of their own for the one
+    in use, every model still counted in the pjserve_all_models_* totals."""
+    srv = server_factory(names=("mlp", "two_io", "convnet"),
+                         extra_args=("--metrics-models", "1"))
+    used = cases.get("two_io", 2, seed=91)
+    other = cases.get("mlp", 1, seed=92)
+    with grpcclient.InferenceServerClient(srv.grpc_url) as c:
+        for _ in range(3):
+            grpc_infer_case(c, other)
+        for _ in range(20):
+            got, _ = grpc_infer_case(c, used)
+            used.check(got, "two_io")
+    samples, _ = parse_metrics(scrape(srv.metrics_url))
+    with_series = {dict(labels)["model"] for (name, labels), _ in samples.items()
+                   if name == "nv_inference_request_success"}
+    assert with_series == {"two_io"}, with_series
+    assert metric(samples, "pjserve_models_loaded") == 3
+    assert metric(samples, "pjserve_models_with_series") == 1
+    assert metric(samples, "pjserve_all_models_requests_total", outcome="success") == 23
+    assert metric(samples, "pjserve_all_models_requests_total", outcome="failure") == 0
+    assert metric(samples, "pjserve_all_models_inferences_total") == 43  # 20 x 2 rows + 3
+    assert srv.stop_and_check() == []

@@ -1141,7 +1141,7 @@ static void test_metrics_render(void **state)
         else if (line[0] != '#' && strchr(line, ' ') == NULL)
             fail_msg("a sample without a value: %s", line);
     }
-    assert_int_equal(types, 9 + 17 + 3 + 9);
+    assert_int_equal(types, 9 + 17 + 3 + 9 + 7);
     pjs_http_buf_free(&out);
 }
 
@@ -1171,6 +1171,43 @@ static pjs_control_model control_model(const char *name, pjs_model_state state, 
                                          .default_timeout_us = 50000, .queue_depth = 3};
     }
     return m;
+}
+
+/* Past the limit, the models that matter keep series of their own: busy,
+ * then on the device, then the most used; totals count every model. */
+static void test_metrics_select(void **state)
+{
+    (void)state;
+    pjs_metrics_model m[5];
+    memset(m, 0, sizeof m);
+    const char *names[5] = {"e", "d", "c", "b", "a"};
+    for (int i = 0; i < 5; i++) {
+        m[i].name = names[i];
+        m[i].stats.success.count = 10;
+        m[i].stats.fail.count = 1;
+        m[i].stats.inference_count = 20;
+        m[i].stats.success.ns = 1000;
+    }
+    m[3].sched.in_flight = 2;             /* b: busy */
+    m[1].residency.resident = true;       /* d: on the device */
+    m[4].stats.last_inference_ms = 99;    /* a: used most recently */
+    m[0].sched.recent_utilization = 0.5;  /* e: used the device lately */
+    pjs_metrics_totals t;
+    assert_int_equal(pjs_metrics_select(m, 5, 3, &t), 3);
+    assert_string_equal(m[0].name, "b"); /* the chosen, in name order */
+    assert_string_equal(m[1].name, "d");
+    assert_string_equal(m[2].name, "e");
+    assert_int_equal(t.models, 5);
+    assert_int_equal(t.shown, 3);
+    assert_int_equal(t.success, 50);
+    assert_int_equal(t.failure, 5);
+    assert_int_equal(t.inferences, 100);
+    assert_int_equal(t.request_ns, 5000);
+    /* No limit, or under it: every model, as they were. */
+    assert_int_equal(pjs_metrics_select(m, 5, 0, &t), 5);
+    assert_int_equal(t.shown, 5);
+    assert_int_equal(pjs_metrics_select(m, 2, 3, &t), 2);
+    assert_int_equal(t.models, 2);
 }
 
 static void test_control_status_json(void **state)
@@ -1654,6 +1691,7 @@ int main(void)
         cmocka_unit_test(test_model_metadata_and_config),
         cmocka_unit_test(test_model_stats),
         cmocka_unit_test(test_metrics_render),
+        cmocka_unit_test(test_metrics_select),
         cmocka_unit_test(test_control_status_json),
         cmocka_unit_test(test_control_parse_residency),
         cmocka_unit_test(test_control_parse_policy),

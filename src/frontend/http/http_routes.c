@@ -823,6 +823,13 @@ static void route_metrics(pjs__http_call *c)
             break;
         metrics_scrape_clear(&scrape);
     }
+    size_t shown = pjs_metrics_select(scrape.models, scrape.n,
+                                      pjs_server_metrics_models(server_of(c)), &gauges.totals);
+    for (size_t i = shown; i < scrape.n; i++) {
+        free((char *)scrape.models[i].name);
+        pjs_model_stats_release(&scrape.models[i].stats);
+    }
+    scrape.n = shown;
     pjs_server_counters counters;
     pjs_server_get_counters(server_of(c), &counters);
     gauges.queue_depth = counters.queue_depth;

@@ -15,6 +15,7 @@
 #include <inttypes.h>
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 
 const double pjs_metrics_quantiles[PJS_METRICS_QUANTILES] = {0.5, 0.9, 0.99};
 
@@ -535,6 +536,108 @@ static int server_gauge(pjs_http_buf *b, const char *name, const char *help, met
     return rc;
 }
 
+/* ---- many models: the ones that matter, and totals --------------------------- */
+
+/* Whether a matters more than b (see pjs_metrics_select). */
+static bool matters_more(const pjs_metrics_model *a, const pjs_metrics_model *b)
+{
+    bool a_busy = a->sched.in_flight > 0, b_busy = b->sched.in_flight > 0;
+    if (a_busy != b_busy)
+        return a_busy;
+    if (a->residency.resident != b->residency.resident)
+        return a->residency.resident;
+    if (a->sched.recent_utilization != b->sched.recent_utilization)
+        return a->sched.recent_utilization > b->sched.recent_utilization;
+    if (a->stats.last_inference_ms != b->stats.last_inference_ms)
+        return a->stats.last_inference_ms > b->stats.last_inference_ms;
+    return strcmp(a->name, b->name) < 0;
+}
+
+static int by_importance(const void *x, const void *y)
+{
+    const pjs_metrics_model *a = x, *b = y;
+    return matters_more(a, b) ? -1 : matters_more(b, a) ? 1 : 0;
+}
+
+static int by_name(const void *x, const void *y)
+{
+    return strcmp(((const pjs_metrics_model *)x)->name, ((const pjs_metrics_model *)y)->name);
+}
+
+size_t pjs_metrics_select(pjs_metrics_model *models, size_t n, size_t limit,
+                          pjs_metrics_totals *totals)
+{
+    *totals = (pjs_metrics_totals){.models = n};
+    for (size_t i = 0; i < n; i++) {
+        const pjs_model_stats *s = &models[i].stats;
+        totals->success += s->success.count;
+        totals->failure += s->fail.count;
+        totals->inferences += s->inference_count;
+        totals->executions += s->execution_count;
+        totals->request_ns += s->success.ns;
+        totals->queue_ns += s->queue.ns;
+    }
+    size_t shown = n;
+    if (limit > 0 && n > limit) {
+        qsort(models, n, sizeof *models, by_importance);
+        shown = limit;
+        qsort(models, shown, sizeof *models, by_name);
+    }
+    totals->shown = shown;
+    return shown;
+}
+
+static int render_totals(const pjs_metrics_totals *t, pjs_http_buf *b, pjs_error *err)
+{
+    int rc = server_gauge(b, "pjserve_models_loaded", "Models loaded", count(t->models), err);
+    if (rc == 0)
+        rc = server_gauge(b, "pjserve_models_with_series",
+                          "Models with series of their own in this exposition (the rest are in "
+                          "the pjserve_all_models_* totals only; --metrics-models)",
+                          count(t->shown), err);
+    if (rc == 0)
+        rc = family_header(b, "pjserve_all_models_requests_total",
+                           "Inference requests of every model loaded, by outcome", "counter",
+                           err);
+    if (rc == 0)
+        rc = pjs_http_buf_printf(b, err,
+                                 "pjserve_all_models_requests_total{outcome=\"success\"} %" PRIu64
+                                 "\npjserve_all_models_requests_total{outcome=\"failure\"} %" PRIu64
+                                 "\n",
+                                 t->success, t->failure);
+    if (rc == 0) {
+        rc = family_header(b, "pjserve_all_models_inferences_total",
+                           "Inferences (batch elements) of every model loaded", "counter", err);
+        if (rc == 0)
+            rc = pjs_http_buf_printf(b, err, "pjserve_all_models_inferences_total %" PRIu64 "\n",
+                                     t->inferences);
+    }
+    if (rc == 0) {
+        rc = family_header(b, "pjserve_all_models_executions_total",
+                           "Device executions of every model loaded", "counter", err);
+        if (rc == 0)
+            rc = pjs_http_buf_printf(b, err, "pjserve_all_models_executions_total %" PRIu64 "\n",
+                                     t->executions);
+    }
+    if (rc == 0) {
+        rc = family_header(b, "pjserve_all_models_request_seconds_total",
+                           "Time of every model's successful requests, received to answered",
+                           "counter", err);
+        if (rc == 0)
+            rc = pjs_http_buf_printf(b, err, "pjserve_all_models_request_seconds_total %.9g\n",
+                                     (double)t->request_ns / 1e9);
+    }
+    if (rc == 0) {
+        rc = family_header(b, "pjserve_all_models_queue_seconds_total",
+                           "Time every model's successful requests waited in queues", "counter",
+                           err);
+        if (rc == 0)
+            rc = pjs_http_buf_printf(b, err, "pjserve_all_models_queue_seconds_total %.9g\n",
+                                     (double)t->queue_ns / 1e9);
+    }
+    return rc;
+}
+
 static int render_weight_cache(const pjs_weight_cache_info *c, pjs_http_buf *b, pjs_error *err)
 {
     metric_value budget = c->budget_bytes == UINT64_MAX ? real(INFINITY) : count(c->budget_bytes);
@@ -588,5 +691,7 @@ int pjs_metrics_render(const pjs_metrics_model *models, size_t n, const pjs_metr
         rc = render_server(g, out, err);
     if (rc == 0)
         rc = render_weight_cache(&g->cache, out, err);
+    if (rc == 0)
+        rc = render_totals(&g->totals, out, err);
     return rc;
 }

@@ -44,6 +44,24 @@ typedef struct pjs_metrics_model {
     int64_t batch_sizes[PJS_MODEL_MAX_BATCH_SIZES];
 } pjs_metrics_model;
 
+/* Every model's counters summed: what a catalogue larger than the per-model
+ * limit still reports in full (pjs_metrics_select). */
+typedef struct pjs_metrics_totals {
+    uint64_t models;        /* loaded */
+    uint64_t shown;         /* with series of their own */
+    uint64_t success, failure; /* requests */
+    uint64_t inferences, executions;
+    uint64_t request_ns, queue_ns; /* of successful requests */
+} pjs_metrics_totals;
+
+/* Sums every model into *totals, then, when there are more than `limit`
+ * (0: no limit), moves the `limit` that matter most to the front: those with
+ * requests queued or running, then those whose weights are on the device,
+ * then by recent device use and most recent request, then by name. The
+ * chosen are left in name order. Returns how many are chosen. */
+size_t pjs_metrics_select(pjs_metrics_model *models, size_t n, size_t limit,
+                          pjs_metrics_totals *totals);
+
 /* Server-wide gauges. */
 typedef struct pjs_metrics_gauges {
     uint64_t queue_depth;   /* requests waiting in the dispatcher */
@@ -53,6 +71,7 @@ typedef struct pjs_metrics_gauges {
     const char *discipline; /* the scheduler's discipline ("fair") */
     const pjs_server_counters *server; /* meta runs and scratch (server.h) */
     pjs_weight_cache_info cache; /* the device weight cache (budget UINT64_MAX: +Inf) */
+    pjs_metrics_totals totals;   /* every model's, shown or not */
 } pjs_metrics_gauges;
 
 /* Appends the whole exposition to out. */
