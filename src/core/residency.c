@@ -69,6 +69,12 @@ bool pjs_residency_device_pinned(pjs_residency r)
     return info != NULL && info->device_pinned;
 }
 
+const char *pjs_tier_name(pjs_tier t)
+{
+    static const char *const names[PJS_N_TIERS] = {"device", "host", "file"};
+    return (unsigned)t < PJS_N_TIERS ? names[t] : "invalid";
+}
+
 const char *pjs_residency_choices(void)
 {
     return "\"device\", \"host\" or \"unpinned\"";

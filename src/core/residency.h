@@ -50,6 +50,20 @@ int pjs_residency_wire(pjs_residency r);
 /* The table's columns for r (false for an invalid one). */
 bool pjs_residency_has_floor(pjs_residency r);
 bool pjs_residency_device_pinned(pjs_residency r);
+/* The tier a request found its model's weights in when its execution was
+ * planned: on the device, in host memory only, or in the bundle's file
+ * only (read, then uploaded). */
+typedef enum pjs_tier {
+    PJS_TIER_DEVICE = 0,
+    PJS_TIER_HOST = 1,
+    PJS_TIER_FILE = 2,
+} pjs_tier;
+
+#define PJS_N_TIERS 3
+
+/* "device", "host", "file". */
+const char *pjs_tier_name(pjs_tier t);
+
 /* The names, as `"device", "host" or "unpinned"`, for messages. */
 const char *pjs_residency_choices(void);
 

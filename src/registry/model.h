@@ -75,6 +75,15 @@ typedef struct pjs_model_stats {
     pjs_batch_stat *batch;
 } pjs_model_stats;
 
+/* Executed requests by the tier their model's weights were in when the
+ * execution was planned (core/residency.h), and their time from received
+ * to executed: a sum and buckets of pjs_queue_wait_bucket. */
+typedef struct pjs_tier_stats {
+    uint64_t requests[PJS_N_TIERS];
+    uint64_t ns[PJS_N_TIERS];
+    uint64_t buckets[PJS_N_TIERS][PJS_QUEUE_WAIT_BUCKETS];
+} pjs_tier_stats;
+
 /* The bucket a queue wait of `ns` counts in, and the upper bound of bucket
  * i in microseconds (+inf for the last). */
 size_t pjs_queue_wait_bucket(uint64_t ns);

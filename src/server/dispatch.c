@@ -142,6 +142,7 @@ struct pjs_dispatcher {
     pjs_model *lookahead;   /* prefetched (or in flight), not run yet, held
                                and referenced; token holder only */
     uint64_t prefetches;    /* copies started beside executions */
+    pjs_tier_stats tiers;   /* executed requests by their model's tier */
     uint64_t inline_plans;  /* plans run by the submitting thread */
     uint64_t worker_plans;  /* plans run by a worker */
 
@@ -978,6 +979,33 @@ static void fail_jobs(pjs_sched_job *jobs, const pjs_error *err, request_fifo *d
 
 /* Runs a plan (token held, lock not held); every request of it, executed
  * or dropped, ends up in done. */
+/* Token holder: where m's weights are before it is acquired to run. */
+static pjs_tier tier_of(pjs_dispatcher *d, pjs_model *m)
+{
+    if (m->wentry.resident)
+        return PJS_TIER_DEVICE;
+    bool in_host;
+    uint64_t loads, evictions;
+    pjs_dispatcher_host_residency(d, m, &in_host, &loads, &evictions);
+    return in_host ? PJS_TIER_HOST : PJS_TIER_FILE;
+}
+
+/* Counts bt's successful requests under the tier their model was in. */
+static void record_tier(pjs_dispatcher *d, pjs_tier tier, const batch *bt)
+{
+    if (bt->reqs[0]->error.code != PJS_OK)
+        return;
+    uint64_t now = pjs_now_ns();
+    pthread_mutex_lock(&d->lock);
+    for (size_t j = 0; j < bt->n; j++) {
+        uint64_t ns = now - bt->reqs[j]->times.received;
+        d->tiers.requests[tier]++;
+        d->tiers.ns[tier] += ns;
+        d->tiers.buckets[tier][pjs_queue_wait_bucket(ns)]++;
+    }
+    pthread_mutex_unlock(&d->lock);
+}
+
 static void run_plan(pjs_dispatcher *d, pjs_sched_plan *plan, request_fifo *done)
 {
     uint64_t now = pjs_now_ns();
@@ -1021,6 +1049,7 @@ static void run_plan(pjs_dispatcher *d, pjs_sched_plan *plan, request_fifo *done
         bt.first_row[i] = row;
         row += j->rows;
     }
+    pjs_tier tier = tier_of(d, bt.model);
     pjs_error acquire_err;
     if (acquire(d, bt.model, bt.n, &acquire_err) != 0) {
         fail_jobs(plan->jobs, &acquire_err, done);
@@ -1036,6 +1065,7 @@ static void run_plan(pjs_dispatcher *d, pjs_sched_plan *plan, request_fifo *done
             pthread_mutex_unlock(&d->lock);
         }
         record_batch_stats(&bt, start, &t);
+        record_tier(d, tier, &bt);
         for (size_t k = 0; k < bt.n; k++)
             fifo_push(done, bt.reqs[k]);
     }
@@ -1396,6 +1426,13 @@ void pjs_dispatcher_cache_totals(pjs_dispatcher *d, uint64_t *budget, uint64_t *
                                  uint64_t *pinned, uint64_t *changes)
 {
     pjs_wcache_totals(&d->cache, budget, used, pinned, changes);
+}
+
+void pjs_dispatcher_tier_stats(pjs_dispatcher *d, pjs_tier_stats *out)
+{
+    pthread_mutex_lock(&d->lock);
+    *out = d->tiers;
+    pthread_mutex_unlock(&d->lock);
 }
 
 bool pjs_dispatcher_host_tier(const pjs_dispatcher *d)

@@ -112,6 +112,9 @@ void pjs_dispatcher_drain(pjs_dispatcher *d);
 void pjs_dispatcher_counters(pjs_dispatcher *d, uint64_t *queue_depth, uint64_t *in_flight,
                              uint64_t *plans_inline, uint64_t *plans_worker,
                              uint64_t *prefetches);
+/* Executed requests by the tier their model was in (pjs_tier_stats). */
+void pjs_dispatcher_tier_stats(pjs_dispatcher *d, pjs_tier_stats *out);
+
 /* Bytes of CUDA shared memory that executions read in place (inputs) and
  * wrote device to device (outputs), so far. */
 void pjs_dispatcher_shm_device_bytes(pjs_dispatcher *d, uint64_t *in, uint64_t *out);

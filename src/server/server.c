@@ -1404,6 +1404,7 @@ void pjs_server_get_counters(pjs_server *s, pjs_server_counters *out)
                             &out->plans_inline, &out->plans_worker, &out->weight_prefetches);
     pjs_dispatcher_shm_device_bytes(s->dispatcher, &out->shm_device_in_bytes,
                                     &out->shm_device_out_bytes);
+    pjs_dispatcher_tier_stats(s->dispatcher, &out->tiers);
     pjs_tracer_counters tc;
     pjs_tracer_get_counters(s->tracer, &tc);
     out->trace_spans_exported = tc.exported;

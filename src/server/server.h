@@ -342,6 +342,7 @@ typedef struct pjs_server_counters {
     uint64_t scratch_peak_bytes;
     uint64_t scratch_waited;        /* acquisitions that waited for room */
     uint64_t scratch_timed_out;     /* ... whose deadline passed first */
+    pjs_tier_stats tiers; /* executed requests by the tier their model was in */
 } pjs_server_counters;
 void pjs_server_get_counters(pjs_server *s, pjs_server_counters *out);
 

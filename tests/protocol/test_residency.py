@@ -43,7 +43,7 @@ import tritonclient.http as httpclient
 import pjserve_export as pe
 from protocol_util import (BUDGET, EVICTIONS, LOAD_SECONDS, LOADS, PINNED, RESIDENT, USED, Case,
                            ServerFailure, ServerProcess, grpc_infer_case, http_infer_case,
-                           http_json, parse_metrics, run_threads, scrape, serve_only)
+                           http_json, metric, parse_metrics, run_threads, scrape, serve_only)
 
 N_MODELS = 10
 IN, HIDDEN, OUT = 64, 768, 32
@@ -308,6 +308,10 @@ def test_many_models_under_budget(start_server, residency_models, prefetch):
     assert sum(end.evictions.values()) >= len(used_models) - 2
     assert all(end.load_seconds.get(m, 0) > 0 for m in used_models)
     samples, _ = parse_metrics(scrape(server.metrics_url))
+    # without a host tier every model is found on the device or in host memory
+    tiers = {t: metric(samples, "pjserve_request_tier_seconds_count", tier=t)
+             for t in ("device", "host", "file")}
+    assert tiers["file"] == 0 and tiers["host"] > 0 and tiers["device"] > 0, tiers
     prefetches = server_gauge(samples, "pjserve_weight_prefetches_total")
     if prefetch == "true":
         assert prefetches > 0, "no weight copy was made beside an execution"
@@ -575,6 +579,13 @@ def test_host_tier_many_models(start_server, residency_models):
         assert loads - ev == (1 if m in floors else 0), f"{m}: {loads} reads, {ev} evictions"
     assert sum(end.evictions.values()) > 0, "no floor was ever evicted"
     assert end.used == sum(end.in_host.values())
+    # every request counted once, by the tier its model was found in
+    samples, _ = parse_metrics(scrape(server.metrics_url))
+    tiers = {t: metric(samples, "pjserve_request_tier_seconds_count", tier=t)
+             for t in ("device", "host", "file")}
+    served = sum(per_model(samples, "nv_inference_request_success").values())
+    assert sum(tiers.values()) == served, (tiers, served)
+    assert tiers["device"] > 0 and tiers["file"] > 0, tiers
 
 
 @serve_only("the host budget is per worker")

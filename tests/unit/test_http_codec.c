@@ -1141,7 +1141,7 @@ static void test_metrics_render(void **state)
         else if (line[0] != '#' && strchr(line, ' ') == NULL)
             fail_msg("a sample without a value: %s", line);
     }
-    assert_int_equal(types, 9 + 17 + 3 + 9 + 7);
+    assert_int_equal(types, 9 + 17 + 3 + 9 + 7 + (gauges.server != NULL));
     pjs_http_buf_free(&out);
 }
 

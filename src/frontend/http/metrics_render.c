@@ -587,6 +587,38 @@ size_t pjs_metrics_select(pjs_metrics_model *models, size_t n, size_t limit,
     return shown;
 }
 
+/* Executed requests by the tier their model was in, as a histogram with a
+ * bucket per octave of microseconds, 1 us to 16.8 s: every fourth of
+ * pjs_queue_wait_bucket's, whose bucket 4k ends at 2^k us. */
+static int render_tiers(const pjs_tier_stats *t, pjs_http_buf *b, pjs_error *err)
+{
+    static const char name[] = "pjserve_request_tier_seconds";
+    int rc = family_header(b, name,
+                           "Time from received to executed of requests, by the tier their "
+                           "model's weights were in when the execution was planned (device, "
+                           "host memory, or only the bundle's file)",
+                           "histogram", err);
+    for (int tier = 0; rc == 0 && tier < PJS_N_TIERS; tier++) {
+        const char *tn = pjs_tier_name((pjs_tier)tier);
+        uint64_t below = 0;
+        for (size_t i = 0; rc == 0 && i + 1 < PJS_QUEUE_WAIT_BUCKETS; i++) {
+            below += t->buckets[tier][i];
+            if (i % 4 == 0)
+                rc = pjs_http_buf_printf(b, err, "%s_bucket{tier=\"%s\",le=\"%.9g\"} %" PRIu64 "\n",
+                                         name, tn,
+                                         ldexp(1.0, (int)(i / 4)) / 1e6, below);
+        }
+        if (rc == 0)
+            rc = pjs_http_buf_printf(b, err,
+                                     "%s_bucket{tier=\"%s\",le=\"+Inf\"} %" PRIu64 "\n"
+                                     "%s_sum{tier=\"%s\"} %.9g\n%s_count{tier=\"%s\"} %" PRIu64
+                                     "\n",
+                                     name, tn, t->requests[tier], name, tn,
+                                     (double)t->ns[tier] / 1e9, name, tn, t->requests[tier]);
+    }
+    return rc;
+}
+
 static int render_totals(const pjs_metrics_totals *t, pjs_http_buf *b, pjs_error *err)
 {
     int rc = server_gauge(b, "pjserve_models_loaded", "Models loaded", count(t->models), err);
@@ -693,5 +725,7 @@ int pjs_metrics_render(const pjs_metrics_model *models, size_t n, const pjs_metr
         rc = render_weight_cache(&g->cache, out, err);
     if (rc == 0)
         rc = render_totals(&g->totals, out, err);
+    if (rc == 0 && g->server != NULL)
+        rc = render_tiers(&g->server->tiers, out, err);
     return rc;
 }
