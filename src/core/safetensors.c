@@ -485,6 +485,13 @@ void pjs_safetensors_close(pjs_safetensors *st)
     st->fd = -1;
 }
 
+void pjs_safetensors_release_fd(pjs_safetensors *st)
+{
+    if (st->path != NULL && st->fd >= 0)
+        close(st->fd);
+    st->fd = -1;
+}
+
 int pjs_safetensors_read(const pjs_safetensors *st, const pjs_st_tensor *t, uint64_t begin,
                          size_t n, void *dst, pjs_error *err)
 {
@@ -499,15 +506,23 @@ int pjs_safetensors_read(const pjs_safetensors *st, const pjs_st_tensor *t, uint
         return 0;
     }
     pjs_file_identity now;
-    int rc = pjs_file_identity_of(st->fd, st->path, &now, err);
+    int fd = st->fd >= 0 ? st->fd : pjs_file_open_identity(st->path, &now, err);
+    if (fd < 0)
+        return fd;
+    int rc = st->fd >= 0 ? pjs_file_identity_of(fd, st->path, &now, err) : 0;
     if (rc == 0 && !pjs_file_identity_equal(&now, &st->identity))
         rc = pjs_error_set(err, PJS_ERR_FAILED_PRECONDITION,
                            "%s changed since it was opened (%s); its bytes are not read "
                            "again",
                            st->path,
-                           now.size != st->identity.size ? "its size differs" : "it was written");
+                           now.dev != st->identity.dev || now.ino != st->identity.ino
+                               ? "another file is there now"
+                           : now.size != st->identity.size ? "its size differs"
+                                                           : "it was written");
     if (rc == 0)
-        rc = pjs_pread_exact(st->fd, dst, n, t->offset + begin, st->path, err);
+        rc = pjs_pread_exact(fd, dst, n, t->offset + begin, st->path, err);
+    if (fd != st->fd)
+        close(fd);
     return rc;
 }
 

@@ -16,10 +16,13 @@
  *
  * A pjs_safetensors borrows its bytes (pjs_safetensors_parse) or reads a
  * file (pjs_safetensors_open): then only the header is read at open and the
- * descriptor stays open; tensors are read with pjs_safetensors_read, which
- * refuses a file whose identity changed since it was opened (never a
- * memory map: a truncated mapping raises SIGBUS). Read-only after opening;
- * safe to share.
+ * descriptor stays open, until pjs_safetensors_release_fd closes it (a
+ * catalogue of 10,000 models would otherwise hold 10,000 descriptors);
+ * tensors are read with pjs_safetensors_read, which refuses a file whose
+ * identity changed since it was opened (never a memory map: a truncated
+ * mapping raises SIGBUS). Without its descriptor a read opens the path
+ * again, so a file replaced there since (renamed over it) is refused too.
+ * Read-only after opening (but for the release); safe to share.
  */
 #ifndef PJS_CORE_SAFETENSORS_H
 #define PJS_CORE_SAFETENSORS_H
@@ -61,6 +64,10 @@ int pjs_safetensors_parse(pjs_safetensors *st, const unsigned char *bytes, size_
  * open for pjs_safetensors_read. */
 int pjs_safetensors_open(pjs_safetensors *st, const char *path, pjs_error *err);
 void pjs_safetensors_close(pjs_safetensors *st);
+/* Closes the descriptor of a file opened from a path; later reads open the
+ * path for their own use and check it is still the file opened. Not
+ * concurrently with a read. */
+void pjs_safetensors_release_fd(pjs_safetensors *st);
 
 /* NULL when no tensor has that name. */
 const pjs_st_tensor *pjs_safetensors_find(const pjs_safetensors *st, const char *name);

@@ -109,6 +109,12 @@ int pjs_model_create(pjs_bundle *b, pjs_rt_client *c, pjs_exec_cache *cache, pjs
         model_free(m);
         return rc;
     }
+    /* Read again only to make a floor (a host tier's, or after a residency
+     * change): by path then, checked to be the file sealed. An unpinned
+     * model, read at every upload, keeps its descriptor, so a bundle renamed
+     * over it keeps serving its weights until it is reloaded. */
+    if (m->residency != PJS_RESIDENCY_UNPINNED)
+        pjs_safetensors_release_fd(&b->weights);
     *out = m;
     return 0;
 }

@@ -110,19 +110,41 @@ const char *pjs_server_version(void)
 
 /* ---- repository entries (repo_lock held) ----------------------------------- */
 
+/* The entries are kept sorted by name: a lookup (every request makes one)
+ * is a binary search, not a walk through 10,000 names. Where name is or
+ * would go. */
+static size_t entry_slot_locked(const pjs_server *s, const char *name, bool *found)
+{
+    size_t lo = 0, hi = s->n_entries;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        int c = strcmp(s->entries[mid].info.name, name);
+        if (c == 0) {
+            *found = true;
+            return mid;
+        }
+        if (c < 0)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    *found = false;
+    return lo;
+}
+
 static repo_entry *find_entry_locked(pjs_server *s, const char *name)
 {
-    for (size_t i = 0; i < s->n_entries; i++)
-        if (strcmp(s->entries[i].info.name, name) == 0)
-            return &s->entries[i];
-    return NULL;
+    bool found;
+    size_t at = entry_slot_locked(s, name, &found);
+    return found ? &s->entries[at] : NULL;
 }
 
 static repo_entry *add_entry_locked(pjs_server *s, const char *name)
 {
-    repo_entry *e = find_entry_locked(s, name);
-    if (e != NULL)
-        return e;
+    bool found;
+    size_t at = entry_slot_locked(s, name, &found);
+    if (found)
+        return &s->entries[at];
     if (s->n_entries == s->cap_entries) {
         size_t cap = s->cap_entries ? 2 * s->cap_entries : 16;
         repo_entry *grown = realloc(s->entries, cap * sizeof *grown);
@@ -131,16 +153,13 @@ static repo_entry *add_entry_locked(pjs_server *s, const char *name)
         s->entries = grown;
         s->cap_entries = cap;
     }
-    e = &s->entries[s->n_entries++];
+    memmove(&s->entries[at + 1], &s->entries[at], (s->n_entries - at) * sizeof *s->entries);
+    s->n_entries++;
+    repo_entry *e = &s->entries[at];
     memset(e, 0, sizeof *e);
     snprintf(e->info.name, sizeof e->info.name, "%s", name);
     e->info.state = PJS_MODEL_UNAVAILABLE;
     return e;
-}
-
-static int compare_entries(const void *a, const void *b)
-{
-    return strcmp(((const repo_entry *)a)->info.name, ((const repo_entry *)b)->info.name);
 }
 
 static bool is_meta(const pjs_model *m)
@@ -363,7 +382,6 @@ static pjs_model *set_entry(pjs_server *s, const char *name, pjs_model_state st,
     e->unloaded = unloaded;
     e->info.state = st;
     snprintf(e->info.reason, sizeof e->info.reason, "%s", reason ? reason : "");
-    qsort(s->entries, s->n_entries, sizeof *s->entries, compare_entries);
     mark_internal_locked(s);
     pthread_mutex_unlock(&s->repo_lock);
     return old;
