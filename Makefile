@@ -37,7 +37,7 @@ FUZZ_SECONDS ?= 20
 PYTHON := .venv/bin/python
 PYTEST := $(PYTHON) -m pytest -q -p no:cacheprovider
 
-.PHONY: all bootstrap bootstrap-torch build test unit e2e e2e-node e2e-torch docs docs-check models models-large demo serve asan tsan fuzz fuzz-build fuzz-smoke clean install bench bench-scheduler bench-residency bench-meta bench-shared-weights bench-gateway bench-tracing gpu-check gpu-bench container-check
+.PHONY: all bootstrap bootstrap-torch build test unit e2e e2e-node e2e-torch docs docs-check models models-large demo serve asan tsan fuzz fuzz-build fuzz-smoke clean install bench bench-scheduler bench-residency bench-meta bench-shared-weights bench-host-tier bench-gateway bench-catalogue-scale bench-tracing gpu-check gpu-bench container-check
 
 all: build
 
@@ -214,6 +214,12 @@ bench-meta: build
 bench-shared-weights: build
 	$(PYTHON) bench/shared_weights.py
 
+# The host tier: how fast a model's weights are read from its file into host
+# memory (--host-weight-budget), cold and from the page cache, against raw
+# buffered and direct-I/O reads of the same file (bench/host_tier.py).
+bench-host-tier: build
+	$(PYTHON) bench/host_tier.py
+
 # What tracing costs: p50 and server CPU per request of the demo mlp over
 # gRPC with tracing off, 1 % and 100 % sampled, exporting to an OTLP/HTTP
 # receiver in the driver (docs/benchmarks.md). About a minute.
@@ -225,6 +231,12 @@ bench-tracing: build
 # through a gateway over 1 and 2 workers (docs/benchmarks.md). A few minutes.
 bench-gateway: build
 	$(PYTHON) bench/gateway.py
+
+# Catalogue scale: one pjserve serve on 100, 1,000 and 10,000 copies of the mlp
+# with distinct weights: start-up, RSS per model, idle CPU, /metrics, index and
+# stats endpoints, requests (bench/catalogue_scale.py). A few minutes.
+bench-catalogue-scale: build
+	$(PYTHON) bench/catalogue_scale.py
 
 # The CUDA path end to end (docs/residency.md, On a GPU): packages build/pjserve,
 # the libraries it needs, a link probe and two bundles into .gpu-check/, then

@@ -9,12 +9,14 @@
 
 The models: N copies of the demo mlp (x f32 [batch,16] -> y f32 [batch,4],
 batch sizes 1, 4, 8), exported once; every copy has its own name and its own
-weights (3 KiB, drawn from a seeded generator per copy), and hard links to the
+weights (3 KiB, drawn from a seeded generator per copy) and hard links to the
 one set of .mlir modules, so the executable cache (--cache-dir) compiles them
-once. The bundles are written once into a temporary directory and each size's
-repository holds symbolic links to the first N. One start on a repository of
-a single copy fills the cache first: every measured start loads its
-executables from it (a warm cache, and the bundles in the page cache).
+once (a server that shares the executables of identical modules between
+models then holds one of each: the log says how many were shared). The
+bundles are written once into a temporary directory; each size's repository
+holds symbolic links to the first N. One start on a repository of a single
+copy fills the cache first: every measured start loads its executables from
+it (a warm cache, and the bundles in the page cache).
 
 For each size, one `pjserve serve --model-control-mode static` (plus
 --extra-args) on free loopback ports, measured in this order:
@@ -24,7 +26,7 @@ For each size, one `pjserve serve --model-control-mode static` (plus
              progress printed every 5 s from the server's "[i/N]" log lines.
              From those lines: the time before the first model loads (plugin,
              repository scan), loading itself, the time from the last model
-             ready to "serving", and the median per-model load time among
+             ready to "serving", and the mean per-model load time among
              the first and the last 10 % of the models (loads that slow down
              as the catalogue fills show there).
   memory     VmRSS and VmHWM from /proc/PID/status once ready; RSS per model
@@ -37,20 +39,27 @@ For each size, one `pjserve serve --model-control-mode static` (plus
              GET /v2/models/stats: median time of 5 fetches and the size of
              the body.
   requests   one inference (tritonclient HTTP) to a random copy, checked
-             against that copy's output computed with numpy, then --requests
-             requests one after another, each to a random copy, every answer
-             checked: p50, p99. RSS after them.
+             against that copy's output computed with numpy; one over gRPC
+             (tritonclient; a failure is recorded, not raised); then
+             --requests HTTP requests one after another, each to a random
+             copy, every answer checked: p50, p99. RSS after them.
   stop       SIGTERM until the process exits.
 
-A size that is not ready within --ready-timeout is stopped and its row says
-where loading stood ("k of N loaded, r models/s lately"). Writes
+A size whose server exits, finishes loading with models missing (strict
+readiness then never answers 200: what serves is measured) or is not ready
+within --ready-timeout gets a row saying where loading stood ("k of N
+loaded, r models/s, m memory mappings") and the log's last complaints; the
+notes project how many models vm.max_map_count leaves room for. Writes
 bench/results/catalogue_scale.json and .md (--quick: 100 and 1,000, into
-build/bench-catalogue-scale-quick/ unless --out). Timings are the driver's
-wall clock on a shared machine: client and server share the CPUs. Needs
-build/pjserve (cmake --build build) and .venv (scripts/bootstrap).
+build/bench-catalogue-scale-quick/ unless --out). The binary (build/pjserve
+or $PJSERVE_BIN) is copied at the start, so a rebuild during the run changes
+no row; its sha256 is recorded. Timings are the driver's wall clock on a
+shared machine: client and server share the CPUs. Needs build/pjserve
+(cmake --build build) and .venv (scripts/bootstrap).
 """
 
 import argparse
+import hashlib
 import json
 import os
 import re
@@ -75,7 +84,7 @@ sys.path.insert(0, str(ROOT / "tests"))
 
 RESULTS = ROOT / "bench" / "results" / "catalogue_scale.json"
 QUICK_RESULTS = ROOT / "build" / "bench-catalogue-scale-quick" / "catalogue_scale.json"
-KIB, MIB = 1024, 1 << 20
+KIB = 1024
 FETCHES = 5
 # Output tolerance against numpy (tests/common.py F32_TOL: XLA and numpy may
 # sum the dots in another order).
@@ -142,13 +151,14 @@ def repository(bundles, dest, n):
 # ---- servers ------------------------------------------------------------------
 
 class Server(PjserveProcess):
-    def __init__(self, repository, cache, extra, log_path):
-        self.repository, self.cache, self.extra = repository, cache, extra
+    def __init__(self, binary, repository, cache, extra, log_path):
+        self.binary, self.repository, self.cache, self.extra = binary, repository, cache, extra
         self.log_path = log_path
         self.proc = None
 
     def start(self):
         self.serve_command()
+        self.cmd[0] = str(self.binary)
         self.started_wall = time.time()
         self.started = time.monotonic()
         self.start_process()
@@ -206,11 +216,24 @@ def log_time(stamp):
         tzinfo=timezone.utc).timestamp()
 
 
+# "(3 modules from the executable cache, 0 shared with loaded models)"; older
+# binaries share nothing and say only the first half.
+MODULES = re.compile(r"\((\d+) modules from the executable cache(?:, (\d+) shared with "
+                     r"loaded models)?\)")
+
+
 def load_progress(text):
     """From the server log: {index: (loading at, ready at)} (wall-clock
-    seconds), the first line's time and the "serving" line's time (or None)."""
+    seconds), the first line's time, the "serving" line's time (or None) and
+    the modules loaded from the executable cache and shared with a model
+    already loaded, over every model."""
     loads, first, serving = {}, None, None
+    modules = {"from_cache": 0, "shared": 0}
     for line in text.splitlines():
+        m = MODULES.search(line)
+        if m:
+            modules["from_cache"] += int(m.group(1))
+            modules["shared"] += int(m.group(2) or 0)
         if first is None and line[:4].isdigit():
             first = log_time(line.split()[0])
         if " serving: " in line:
@@ -221,12 +244,12 @@ def load_progress(text):
             t, i = log_time(m.group(1)), int(m.group(2))
             start, end = loads.get(i, (None, None))
             loads[i] = (t, end) if m.group(3) == "loading model" else (start, t)
-    return loads, first, serving
+    return loads, first, serving, modules
 
 
 def progress_line(server, n):
     """(models ready so far, text) from the log."""
-    loads, _, _ = load_progress(server.log_path.read_text(errors="replace"))
+    loads = load_progress(server.log_path.read_text(errors="replace"))[0]
     done = sorted(e for s, e in loads.values() if e is not None)
     k = len(done)
     recent = [t for t in done if t >= done[-1] - 10] if done else []
@@ -245,9 +268,10 @@ def progress_line(server, n):
 
 def load_breakdown(server, n):
     """Start-up split from the log (seconds): before the first load, loading,
-    after the last; median per-model load time (ms) of the first and last 10 %."""
-    loads, first, serving = load_progress(server.log_path.read_text(errors="replace"))
-    out = {"models_logged_ready": sum(1 for s, e in loads.values() if e is not None)}
+    after the last; mean per-model load time (ms) of the first and last 10 %."""
+    loads, first, serving, modules = load_progress(server.log_path.read_text(errors="replace"))
+    out = {"models_logged_ready": sum(1 for s, e in loads.values() if e is not None),
+           "modules_from_cache": modules["from_cache"], "modules_shared": modules["shared"]}
     if not loads or 1 not in loads:
         return out
     start = server.started_wall
@@ -259,8 +283,9 @@ def load_breakdown(server, n):
     per = [(e - s) * 1e3 for i, (s, e) in sorted(loads.items())
            if s is not None and e is not None]
     tenth = max(1, len(per) // 10)
-    out["load_ms_first_10pct_median"] = round(statistics.median(per[:tenth]), 2)
-    out["load_ms_last_10pct_median"] = round(statistics.median(per[-tenth:]), 2)
+    # the log's times are in ms: a mean over many models resolves less
+    out["load_ms_first_10pct_mean"] = round(statistics.fmean(per[:tenth]), 3)
+    out["load_ms_last_10pct_mean"] = round(statistics.fmean(per[-tenth:]), 3)
     # the first model compiles or reads the cache; the rest are copies
     out["load_ms_max_after_first"] = round(max(per[1:]), 1) if len(per) > 1 else None
     # time between consecutive models (load + what the loop does between)
@@ -369,6 +394,29 @@ def log_problems(server, keep=5):
     return {"count": len(lines), "first": lines[:keep]}
 
 
+def grpc_check(server, template, ready, seed):
+    """One gRPC inference (tritonclient) to a random copy, checked: "ok" or
+    what went wrong (a server short of file descriptors refuses connections)."""
+    import tritonclient.grpc as grpcclient
+
+    rng = np.random.default_rng(seed)
+    i = ready[int(rng.integers(len(ready)))]
+    x = rng.standard_normal((1, 16)).astype(np.float32)
+    client = grpcclient.InferenceServerClient(f"127.0.0.1:{server.grpc}")
+    try:
+        inp = grpcclient.InferInput("x", list(x.shape), "FP32")
+        inp.set_data_from_numpy(x)
+        got = client.infer(name_of(i), [inp], client_timeout=20).as_numpy("y")
+    except Exception as e:  # noqa: BLE001 - reported, not raised
+        return f"failed: {str(e).splitlines()[0][:200]}"
+    finally:
+        client.close()
+    want = mlp_numpy(copy_weights(template, i), x)
+    if got is None or got.shape != want.shape or not np.allclose(got, want, atol=ATOL, rtol=RTOL):
+        raise RuntimeError(f"{name_of(i)} over gRPC: got {got}, expected {want}")
+    return "ok"
+
+
 def count_models(key):
     def check(data):
         doc = json.loads(data)
@@ -378,10 +426,10 @@ def count_models(key):
     return check
 
 
-def measure(n, bundles, work, cache, extra, template, a):
+def measure(binary, n, bundles, work, cache, extra, template, a):
     """One size: start, wait, measure, stop. Returns the row."""
     repo = repository(bundles, work / f"repo-{n}", n)
-    server = Server(repo, cache, extra, work / f"serve-{n}.log")
+    server = Server(binary, repo, cache, extra, work / f"serve-{n}.log")
     row = {"models": n}
     server.start()
     try:
@@ -433,6 +481,10 @@ def measure(n, bundles, work, cache, extra, template, a):
         row.setdefault("status", "ok")
         row.update(load_breakdown(server, n))
         row["log_problems"] = log_problems(server)
+        row["grpc_limit_line"] = next(
+            (l.split("gRPC limits: ", 1)[1] for l in
+             server.log_path.read_text(errors="replace").splitlines()
+             if "gRPC limits: " in l), None)
         log(f"{n} models: {row['status']} after {row['ready_s']:.2f} s")
         pid = server.proc.pid
         st = proc_status(pid)
@@ -458,6 +510,8 @@ def measure(n, bundles, work, cache, extra, template, a):
                      if m.get("state") == "READY" and re.fullmatch(r"m\d{5}", m["name"])]
             row["models_ready"] = len(ready)
             log(f"{n} models: {len(ready)} READY in the index; requests go to those")
+        row["grpc_request"] = grpc_check(server, template, ready, seed=n + 1)
+        log(f"{n} models: one gRPC request: {row['grpc_request']}")
         row.update(requests_run(server, template, ready, a.requests, seed=n))
         log(f"{n} models: first request ok ({row['first_request']['model']}); "
             f"{a.requests} requests p50 {row['p50_ms']:.2f} ms, p99 {row['p99_ms']:.2f} ms")
@@ -490,16 +544,16 @@ def per_model(rows):
 def tables(result):
     rows = result["rows"]
     g = lambda r, *k: _get(r, *k)  # noqa: E731
-    t1 = ["| models | ready s | before 1st load s | loading s | models/s | load ms "
+    t1 = ["| models | ready s | before 1st load s | loading s | models/s | mean load ms "
           "first/last 10 % | RSS MiB | HWM MiB | RSS/model KiB | threads | fds | maps | "
           "idle CPU % | stop s |",
           "|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
     t2 = ["| models | /metrics ms | /metrics KiB | samples | index ms | index KiB | "
-          "stats ms | stats KiB | first request | p50 ms | p99 ms | RSS after MiB |",
-          "|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|"]
+          "stats ms | stats KiB | first request | gRPC request | p50 ms | p99 ms | RSS after MiB |",
+          "|---:|---:|---:|---:|---:|---:|---:|---:|---|---|---:|---:|---:|"]
     for r in rows:
-        first_last = (f"{fmt(r.get('load_ms_first_10pct_median'), '.2f')} / "
-                      f"{fmt(r.get('load_ms_last_10pct_median'), '.2f')}")
+        first_last = (f"{fmt(r.get('load_ms_first_10pct_mean'), '.2f')} / "
+                      f"{fmt(r.get('load_ms_last_10pct_mean'), '.2f')}")
         t1.append(f"| {r['models']:,} | {fmt(r.get('ready_s'), '.2f')} | "
                   f"{fmt(r.get('before_first_load_s'), '.2f')} | "
                   f"{fmt(r.get('loading_s'), '.2f')} | {fmt(r.get('models_per_s'), ',.0f')} | "
@@ -509,12 +563,17 @@ def tables(result):
                   f"{fmt(r.get('maps'), ',d')} | {fmt(r.get('idle_cpu_pct'), '.2f')} | "
                   f"{fmt(r.get('stop_s'), '.2f')} |")
         first = "ok" if r.get("first_request") else "-"
+        grpc = r.get("grpc_request", "-")
+        grpc = "failed" if grpc.startswith("failed") else grpc
         t2.append(f"| {r['models']:,} | {fmt(g(r, 'metrics', 'ms'), '.1f')} | "
                   f"{fmt(_kib(g(r, 'metrics', 'bytes')), ',.0f')} | "
                   f"{fmt(g(r, 'metrics', 'entries'), ',d')} | "
-                  f"{fmt(g(r, 'index', 'ms'), '.1f')} | {fmt(_kib(g(r, 'index', 'bytes')), ',.0f')} | "
-                  f"{fmt(g(r, 'stats', 'ms'), '.1f')} | {fmt(_kib(g(r, 'stats', 'bytes')), ',.0f')} | "
-                  f"{first} | {fmt(r.get('p50_ms'), '.2f')} | {fmt(r.get('p99_ms'), '.2f')} | "
+                  f"{fmt(g(r, 'index', 'ms'), '.1f')} | "
+                  f"{fmt(_kib(g(r, 'index', 'bytes')), ',.0f')} | "
+                  f"{fmt(g(r, 'stats', 'ms'), '.1f')} | "
+                  f"{fmt(_kib(g(r, 'stats', 'bytes')), ',.0f')} | "
+                  f"{first} | {grpc} | {fmt(r.get('p50_ms'), '.2f')} | "
+                  f"{fmt(r.get('p99_ms'), '.2f')} | "
                   f"{fmt(r.get('rss_after_requests_mib'), ',.1f')} |")
     return t1, t2
 
@@ -540,25 +599,38 @@ def markdown(result):
              f"batch sizes 1, 4, 8 (3 modules, shared through a warm executable cache); "
              f"`--model-control-mode static` {c['extra_args'] or '(no extra arguments)'}. "
              f"{m['cpu']}, {m['cores']} CPUs, {m.get('memory_gib', '?')} GiB, CPU plugin; "
-             f"revision {result['revision']}.", "",
+             f"revision {result['revision']} (binary sha256 "
+             f"{result.get('binary', {}).get('sha256', '?')[:12]}, built "
+             f"{result.get('binary', {}).get('mtime', '?')}).", "",
              "Start-up (until /v2/health/ready is 200; the split from the server's log), "
              f"memory once ready, idle CPU over {c['idle_seconds']} s without traffic "
              "(% of one CPU), SIGTERM to exit:", "", *t1, "",
-             f"Endpoints (median of {FETCHES} fetches) and {c['requests']} HTTP requests one "
-             "at a time to random models, every answer checked against numpy:", "", *t2, ""]
+             f"Endpoints (median of {FETCHES} fetches), one gRPC request, and {c['requests']} "
+             "HTTP requests one at a time to random models, every answer checked against "
+             "numpy:", "", *t2, ""]
     ok = sorted((r for r in result["rows"] if r.get("maps")), key=lambda r: r["models"])
     limit = c.get("vm_max_map_count")
     if len(ok) >= 2 and ok[-1]["models"] > ok[0]["models"]:
         per = (ok[-1]["maps"] - ok[0]["maps"]) / (ok[-1]["models"] - ok[0]["models"])
         base = ok[0]["maps"] - per * ok[0]["models"]
+        room = (f"leaves room for about {(limit - base) / per:,.0f} models"
+                if limit and per >= 0.1 else "is not approached")
         lines.append(f"- memory mappings: {per:.1f} per model ({base:,.0f} without models); "
-                     f"vm.max_map_count {fmt(limit, ',d')}"
-                     + (f" leaves room for about {(limit - base) / per:,.0f} models" if limit
-                        else ""))
+                     f"vm.max_map_count {fmt(limit, ',d')} {room}")
     for r in result["rows"]:
+        if "modules_from_cache" in r:
+            lines.append(f"- {r['models']:,} models: executables {r['modules_from_cache']:,} "
+                         f"loaded from the cache, {r['modules_shared']:,} shared with a model "
+                         "already loaded")
+        if str(r.get("grpc_request", "")).startswith("failed"):
+            lines.append(f"- {r['models']:,} models, the gRPC request {r['grpc_request']} "
+                         f"({r.get('fds', '?')} file descriptors open; the log's gRPC limits: "
+                         f"{r.get('grpc_limit_line', '?')})")
         if r.get("status") != "ok":
             lines.append(f"- {r['models']:,} models: {r.get('status')}")
-            for l in r.get("log_last_non_info", []):
+            complaints = r.get("log_last_non_info") or (r.get("log_problems") or {}).get(
+                "first", [])[:3]
+            for l in complaints:
                 lines.append(f"  `{l.strip()}`")
         elif r.get("idle_cpu_threads"):
             busy = ", ".join(f"{k} {v:.2f} %" for k, v in r["idle_cpu_threads"].items())
@@ -599,6 +671,13 @@ def main(argv=None):
     work = Path(tempfile.mkdtemp(prefix="pjserve-bench-catalogue-"))
     rows = []
     try:
+        # A copy of the binary: a rebuild of build/pjserve during the run
+        # changes no row.
+        binary = work / "pjserve"
+        shutil.copy2(PJSERVE, binary)
+        built = {"path": str(PJSERVE), "sha256": hashlib.sha256(binary.read_bytes()).hexdigest(),
+                 "mtime": time.strftime("%Y-%m-%d %H:%M:%S",
+                                        time.localtime(PJSERVE.stat().st_mtime))}
         bundles = work / "bundles"
         bundles.mkdir()
         log(f"writing {max(sizes):,} copies of the mlp into {bundles}")
@@ -606,7 +685,7 @@ def main(argv=None):
         cache = work / "cache"
         # A start on one copy fills the executable cache: the measured starts
         # read it (the copies' modules are the same bytes).
-        warm = Server(repository(bundles, work / "repo-warm", 1), cache, extra,
+        warm = Server(binary, repository(bundles, work / "repo-warm", 1), cache, extra,
                       work / "serve-warm.log")
         warm.start()
         try:
@@ -616,7 +695,7 @@ def main(argv=None):
         finally:
             warm.stop()
         for n in sizes:
-            rows.append(measure(n, bundles, work, cache, extra, template, a))
+            rows.append(measure(binary, n, bundles, work, cache, extra, template, a))
     finally:
         if a.keep:
             log(f"bundles and logs kept in {work}")
@@ -630,7 +709,8 @@ def main(argv=None):
                          "plugin": str(plugin),
                          "command": " ".join(["bench/catalogue_scale.py"] +
                                              [shlex.quote(x) for x in (argv or sys.argv[1:])])},
-              "machine": machine_info(), "revision": git_revision(), "rows": rows}
+              "machine": machine_info(), "revision": git_revision(), "binary": built,
+              "rows": rows}
     write_report(result, started, out, markdown)
 
 
