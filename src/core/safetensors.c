@@ -492,19 +492,10 @@ void pjs_safetensors_release_fd(pjs_safetensors *st)
     st->fd = -1;
 }
 
-int pjs_safetensors_read(const pjs_safetensors *st, const pjs_st_tensor *t, uint64_t begin,
-                         size_t n, void *dst, pjs_error *err)
+/* The descriptor to read st's file through: its own, or the path opened
+ * again and checked to be the file opened (close it with done_reading). */
+static int reading_fd(const pjs_safetensors *st, pjs_error *err)
 {
-    if (begin > t->nbytes || n > t->nbytes - begin)
-        return pjs_error_set(err, PJS_ERR_INTERNAL,
-                             "tensor \"%s\": bytes [%llu, +%zu) read outside its %llu bytes",
-                             t->name, (unsigned long long)begin, n,
-                             (unsigned long long)t->nbytes);
-    if (st->path == NULL) {
-        if (n > 0)
-            memcpy(dst, st->bytes + t->offset + begin, n);
-        return 0;
-    }
     pjs_file_identity now;
     int fd = st->fd >= 0 ? st->fd : pjs_file_open_identity(st->path, &now, err);
     if (fd < 0)
@@ -519,10 +510,63 @@ int pjs_safetensors_read(const pjs_safetensors *st, const pjs_st_tensor *t, uint
                                ? "another file is there now"
                            : now.size != st->identity.size ? "its size differs"
                                                            : "it was written");
-    if (rc == 0)
-        rc = pjs_pread_exact(fd, dst, n, t->offset + begin, st->path, err);
+    if (rc != 0) {
+        if (fd != st->fd)
+            close(fd);
+        return rc;
+    }
+    return fd;
+}
+
+static void done_reading(const pjs_safetensors *st, int fd)
+{
     if (fd != st->fd)
         close(fd);
+}
+
+/* Bytes read per piece by pjs_safetensors_read_summed. */
+#define SUMMED_PIECE ((size_t)1 << 20)
+
+int pjs_safetensors_read_summed(const pjs_safetensors *st, const pjs_st_tensor *t, void *dst,
+                                pjs_checksum *sum, pjs_error *err)
+{
+    int fd = st->path != NULL ? reading_fd(st, err) : -1;
+    if (st->path != NULL && fd < 0)
+        return fd;
+    int rc = 0;
+    for (uint64_t at = 0; rc == 0 && at < t->nbytes; at += SUMMED_PIECE) {
+        size_t n = t->nbytes - at < SUMMED_PIECE ? (size_t)(t->nbytes - at) : SUMMED_PIECE;
+        char *to = (char *)dst + at;
+        if (st->path == NULL)
+            memcpy(to, st->bytes + t->offset + at, n);
+        else
+            rc = pjs_pread_exact(fd, to, n, t->offset + at, st->path, err);
+        if (rc == 0)
+            pjs_checksum_update(sum, to, n);
+    }
+    if (st->path != NULL)
+        done_reading(st, fd);
+    return rc;
+}
+
+int pjs_safetensors_read(const pjs_safetensors *st, const pjs_st_tensor *t, uint64_t begin,
+                         size_t n, void *dst, pjs_error *err)
+{
+    if (begin > t->nbytes || n > t->nbytes - begin)
+        return pjs_error_set(err, PJS_ERR_INTERNAL,
+                             "tensor \"%s\": bytes [%llu, +%zu) read outside its %llu bytes",
+                             t->name, (unsigned long long)begin, n,
+                             (unsigned long long)t->nbytes);
+    if (st->path == NULL) {
+        if (n > 0)
+            memcpy(dst, st->bytes + t->offset + begin, n);
+        return 0;
+    }
+    int fd = reading_fd(st, err);
+    if (fd < 0)
+        return fd;
+    int rc = pjs_pread_exact(fd, dst, n, t->offset + begin, st->path, err);
+    done_reading(st, fd);
     return rc;
 }
 

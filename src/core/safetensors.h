@@ -30,6 +30,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "core/checksum.h"
 #include "core/dtype.h"
 #include "core/mapped_file.h"
 #include "core/shape.h"
@@ -79,6 +80,12 @@ const void *pjs_safetensors_data(const pjs_safetensors *st, const pjs_st_tensor 
  * For a file: FAILED_PRECONDITION when it is no longer the file opened
  * (written or truncated since: its size or modification time differ), IO when it cannot be read; both
  * name the file. */
+/* Reads the whole tensor into dst, summing it into *sum piece by piece
+ * while each piece is in the cache (one pass over memory), through one
+ * descriptor (the kernel's read-ahead follows it); errors as
+ * pjs_safetensors_read. */
+int pjs_safetensors_read_summed(const pjs_safetensors *st, const pjs_st_tensor *t, void *dst,
+                                pjs_checksum *sum, pjs_error *err);
 int pjs_safetensors_read(const pjs_safetensors *st, const pjs_st_tensor *t, uint64_t begin,
                          size_t n, void *dst, pjs_error *err);
 /* Sum of all tensors' nbytes: the model's weight footprint. */

@@ -324,17 +324,9 @@ static int check_sum(pjs_bundle *b, size_t i, uint64_t sum, pjs_error *err)
 int pjs_bundle_read_weight(pjs_bundle *b, size_t i, void *dst, pjs_error *err)
 {
     const pjs_st_tensor *t = &b->weights.tensors[i];
-    /* Piece by piece, each summed while it is still in the cache: one pass
-     * over memory instead of two. */
     pjs_checksum sum;
     pjs_checksum_init(&sum);
-    int rc = 0;
-    for (uint64_t at = 0; rc == 0 && at < t->nbytes; at += SUM_PIECE) {
-        size_t n = t->nbytes - at < SUM_PIECE ? (size_t)(t->nbytes - at) : SUM_PIECE;
-        rc = pjs_safetensors_read(&b->weights, t, at, n, (char *)dst + at, err);
-        if (rc == 0)
-            pjs_checksum_update(&sum, (char *)dst + at, n);
-    }
+    int rc = pjs_safetensors_read_summed(&b->weights, t, dst, &sum, err);
     if (rc == 0)
         rc = check_sum(b, i, pjs_checksum_final(&sum), err);
     if (rc == PJS_ERR_FAILED_PRECONDITION || rc == PJS_ERR_IO) {
