@@ -145,9 +145,15 @@ def measure(size, path, rounds, cache, work):
     return row
 
 
+def machine_line(m):
+    return (f"{m.get('cpu', '?')}, {m.get('cores', '?')} CPUs, {m.get('memory_gib', '?')} GiB, "
+            f"Debian {m.get('debian', '?')}")
+
+
 def markdown(result):
     lines = [f"# Host tier: reading a model's weights from its file ({result['date']})", "",
-             f"{result['machine']}; {result['rounds']} reads of each kind per size, medians.",
+             f"{machine_line(result['machine'])}; {result['rounds']} reads of each kind per "
+             "size, medians.",
              "", "| weights | pjserve, cold | raw buffered, cold | raw direct I/O | pjserve, "
              "page cache | raw, page cache |", "|---:|---:|---:|---:|---:|---:|"]
     for r in result["rows"]:
