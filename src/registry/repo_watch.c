@@ -542,7 +542,7 @@ int pjs_repo_watch_start(const char *repository, uint64_t poll_ms, pjs_repo_act_
              "once seen on two polls in a row",
              repository, (unsigned long long)poll_ms, n,
              rc == 0 && pjs_repo_scan_notified(w->scan)
-                 ? "changes notified by the kernel, all scanned every minute"
+                 ? "changes notified by the kernel, all scanned every 300 polls"
                  : "every bundle scanned at each poll");
     *out = w;
     return 0;

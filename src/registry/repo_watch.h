@@ -54,7 +54,7 @@ typedef enum pjs_repo_notify {
 } pjs_repo_notify;
 
 /* Polls between two scans of every bundle while notifications arrive. */
-#define PJS_REPO_FULL_SCAN_POLLS 60
+#define PJS_REPO_FULL_SCAN_POLLS 300
 
 /* Fingerprints every bundle directory of `repository` as it is now, each
  * counted as acted on. NOT_FOUND when the directory cannot be read. */
