@@ -65,13 +65,14 @@ unit: build
 # client (libpjserve-client, its example and pjserve infer/models/...) and
 # command-line (pjserve top, under tmux) tests.
 PYTESTS := tests/e2e tests/protocol tests/gateway tests/deploy tests/node tests/client tests/cli \
-           --ignore=tests/e2e/test_torch_export.py --ignore=tests/e2e/test_onnx_export.py
+           --ignore=tests/e2e/test_torch_export.py --ignore=tests/e2e/test_onnx_export.py \
+           --ignore=tests/e2e/test_import_triton.py
 # The sanitizer builds skip the hostile-client suite (bombs and floods: heavy,
 # and its memory bounds are the plain build's) and the node's (worker processes
 # killed, stopped and restarted: fault injection runs once, in the plain build).
 SANITIZER_PYTESTS := tests/e2e tests/protocol tests/gateway tests/client tests/cli \
                      --ignore=tests/protocol/hostile --ignore=tests/e2e/test_torch_export.py \
-                     --ignore=tests/e2e/test_onnx_export.py
+                     --ignore=tests/e2e/test_onnx_export.py --ignore=tests/e2e/test_import_triton.py
 # The protocol suite again in node mode: a gateway in front of two workers.
 SANITIZER_NODE_PYTESTS := tests/protocol --ignore=tests/protocol/hostile
 
@@ -80,11 +81,13 @@ e2e: build
 
 # PyTorch and ONNX exports (export_torch: torchvision's ResNet-18 and a tiny
 # BERT against eager PyTorch; export_onnx: eleven ONNX files from torchvision
-# and transformers against onnxruntime), in .venv-torch, once, in the plain
-# build.
+# and transformers against onnxruntime) and pjserve import-triton (a Triton
+# repository of ONNX, TorchScript, sequence and ensemble models against
+# onnxruntime and TorchScript), in .venv-torch, once, in the plain build.
 e2e-torch: build bootstrap-torch
 	PJSERVE_BIN=$(CURDIR)/build/pjserve .venv-torch/bin/python -m pytest -q -p no:cacheprovider \
-	  -s tests/e2e/test_torch_export.py tests/e2e/test_onnx_export.py
+	  -s tests/e2e/test_torch_export.py tests/e2e/test_onnx_export.py \
+	  tests/e2e/test_import_triton.py
 
 # The protocol suite again, against `pjserve node --workers 2`: every call
 # through the gateway to two workers (tests of one serve process's own

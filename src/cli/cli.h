@@ -123,6 +123,8 @@ int pjs_cmd_info(int argc, char **argv);
 int pjs_cmd_serve(int argc, char **argv);
 int pjs_cmd_node(int argc, char **argv);
 int pjs_cmd_gateway(int argc, char **argv);
+/* Execs the Python converter (cmd_import_triton.c). */
+int pjs_cmd_import_triton(int argc, char **argv);
 /* Clients of a running server (cmd_infer.c, cmd_models.c). */
 int pjs_cmd_infer(int argc, char **argv);
 int pjs_cmd_models(int argc, char **argv);

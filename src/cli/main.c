@@ -32,6 +32,9 @@ static const char usage[] =
     "                  show the PJRT plugin: platform, API version, devices, and the\n"
     "                  StableHLO versions it accepts; and each BUNDLE's shapes and\n"
     "                  variants\n"
+    "  import-triton TRITON_REPO OUT_REPO\n"
+    "                  convert a Triton model repository (config.pbtxt, ONNX models,\n"
+    "                  ensembles) into a pjserve one (runs pjserve_export in Python)\n"
     "\n"
     "commands that talk to a running server (--url, default localhost:8001):\n"
     "  infer MODEL --input NAME=FILE.npy ... [--output-dir DIR]\n"
@@ -53,7 +56,8 @@ static const char usage[] =
     "  PJSERVE_CACHE_DIR     executable cache directory\n"
     "  PJSERVE_LOG_LEVEL     debug | info | warn | error\n"
     "  PJSERVE_URL           the server the client commands talk to\n"
-    "  PJSERVE_SCHEDULER_*   serve's scheduler settings (pjserve serve --help)\n";
+    "  PJSERVE_SCHEDULER_*   serve's scheduler settings (pjserve serve --help)\n"
+    "  PJSERVE_PYTHON        the Python import-triton runs (default: .venv-torch)\n";
 
 int main(int argc, char **argv)
 {
@@ -87,6 +91,8 @@ int main(int argc, char **argv)
         return pjs_cmd_build_hooks(argc - 1, argv + 1);
     if (strcmp(cmd, "info") == 0)
         return pjs_cmd_info(argc - 1, argv + 1);
+    if (strcmp(cmd, "import-triton") == 0)
+        return pjs_cmd_import_triton(argc - 1, argv + 1);
     if (strcmp(cmd, "infer") == 0)
         return pjs_cmd_infer(argc - 1, argv + 1);
     if (strcmp(cmd, "models") == 0)
