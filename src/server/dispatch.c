@@ -589,6 +589,17 @@ static void run_batch(owner_scratch *sc, const batch *bt, uint64_t start, exec_t
     }
 }
 
+/* Says (rate-limited) that m's weights alone exceed a tier's budget. */
+static void warn_over_budget(pjs_model *m, uint64_t bytes, const char *tier, uint64_t budget,
+                             const char *what_happens)
+{
+    char have[32], limit[32];
+    pjs_log_limited(&m->over_budget_log, PJS_LOG_WARN,
+                    "model %s: its weights (%s) exceed the %s weight budget (%s); %s", m->name,
+                    pjs_format_bytes(bytes, have, sizeof have), tier,
+                    pjs_format_bytes(budget, limit, sizeof limit), what_happens);
+}
+
 /* ---- the host tier (uploading thread, host_lock held) --------------------------- */
 
 /* With a host weight budget, the floors of `host` models are a cache
@@ -652,14 +663,9 @@ static int host_upload_begin(pjs_dispatcher *d, pjs_model *m, pjs_error *err)
     pthread_mutex_unlock(&d->host_lock);
     if (rc != 0)
         return pjs_error_prefix(err, "reading its weights into host memory: ");
-    if (over_budget) {
-        char have[32], budget[32];
-        pjs_log_limited(&m->over_budget_log, PJS_LOG_WARN,
-                        "model %s: its weights (%s) exceed the host weight budget (%s); read "
-                        "after evicting every other model's from host memory",
-                        m->name, pjs_format_bytes(m->hentry.bytes, have, sizeof have),
-                        pjs_format_bytes(d->host.budget, budget, sizeof budget));
-    }
+    if (over_budget)
+        warn_over_budget(m, m->hentry.bytes, "host", d->host.budget,
+                         "read after evicting every other model's from host memory");
     return 0;
 }
 
@@ -853,14 +859,9 @@ static int acquire(pjs_dispatcher *d, pjs_model *m, uint64_t uses, pjs_error *er
     int rc = pjs_wcache_acquire(&d->cache, &m->wentry, uses, &over_budget, err);
     if (rc != 0)
         return pjs_error_prefix(err, "model %s: ", m->name);
-    if (over_budget) { /* on every load of it: each request, when other models run between */
-        char have[32], budget[32];
-        pjs_log_limited(&m->over_budget_log, PJS_LOG_WARN,
-                        "model %s: its weights (%s) exceed the device weight budget (%s); loaded "
-                        "after evicting every other model",
-                        m->name, pjs_format_bytes(m->wentry.bytes, have, sizeof have),
-                        pjs_format_bytes(d->cache.budget, budget, sizeof budget));
-    }
+    if (over_budget) /* on every load of it: each request, when other models run between */
+        warn_over_budget(m, m->wentry.bytes, "device", d->cache.budget,
+                         "loaded after evicting every other model");
     return 0;
 }
 

@@ -221,6 +221,38 @@ def clients(server):
                                              connection_timeout=60))
 
 
+def run_watched(view, check, client_thread, threads):
+    """Runs client_thread on `threads` threads while another thread takes
+    view() every 10 ms; check(view) names a bound it breaks, or is None.
+    Returns (the client threads' results, every view taken, the breaches)."""
+    views, breaches = [], []
+    stop = threading.Event()
+
+    def scraper():
+        while not stop.is_set():
+            try:
+                v = view()
+            except Exception as e:  # noqa: BLE001 - reported as a breach
+                breaches.append(f"scrape failed: {e!r}")
+                return
+            views.append(v)
+            problem = check(v)
+            if problem:
+                breaches.append(problem)
+            time.sleep(0.01)
+
+    t = threading.Thread(target=scraper, daemon=True)
+    t.start()
+    try:
+        results, errors = run_threads(client_thread, threads, timeout=600)
+    finally:
+        stop.set()
+        t.join(30)
+    assert not errors, f"{len(errors)} client threads failed; first: {errors[0][1]!r}"
+    assert len(views) >= 10, f"only {len(views)} scrapes during the run"
+    return results, views, breaches
+
+
 # ---- many models under a budget for two and a half --------------------------------------
 
 CLIENT_THREADS = 6              # half gRPC, half HTTP
@@ -241,22 +273,12 @@ def test_many_models_under_budget(start_server, residency_models, prefetch):
     assert first.budget == budget
     assert first.pinned == 0
 
-    scrapes, violations = [], []
-    stop = threading.Event()
-
-    def scraper():
-        while not stop.is_set():
-            try:
-                v = cache_view(server)
-            except Exception as e:  # noqa: BLE001 - reported below
-                violations.append(f"scrape failed: {e!r}")
-                return
-            total = sum(v.resident.values())
-            scrapes.append((v.used, total, len(v.resident_models())))
-            if v.used > budget or total > budget:
-                violations.append(f"used {v.used:.0f}, resident {total:.0f} "
-                                  f"({v.resident_models()}) > budget {budget}")
-            time.sleep(0.01)
+    def over_budget(v):
+        total = sum(v.resident.values())
+        if v.used > budget or total > budget:
+            return (f"used {v.used:.0f}, resident {total:.0f} ({v.resident_models()}) > "
+                    f"budget {budget}")
+        return None
 
     def client_thread(i):
         proto = "grpc" if i % 2 == 0 else "http"
@@ -275,19 +297,11 @@ def test_many_models_under_budget(start_server, residency_models, prefetch):
             h.close()
         return used
 
-    t = threading.Thread(target=scraper, daemon=True)
-    t.start()
-    try:
-        results, errors = run_threads(client_thread, CLIENT_THREADS, timeout=600)
-    finally:
-        stop.set()
-        t.join(30)
-    assert not errors, f"{len(errors)} client threads failed; first: {errors[0][1]!r}"
-    assert not violations, ("the weight cache exceeded its budget at "
-                            f"{len(violations)} of {len(scrapes)} scrapes:\n"
-                            + "\n".join(violations[:20]))
-    assert len(scrapes) >= 10, f"only {len(scrapes)} scrapes during the run"
-    assert any(n >= 2 for _, _, n in scrapes), "never two models resident at once"
+    results, views, breaches = run_watched(lambda: cache_view(server), over_budget,
+                                           client_thread, CLIENT_THREADS)
+    assert not breaches, (f"the weight cache exceeded its budget at {len(breaches)} of "
+                          f"{len(views)} scrapes:\n" + "\n".join(breaches[:20]))
+    assert any(len(v.resident_models()) >= 2 for v in views), "never two models resident at once"
 
     used_models = set().union(*results)
     end = cache_view(server)
@@ -528,22 +542,11 @@ def test_host_tier_many_models(start_server, residency_models):
     assert first.pinned == 0
     assert len(first.floors()) <= 4  # the warm-ups read them, within the budget
 
-    scrapes, violations = [], []
-    stop = threading.Event()
-
-    def scraper():
-        while not stop.is_set():
-            try:
-                v = host_view(server)
-            except Exception as e:  # noqa: BLE001 - reported below
-                violations.append(f"scrape failed: {e!r}")
-                return
-            total = sum(v.in_host.values())
-            scrapes.append((v.used, len(v.floors())))
-            if v.used > host_budget or total > host_budget:
-                violations.append(f"used {v.used:.0f}, floors {total:.0f} ({v.floors()}) > "
-                                  f"budget {host_budget}")
-            time.sleep(0.01)
+    def over_budget(v):
+        total = sum(v.in_host.values())
+        if v.used > host_budget or total > host_budget:
+            return f"used {v.used:.0f}, floors {total:.0f} ({v.floors()}) > budget {host_budget}"
+        return None
 
     def client_thread(i):
         proto = "grpc" if i % 2 == 0 else "http"
@@ -560,17 +563,9 @@ def test_host_tier_many_models(start_server, residency_models):
             h.close()
         return k + 1
 
-    t = threading.Thread(target=scraper, daemon=True)
-    t.start()
-    try:
-        results, errors = run_threads(client_thread, 4, timeout=600)
-    finally:
-        stop.set()
-        t.join(30)
-    assert not errors, f"{len(errors)} client threads failed; first: {errors[0][1]!r}"
-    assert not violations, (f"the host tier exceeded its budget at {len(violations)} of "
-                            f"{len(scrapes)} scrapes:\n" + "\n".join(violations[:20]))
-    assert len(scrapes) >= 10, f"only {len(scrapes)} scrapes during the run"
+    _, views, breaches = run_watched(lambda: host_view(server), over_budget, client_thread, 4)
+    assert not breaches, (f"the host tier exceeded its budget at {len(breaches)} of "
+                          f"{len(views)} scrapes:\n" + "\n".join(breaches[:20]))
     end = host_view(server)
     floors = end.floors()
     assert 1 <= len(floors) <= 4
