@@ -528,13 +528,14 @@ static void location(const pjs_top_model *m, bool host_tier, char *out, size_t c
     if (known && pjs_residency_device_pinned(r))
         snprintf(out, cap, "pinned");
     else if (m->resident_on > 0 && m->resident_on < m->workers && m->workers > 1)
-        snprintf(out, cap, "device %u/%u", m->resident_on, m->workers);
+        snprintf(out, cap, "%s %u/%u", pjs_tier_name(PJS_TIER_DEVICE), m->resident_on,
+                 m->workers);
     else if (m->resident_on > 0)
-        snprintf(out, cap, "device");
+        snprintf(out, cap, "%s", pjs_tier_name(PJS_TIER_DEVICE));
     else if ((known && !pjs_residency_has_floor(r)) || (host_tier && m->in_host_on == 0))
-        snprintf(out, cap, "file");
+        snprintf(out, cap, "%s", pjs_tier_name(PJS_TIER_FILE));
     else
-        snprintf(out, cap, "host");
+        snprintf(out, cap, "%s", pjs_tier_name(PJS_TIER_HOST));
 }
 
 static int add_line(pjs_top_lines *l, size_t width, pjs_error *err, const char *fmt, ...)
