@@ -21,6 +21,8 @@
 #   make bench-residency  weight loads vs size and many models under a weight budget (same doc)
 #   make bench-meta  the detector as a meta vs client-orchestrated vs Triton BLS (same doc)
 #   make bench-shared-weights  memory of 1-4 workers with and without --shared-weights (same doc)
+#   make bench-catalogue  10,000 models under a bursty Zipf trace: pjserve's host tier vs every
+#                   floor in memory, Ray Serve and PyTriton (bench/catalogue.py)
 #   make bench-gateway  one hop through pjserve gateway, and 1 vs 2 workers behind it (same doc)
 #   make gpu-check  package pjserve for a GPU machine (.gpu-check/) and check the CUDA path there
 #   make gpu-bench  package the request-path benchmark for a GPU machine (.gpu-bench/) and run it
@@ -37,7 +39,7 @@ FUZZ_SECONDS ?= 20
 PYTHON := .venv/bin/python
 PYTEST := $(PYTHON) -m pytest -q -p no:cacheprovider
 
-.PHONY: all bootstrap bootstrap-torch build test unit e2e e2e-node e2e-torch docs docs-check models models-large demo serve asan tsan fuzz fuzz-build fuzz-smoke clean install bench bench-scheduler bench-residency bench-meta bench-shared-weights bench-host-tier bench-gateway bench-catalogue-scale bench-tracing gpu-check gpu-bench container-check
+.PHONY: all bootstrap bootstrap-torch build test unit e2e e2e-node e2e-torch docs docs-check models models-large demo serve asan tsan fuzz fuzz-build fuzz-smoke clean install bench bench-scheduler bench-residency bench-meta bench-shared-weights bench-host-tier bench-catalogue bench-gateway bench-catalogue-scale bench-tracing gpu-check gpu-bench container-check
 
 all: build
 
@@ -222,6 +224,23 @@ bench-shared-weights: build
 # buffered and direct-I/O reads of the same file (bench/host_tier.py).
 bench-host-tier: build
 	$(PYTHON) bench/host_tier.py
+
+# The catalogue: 10,000 models of 1 MiB under a bursty Zipf trace replayed open
+# loop, pjserve with a host tier (2Gi) and with every floor in memory, against
+# Ray Serve's @serve.multiplexed (.venv-bench-ray, bench/requirements-ray.txt)
+# and PyTriton on the same trace (bench/catalogue.py). About 15 minutes.
+RAY_VENV := .venv-bench-ray
+bench-catalogue: build
+	scripts/bootstrap-bench pytriton plot
+	@want=$$(sha256sum bench/requirements-ray.txt | cut -d' ' -f1); \
+	if [ "$$(cat $(RAY_VENV)/.requirements.sha256 2>/dev/null)" != "$$want" ]; then \
+	  echo "creating $(RAY_VENV) (pinned in bench/requirements-ray.txt)"; \
+	  rm -rf $(RAY_VENV) && /usr/bin/python3.11 -m venv $(RAY_VENV) && \
+	  $(RAY_VENV)/bin/pip install -q --upgrade pip && \
+	  $(RAY_VENV)/bin/pip install -q -r bench/requirements-ray.txt && \
+	  $(RAY_VENV)/bin/pip check && echo "$$want" > $(RAY_VENV)/.requirements.sha256; \
+	fi
+	$(PYTHON) bench/catalogue.py
 
 # What tracing costs: p50 and server CPU per request of the demo mlp over
 # gRPC with tracing off, 1 % and 100 % sampled, exporting to an OTLP/HTTP
