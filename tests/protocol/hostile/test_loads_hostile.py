@@ -225,9 +225,16 @@ def test_concurrent_loads_leave_frontends_responsive(start_server, cases):
 def test_duplicate_loads_coalesce(start_server, cases):
     srv = start_server(copies=COPIES + ["dup"], extra_args=["--model-control-mode", "static"])
     log_before = srv.stderr_text().count("loading model dup from")
-    # Keep the load thread busy, so the loads of dup below all find one
-    # queued: they join it.
-    busy = [threading.Thread(target=grpc_load, args=(srv, n), daemon=True) for n in COPIES]
+    # Keep the load thread busy until every load of dup below was answered,
+    # so that they all find one queued and join it (a copy loads in a few
+    # milliseconds: its executables are shared with the loaded copies').
+    done = threading.Event()
+
+    def keep_busy(name):
+        while not done.is_set():
+            grpc_load(srv, name)
+
+    busy = [threading.Thread(target=keep_busy, args=(n,), daemon=True) for n in COPIES]
     for t in busy:
         t.start()
     time.sleep(0.05)
@@ -238,9 +245,12 @@ def test_duplicate_loads_coalesce(start_server, cases):
         status, msg = http_load(srv, "dup")
         return None if status == 200 else f"HTTP {status}: {msg}"
 
-    results, errors = run_threads(one, 8, timeout=300)
-    for t in busy:
-        t.join(300)
+    try:
+        results, errors = run_threads(one, 8, timeout=300)
+    finally:
+        done.set()
+        for t in busy:
+            t.join(300)
     assert not errors and results == [None] * 8, (results, errors)
     text = srv.stderr_text()
     assert text.count("loading model dup from") - log_before == 1, \
