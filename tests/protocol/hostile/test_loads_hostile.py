@@ -239,9 +239,20 @@ def test_duplicate_loads_coalesce(start_server, cases):
         t.start()
     time.sleep(0.05)
 
+    # The eight are sent at one moment (each client made first), so they all
+    # arrive while the first of them still waits behind the copies' loads.
+    together = threading.Barrier(8)
+
     def one(i):
         if i % 2 == 0:
-            return grpc_load(srv, "dup")
+            with grpcclient.InferenceServerClient(srv.grpc_url) as c:
+                together.wait(60)
+                try:
+                    c.load_model("dup")
+                    return None
+                except InferenceServerException as e:
+                    return grpc_code(e) + ": " + str(e.message())
+        together.wait(60)
         status, msg = http_load(srv, "dup")
         return None if status == 200 else f"HTTP {status}: {msg}"
 
