@@ -991,20 +991,17 @@ static pjs_tier tier_of(pjs_dispatcher *d, pjs_model *m)
     return in_host ? PJS_TIER_HOST : PJS_TIER_FILE;
 }
 
-/* Counts bt's successful requests under the tier their model was in. */
-static void record_tier(pjs_dispatcher *d, pjs_tier tier, const batch *bt)
+/* Lock held: counts bt's requests, which succeeded, under the tier their
+ * model was in, received to executed (`executed`). */
+static void record_tier_locked(pjs_dispatcher *d, pjs_tier tier, const batch *bt,
+                               uint64_t executed)
 {
-    if (bt->reqs[0]->error.code != PJS_OK)
-        return;
-    uint64_t now = pjs_now_ns();
-    pthread_mutex_lock(&d->lock);
     for (size_t j = 0; j < bt->n; j++) {
-        uint64_t ns = now - bt->reqs[j]->times.received;
+        uint64_t ns = executed - bt->reqs[j]->times.received;
         d->tiers.requests[tier]++;
         d->tiers.ns[tier] += ns;
         d->tiers.buckets[tier][pjs_queue_wait_bucket(ns)]++;
     }
-    pthread_mutex_unlock(&d->lock);
 }
 
 static void run_plan(pjs_dispatcher *d, pjs_sched_plan *plan, request_fifo *done)
@@ -1063,10 +1060,10 @@ static void run_plan(pjs_dispatcher *d, pjs_sched_plan *plan, request_fifo *done
             pthread_mutex_lock(&d->lock);
             pjs_sched_record(&d->sched, plan->queue, plan->size_index, t.output_done,
                              t.output_done - start);
+            record_tier_locked(d, tier, &bt, t.output_done);
             pthread_mutex_unlock(&d->lock);
         }
         record_batch_stats(&bt, start, &t);
-        record_tier(d, tier, &bt);
         for (size_t k = 0; k < bt.n; k++)
             fifo_push(done, bt.reqs[k]);
     }
@@ -1527,15 +1524,17 @@ int pjs_dispatcher_create(int workers, const pjs_sched_config *cfg, uint64_t wei
 /* Lock held, token free: whether a request thread may run r's execution
  * itself: its model is resident and the smallest compiled size that holds
  * r's rows is known to take at most PJS_DISPATCH_INLINE_MAX_NS, or
- * PJS_DISPATCH_SOLE_POLLER_MAX_NS when no other thread of its front end
- * is reading connections meanwhile. A load or a long execution goes to a
+ * PJS_DISPATCH_SOLE_POLLER_MAX_NS, with nothing else queued, when no other
+ * thread of its front end is reading connections meanwhile. A load or a long execution goes to a
  * worker instead, so the thread's other connections (an HTTP thread serves
  * several) are not held up: a gRPC front end of one thread on a GPU, whose
  * round trips take hundreds of microseconds, would otherwise read no new
  * request while it executes, and nothing would coalesce. Nobody changes
  * residency while the token is free, so reading it here is safe. */
-static bool quick_on_request_thread(const pjs_infer_request *r)
+static bool quick_on_request_thread(const pjs_dispatcher *d, const pjs_infer_request *r)
 {
+    if (r->sole_poller && d->queued > 1)
+        return false;
     const pjs_model *m = r->model;
     const pjs_sched_queue *q = &m->queues[r->variant];
     size_t k = 0;
@@ -1581,7 +1580,7 @@ int pjs_dispatcher_submit(pjs_dispatcher *d, pjs_infer_request *r, bool committe
         d->in_flight++;
         m->requests_in_flight++;
         if (completing == 0 && device_work_locked(d) && d->tasks == NULL &&
-            (!r->sole_poller || d->queued == 1) && quick_on_request_thread(r)) {
+            quick_on_request_thread(d, r)) {
             /* The device is free: this thread runs the next plan itself. */
             own_device_locked(d, true);
             finish_all_locked(d);

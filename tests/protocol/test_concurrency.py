@@ -126,24 +126,28 @@ def test_idle_device_runs_on_the_request_thread(server, gclient, hclient, cases)
                 f"(on request threads, on workers) per block: {blocks}")
 
 
+def checked_from_threads(grpc_url, case, threads, each):
+    """`threads` clients at once, each sending `each` requests of case over
+    gRPC and checking every reply."""
+    def worker(tid):
+        client = grpcclient.InferenceServerClient(grpc_url)
+        try:
+            for i in range(each):
+                got, _ = grpc_infer_case(client, case)
+                case.check(got, f"thread {tid} request {i}")
+        finally:
+            client.close()
+
+    _, errors = run_threads(worker, threads, timeout=300)
+    assert not errors, f"first failure: {errors[0][1]!r}"
+
+
 def test_busy_device_plans_add_up(server, cases):
     """Many clients at once: every execution was run by exactly one owner,
     a request thread or a worker, and the replies are right."""
     case = cases.get("convnet", 3, seed=72)
     inline0, worker0, exec0 = device_plans(server)
-
-    def worker(tid):
-        client = grpcclient.InferenceServerClient(server.grpc_url)
-        try:
-            for i in range(10):
-                got, _ = grpc_infer_case(client, case)
-                case.check(got, f"thread {tid} request {i}")
-        finally:
-            client.close()
-        return 10
-
-    results, errors = run_threads(worker, 8, timeout=300)
-    assert not errors, f"first failure: {errors[0][1]!r}"
+    checked_from_threads(server.grpc_url, case, 8, 10)
     inline1, worker1, exec1 = device_plans(server)
     assert 1 <= exec1 - exec0 <= 80  # coalescing may merge requests
     assert (inline1 - inline0) + (worker1 - worker0) == exec1 - exec0
@@ -184,18 +188,7 @@ def test_sole_grpc_thread_leaves_long_executions_to_workers(server_factory, case
     assert (inline1 - inline0, worker1 - worker0) == (0, 5), \
         "the only gRPC thread ran a long execution itself"
 
-    def worker(tid):
-        client = grpcclient.InferenceServerClient(srv.grpc_url)
-        try:
-            for i in range(20):
-                got, _ = grpc_infer_case(client, case)
-                case.check(got, f"thread {tid} request {i}")
-        finally:
-            client.close()
-        return 20
-
-    results, errors = run_threads(worker, 8, timeout=300)
-    assert not errors, f"first failure: {errors[0][1]!r}"
+    checked_from_threads(srv.grpc_url, case, 8, 20)
     inline2, worker2, exec2 = device_plans(srv)
     assert inline2 == inline1, "the only gRPC thread ran a long execution itself"
     # 160 requests from 8 clients: some executions carried several (one

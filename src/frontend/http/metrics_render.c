@@ -523,10 +523,11 @@ static int render_server(const pjs_metrics_gauges *g, pjs_http_buf *b, pjs_error
 }
 
 /* One family of one unlabelled sample. */
-static int server_gauge(pjs_http_buf *b, const char *name, const char *help, metric_value v,
-                        pjs_error *err)
+/* A family of one server-wide sample of `type`. */
+static int server_sample(pjs_http_buf *b, const char *name, const char *help, const char *type,
+                         metric_value v, pjs_error *err)
 {
-    int rc = family_header(b, name, help, "gauge", err);
+    int rc = family_header(b, name, help, type, err);
     if (rc == 0)
         rc = pjs_http_buf_printf(b, err, "%s ", name);
     if (rc == 0)
@@ -534,6 +535,12 @@ static int server_gauge(pjs_http_buf *b, const char *name, const char *help, met
     if (rc == 0)
         rc = pjs_http_buf_append_str(b, "\n", err);
     return rc;
+}
+
+static int server_gauge(pjs_http_buf *b, const char *name, const char *help, metric_value v,
+                        pjs_error *err)
+{
+    return server_sample(b, name, help, "gauge", v, err);
 }
 
 /* ---- many models: the ones that matter, and totals --------------------------- */
@@ -637,36 +644,22 @@ static int render_totals(const pjs_metrics_totals *t, pjs_http_buf *b, pjs_error
                                  "\npjserve_all_models_requests_total{outcome=\"failure\"} %" PRIu64
                                  "\n",
                                  t->success, t->failure);
-    if (rc == 0) {
-        rc = family_header(b, "pjserve_all_models_inferences_total",
-                           "Inferences (batch elements) of every model loaded", "counter", err);
-        if (rc == 0)
-            rc = pjs_http_buf_printf(b, err, "pjserve_all_models_inferences_total %" PRIu64 "\n",
-                                     t->inferences);
-    }
-    if (rc == 0) {
-        rc = family_header(b, "pjserve_all_models_executions_total",
-                           "Device executions of every model loaded", "counter", err);
-        if (rc == 0)
-            rc = pjs_http_buf_printf(b, err, "pjserve_all_models_executions_total %" PRIu64 "\n",
-                                     t->executions);
-    }
-    if (rc == 0) {
-        rc = family_header(b, "pjserve_all_models_request_seconds_total",
+    if (rc == 0)
+        rc = server_sample(b, "pjserve_all_models_inferences_total",
+                           "Inferences (batch elements) of every model loaded", "counter",
+                           count(t->inferences), err);
+    if (rc == 0)
+        rc = server_sample(b, "pjserve_all_models_executions_total",
+                           "Device executions of every model loaded", "counter",
+                           count(t->executions), err);
+    if (rc == 0)
+        rc = server_sample(b, "pjserve_all_models_request_seconds_total",
                            "Time of every model's successful requests, received to answered",
-                           "counter", err);
-        if (rc == 0)
-            rc = pjs_http_buf_printf(b, err, "pjserve_all_models_request_seconds_total %.9g\n",
-                                     (double)t->request_ns / 1e9);
-    }
-    if (rc == 0) {
-        rc = family_header(b, "pjserve_all_models_queue_seconds_total",
+                           "counter", seconds(t->request_ns), err);
+    if (rc == 0)
+        rc = server_sample(b, "pjserve_all_models_queue_seconds_total",
                            "Time every model's successful requests waited in queues", "counter",
-                           err);
-        if (rc == 0)
-            rc = pjs_http_buf_printf(b, err, "pjserve_all_models_queue_seconds_total %.9g\n",
-                                     (double)t->queue_ns / 1e9);
-    }
+                           seconds(t->queue_ns), err);
     return rc;
 }
 
