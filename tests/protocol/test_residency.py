@@ -24,6 +24,7 @@ What is checked, each against dedicated servers (statistics start at zero):
 """
 
 import json
+import os
 import random
 import re
 import shutil
@@ -667,3 +668,28 @@ def test_host_tier_refuses_a_changed_file(pjserve_bin, plugin_path, cache_dir, r
         problems = server.stop_and_check()
         server.kill()
     assert problems == [], problems
+
+
+@serve_only("counts one server process's descriptors")
+def test_weights_files_are_not_kept_open(start_server, residency_models):
+    """A model's weights file is closed once its host copy is made, so ten
+    models hold no more descriptors than one (10,000 models once held 10,000
+    and left none for connections)."""
+    mb = residency_models.weight_bytes
+    one = start_server(NAMES[:1], 10 * mb)
+    ten = start_server(NAMES, 10 * mb)
+
+    def weights_open(s):
+        fds = Path(f"/proc/{s.proc.pid}/fd")
+        return sum(1 for fd in fds.iterdir()
+                   if os.readlink(fd).endswith("weights.safetensors"))
+
+    assert weights_open(one) == 0 and weights_open(ten) == 0
+    g, h = clients(ten)
+    try:
+        for name in NAMES:  # and after every model ran
+            infer_checked(g, "grpc", residency_models.cases[name][1], f"({name})")
+    finally:
+        g.close()
+        h.close()
+    assert weights_open(ten) == 0
