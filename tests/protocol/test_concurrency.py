@@ -2,13 +2,14 @@
 batch sizes and protocols (gRPC, HTTP binary, HTTP JSON, gRPC streaming). Every
 reply must be correct and none may hang."""
 
+import os
 import queue
 
 import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 
-from protocol_util import (BF16_MODEL, DEMO_MODELS, grpc_infer_case, grpc_inputs,
+from protocol_util import (BF16_MODEL, DEMO_MODELS, NODE_WORKERS, grpc_infer_case, grpc_inputs,
                            http_infer_case, metric, parse_metrics, run_threads, scrape)
 
 THREADS = 32
@@ -102,9 +103,13 @@ def test_idle_device_runs_on_the_request_thread(server, gclient, hclient, cases)
         grpc_infer_case(gclient, case)
     _, _, warm0 = device_plans(server)
     per_execution_us = (device_seconds(server) - compute0) * 1e6 / max(1.0, warm0 - exec_before)
-    if per_execution_us > 1000:
+    # A node's workers on a machine of few CPUs get one gRPC thread each: a
+    # thread that is its front end's only one runs only executions under
+    # 100 us itself (test_sole_grpc_thread_leaves_long_executions_to_workers).
+    limit_us = 50 if NODE_WORKERS and (os.cpu_count() or 1) // int(NODE_WORKERS) < 2 else 1000
+    if per_execution_us > limit_us:
         pytest.skip(f"an execution takes {per_execution_us:.0f} us in this build, too close to "
-                    "the 2 ms a request thread runs itself")
+                    "what a request thread runs itself")
     # One execution slower than 2 ms (a sanitizer build on a busy machine)
     # sends the next few to a worker until the estimate settles again, as
     # designed: a block of 30 is retried, up to three times, for one that
