@@ -1,4 +1,4 @@
-"""gpu_models - ResNet-50 in plain JAX, for scripts/gpu-bench.
+"""gpu_models - ResNet-50 in plain JAX, for scripts/gpu-bench and gpu-catalogue.
 
 The same function is exported here as a pjserve bundle and jitted there, on
 the GPU machine, as the in-process peer pjserve is measured against; so it
@@ -10,6 +10,10 @@ of a stage's first block sits in its 3x3 convolution. Weights are random:
 there for the weights file written from the bundle's safetensors header, so
 nothing of their 98 MiB travels. The demo mlp is here too, read from its
 bundle's weights, for the same comparison.
+
+The same code builds a smaller network of the same shape (fewer and narrower
+stages, TINY_STAGES) for tests on the CPU, and runs in bfloat16 (resnet_bf16:
+weights and activations bf16, images in and logits out f32).
 """
 
 import json
@@ -19,9 +23,10 @@ import numpy as np
 STAGES = ((64, 3), (128, 4), (256, 6), (512, 3))  # (width, blocks); output width x4
 IMAGE = (224, 224, 3)
 CLASSES = 1000
+TINY_STAGES, TINY_IMAGE, TINY_CLASSES = ((8, 1), (16, 1)), (32, 32, 3), 10
 
 
-def param_shapes():
+def param_shapes(stages=STAGES, classes=CLASSES):
     """{weight name: shape}, names as export_jax flattens the params pytree."""
     shapes = {}
 
@@ -32,7 +37,7 @@ def param_shapes():
 
     conv("stem", 7, 7, 3, 64)
     cin = 64
-    for s, (width, blocks) in enumerate(STAGES):
+    for s, (width, blocks) in enumerate(stages):
         for b in range(blocks):
             p = f"s{s}b{b}"
             conv(f"{p}.c1", 1, 1, cin, width)
@@ -41,8 +46,8 @@ def param_shapes():
             if b == 0:
                 conv(f"{p}.proj", 1, 1, cin, 4 * width)
             cin = 4 * width
-    shapes["fc.w"] = (cin, CLASSES)
-    shapes["fc.bias"] = (CLASSES,)
+    shapes["fc.w"] = (cin, classes)
+    shapes["fc.bias"] = (classes,)
     return shapes
 
 
@@ -59,20 +64,22 @@ def init_weight(name, shape, seed=0):
     return (rng.standard_normal(shape, dtype=np.float32) * 0.01).astype(np.float32)
 
 
-def init_params(seed=0):
-    """The nested params pytree resnet50 takes, every weight from init_weight."""
+def init_params(seed=0, stages=STAGES, classes=CLASSES, dtype=np.float32):
+    """The nested params pytree resnet50 takes, every weight from init_weight
+    (rounded to `dtype`, a numpy or ml_dtypes type)."""
     params = {}
-    for name, shape in param_shapes().items():
+    for name, shape in param_shapes(stages, classes).items():
         node = params
         *path, leaf = name.split(".")
         for key in path:
             node = node.setdefault(key, {})
-        node[leaf] = init_weight(name, shape, seed)
+        node[leaf] = init_weight(name, shape, seed).astype(dtype)
     return params
 
 
 def resnet50(params, x):
-    """Logits [N, 1000] of images x [N, 224, 224, 3] f32."""
+    """Logits [N, classes] of images x [N, H, W, 3], in the params' dtype; the
+    stages are those the params hold (s0b0, s0b1, .., s1b0, ..)."""
     from jax import lax
     import jax.numpy as jnp
 
@@ -86,8 +93,10 @@ def resnet50(params, x):
     v = conv(params["stem"], x, stride=2)
     v = lax.reduce_window(v, -jnp.inf, lax.max, (1, 3, 3, 1), (1, 2, 2, 1),
                           [(0, 0), (1, 1), (1, 1), (0, 0)])
-    for s, (_, blocks) in enumerate(STAGES):
-        for b in range(blocks):
+    s = 0
+    while f"s{s}b0" in params:
+        b = 0
+        while f"s{s}b{b}" in params:
             p = params[f"s{s}b{b}"]
             stride = 2 if b == 0 and s > 0 else 1
             h = conv(p["c1"], v)
@@ -95,8 +104,17 @@ def resnet50(params, x):
             h = conv(p["c3"], h, relu=False)
             short = conv(p["proj"], v, stride=stride, relu=False) if b == 0 else v
             v = jnp.maximum(h + short, 0.0)
+            b += 1
+        s += 1
     v = jnp.mean(v, axis=(1, 2))
     return v @ params["fc"]["w"] + params["fc"]["bias"]
+
+
+def resnet_bf16(params, x):
+    """resnet50 on bfloat16 params: images x f32 in, computed in bf16, logits
+    f32 out."""
+    import jax.numpy as jnp
+    return resnet50(params, x.astype(jnp.bfloat16)).astype(jnp.float32)
 
 
 def read_weights(path):
