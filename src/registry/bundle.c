@@ -390,21 +390,44 @@ int pjs_bundle_seal_weights(pjs_bundle *b, pjs_error *err)
     return rc;
 }
 
+/* Weights in host memory: every copy in flight at once. */
+static int upload_from_host(pjs_bundle *b, pjs_rt_client *c, void *const *host,
+                            pjrt_buffer **out, pjs_error *err)
+{
+    size_t n = b->weights.n_tensors;
+    pjs_rt_upload *uploads = calloc(n > 0 ? n : 1, sizeof *uploads);
+    if (uploads == NULL)
+        return pjs_error_set(err, PJS_ERR_NOMEM, "bundle %s: out of memory", b->manifest.name);
+    for (size_t i = 0; i < n; i++) {
+        const pjs_st_tensor *t = &b->weights.tensors[i];
+        uploads[i] = (pjs_rt_upload){.dtype = t->dtype, .shape = &t->shape, .data = host[i]};
+    }
+    size_t failed;
+    int rc = pjs_rt_buffers_from_host(c, n, uploads, out, &failed, err);
+    if (rc != 0)
+        pjs_error_prefix(err, "bundle %s: weight \"%s\": ", b->manifest.name,
+                         b->weights.tensors[failed].name);
+    free(uploads);
+    return rc;
+}
+
 int pjs_bundle_upload_weights(pjs_bundle *b, pjs_rt_client *c, void *const *host,
                               pjrt_buffer **out, pjs_error *err)
 {
+    if (host != NULL)
+        return upload_from_host(b, c, host, out, err);
+    /* Read from the file one weight at a time: one weight's copy in memory. */
     size_t n = b->weights.n_tensors;
     size_t done = 0;
     int rc = 0;
     for (; done < n; done++) {
         const pjs_st_tensor *t = &b->weights.tensors[done];
-        void *copy = host != NULL ? NULL : pjs_bundle_host_weight(b, done, err);
-        if (host == NULL && copy == NULL) {
+        void *copy = pjs_bundle_host_weight(b, done, err);
+        if (copy == NULL) {
             rc = err->code;
             break;
         }
-        rc = pjs_rt_buffer_from_host(c, t->dtype, &t->shape, NULL,
-                                     host != NULL ? host[done] : copy, &out[done], err);
+        rc = pjs_rt_buffer_from_host(c, t->dtype, &t->shape, NULL, copy, &out[done], err);
         free(copy);
         if (rc != 0) {
             pjs_error_prefix(err, "bundle %s: weight \"%s\": ", b->manifest.name, t->name);

@@ -109,10 +109,10 @@ int pjs_bundle_read_weight(pjs_bundle *b, size_t i, void *dst, pjs_error *err);
 int pjs_bundle_seal_weights(pjs_bundle *b, pjs_error *err);
 
 /* Copies every weight to the device in argument order into out[n_tensors],
- * from host[i] (aligned copies, e.g. a model's host floor) or, when host is
- * NULL, from the file through a temporary aligned copy (checked as
- * pjs_bundle_host_weight). On failure
- * nothing is left allocated. */
+ * from host[i] (aligned copies, e.g. a model's host floor: all the copies in
+ * flight at once) or, when host is NULL, from the file through a temporary
+ * aligned copy, one weight at a time (checked as pjs_bundle_host_weight).
+ * On failure nothing is left allocated. */
 int pjs_bundle_upload_weights(pjs_bundle *b, pjs_rt_client *c, void *const *host,
                               pjrt_buffer **out, pjs_error *err);
 

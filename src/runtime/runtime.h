@@ -161,6 +161,20 @@ void pjs_rt_executable_destroy(pjs_rt_executable *e);
 int pjs_rt_buffer_from_host(pjs_rt_client *c, pjs_dtype dtype, const pjs_shape *shape,
                             const pjs_rt_tensor_type *param, const void *data, pjrt_buffer **out,
                             pjs_error *err);
+/* One buffer of pjs_rt_buffers_from_host, as pjs_rt_buffer_from_host's
+ * arguments. */
+typedef struct pjs_rt_upload {
+    pjs_dtype dtype;
+    const pjs_shape *shape;
+    const pjs_rt_tensor_type *param; /* NULL: the device's default layout */
+    const void *data;
+} pjs_rt_upload;
+
+/* Copies n host arrays to n new device buffers, all in flight at once; when
+ * it returns, the data may be changed or freed. On failure no buffer is
+ * left and *failed is the index of the upload that failed. */
+int pjs_rt_buffers_from_host(pjs_rt_client *c, size_t n, const pjs_rt_upload *uploads,
+                             pjrt_buffer **out, size_t *failed, pjs_error *err);
 /* Copies a buffer back to host memory (dst_size must be its exact size). */
 int pjs_rt_buffer_to_host(pjs_rt_client *c, pjrt_buffer *b, void *dst, size_t dst_size,
                           pjs_error *err);
