@@ -1442,6 +1442,8 @@ int pjs_rt_buffers_from_host(pjs_rt_client *c, size_t n, const pjs_rt_upload *up
     upload_pending *pending = calloc(n > 0 ? n : 1, sizeof *pending);
     if (pending == NULL)
         return pjs_error_set(err, PJS_ERR_NOMEM, "no memory to upload %zu buffers", n);
+    for (size_t i = 0; i < n; i++)
+        out[i] = NULL;
     size_t issued = 0;
     int rc = 0;
     for (; issued < n; issued++) {

@@ -171,8 +171,8 @@ typedef struct pjs_rt_upload {
 } pjs_rt_upload;
 
 /* Copies n host arrays to n new device buffers, all in flight at once; when
- * it returns, the data may be changed or freed. On failure no buffer is
- * left and *failed is the index of the upload that failed. */
+ * it returns, the data may be changed or freed. On failure every out[i] is
+ * NULL and *failed is the index of the upload that failed. */
 int pjs_rt_buffers_from_host(pjs_rt_client *c, size_t n, const pjs_rt_upload *uploads,
                              pjrt_buffer **out, size_t *failed, pjs_error *err);
 /* Copies a buffer back to host memory (dst_size must be its exact size). */

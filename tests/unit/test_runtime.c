@@ -500,6 +500,53 @@ static void test_upload_either_side_of_the_staging_limit(void **state)
     free(got);
 }
 
+/* Many weights uploaded at once (pjs_rt_buffers_from_host), small and above
+ * the staging limit alike: each buffer holds its own values once the call
+ * returns and the host copies are overwritten; a failing upload leaves no
+ * buffer and names its index. */
+static void test_many_uploads_in_flight_at_once(void **state)
+{
+    (void)state;
+    enum { N = 24, BIG = PJS_RT_STAGED_UPLOAD_MAX / 4 + 4 }; /* f32 elements */
+    pjs_shape shapes[N];
+    pjs_rt_upload uploads[N];
+    float *data[N];
+    pjrt_buffer *out[N];
+    for (int i = 0; i < N; i++) {
+        int64_t n = i % 5 == 0 ? BIG : 3 + i;
+        shapes[i] = (pjs_shape){.rank = 1, .dims = {n}};
+        data[i] = malloc((size_t)n * sizeof(float));
+        assert_non_null(data[i]);
+        for (int64_t j = 0; j < n; j++)
+            data[i][j] = (float)(i * 1000 + j % 997);
+        uploads[i] = (pjs_rt_upload){.dtype = PJS_DTYPE_F32, .shape = &shapes[i],
+                                     .data = data[i]};
+    }
+    size_t failed = 99;
+    pjs_error err;
+    assert_int_equal(pjs_rt_buffers_from_host(client, N, uploads, out, &failed, &err), 0);
+    for (int i = 0; i < N; i++) /* the uploads may not read them any more */
+        memset(data[i], 0, (size_t)shapes[i].dims[0] * sizeof(float));
+    for (int i = 0; i < N; i++) {
+        size_t bytes = (size_t)shapes[i].dims[0] * sizeof(float);
+        float *got = malloc(bytes);
+        assert_non_null(got);
+        assert_int_equal(pjs_rt_buffer_to_host(client, out[i], got, bytes, &err), 0);
+        for (int64_t j = 0; j < shapes[i].dims[0]; j++)
+            assert_true(got[j] == (float)(i * 1000 + j % 997));
+        free(got);
+        pjs_rt_buffer_destroy(client, out[i]);
+    }
+    /* the seventh cannot be made: no buffer is left, its index is said */
+    shapes[6] = (pjs_shape){.rank = 1, .dims = {-5}};
+    assert_int_not_equal(pjs_rt_buffers_from_host(client, N, uploads, out, &failed, &err), 0);
+    assert_int_equal(failed, 6);
+    for (int i = 0; i < N; i++)
+        assert_null(out[i]);
+    for (int i = 0; i < N; i++)
+        free(data[i]);
+}
+
 static void test_compile_error_carries_plugin_message(void **state)
 {
     (void)state;
@@ -698,6 +745,7 @@ int main(void)
         cmocka_unit_test(test_arguments_in_other_layouts_are_read_row_major),
         cmocka_unit_test(test_device_views_and_addresses),
         cmocka_unit_test(test_upload_either_side_of_the_staging_limit),
+        cmocka_unit_test(test_many_uploads_in_flight_at_once),
         cmocka_unit_test(test_compile_error_carries_plugin_message),
         cmocka_unit_test(test_option_parse),
         cmocka_unit_test(test_callback_waits_under_concurrency),
