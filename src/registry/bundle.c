@@ -4,6 +4,8 @@
 #include "registry/bundle.h"
 
 #include <dirent.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -11,8 +13,10 @@
 #include <unistd.h>
 
 #include "core/checksum.h"
+#include "core/cpus.h"
 #include "core/log.h"
 #include "core/mapped_file.h"
+#include "core/thread_name.h"
 
 static bool file_exists(const char *path)
 {
@@ -340,6 +344,102 @@ int pjs_bundle_read_weight(pjs_bundle *b, size_t i, void *dst, pjs_error *err)
         pjs_error_prefix(err, "model %s: ", b->manifest.name);
     }
     return rc;
+}
+
+/* ---- reading every weight ------------------------------------------------ */
+
+/* Bundles of at least this many bytes of weights are read by several
+ * threads: one thread copies and checks a bf16 ResNet-50's 51 MB in about
+ * 30 ms on an H200's host, from a file already in memory. */
+#define PARALLEL_READ_MIN_BYTES ((uint64_t)16 << 20)
+#define PARALLEL_READ_THREADS_MAX 8
+#define PARALLEL_READ_THREADS_AUTO 4 /* pjs_bundle_read_threads' most */
+
+typedef struct weights_read {
+    pjs_bundle *b;
+    void *const *host;
+    size_t *order;     /* tensor indices, largest first */
+    size_t n;
+    atomic_size_t next; /* the next index of order to read; n once one failed */
+    pthread_mutex_t lock; /* guards rc and err */
+    int rc;
+    pjs_error err;
+} weights_read;
+
+static void *read_weights_worker(void *arg)
+{
+    weights_read *r = arg;
+    for (size_t k; (k = atomic_fetch_add(&r->next, 1)) < r->n;) {
+        size_t i = r->order[k];
+        pjs_error err;
+        if (pjs_bundle_read_weight(r->b, i, r->host[i], &err) == 0)
+            continue;
+        atomic_store(&r->next, r->n);
+        pthread_mutex_lock(&r->lock);
+        if (r->rc == 0) {
+            r->rc = err.code;
+            r->err = err;
+        }
+        pthread_mutex_unlock(&r->lock);
+    }
+    return NULL;
+}
+
+static int larger_first(const void *a, const void *b, void *tensors)
+{
+    const pjs_st_tensor *t = tensors;
+    uint64_t x = t[*(const size_t *)a].nbytes, y = t[*(const size_t *)b].nbytes;
+    return x < y ? 1 : x > y ? -1 : 0;
+}
+
+size_t pjs_bundle_read_threads(const pjs_bundle *b)
+{
+    size_t n = b->weights.n_tensors;
+    if (pjs_safetensors_total_bytes(&b->weights) < PARALLEL_READ_MIN_BYTES || n < 2)
+        return 1;
+    size_t t = (size_t)pjs_cpus_schedulable() / 4;
+    if (t > PARALLEL_READ_THREADS_AUTO)
+        t = PARALLEL_READ_THREADS_AUTO;
+    return t < 1 ? 1 : t > n ? n : t;
+}
+
+int pjs_bundle_read_weights(pjs_bundle *b, void *const *host, size_t threads, pjs_error *err)
+{
+    size_t n = b->weights.n_tensors;
+    if (threads > n)
+        threads = n;
+    if (threads <= 1) {
+        for (size_t i = 0; i < n; i++)
+            if (pjs_bundle_read_weight(b, i, host[i], err) != 0)
+                return err->code;
+        return 0;
+    }
+    weights_read r = {.b = b, .host = host, .n = n};
+    r.order = malloc(n * sizeof *r.order);
+    if (r.order == NULL)
+        return pjs_error_set(err, PJS_ERR_NOMEM, "bundle %s: out of memory", b->manifest.name);
+    for (size_t i = 0; i < n; i++)
+        r.order[i] = i;
+    qsort_r(r.order, n, sizeof *r.order, larger_first, b->weights.tensors);
+    atomic_init(&r.next, 0);
+    pthread_mutex_init(&r.lock, NULL);
+    pthread_t helpers[PARALLEL_READ_THREADS_MAX];
+    if (threads > PARALLEL_READ_THREADS_MAX)
+        threads = PARALLEL_READ_THREADS_MAX;
+    size_t started = 0;
+    for (; started + 1 < threads; started++) {
+        if (pthread_create(&helpers[started], NULL, read_weights_worker, &r) != 0)
+            break; /* fewer helpers: the reading still completes */
+        pjs_thread_name(helpers[started], "pjs-read");
+    }
+    read_weights_worker(&r);
+    for (size_t i = 0; i < started; i++)
+        pthread_join(helpers[i], NULL);
+    pthread_mutex_destroy(&r.lock);
+    free(r.order);
+    if (r.rc != 0)
+        *err = r.err;
+    return r.rc;
 }
 
 void *pjs_bundle_host_weight(pjs_bundle *b, size_t i, pjs_error *err)

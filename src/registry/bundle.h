@@ -108,6 +108,15 @@ int pjs_bundle_read_weight(pjs_bundle *b, size_t i, void *dst, pjs_error *err);
  * through a small buffer) and seals the bundle. */
 int pjs_bundle_seal_weights(pjs_bundle *b, pjs_error *err);
 
+/* Reads every weight i into host[i] (aligned, its tensor's size), checked as
+ * pjs_bundle_read_weight, by `threads` threads (the caller's one of them;
+ * at most 8), the largest weights first. The first failure is returned. */
+int pjs_bundle_read_weights(pjs_bundle *b, void *const *host, size_t threads, pjs_error *err);
+/* The threads worth reading b's weights with: 1 below 16 MiB of weights,
+ * else a quarter of the CPUs the process may run on, at most 4 (the others
+ * keep serving while a cold model is read). */
+size_t pjs_bundle_read_threads(const pjs_bundle *b);
+
 /* Copies every weight to the device in argument order into out[n_tensors],
  * from host[i] (aligned copies, e.g. a model's host floor: all the copies in
  * flight at once) or, when host is NULL, from the file through a temporary

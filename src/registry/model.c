@@ -198,11 +198,11 @@ static int private_host_floor(pjs_model *m, void **host, pjs_error *err)
     if (rc != 0)
         return pjs_error_prefix(err, "model %s: ", m->name);
     size_t at = 0;
-    for (size_t i = 0; rc == 0 && i < n; i++) {
+    for (size_t i = 0; i < n; i++) {
         host[i] = (char *)m->host_block.data + at;
         at += floor_stride(&b->weights.tensors[i]);
-        rc = pjs_bundle_read_weight(b, i, host[i], err);
     }
+    rc = pjs_bundle_read_weights(b, host, pjs_bundle_read_threads(b), err);
     if (rc != 0)
         pjs_rt_host_free(m->client, &m->host_block);
     return rc;
