@@ -118,6 +118,9 @@ typedef struct pjs_rt_executable {
     /* Its executions' usual time, from the execute call to completion
      * (an average; 0 before the first); shortens waits (runtime.c). */
     _Atomic uint64_t usual_exec_ns;
+    /* The fastest of the first model's warm-up executions of it (0 before):
+     * another model sharing it seeds its costs from this and runs none. */
+    _Atomic uint64_t warm_cost_ns;
     /* Compiles of the same module with the same options share one
      * executable in memory: holders counts them, each destroy drops one
      * (the client's table, runtime.c, under its lock). */

@@ -1228,11 +1228,34 @@ typedef struct warm_up_task {
     pjs_model *model;
     int runs;
     uint64_t *costs_ns;
+    bool reused; /* the costs were another model's: nothing ran */
     int rc;
     pjs_error err;
 } warm_up_task;
 
-/* Executes every (variant, batch size) `runs` times on zero inputs. */
+/* Seeds m's costs from executables another model warmed up already (they
+ * are shared: identical modules); false when one of them was not. */
+static bool seed_known_costs(warm_up_task *w)
+{
+    pjs_model *m = w->model;
+    const pjs_manifest *man = pjs_model_manifest(m);
+    for (size_t v = 0; v < man->n_variants; v++)
+        for (size_t k = 0; k < man->n_batch_sizes; k++)
+            if (atomic_load(&pjs_bundle_module_at(m->bundle, v, k)->exec->warm_cost_ns) == 0)
+                return false;
+    for (size_t v = 0; v < man->n_variants; v++)
+        for (size_t k = 0; k < man->n_batch_sizes; k++) {
+            uint64_t cost = atomic_load(&pjs_bundle_module_at(m->bundle, v, k)->exec->warm_cost_ns);
+            pjs_sched_seed_cost(&m->queues[v], k, cost);
+            if (w->costs_ns != NULL)
+                w->costs_ns[v * man->n_batch_sizes + k] = cost;
+        }
+    return true;
+}
+
+/* Executes every (variant, batch size) `runs` times on zero inputs, unless
+ * a model sharing its executables did: a catalogue of one architecture
+ * loads its weights and executes for the first model only. */
 static void warm_up_run(device_task *task)
 {
     warm_up_task *w = (warm_up_task *)task;
@@ -1243,6 +1266,10 @@ static void warm_up_run(device_task *task)
         return;
     if (w->runs <= 0 && !m->wentry.pinned)
         return; /* nothing to measure; on-demand weights wait for a request */
+    if (!m->wentry.pinned && seed_known_costs(w)) {
+        w->reused = true;
+        return;
+    }
     if ((w->rc = acquire(w->dispatcher, m, 0, &w->err)) != 0 || w->runs <= 0)
         return;
     const pjs_manifest *man = pjs_model_manifest(m);
@@ -1284,6 +1311,9 @@ static void warm_up_run(device_task *task)
             }
             if (w->rc != 0)
                 break;
+            uint64_t unknown = 0;
+            pjs_rt_executable *e = pjs_bundle_module_at(m->bundle, v, k)->exec;
+            atomic_compare_exchange_strong(&e->warm_cost_ns, &unknown, cost);
             pjs_sched_seed_cost(&m->queues[v], k, cost);
             if (w->costs_ns != NULL)
                 w->costs_ns[v * man->n_batch_sizes + k] = cost;
@@ -1292,11 +1322,13 @@ static void warm_up_run(device_task *task)
 }
 
 int pjs_dispatcher_warm_up(pjs_dispatcher *d, pjs_model *m, int runs, uint64_t *costs_ns,
-                           pjs_error *err)
+                           bool *reused, pjs_error *err)
 {
     warm_up_task w = {
         .task.run = warm_up_run, .dispatcher = d, .model = m, .runs = runs, .costs_ns = costs_ns};
     run_device_task(d, &w.task);
+    if (reused != NULL)
+        *reused = w.reused;
     if (w.rc != 0) {
         *err = w.err;
         return pjs_error_prefix(err, "warm-up: ");

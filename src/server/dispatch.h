@@ -56,9 +56,12 @@ int pjs_dispatcher_attach(pjs_dispatcher *d, pjs_model *m, double weight, size_t
  * every (variant, batch size) executes `runs` times on zero inputs and the
  * fastest run's device time seeds the cost estimate. Without autonomous
  * residency a model that is not pinned is left alone. Blocks until done.
+ * A model that is not pinned and whose executables another model warmed
+ * up already (identical modules share them) takes their costs and runs
+ * nothing; *reused (when not NULL) says so.
  * Fills costs_ns[variant * n_batch_sizes + k] when costs_ns is not NULL. */
 int pjs_dispatcher_warm_up(pjs_dispatcher *d, pjs_model *m, int runs, uint64_t *costs_ns,
-                           pjs_error *err);
+                           bool *reused, pjs_error *err);
 
 /* Queues a validated request (r->model set, holding a reference; r->batch,
  * r->variant and r->deadline_ns set). Errors: UNAVAILABLE once draining,

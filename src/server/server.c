@@ -450,9 +450,10 @@ static int attach_model(pjs_server *s, pjs_model *m, const pjs_load_override *ov
 
 /* "model mlp ready: 3 batch sizes x 1 variants (3 modules from the
  * executable cache, 0 shared with loaded models), 4 weights; warm-up b1
- * 0.05 ms, b4 0.08 ms, b8 0.11 ms; 0.21 s" */
+ * 0.05 ms, b4 0.08 ms, b8 0.11 ms; 0.21 s", the warm-up's costs said to be
+ * another model's when they were. */
 static void log_ready(pjs_server *s, pjs_model *m, const char *progress, const uint64_t *costs,
-                      double seconds)
+                      bool costs_reused, double seconds)
 {
     const pjs_bundle *b = m->bundle;
     const pjs_manifest *man = pjs_model_manifest(m);
@@ -473,6 +474,9 @@ static void log_ready(pjs_server *s, pjs_model *m, const char *progress, const u
             break;
         used += (size_t)n;
     }
+    if (costs_reused && used > 0)
+        snprintf(warm + used, sizeof warm - used, " (measured on an earlier model with the same "
+                                                  "modules; none run)");
     if (man->kind == PJS_KIND_ENSEMBLE) {
         pjs_info("%smodel %s ready: an ensemble of %zu steps calling %zu models; %.2f s",
                  progress, m->name, man->n_steps, man->n_calls, seconds);
@@ -546,6 +550,7 @@ static int load_locked(pjs_server *s, const char *name, const char *progress, bo
     pjs_bundle *b = NULL;
     pjs_model *m = NULL;
     uint64_t *costs = NULL;
+    bool reused = false;
     pjs_load_override ov;
     int rc = pjs_bundle_open(dir, &b, err);
     if (rc == 0 && b->manifest.kind != PJS_KIND_MODEL && (rc = check_meta_calls(s, b, err)) != 0)
@@ -562,7 +567,8 @@ static int load_locked(pjs_server *s, const char *name, const char *progress, bo
     if (rc == 0 && (costs = calloc(m->bundle->n_modules + 1, sizeof *costs)) == NULL)
         rc = pjs_error_set(err, PJS_ERR_NOMEM, "out of memory");
     if (rc == 0)
-        rc = pjs_dispatcher_warm_up(s->dispatcher, m, s->policies.sched.warmup_runs, costs, err);
+        rc = pjs_dispatcher_warm_up(s->dispatcher, m, s->policies.sched.warmup_runs, costs,
+                                    &reused, err);
     if (rc != 0) {
         bool keep = keep_serving && entry_serving(s, name);
         pjs_warn("%smodel %s not loaded%s: %s", progress, name,
@@ -573,7 +579,7 @@ static int load_locked(pjs_server *s, const char *name, const char *progress, bo
             drop_model(s, set_entry(s, name, PJS_MODEL_UNAVAILABLE, err->msg, NULL, false));
         return rc;
     }
-    log_ready(s, m, progress, costs, (double)(pjs_now_ns() - t0) / 1e9);
+    log_ready(s, m, progress, costs, reused, (double)(pjs_now_ns() - t0) / 1e9);
     free(costs);
     drop_model(s, set_entry(s, name, PJS_MODEL_READY, "", m, false));
     return 0;
@@ -1518,7 +1524,8 @@ int pjs_server_set_residency(pjs_server *s, const char *name, pjs_residency targ
     rc = pjs_dispatcher_set_residency(s->dispatcher, m, target, err);
     /* In explicit control only pinned models warmed up at load. */
     if (rc == 0 && target == PJS_RESIDENCY_DEVICE && s->control_mode == PJS_CONTROL_EXPLICIT)
-        rc = pjs_dispatcher_warm_up(s->dispatcher, m, s->policies.sched.warmup_runs, NULL, err);
+        rc = pjs_dispatcher_warm_up(s->dispatcher, m, s->policies.sched.warmup_runs, NULL, NULL,
+                                    err);
     if (rc == 0)
         pjs_info("model %s: residency %s", name, pjs_residency_name(target));
     pjs_model_unref(m);

@@ -450,6 +450,41 @@ def test_model_larger_than_budget(start_server, residency_models):
             f"no warning that {model}'s weights exceed the budget in the log:\n{log[-3000:]}"
 
 
+READY_REUSED = "(measured on an earlier model with the same modules; none run)"
+
+
+@serve_only("the warm-up costs and the weight loads are per worker")
+def test_models_with_the_same_modules_warm_up_once(start_server, residency_models):
+    """Ten models of one architecture (identical modules, weights of their
+    own), room for all: the first model loads its weights and executes each
+    batch size at start-up; the other nine take its costs and run nothing,
+    so start-up loads one model's weights, not ten. Each then answers with
+    its own weights."""
+    mb = residency_models.weight_bytes
+    server = start_server(NAMES, 20 * mb)
+    log = server.stderr_text()
+    ready = {m.group(1): m.group(2) for m in re.finditer(r"model (\S+) ready: (.*)$", log, re.M)}
+    assert set(ready) == set(NAMES), log[-3000:]
+    first = NAMES[0]  # loaded first: the repository is read in name order
+    assert "warm-up b1" in ready[first] and READY_REUSED not in ready[first], ready[first]
+    for name in NAMES[1:]:
+        assert re.search(r"warm-up b1 [\d.]+ ms", ready[name]), ready[name]
+        assert READY_REUSED in ready[name], ready[name]
+    start = cache_view(server)
+    assert sum(start.loads.values()) == 1 and start.loads.get(first) == 1, start.loads
+    g, h = clients(server)
+    try:
+        for k, name in enumerate(NAMES):
+            proto = ("grpc", "http")[k % 2]
+            infer_checked(g if proto == "grpc" else h, proto, residency_models.cases[name][1],
+                          f"({name})")
+    finally:
+        g.close()
+        h.close()
+    loads = delta(cache_view(server).loads, start.loads)
+    assert loads == {name: 1 for name in NAMES[1:]}, loads
+
+
 OVER_BUDGET_REQUESTS = 300
 OVER_BUDGET_LINE = re.compile(r"WARN  model (\S+): its weights .* exceed the device weight budget"
                               r".*?(?: \((\d+) more like this in the last [\d.]+ s\))?$", re.M)
