@@ -118,7 +118,7 @@ def test_whole_benchmark_on_the_cpu_plugin(package, plugin_path, tmp_path):
     r = run([sys.executable, package / "gpu-catalogue", "--run-only", "--pjrt-plugin",
              plugin_path, "--arch", "tiny", "--models", "24", "--rates", "20,40",
              "--seconds", "2", "--warmup", "1", "--cold-rounds", "2", "--clients", "2",
-             "--device-weight-budget", "250K", "--work", work, "--results", tmp_path])
+             "--device-weight-budget", "250K,10M", "--work", work, "--results", tmp_path])
     assert r.returncode == 0, r.stdout + r.stderr
     assert not work.exists()  # removed after the run
     res = json.loads((tmp_path / "gpu_catalogue.json").read_text())
@@ -129,29 +129,38 @@ def test_whole_benchmark_on_the_cpu_plugin(package, plugin_path, tmp_path):
                          for d in ("bf16", "f32")}
     for (tier, dtype), c in cold.items():
         assert c["measured"] > 0 and c["p50_ms"] > 0
+        # every measured request finds the tier the run is built to hit
         found = {t: d["requests"] for t, d in c["server_tiers"].items()}
-        if tier == "device (warm)":  # its first request may load it
-            assert found["device"] >= c["measured"]
-        else:  # every request finds the tier the run is built to hit
-            assert found[tier] == c["requests"], (tier, dtype, found)
-            assert c["device_load_ms"] > 0
+        want = "device" if tier == "device (warm)" else tier
+        assert found[want] == c["requests"] == c["measured"], (tier, dtype, found)
+        assert (c["device_load_ms"] is not None) == (want != "device")
         assert (c["host_load_ms"] is not None) == (tier == "file")
     assert res["checks"] and all(c["ok"] for c in res["checks"])
     assert {c["answer"] for c in res["checks"]} >= {"host last", "file first", "warm last",
                                                     "cold == warm, bit for bit"}
-    cat = res["catalogue"]
-    assert cat["models"] == 24 and cat["device_capacity_models"] < 24
-    assert [x["rate"] for x in cat["rates"]] == [20.0, 40.0]
-    for x in cat["rates"]:
-        assert x["requests"] > 0 and x["failed"] == 0 and x["errors"] == {}
-        assert 0 < x["within_100ms"] <= 1 and x["p50_ms"] > 0
-        assert sum(t["requests"] for t in x["tiers"].values()) > 0
-        assert x["trace"]["models_requested"] > 1
-    # a device budget of a few models under the trace: weights move
-    assert sum(x["weight_loads_per_s"] for x in cat["rates"]) > 0
+    small, large = res["catalogue"]  # one run per device budget, on the same traces
+    assert (small["device_weight_budget"], large["device_weight_budget"]) == ("250K", "10M")
+    assert small["models"] == 24 and small["device_capacity_models"] < 24
+    assert large["device_capacity_models"] >= 24
+    for cat in (small, large):
+        assert [x["rate"] for x in cat["rates"]] == [20.0, 40.0]
+        for x in cat["rates"]:
+            assert x["requests"] > 0 and x["failed"] == 0 and x["errors"] == {}
+            assert 0 < x["within_100ms"] <= 1 and x["p50_ms"] > 0
+            assert sum(t["requests"] for t in x["tiers"].values()) > 0
+            assert x["trace"]["models_requested"] > 1
+            assert x["server"]["mean_batch"] >= 1 and x["server"]["compute_infer_ms"] > 0
+            assert 0 < x["server"]["device_busy"] < 1
+    assert [x["requests"] for x in small["rates"]] == [x["requests"] for x in large["rates"]]
+    # a device budget of a few models under the trace moves weights; one of
+    # them all loads each model once at most
+    assert sum(x["weight_loads_per_s"] for x in small["rates"]) * 2 > 24
+    assert sum(x["weight_loads_per_s"] for x in large["rates"]) * 2 <= 24
     table = (tmp_path / "gpu_catalogue.md").read_text()
     for heading in ("## Cold and warm requests", "What a load can at best cost",
-                    "## 24 models on one GPU", "## Answers"):
+                    "## 24 models on one GPU, the catalogue trace, device budget 250K",
+                    "## 24 models on one GPU, the catalogue trace, device budget 10M",
+                    "Where the server's time went", "## Answers"):
         assert heading in table
     assert "| 40 |" in table
-    assert "server-catalogue.log" in (tmp_path / "server_logs.txt").read_text()
+    assert "server-catalogue-10M.log" in (tmp_path / "server_logs.txt").read_text()
