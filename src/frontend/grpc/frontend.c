@@ -144,6 +144,73 @@ static void request_unknown(pjs_grpc_frontend *f)
         unknown_free(c);
 }
 
+/* Forwarding, ModelInfer (what a gateway's cost per request is measured
+ * on) is registered to arrive with its message: one completion-queue
+ * event and batch fewer per call than an unknown call's, which reads it
+ * after. Every other method arrives as an unknown call. */
+typedef struct forwarded_infer {
+    pjs_grpc_call base;
+    grpc_byte_buffer *payload;
+} forwarded_infer;
+
+static size_t forwarded_infer_method(void)
+{
+    for (size_t i = 0; i < pjs__grpc_n_methods; i++)
+        if (pjs__grpc_methods[i].kind == PJS_GRPC_INFER)
+            return i;
+    return SIZE_MAX;
+}
+
+static void request_forwarded_infer(pjs_grpc_frontend *f);
+
+static void forwarded_infer_on_new(pjs_grpc_tag *tag, bool ok)
+{
+    forwarded_infer *c = PJS_GRPC_CONTAINER(tag, forwarded_infer, base.on_new);
+    pjs_grpc_frontend *f = c->base.frontend;
+    if (ok) {
+        request_forwarded_infer(f);
+        grpc_call *call = c->base.call;
+        c->base.call = NULL; /* the proxy's now, with the metadata and the message */
+        grpc_metadata_array md = c->base.metadata;
+        grpc_metadata_array_init(&c->base.metadata);
+        grpc_slice method = grpc_slice_from_static_string(pjs__grpc_methods[c->base.method].path);
+        pjs__grpc_proxy_serve_read(f, call, &md, &method, c->payload);
+        c->payload = NULL;
+    }
+    if (c->payload != NULL)
+        grpc_byte_buffer_destroy(c->payload);
+    pjs__grpc_call_destroy(&c->base);
+    free(c);
+}
+
+static void request_forwarded_infer(pjs_grpc_frontend *f)
+{
+    if (atomic_load(&f->stopping))
+        return;
+    forwarded_infer *c = calloc(1, sizeof *c);
+    if (c == NULL)
+        return;
+    pjs__grpc_call_init(&c->base, f, forwarded_infer_method(), forwarded_infer_on_new);
+    if (pjs__grpc_call_request(&c->base, &c->payload) != GRPC_CALL_OK) {
+        pjs__grpc_call_destroy(&c->base);
+        free(c);
+    }
+}
+
+static int register_forwarded(pjs_grpc_frontend *f, pjs_error *err)
+{
+    size_t i = forwarded_infer_method();
+    f->registered = calloc(pjs__grpc_n_methods, sizeof *f->registered);
+    if (f->registered == NULL)
+        return pjs_error_set(err, PJS_ERR_NOMEM, "no memory");
+    f->registered[i] = grpc_server_register_method(f->core, pjs__grpc_methods[i].path, NULL,
+                                                   GRPC_SRM_PAYLOAD_READ_INITIAL_BYTE_BUFFER, 0);
+    if (f->registered[i] == NULL)
+        return pjs_error_set(err, PJS_ERR_INTERNAL, "cannot register %s",
+                             pjs__grpc_methods[i].path);
+    return 0;
+}
+
 /* ---- threads ---------------------------------------------------------------- */
 
 /* One completion-queue thread per CPU, at most two. Fewer threads cost
@@ -463,11 +530,14 @@ static void request_first_calls(pjs_grpc_frontend *f, size_t n_threads)
         for (size_t k = 0; k < n; k++)
             pjs__grpc_request(f, i);
     }
-    /* Forwarding, every call arrives as an unknown one: keep as many
-     * requested as a served front end keeps for ModelInfer. */
+    /* Forwarding, every call but ModelInfer arrives as an unknown one:
+     * keep as many of both requested as a served front end keeps for
+     * ModelInfer. */
     size_t unknown = f->proxy != NULL ? 4 * n_threads : 1;
     for (size_t k = 0; k < unknown; k++)
         request_unknown(f);
+    for (size_t k = 0; f->proxy != NULL && k < 4 * n_threads; k++)
+        request_forwarded_infer(f);
 }
 
 static int start_threads(pjs_grpc_frontend *f, size_t n, pjs_error *err)
@@ -523,7 +593,7 @@ static int frontend_start(pjs_server *s, const pjs_grpc_proxy_ops *proxy, pjs_by
         return rc;
     }
     grpc_server_register_completion_queue(f->core, f->cq, NULL);
-    if ((proxy == NULL && (rc = register_methods(f, err)) != 0) ||
+    if ((rc = proxy == NULL ? register_methods(f, err) : register_forwarded(f, err)) != 0 ||
         (rc = bind_port(f, o, n_threads, err)) != 0) {
         /* Never started: destroying it needs no shutdown. */
         frontend_free(f);

@@ -424,6 +424,12 @@ int pjs__grpc_control_node_status(pjs_grpc_unary_ctx *ctx, const ProtobufCMessag
  * takes c (with its metadata) over, c is freed by the proxy. */
 void pjs__grpc_proxy_serve(pjs_grpc_frontend *f, grpc_call *call, grpc_metadata_array *metadata,
                            const grpc_slice *method);
+/* The same for a call that arrived with its first message (a method
+ * registered to read it: ModelInfer), which the proxy takes (NULL: the
+ * client sent none). */
+void pjs__grpc_proxy_serve_read(pjs_grpc_frontend *f, grpc_call *call,
+                                grpc_metadata_array *metadata, const grpc_slice *method,
+                                grpc_byte_buffer *first);
 
 /* Cuts off relayed streams whose client has read nothing of what waits for
  * it for the stall bound (--grpc-stream-write-timeout-ms). Called by the

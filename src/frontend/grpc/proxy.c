@@ -105,7 +105,11 @@ struct pjs_grpc_proxy_call {
     grpc_slice bearer;
     grpc_slice client_id; /* the forwarded pjserve-client value */
 
-    upstream up[MAX_FANOUT];
+    /* The calls to workers, in the order made: up[0] is up0, any later one
+     * (a retry, the rest of a fan-out) allocated on its own, so that a call
+     * object stays small. */
+    upstream *up[MAX_FANOUT];
+    upstream up0;
     size_t n_up, pending;
     uint64_t change; /* a fan-out's remembered change (grpc_frontend.h); 0: none */
 
@@ -203,7 +207,7 @@ static void proxy_free(proxy_call *p)
     if (p->relayed)
         relayed_remove(p);
     for (size_t i = 0; i < p->n_up; i++) {
-        upstream *u = &p->up[i];
+        upstream *u = p->up[i];
         if (u->call != NULL)
             grpc_call_unref(u->call);
         grpc_metadata_array_destroy(&u->initial);
@@ -211,6 +215,8 @@ static void proxy_free(proxy_call *p)
         if (u->response != NULL)
             grpc_byte_buffer_destroy(u->response);
         grpc_slice_unref(u->details);
+        if (u != &p->up0)
+            free(u);
     }
     if (p->first_bb != NULL)
         grpc_byte_buffer_destroy(p->first_bb);
@@ -406,11 +412,13 @@ static void on_reply(pjs_grpc_tag *tag, bool ok)
 static void on_upstream(pjs_grpc_tag *tag, bool ok);
 
 /* Creates the client call to `worker` under the client's call (deadline
- * and cancellation propagate). */
+ * and cancellation propagate); NULL when there is no memory for it. */
 static upstream *upstream_open(proxy_call *p, int worker)
 {
-    upstream *u = &p->up[p->n_up++];
-    memset(u, 0, sizeof *u);
+    upstream *u = p->n_up == 0 ? &p->up0 : calloc(1, sizeof *u);
+    if (u == NULL)
+        return NULL;
+    p->up[p->n_up++] = u;
     u->owner = p;
     u->worker = worker;
     p->last_worker = worker;
@@ -577,11 +585,11 @@ static void fanout_done(proxy_call *p)
     size_t lengths[MAX_FANOUT];
     grpc_slice slices[MAX_FANOUT];
     for (size_t i = 0; i < p->n_up; i++) {
-        results[i] = result_of(&p->up[i], marks[i], sizeof marks[i]);
+        results[i] = result_of(p->up[i], marks[i], sizeof marks[i]);
         slices[i] = grpc_empty_slice();
-        if (p->up[i].response != NULL) {
+        if (p->up[i]->response != NULL) {
             grpc_byte_buffer_reader r;
-            if (grpc_byte_buffer_reader_init(&r, p->up[i].response)) {
+            if (grpc_byte_buffer_reader_init(&r, p->up[i]->response)) {
                 slices[i] = grpc_byte_buffer_reader_readall(&r);
                 grpc_byte_buffer_reader_destroy(&r);
             }
@@ -596,7 +604,7 @@ static void fanout_done(proxy_call *p)
                     &err) != 0) {
         reply_error(p, &err);
     } else {
-        upstream *from = &p->up[out.from];
+        upstream *from = p->up[out.from];
         grpc_slice details = out.own_details ? grpc_slice_ref(from->details)
                                              : grpc_slice_from_copied_string(out.details);
         if (out.message != NULL)
@@ -640,7 +648,11 @@ static bool routed_try(proxy_call *p, pjs_error *err)
         return false;
     p->tried |= 1ull << w;
     upstream *u = upstream_open(p, w);
-    if (!upstream_unary(p, u)) {
+    if (u == NULL) {
+        upstream_not_started(p, w);
+        pjs_error_set(err, PJS_ERR_NOMEM, "no memory for the call to worker %d", w);
+        reply_error(p, err);
+    } else if (!upstream_unary(p, u)) {
         upstream_not_started(p, w);
         pjs_error_set(err, PJS_ERR_INTERNAL, "cannot start the call to worker %d", w);
         reply_error(p, err);
@@ -666,13 +678,20 @@ static void fanout_send(proxy_call *p)
         reply_error(p, &err);
         return;
     }
-    pthread_mutex_lock(&p->lock);
-    p->pending = (size_t)__builtin_popcountll(mask) + 1; /* +1 until every call started */
-    pthread_mutex_unlock(&p->lock);
+    /* Every call made before any starts: no memory for one, none is sent. */
     for (int w = 0; w < MAX_FANOUT; w++) {
-        if (!(mask & (1ull << w)))
-            continue;
-        upstream *u = upstream_open(p, w);
+        if ((mask & (1ull << w)) && upstream_open(p, w) == NULL) {
+            pjs_error_set(&err, PJS_ERR_NOMEM, "no memory for the calls to the workers");
+            reply_error(p, &err);
+            return;
+        }
+    }
+    pthread_mutex_lock(&p->lock);
+    p->pending = p->n_up + 1; /* +1 until every call started */
+    pthread_mutex_unlock(&p->lock);
+    for (size_t i = 0; i < p->n_up; i++) {
+        upstream *u = p->up[i];
+        int w = u->worker;
         if (!upstream_unary(p, u)) {
             upstream_not_started(p, w);
             u->status = GRPC_STATUS_INTERNAL;
@@ -720,7 +739,7 @@ static void stream_recv_client(proxy_call *p)
 
 static void stream_recv_worker(proxy_call *p)
 {
-    upstream *u = &p->up[0];
+    upstream *u = p->up[0];
     grpc_op ops[2];
     size_t n = 0;
     memset(ops, 0, sizeof ops);
@@ -745,7 +764,7 @@ static bool stream_final_due(proxy_call *p)
 
 static void stream_final(proxy_call *p)
 {
-    upstream *u = &p->up[0];
+    upstream *u = p->up[0];
     upstream_done(p, u, NULL);
     reply(p, &u->initial, NULL, u->status, u->details, &u->trailing);
 }
@@ -754,7 +773,7 @@ static void stream_final(proxy_call *p)
 static void on_client_msg(pjs_grpc_tag *tag, bool ok)
 {
     proxy_call *p = PJS_GRPC_CONTAINER(tag, proxy_call, on_client_msg);
-    upstream *u = &p->up[0];
+    upstream *u = p->up[0];
     grpc_op op;
     memset(&op, 0, sizeof op);
     grpc_byte_buffer *plain_bb = NULL;
@@ -801,7 +820,7 @@ static void on_worker_sent(pjs_grpc_tag *tag, bool ok)
 static void on_worker_msg(pjs_grpc_tag *tag, bool ok)
 {
     proxy_call *p = PJS_GRPC_CONTAINER(tag, proxy_call, on_worker_msg);
-    upstream *u = &p->up[0];
+    upstream *u = p->up[0];
     if (ok && p->worker_msg != NULL) {
         size_t n_head = 0;
         grpc_metadata *head = !p->initial_sent ? relay_md(&u->initial, &n_head) : NULL;
@@ -853,7 +872,7 @@ static void on_client_sent(pjs_grpc_tag *tag, bool ok)
     bool final = stream_final_due(p);
     pthread_mutex_unlock(&p->lock);
     if (!ok)
-        grpc_call_cancel(p->up[0].call, NULL);
+        grpc_call_cancel(p->up[0]->call, NULL);
     else if (!final)
         stream_recv_worker(p);
     if (final)
@@ -866,7 +885,7 @@ static void on_worker_status(pjs_grpc_tag *tag, bool ok)
     (void)ok;
     proxy_call *p = PJS_GRPC_CONTAINER(tag, proxy_call, on_worker_status);
     p->forward_end_ns = pjs_now_ns();
-    proxy_take_details(&p->up[0]);
+    proxy_take_details(p->up[0]);
     pthread_mutex_lock(&p->lock);
     p->status_in = true;
     bool final = stream_final_due(p);
@@ -881,7 +900,7 @@ static void on_client_close(pjs_grpc_tag *tag, bool ok)
     (void)ok;
     proxy_call *p = PJS_GRPC_CONTAINER(tag, proxy_call, on_client_close);
     if (p->cancelled && p->n_up > 0)
-        grpc_call_cancel(p->up[0].call, NULL);
+        grpc_call_cancel(p->up[0]->call, NULL);
     proxy_unref(p);
 }
 
@@ -896,6 +915,12 @@ static void stream_open(proxy_call *p)
         return;
     }
     upstream *u = upstream_open(p, w);
+    if (u == NULL) {
+        upstream_not_started(p, w);
+        pjs_error_set(&err, PJS_ERR_NOMEM, "no memory for the stream to worker %d", w);
+        reply_error(p, &err);
+        return;
+    }
     relayed_add(p);
     /* The worker's status, whenever it comes. */
     grpc_op st;
@@ -982,14 +1007,11 @@ void pjs__grpc_proxy_sweep(pjs_grpc_frontend *f)
 
 /* ---- the first message ------------------------------------------------------------ */
 
-static void on_first(pjs_grpc_tag *tag, bool ok)
+/* The client's first message is in p->first_bb (NULL: it sent none): what
+ * the call is, decided and started. */
+static void first_arrived(proxy_call *p)
 {
-    proxy_call *p = PJS_GRPC_CONTAINER(tag, proxy_call, on_first);
     pjs_error err;
-    if (!ok) { /* the client went away */
-        proxy_unref(p);
-        return;
-    }
     if (p->first_bb == NULL) {
         p->client_done = true; /* closed without a message */
     } else {
@@ -999,7 +1021,6 @@ static void on_first(pjs_grpc_tag *tag, bool ok)
                                               &p->first, &err);
         if (rc != 0) {
             reply_error(p, &err);
-            proxy_unref(p);
             return;
         }
     }
@@ -1019,11 +1040,20 @@ static void on_first(pjs_grpc_tag *tag, bool ok)
     } else {
         routed_send(p);
     }
+}
+
+static void on_first(pjs_grpc_tag *tag, bool ok)
+{
+    proxy_call *p = PJS_GRPC_CONTAINER(tag, proxy_call, on_first);
+    if (ok) /* else the client went away */
+        first_arrived(p);
     proxy_unref(p);
 }
 
-void pjs__grpc_proxy_serve(pjs_grpc_frontend *f, grpc_call *call, grpc_metadata_array *metadata,
-                           const grpc_slice *method)
+/* A proxy call for `call`, checked and classified, holding one reference;
+ * NULL when it was answered already (refused, or no memory). */
+static proxy_call *proxy_begin(pjs_grpc_frontend *f, grpc_call *call,
+                               grpc_metadata_array *metadata, const grpc_slice *method)
 {
     pjs__grpc_call_born(f);
     proxy_call *p = calloc(1, sizeof *p);
@@ -1032,7 +1062,7 @@ void pjs__grpc_proxy_serve(pjs_grpc_frontend *f, grpc_call *call, grpc_metadata_
         grpc_call_unref(call);
         grpc_metadata_array_destroy(metadata);
         pjs__grpc_call_gone(f);
-        return;
+        return NULL;
     }
     p->f = f;
     p->call = call;
@@ -1064,13 +1094,37 @@ void pjs__grpc_proxy_serve(pjs_grpc_frontend *f, grpc_call *call, grpc_metadata_
         p->kind = PJS_GRPC_PROXY_ROUTED;
         reply_error(p, &err);
         proxy_unref(p);
-        return;
+        return NULL;
     }
     p->kind = f->proxy->classify(f->proxy->ctx, p->method);
+    return p;
+}
+
+void pjs__grpc_proxy_serve(pjs_grpc_frontend *f, grpc_call *call, grpc_metadata_array *metadata,
+                           const grpc_slice *method)
+{
+    proxy_call *p = proxy_begin(f, call, metadata, method);
+    if (p == NULL)
+        return;
     grpc_op op;
     memset(&op, 0, sizeof op);
     op.op = GRPC_OP_RECV_MESSAGE;
     op.data.recv_message.recv_message = &p->first_bb;
     start(p, call, &op, 1, &p->on_first);
+    proxy_unref(p);
+}
+
+void pjs__grpc_proxy_serve_read(pjs_grpc_frontend *f, grpc_call *call,
+                                grpc_metadata_array *metadata, const grpc_slice *method,
+                                grpc_byte_buffer *first)
+{
+    proxy_call *p = proxy_begin(f, call, metadata, method);
+    if (p == NULL) {
+        if (first != NULL)
+            grpc_byte_buffer_destroy(first);
+        return;
+    }
+    p->first_bb = first;
+    first_arrived(p);
     proxy_unref(p);
 }
