@@ -11,6 +11,8 @@ Importing this module puts python/ on sys.path, so `pjserve_export` imports.
 
 import importlib.util
 import os
+import shutil
+import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -118,6 +120,16 @@ class ExportedModel:
     model: demo.DemoModel
     path: Path
     manifest: pe.Manifest
+
+
+def nvidia_gpu_here() -> bool:
+    """Whether nvidia-smi lists a GPU: a GPU package's "no GPU here" path
+    cannot be seen on such a machine."""
+    smi = shutil.which("nvidia-smi")
+    if smi is None:
+        return False
+    r = subprocess.run([smi, "-L"], capture_output=True, text=True)
+    return r.stdout.startswith("GPU ")
 
 
 def export_demo_models(out: Path, names: Optional[Sequence[str]] = None,

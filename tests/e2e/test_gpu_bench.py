@@ -13,7 +13,6 @@ peer; and the tables it writes name them all.
 import importlib.machinery
 import importlib.util
 import json
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -22,7 +21,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from common import REPO  # noqa: E402
+from common import REPO, nvidia_gpu_here  # noqa: E402
 
 SCRIPT = REPO / "scripts" / "gpu-bench"
 CARRY_LIMIT = 64 << 20
@@ -66,8 +65,7 @@ def test_package_holds_the_tools_the_models_and_the_baseline(package, pjserve_bi
 
 
 def test_without_a_gpu_it_says_so_and_runs_nothing(package):
-    smi = shutil.which("nvidia-smi")
-    if smi and run([smi, "-L"]).stdout.startswith("GPU "):
+    if nvidia_gpu_here():
         pytest.skip("this machine has an NVIDIA GPU")
     r = run([package / "gpu-bench", "--run-only"])
     assert r.returncode == 2, r.stdout + r.stderr

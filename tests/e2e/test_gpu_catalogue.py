@@ -12,7 +12,6 @@ tiers pjserve reports must be the ones each phase is built to hit.
 import importlib.machinery
 import importlib.util
 import json
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -21,7 +20,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from common import REPO  # noqa: E402
+from common import REPO, nvidia_gpu_here  # noqa: E402
 
 SCRIPT = REPO / "scripts" / "gpu-catalogue"
 CARRY_LIMIT = 64 << 20
@@ -64,8 +63,7 @@ def test_package_holds_pjserve_the_modules_and_headers_only(package):
 
 
 def test_without_a_gpu_it_says_so_and_runs_nothing(package):
-    smi = shutil.which("nvidia-smi")
-    if smi and run([smi, "-L"]).stdout.startswith("GPU "):
+    if nvidia_gpu_here():
         pytest.skip("this machine has an NVIDIA GPU")
     r = run([package / "gpu-catalogue", "--run-only"])
     assert r.returncode == 2, r.stdout + r.stderr

@@ -14,7 +14,6 @@ with the wheels they need (here stand-ins: packaging is checked, not them).
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -23,7 +22,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from common import REPO  # noqa: E402
+from common import REPO, nvidia_gpu_here  # noqa: E402
 
 SCRIPT = REPO / "scripts" / "gpu-check"
 CARRY_LIMIT = 64 << 20
@@ -112,8 +111,7 @@ def test_packaged_binary_runs_help_and_info_on_packaged_libraries(package, plugi
 
 
 def test_check_without_a_gpu_says_so_and_runs_nothing(package):
-    smi = shutil.which("nvidia-smi")
-    if smi and run([smi, "-L"]).stdout.startswith("GPU "):
+    if nvidia_gpu_here():
         pytest.skip("this machine has an NVIDIA GPU")
     r = run([package / "gpu-check", "--run-only"])
     assert r.returncode == 2, r.stdout + r.stderr
