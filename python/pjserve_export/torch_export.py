@@ -18,7 +18,12 @@ weights as module arguments written once. So:
   torch.export graph would have to be exported with a symbolic batch
   dimension for that);
 - the module runs in eval mode (batch norm from its running statistics, no
-  dropout) and without gradients; export_torch puts it there and leaves it so.
+  dropout) and without gradients; export_torch puts it there and leaves it so;
+- while it is traced, torch.compiler.is_compiling() answers True, as under
+  torch.compile: libraries that skip work by looking at a tensor's values
+  when not compiling take their traceable path instead (transformers'
+  encoders test whether an attention mask is all ones before building it,
+  which a trace cannot answer).
 
 forward may return one tensor, a tuple or list of them (output_names name
 them in order), or a mapping such as a transformers ModelOutput (output_names
@@ -32,6 +37,7 @@ torch, torchax and friends are heavy, so they live in their own environment
 fails with a message that says so.
 """
 
+import contextlib
 from typing import Any, Mapping, Sequence
 
 import numpy as np
@@ -61,6 +67,18 @@ def _as_numpy(x) -> np.ndarray:
     elif a.dtype == np.uint64:
         a = a.astype(np.uint32)
     return a
+
+
+@contextlib.contextmanager
+def _compiling(torch):
+    """torch.compiler.is_compiling() answers True within (see the module's
+    docstring)."""
+    saved = torch.compiler.is_compiling
+    torch.compiler.is_compiling = lambda: True
+    try:
+        yield
+    finally:
+        torch.compiler.is_compiling = saved
 
 
 def pick_outputs(result: Any, output_names: Sequence[str]):
@@ -100,9 +118,10 @@ def export_torch(module, example_inputs: Sequence[Any], out_dir, *, name: str,
 
     options.setdefault("description", f"{type(module).__name__} exported from PyTorch "
                                       f"{torch.__version__} with torchax {torchax.__version__}")
-    return export_jax(fn, dict(states), [_as_numpy(x) for x in example_inputs], out_dir,
-                      name=name, batch_sizes=batch_sizes, input_names=input_names,
-                      output_names=output_names, **options)
+    with _compiling(torch):
+        return export_jax(fn, dict(states), [_as_numpy(x) for x in example_inputs], out_dir,
+                          name=name, batch_sizes=batch_sizes, input_names=input_names,
+                          output_names=output_names, **options)
 
 
 def torch_reference(module, inputs: Sequence[Any], output_names: Sequence[str]):

@@ -5,7 +5,9 @@ e2e-torch`). Two real architectures with random weights from a fixed seed
 (nothing is downloaded): torchvision's ResNet-18 (x f32 [batch,3,224,224]
 NCHW -> logits [batch,1000]) and a tiny BERT encoder from transformers
 (2 layers, hidden 64: input_ids and attention_mask int32 [batch,16] ->
-last_hidden_state [batch,16,64] and pooler_output [batch,64]). Each is
+last_hidden_state [batch,16,64] and pooler_output [batch,64]), and BERT,
+DistilBERT and RoBERTa encoders as their configs build them (SDPA attention,
+whose all-ones-mask shortcut a trace cannot take) with padded masks. Each is
 exported at batch sizes 1 and 4 and compared with eager PyTorch on the same
 inputs: through `pjserve run` at 1 and 3 rows (padded to 4 by the server and
 sliced back) and served, over gRPC at 4 rows and HTTP at 1. The max absolute
@@ -61,25 +63,51 @@ def resnet18():
                 ["x"], ["logits"], ["FP32"])
 
 
+def token_inputs(n, seed):
+    """input_ids and attention_mask int32 [n, SEQ], each row padded at its
+    end by 0 to 3 tokens."""
+    rng = np.random.default_rng(seed)
+    ids = rng.integers(3, VOCAB, (n, SEQ), dtype=np.int32)
+    lengths = SEQ - rng.integers(0, 4, n)
+    mask = (np.arange(SEQ)[None, :] < lengths[:, None]).astype(np.int32)
+    return [ids, mask]
+
+
 def tiny_bert():
     torch.manual_seed(0)
     config = transformers.BertConfig(vocab_size=VOCAB, hidden_size=64, num_hidden_layers=2,
                                      num_attention_heads=4, intermediate_size=128,
                                      max_position_embeddings=64, attn_implementation="eager")
-    m = transformers.BertModel(config)
-
-    def inputs(n, seed):
-        rng = np.random.default_rng(seed)
-        ids = rng.integers(1, VOCAB, (n, SEQ), dtype=np.int32)
-        # each row padded at its end by 0 to 3 tokens
-        lengths = SEQ - rng.integers(0, 4, n)
-        mask = (np.arange(SEQ)[None, :] < lengths[:, None]).astype(np.int32)
-        return [ids, mask]
-    return Case("tiny_bert", m, inputs, ["input_ids", "attention_mask"],
-                ["last_hidden_state", "pooler_output"], ["INT32", "INT32"])
+    return Case("tiny_bert", transformers.BertModel(config), token_inputs,
+                ["input_ids", "attention_mask"], ["last_hidden_state", "pooler_output"],
+                ["INT32", "INT32"])
 
 
-CASES = {"resnet18": resnet18, "tiny_bert": tiny_bert}
+def encoder(name, model_class, config):
+    """A Hugging Face encoder as its config builds it (default attention:
+    SDPA, whose mask shortcut looks at the mask's values), called with an
+    attention mask."""
+    def make():
+        torch.manual_seed(0)
+        return Case(name, model_class(config()), token_inputs, ["input_ids", "attention_mask"],
+                    ["last_hidden_state"], ["INT32", "INT32"])
+    return make
+
+
+CASES = {
+    "resnet18": resnet18,
+    "tiny_bert": tiny_bert,
+    "bert_sdpa": encoder("bert_sdpa", transformers.BertModel, lambda: transformers.BertConfig(
+        vocab_size=VOCAB, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+        intermediate_size=128, max_position_embeddings=64)),
+    "distilbert": encoder("distilbert", transformers.DistilBertModel,
+                          lambda: transformers.DistilBertConfig(
+                              vocab_size=VOCAB, dim=64, n_layers=2, n_heads=4, hidden_dim=128,
+                              max_position_embeddings=64)),
+    "roberta": encoder("roberta", transformers.RobertaModel, lambda: transformers.RobertaConfig(
+        vocab_size=VOCAB, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+        intermediate_size=128, max_position_embeddings=SEQ + 4)),
+}
 
 
 @pytest.fixture(scope="module", params=sorted(CASES))
