@@ -18,7 +18,9 @@ weights as module arguments written once. So:
   torch.export graph would have to be exported with a symbolic batch
   dimension for that);
 - the module runs in eval mode (batch norm from its running statistics, no
-  dropout) and without gradients; export_torch puts it there and leaves it so;
+  dropout) and without gradients; export_torch puts it there and leaves it so,
+  its parameters and buffers as they were (tied weights included), so it
+  still runs in PyTorch afterwards;
 - while it is traced, torch.compiler.is_compiling() answers True, as under
   torch.compile: libraries that skip work by looking at a tensor's values
   when not compiling take their traceable path instead (transformers'
@@ -70,6 +72,25 @@ def _as_numpy(x) -> np.ndarray:
 
 
 @contextlib.contextmanager
+def _module_kept(module):
+    """The module's parameters and buffers as they were, after the export:
+    tracing swaps JAX-backed tensors in by name, and a weight shared under
+    two names (tied embeddings, as T5's) came back swapped under one."""
+    entries = [(m, table, name, t) for m in module.modules()
+               for table in (m._parameters, m._buffers) for name, t in table.items()]
+    data = {id(t): (t, t.data) for _, _, _, t in entries if t is not None}
+    try:
+        yield
+    finally:
+        for _, table, name, t in entries:
+            if table.get(name) is not t:
+                table[name] = t
+        for t, d in data.values():
+            if type(t.data) is not type(d):
+                t.data = d
+
+
+@contextlib.contextmanager
 def _compiling(torch):
     """torch.compiler.is_compiling() answers True within (see the module's
     docstring)."""
@@ -110,15 +131,15 @@ def export_torch(module, example_inputs: Sequence[Any], out_dir, *, name: str,
     if not isinstance(module, torch.nn.Module):
         raise TypeError(f"module: expected a torch.nn.Module, got {type(module).__name__}")
     module.eval()
-    with torch.no_grad():
-        states, forward = torchax.extract_jax(module)
-
-    def fn(params, *inputs):
-        return pick_outputs(forward(params, inputs), output_names)
-
     options.setdefault("description", f"{type(module).__name__} exported from PyTorch "
                                       f"{torch.__version__} with torchax {torchax.__version__}")
-    with _compiling(torch):
+    with _module_kept(module), _compiling(torch):
+        with torch.no_grad():
+            states, forward = torchax.extract_jax(module)
+
+        def fn(params, *inputs):
+            return pick_outputs(forward(params, inputs), output_names)
+
         return export_jax(fn, dict(states), [_as_numpy(x) for x in example_inputs], out_dir,
                           name=name, batch_sizes=batch_sizes, input_names=input_names,
                           output_names=output_names, **options)

@@ -221,6 +221,23 @@ def safetensors_names(path):
     return [k for k in header if k != "__metadata__"]
 
 
+def test_module_still_runs_in_pytorch_after_export(tmp_path):
+    """Tracing swaps JAX-backed tensors into the module by name; a weight
+    tied under two names (T5's shared embedding) must come back as it was,
+    so the module still runs, and answers the same, in PyTorch."""
+    torch.manual_seed(0)
+    m = transformers.T5EncoderModel(transformers.T5Config(
+        vocab_size=VOCAB, d_model=64, d_kv=16, d_ff=128, num_layers=2, num_heads=4))
+    inputs = token_inputs(2, 5)
+    (before,) = torch_reference(m, inputs, ["last_hidden_state"])
+    export_torch(m, token_inputs(1, 0), tmp_path, name="t5_encoder", batch_sizes=[1],
+                 input_names=["input_ids", "attention_mask"], output_names=["last_hidden_state"])
+    for name, t in list(m.named_parameters()) + list(m.named_buffers()):
+        assert type(t.data) is torch.Tensor, f"{name} is a {type(t.data).__name__} after export"
+    (after,) = torch_reference(m, inputs, ["last_hidden_state"])
+    np.testing.assert_array_equal(after, before)
+
+
 def test_weights_are_the_state_dict_in_a_stable_order(tmp_path):
     case = resnet18()
     a = export_torch(case.module, case.make_inputs(1, 0), tmp_path / "a", name="r",
