@@ -2,6 +2,8 @@
 traffic. Counters are compared as differences, so earlier tests do not matter
 (tests run one at a time)."""
 
+import time
+
 import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
@@ -243,14 +245,19 @@ def test_metrics_unknown_path(server):
 @serve_only("a gateway merges its workers' expositions")
 def test_metrics_for_the_models_that_matter(server_factory, cases):
     """--metrics-models 1 over three models: series of their own for the one
-    in use, every model still counted in the pjserve_all_models_* totals."""
+    in use, every model still counted in the pjserve_all_models_* totals.
+    Models rank by recent device time (after those busy or resident), which
+    decays with the scheduler's half-life: mlp's earlier requests must have
+    faded before the scrape whatever their device time on a loaded machine,
+    so the half-life is short and a pause comes between."""
     srv = server_factory(names=("mlp", "two_io", "convnet"),
-                         extra_args=("--metrics-models", "1"))
+                         extra_args=("--metrics-models", "1", "--scheduler-half-life-ms", "50"))
     used = cases.get("two_io", 2, seed=91)
     other = cases.get("mlp", 1, seed=92)
     with grpcclient.InferenceServerClient(srv.grpc_url) as c:
         for _ in range(3):
             grpc_infer_case(c, other)
+        time.sleep(1.0)  # 20 half-lives
         for _ in range(20):
             got, _ = grpc_infer_case(c, used)
             used.check(got, "two_io")
