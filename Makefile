@@ -27,6 +27,8 @@
 #   make gpu-check  package pjserve for a GPU machine (.gpu-check/) and check the CUDA path there
 #   make gpu-bench  package the request-path benchmark for a GPU machine (.gpu-bench/) and run it
 #                   there: raw PJRT, pjserve's levers, jax/PyTorch peers (scripts/gpu-bench)
+#   make zoo        export and serve 45 public PyTorch architectures, compare with eager
+#                   (scripts/zoo.py; writes the table in docs/exporter.md)
 #   make gpu-catalogue  package the catalogue benchmark for a GPU machine (.gpu-catalogue/) and
 #                   run it there: 1,000 ResNet-50s, 99.9 % within 100 ms, cold requests
 #                   (scripts/gpu-catalogue)
@@ -42,7 +44,7 @@ FUZZ_SECONDS ?= 20
 PYTHON := .venv/bin/python
 PYTEST := $(PYTHON) -m pytest -q -p no:cacheprovider
 
-.PHONY: all bootstrap bootstrap-torch build test unit e2e e2e-node e2e-torch docs docs-check models models-large demo serve asan tsan fuzz fuzz-build fuzz-smoke clean install bench bench-scheduler bench-residency bench-meta bench-shared-weights bench-host-tier bench-catalogue bench-gateway bench-catalogue-scale bench-tracing gpu-check gpu-bench gpu-catalogue container-check
+.PHONY: all bootstrap bootstrap-torch build test unit e2e e2e-node e2e-torch docs docs-check models models-large demo serve asan tsan fuzz fuzz-build fuzz-smoke clean install bench bench-scheduler bench-residency bench-meta bench-shared-weights bench-host-tier bench-catalogue bench-gateway bench-catalogue-scale bench-tracing gpu-check gpu-bench gpu-catalogue zoo container-check
 
 all: build
 
@@ -89,6 +91,11 @@ e2e: build
 # and transformers against onnxruntime) and pjserve import-triton (a Triton
 # repository of ONNX, TorchScript, sequence and ensemble models against
 # onnxruntime and TorchScript), in .venv-torch, once, in the plain build.
+# Which public PyTorch architectures export and serve as eager PyTorch
+# computes them (scripts/zoo.py): minutes, so not part of make test.
+zoo: build bootstrap-torch
+	.venv-torch/bin/python scripts/zoo.py
+
 e2e-torch: build bootstrap-torch
 	PJSERVE_BIN=$(CURDIR)/build/pjserve .venv-torch/bin/python -m pytest -q -p no:cacheprovider \
 	  -s tests/e2e/test_torch_export.py tests/e2e/test_onnx_export.py \

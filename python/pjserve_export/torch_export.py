@@ -71,6 +71,24 @@ def _as_numpy(x) -> np.ndarray:
     return a
 
 
+def _refuse_parametrized(module):
+    """Weights computed by torch.nn.utils.parametrize (weight_norm,
+    spectral_norm, orthogonal) cannot be traced: tracing swaps tensors into
+    the module, and assigning a parametrized weight calls set_, which torchax
+    has no lowering for. Refused by name, with the remedy."""
+    from torch.nn.utils import parametrize
+    found = [f"{name}.{t}" if name else t for name, m in module.named_modules()
+             if parametrize.is_parametrized(m) for t in m.parametrizations.keys()]
+    if found:
+        raise ValueError(
+            f"module has parametrized weights ({', '.join(found[:4])}"
+            f"{', ...' if len(found) > 4 else ''}: weight_norm, spectral_norm or another "
+            f"torch.nn.utils.parametrize parametrization), which export_torch cannot trace; "
+            f"remove them first, keeping the weights they compute: "
+            f"torch.nn.utils.parametrize.remove_parametrizations(submodule, name, "
+            f"leave_parametrized=True) for each")
+
+
 @contextlib.contextmanager
 def _module_kept(module):
     """The module's parameters and buffers as they were, after the export:
@@ -131,6 +149,7 @@ def export_torch(module, example_inputs: Sequence[Any], out_dir, *, name: str,
     if not isinstance(module, torch.nn.Module):
         raise TypeError(f"module: expected a torch.nn.Module, got {type(module).__name__}")
     module.eval()
+    _refuse_parametrized(module)
     options.setdefault("description", f"{type(module).__name__} exported from PyTorch "
                                       f"{torch.__version__} with torchax {torchax.__version__}")
     with _module_kept(module), _compiling(torch):
@@ -140,9 +159,16 @@ def export_torch(module, example_inputs: Sequence[Any], out_dir, *, name: str,
         def fn(params, *inputs):
             return pick_outputs(forward(params, inputs), output_names)
 
-        return export_jax(fn, dict(states), [_as_numpy(x) for x in example_inputs], out_dir,
-                          name=name, batch_sizes=batch_sizes, input_names=input_names,
-                          output_names=output_names, **options)
+        try:
+            return export_jax(fn, dict(states), [_as_numpy(x) for x in example_inputs],
+                              out_dir, name=name, batch_sizes=batch_sizes,
+                              input_names=input_names, output_names=output_names, **options)
+        except torchax.tensor.OperatorNotFound as e:
+            raise NotImplementedError(
+                f"{e}: forward uses a PyTorch operation that torchax "
+                f"{torchax.__version__} cannot translate to JAX; rewrite that part of the "
+                f"module with operations it has (torchax's jaten.py lists them), or export "
+                f"the module to ONNX and use export_onnx") from e
 
 
 def torch_reference(module, inputs: Sequence[Any], output_names: Sequence[str]):

@@ -238,6 +238,31 @@ def test_module_still_runs_in_pytorch_after_export(tmp_path):
     np.testing.assert_array_equal(after, before)
 
 
+def test_parametrized_weights_are_refused_with_the_remedy(pjserve, tmp_path):
+    """weight_norm (as Wav2Vec2's positional convolution has) cannot be
+    traced: the export is refused naming the weight and how to remove the
+    parametrization; removed as it says, the module exports and answers as
+    PyTorch does."""
+    torch.manual_seed(0)
+    m = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(),
+                            torch.nn.utils.parametrizations.weight_norm(torch.nn.Linear(16, 4)))
+    x = np.random.default_rng(3).standard_normal((2, 8)).astype(np.float32)
+    with pytest.raises(ValueError, match=r"parametrized weights \(2\.weight: .*"
+                                         r"remove_parametrizations"):
+        export_torch(m, [x[:1]], tmp_path / "refused", name="wn", batch_sizes=[1, 2],
+                     input_names=["x"], output_names=["y"])
+    (want,) = torch_reference(m, [x], ["y"])
+    torch.nn.utils.parametrize.remove_parametrizations(m[2], "weight", leave_parametrized=True)
+    path = export_torch(m, [x[:1]], tmp_path, name="wn", batch_sizes=[1, 2],
+                        input_names=["x"], output_names=["y"])
+    out = tmp_path / "out"
+    out.mkdir()
+    r = pjserve("run", path, *save_inputs({"x": x}, tmp_path / "in"), "--output-dir", out,
+                "--cache-dir", tmp_path / "cache")
+    assert r.returncode == 0, describe(r)
+    compare("weight_norm removed, pjserve run", np.load(out / "y.npy"), want)
+
+
 def test_weights_are_the_state_dict_in_a_stable_order(tmp_path):
     case = resnet18()
     a = export_torch(case.module, case.make_inputs(1, 0), tmp_path / "a", name="r",
