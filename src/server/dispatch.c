@@ -978,8 +978,6 @@ static void fail_jobs(pjs_sched_job *jobs, const pjs_error *err, request_fifo *d
     }
 }
 
-/* Runs a plan (token held, lock not held); every request of it, executed
- * or dropped, ends up in done. */
 /* Token holder: where m's weights are before it is acquired to run. */
 static pjs_tier tier_of(pjs_dispatcher *d, pjs_model *m)
 {
@@ -1004,6 +1002,8 @@ static void record_tier_locked(pjs_dispatcher *d, pjs_tier tier, const batch *bt
     }
 }
 
+/* Runs a plan (token held, lock not held); every request of it, executed
+ * or dropped, ends up in done. */
 static void run_plan(pjs_dispatcher *d, pjs_sched_plan *plan, request_fifo *done)
 {
     uint64_t now = pjs_now_ns();
