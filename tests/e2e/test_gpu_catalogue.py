@@ -134,6 +134,8 @@ def test_whole_benchmark_on_the_cpu_plugin(package, plugin_path, tmp_path):
         assert (c["device_load_ms"] is not None) == (want != "device")
         assert (c["host_load_ms"] is not None) == (tier == "file")
     assert res["checks"] and all(c["ok"] for c in res["checks"])
+    # two bf16 models of their own weights and an f32 one, each from every tier
+    assert {c["model"] for c in res["checks"]} == {"m0000", "m0001", "f0000"}
     assert {c["answer"] for c in res["checks"]} >= {"host last", "file first", "warm last",
                                                     "cold == warm, bit for bit"}
     small, large = res["catalogue"]  # one run per device budget, on the same traces
