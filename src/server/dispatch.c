@@ -37,7 +37,11 @@
  * prefetched model is held (pjs_wcache_entry.holds) until it runs, so no
  * other load evicts it first, and there is one such lookahead at a time;
  * the hold goes when it runs, when its copy failed, or when its queue
- * emptied without it running (deadlines, cancellations).
+ * emptied without it running (deadlines, cancellations). The transfer
+ * thread runs 10 nice levels below the process (PREFETCH_NICE): its work is ahead of need, and
+ * where busy threads outnumber the CPUs, reading a cold model's file must
+ * not slow the requests for resident ones; when the owner does wait for
+ * the copy, the owner's thread is blocked and leaves it the CPU.
  *
  * A plan's inputs are gathered into one buffer per input (rows in plan
  * order, zero padding up to the compiled size) unless a single request fills
@@ -56,9 +60,13 @@
 #include "core/thread_name.h"
 #include "server/dispatch.h"
 
+#include <errno.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include "core/log.h"
 #include "core/shm.h"
@@ -746,9 +754,24 @@ static void release_if_retired(pjs_dispatcher *d, pjs_model *m);
 /* ---- prefetch (token holder, lock not held) ---------------------------------------- */
 
 /* The transfer thread: copies the weights of the model it is given. */
+/* How much nicer than the process the transfer thread is (see the top), at
+ * most 19 in all: on a 2-CPU machine under
+ * a bursty trace of 1,000 models it took the p99 of requests whose model was
+ * resident from 2.6-3.6 ms to 1.9-2.3 ms, with cold requests' p99 unchanged
+ * (bench/catalogue.py --quick, three runs each). */
+#define PREFETCH_NICE 10
+
 static void *transfer_main(void *arg)
 {
     pjs_dispatcher *d = arg;
+    /* per thread on Linux (a thread is a task of its own), over the
+     * process's own niceness */
+    id_t self = (id_t)syscall(SYS_gettid);
+    errno = 0;
+    int niceness = getpriority(PRIO_PROCESS, self);
+    int nicer = niceness + PREFETCH_NICE > 19 ? 19 : niceness + PREFETCH_NICE;
+    if (errno == 0)
+        (void)setpriority(PRIO_PROCESS, self, nicer);
     pthread_mutex_lock(&d->lock);
     for (;;) {
         while (!d->xfer.stopping && (d->xfer.model == NULL || d->xfer.done))

@@ -3,7 +3,8 @@
 Each of the server's own threads is named for its role (docs/serving.md, How
 a request flows): as many pjs-grpc threads as --grpc-threads, the
 dispatcher's pjs-device workers, the model-load pool, and pjs-prefetch only
-when weights can be copied ahead (a weight budget with --weight-prefetch on).
+when weights can be copied ahead (a weight budget with --weight-prefetch on),
+10 nice levels below the threads serving requests.
 """
 
 import os
@@ -13,6 +14,21 @@ from pathlib import Path
 import pytest
 
 from protocol_util import finish_checked, serve_only
+
+
+def thread_nice(pid: int, name: str) -> set:
+    """The nice values of pid's threads called `name` (field 19 of
+    /proc/PID/task/TID/stat)."""
+    out = set()
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            if Path(f"/proc/{pid}/task/{tid}/comm").read_text().strip() != name:
+                continue
+            stat = Path(f"/proc/{pid}/task/{tid}/stat").read_text()
+        except OSError:
+            continue
+        out.add(int(stat[stat.rindex(")") + 2:].split()[16]))
+    return out
 
 
 def thread_names(pid: int) -> Counter:
@@ -33,6 +49,10 @@ def test_threads_are_named_for_their_roles(server_factory):
     assert names["pjs-device"] >= 1, names
     assert names["pjs-prefetch"] == 1, names
     assert names["model loads"] == 1, names
+    # copies ahead of need yield the CPU to requests (server/dispatch.c):
+    # 10 nice levels below the process's own, 19 at most
+    (base,) = thread_nice(s.proc.pid, "pjs-device")
+    assert thread_nice(s.proc.pid, "pjs-prefetch") == {min(19, base + 10)}
     finish_checked(s)
 
 
