@@ -274,12 +274,26 @@ def test_full_load_queue_is_refused_at_once(start_server, cases):
     srv = start_server(copies=COPIES, extra_args=["--model-control-mode", "static",
                                                   "--max-pending-loads", "2"])
     for proto in ("grpc", "http"):
+        # All sent at one moment (each gRPC client made first): a copy loads
+        # in milliseconds (its executables and warm-up costs are the loaded
+        # copies'), so loads sent one after another could each find the
+        # queue drained.
+        together = threading.Barrier(N_COPIES)
+
         def one(i):
             name = COPIES[i]
-            t0 = time.monotonic()
             if proto == "grpc":
-                r = grpc_load(srv, name)
+                with grpcclient.InferenceServerClient(srv.grpc_url) as c:
+                    together.wait(60)
+                    t0 = time.monotonic()
+                    try:
+                        c.load_model(name)
+                        r = None
+                    except InferenceServerException as e:
+                        r = grpc_code(e) + ": " + str(e.message())
             else:
+                together.wait(60)
+                t0 = time.monotonic()
                 status, msg = http_load(srv, name)
                 r = None if status == 200 else f"{status}: {msg}"
             return r, time.monotonic() - t0
