@@ -226,13 +226,19 @@ def test_duplicate_loads_coalesce(start_server, cases):
     srv = start_server(copies=COPIES + ["dup"], extra_args=["--model-control-mode", "static"])
     log_before = srv.stderr_text().count("loading model dup from")
     # Keep the load thread busy until every load of dup below was answered,
-    # so that they all find one queued and join it (a copy loads in a few
-    # milliseconds: its executables are shared with the loaded copies').
+    # so that they all find one queued and join it. A copy loads in a
+    # millisecond or two (its executables and warm-up costs are the loaded
+    # copies'), so each keeper sends its next load as soon as the last one
+    # returned, on a client of its own: the queue never runs dry.
     done = threading.Event()
 
     def keep_busy(name):
-        while not done.is_set():
-            grpc_load(srv, name)
+        with grpcclient.InferenceServerClient(srv.grpc_url) as c:
+            while not done.is_set():
+                try:
+                    c.load_model(name)
+                except InferenceServerException:
+                    pass  # refused while the queue is full: try again
 
     busy = [threading.Thread(target=keep_busy, args=(n,), daemon=True) for n in COPIES]
     for t in busy:
