@@ -153,13 +153,16 @@ def shm_server(_shm_server):
 
 @pytest.fixture
 def server_factory(pjserve_bin, plugin_path, cache_dir, exported, tmp_path):
-    """start(extra_args=(), names=("mlp", "two_io")) -> a dedicated started server.
+    """start(extra_args=(), names=("mlp", "two_io"), bundles=()) -> a dedicated
+    started server over exported models `names` and the bundle folders `bundles`.
 
     The test stops it itself (and checks the exit); leftovers are killed."""
     started = []
 
-    def start(extra_args=(), names=("mlp", "two_io")):
+    def start(extra_args=(), names=("mlp", "two_io"), bundles=()):
         repo = small_repository(exported, tmp_path / f"repo{len(started)}", names)
+        for b in bundles:
+            shutil.copytree(b, repo / b.name)
         s = _start(pjserve_bin, plugin_path, repo, cache_dir, tmp_path / f"srv{len(started)}",
                    list(extra_args), f"dedicated{len(started)}")
         started.append(s)

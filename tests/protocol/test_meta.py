@@ -12,7 +12,7 @@ The metas here call the demo mlp (x f32 [batch,16] -> y f32 [batch,4]):
                 refused at load (a meta calling a meta; a model that is not
                 in the repository)
 
-beside mlp, two_io (public) and `slow`, a public model whose executions take
+beside mlp, two_io (public) and `slow` (protocol_util), a public model whose executions take
 ~8 ms, to queue seconds of regular work.
 
 Two servers serve the module, both static, scheduling FIFO: one with
@@ -31,13 +31,11 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
-import jax
-import jax.numpy as jnp
-from pjserve_export import demo
 from pjserve_export.triton_examples import export_triton_example
 
 from bundle_code import TIMING_C, copy_bundle, start_server, stop_server, tensor_yaml, write_meta
-from protocol_util import assert_matches, grpc_code, http_json, parse_metrics, scrape, serve_only
+from protocol_util import (SLOW, assert_matches, grpc_code, http_json, parse_metrics, scrape,
+                           serve_only, slow_model)
 
 X_IN = tensor_yaml("x", "f32", [-1, 16])
 Y_OUT = tensor_yaml("y", "f32", [-1, 4])
@@ -223,27 +221,6 @@ REFUSED = {
 
 # The ERROR line an undeclared call logs (a loud error, on purpose).
 UNDECLARED_LOG = r'model undeclared: pjserve_run called "two_io", which its meta\.calls'
-
-# A public model slow enough that a flood of requests builds a queue of
-# seconds: two_io and convnet execute in well under a millisecond here, and
-# one model may queue at most --max-queue-depth requests (1024), so their
-# queue drains in about 0.5 s, too little to tell "ahead of the queue" from
-# "a bit behind it" on a loaded 2-core machine. This loop of SLOW_ITERATIONS
-# 64x64 matrix-vector products executes in ~10 ms at batch 1 (measured: 0.22
-# us per iteration), in the PJRT plugin, which no sanitizer instruments.
-SLOW = "slow"
-SLOW_ITERATIONS = 40000
-
-
-def slow_fn(p, x):
-    return jax.lax.fori_loop(0, SLOW_ITERATIONS, lambda i, v: jnp.tanh(v @ p["w"] + p["b"]), x)
-
-
-def slow_model() -> demo.DemoModel:
-    params = {"w": jnp.eye(64, dtype=jnp.float32) * 0.999, "b": jnp.float32(0.001)}
-    return demo.DemoModel(SLOW, slow_fn, params, [np.zeros((1, 64), np.float32)], ["x"], ["y"],
-                          "a loop of matrix-vector products, slow on purpose")
-
 
 def write_repository(repo, exported, pjserve_bin):
     for name in ("mlp", "two_io"):

@@ -20,6 +20,7 @@ The servers here are dedicated (server_factory), so statistics start at zero
 and flags can differ.
 """
 
+import contextlib
 import random
 import re
 import threading
@@ -31,9 +32,9 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
-from protocol_util import (NODE_WORKERS, Case, assert_matches, grpc_code, grpc_infer_case,
-                           grpc_inputs, http_infer_case, metric, parse_metrics, run_threads,
-                           scrape, serve_only)
+from protocol_util import (NODE_WORKERS, SLOW, Case, assert_matches, grpc_code,
+                           grpc_infer_case, grpc_inputs, http_infer_case, metric, parse_metrics,
+                           run_threads, scrape, serve_only, slow_model)
 
 MAX_BATCH = 8                   # the largest compiled size of the demo bundles (1, 4, 8)
 THREADS = 32
@@ -164,12 +165,53 @@ def check_coalesced(model: str, ci: ClientInput, got: dict, what: str):
                            what + " vs the server's batch-1 result")
 
 
+@pytest.fixture(scope="module")
+def slow_bundle(tmp_path_factory):
+    """The slow model's bundle (compiled at batch 1 only)."""
+    return slow_model().export(tmp_path_factory.mktemp("slow"), batch_sizes=(1,))
+
+
+@contextlib.contextmanager
+def device_kept_busy(server):
+    """Sends the slow model's requests one after another, on a thread of its
+    own, for as long as the block runs. While one executes (~10 ms) the
+    requests of other models queue, so they meet a queue to be coalesced
+    with: Python client threads alone send more slowly than the server
+    executes two_io, and found the device idle every time (768 requests
+    in 768 executions)."""
+    stop = threading.Event()
+    failure = []
+
+    def loop():
+        client = grpc_client(server)
+        x = grpcclient.InferInput("x", [1, 64], "FP32")
+        x.set_data_from_numpy(np.zeros((1, 64), np.float32))
+        try:
+            while not stop.is_set():
+                client.infer(SLOW, [x])
+        except Exception as e:  # noqa: BLE001 - reported below
+            failure.append(e)
+        finally:
+            client.close()
+
+    busy = threading.Thread(target=loop, daemon=True)
+    busy.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        busy.join(JOIN_TIMEOUT_S)
+    assert not busy.is_alive(), "a request of the slow model hangs"
+    assert not failure, f"the slow model's requests failed: {failure[0]}"
+
+
 @pytest.mark.parametrize("model", ["mlp", "two_io"])
-def test_coalescing_is_exact_and_counted(server_factory, cases, exported, model):
+def test_coalescing_is_exact_and_counted(server_factory, cases, exported, slow_bundle, model):
     """32 client threads (half gRPC, half HTTP binary), each sending its own
-    inputs (batch 1, some 2 and 3) again and again: every reply is that
-    client's own result, and the statistics show coalesced executions."""
-    srv = server_factory(names=("mlp", "two_io"))
+    inputs (batch 1, some 2 and 3) again and again while the slow model keeps
+    the device busy: every reply is that client's own result, and the
+    statistics show coalesced executions."""
+    srv = server_factory(names=("mlp", "two_io"), bundles=(slow_bundle,))
     manifest = exported[model].manifest
     rng = random.Random(1234)
     mine = [[ClientInput(cases.get(model, rng.choice(ROW_CHOICES), seed=10_000 + 10 * t + i))
@@ -196,7 +238,8 @@ def test_coalescing_is_exact_and_counted(server_factory, cases, exported, model)
         finally:
             client.close()
 
-    results, errors = run_threads(worker, THREADS, JOIN_TIMEOUT_S)
+    with device_kept_busy(srv):
+        results, errors = run_threads(worker, THREADS, JOIN_TIMEOUT_S)
     assert not errors, (f"{len(errors)} of {THREADS} threads failed; first: thread "
                         f"{errors[0][0]}: {errors[0][1]}")
     requests = sum(results)
