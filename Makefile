@@ -88,9 +88,11 @@ e2e: build
 
 # PyTorch and ONNX exports (export_torch: torchvision's ResNet-18 and a tiny
 # BERT against eager PyTorch; export_onnx: eleven ONNX files from torchvision
-# and transformers against onnxruntime) and pjserve import-triton (a Triton
+# and transformers against onnxruntime), pjserve import-triton (a Triton
 # repository of ONNX, TorchScript, sequence and ensemble models against
-# onnxruntime and TorchScript), in .venv-torch, once, in the plain build.
+# onnxruntime and TorchScript) and export_faster_rcnn (two torchvision
+# Faster R-CNNs served as meta models against torchvision's detections), in
+# .venv-torch, once, in the plain build.
 # Which public PyTorch architectures export and serve as eager PyTorch
 # computes them (scripts/zoo.py): minutes, so not part of make test.
 zoo: build bootstrap-torch
@@ -99,7 +101,7 @@ zoo: build bootstrap-torch
 e2e-torch: build bootstrap-torch
 	PJSERVE_BIN=$(CURDIR)/build/pjserve .venv-torch/bin/python -m pytest -q -p no:cacheprovider \
 	  -s tests/e2e/test_torch_export.py tests/e2e/test_onnx_export.py \
-	  tests/e2e/test_import_triton.py
+	  tests/e2e/test_import_triton.py tests/e2e/test_faster_rcnn.py
 
 # The protocol suite again, against `pjserve node --workers 2`: every call
 # through the gateway to two workers (tests of one serve process's own

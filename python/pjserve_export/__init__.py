@@ -59,6 +59,13 @@ ONNX files (onnx lives in .venv-torch)::
 runs the graph's nodes as JAX operations (onnx_export.OPS) and exports that;
 the weights are the graph's float initializers, by name.
 
+torchvision's Faster R-CNN (docs/detection.md)::
+
+    export_faster_rcnn(model, out_dir, *, name, image_size, build=None) -> pathlib.Path
+
+writes two StableHLO stages and the meta model clients call, whose C does
+the data-dependent parts (proposal selection, NMS) as torchvision does.
+
 Hooked and meta bundles (C code in model.c, docs/hooks.md,
 docs/meta-models.md): `export_jax(..., client_inputs=, client_outputs=,
 hooks_source=, extra_files=, build_hooks=)` and `export_meta(out_dir, name=,
@@ -82,9 +89,11 @@ from .safetensors_io import read_safetensors, rewrite_metadata, write_safetensor
 from .keras_export import export_keras
 from .onnx_export import export_onnx
 from .torch_export import export_torch, torch_reference
+from .detection import export_faster_rcnn, random_faster_rcnn
 
 __all__ = [
-    "export_jax", "export_keras", "export_onnx", "export_torch", "torch_reference", "export_meta", "hooks_builder", "tensor_spec", "HOOKS_SOURCE", "HOOKS_LIBRARY",
+    "export_jax", "export_keras", "export_onnx", "export_torch", "torch_reference",
+    "export_faster_rcnn", "random_faster_rcnn", "export_meta", "hooks_builder", "tensor_spec", "HOOKS_SOURCE", "HOOKS_LIBRARY",
     "DEFAULT_VARIANT", "FORMAT_VERSION", "MANIFEST_FILE", "WEIGHTS_FILE", "Manifest",
     "TensorSpec", "Variant", "module_file", "random_inputs", "read_manifest",
     "PLUGIN_STABLEHLO_VERSION", "artifact_version", "custom_call_targets",

@@ -263,6 +263,33 @@ def test_parametrized_weights_are_refused_with_the_remedy(pjserve, tmp_path):
     compare("weight_norm removed, pjserve run", np.load(out / "y.npy"), want)
 
 
+def test_depthwise_convolutions_answer_as_pytorch(pjserve, tmp_path):
+    """Depthwise convolutions, which export_torch traces as sums of kernel
+    taps (stride, padding, dilation, with and without bias, beside a grouped
+    convolution that stays one), answer as PyTorch does; the module keeps
+    its own Conv2d modules and its state_dict names."""
+    torch.manual_seed(0)
+    nn = torch.nn
+    m = nn.Sequential(nn.Conv2d(8, 8, 3, padding=1, groups=8),
+                      nn.Conv2d(8, 8, 5, stride=2, padding=2, groups=8, bias=False),
+                      nn.Conv2d(8, 8, 3, padding=2, dilation=2, groups=8),
+                      nn.Conv2d(8, 8, (3, 1), stride=(1, 2), padding=(1, 0), groups=8),
+                      nn.Conv2d(8, 16, 3, padding=1, groups=4))
+    names = list(m.state_dict())
+    x = np.random.default_rng(5).standard_normal((2, 8, 17, 23)).astype(np.float32)
+    (want,) = torch_reference(m, [x], ["y"])
+    path = export_torch(m, [x[:1]], tmp_path, name="dw", batch_sizes=[1, 2],
+                        input_names=["x"], output_names=["y"])
+    assert all(type(c) is nn.Conv2d for c in m) and list(m.state_dict()) == names
+    assert set(safetensors_names(path)) == set(names)
+    out = tmp_path / "out"
+    out.mkdir()
+    r = pjserve("run", path, *save_inputs({"x": x}, tmp_path / "in"), "--output-dir", out,
+                "--cache-dir", tmp_path / "cache")
+    assert r.returncode == 0, describe(r)
+    compare("depthwise convolutions, pjserve run", np.load(out / "y.npy"), want)
+
+
 def test_weights_are_the_state_dict_in_a_stable_order(tmp_path):
     case = resnet18()
     a = export_torch(case.module, case.make_inputs(1, 0), tmp_path / "a", name="r",
