@@ -44,7 +44,7 @@ FUZZ_SECONDS ?= 20
 PYTHON := .venv/bin/python
 PYTEST := $(PYTHON) -m pytest -q -p no:cacheprovider
 
-.PHONY: all bootstrap bootstrap-torch build test unit e2e e2e-node e2e-torch docs docs-check models models-large demo serve asan tsan fuzz fuzz-build fuzz-smoke clean install bench bench-scheduler bench-residency bench-meta bench-shared-weights bench-host-tier bench-catalogue bench-gateway bench-catalogue-scale bench-tracing gpu-check gpu-bench gpu-catalogue zoo container-check
+.PHONY: all bootstrap bootstrap-torch build test unit e2e e2e-node e2e-torch docs docs-check models models-large demo serve asan tsan fuzz fuzz-build fuzz-smoke clean install bench bench-scheduler bench-residency bench-meta bench-shared-weights bench-host-tier bench-catalogue bench-gateway bench-detection bench-catalogue-scale bench-tracing gpu-check gpu-bench gpu-catalogue zoo container-check
 
 all: build
 
@@ -265,6 +265,11 @@ bench-tracing: build
 # through a gateway over 1 and 2 workers (docs/benchmarks.md). A few minutes.
 bench-gateway: build
 	$(PYTHON) bench/gateway.py
+
+# torchvision's Faster R-CNN served as a meta model, against eager PyTorch
+# in-process and the client orchestrating the two stages (docs/detection.md).
+bench-detection: build bootstrap-torch
+	.venv-torch/bin/python bench/detection.py
 
 # Catalogue scale: one pjserve serve on 100, 1,000 and 10,000 copies of the mlp
 # with distinct weights: start-up, RSS per model, idle CPU, /metrics, index and
