@@ -238,6 +238,16 @@ def test_module_still_runs_in_pytorch_after_export(tmp_path):
     np.testing.assert_array_equal(after, before)
 
 
+def run_x(pjserve, path, x, tmp_path):
+    """`pjserve run` of the bundle at `path` on input x: its output y."""
+    out = tmp_path / "out"
+    out.mkdir()
+    r = pjserve("run", path, *save_inputs({"x": x}, tmp_path / "in"), "--output-dir", out,
+                "--cache-dir", tmp_path / "cache")
+    assert r.returncode == 0, describe(r)
+    return np.load(out / "y.npy")
+
+
 def test_parametrized_weights_are_refused_with_the_remedy(pjserve, tmp_path):
     """weight_norm (as Wav2Vec2's positional convolution has) cannot be
     traced: the export is refused naming the weight and how to remove the
@@ -255,12 +265,7 @@ def test_parametrized_weights_are_refused_with_the_remedy(pjserve, tmp_path):
     torch.nn.utils.parametrize.remove_parametrizations(m[2], "weight", leave_parametrized=True)
     path = export_torch(m, [x[:1]], tmp_path, name="wn", batch_sizes=[1, 2],
                         input_names=["x"], output_names=["y"])
-    out = tmp_path / "out"
-    out.mkdir()
-    r = pjserve("run", path, *save_inputs({"x": x}, tmp_path / "in"), "--output-dir", out,
-                "--cache-dir", tmp_path / "cache")
-    assert r.returncode == 0, describe(r)
-    compare("weight_norm removed, pjserve run", np.load(out / "y.npy"), want)
+    compare("weight_norm removed, pjserve run", run_x(pjserve, path, x, tmp_path), want)
 
 
 def test_depthwise_convolutions_answer_as_pytorch(pjserve, tmp_path):
@@ -282,12 +287,7 @@ def test_depthwise_convolutions_answer_as_pytorch(pjserve, tmp_path):
                         input_names=["x"], output_names=["y"])
     assert all(type(c) is nn.Conv2d for c in m) and list(m.state_dict()) == names
     assert set(safetensors_names(path)) == set(names)
-    out = tmp_path / "out"
-    out.mkdir()
-    r = pjserve("run", path, *save_inputs({"x": x}, tmp_path / "in"), "--output-dir", out,
-                "--cache-dir", tmp_path / "cache")
-    assert r.returncode == 0, describe(r)
-    compare("depthwise convolutions, pjserve run", np.load(out / "y.npy"), want)
+    compare("depthwise convolutions, pjserve run", run_x(pjserve, path, x, tmp_path), want)
 
 
 def test_weights_are_the_state_dict_in_a_stable_order(tmp_path):
