@@ -73,13 +73,14 @@ unit: build
 # command-line (pjserve top, under tmux) tests.
 PYTESTS := tests/e2e tests/protocol tests/gateway tests/deploy tests/node tests/client tests/cli \
            --ignore=tests/e2e/test_torch_export.py --ignore=tests/e2e/test_onnx_export.py \
-           --ignore=tests/e2e/test_import_triton.py
+           --ignore=tests/e2e/test_import_triton.py --ignore=tests/e2e/test_faster_rcnn.py
 # The sanitizer builds skip the hostile-client suite (bombs and floods: heavy,
 # and its memory bounds are the plain build's) and the node's (worker processes
 # killed, stopped and restarted: fault injection runs once, in the plain build).
 SANITIZER_PYTESTS := tests/e2e tests/protocol tests/gateway tests/client tests/cli \
                      --ignore=tests/protocol/hostile --ignore=tests/e2e/test_torch_export.py \
-                     --ignore=tests/e2e/test_onnx_export.py --ignore=tests/e2e/test_import_triton.py
+                     --ignore=tests/e2e/test_onnx_export.py --ignore=tests/e2e/test_import_triton.py \
+                     --ignore=tests/e2e/test_faster_rcnn.py
 # The protocol suite again in node mode: a gateway in front of two workers.
 SANITIZER_NODE_PYTESTS := tests/protocol --ignore=tests/protocol/hostile
 
