@@ -227,8 +227,8 @@ def _stage2_module(model, scales, k_min, k_max):
     class Stage2(torch.nn.Module):
         def __init__(self):
             super().__init__()
-            self.box_head = model.roi_heads.box_head
-            self.box_predictor = model.roi_heads.box_predictor
+            self.box_head = _linear_transposed(torch, model.roi_heads.box_head)
+            self.box_predictor = _linear_transposed(torch, model.roi_heads.box_predictor)
 
         def forward(self, *inputs):
             features, proposals = inputs[:-1], inputs[-1]
@@ -244,6 +244,34 @@ def _stage2_module(model, scales, k_min, k_max):
             return class_logits[None], box_regression[None]
 
     return Stage2()
+
+
+def _linear_transposed(torch, module):
+    """A copy of module whose nn.Linear layers keep their weights transposed
+    ([in, out], as weight_t): XLA's CPU matrix product reads them so about
+    30 % faster than through a transpose of PyTorch's [out, in] (the box
+    head's 12544 x 1024 layer over 150 rows: 31 against 22 ms). The model's
+    own module is untouched."""
+    import copy
+    module = copy.deepcopy(module)
+
+    class TransposedLinear(torch.nn.Module):
+        def __init__(self, linear):
+            super().__init__()
+            self.weight_t = torch.nn.Parameter(linear.weight.detach().t().contiguous())
+            self.bias = linear.bias
+
+        def forward(self, x):
+            out = x @ self.weight_t
+            return out if self.bias is None else out + self.bias
+
+    for parent in list(module.modules()):
+        for name, child in list(parent.named_children()):
+            if type(child) is torch.nn.Linear:
+                setattr(parent, name, TransposedLinear(child))
+    if type(module) is torch.nn.Linear:
+        module = TransposedLinear(module)
+    return module
 
 
 def _anchor_layout(model, image_list, features):

@@ -22,8 +22,9 @@ weights as module arguments written once. So:
   its parameters and buffers as they were (tied weights included), so it
   still runs in PyTorch afterwards;
 - depthwise convolutions (MobileNet, EfficientNet, ConvNeXt) are traced as
-  sums of kernel-tap products, which XLA's CPU backend runs several times
-  faster than the grouped convolution (same weights, rounding differences);
+  sums of kernel-tap products and 1x1 convolutions as matrix products, which
+  XLA's CPU backend runs several times faster than the convolutions (same
+  weights, rounding differences; _convolution_rewrites);
 - while it is traced, torch.compiler.is_compiling() answers True, as under
   torch.compile: libraries that skip work by looking at a tensor's values
   when not compiling take their traceable path instead (transformers'
@@ -111,13 +112,22 @@ def _module_kept(module):
                 t.data = d
 
 
-def _depthwise_taps_module(torch):
-    """A depthwise Conv2d as a sum of kernel-tap products: each tap is a
-    strided slice of the padded input times that tap's per-channel weight,
-    and XLA fuses the whole sum into one loop. XLA's CPU backend runs a
-    grouped convolution with one channel per group some 5-10x slower than
-    that (MobileNetV3-Large's body: 227 ms against 43 ms at 320x448); the
-    answers differ by rounding only (another summation order)."""
+def _convolution_rewrites(torch):
+    """Two kinds of Conv2d that XLA's CPU backend runs several times slower
+    as convolutions than as the same arithmetic written otherwise (same
+    weights, answers that differ by rounding only: another summation
+    order). Returns rewrite(conv) -> a module holding the conv's own
+    Parameters, or None for a conv left as it is.
+
+    - Depthwise (groups == in_channels == out_channels > 1): a sum of
+      kernel-tap products, each tap a strided slice of the padded input
+      times that tap's per-channel weight, which XLA fuses into one loop
+      (a 3x3 one over 64 channels at 160x224: 69 ms as a grouped
+      convolution, 2.8 ms so).
+    - Pointwise (1x1 kernel, one group, no padding): a matrix product of the
+      weights and the input's channels, strided first if the conv is (16 to
+      64 channels at 160x224: 2.3 ms as a convolution, 0.9 so; ResNet's
+      bottlenecks and MobileNet's expansions are mostly these)."""
     F = torch.nn.functional
 
     class DepthwiseTaps(torch.nn.Module):
@@ -143,24 +153,49 @@ def _depthwise_taps_module(torch):
                 out = out + self.bias[None, :, None, None]
             return out
 
-    return DepthwiseTaps
+    class PointwiseMatmul(torch.nn.Module):
+        def __init__(self, conv):
+            super().__init__()
+            self.weight, self.bias = conv.weight, conv.bias
+            self.stride = conv.stride
+
+        def forward(self, x):
+            sh, sw = self.stride
+            if (sh, sw) != (1, 1):
+                x = x[:, :, ::sh, ::sw]
+            n, c, h, w = x.shape
+            out = torch.matmul(self.weight[:, :, 0, 0], x.reshape(n, c, h * w))
+            if self.bias is not None:
+                out = out + self.bias[None, :, None]
+            return out.reshape(n, -1, h, w)
+
+    def rewrite(conv):
+        if type(conv) is not torch.nn.Conv2d or conv.padding_mode != "zeros" \
+                or isinstance(conv.padding, str):
+            return None
+        if conv.groups > 1 and conv.groups == conv.in_channels == conv.out_channels:
+            return DepthwiseTaps(conv)
+        if conv.groups == 1 and tuple(conv.kernel_size) == (1, 1) \
+                and tuple(conv.padding) == (0, 0):
+            return PointwiseMatmul(conv)
+        return None
+
+    return rewrite
 
 
 @contextlib.contextmanager
-def _depthwise_as_taps(torch, module):
-    """Within, every depthwise Conv2d of module (groups == in_channels ==
-    out_channels > 1, zero padding given as numbers) is a DepthwiseTaps
-    holding the same weights under the same names; afterwards the module is
-    as it was."""
-    taps = _depthwise_taps_module(torch)
+def _convolutions_rewritten(torch, module):
+    """Within, every Conv2d of module that _convolution_rewrites rewrites is
+    its rewrite, holding the same weights under the same names; afterwards
+    the module is as it was."""
+    rewrite = _convolution_rewrites(torch)
     swapped = []
     for parent in list(module.modules()):
         for name, child in list(parent.named_children()):
-            if (type(child) is torch.nn.Conv2d and child.groups > 1
-                    and child.groups == child.in_channels == child.out_channels
-                    and child.padding_mode == "zeros" and not isinstance(child.padding, str)):
+            replacement = rewrite(child)
+            if replacement is not None:
                 swapped.append((parent, name, child))
-                setattr(parent, name, taps(child))
+                setattr(parent, name, replacement)
     try:
         yield
     finally:
@@ -212,7 +247,7 @@ def export_torch(module, example_inputs: Sequence[Any], out_dir, *, name: str,
     _refuse_parametrized(module)
     options.setdefault("description", f"{type(module).__name__} exported from PyTorch "
                                       f"{torch.__version__} with torchax {torchax.__version__}")
-    with _module_kept(module), _depthwise_as_taps(torch, module), _compiling(torch):
+    with _module_kept(module), _convolutions_rewritten(torch, module), _compiling(torch):
         with torch.no_grad():
             states, forward = torchax.extract_jax(module)
 

@@ -268,18 +268,23 @@ def test_parametrized_weights_are_refused_with_the_remedy(pjserve, tmp_path):
     compare("weight_norm removed, pjserve run", run_x(pjserve, path, x, tmp_path), want)
 
 
-def test_depthwise_convolutions_answer_as_pytorch(pjserve, tmp_path):
+def test_rewritten_convolutions_answer_as_pytorch(pjserve, tmp_path):
     """Depthwise convolutions, which export_torch traces as sums of kernel
-    taps (stride, padding, dilation, with and without bias, beside a grouped
-    convolution that stays one), answer as PyTorch does; the module keeps
-    its own Conv2d modules and its state_dict names."""
+    taps (stride, padding, dilation, with and without bias), and 1x1 ones,
+    traced as matrix products (strided or not, with and without bias),
+    beside convolutions that stay so (grouped, padded 1x1), answer as
+    PyTorch does; the module keeps its own Conv2d modules and its
+    state_dict names."""
     torch.manual_seed(0)
     nn = torch.nn
     m = nn.Sequential(nn.Conv2d(8, 8, 3, padding=1, groups=8),
                       nn.Conv2d(8, 8, 5, stride=2, padding=2, groups=8, bias=False),
                       nn.Conv2d(8, 8, 3, padding=2, dilation=2, groups=8),
                       nn.Conv2d(8, 8, (3, 1), stride=(1, 2), padding=(1, 0), groups=8),
-                      nn.Conv2d(8, 16, 3, padding=1, groups=4))
+                      nn.Conv2d(8, 16, 3, padding=1, groups=4),
+                      nn.Conv2d(16, 12, 1),
+                      nn.Conv2d(12, 12, 1, stride=2, bias=False),
+                      nn.Conv2d(12, 6, 1, padding=1))
     names = list(m.state_dict())
     x = np.random.default_rng(5).standard_normal((2, 8, 17, 23)).astype(np.float32)
     (want,) = torch_reference(m, [x], ["y"])
@@ -287,7 +292,7 @@ def test_depthwise_convolutions_answer_as_pytorch(pjserve, tmp_path):
                         input_names=["x"], output_names=["y"])
     assert all(type(c) is nn.Conv2d for c in m) and list(m.state_dict()) == names
     assert set(safetensors_names(path)) == set(names)
-    compare("depthwise convolutions, pjserve run", run_x(pjserve, path, x, tmp_path), want)
+    compare("rewritten convolutions, pjserve run", run_x(pjserve, path, x, tmp_path), want)
 
 
 def test_weights_are_the_state_dict_in_a_stable_order(tmp_path):
