@@ -437,6 +437,19 @@ def write_report(result, started, path, markdown):
     log(f"wrote {path} and {path.with_suffix('.md')}")
 
 
+def replace_between_markers(path, begin, end, text):
+    """Puts `text` between the lines `begin` and `end` of the document at
+    `path` (its generated table); False, changing nothing, when either
+    marker is missing."""
+    doc = Path(path).read_text()
+    if begin not in doc or end not in doc:
+        return False
+    head, rest = doc.split(begin, 1)
+    _, tail = rest.split(end, 1)
+    Path(path).write_text(head + begin + "\n" + text + end + tail)
+    return True
+
+
 def find_plotter():
     """The first of PLOTTERS that exists, or None."""
     return next((p for p in PLOTTERS if p.exists()), None)

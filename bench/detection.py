@@ -28,8 +28,9 @@ per image), one image after another (concurrency 1), --requests timed after
 Every method's answers are first checked against eager torchvision's on the
 benchmark's images (same detections, as tests/e2e/test_faster_rcnn.py
 matches them). Reported: p50 and p90 latency in ms, and the server process's
-CPU time per request. Writes bench/results/detection.json and .md (the table
-of docs/detection.md). Servers listen on free loopback ports; their logs go
+CPU time per request. Writes bench/results/detection.json and .md, and the
+table into docs/detection.md (between its detection-bench markers; not with
+--no-doc). Servers listen on free loopback ports; their logs go
 to a temporary directory, kept with --keep.
 """
 
@@ -42,7 +43,8 @@ from pathlib import Path
 import numpy as np
 
 from benchlib import (PJSERVE, ROOT, PjserveProcess, fmt, git_revision, log, machine_info,
-                      metric, remove_workdir, tree_cpu_seconds, write_report)
+                      metric, remove_workdir, replace_between_markers, tree_cpu_seconds,
+                      write_report)
 
 sys.path.insert(0, str(ROOT / "python"))
 sys.path.insert(0, str(ROOT / "tests"))
@@ -57,6 +59,8 @@ from pjserve_export.detection import (export_faster_rcnn, proposal_sizes,  # noq
 from test_faster_rcnn import ARCHITECTURES, assert_same_detections, images  # noqa: E402
 
 RESULT = ROOT / "bench" / "results" / "detection.json"
+DOC = ROOT / "docs" / "detection.md"
+BEGIN, END = "<!-- detection-bench:begin -->", "<!-- detection-bench:end -->"
 
 
 class Server(PjserveProcess):
@@ -205,6 +209,7 @@ def main(argv=None):
     ap.add_argument("--architectures", default=",".join(ARCHITECTURES),
                     help=f"which of {','.join(ARCHITECTURES)}")
     ap.add_argument("--keep", action="store_true", help="keep the servers' logs and bundles")
+    ap.add_argument("--no-doc", action="store_true", help="leave docs/detection.md as it is")
     args = ap.parse_args(argv)
     if not PJSERVE.exists():
         sys.exit(f"bench/detection.py: {PJSERVE} is missing (make build)")
@@ -238,6 +243,8 @@ def main(argv=None):
                   "torch_threads": torch.get_num_threads(), "requests": args.requests,
                   "warmup": args.warmup, "rows": rows}
         write_report(result, started, RESULT, markdown)
+        if not args.no_doc and replace_between_markers(DOC, BEGIN, END, markdown(result)):
+            log(f"the table is in {DOC.relative_to(ROOT)} too")
     finally:
         for s in servers:
             s.stop()

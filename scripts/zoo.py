@@ -45,7 +45,9 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "python"))
+sys.path.insert(0, str(ROOT / "bench"))
 
+from benchlib import replace_between_markers  # noqa: E402
 from pjserve_export import export_torch, torch_reference  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results"
@@ -336,13 +338,8 @@ def markdown(rows, summary):
 
 
 def update_doc(table):
-    text = DOC.read_text()
-    if BEGIN not in text or END not in text:
+    if not replace_between_markers(DOC, BEGIN, END, table):
         log(f"{DOC} has no {BEGIN} ... {END} markers: the table is only in bench/results")
-        return
-    head, rest = text.split(BEGIN, 1)
-    _, tail = rest.split(END, 1)
-    DOC.write_text(head + BEGIN + "\n" + table + END + tail)
 
 
 def main(argv=None):
