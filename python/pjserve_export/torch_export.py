@@ -120,8 +120,9 @@ def _convolution_rewrites(torch):
     Parameters, or None for a conv left as it is.
 
     - Depthwise (groups == in_channels == out_channels > 1): a sum of
-      kernel-tap products, each tap a strided slice of the padded input
-      times that tap's per-channel weight, which XLA fuses into one loop
+      kernel-tap products, each tap a slice of the padded input (of one of
+      its phases, for a strided conv) times that tap's per-channel weight,
+      which XLA fuses into one loop
       (a 3x3 one over 64 channels at 160x224: 69 ms as a grouped
       convolution, 2.8 ms so).
     - Pointwise (1x1 kernel, one group, no padding): a matrix product of the
@@ -142,11 +143,22 @@ def _convolution_rewrites(torch):
             x = F.pad(x, (pw, pw, ph, ph))
             rows = (x.shape[-2] - dh * (kh - 1) - 1) // sh + 1
             cols = (x.shape[-1] - dw * (kw - 1) - 1) // sw + 1
+            # A strided conv reads its input as sh x sw phases (every sh-th
+            # row from row a, every sw-th column from column b), each laid
+            # out contiguously once: its taps are then plain slices, which
+            # XLA reads faster than strided ones (a 3x3 with stride 2 over
+            # 64 channels at 160x224: 4.1 -> 2.6 ms).
+            high = sh * ((kh - 1) * dh // sh + rows)
+            wide = sw * ((kw - 1) * dw // sw + cols)
+            x = F.pad(x, (0, max(0, wide - x.shape[-1]), 0, max(0, high - x.shape[-2])))
+            n, c = x.shape[:2]
+            phases = x[:, :, :high, :wide].reshape(n, c, high // sh, sh, wide // sw, sw) \
+                .permute(0, 1, 3, 5, 2, 4)
             out = None
             for i in range(kh):
                 for j in range(kw):
-                    tap = x[:, :, i * dh:i * dh + (rows - 1) * sh + 1:sh,
-                            j * dw:j * dw + (cols - 1) * sw + 1:sw]
+                    (y0, a), (x0, b) = divmod(i * dh, sh), divmod(j * dw, sw)
+                    tap = phases[:, :, a, b, y0:y0 + rows, x0:x0 + cols]
                     term = tap * self.weight[:, 0, i, j][None, :, None, None]
                     out = term if out is None else out + term
             if self.bias is not None:

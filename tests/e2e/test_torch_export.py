@@ -280,6 +280,7 @@ def test_rewritten_convolutions_answer_as_pytorch(pjserve, tmp_path):
     m = nn.Sequential(nn.Conv2d(8, 8, 3, padding=1, groups=8),
                       nn.Conv2d(8, 8, 5, stride=2, padding=2, groups=8, bias=False),
                       nn.Conv2d(8, 8, 3, padding=2, dilation=2, groups=8),
+                      nn.Conv2d(8, 8, 3, stride=2, padding=3, dilation=3, groups=8),
                       nn.Conv2d(8, 8, (3, 1), stride=(1, 2), padding=(1, 0), groups=8),
                       nn.Conv2d(8, 16, 3, padding=1, groups=4),
                       nn.Conv2d(16, 12, 1),
