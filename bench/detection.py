@@ -28,13 +28,15 @@ per image), one image after another (concurrency 1), --requests timed after
 Every method's answers are first checked against eager torchvision's on the
 benchmark's images (same detections, as tests/e2e/test_faster_rcnn.py
 matches them). Reported: p50 and p90 latency in ms, and the server process's
-CPU time per request. Writes bench/results/detection.json and .md, and the
+CPU time per request. Writes bench/results/detection.json and .md, the
 table into docs/detection.md (between its detection-bench markers; not with
---no-doc). Servers listen on free loopback ports; their logs go
+--no-doc) and docs/img/detection.png (bench/plot_detection.py, with the
+matplotlib of .venv-bench-plot, when there is one). Servers listen on free loopback ports; their logs go
 to a temporary directory, kept with --keep.
 """
 
 import argparse
+import subprocess
 import sys
 import tempfile
 import time
@@ -42,9 +44,9 @@ from pathlib import Path
 
 import numpy as np
 
-from benchlib import (PJSERVE, ROOT, PjserveProcess, fmt, git_revision, log, machine_info,
-                      metric, remove_workdir, replace_between_markers, tree_cpu_seconds,
-                      write_report)
+from benchlib import (PJSERVE, ROOT, PjserveProcess, find_plotter, fmt, git_revision, log,
+                      machine_info, metric, remove_workdir, replace_between_markers,
+                      tree_cpu_seconds, write_report)
 
 sys.path.insert(0, str(ROOT / "python"))
 sys.path.insert(0, str(ROOT / "tests"))
@@ -60,6 +62,8 @@ from test_faster_rcnn import ARCHITECTURES, assert_same_detections, images  # no
 
 RESULT = ROOT / "bench" / "results" / "detection.json"
 DOC = ROOT / "docs" / "detection.md"
+PLOT = ROOT / "bench" / "plot_detection.py"
+FIGURE = ROOT / "docs" / "img" / "detection.png"
 BEGIN, END = "<!-- detection-bench:begin -->", "<!-- detection-bench:end -->"
 
 
@@ -245,6 +249,12 @@ def main(argv=None):
         write_report(result, started, RESULT, markdown)
         if not args.no_doc and replace_between_markers(DOC, BEGIN, END, markdown(result)):
             log(f"the table is in {DOC.relative_to(ROOT)} too")
+        plotter = find_plotter()
+        if plotter is None:
+            log("no plot: matplotlib lives in .venv-bench-plot (scripts/bootstrap-bench plot)")
+        else:
+            subprocess.run([str(plotter), str(PLOT), str(RESULT), str(FIGURE)], check=True)
+            log(f"wrote {FIGURE.relative_to(ROOT)}")
     finally:
         for s in servers:
             s.stop()
