@@ -34,7 +34,8 @@
  * to the elements: row-major, densely packed, little-endian. A BYTES tensor
  * holds its elements one after another, each as a 4-byte little-endian length
  * and that many bytes (Triton's serialization); pjserve_bytes_* read and
- * write that form. Tensors handed to a hook are read-only and live until the
+ * write that form. Tensors handed to a hook are read-only, aligned for their
+ * element type (a float tensor may be read as float *), and live until the
  * response has been sent. Tensors a hook produces point at memory from
  * pjserve_alloc or pjserve_scratch, or at (part of) a tensor it was handed.
  *

@@ -274,11 +274,27 @@ pjserve_tensor pjs_hook_slot(const pjs_tensor_spec *spec, const pjs_shape *shape
     return t;
 }
 
-void pjs_hook_view_inputs(const pjs_infer_request *r, pjserve_tensor *in)
+bool pjs_hook_view_inputs(pjs_hook_ctx *ctx, pjserve_tensor *in)
 {
-    for (size_t i = 0; i < r->n_inputs; i++)
-        in[i] = pjs_hook_tensor_from(r->inputs[i].spec->name, r->inputs[i].spec->dtype,
-                                     &r->inputs[i].shape, r->inputs[i].data, r->inputs[i].nbytes);
+    const pjs_infer_request *r = ctx->request;
+    for (size_t i = 0; i < r->n_inputs; i++) {
+        const pjs_infer_input *input = &r->inputs[i];
+        const void *data = input->data;
+        size_t elem = pjs_dtype_size(input->spec->dtype);
+        if (data != NULL && elem > 1 && (uintptr_t)data % elem != 0) {
+            void *aligned = pjs_hook_ctx_alloc(ctx, input->nbytes);
+            if (aligned == NULL) {
+                snprintf(ctx->message, sizeof ctx->message,
+                         "out of memory aligning input \"%s\" (%zu bytes)", input->spec->name,
+                         input->nbytes);
+                return false;
+            }
+            data = memcpy(aligned, data, input->nbytes);
+        }
+        in[i] = pjs_hook_tensor_from(input->spec->name, input->spec->dtype, &input->shape, data,
+                                     input->nbytes);
+    }
+    return true;
 }
 
 static const char *dtype_label(pjserve_dtype t)

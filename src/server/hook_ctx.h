@@ -65,8 +65,12 @@ void *pjs_hook_ctx_alloc(pjs_hook_ctx *ctx, size_t nbytes);
 pjserve_dtype pjs_hook_dtype_out(pjs_dtype t);
 pjs_dtype pjs_hook_dtype_in(pjserve_dtype t);
 
-/* in[i] views r's input i (r->n_inputs of them, specs set by validation). */
-void pjs_hook_view_inputs(const pjs_infer_request *r, pjserve_tensor *in);
+/* in[i] views input i of ctx's request (r->n_inputs of them, specs set by
+ * validation). A client's tensor arrives wherever its bytes sat in the
+ * message, so one not aligned for its element type is first copied into
+ * ctx's arena: bundle code may read a float tensor as float *. false (ctx's
+ * message set) when out of memory for that copy. */
+bool pjs_hook_view_inputs(pjs_hook_ctx *ctx, pjserve_tensor *in);
 
 /* A pjserve_tensor viewing the data of an input or output (no copy). */
 pjserve_tensor pjs_hook_tensor_from(const char *name, pjs_dtype dtype, const pjs_shape *shape,

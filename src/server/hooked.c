@@ -94,10 +94,11 @@ static int run_preprocess(hooked_request *h, pjs_error *err)
     const pjs_manifest *man = &r->model->bundle->manifest;
     pjserve_tensor in[PJS_INFER_MAX_TENSORS], slots[PJS_INFER_MAX_TENSORS],
         out[PJS_INFER_MAX_TENSORS];
-    pjs_hook_view_inputs(r, in);
+    h->ctx.stage = "preprocess";
+    if (!pjs_hook_view_inputs(&h->ctx, in))
+        return pjs_hook_fail(&h->ctx, PJSERVE_RESOURCE_EXHAUSTED, err);
     for (size_t i = 0; i < man->n_inputs; i++)
         out[i] = slots[i] = executable_input_slot(man, i);
-    h->ctx.stage = "preprocess";
     uint64_t from = r->trace.sampled ? pjs_now_ns() : 0;
     int status = r->model->bundle->hooks->preprocess(&h->ctx.base, in, r->n_inputs, out,
                                                       man->n_inputs);

@@ -458,16 +458,16 @@ static void run_meta(pjs_meta_job *job)
     r->times.exec_start = pjs_now_ns();
     pjserve_tensor in[PJS_INFER_MAX_TENSORS], slots[PJS_INFER_MAX_TENSORS],
         out[PJS_INFER_MAX_TENSORS];
-    pjs_hook_view_inputs(r, in);
     for (size_t i = 0; i < man->n_client_outputs; i++)
         out[i] = slots[i] = pjs_hook_slot(&man->client_outputs[i], NULL);
     bool ensemble = man->kind == PJS_KIND_ENSEMBLE;
     run->ctx.stage = ensemble ? "ensemble" : "run";
     hold_calls(run);
-    int status = ensemble ? pjs_ensemble_run(&run->ctx, in, r->n_inputs, out,
-                                             man->n_client_outputs)
-                          : r->model->bundle->hooks->run(&run->ctx.base, in, r->n_inputs, out,
-                                                         man->n_client_outputs);
+    int status = !pjs_hook_view_inputs(&run->ctx, in) ? PJSERVE_RESOURCE_EXHAUSTED
+                 : ensemble ? pjs_ensemble_run(&run->ctx, in, r->n_inputs, out,
+                                               man->n_client_outputs)
+                            : r->model->bundle->hooks->run(&run->ctx.base, in, r->n_inputs, out,
+                                                           man->n_client_outputs);
     /* Sub-calls the run started and never waited for end before their
      * inputs (the run's memory) go. */
     for (pjserve_subcall *c = run->calls; c != NULL; c = c->next)

@@ -8,6 +8,8 @@ The metas here call the demo mlp (x f32 [batch,16] -> y f32 [batch,4]):
     undeclared  declares mlp, calls two_io
     compute     no calls (compute-only): spins wait_ms, returns t
     upper       no calls: upper-cases BYTES strings
+    aligned     no calls: where its f64 input lies (its address modulo 8)
+                and its sum
     meta_calls_meta, a_calls_meta, calls_missing
                 refused at load (a meta calling a meta; a model that is not
                 in the repository)
@@ -143,6 +145,33 @@ int pjserve_run(pjserve_ctx *ctx, const pjserve_tensor *in, size_t n_in, pjserve
 }
 """
 
+ALIGNED_C = """\
+#include <pjserve/model.h>
+
+/* x f64 [n] -> offset i32 [1]: x's address modulo 8 (0: aligned for its
+ * element type), total f64 [1]: the sum of x, read as doubles */
+int pjserve_run(pjserve_ctx *ctx, const pjserve_tensor *in, size_t n_in, pjserve_tensor *out,
+                size_t n_out)
+{
+    (void)n_in, (void)n_out;
+    int32_t *offset = pjserve_alloc(ctx, sizeof *offset);
+    double *total = pjserve_alloc(ctx, sizeof *total);
+    if (offset == NULL || total == NULL) {
+        pjserve_error(ctx, "out of memory");
+        return PJSERVE_RESOURCE_EXHAUSTED;
+    }
+    *offset = (int32_t)((uintptr_t)in[0].data % 8);
+    *total = 0;
+    for (int64_t i = 0; *offset == 0 && i < in[0].shape[0]; i++)
+        *total += ((const double *)in[0].data)[i];
+    out[0].data = offset;
+    out[0].nbytes = sizeof *offset;
+    out[1].data = total;
+    out[1].nbytes = sizeof *total;
+    return PJSERVE_OK;
+}
+"""
+
 UNDECLARED_C = """\
 #include <pjserve/model.h>
 
@@ -233,6 +262,8 @@ def write_repository(repo, exported, pjserve_bin):
     meta("undeclared", ["mlp"], X_IN, Y_OUT, UNDECLARED_C)
     meta("compute", [], WAIT_IN, T_OUT, COMPUTE_C)
     meta("upper", [], tensor_yaml("s", "bytes", [-1]), tensor_yaml("u", "bytes", [-1]), UPPER_C)
+    meta("aligned", [], tensor_yaml("x", "f64", [-1]),
+         tensor_yaml("offset", "i32", [1]) + tensor_yaml("total", "f64", [1]), ALIGNED_C)
     meta("meta_calls_meta", ["fanout"], X_IN, Y_OUT, NEVER_RUNS_C)
     meta("a_calls_meta", ["fanout"], X_IN, Y_OUT, NEVER_RUNS_C)
     meta("calls_missing", ["nosuch"], X_IN, Y_OUT, NEVER_RUNS_C)
@@ -300,7 +331,8 @@ def sample_x(rows: int, seed: int) -> np.ndarray:
 def tensors(mod, arrays, binary=True):
     res = []
     for name, a in arrays.items():
-        dt = {np.float32: "FP32", np.int32: "INT32", np.object_: "BYTES"}[a.dtype.type]
+        dt = {np.float32: "FP32", np.float64: "FP64", np.int32: "INT32",
+              np.object_: "BYTES"}[a.dtype.type]
         t = mod.InferInput(name, list(a.shape), dt)
         if mod is httpclient:
             t.set_data_from_numpy(a, binary_data=binary)
@@ -678,6 +710,21 @@ def test_bytes_round_trip(srv, proto):
     assert u.shape == (len(words),), u
     got = [v if isinstance(v, bytes) else v.encode() for v in u]  # JSON: str
     assert got == [w.upper() for w in words], u  # ASCII letters only
+
+
+@pytest.mark.parametrize("proto", ("grpc", "http-binary", "http-json"))
+def test_inputs_are_aligned_for_their_type(srv, proto):
+    """A client's tensor sits wherever its bytes fell in the message (request
+    ids of 0 to 7 characters shift them); bundle code gets it aligned for
+    its element type all the same, so it may read a FP64 tensor as double *
+    (regression: misaligned reads, which UBSan reports, in a meta reading
+    the image it was sent as floats)."""
+    x = np.arange(1, 6, dtype=np.float64) / 4
+    for n in range(8):
+        got = infer(url_of(srv, proto), "aligned", {"x": x}, ["offset", "total"], proto=proto,
+                    request_id="r" * n)
+        assert got["offset"].tolist() == [0], f"request id of {n} characters: {got}"
+        assert got["total"].tolist() == [x.sum()], got
 
 
 def test_statistics_of_all_models_omit_internal_models(srv):
