@@ -40,8 +40,11 @@ anchor generator; the export refuses a model whose parts it does not know
 
 RoI Align is re-expressed without data-dependent indexing: every proposal's
 level is computed as torchvision's LevelMapper does, and its samples are
-gathered from all levels' maps laid end to end, so stage 2 has fixed shapes
-and does each proposal's work once.
+read from all levels' maps laid end to end (through separable bilinear
+weights and a matrix product when the maps are small, by one gather when
+they are large), so stage 2 has fixed shapes and does each proposal's work
+once. Its linear layers keep their weights transposed (weight_t), which
+XLA's CPU matrix product reads faster.
 """
 
 import math
