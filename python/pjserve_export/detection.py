@@ -54,7 +54,7 @@ from typing import Optional, Tuple
 import numpy as np
 
 from .hooks import export_meta
-from .torch_export import _modules, export_torch
+from .torch_export import _modules, export_torch, replace_submodules
 
 GLUE_SOURCE = Path(__file__).with_name("faster_rcnn.c")
 LOGIT_SPREAD = 1.5  # random_faster_rcnn's classifier: standard deviation of its logits
@@ -268,12 +268,10 @@ def _linear_transposed(torch, module):
             out = x @ self.weight_t
             return out if self.bias is None else out + self.bias
 
-    for parent in list(module.modules()):
-        for name, child in list(parent.named_children()):
-            if type(child) is torch.nn.Linear:
-                setattr(parent, name, TransposedLinear(child))
     if type(module) is torch.nn.Linear:
-        module = TransposedLinear(module)
+        return TransposedLinear(module)
+    replace_submodules(module, lambda m: TransposedLinear(m) if type(m) is torch.nn.Linear
+                       else None)
     return module
 
 

@@ -195,12 +195,9 @@ def _convolution_rewrites(torch):
     return rewrite
 
 
-@contextlib.contextmanager
-def _convolutions_rewritten(torch, module):
-    """Within, every Conv2d of module that _convolution_rewrites rewrites is
-    its rewrite, holding the same weights under the same names; afterwards
-    the module is as it was."""
-    rewrite = _convolution_rewrites(torch)
+def replace_submodules(module, rewrite):
+    """Puts rewrite(child) in place of every submodule of module (below it)
+    for which it is not None; returns [(parent, name, child replaced)]."""
     swapped = []
     for parent in list(module.modules()):
         for name, child in list(parent.named_children()):
@@ -208,6 +205,15 @@ def _convolutions_rewritten(torch, module):
             if replacement is not None:
                 swapped.append((parent, name, child))
                 setattr(parent, name, replacement)
+    return swapped
+
+
+@contextlib.contextmanager
+def _convolutions_rewritten(torch, module):
+    """Within, every Conv2d of module that _convolution_rewrites rewrites is
+    its rewrite, holding the same weights under the same names; afterwards
+    the module is as it was."""
+    swapped = replace_submodules(module, _convolution_rewrites(torch))
     try:
         yield
     finally:

@@ -38,10 +38,11 @@
  * other load evicts it first, and there is one such lookahead at a time;
  * the hold goes when it runs, when its copy failed, or when its queue
  * emptied without it running (deadlines, cancellations). The transfer
- * thread runs 10 nice levels below the process (PREFETCH_NICE): its work is ahead of need, and
- * where busy threads outnumber the CPUs, reading a cold model's file must
- * not slow the requests for resident ones; when the owner does wait for
- * the copy, the owner's thread is blocked and leaves it the CPU.
+ * thread runs 10 nice levels below the process (PREFETCH_NICE): its work is
+ * ahead of need, and where busy threads outnumber the CPUs, reading a cold
+ * model's file must not slow the requests for resident ones; when the owner
+ * does wait for the copy, the owner's thread is blocked and leaves it the
+ * CPU.
  *
  * A plan's inputs are gathered into one buffer per input (rows in plan
  * order, zero padding up to the compiled size) unless a single request fills
@@ -753,14 +754,14 @@ static void release_if_retired(pjs_dispatcher *d, pjs_model *m);
 
 /* ---- prefetch (token holder, lock not held) ---------------------------------------- */
 
-/* The transfer thread: copies the weights of the model it is given. */
 /* How much nicer than the process the transfer thread is (see the top), at
- * most 19 in all: on a 2-CPU machine under
- * a bursty trace of 1,000 models it took the p99 of requests whose model was
- * resident from 2.6-3.6 ms to 1.9-2.3 ms, with cold requests' p99 unchanged
- * (bench/catalogue.py --quick, three runs each). */
+ * most 19 in all: on a 2-CPU machine under a bursty trace of 1,000 models it
+ * took the p99 of requests whose model was resident from 2.6-3.6 ms to
+ * 1.9-2.3 ms, with cold requests' p99 unchanged (bench/catalogue.py --quick,
+ * three runs each). */
 #define PREFETCH_NICE 10
 
+/* The transfer thread: copies the weights of the model it is given. */
 static void *transfer_main(void *arg)
 {
     pjs_dispatcher *d = arg;
