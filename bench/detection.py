@@ -11,19 +11,22 @@ images; random weights made to detect by random_faster_rcnn, 100 detections
 per image), one image after another (concurrency 1), --requests timed after
 --warmup:
 
-  eager    model([image]) in this process (torch's default threads: every
-           CPU), the latency a PyTorch program has without a server
-  pjserve  one gRPC request to the meta model; stage calls, NMS and the
-           rest run inside the server
-  client   the two stages public on a second pjserve (the same bundles, no
-           meta calling them): the client calls stage 1 over gRPC, runs
-           torchvision's own code for the proposals (its box coder and
-           RegionProposalNetwork.filter_proposals, anchors computed once),
-           calls stage 2 over gRPC with them padded to a compiled size, and
-           runs RoIHeads.postprocess_detections and the transform's rescale
-  stages   the limit: the servers' own execution time of stage 1 and
-           stage 2 per pjserve request (nv_inference_compute_infer_duration_us
-           of the stage models, which no request path can beat)
+  eager     model([image]) in this process (torch's default threads: every
+            CPU), the latency a PyTorch program has without a server
+  pjserve   one gRPC request to the meta model exported with RoI Align in
+            its C (roi_align="glue", the default); stage calls, NMS and the
+            rest run inside the server
+  in graph  the same with RoI Align in stage 2's graph (roi_align="stage2")
+  client    the in-graph export's two stages public on a second pjserve (the
+            same bundles, no meta calling them): the client calls stage 1
+            over gRPC, runs torchvision's own code for the proposals (its box
+            coder and RegionProposalNetwork.filter_proposals, anchors
+            computed once), calls stage 2 over gRPC with them padded to a
+            compiled size, and runs RoIHeads.postprocess_detections and the
+            transform's rescale
+  stages    the limit: the server's own execution time of stage 1 and
+            stage 2 per pjserve request (nv_inference_compute_infer_duration_us
+            of the stage models, which no request path can beat)
 
 Every method's answers are first checked against eager torchvision's on the
 benchmark's images (same detections, as tests/e2e/test_faster_rcnn.py
@@ -65,11 +68,18 @@ DOC = ROOT / "docs" / "detection.md"
 PLOT = ROOT / "bench" / "plot_detection.py"
 FIGURE = ROOT / "docs" / "img" / "detection.png"
 BEGIN, END = "<!-- detection-bench:begin -->", "<!-- detection-bench:end -->"
+IN_GRAPH = "_in_graph"  # the name suffix of the export with RoI Align in stage 2
+
+
+# The meta server's scratch pool, as docs/detection.md serves the detector:
+# room for two metas' pooled features (ResNet-50: 1,000 x 7 x 7 x 256 floats,
+# 50 MB each), reused from request to request.
+META_SCRATCH = ["--meta-scratch-bytes", "128Mi"]
 
 
 class Server(PjserveProcess):
-    def __init__(self, repository, cache, work, name):
-        self.repository, self.cache, self.extra = repository, cache, []
+    def __init__(self, repository, cache, work, name, extra=()):
+        self.repository, self.cache, self.extra = repository, cache, list(extra)
         self.log_path = work / f"{name}.log"
         self.proc = None
 
@@ -156,11 +166,12 @@ def timed(fn, inputs, warmup, requests):
 
 def measure(key, model, size, meta_server, public_server, args):
     inputs = images(size, args.images, seed=1)
-    glue = ClientGlue(model, key, size, public_server)
+    glue = ClientGlue(model, f"{key}{IN_GRAPH}", size, public_server)
+    outputs = ["BOXES", "SCORES", "LABELS"]
     methods = {
         "eager": lambda img: eager(model, img),
-        "pjserve": lambda img: meta_server.infer(key, {"IMAGE": img},
-                                                 ["BOXES", "SCORES", "LABELS"]),
+        "pjserve": lambda img: meta_server.infer(key, {"IMAGE": img}, outputs),
+        "in_graph": lambda img: meta_server.infer(f"{key}{IN_GRAPH}", {"IMAGE": img}, outputs),
         "client": glue,
     }
     for name, fn in methods.items():
@@ -169,9 +180,11 @@ def measure(key, model, size, meta_server, public_server, args):
     log(f"{key}: every method's detections are torchvision's on {len(inputs)} images")
     row = {"architecture": ARCHITECTURES[key][0], "image": list(size),
            "detections": [len(eager(model, img)[1]) for img in inputs]}
-    stages = [f"{key}_stage1", f"{key}_stage2"]
     for name, fn in methods.items():
-        server = {"pjserve": meta_server, "client": public_server}.get(name)
+        server = {"pjserve": meta_server, "in_graph": meta_server,
+                  "client": public_server}.get(name)
+        meta = key if name == "pjserve" else f"{key}{IN_GRAPH}"
+        stages = [f"{meta}_stage1", f"{meta}_stage2"]
         before_cpu = tree_cpu_seconds(server.proc.pid) if server else None
         before_us = server.compute_us(stages) if server else None
         ms = sorted(timed(fn, inputs, args.warmup, args.requests))
@@ -192,16 +205,20 @@ def markdown(result):
              f"CPUs; pjserve {result['revision']}, torch {result['torch']}, torchvision "
              f"{result['torchvision']})", "",
              "| architecture | image | eager PyTorch p50 / p90 | pjserve meta p50 / p90 | "
-             "client-orchestrated p50 / p90 | stage executions (the limit) | "
-             "server CPU per request: meta / client |",
-             "|---|---|---|---|---|---|---|"]
+             "its stage executions (the limit) | meta, RoI Align in stage 2 p50 / p90 | "
+             "client-orchestrated p50 / p90 | server CPU per request: meta / in graph / "
+             "client |",
+             "|---|---|---|---|---|---|---|---|"]
+
+    def p50_p90(m):
+        return f"{m['p50_ms']:.1f} / {m['p90_ms']:.1f} ms"
     for r in result["rows"]:
-        e, p, c = r["eager"], r["pjserve"], r["client"]
+        p, g, c = r["pjserve"], r["in_graph"], r["client"]
         lines.append(
-            f"| {r['architecture']} | {r['image'][0]}x{r['image'][1]} | "
-            f"{e['p50_ms']:.1f} / {e['p90_ms']:.1f} ms | {p['p50_ms']:.1f} / {p['p90_ms']:.1f} ms"
-            f" | {c['p50_ms']:.1f} / {c['p90_ms']:.1f} ms | {fmt(p['stages_ms'], '.1f')} ms | "
-            f"{p['server_cpu_ms']:.0f} / {c['server_cpu_ms']:.0f} ms |")
+            f"| {r['architecture']} | {r['image'][0]}x{r['image'][1]} | {p50_p90(r['eager'])} | "
+            f"{p50_p90(p)} | {fmt(p['stages_ms'], '.1f')} ms | {p50_p90(g)} | {p50_p90(c)} | "
+            f"{p['server_cpu_ms']:.0f} / {g['server_cpu_ms']:.0f} / "
+            f"{c['server_cpu_ms']:.0f} ms |")
     return "\n".join(lines) + "\n"
 
 
@@ -229,15 +246,18 @@ def main(argv=None):
         for key in keys:
             arch, size, options = ARCHITECTURES[key]
             models[key] = (random_faster_rcnn(arch, image_size=size, **options), size)
-            log(f"exporting {key}")
-            export_faster_rcnn(models[key][0], meta_repo, name=key, image_size=size,
-                               build=hooks_builder(PJSERVE))
+            log(f"exporting {key}, RoI Align in the glue and in stage 2")
+            for name, where in ((key, "glue"), (f"{key}{IN_GRAPH}", "stage2")):
+                export_faster_rcnn(models[key][0], meta_repo, name=name, image_size=size,
+                                   roi_align=where, build=hooks_builder(PJSERVE))
             public_repo.mkdir(exist_ok=True)
             for stage in ("stage1", "stage2"):
-                (public_repo / f"{key}_{stage}").symlink_to(meta_repo / f"{key}_{stage}")
-        meta = Server(meta_repo, work / "cache", work, "meta")
+                stage = f"{key}{IN_GRAPH}_{stage}"
+                (public_repo / stage).symlink_to(meta_repo / stage)
+        meta = Server(meta_repo, work / "cache", work, "meta", META_SCRATCH)
         public = Server(public_repo, work / "cache", work, "public")
-        for server, names in ((meta, keys), (public, [f"{k}_stage1" for k in keys])):
+        for server, names in ((meta, keys + [f"{k}{IN_GRAPH}" for k in keys]),
+                              (public, [f"{k}{IN_GRAPH}_stage1" for k in keys])):
             servers.append(server)
             server.start(names)
         rows = [measure(k, *models[k], meta, public, args) for k in keys]

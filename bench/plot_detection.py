@@ -4,9 +4,9 @@
     .venv-bench-plot/bin/python bench/plot_detection.py RESULTS.json OUT.png
 
 One panel per architecture: p50 latency of eager PyTorch in-process, the
-pjserve meta model and the client orchestrating the two stages, bars with a
-whisker up to p90, and the stages' own execution time (the limit) as a
-dashed line.
+pjserve meta model (RoI Align in its C, and in stage 2's graph) and the
+client orchestrating the in-graph stages, bars with a whisker up to p90,
+and the meta's stage executions (the limit) as a dashed line.
 
 matplotlib is in .venv-bench-plot (scripts/bootstrap-bench plot), not in .venv.
 """
@@ -20,8 +20,9 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 METHODS = (("eager", "eager PyTorch (in-process)", "#ee4c2c"),
-           ("pjserve", "pjserve meta", "#2b6cb0"),
-           ("client", "client-orchestrated (pjserve stages)", "#63b3ed"))
+           ("pjserve", "pjserve meta (RoI Align in C)", "#2b6cb0"),
+           ("in_graph", "pjserve meta (RoI Align in stage 2)", "#4299e1"),
+           ("client", "client-orchestrated (in-graph stages)", "#90cdf4"))
 
 
 def main(src, dst):

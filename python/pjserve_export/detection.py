@@ -1,8 +1,8 @@
 """torchvision's Faster R-CNN as a pjserve meta model: two StableHLO stages
 chained by C (docs/detection.md).
 
-    export_faster_rcnn(model, out_dir, *, name, image_size, build=None,
-                       description=None) -> Path   (the meta's bundle)
+    export_faster_rcnn(model, out_dir, *, name, image_size, roi_align="glue",
+                       build=None, description=None) -> Path   (the meta's bundle)
 
 A Faster R-CNN's forward cannot be one traced graph: how many proposals
 survive the region proposal network's non-maximum suppression, and how many
@@ -12,39 +12,48 @@ where its shapes start to depend on values:
   {name}_stage1  image f32 [1, 3, H, W] (0..1, as torchvision takes it)
                  -> the transform (normalize, resize, pad), the backbone with
                  its FPN and the RPN head: the feature maps the RoI pooler
-                 reads (feature_0.., [1, C, h, w]), every anchor's
-                 objectness logit [1, T] and box deltas [1, T, 4], in
-                 torchvision's order (level, row, column, anchor).
-  {name}_stage2  the feature maps and proposals f32 [1, P, 4] -> class_logits
-                 [1, P, K] and box_regression [1, P, 4K]: multi-scale RoI
-                 Align, the box head and the predictor. P is the RPN's
-                 post_nms_top_n, and a variant p{N} for each power of two
-                 from 64 below it (proposal_sizes): the glue pads the
-                 proposals with zero boxes to the smallest that holds them.
+                 reads, channels last (feature_0.., [1, h, w, C]), every
+                 anchor's objectness logit [1, T] and box deltas [1, T, 4],
+                 in torchvision's order (level, row, column, anchor).
+  {name}_stage2  the proposals' pooled features f32 [1, P, ph, pw, C]
+                 (roi_align="glue") or the feature maps and the proposals
+                 f32 [1, P, 4] (roi_align="stage2") -> class_logits
+                 [1, P, K] and box_regression [1, P, 4K]: the box head and
+                 the predictor, after multi-scale RoI Align with "stage2".
+                 P is the RPN's post_nms_top_n, and a variant p{N} for each
+                 power of two from 64 below it (proposal_sizes): the glue
+                 pads to the smallest that holds the proposals.
   {name}         the meta clients call: IMAGE f32 [3, H, W] -> BOXES f32
                  [n, 4] (x1, y1, x2, y2 in the image's pixels), SCORES f32
                  [n], LABELS i64 [n], best first. Its model.c
                  (faster_rcnn.c, shipped with this package) does the rest as
                  torchvision does: anchors, box decoding, per-level top-k,
                  clipping, small-box removal, the RPN's per-level NMS,
-                 softmax, per-class score threshold and NMS, the detection
-                 limit and the rescale to the image's size.
+                 RoI Align with "glue", softmax, per-class score threshold
+                 and NMS, the detection limit and the rescale to the
+                 image's size.
 
 The model's own settings (min_size/max_size, the RPN's top-n, thresholds,
-box coder weights, detections_per_img) are read from it and written into the
-meta's faster_rcnn_config.h, with the anchors' cell shapes and strides for
-the one image size the bundles are compiled for: clients send images of that
-size. The anchors the C computes are checked at export against torchvision's
-anchor generator; the export refuses a model whose parts it does not know
-(another pooler, head or anchor generator) by name.
+box coder weights, detections_per_img, the pooler's levels and sampling) are
+read from it and written into the meta's faster_rcnn_config.h, with the
+anchors' cell shapes and strides for the one image size the bundles are
+compiled for: clients send images of that size. The anchors the C computes
+are checked at export against torchvision's anchor generator; the export
+refuses a model whose parts it does not know (another pooler, head or anchor
+generator) by name.
 
-RoI Align is re-expressed without data-dependent indexing: every proposal's
-level is computed as torchvision's LevelMapper does, and its samples are
-read from all levels' maps laid end to end (through separable bilinear
-weights and a matrix product when the maps are small, by one gather when
-they are large), so stage 2 has fixed shapes and does each proposal's work
-once. Its linear layers keep their weights transposed (weight_t), which
-XLA's CPU matrix product reads faster.
+Where RoI Align runs is the one choice. It is a data-dependent gather: each
+proposal reads 4 neighbours of each of its samples on the level
+LevelMapper assigns it. XLA's CPU backend gathers element by element (about
+2 ns each: 370 ms for ResNet-50's 1,000 proposals), while the C reads each
+neighbour's channels as one contiguous run (~40 ms), so "glue", the default,
+pools in the meta. "stage2" keeps it in the graph, with fixed shapes: every
+proposal's level computed as LevelMapper does and its samples read from all
+levels' maps laid end to end (through separable bilinear weights and a
+matrix product when the maps are small, by one gather when they are large);
+on a GPU that gather is cheap and the glue's host CPU is not. Stage 2's
+linear layers keep their weights transposed (weight_t), which XLA's CPU
+matrix product reads faster.
 """
 
 import math
@@ -59,16 +68,18 @@ from .torch_export import _modules, export_torch, replace_submodules
 GLUE_SOURCE = Path(__file__).with_name("faster_rcnn.c")
 LOGIT_SPREAD = 1.5  # random_faster_rcnn's classifier: standard deviation of its logits
 CONFIG_HEADER = "faster_rcnn_config.h"
-# RoI Align reads maps of at most this many positions (all levels together)
-# through a dense weight matrix rather than a gather (_roi_align_all_levels):
-# XLA's CPU backend gathers element by element (~2 ns each, 60 ms for 150
-# proposals of 256 channels), while the matrix costs S multiply-adds per
-# sampled channel value in one well-vectorized product.
+ROI_ALIGN_PLACES = ("glue", "stage2")
+# Stage 2's RoI Align (roi_align="stage2") reads maps of at most this many
+# positions (all levels together) through a dense weight matrix rather than a
+# gather (_roi_align_all_levels): XLA's CPU backend gathers element by
+# element (~2 ns each, 60 ms for 150 proposals of 256 channels), while the
+# matrix costs S multiply-adds per sampled channel value in one
+# well-vectorized product.
 SEPARABLE_MAX_POSITIONS = 1024
 
 
-def _check_supported(model):
-    """Refuses what the glue does not implement, naming it."""
+def _check_supported(model, roi_align):
+    """Refuses what the glue or stage 2 does not implement, naming it."""
     from torchvision.models.detection import FasterRCNN
     from torchvision.models.detection.anchor_utils import AnchorGenerator
     from torchvision.ops import MultiScaleRoIAlign
@@ -83,16 +94,22 @@ def _check_supported(model):
     if type(rh.box_roi_pool) is not MultiScaleRoIAlign:
         raise NotImplementedError(f"box_roi_pool {type(rh.box_roi_pool).__name__}: only "
                                   f"MultiScaleRoIAlign is supported")
-    if rh.box_roi_pool.sampling_ratio <= 0:
+    if roi_align not in ROI_ALIGN_PLACES:
+        raise ValueError(f"roi_align must be one of {', '.join(ROI_ALIGN_PLACES)}, got "
+                         f"{roi_align!r}")
+    if roi_align == "stage2" and rh.box_roi_pool.sampling_ratio <= 0:
         raise NotImplementedError("box_roi_pool.sampling_ratio <= 0 (adaptive sampling) "
-                                  "depends on each proposal's size: give a fixed ratio")
+                                  "depends on each proposal's size, which stage 2's fixed "
+                                  "shapes cannot follow: give a fixed ratio, or "
+                                  "roi_align=\"glue\"")
     if model.transform.fixed_size is not None:
         raise NotImplementedError("transform.fixed_size is not supported; use min_size and "
                                   "max_size")
 
 
 def _stage1_module(model, pooled_names):
-    """Stage 1 as a module of its own: transform, backbone, RPN head."""
+    """Stage 1 as a module of its own: transform, backbone, RPN head; the
+    pooled maps channels last."""
     torch, _ = _modules()
     from torchvision.models.detection.rpn import concat_box_prediction_layers
 
@@ -109,7 +126,7 @@ def _stage1_module(model, pooled_names):
             objectness, deltas = self.head(list(features.values()))
             objectness, deltas = concat_box_prediction_layers(objectness, deltas)
             n = image.shape[0]
-            return tuple(features[k] for k in pooled_names) + (
+            return tuple(features[k].permute(0, 2, 3, 1) for k in pooled_names) + (
                 objectness.reshape(n, -1), deltas.reshape(n, -1, 4))
 
     return Stage1()
@@ -117,14 +134,14 @@ def _stage1_module(model, pooled_names):
 
 def _roi_align_all_levels(torch, features, boxes, levels, scales, output_size, sampling_ratio):
     """torchvision's roi_align (aligned=False) of each box on its own level,
-    with fixed shapes: features [1, C, h_l, w_l] per level, boxes [R, 4],
+    with fixed shapes: features [1, h_l, w_l, C] per level, boxes [R, 4],
     levels [R] -> [R, C, ph, pw]. The levels' maps are laid end to end,
     channels last ([S, C]), and read through a weight matrix when small,
     by a gather when large."""
-    channels = features[0].shape[1]
-    flat = torch.cat([f[0].reshape(channels, -1).t() for f in features], dim=0)  # [S, C]
-    heights = [f.shape[2] for f in features]
-    widths = [f.shape[3] for f in features]
+    channels = features[0].shape[3]
+    flat = torch.cat([f[0].reshape(-1, channels) for f in features], dim=0)  # [S, C]
+    heights = [f.shape[1] for f in features]
+    widths = [f.shape[2] for f in features]
     offsets = np.cumsum([0] + [h * w for h, w in zip(heights, widths)])[:-1]
     pick = torch.nn.functional.one_hot(levels, len(features)).to(boxes.dtype)  # [R, L]
 
@@ -219,21 +236,38 @@ def _pool_gathered(torch, flat, ys, xs, base, width, output_size, g):
     return pooled.permute(0, 2, 1).reshape(r, channels, ph, pw)
 
 
-def _stage2_module(model, scales, k_min, k_max):
-    """Stage 2 as a module of its own: multi-scale RoI Align, box head,
-    predictor."""
+def _stage2_module(model, scales, k_min, k_max, roi_align):
+    """Stage 2 as a module of its own: box head and predictor, after
+    multi-scale RoI Align when roi_align is "stage2"."""
     torch, _ = _modules()
     pool = model.roi_heads.box_roi_pool
     output_size = tuple(pool.output_size)
     canonical_scale, canonical_level = pool.canonical_scale, pool.canonical_level
+    from torchvision.models.detection.faster_rcnn import TwoMLPHead
+    # The C pools channels last ([P, ph, pw, C]). A TwoMLPHead flattens its
+    # input into its first linear layer: that layer's rows are reordered to
+    # read the channels-last order as it is. Another head gets the input
+    # permuted back to [P, C, ph, pw] in the graph.
+    head_reads_channels_last = roi_align == "glue" and \
+        type(model.roi_heads.box_head) is TwoMLPHead
 
     class Stage2(torch.nn.Module):
         def __init__(self):
             super().__init__()
             self.box_head = _linear_transposed(torch, model.roi_heads.box_head)
             self.box_predictor = _linear_transposed(torch, model.roi_heads.box_predictor)
+            if head_reads_channels_last:
+                fc6 = self.box_head.fc6
+                channels = fc6.weight_t.shape[0] // (output_size[0] * output_size[1])
+                fc6.weight_t = torch.nn.Parameter(
+                    fc6.weight_t.detach().reshape(channels, -1, fc6.weight_t.shape[1])
+                    .transpose(0, 1).reshape(fc6.weight_t.shape).contiguous())
 
         def forward(self, *inputs):
+            if roi_align == "glue":  # [1, P, ph, pw, C], pooled by the C
+                pooled = inputs[0][0]
+                return self.heads(pooled if head_reads_channels_last
+                                  else pooled.permute(0, 3, 1, 2))
             features, proposals = inputs[:-1], inputs[-1]
             boxes = proposals[0]
             # torchvision's LevelMapper
@@ -243,6 +277,9 @@ def _stage2_module(model, scales, k_min, k_max):
             level = torch.clamp(level, min=k_min, max=k_max).to(torch.int64) - k_min
             pooled = _roi_align_all_levels(torch, features, boxes, level, scales, output_size,
                                            pool.sampling_ratio)
+            return self.heads(pooled)
+
+        def heads(self, pooled):
             class_logits, box_regression = self.box_predictor(self.box_head(pooled))
             return class_logits[None], box_regression[None]
 
@@ -311,9 +348,10 @@ def proposal_sizes(most: int):
     return [n for n in (64, 128, 256, 512, 1024, 2048) if n < most] + [most]
 
 
-def _config_header(*, stage1, stage2, image_size, resized, layout, pooled, sizes,
-                   model) -> str:
+def _config_header(*, stage1, stage2, image_size, resized, layout, pooled, scales, mapper,
+                   roi_align, sizes, model) -> str:
     rpn, rh = model.rpn, model.roi_heads
+    pool = rh.box_roi_pool
     lines = [
         f"/* {CONFIG_HEADER}: written by pjserve_export.export_faster_rcnn for one",
         " * model and image size; faster_rcnn.c includes it. */",
@@ -323,7 +361,7 @@ def _config_header(*, stage1, stage2, image_size, resized, layout, pooled, sizes
         f"#define FRCNN_IMAGE_W {image_size[1]}",
         f"#define FRCNN_RESIZED_H {resized[0]}",
         f"#define FRCNN_RESIZED_W {resized[1]}",
-        f"#define FRCNN_POOLED_MAPS {pooled}",
+        f"#define FRCNN_POOLED_MAPS {len(pooled)}",
         f"#define FRCNN_LEVELS {len(layout)}",
         f"#define FRCNN_PRE_NMS_TOP_N {rpn.pre_nms_top_n()}",
         f"#define FRCNN_POST_NMS_TOP_N {rpn.post_nms_top_n()}",
@@ -356,19 +394,39 @@ def _config_header(*, stage1, stage2, image_size, resized, layout, pooled, sizes
         f"{{{', '.join(str(len(l[4])) for l in layout)}}};",
         f"static const float frcnn_cell_anchors[] = "
         f"{{{_c_floats(np.concatenate([l[4].reshape(-1) for l in layout]))}}};",
+        "/* RoI Align (MultiScaleRoIAlign, aligned=False): in the glue or in stage 2 */",
+        f"#define FRCNN_ROI_ALIGN_IN_GLUE {int(roi_align == 'glue')}",
+        f"#define FRCNN_CHANNELS {pooled[0].shape[1]}",
+        f"#define FRCNN_POOLED_H {pool.output_size[0]}",
+        f"#define FRCNN_POOLED_W {pool.output_size[1]}",
+        f"#define FRCNN_SAMPLING_RATIO {pool.sampling_ratio}",
+        f"#define FRCNN_CANONICAL_SCALE {float(mapper.s0)!r}f",
+        f"#define FRCNN_CANONICAL_LEVEL {float(mapper.lvl0)!r}f",
+        f"#define FRCNN_LEVEL_EPS {float(mapper.eps)!r}f",
+        f"#define FRCNN_K_MIN {int(mapper.k_min)}",
+        f"#define FRCNN_K_MAX {int(mapper.k_max)}",
+        "/* per pooled map (level k_min..k_max): rows, columns, scale */",
+        f"static const int frcnn_map_rows[FRCNN_POOLED_MAPS] = "
+        f"{{{', '.join(str(f.shape[2]) for f in pooled)}}};",
+        f"static const int frcnn_map_cols[FRCNN_POOLED_MAPS] = "
+        f"{{{', '.join(str(f.shape[3]) for f in pooled)}}};",
+        f"static const float frcnn_map_scale[FRCNN_POOLED_MAPS] = {{{_c_floats(scales)}}};",
     ]
     return "\n".join(lines) + "\n"
 
 
 def export_faster_rcnn(model, out_dir, *, name: str, image_size: Tuple[int, int],
-                       build=None, description: Optional[str] = None) -> Path:
+                       roi_align: str = "glue", build=None,
+                       description: Optional[str] = None) -> Path:
     """Exports a torchvision FasterRCNN as three bundles in out_dir ({name}_stage1,
     {name}_stage2 and the meta {name}, which clients call); returns the meta's
     path. image_size (height, width) is the size of the images clients send.
-    build builds the meta's model.so (hooks_builder), as for export_meta."""
+    roi_align is where RoI Align runs: "glue" (the meta's C; the faster on
+    the CPU plugin) or "stage2" (stage 2's graph). build builds the meta's
+    model.so (hooks_builder), as for export_meta."""
     torch, _ = _modules()
     from torchvision.ops.poolers import _setup_scales
-    _check_supported(model)
+    _check_supported(model, roi_align)
     h, w = (int(v) for v in image_size)
     if h < 1 or w < 1:
         raise ValueError(f"image_size must be two positive extents, got {image_size!r}")
@@ -393,16 +451,27 @@ def export_faster_rcnn(model, out_dir, *, name: str, image_size: Tuple[int, int]
                  batch_sizes=[1], input_names=["image"],
                  output_names=feature_names + ["objectness", "deltas"],
                  description=f"Faster R-CNN stage 1 ({what} + FPN + RPN head), called by {name}")
-    maps = [f.numpy() for f in pooled]
     sizes = proposal_sizes(proposals)
-    export_torch(_stage2_module(model, scales, mapper.k_min, mapper.k_max),
-                 maps + [np.zeros((1, proposals, 4), np.float32)],
-                 out_dir, name=stage2, batch_sizes=[1], input_names=feature_names + ["proposals"],
-                 output_names=["class_logits", "box_regression"],
-                 variants={f"p{n}": maps + [np.zeros((1, n, 4), np.float32)] for n in sizes[:-1]},
-                 description=f"Faster R-CNN stage 2 (RoI Align + box head), called by {name}")
+    if roi_align == "glue":
+        pooled_shape = tuple(pool.output_size) + (pooled[0].shape[1],)
+
+        def stage2_inputs(n):
+            return [np.zeros((1, n) + pooled_shape, np.float32)]
+        stage2_names, what2 = ["rois"], "box head"
+    else:
+        maps = [np.ascontiguousarray(f.permute(0, 2, 3, 1).numpy()) for f in pooled]
+
+        def stage2_inputs(n):
+            return maps + [np.zeros((1, n, 4), np.float32)]
+        stage2_names, what2 = feature_names + ["proposals"], "RoI Align + box head"
+    export_torch(_stage2_module(model, scales, mapper.k_min, mapper.k_max, roi_align),
+                 stage2_inputs(proposals), out_dir, name=stage2, batch_sizes=[1],
+                 input_names=stage2_names, output_names=["class_logits", "box_regression"],
+                 variants={f"p{n}": stage2_inputs(n) for n in sizes[:-1]},
+                 description=f"Faster R-CNN stage 2 ({what2}), called by {name}")
     header = _config_header(stage1=stage1, stage2=stage2, image_size=(h, w), resized=resized,
-                            layout=layout, pooled=len(pooled), sizes=sizes, model=model)
+                            layout=layout, pooled=pooled, scales=scales, mapper=mapper,
+                            roi_align=roi_align, sizes=sizes, model=model)
     return export_meta(out_dir, name=name, calls=[stage1, stage2],
                        client_inputs=[("IMAGE", "f32", [3, h, w])],
                        client_outputs=[("BOXES", "f32", [-1, 4]), ("SCORES", "f32", [-1]),

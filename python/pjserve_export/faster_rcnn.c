@@ -13,8 +13,10 @@
  *      RPN_MIN_SIZE and probabilities below RPN_SCORE_THRESH dropped; NMS per
  *      level; the POST_NMS_TOP_N best kept. None left: no detections, no
  *      stage 2.
- *   3. stage 2 over the feature maps and the proposals, padded with zero
- *      boxes to the smallest proposal count it is compiled for that holds
+ *   3. RoI Align (MultiScaleRoIAlign) of each proposal on the map its size
+ *      picks (LevelMapper), when FRCNN_ROI_ALIGN_IN_GLUE; then stage 2 over
+ *      the pooled features, or over the maps and the proposals, padded with
+ *      zeros to the smallest proposal count it is compiled for that holds
  *      them (its variants): class logits and per-class box deltas.
  *   4. The detections (RoIHeads.postprocess_detections): softmax, each
  *      proposal's box per class decoded and clipped, background dropped,
@@ -27,13 +29,16 @@
  * between equal scores, the earlier candidate. NMS runs as torchvision's
  * batched_nms does on the CPU: up to 1,000 boxes on boxes shifted apart per
  * class (the coordinate trick, whose rounding decides borderline overlaps),
- * more class by class.
+ * more class by class. RoI Align adds each sample's four neighbours' channels
+ * in roi_align_kernel's order, reading the maps channels last so that a
+ * neighbour's channels are one contiguous run.
  *
  * Every number of one model and image size is in faster_rcnn_config.h,
  * written by the exporter.
  */
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include <pjserve/model.h>
 
@@ -193,6 +198,91 @@ static size_t batched_nms(candidate *cand, size_t n, double threshold, size_t li
     return out;
 }
 
+#if FRCNN_ROI_ALIGN_IN_GLUE
+#define FRCNN_BINS (FRCNN_POOLED_H * FRCNN_POOLED_W)
+
+/* LevelMapper: the index of the map a box is pooled from. */
+static int pooled_map(const float *box)
+{
+    float area = (box[2] - box[0]) * (box[3] - box[1]);
+    float level = floorf(FRCNN_CANONICAL_LEVEL + log2f(sqrtf(area) / FRCNN_CANONICAL_SCALE) +
+                         FRCNN_LEVEL_EPS);
+    level = fminf(fmaxf(level, (float)FRCNN_K_MIN), (float)FRCNN_K_MAX);
+    return (int)level - FRCNN_K_MIN;
+}
+
+/* One sample's neighbours along one axis, clamped as roi_align_kernel's
+ * bilinear_interpolate does; at is the sample's coordinate, already known
+ * to be on the map (-1 <= at <= size). */
+static void neighbours(float at, int size, int *low, int *high, float *frac)
+{
+    at = at <= 0.0f ? 0.0f : at;
+    *low = (int)at;
+    if (*low >= size - 1) {
+        *low = *high = size - 1;
+        at = (float)*low;
+    } else {
+        *high = *low + 1;
+    }
+    *frac = at - (float)*low;
+}
+
+/* Adds one sample's bilinear interpolation to acc[FRCNN_CHANNELS]: four
+ * rows of a channels-last map with their weights. */
+static void add_sample(float *restrict acc, const float *restrict a, const float *restrict b,
+                       const float *restrict c, const float *restrict d, float wa, float wb,
+                       float wc, float wd)
+{
+    for (int k = 0; k < FRCNN_CHANNELS; k++)
+        acc[k] += wa * a[k] + wb * b[k] + wc * c[k] + wd * d[k];
+}
+
+/* torchvision's roi_align (aligned=False) of one box on one map
+ * [rows, cols, FRCNN_CHANNELS] into out[FRCNN_POOLED_H][FRCNN_POOLED_W]
+ * [FRCNN_CHANNELS]. */
+static void roi_align(const float *map, int rows, int cols, float scale, const float *box,
+                      float *out)
+{
+    float start_w = box[0] * scale, start_h = box[1] * scale;
+    float roi_w = fmaxf(box[2] * scale - start_w, 1.0f);
+    float roi_h = fmaxf(box[3] * scale - start_h, 1.0f);
+    float bin_h = roi_h / (float)FRCNN_POOLED_H, bin_w = roi_w / (float)FRCNN_POOLED_W;
+    int grid_h = FRCNN_SAMPLING_RATIO > 0 ? FRCNN_SAMPLING_RATIO : (int)ceilf(bin_h);
+    int grid_w = FRCNN_SAMPLING_RATIO > 0 ? FRCNN_SAMPLING_RATIO : (int)ceilf(bin_w);
+    float count = (float)(grid_h * grid_w > 1 ? grid_h * grid_w : 1);
+    for (int ph = 0; ph < FRCNN_POOLED_H; ph++)
+        for (int pw = 0; pw < FRCNN_POOLED_W; pw++) {
+            float *acc = &out[(size_t)(ph * FRCNN_POOLED_W + pw) * FRCNN_CHANNELS];
+            memset(acc, 0, FRCNN_CHANNELS * sizeof *acc);
+            for (int iy = 0; iy < grid_h; iy++) {
+                float y = start_h + (float)ph * bin_h + ((float)iy + 0.5f) * bin_h / (float)grid_h;
+                if (y < -1.0f || y > (float)rows)
+                    continue;
+                int y0, y1;
+                float ly;
+                neighbours(y, rows, &y0, &y1, &ly);
+                for (int ix = 0; ix < grid_w; ix++) {
+                    float x = start_w + (float)pw * bin_w +
+                              ((float)ix + 0.5f) * bin_w / (float)grid_w;
+                    if (x < -1.0f || x > (float)cols)
+                        continue;
+                    int x0, x1;
+                    float lx;
+                    neighbours(x, cols, &x0, &x1, &lx);
+                    float hy = 1.0f - ly, hx = 1.0f - lx;
+                    const float *row0 = &map[(size_t)y0 * cols * FRCNN_CHANNELS];
+                    const float *row1 = &map[(size_t)y1 * cols * FRCNN_CHANNELS];
+                    add_sample(acc, &row0[x0 * FRCNN_CHANNELS], &row0[x1 * FRCNN_CHANNELS],
+                               &row1[x0 * FRCNN_CHANNELS], &row1[x1 * FRCNN_CHANNELS],
+                               hy * hx, hy * lx, ly * hx, ly * lx);
+                }
+            }
+            for (int k = 0; k < FRCNN_CHANNELS; k++)
+                acc[k] /= count;
+        }
+}
+#endif
+
 static int out_of_memory(pjserve_ctx *ctx)
 {
     pjserve_error(ctx, "out of memory");
@@ -335,13 +425,17 @@ int pjserve_run(pjserve_ctx *ctx, const pjserve_tensor *in, size_t n_in, pjserve
     if (rc != PJSERVE_OK)
         return rc;
 
-    size_t proposals_bytes = (size_t)FRCNN_PROPOSALS * 4 * sizeof(float);
-    void *scratch;
-    rc = pjserve_scratch(ctx, &proposals_bytes, 1, &scratch);
+    /* The proposals, and the pooled features stage 2 reads */
+    size_t sizes[2] = {(size_t)FRCNN_PROPOSALS * 4 * sizeof(float)};
+#if FRCNN_ROI_ALIGN_IN_GLUE
+    sizes[1] = (size_t)FRCNN_PROPOSALS * FRCNN_BINS * FRCNN_CHANNELS * sizeof(float);
+#endif
+    void *scratch[2];
+    rc = pjserve_scratch(ctx, sizes, FRCNN_ROI_ALIGN_IN_GLUE ? 2 : 1, scratch);
     if (rc != PJSERVE_OK)
         return rc;
-    float(*proposals)[4] = scratch;
-    memset(proposals, 0, proposals_bytes);
+    float(*proposals)[4] = scratch[0];
+    memset(proposals, 0, sizes[0]);
     long n_proposals = region_proposals(ctx, s1[FRCNN_POOLED_MAPS].data,
                                         s1[FRCNN_POOLED_MAPS + 1].data, proposals);
     if (n_proposals < 0)
@@ -352,6 +446,21 @@ int pjserve_run(pjserve_ctx *ctx, const pjserve_tensor *in, size_t n_in, pjserve
     int padded = FRCNN_PROPOSALS;
     for (int i = FRCNN_PROPOSAL_SIZES - 1; i >= 0 && frcnn_proposal_sizes[i] >= n_proposals; i--)
         padded = frcnn_proposal_sizes[i];
+#if FRCNN_ROI_ALIGN_IN_GLUE
+    float *rois = scratch[1];
+    size_t per_roi = (size_t)FRCNN_BINS * FRCNN_CHANNELS;
+    for (long p = 0; p < n_proposals; p++) {
+        int m = pooled_map(proposals[p]);
+        roi_align(s1[m].data, frcnn_map_rows[m], frcnn_map_cols[m], frcnn_map_scale[m],
+                  proposals[p], &rois[(size_t)p * per_roi]);
+    }
+    memset(&rois[(size_t)n_proposals * per_roi], 0,
+           (size_t)(padded - n_proposals) * per_roi * sizeof *rois);
+    pjserve_tensor s2_in[1] = {{
+        .name = "rois", .dtype = PJSERVE_FP32, .rank = 5,
+        .shape = {1, padded, FRCNN_POOLED_H, FRCNN_POOLED_W, FRCNN_CHANNELS}, .data = rois,
+        .nbytes = (size_t)padded * per_roi * sizeof *rois}};
+#else
     pjserve_tensor s2_in[FRCNN_POOLED_MAPS + 1];
     for (int i = 0; i < FRCNN_POOLED_MAPS; i++)
         s2_in[i] = s1[i];
@@ -359,9 +468,10 @@ int pjserve_run(pjserve_ctx *ctx, const pjserve_tensor *in, size_t n_in, pjserve
         .name = "proposals", .dtype = PJSERVE_FP32, .rank = 3,
         .shape = {1, padded, 4}, .data = proposals,
         .nbytes = (size_t)padded * 4 * sizeof(float)};
+#endif
     const pjserve_tensor *s2;
     size_t n_s2;
-    rc = pjserve_call(ctx, FRCNN_STAGE2, s2_in, FRCNN_POOLED_MAPS + 1, &s2, &n_s2);
+    rc = pjserve_call(ctx, FRCNN_STAGE2, s2_in, sizeof s2_in / sizeof s2_in[0], &s2, &n_s2);
     if (rc != PJSERVE_OK)
         return rc;
     candidate *found = NULL;

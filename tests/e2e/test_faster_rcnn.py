@@ -5,8 +5,10 @@ Runs in .venv-torch (`make e2e-torch`). Two architectures with random
 weights (nothing is downloaded; random_faster_rcnn calibrates their batch
 norms and classifier so that they detect):
 fasterrcnn_mobilenet_v3_large_320_fpn on 240x320 images and
-fasterrcnn_resnet50_fpn (min_size 320, max_size 512) on 300x400 images.
-Each served answer is matched with eager torchvision's for the same image:
+fasterrcnn_resnet50_fpn (min_size 320, max_size 512) on 300x400 images,
+with RoI Align in the glue; and MobileNetV3 again with RoI Align in stage 2
+(through its weight matrix, and through the gather large maps take) and with
+adaptive sampling in the glue (VARIANTS). Each served answer is matched with eager torchvision's for the same image:
 the same number of detections, each served one paired with a torchvision
 one of the same label by IoU, boxes within BOX_ATOL pixels and scores within
 SCORE_ATOL. Also: an image with no detection above the threshold, the wrong
@@ -15,6 +17,8 @@ image size, and the models the exporter refuses.
 
 import sys
 from pathlib import Path
+
+from unittest import mock
 
 import numpy as np
 import pytest
@@ -30,8 +34,9 @@ import tritonclient.grpc as grpcclient  # noqa: E402
 import tritonclient.http as httpclient  # noqa: E402
 from tritonclient.utils import InferenceServerException  # noqa: E402
 
-from pjserve_export import hooks_builder  # noqa: E402
+from pjserve_export import detection, hooks_builder  # noqa: E402
 from pjserve_export.detection import export_faster_rcnn, random_faster_rcnn  # noqa: E402
+from torchvision.ops import MultiScaleRoIAlign  # noqa: E402
 
 # Boxes come out of XLA's convolutions and PyTorch's, decoded in float32 at
 # coordinates up to a few hundred pixels.
@@ -42,6 +47,14 @@ IMAGES = 3
 ARCHITECTURES = {
     "mobilenet": ("fasterrcnn_mobilenet_v3_large_320_fpn", (240, 320), {}),
     "resnet50": ("fasterrcnn_resnet50_fpn", (300, 400), dict(min_size=320, max_size=512)),
+}
+# MobileNetV3 exported otherwise: {key: (model options, export options, the
+# largest maps stage 2 reads through a weight matrix)}
+VARIANTS = {
+    "in_graph": ({}, dict(roi_align="stage2"), detection.SEPARABLE_MAX_POSITIONS),
+    "gathered": ({}, dict(roi_align="stage2"), 0),
+    "adaptive": (dict(box_roi_pool=MultiScaleRoIAlign(["0", "1", "2", "3"], 7, 0)), {},
+                 detection.SEPARABLE_MAX_POSITIONS),
 }
 
 
@@ -67,13 +80,20 @@ def images(size, count, seed):
 @pytest.fixture(scope="module")
 def detectors(tmp_path_factory, pjserve_bin):
     """{key: (model, image size)} and the exported repository: every
-    architecture, and "strict" (mobilenet keeping no detection below 0.9999)."""
+    architecture, every variant, and "strict" (mobilenet keeping no detection
+    below 0.9999)."""
     out = tmp_path_factory.mktemp("detection")
     build = hooks_builder(pjserve_bin)
     models = {}
     for key, (arch, size, options) in ARCHITECTURES.items():
         models[key] = (random_faster_rcnn(arch, image_size=size, **options), size)
         export_faster_rcnn(models[key][0], out, name=key, image_size=size, build=build)
+    arch, size, _ = ARCHITECTURES["mobilenet"]
+    for key, (options, export_options, separable_max) in VARIANTS.items():
+        models[key] = (random_faster_rcnn(arch, image_size=size, **options), size)
+        with mock.patch.object(detection, "SEPARABLE_MAX_POSITIONS", separable_max):
+            export_faster_rcnn(models[key][0], out, name=key, image_size=size, build=build,
+                               **export_options)
     strict = random_faster_rcnn(ARCHITECTURES["mobilenet"][0], image_size=(240, 320),
                                 box_score_thresh=0.9999)
     models["strict"] = (strict, (240, 320))
@@ -136,7 +156,7 @@ def assert_same_detections(got, want, what):
     assert np.all(np.diff(scores) <= 0), f"{what}: not best first"
 
 
-@pytest.mark.parametrize("key", list(ARCHITECTURES))
+@pytest.mark.parametrize("key", list(ARCHITECTURES) + list(VARIANTS))
 def test_detections_are_torchvisions(server, detectors, key):
     models, _ = detectors
     model, size = models[key]
@@ -195,8 +215,10 @@ def test_what_the_exporter_refuses(tmp_path):
     model = torchvision.models.detection.fasterrcnn_mobilenet_v3_large_320_fpn(
         weights=None, weights_backbone=None)
     model.roi_heads.box_roi_pool.sampling_ratio = 0
-    with pytest.raises(NotImplementedError, match="sampling_ratio"):
-        export_faster_rcnn(model, tmp_path, name="m", image_size=(64, 64))
+    with pytest.raises(NotImplementedError, match="sampling_ratio .* roi_align=\"glue\""):
+        export_faster_rcnn(model, tmp_path, name="m", image_size=(64, 64), roi_align="stage2")
+    with pytest.raises(ValueError, match="roi_align must be one of glue, stage2, got 'xla'"):
+        export_faster_rcnn(model, tmp_path, name="m", image_size=(64, 64), roi_align="xla")
     model.roi_heads.box_roi_pool.sampling_ratio = 2
     with pytest.raises(ValueError, match="image_size"):
         export_faster_rcnn(model, tmp_path, name="m", image_size=(0, 64))
