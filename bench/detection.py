@@ -257,7 +257,8 @@ def main(argv=None):
         meta = Server(meta_repo, work / "cache", work, "meta", META_SCRATCH)
         public = Server(public_repo, work / "cache", work, "public")
         for server, names in ((meta, keys + [f"{k}{IN_GRAPH}" for k in keys]),
-                              (public, [f"{k}{IN_GRAPH}_stage1" for k in keys])):
+                              (public, [f"{k}{IN_GRAPH}_{stage}" for k in keys
+                                        for stage in ("stage1", "stage2")])):
             servers.append(server)
             server.start(names)
         rows = [measure(k, *models[k], meta, public, args) for k in keys]
