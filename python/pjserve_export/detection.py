@@ -51,11 +51,10 @@ pools in the meta. "stage2" keeps it in the graph, with fixed shapes: every
 proposal's level computed as LevelMapper does and its samples read from all
 levels' maps laid end to end (through separable bilinear weights and a
 matrix product when the maps are small, by one gather when they are large);
-on a GPU that gather is cheap and the glue's host CPU is not. Stage 2's
-linear layers keep their weights transposed (weight_t), which XLA's CPU
-matrix product reads faster.
+on a GPU that gather is cheap and the glue's host CPU is not.
 """
 
+import copy
 import math
 from pathlib import Path
 from typing import Optional, Tuple
@@ -63,7 +62,7 @@ from typing import Optional, Tuple
 import numpy as np
 
 from .hooks import export_meta
-from .torch_export import _modules, export_torch, replace_submodules
+from .torch_export import _modules, export_torch
 
 GLUE_SOURCE = Path(__file__).with_name("faster_rcnn.c")
 LOGIT_SPREAD = 1.5  # random_faster_rcnn's classifier: standard deviation of its logits
@@ -245,23 +244,24 @@ def _stage2_module(model, scales, k_min, k_max, roi_align):
     canonical_scale, canonical_level = pool.canonical_scale, pool.canonical_level
     from torchvision.models.detection.faster_rcnn import TwoMLPHead
     # The C pools channels last ([P, ph, pw, C]). A TwoMLPHead flattens its
-    # input into its first linear layer: that layer's rows are reordered to
-    # read the channels-last order as it is. Another head gets the input
-    # permuted back to [P, C, ph, pw] in the graph.
+    # input into its first linear layer: that layer's columns are reordered
+    # (in a copy) to read the channels-last order as it is. Another head gets
+    # the input permuted back to [P, C, ph, pw] in the graph.
     head_reads_channels_last = roi_align == "glue" and \
         type(model.roi_heads.box_head) is TwoMLPHead
 
     class Stage2(torch.nn.Module):
         def __init__(self):
             super().__init__()
-            self.box_head = _linear_transposed(torch, model.roi_heads.box_head)
-            self.box_predictor = _linear_transposed(torch, model.roi_heads.box_predictor)
+            self.box_head = copy.deepcopy(model.roi_heads.box_head)
+            self.box_predictor = model.roi_heads.box_predictor
             if head_reads_channels_last:
                 fc6 = self.box_head.fc6
-                channels = fc6.weight_t.shape[0] // (output_size[0] * output_size[1])
-                fc6.weight_t = torch.nn.Parameter(
-                    fc6.weight_t.detach().reshape(channels, -1, fc6.weight_t.shape[1])
-                    .transpose(0, 1).reshape(fc6.weight_t.shape).contiguous())
+                channels = fc6.in_features // (output_size[0] * output_size[1])
+                fc6.weight = torch.nn.Parameter(
+                    fc6.weight.detach().reshape(fc6.out_features, channels, -1)
+                    .transpose(1, 2).reshape(fc6.weight.shape).contiguous(),
+                    requires_grad=False)
 
         def forward(self, *inputs):
             if roi_align == "glue":  # [1, P, ph, pw, C], pooled by the C
@@ -284,32 +284,6 @@ def _stage2_module(model, scales, k_min, k_max, roi_align):
             return class_logits[None], box_regression[None]
 
     return Stage2()
-
-
-def _linear_transposed(torch, module):
-    """A copy of module whose nn.Linear layers keep their weights transposed
-    ([in, out], as weight_t): XLA's CPU matrix product reads them so about
-    30 % faster than through a transpose of PyTorch's [out, in] (the box
-    head's 12544 x 1024 layer over 150 rows: 31 against 22 ms). The model's
-    own module is untouched."""
-    import copy
-    module = copy.deepcopy(module)
-
-    class TransposedLinear(torch.nn.Module):
-        def __init__(self, linear):
-            super().__init__()
-            self.weight_t = torch.nn.Parameter(linear.weight.detach().t().contiguous())
-            self.bias = linear.bias
-
-        def forward(self, x):
-            out = x @ self.weight_t
-            return out if self.bias is None else out + self.bias
-
-    if type(module) is torch.nn.Linear:
-        return TransposedLinear(module)
-    replace_submodules(module, lambda m: TransposedLinear(m) if type(m) is torch.nn.Linear
-                       else None)
-    return module
 
 
 def _anchor_layout(model, image_list, features):

@@ -11,7 +11,10 @@ size. So:
 - the weights are the graph's floating-point initializers, named as in the
   graph ("conv1.weight"; characters other than letters, digits, "_" and "."
   become "_"); integer initializers (shapes, axes, indices) are constants of
-  the trace;
+  the trace. One used only as a Gemm's B with transB=1 (a Linear layer as
+  torch.onnx.export writes it) is stored transposed, as "fc.weight_t":
+  XLA's CPU backend multiplies 2 or more rows by it several times faster so
+  (_stored_transposed);
 - every batch size is its own trace, so the shape arithmetic ONNX exporters
   write (Shape, Gather, Concat, Reshape on the result) is computed while
   tracing, from the concrete shapes: it costs nothing at run time;
@@ -451,6 +454,23 @@ def _weight_name(name, taken):
     return clean
 
 
+def _stored_transposed(graph, weights):
+    """The weights whose every use is as a Gemm's B with transB=1: stored
+    [K, N] rather than [N, K], and transposed back in the trace, where XLA
+    cancels the two transpositions. (torch_export.py's _transposed_linear
+    measures why.)"""
+    onnx = _onnx()
+    as_b = {}
+    for node in graph.node:
+        trans_b = any(a.name == "transB" and onnx.helper.get_attribute_value(a) == 1
+                      for a in node.attribute)
+        for k, name in enumerate(node.input):
+            if name in weights:
+                ok = node.op_type == "Gemm" and k == 1 and trans_b
+                as_b[name] = as_b.get(name, True) and ok
+    return {name for name, ok in as_b.items() if ok and weights[name].ndim == 2}
+
+
 def export_onnx(model, out_dir, *, name: str, batch_sizes: Sequence[int],
                 input_names: Optional[Sequence[str]] = None,
                 output_names: Optional[Sequence[str]] = None,
@@ -462,13 +482,21 @@ def export_onnx(model, out_dir, *, name: str, batch_sizes: Sequence[int],
     graph = proto.graph
     for node in graph.node:  # refuse before tracing anything
         _check_supported(node)
-    weights, constants, taken = {}, {}, set()
+    floats, constants, taken = {}, {}, set()
     for init in graph.initializer:
         arr = onnx.numpy_helper.to_array(init)
         if np.issubdtype(arr.dtype, np.floating):
-            weights[init.name] = (_weight_name(init.name, taken), arr)
+            floats[init.name] = arr
         else:
             constants[init.name] = arr
+    transposed = _stored_transposed(graph, floats)
+    weights = {}
+    for init_name, arr in floats.items():
+        if init_name in transposed:
+            weights[init_name] = (_weight_name(init_name + "_t", taken),
+                                  np.ascontiguousarray(arr.T))
+        else:
+            weights[init_name] = (_weight_name(init_name, taken), arr)
     graph_inputs = [i for i in graph.input if i.name not in weights and i.name not in constants]
     if example_inputs is None:
         example_inputs = []
@@ -494,7 +522,8 @@ def export_onnx(model, out_dir, *, name: str, batch_sizes: Sequence[int],
 
     def forward(p, *inputs):
         values = dict(constants)
-        values.update({name: p[clean] for name, (clean, _) in weights.items()})
+        values.update({name: p[clean].T if name in transposed else p[clean]
+                       for name, (clean, _) in weights.items()})
         values.update({i.name: x for i, x in zip(graph_inputs, inputs)})
         _run_graph(graph, values)
         outs = tuple(_jnp().asarray(values[o]) for o in graph_output_names)

@@ -214,11 +214,16 @@ def test_densenet_onnx_without_batch_axis_matches_pytorch(pjserve_bin, plugin_pa
                 want)
 
 
-def safetensors_names(path):
+def safetensors_shapes(path):
+    """{name: shape} of the bundle's weights, in the file's order."""
     with open(path / "weights.safetensors", "rb") as f:
         (n,) = struct.unpack("<Q", f.read(8))
         header = json.loads(f.read(n))
-    return [k for k in header if k != "__metadata__"]
+    return {k: v["shape"] for k, v in header.items() if k != "__metadata__"}
+
+
+def safetensors_names(path):
+    return list(safetensors_shapes(path))
 
 
 def test_module_still_runs_in_pytorch_after_export(tmp_path):
@@ -296,6 +301,61 @@ def test_rewritten_convolutions_answer_as_pytorch(pjserve, tmp_path):
     compare("rewritten convolutions, pjserve run", run_x(pjserve, path, x, tmp_path), want)
 
 
+class TiedHead(torch.nn.Module):
+    """Token ids -> logits through an embedding whose weight the head shares
+    (as a language model ties them), a Linear, and a Linear subclass whose
+    owner reads its weight directly (as MultiheadAttention does)."""
+
+    class Subclassed(torch.nn.Linear):
+        pass
+
+    def __init__(self):
+        super().__init__()
+        self.embed = torch.nn.Embedding(50, 16)
+        self.mlp = torch.nn.Linear(16, 16)
+        self.direct = self.Subclassed(16, 16)
+        self.head = torch.nn.Linear(16, 50, bias=False)
+        self.head.weight = self.embed.weight
+
+    def forward(self, ids):
+        h = torch.relu(self.mlp(self.embed(ids)))
+        h = torch.nn.functional.linear(h, self.direct.weight, self.direct.bias)
+        return self.head(h * (self.mlp.weight.dtype == torch.float32))
+
+
+def test_linear_weights_are_stored_transposed(pjserve, tmp_path):
+    """An nn.Linear's weight is stored [in, out] as weight_t (XLA's CPU
+    backend multiplies several rows by it many times faster), read back as
+    `weight` by code that looks at it; a weight tied to another parameter,
+    and a subclass's, stay as they are. Answers as PyTorch does at several
+    batch sizes; the module is left as it was."""
+    torch.manual_seed(0)
+    nn = torch.nn
+    m = nn.Sequential(nn.Linear(12, 32), nn.GELU(), nn.Linear(32, 8, bias=False))
+    x = np.random.default_rng(7).standard_normal((3, 5, 12)).astype(np.float32)
+    (want,) = torch_reference(m, [x], ["y"])
+    path = export_torch(m, [x[:1]], tmp_path / "mlp", name="mlp", batch_sizes=[1, 3],
+                        input_names=["x"], output_names=["y"])
+    assert all(type(c) in (nn.Linear, nn.GELU) for c in m)
+    assert list(m.state_dict()) == ["0.weight", "0.bias", "2.weight"]
+    assert safetensors_shapes(path) == {"0.weight_t": [12, 32], "0.bias": [32],
+                                        "2.weight_t": [32, 8]}
+    compare("transposed linear layers, pjserve run", run_x(pjserve, path, x, tmp_path / "mlp"),
+            want)
+
+    tied = TiedHead().eval()
+    ids = np.random.default_rng(8).integers(0, 50, (2, 6)).astype(np.int32)
+    (want,) = torch_reference(tied, [ids], ["y"])
+    path = export_torch(tied, [ids[:1]], tmp_path / "tied", name="tied", batch_sizes=[2],
+                        input_names=["x"], output_names=["y"])
+    assert tied.head.weight is tied.embed.weight
+    assert safetensors_shapes(path) == {"embed.weight": [50, 16], "mlp.weight_t": [16, 16],
+                                        "mlp.bias": [16], "direct.weight": [16, 16],
+                                        "direct.bias": [16]}
+    compare("tied and subclassed linear layers, pjserve run",
+            run_x(pjserve, path, ids, tmp_path / "tied"), want)
+
+
 def test_weights_are_the_state_dict_in_a_stable_order(tmp_path):
     case = resnet18()
     a = export_torch(case.module, case.make_inputs(1, 0), tmp_path / "a", name="r",
@@ -303,7 +363,10 @@ def test_weights_are_the_state_dict_in_a_stable_order(tmp_path):
     b = export_torch(resnet18().module, case.make_inputs(1, 0), tmp_path / "b", name="r",
                      batch_sizes=(1,), input_names=["x"], output_names=["logits"])
     names = safetensors_names(a)
-    assert set(names) == set(case.module.state_dict())
+    linear = {f"{n}.weight" for n, m in case.module.named_modules()
+              if type(m) is torch.nn.Linear}
+    assert linear == {"fc.weight"}
+    assert set(names) == {f"{k}_t" if k in linear else k for k in case.module.state_dict()}
     assert names == safetensors_names(b)
     assert (a / "weights.safetensors").read_bytes() == (b / "weights.safetensors").read_bytes()
     assert (a / "model.b1.mlir").read_bytes() == (b / "model.b1.mlir").read_bytes()
