@@ -55,7 +55,8 @@ typedef struct pjs_cli_runtime {
         {"cpu-intra-op-threads", required_argument, NULL, 0x105},                                  \
         {"device-schedule", required_argument, NULL, 0x106},                                       \
         {"xla-flags", required_argument, NULL, 0x107},                                             \
-        {"execution-wait", required_argument, NULL, 0x108}
+        {"execution-wait", required_argument, NULL, 0x108},                                        \
+        {"weight-upload", required_argument, NULL, 0x109}
 
 #define PJS_CLI_COMMON_HELP                                                                        \
     "  --pjrt-plugin PATH     PJRT plugin .so (default: $PJSERVE_PJRT_PLUGIN, else the\n"          \
@@ -72,6 +73,10 @@ typedef struct pjs_cli_runtime {
     "                         XLA_FLAGS (appended to it; part of the cache key)\n"                \
     "  --execution-wait W     await (default): wait in PJRT_Event_Await; callback:\n"             \
     "                         be woken by PJRT_Event_OnReady (docs/runtime.md)\n"                 \
+    "  --weight-upload U      how a model's weights go to the device: block (one copy,\n"         \
+    "                         the weights views of it), each (a copy per weight) or\n"            \
+    "                         auto (default: block, but each on the CPU plugin;\n"               \
+    "                         docs/residency.md)\n"                                                \
     "  --cache-dir DIR        executable cache (default: $PJSERVE_CACHE_DIR, else\n"              \
     "                         $XDG_CACHE_HOME/pjserve or ~/.cache/pjserve)\n"                      \
     "  --no-cache             compile every module, read and write no cache\n"                     \

@@ -221,6 +221,7 @@ static const struct serve_flag {
     {"device-schedule", required_argument, TO_WORKERS},
     {"xla-flags", required_argument, TO_WORKERS},
     {"execution-wait", required_argument, TO_WORKERS},
+    {"weight-upload", required_argument, TO_WORKERS},
 };
 #define N_SERVE_FLAGS (sizeof serve_flags / sizeof serve_flags[0])
 #define OPT_SERVE_BASE 0x1000
@@ -387,7 +388,8 @@ static int parse_args(int argc, char **argv, node_args *a)
         } common[] = {{"pjrt-plugin", 0x100},     {"cache-dir", 0x101},
                       {"no-cache", 0x102},        {"pjrt-option", 0x103},
                       {"log-level", 0x104},       {"cpu-intra-op-threads", 0x105},
-                      {"device-schedule", 0x106}, {"execution-wait", 0x108}};
+                      {"device-schedule", 0x106}, {"execution-wait", 0x108},
+                      {"weight-upload", 0x109}};
         for (size_t c = 0; c < sizeof common / sizeof *common; c++)
             if (strcmp(sf->name, common[c].name) == 0 &&
                 pjs_cli_common_option(&a->common, common[c].code, optarg) < 0)

@@ -103,6 +103,15 @@ int pjs_cli_common_option(pjs_cli_common *o, int opt, const char *arg)
         pjs_rt_set_wait_mode(mode);
         return 1;
     }
+    case 0x109: {
+        pjs_rt_upload_mode mode;
+        if (pjs_rt_upload_mode_parse(arg, &mode, &err) != 0) {
+            fprintf(stderr, "pjserve: %s\n", err.msg);
+            return -1;
+        }
+        pjs_rt_set_upload_mode(mode);
+        return 1;
+    }
     }
     return 0;
 }

@@ -119,6 +119,49 @@ int pjs_model_create(pjs_bundle *b, pjs_rt_client *c, pjs_exec_cache *cache, pjs
     return 0;
 }
 
+/* A private floor copied to the device as one block, the weights views of
+ * it: on an H200 a ResNet-50's 161 copies took 4.4 ms where one copy of its
+ * 51 MB takes 0.94 (docs/benchmarks.md). PJS_ERR_UNSUPPORTED, nothing
+ * done, where there is no private floor, --weight-upload says each weight on
+ * its own (pjs_rt_uploads_blocks), or the plugin cannot view. */
+static int upload_floor_block(pjs_model *m, pjs_error *err)
+{
+    const pjs_bundle *b = m->bundle;
+    size_t n = b->weights.n_tensors;
+    if (m->host_weights == NULL || m->host_block.data == NULL || n == 0 ||
+        !pjs_rt_uploads_blocks(m->client))
+        return PJS_ERR_UNSUPPORTED;
+    pjs_rt_upload *uploads = calloc(n, sizeof *uploads);
+    size_t *offsets = calloc(n, sizeof *offsets);
+    int rc = uploads != NULL && offsets != NULL
+                 ? 0
+                 : pjs_error_set(err, PJS_ERR_NOMEM, "model %s: out of memory", m->name);
+    for (size_t i = 0; rc == 0 && i < n; i++) {
+        const pjs_st_tensor *t = &b->weights.tensors[i];
+        uploads[i] = (pjs_rt_upload){.dtype = t->dtype, .shape = &t->shape};
+        offsets[i] = (size_t)((const char *)m->host_weights[i] - (const char *)m->host_block.data);
+    }
+    if (rc == 0) {
+        pjs_error why;
+        rc = pjs_rt_block_from_host(m->client, m->host_block.data,
+                                    (size_t)pjs_model_floor_bytes(m), n, uploads, offsets,
+                                    &m->weight_block, m->weights, &why);
+        if (rc == 0)
+            pjs_log(PJS_LOG_DEBUG, "model %s: %zu weights copied to the device as one block of "
+                                   "%llu bytes", m->name, n,
+                    (unsigned long long)pjs_model_floor_bytes(m));
+        else if (rc == PJS_ERR_UNSUPPORTED)
+            pjs_log(PJS_LOG_DEBUG, "model %s: weights copied one by one (%s)", m->name, why.msg);
+        else {
+            *err = why;
+            pjs_error_prefix(err, "model %s: ", m->name);
+        }
+    }
+    free(uploads);
+    free(offsets);
+    return rc;
+}
+
 int pjs_model_load_weights(pjs_model *m, pjs_error *err)
 {
     uint64_t t0 = pjs_now_ns();
@@ -131,7 +174,9 @@ int pjs_model_load_weights(pjs_model *m, pjs_error *err)
                              "make a fresh copy",
                              m->name, detail, m->name);
     }
-    int rc = pjs_bundle_upload_weights(m->bundle, m->client, m->host_weights, m->weights, err);
+    int rc = upload_floor_block(m, err);
+    if (rc == PJS_ERR_UNSUPPORTED)
+        rc = pjs_bundle_upload_weights(m->bundle, m->client, m->host_weights, m->weights, err);
     atomic_fetch_add(&m->load_ns, pjs_now_ns() - t0);
     return rc;
 }
@@ -143,6 +188,9 @@ void pjs_model_free_weights(pjs_model *m)
             pjs_rt_buffer_destroy(m->client, m->weights[i]);
         m->weights[i] = NULL;
     }
+    if (m->weight_block != NULL)
+        pjs_rt_buffer_destroy(m->client, m->weight_block);
+    m->weight_block = NULL;
 }
 
 static int fill_from_bundle(void *bundle, size_t i, void *dst, pjs_error *err)
@@ -175,9 +223,13 @@ static int shared_host_floor(pjs_model *m, void **host, pjs_error *err)
     return rc;
 }
 
-/* Bytes a weight takes in a private floor: whole 64-byte lines, so that
- * each weight starts aligned for the plugin's copies. */
-static size_t floor_stride(const pjs_st_tensor *t) { return ((size_t)t->nbytes + 63) / 64 * 64; }
+/* Bytes a weight takes in a private floor: whole PJS_RT_BLOCK_ALIGN units,
+ * so that each weight starts aligned for the plugin's copies, and for an
+ * executable reading it within the floor's one device block. */
+static size_t floor_stride(const pjs_st_tensor *t)
+{
+    return ((size_t)t->nbytes + PJS_RT_BLOCK_ALIGN - 1) / PJS_RT_BLOCK_ALIGN * PJS_RT_BLOCK_ALIGN;
+}
 
 uint64_t pjs_model_floor_bytes(const pjs_model *m)
 {

@@ -99,6 +99,10 @@ typedef struct pjs_model {
      * model is not resident. Loaded and freed by the device owner only,
      * through the device weight cache (sched/weight_cache.h). */
     pjrt_buffer **weights;
+    /* The one device buffer that `weights` are views of, when the floor was
+     * copied as one block (pjs_model_load_weights); NULL: each weight is a
+     * buffer of its own. */
+    pjrt_buffer *weight_block;
     /* The host floor: every weight in aligned host memory, argument order,
      * or NULL (residency unpinned: read from the mapped file when loaded). */
     void **host_weights;

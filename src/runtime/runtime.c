@@ -267,6 +267,34 @@ int pjs_rt_wait_mode_parse(const char *s, pjs_rt_wait_mode *out, pjs_error *err)
     return 0;
 }
 
+static _Atomic int upload_mode = PJS_RT_UPLOAD_AUTO;
+
+int pjs_rt_upload_mode_parse(const char *s, pjs_rt_upload_mode *out, pjs_error *err)
+{
+    if (strcmp(s, "auto") == 0)
+        *out = PJS_RT_UPLOAD_AUTO;
+    else if (strcmp(s, "block") == 0)
+        *out = PJS_RT_UPLOAD_BLOCK;
+    else if (strcmp(s, "each") == 0)
+        *out = PJS_RT_UPLOAD_EACH;
+    else
+        return pjs_error_set(err, PJS_ERR_INVALID_ARGUMENT,
+                             "--weight-upload %s: expected auto, block or each", s);
+    return 0;
+}
+
+void pjs_rt_set_upload_mode(pjs_rt_upload_mode mode)
+{
+    atomic_store_explicit(&upload_mode, mode, memory_order_relaxed);
+}
+
+bool pjs_rt_uploads_blocks(const pjs_rt_client *c)
+{
+    int mode = atomic_load_explicit(&upload_mode, memory_order_relaxed);
+    return mode == PJS_RT_UPLOAD_BLOCK ||
+           (mode == PJS_RT_UPLOAD_AUTO && strcmp(pjs_rt_client_platform(c), "cpu") != 0);
+}
+
 void pjs_rt_set_wait_mode(pjs_rt_wait_mode mode)
 {
     atomic_store_explicit(&wait_mode, (int)mode, memory_order_relaxed);
@@ -1470,6 +1498,61 @@ int pjs_rt_buffers_from_host(pjs_rt_client *c, size_t n, const pjs_rt_upload *up
             pjs_rt_buffer_destroy(c, out[i]);
             out[i] = NULL;
         }
+    }
+    return rc;
+}
+
+/* Waits until the buffer's contents are on the device. */
+static int await_ready(pjs_rt_client *c, pjrt_buffer *b, pjs_error *err)
+{
+    const struct pjrt_api *api = c->plugin->api;
+    struct pjrt_buffer_ready_event_args a = {.struct_size = sizeof a, .buffer = b};
+    int rc = CALL(api, buffer_ready_event, &a, "waiting for a copy to the device", err);
+    return rc != 0 ? rc : await_event(api, a.event, "copying to the device", err);
+}
+
+int pjs_rt_block_from_host(pjs_rt_client *c, const void *data, size_t size, size_t n,
+                           const pjs_rt_upload *uploads, const size_t *offsets,
+                           pjrt_buffer **block, pjrt_buffer **out, pjs_error *err)
+{
+    const struct pjrt_api *api = c->plugin->api;
+    *block = NULL;
+    for (size_t i = 0; i < n; i++)
+        out[i] = NULL;
+    if (!HAS_SLOT(api, client_create_view_of_device_buffer) ||
+        !HAS_SLOT(api, buffer_opaque_device_memory_data_pointer) ||
+        !HAS_SLOT(api, buffer_ready_event))
+        return pjs_error_set(err, PJS_ERR_UNSUPPORTED, "the plugin makes no views");
+    for (size_t i = 0; i < n; i++)
+        if ((uploads[i].param != NULL && uploads[i].param->other_layout) ||
+            offsets[i] % PJS_RT_BLOCK_ALIGN != 0)
+            return pjs_error_set(err, PJS_ERR_UNSUPPORTED,
+                                 "buffer %zu is laid out or placed otherwise", i);
+    pjs_shape bytes = {.rank = 1, .dims = {(int64_t)size}};
+    int rc = pjs_rt_buffer_from_host(c, PJS_DTYPE_U8, &bytes, NULL, data, block, err);
+    uint64_t base = 0;
+    if (rc == 0)
+        rc = await_ready(c, *block, err);
+    if (rc == 0)
+        rc = pjs_rt_buffer_device_address(c, *block, &base, err);
+    /* The CPU plugin's allocations are 64-byte aligned, what its
+     * executables assume of their arguments. */
+    uint64_t align = strcmp(pjs_rt_client_platform(c), "cpu") == 0 ? 64 : PJS_RT_BLOCK_ALIGN;
+    if (rc == 0 && base % align != 0)
+        rc = pjs_error_set(err, PJS_ERR_UNSUPPORTED, "the block lies at %#llx",
+                           (unsigned long long)base);
+    for (size_t i = 0; rc == 0 && i < n; i++)
+        rc = pjs_rt_buffer_view_device(c, uploads[i].dtype, uploads[i].shape, NULL,
+                                       base + offsets[i], &out[i], err);
+    if (rc != 0) {
+        for (size_t i = 0; i < n; i++) {
+            if (out[i] != NULL)
+                pjs_rt_buffer_destroy(c, out[i]);
+            out[i] = NULL;
+        }
+        if (*block != NULL)
+            pjs_rt_buffer_destroy(c, *block);
+        *block = NULL;
     }
     return rc;
 }

@@ -178,6 +178,20 @@ typedef struct pjs_rt_upload {
  * NULL and *failed is the index of the upload that failed. */
 int pjs_rt_buffers_from_host(pjs_rt_client *c, size_t n, const pjs_rt_upload *uploads,
                              pjrt_buffer **out, size_t *failed, pjs_error *err);
+/* Device buffers at this alignment within one block (pjs_rt_block_from_host)
+ * are handed to executables, as DEVICE_VIEW_ALIGN is. */
+#define PJS_RT_BLOCK_ALIGN 256u
+/* Copies `size` bytes of host memory to one device buffer (*block), then
+ * makes out[i] a view of uploads[i] at offsets[i] within it (each a multiple
+ * of PJS_RT_BLOCK_ALIGN; uploads[i].data is not read): one copy instead of
+ * n, whose calls cost more than their bytes on a GPU. Destroy the views
+ * before the block. UNSUPPORTED (nothing made) where the plugin makes no
+ * views, or the block lies at a device address not so aligned (64 bytes on
+ * the CPU plugin, whose allocations are), or an upload's param wants
+ * another layout: then upload them one by one. */
+int pjs_rt_block_from_host(pjs_rt_client *c, const void *data, size_t size, size_t n,
+                           const pjs_rt_upload *uploads, const size_t *offsets,
+                           pjrt_buffer **block, pjrt_buffer **out, pjs_error *err);
 /* Copies a buffer back to host memory (dst_size must be its exact size). */
 int pjs_rt_buffer_to_host(pjs_rt_client *c, pjrt_buffer *b, void *dst, size_t dst_size,
                           pjs_error *err);
@@ -267,6 +281,20 @@ int pjs_rt_execute_read(pjs_rt_executable *e, pjrt_buffer *const *args, pjrt_buf
 typedef enum { PJS_RT_WAIT_AWAIT = 0, PJS_RT_WAIT_CALLBACK } pjs_rt_wait_mode;
 int pjs_rt_wait_mode_parse(const char *s, pjs_rt_wait_mode *out, pjs_error *err);
 void pjs_rt_set_wait_mode(pjs_rt_wait_mode mode);
+
+/* How a model's host floor goes to the device (--weight-upload), process-wide:
+ *   BLOCK  one copy of the whole floor, the weights views of it
+ *          (pjs_rt_block_from_host)
+ *   EACH   one copy per weight, all in flight at once
+ *   AUTO   BLOCK where the device's memory is not the host's; EACH on the
+ *          CPU plugin, where a block is fresh host memory whose page faults
+ *          cost more than the calls it saves (a ResNet-50, 102 MB: 45 ms as
+ *          a block, 9-12 ms weight by weight, docs/residency.md) */
+typedef enum { PJS_RT_UPLOAD_AUTO = 0, PJS_RT_UPLOAD_BLOCK, PJS_RT_UPLOAD_EACH } pjs_rt_upload_mode;
+int pjs_rt_upload_mode_parse(const char *s, pjs_rt_upload_mode *out, pjs_error *err);
+void pjs_rt_set_upload_mode(pjs_rt_upload_mode mode);
+/* Whether floors go to c's device as one block. */
+bool pjs_rt_uploads_blocks(const pjs_rt_client *c);
 
 /* The CUDA context schedule of XLA's GPU plugins, read from this variable
  * when the plugin creates its first client: spin, yield or blocking_sync;

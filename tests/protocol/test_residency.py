@@ -490,6 +490,41 @@ OVER_BUDGET_LINE = re.compile(r"WARN  model (\S+): its weights .* exceed the dev
                               r".*?(?: \((\d+) more like this in the last [\d.]+ s\))?$", re.M)
 
 
+ONE_BLOCK_LINE = re.compile(r"model (res_\d+): (\d+) weights copied to the device as one "
+                            r"block of (\d+) bytes")
+
+
+@serve_only("each worker loads its own copies")
+def test_weights_are_copied_as_one_block(start_server, residency_models):
+    """--weight-upload block: a model's host floor goes to the device as one
+    copy, its weights views of it (on a GPU the calls cost more than the
+    bytes), each load again after an eviction, with right answers. auto, the
+    default, copies weight by weight on the CPU plugin, where a fresh block's
+    page faults cost more."""
+    mb = residency_models.weight_bytes
+    a, b = NAMES[:2]
+    for mode, want_blocks in (("block", True), ("auto", False)):
+        server = start_server([a, b], mb + mb // 2,
+                              ["--log-level", "debug", "--warmup-runs", "0",
+                               "--weight-upload", mode])
+        log_start = len(server.stderr_text())
+        g, _ = clients(server)
+        try:
+            for k, model in enumerate((a, b, a)):
+                infer_checked(g, "grpc", residency_models.cases[model][1], f"({mode}, {k})")
+        finally:
+            g.close()
+        log = server.stderr_text()[log_start:]
+        lines = ONE_BLOCK_LINE.findall(log)
+        if not want_blocks:
+            assert not lines, lines
+            continue
+        assert [m for m, _, _ in lines] == [a, b, a], lines
+        for _, n, size in lines:
+            # the wide mlp's six weights, each rounded up to 256 bytes
+            assert int(n) == 6 and mb <= int(size) < mb + 6 * 256, (n, size, mb)
+
+
 @serve_only("the weight budget and its LRU are per worker")
 def test_over_budget_warning_is_rate_limited(start_server, residency_models):
     """Two models each over the budget, requested in turn: every request

@@ -458,6 +458,57 @@ static void test_device_views_and_addresses(void **state)
     pjs_rt_executable_destroy(e);
 }
 
+/* Weights copied as one block and viewed at their offsets in it execute as
+ * buffers of their own would; an offset off PJS_RT_BLOCK_ALIGN is refused
+ * as UNSUPPORTED with nothing made (the caller then uploads one by one). */
+static void test_weights_as_views_of_one_block(void **state)
+{
+    (void)state;
+    static const char module[] =
+        "module @block {\n"
+        "  func.func public @main(%a: tensor<2x3xf32>, %b: tensor<3xf32>) -> tensor<2x3xf32> {\n"
+        "    %0 = stablehlo.broadcast_in_dim %b, dims = [1] : (tensor<3xf32>) -> tensor<2x3xf32>\n"
+        "    %1 = stablehlo.add %a, %0 : tensor<2x3xf32>\n"
+        "    return %1 : tensor<2x3xf32>\n"
+        "  }\n"
+        "}\n";
+    pjs_rt_executable *e;
+    pjs_error err;
+    assert_int_equal(pjs_rt_compile(client, module, strlen(module), NULL, "block", &e, &err), 0);
+    _Alignas(256) unsigned char floor[2 * PJS_RT_BLOCK_ALIGN] = {0};
+    const float a[6] = {1, 2, 3, 4, 5, 6}, b[3] = {10, 20, 30};
+    memcpy(floor, a, sizeof a);
+    memcpy(floor + PJS_RT_BLOCK_ALIGN, b, sizeof b);
+    pjs_rt_upload uploads[2] = {{.dtype = PJS_DTYPE_F32, .shape = &e->params[0].shape},
+                                {.dtype = PJS_DTYPE_F32, .shape = &e->params[1].shape}};
+    size_t offsets[2] = {0, PJS_RT_BLOCK_ALIGN};
+    pjrt_buffer *block, *views[2];
+    assert_int_equal(pjs_rt_block_from_host(client, floor, sizeof floor, 2, uploads, offsets,
+                                            &block, views, &err),
+                     0);
+    memset(floor, 0, sizeof floor); /* the block is the device's copy */
+    float y[6];
+    void *dst[1] = {y};
+    size_t size[1] = {sizeof y};
+    pjrt_buffer *out;
+    assert_int_equal(pjs_rt_execute_read(e, views, &out, dst, size, NULL, &err), 0);
+    for (int i = 0; i < 6; i++)
+        assert_true(y[i] == a[i] + b[i % 3]);
+    pjs_rt_buffer_destroy(client, out);
+    for (int i = 0; i < 2; i++)
+        pjs_rt_buffer_destroy(client, views[i]);
+    pjs_rt_buffer_destroy(client, block);
+
+    offsets[1] = 64;
+    assert_int_equal(pjs_rt_block_from_host(client, floor, sizeof floor, 2, uploads, offsets,
+                                            &block, views, &err),
+                     PJS_ERR_UNSUPPORTED);
+    assert_null(block);
+    assert_null(views[0]);
+    assert_null(views[1]);
+    pjs_rt_executable_destroy(e);
+}
+
 /* An input above PJS_RT_STAGED_UPLOAD_MAX is read in place until its transfer
  * completes; below, the plugin copies it within the call: the same values. */
 static void test_upload_either_side_of_the_staging_limit(void **state)
@@ -752,6 +803,7 @@ int main(void)
         cmocka_unit_test(test_callback_wait_reports_errors),
         cmocka_unit_test(test_wait_and_schedule_settings),
         cmocka_unit_test(test_xla_flags_are_part_of_the_cache_key),
+        cmocka_unit_test(test_weights_as_views_of_one_block),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
