@@ -123,13 +123,14 @@ def test_whole_benchmark_on_the_cpu_plugin(package, plugin_path, tmp_path):
     assert "error" not in res
     assert res["limits"]["file_read_gb_s"] > 0
     cold = {(c["tier"], c["dtype"]): c for c in res["cold"]}
-    assert set(cold) == {(t, d) for t in ("host", "file", "device (warm)")
+    each = "host, a copy per weight"  # --weight-upload each, beside the default
+    assert set(cold) == {(t, d) for t in ("host", each, "file", "device (warm)")
                          for d in ("bf16", "f32")}
     for (tier, dtype), c in cold.items():
         assert c["measured"] > 0 and c["p50_ms"] > 0
         # every measured request finds the tier the run is built to hit
         found = {t: d["requests"] for t, d in c["server_tiers"].items()}
-        want = "device" if tier == "device (warm)" else tier
+        want = {"device (warm)": "device", each: "host"}.get(tier, tier)
         assert found[want] == c["requests"] == c["measured"], (tier, dtype, found)
         assert (c["device_load_ms"] is not None) == (want != "device")
         assert (c["host_load_ms"] is not None) == (tier == "file")
