@@ -322,6 +322,76 @@ static int parse_meta(pjs_yaml *y, yaml_node_t *n, pjs_manifest *m)
     return pjs_yaml_check_unique(y, f[0].value, "meta.calls", (const char **)m->calls, count, "");
 }
 
+/* ---- swap-in stages ------------------------------------------------------- */
+
+/* One entry of `swap_in_stages` at `path`; `last` has no outputs. */
+static int parse_stage(pjs_yaml *y, yaml_node_t *n, const char *path, bool last,
+                       pjs_swap_in_stage *st)
+{
+    pjs_yaml_field f[] = {{"weights", NULL}, {"outputs", NULL}};
+    char sub[PJS_YAML_PATH_MAX], item_path[PJS_YAML_PATH_MAX];
+    int rc = pjs_yaml_get_fields(y, n, path, f, 2);
+    if (rc == 0)
+        rc = pjs_yaml_require(y, &f[0], path, n);
+    if (rc != 0)
+        return rc;
+    pjs_yaml_path_key(sub, path, "outputs");
+    if (last && f[1].value != NULL)
+        return pjs_yaml_fail(y, f[1].value, sub,
+                             "the last stage returns the model's outputs and declares none");
+    if (!last && f[1].value == NULL)
+        return pjs_yaml_fail(y, n, path, "missing \"outputs\": what this stage passes to the "
+                                         "next");
+    if (!last && (rc = parse_tensors(y, f[1].value, sub, false, &st->outputs,
+                                     &st->n_outputs)) != 0)
+        return rc;
+    for (size_t i = 0; i < st->n_outputs; i++)
+        if (st->outputs[i].labels != NULL) {
+            pjs_yaml_path_index(item_path, sub, i);
+            return pjs_yaml_fail(y, n, item_path, "a stage's outputs have no labels");
+        }
+    size_t count = 0;
+    pjs_yaml_path_key(sub, path, "weights");
+    if ((rc = pjs_yaml_get_list(y, f[0].value, sub, false, &count)) != 0 || count == 0)
+        return rc;
+    if ((st->weights = calloc(count, sizeof *st->weights)) == NULL)
+        return pjs_yaml_fail_nomem(y, sub);
+    st->n_weights = count;
+    for (size_t i = 0; i < count; i++) {
+        pjs_yaml_path_index(item_path, sub, i);
+        yaml_node_t *item = pjs_yaml_list_item(y, f[0].value, i);
+        if ((rc = pjs_yaml_get_string(y, item, item_path)) != 0 ||
+            (rc = pjs_yaml_dup_string(y, item, item_path, &st->weights[i])) != 0)
+            return rc;
+    }
+    return pjs_yaml_check_unique(y, f[0].value, sub, (const char **)st->weights, count, "");
+}
+
+static int parse_swap_in_stages(pjs_yaml *y, yaml_node_t *n, yaml_node_t *variants,
+                                pjs_manifest *m)
+{
+    size_t count = 0;
+    int rc = pjs_yaml_get_list(y, n, "swap_in_stages", true, &count);
+    if (rc != 0)
+        return rc;
+    if (variants != NULL)
+        return pjs_yaml_fail(y, n, "swap_in_stages", "not allowed together with variants");
+    if (count < 2 || count > PJS_MANIFEST_MAX_STAGES)
+        return pjs_yaml_fail(y, n, "swap_in_stages", "a model has 2 to %d stages, not %zu",
+                             PJS_MANIFEST_MAX_STAGES, count);
+    if ((m->stages = calloc(count, sizeof *m->stages)) == NULL)
+        return pjs_yaml_fail_nomem(y, "swap_in_stages");
+    m->n_stages = count;
+    for (size_t k = 0; k < count; k++) {
+        char sub[PJS_YAML_PATH_MAX];
+        pjs_yaml_path_index(sub, "swap_in_stages", k);
+        if ((rc = parse_stage(y, pjs_yaml_list_item(y, n, k), sub, k + 1 == count,
+                              &m->stages[k])) != 0)
+            return rc;
+    }
+    return 0;
+}
+
 /* ---- variants ------------------------------------------------------------ */
 
 #define DEFAULT_VARIANT "default"
@@ -864,7 +934,7 @@ static void free_step_map(pjs_ensemble_map *v, size_t n)
 enum top_key {
     K_FORMAT_VERSION, K_NAME, K_KIND, K_DESCRIPTION, K_BATCH_SIZES, K_INPUTS, K_OUTPUTS,
     K_VARIANTS, K_RESIDENCY, K_WEIGHT, K_META, K_CLIENT_INPUTS, K_CLIENT_OUTPUTS, K_ENSEMBLE,
-    K_DECOUPLED, K_SEQUENCE, K_HOOKS_LIBRARIES, K_COUNT
+    K_DECOUPLED, K_SEQUENCE, K_HOOKS_LIBRARIES, K_SWAP_IN_STAGES, K_COUNT
 };
 
 static const char *kind_name(pjs_model_kind kind)
@@ -882,14 +952,15 @@ static int check_kind_keys(pjs_yaml *y, const pjs_yaml_field *f, pjs_model_kind 
     static const enum top_key ensemble_keys[] = {K_ENSEMBLE, K_CLIENT_INPUTS, K_CLIENT_OUTPUTS};
     static const struct {
         const enum top_key *required; /* the first three of it are */
-        enum top_key forbidden[7];
+        enum top_key forbidden[8];
         size_t n_forbidden;
     } rules[] = {
         [PJS_KIND_MODEL] = {model_keys, {K_META, K_ENSEMBLE}, 2},
         [PJS_KIND_META] = {meta_keys, {K_BATCH_SIZES, K_INPUTS, K_OUTPUTS, K_VARIANTS,
-                                       K_ENSEMBLE, K_SEQUENCE}, 6},
+                                       K_ENSEMBLE, K_SEQUENCE, K_SWAP_IN_STAGES}, 7},
         [PJS_KIND_ENSEMBLE] = {ensemble_keys, {K_BATCH_SIZES, K_INPUTS, K_OUTPUTS, K_VARIANTS,
-                                               K_META, K_SEQUENCE, K_HOOKS_LIBRARIES}, 7},
+                                               K_META, K_SEQUENCE, K_HOOKS_LIBRARIES,
+                                               K_SWAP_IN_STAGES}, 8},
     };
     for (size_t i = 0; i < rules[kind].n_forbidden; i++) {
         enum top_key k = rules[kind].forbidden[i];
@@ -903,6 +974,7 @@ static int check_kind_keys(pjs_yaml *y, const pjs_yaml_field *f, pjs_model_kind 
                                  : k == K_ENSEMBLE  ? " (only kind: ensemble has steps)"
                                  : k == K_SEQUENCE  ? " (only kind: model keeps state)"
                                  : k == K_HOOKS_LIBRARIES ? " (an ensemble has no model.c)"
+                                 : k == K_SWAP_IN_STAGES  ? " (only kind: model has modules)"
                                                     : "");
     }
     for (size_t i = 0; i < 3; i++) {
@@ -1235,6 +1307,7 @@ static int parse_root(pjs_yaml *y, yaml_node_t *root, pjs_manifest *m)
         [K_CLIENT_INPUTS] = {"client_inputs", NULL},   [K_CLIENT_OUTPUTS] = {"client_outputs", NULL},
         [K_ENSEMBLE] = {"ensemble", NULL},             [K_DECOUPLED] = {"decoupled", NULL},
         [K_SEQUENCE] = {"sequence", NULL},             [K_HOOKS_LIBRARIES] = {"hooks_libraries", NULL},
+        [K_SWAP_IN_STAGES] = {"swap_in_stages", NULL},
     };
     if (root->type != YAML_MAPPING_NODE)
         return pjs_yaml_fail(y, root, "", "the top level must be a mapping, got %s",
@@ -1293,6 +1366,9 @@ static int parse_root(pjs_yaml *y, yaml_node_t *root, pjs_manifest *m)
         return rc;
     if (f[K_HOOKS_LIBRARIES].value != NULL &&
         (rc = parse_hooks_libraries(y, f[K_HOOKS_LIBRARIES].value, m)) != 0)
+        return rc;
+    if (f[K_SWAP_IN_STAGES].value != NULL &&
+        (rc = parse_swap_in_stages(y, f[K_SWAP_IN_STAGES].value, f[K_VARIANTS].value, m)) != 0)
         return rc;
     if (m->kind == PJS_KIND_ENSEMBLE)
         return parse_ensemble(y, f[K_ENSEMBLE].value, m);
@@ -1490,6 +1566,13 @@ void pjs_manifest_free(pjs_manifest *m)
     free(m->step_order);
     free(m->sequence.client_inputs);
     free(m->sequence.client_outputs);
+    for (size_t k = 0; m->stages != NULL && k < m->n_stages; k++) {
+        for (size_t i = 0; m->stages[k].weights != NULL && i < m->stages[k].n_weights; i++)
+            free(m->stages[k].weights[i]);
+        free(m->stages[k].weights);
+        free_tensors(m->stages[k].outputs, m->stages[k].n_outputs, true);
+    }
+    free(m->stages);
     memset(m, 0, sizeof *m);
 }
 

@@ -162,6 +162,23 @@ typedef struct pjs_sequence_spec {
     pjs_tensor_spec *client_outputs;
 } pjs_sequence_spec;
 
+/* Most entries of `swap_in_stages`. */
+#define PJS_MANIFEST_MAX_STAGES 16
+
+/* One of `swap_in_stages` (docs/bundle-format.md): the module
+ * swap_in.s<k>.b<N>.mlir takes `weights` (names from weights.safetensors,
+ * in this order), then stage k-1's outputs (stage 0: the model's inputs),
+ * and returns `outputs`, carried to stage k+1; the last stage has none and
+ * returns the model's outputs. The registry checks the names against the
+ * weights file and that each stage's first-used weights follow the earlier
+ * stages' in argument_order, so that each stage's copy is one block. */
+typedef struct pjs_swap_in_stage {
+    size_t n_weights;
+    char **weights;
+    size_t n_outputs;
+    pjs_tensor_spec *outputs;
+} pjs_swap_in_stage;
+
 typedef struct pjs_manifest {
     char *name;
     pjs_model_kind kind;
@@ -207,6 +224,12 @@ typedef struct pjs_manifest {
     size_t n_steps;
     pjs_ensemble_step *steps;
     size_t *step_order;
+    /* Kind model, optional (else 0 and NULL): the stages a cold model's
+     * first execution may run while later stages' weights are still being
+     * copied (pipelined swap-in, docs/residency.md); 2..16 of them. Never
+     * with variants. */
+    size_t n_stages;
+    pjs_swap_in_stage *stages;
 } pjs_manifest;
 
 /* Bytes of one example (one batch row) of a tensor; the whole tensor when it

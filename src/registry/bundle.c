@@ -81,6 +81,7 @@ static int find_modules(pjs_bundle *b, pjs_error *err)
             pjs_bundle_module *mod = pjs_bundle_module_at(b, v, i);
             char file[192];
             mod->variant = v;
+            mod->stage = -1;
             mod->batch_size = m->batch_sizes[i];
             module_file_name(m, v, mod->batch_size, file, sizeof file);
             snprintf(mod->path, sizeof mod->path, "%s/%s", b->dir, file);
@@ -99,6 +100,89 @@ static int find_modules(pjs_bundle *b, pjs_error *err)
         }
     }
     return 0;
+}
+
+/* The module files of the swap-in stages, stage-major; each must exist. */
+static int find_stage_modules(pjs_bundle *b, pjs_error *err)
+{
+    const pjs_manifest *m = &b->manifest;
+    size_t count = m->n_stages * m->n_batch_sizes;
+    if (count == 0)
+        return 0;
+    b->stage_modules = calloc(count, sizeof *b->stage_modules);
+    if (b->stage_modules == NULL)
+        return pjs_error_set(err, PJS_ERR_NOMEM, "out of memory");
+    for (size_t k = 0; k < m->n_stages; k++) {
+        for (size_t i = 0; i < m->n_batch_sizes; i++) {
+            pjs_bundle_module *mod = pjs_bundle_stage_module_at(b, k, i);
+            char file[64];
+            mod->stage = (int)k;
+            mod->batch_size = m->batch_sizes[i];
+            snprintf(file, sizeof file, "swap_in.s%zu.b%lld.mlir", k, (long long)mod->batch_size);
+            snprintf(mod->path, sizeof mod->path, "%s/%s", b->dir, file);
+            if (!file_exists(mod->path))
+                return pjs_error_set(err, PJS_ERR_NOT_FOUND,
+                                     "%s: missing (manifest.yaml swap_in_stages[%zu] needs one "
+                                     "module per batch size; batch_sizes lists %lld)",
+                                     file, k, (long long)mod->batch_size);
+            b->n_stage_modules++;
+        }
+    }
+    return 0;
+}
+
+/* Resolves each stage's weight names and the run of weights it copies:
+ * along argument_order, the stage that first uses a weight (the last stage
+ * for a weight none uses) never decreases. */
+static int resolve_stages(pjs_bundle *b, pjs_error *err)
+{
+    const pjs_manifest *m = &b->manifest;
+    size_t n_w = b->weights.n_tensors;
+    if (m->n_stages == 0)
+        return 0;
+    b->stages = calloc(m->n_stages, sizeof *b->stages);
+    size_t *first_use = malloc((n_w + 1) * sizeof *first_use);
+    int rc = b->stages != NULL && first_use != NULL
+                 ? 0
+                 : pjs_error_set(err, PJS_ERR_NOMEM, "out of memory");
+    for (size_t i = 0; rc == 0 && i < n_w; i++)
+        first_use[i] = m->n_stages - 1;
+    for (size_t k = m->n_stages; rc == 0 && k-- > 0;) {
+        const pjs_swap_in_stage *st = &m->stages[k];
+        b->stages[k].weights = calloc(st->n_weights + 1, sizeof *b->stages[k].weights);
+        if (b->stages[k].weights == NULL)
+            rc = pjs_error_set(err, PJS_ERR_NOMEM, "out of memory");
+        for (size_t j = 0; rc == 0 && j < st->n_weights; j++) {
+            const pjs_st_tensor *t = pjs_safetensors_find(&b->weights, st->weights[j]);
+            if (t == NULL) {
+                rc = pjs_error_set(err, PJS_ERR_INVALID_ARGUMENT,
+                                   "manifest.yaml swap_in_stages[%zu].weights[%zu]: no weight "
+                                   "\"%s\" in weights.safetensors",
+                                   k, j, st->weights[j]);
+                break;
+            }
+            size_t i = (size_t)(t - b->weights.tensors);
+            b->stages[k].weights[j] = i;
+            first_use[i] = k;
+        }
+    }
+    size_t stage = 0;
+    for (size_t i = 0; rc == 0 && i < n_w; i++) {
+        if (first_use[i] < stage)
+            rc = pjs_error_set(err, PJS_ERR_INVALID_ARGUMENT,
+                               "weights.safetensors argument_order: weight \"%s\", first used by "
+                               "swap_in_stages[%zu], comes after weights of swap_in_stages[%zu]; "
+                               "order the weights by the stage that first uses them",
+                               b->weights.tensors[i].name, first_use[i], stage);
+        for (; rc == 0 && stage < first_use[i]; stage++)
+            b->stages[stage + 1].first = b->stages[stage].end = i;
+        if (rc == 0)
+            b->stages[stage].end = i + 1;
+    }
+    for (; rc == 0 && stage + 1 < m->n_stages; stage++)
+        b->stages[stage + 1].first = b->stages[stage + 1].end = b->stages[stage].end;
+    free(first_use);
+    return rc;
 }
 
 int pjs_bundle_open(const char *dir, pjs_bundle **out, pjs_error *err)
@@ -143,6 +227,10 @@ int pjs_bundle_open(const char *dir, pjs_bundle **out, pjs_error *err)
         goto fail;
     }
     rc = find_modules(b, err);
+    if (rc == 0)
+        rc = find_stage_modules(b, err);
+    if (rc == 0)
+        rc = resolve_stages(b, err);
     if (rc != 0)
         goto fail;
     *out = b;
@@ -160,6 +248,12 @@ void pjs_bundle_close(pjs_bundle *b)
     for (size_t i = 0; i < b->n_modules; i++)
         pjs_rt_executable_destroy(b->modules[i].exec);
     free(b->modules);
+    for (size_t i = 0; i < b->n_stage_modules; i++)
+        pjs_rt_executable_destroy(b->stage_modules[i].exec);
+    free(b->stage_modules);
+    for (size_t k = 0; b->stages != NULL && k < b->manifest.n_stages; k++)
+        free(b->stages[k].weights);
+    free(b->stages);
     free(b->weight_sums);
     free(b->summed);
     pjs_safetensors_close(&b->weights);
@@ -280,6 +374,73 @@ static int check_signature(const pjs_bundle *b, const pjs_bundle_module *mod, pj
     return 0;
 }
 
+/* A list of tensors a stage module takes or returns, at batch size n. */
+static int check_stage_tensors(const pjs_tensor_spec *specs, size_t n_specs,
+                               const pjs_rt_tensor_type *got, size_t first, int64_t n,
+                               const char *file, const char *kind, const char *source,
+                               pjs_error *err)
+{
+    char what[512], from[512];
+    for (size_t i = 0; i < n_specs; i++) {
+        pjs_shape want = spec_shape(&specs[i], n);
+        snprintf(what, sizeof what, "%s %zu (\"%s\")", kind, first + i, specs[i].name);
+        snprintf(from, sizeof from, "%s[%zu]", source, i);
+        int rc = check_type(&got[first + i], specs[i].dtype, &want, file, what, from, err);
+        if (rc != 0)
+            return rc;
+    }
+    return 0;
+}
+
+/* Stage k takes its weights, then stage k-1's outputs (stage 0: the
+ * model's inputs), and returns its outputs (the last stage: the model's). */
+static int check_stage_signature(const pjs_bundle *b, const pjs_bundle_module *mod,
+                                 pjs_error *err)
+{
+    const pjs_manifest *m = &b->manifest;
+    size_t k = (size_t)mod->stage;
+    const pjs_swap_in_stage *st = &m->stages[k];
+    const pjs_rt_executable *e = mod->exec;
+    const char *file = file_name(mod->path);
+    char what[512], source[512];
+    const pjs_tensor_spec *ins = k == 0 ? m->inputs : m->stages[k - 1].outputs;
+    size_t n_ins = k == 0 ? m->n_inputs : m->stages[k - 1].n_outputs;
+    bool last = k + 1 == m->n_stages;
+    const pjs_tensor_spec *outs = last ? m->outputs : st->outputs;
+    size_t n_outs = last ? m->n_outputs : st->n_outputs;
+    if (e->n_params != st->n_weights + n_ins || e->n_results != n_outs)
+        return pjs_error_set(err, PJS_ERR_INVALID_ARGUMENT,
+                             "%s: takes %zu parameters and returns %zu results, but "
+                             "manifest.yaml swap_in_stages[%zu] says %zu weights + %zu inputs "
+                             "and %zu outputs",
+                             file, e->n_params, e->n_results, k, st->n_weights, n_ins, n_outs);
+    for (size_t j = 0; j < st->n_weights; j++) {
+        const pjs_st_tensor *t = &b->weights.tensors[b->stages[k].weights[j]];
+        snprintf(what, sizeof what, "parameter %zu (weight \"%s\")", j, t->name);
+        int rc = check_type(&e->params[j], t->dtype, &t->shape, file, what,
+                            "weights.safetensors", err);
+        if (rc == 0 && e->params[j].other_layout)
+            rc = pjs_error_set(err, PJS_ERR_INVALID_ARGUMENT,
+                               "%s: %s is laid out in another order than row-major", file, what);
+        if (rc != 0)
+            return rc;
+    }
+    if (k == 0)
+        snprintf(source, sizeof source, "manifest.yaml inputs");
+    else
+        snprintf(source, sizeof source, "manifest.yaml swap_in_stages[%zu].outputs", k - 1);
+    int rc = check_stage_tensors(ins, n_ins, e->params, st->n_weights, mod->batch_size, file,
+                                 "parameter", source, err);
+    if (rc != 0)
+        return rc;
+    if (last)
+        snprintf(source, sizeof source, "manifest.yaml outputs");
+    else
+        snprintf(source, sizeof source, "manifest.yaml swap_in_stages[%zu].outputs", k);
+    return check_stage_tensors(outs, n_outs, e->results, 0, mod->batch_size, file, "result",
+                               source, err);
+}
+
 int pjs_bundle_compile_module(pjs_bundle *b, pjs_bundle_module *mod, pjs_rt_client *c,
                               pjs_exec_cache *cache, pjs_error *err)
 {
@@ -295,7 +456,7 @@ int pjs_bundle_compile_module(pjs_bundle *b, pjs_bundle_module *mod, pjs_rt_clie
         pjs_mapped_file_close(&mf);
     }
     if (rc == 0) {
-        rc = check_signature(b, mod, err);
+        rc = mod->stage < 0 ? check_signature(b, mod, err) : check_stage_signature(b, mod, err);
         if (rc != 0) {
             pjs_rt_executable_destroy(mod->exec);
             mod->exec = NULL;

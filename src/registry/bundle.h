@@ -12,6 +12,12 @@
  * every batch axis has the module's batch size. Every rejection names the
  * bundle, the file and the field.
  *
+ * A bundle with swap_in_stages has, besides, one module per (stage, batch
+ * size), swap_in.s<k>.b<N>.mlir, whose signature is the stage's (see
+ * core/manifest.h); opening resolves each stage's weight names and checks
+ * that the weights a stage uses first follow the earlier stages' in
+ * argument_order, so that each stage copies one contiguous run of them.
+ *
  * A bundle with model.so (hooks, or a meta's run) has it loaded at open
  * (registry/hooks.h). A kind: meta bundle has no executable: opening it
  * reads the manifest and model.so only, and it has no weights or modules.
@@ -50,6 +56,7 @@
 
 typedef struct pjs_bundle_module {
     size_t variant;          /* index into manifest.variants */
+    int stage;               /* -1: the whole model; k: swap-in stage k */
     int64_t batch_size;
     char path[PJS_BUNDLE_PATH_MAX];
     pjs_rt_executable *exec; /* NULL until compiled */
@@ -63,6 +70,18 @@ typedef struct pjs_bundle {
     /* One per (variant, batch size), variant-major: see pjs_bundle_module_at. */
     size_t n_modules;
     pjs_bundle_module *modules;
+    /* One per (swap-in stage, batch size), stage-major (see
+     * pjs_bundle_stage_module_at); none without swap_in_stages. */
+    size_t n_stage_modules;
+    pjs_bundle_module *stage_modules;
+    /* Per stage (manifest.n_stages): the weights its module takes, as
+     * indices into weights.tensors, and the run [first, end) of weights it
+     * is the first to use, which it copies to the device (the last stage's
+     * run ends at the last weight). */
+    struct pjs_bundle_stage {
+        size_t *weights;
+        size_t first, end;
+    } *stages;
     /* Checksums of each weight's bytes (argument order), taken at the first
      * read; `summed[i]` once taken. After sealing, reads are checked. */
     uint64_t *weight_sums;
@@ -77,6 +96,13 @@ static inline pjs_bundle_module *pjs_bundle_module_at(const pjs_bundle *b, size_
                                                       size_t size_index)
 {
     return &b->modules[variant * b->manifest.n_batch_sizes + size_index];
+}
+
+/* Swap-in stage k's module at manifest batch_sizes[size_index]. */
+static inline pjs_bundle_module *pjs_bundle_stage_module_at(const pjs_bundle *b, size_t stage,
+                                                            size_t size_index)
+{
+    return &b->stage_modules[stage * b->manifest.n_batch_sizes + size_index];
 }
 
 /* Reads and validates everything but the modules' contents. */

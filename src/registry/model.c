@@ -81,6 +81,13 @@ int pjs_model_create(pjs_bundle *b, pjs_rt_client *c, pjs_exec_cache *cache, pjs
             }
         }
     }
+    for (size_t i = 0; i < b->n_stage_modules; i++) {
+        int rc = pjs_bundle_compile_module(b, &b->stage_modules[i], c, cache, err);
+        if (rc != 0) {
+            model_free(m);
+            return rc;
+        }
+    }
     bool batched = false;
     for (size_t i = 0; i < man->n_inputs; i++)
         batched = batched || man->inputs[i].batched;
@@ -181,8 +188,127 @@ int pjs_model_load_weights(pjs_model *m, pjs_error *err)
     return rc;
 }
 
+/* Bytes a weight takes in a private floor: whole PJS_RT_BLOCK_ALIGN units,
+ * so that each weight starts aligned for the plugin's copies, and for an
+ * executable reading it within the floor's one device block. */
+static size_t floor_stride(const pjs_st_tensor *t)
+{
+    return ((size_t)t->nbytes + PJS_RT_BLOCK_ALIGN - 1) / PJS_RT_BLOCK_ALIGN * PJS_RT_BLOCK_ALIGN;
+}
+
+/* Stage k's run of weights, as pjs_rt_block_upload_start wants it:
+ * uploads[] and offsets[] within the block (from the run's first weight),
+ * and the block's place in the floor. */
+static void stage_block(const pjs_model *m, size_t k, pjs_rt_upload *uploads, size_t *offsets,
+                        const char **data, size_t *size)
+{
+    const pjs_bundle *b = m->bundle;
+    size_t first = b->stages[k].first, end = b->stages[k].end;
+    const char *base = (const char *)m->host_weights[first < end ? first : 0];
+    for (size_t i = first; i < end; i++) {
+        const pjs_st_tensor *t = &b->weights.tensors[i];
+        uploads[i - first] = (pjs_rt_upload){.dtype = t->dtype, .shape = &t->shape};
+        offsets[i - first] = (size_t)((const char *)m->host_weights[i] - base);
+    }
+    *data = base;
+    *size = end > first ? offsets[end - 1 - first] + floor_stride(&b->weights.tensors[end - 1])
+                        : 0;
+}
+
+int pjs_model_start_staged_load(pjs_model *m, pjs_error *err)
+{
+    const pjs_bundle *b = m->bundle;
+    size_t n_stages = b->manifest.n_stages, n = b->weights.n_tensors;
+    if (n_stages == 0 || m->host_weights == NULL || m->host_block.data == NULL || n == 0 ||
+        !pjs_rt_uploads_blocks(m->client))
+        return PJS_ERR_UNSUPPORTED; /* a shared floor has no host_block */
+    pjs_rt_upload *uploads = calloc(n, sizeof *uploads);
+    size_t *offsets = calloc(n, sizeof *offsets);
+    int rc = uploads != NULL && offsets != NULL
+                 ? 0
+                 : pjs_error_set(err, PJS_ERR_NOMEM, "model %s: out of memory", m->name);
+    m->staged_load_start = pjs_now_ns();
+    m->staged_load_end = 0;
+    m->staged_done = 0;
+    size_t started = 0;
+    for (; rc == 0 && started < n_stages; started++) {
+        const char *data;
+        size_t size;
+        size_t count = b->stages[started].end - b->stages[started].first;
+        stage_block(m, started, uploads, offsets, &data, &size);
+        if (count == 0)
+            continue; /* nothing first used here */
+        rc = pjs_rt_block_upload_start(m->client, data, size, count, uploads, offsets,
+                                       &m->stage_uploads[started], err);
+    }
+    free(uploads);
+    free(offsets);
+    if (rc != 0) {
+        for (size_t k = 0; k < started; k++)
+            pjs_rt_block_upload_cancel(m->client, &m->stage_uploads[k]);
+        if (rc != PJS_ERR_UNSUPPORTED)
+            pjs_error_prefix(err, "model %s: ", m->name);
+        return rc;
+    }
+    m->staged_loading = true;
+    pjs_log(PJS_LOG_DEBUG, "model %s: weights copied to the device as %zu stage blocks, each "
+                           "stage run as its block arrives", m->name, n_stages);
+    return 0;
+}
+
+int pjs_model_await_stage(pjs_model *m, size_t k, pjs_error *err)
+{
+    const pjs_bundle *b = m->bundle;
+    if (!m->staged_loading)
+        return 0;
+    size_t n = b->weights.n_tensors;
+    pjs_rt_upload *uploads = calloc(n + 1, sizeof *uploads);
+    size_t *offsets = calloc(n + 1, sizeof *offsets);
+    int rc = uploads != NULL && offsets != NULL
+                 ? 0
+                 : pjs_error_set(err, PJS_ERR_NOMEM, "model %s: out of memory", m->name);
+    for (; rc == 0 && m->staged_done <= k && m->staged_done < b->manifest.n_stages;
+         m->staged_done++) {
+        size_t s = m->staged_done, first = b->stages[s].first;
+        size_t count = b->stages[s].end - first;
+        const char *data;
+        size_t size;
+        if (count == 0)
+            continue;
+        stage_block(m, s, uploads, offsets, &data, &size);
+        rc = pjs_rt_block_upload_finish(m->client, &m->stage_uploads[s], count, uploads, offsets,
+                                        &m->stage_blocks[s], &m->weights[first], err);
+        if (rc != 0)
+            pjs_error_prefix(err, "model %s: copying swap-in stage %zu's weights: ", m->name, s);
+    }
+    free(uploads);
+    free(offsets);
+    if (rc == 0 && m->staged_done == b->manifest.n_stages && m->staged_load_end == 0)
+        m->staged_load_end = pjs_now_ns();
+    return rc;
+}
+
+int pjs_model_finish_staged_load(pjs_model *m, pjs_error *err)
+{
+    if (!m->staged_loading)
+        return 0;
+    int rc = pjs_model_await_stage(m, m->bundle->manifest.n_stages, err);
+    if (rc != 0) {
+        pjs_model_free_weights(m); /* cancels what is still in flight */
+        return rc;
+    }
+    m->staged_loading = false;
+    atomic_fetch_add(&m->load_ns, m->staged_load_end - m->staged_load_start);
+    return 0;
+}
+
 void pjs_model_free_weights(pjs_model *m)
 {
+    if (m->staged_loading) {
+        for (size_t k = m->staged_done; k < m->bundle->manifest.n_stages; k++)
+            pjs_rt_block_upload_cancel(m->client, &m->stage_uploads[k]);
+        m->staged_loading = false;
+    }
     for (size_t i = 0; i < m->bundle->weights.n_tensors; i++) {
         if (m->weights[i] != NULL)
             pjs_rt_buffer_destroy(m->client, m->weights[i]);
@@ -191,6 +317,11 @@ void pjs_model_free_weights(pjs_model *m)
     if (m->weight_block != NULL)
         pjs_rt_buffer_destroy(m->client, m->weight_block);
     m->weight_block = NULL;
+    for (size_t k = 0; k < PJS_MANIFEST_MAX_STAGES; k++) {
+        if (m->stage_blocks[k] != NULL)
+            pjs_rt_buffer_destroy(m->client, m->stage_blocks[k]);
+        m->stage_blocks[k] = NULL;
+    }
 }
 
 static int fill_from_bundle(void *bundle, size_t i, void *dst, pjs_error *err)
@@ -221,14 +352,6 @@ static int shared_host_floor(pjs_model *m, void **host, pjs_error *err)
     for (size_t i = 0; rc == 0 && i < n; i++)
         host[i] = (void *)pjs_wstore_segment_weight(m->host_segment, i);
     return rc;
-}
-
-/* Bytes a weight takes in a private floor: whole PJS_RT_BLOCK_ALIGN units,
- * so that each weight starts aligned for the plugin's copies, and for an
- * executable reading it within the floor's one device block. */
-static size_t floor_stride(const pjs_st_tensor *t)
-{
-    return ((size_t)t->nbytes + PJS_RT_BLOCK_ALIGN - 1) / PJS_RT_BLOCK_ALIGN * PJS_RT_BLOCK_ALIGN;
 }
 
 uint64_t pjs_model_floor_bytes(const pjs_model *m)

@@ -103,6 +103,16 @@ typedef struct pjs_model {
      * copied as one block (pjs_model_load_weights); NULL: each weight is a
      * buffer of its own. */
     pjrt_buffer *weight_block;
+    /* Pipelined swap-in (the bundle's swap_in_stages): the floor copied as
+     * one block per stage, the weights views of them. During a staged load
+     * (staged_loading, pjs_model_start_staged_load) stage k's copy is in
+     * stage_uploads[k] until staged_done > k; stage_blocks[k] then. */
+    pjrt_buffer *stage_blocks[PJS_MANIFEST_MAX_STAGES];
+    pjs_rt_block_upload stage_uploads[PJS_MANIFEST_MAX_STAGES];
+    size_t staged_done;
+    bool staged_loading;
+    uint64_t staged_load_start; /* when its copies were issued */
+    uint64_t staged_load_end;   /* when the last was seen on the device */
     /* The host floor: every weight in aligned host memory, argument order,
      * or NULL (residency unpinned: read from the mapped file when loaded). */
     void **host_weights;
@@ -195,7 +205,23 @@ static inline pjs_model *pjs_model_of_hentry(pjs_wcache_entry *e)
 /* Copies the weights to the device (from the host floor, or the file); a
  * shared floor is checked first (pjs_wstore_segment_verify). */
 int pjs_model_load_weights(pjs_model *m, pjs_error *err);
-/* Frees the device copies. */
+/* Pipelined swap-in: starts copying the weights as one block per swap-in
+ * stage (floor order puts each stage's first-used weights together) and
+ * returns without waiting; pjs_model_await_stage then waits for a stage's
+ * block before the stage runs, so the device executes stage k while later
+ * blocks travel. The floor must stay (held) until
+ * pjs_model_finish_staged_load. UNSUPPORTED, nothing started, where the
+ * bundle has no stages, there is no private floor, or floors are not
+ * copied as blocks (pjs_rt_uploads_blocks): use pjs_model_load_weights. */
+int pjs_model_start_staged_load(pjs_model *m, pjs_error *err);
+/* Waits until swap-in stage k's weights (and the earlier stages') are on
+ * the device and usable; at once outside a staged load. */
+int pjs_model_await_stage(pjs_model *m, size_t k, pjs_error *err);
+/* Waits for every stage's weights and ends the staged load: afterwards the
+ * model's weights are resident as pjs_model_load_weights leaves them. On
+ * error every device copy is freed (the model is not resident). */
+int pjs_model_finish_staged_load(pjs_model *m, pjs_error *err);
+/* Frees the device copies (a staged load in flight is waited for first). */
 void pjs_model_free_weights(pjs_model *m);
 /* Bytes the host floor takes in host memory. */
 uint64_t pjs_model_floor_bytes(const pjs_model *m);

@@ -1511,14 +1511,11 @@ static int await_ready(pjs_rt_client *c, pjrt_buffer *b, pjs_error *err)
     return rc != 0 ? rc : await_event(api, a.event, "copying to the device", err);
 }
 
-int pjs_rt_block_from_host(pjs_rt_client *c, const void *data, size_t size, size_t n,
-                           const pjs_rt_upload *uploads, const size_t *offsets,
-                           pjrt_buffer **block, pjrt_buffer **out, pjs_error *err)
+/* Whether views of uploads[i] at offsets[i] within a block can be made. */
+static int block_views_supported(pjs_rt_client *c, size_t n, const pjs_rt_upload *uploads,
+                                 const size_t *offsets, pjs_error *err)
 {
     const struct pjrt_api *api = c->plugin->api;
-    *block = NULL;
-    for (size_t i = 0; i < n; i++)
-        out[i] = NULL;
     if (!HAS_SLOT(api, client_create_view_of_device_buffer) ||
         !HAS_SLOT(api, buffer_opaque_device_memory_data_pointer) ||
         !HAS_SLOT(api, buffer_ready_event))
@@ -1528,13 +1525,49 @@ int pjs_rt_block_from_host(pjs_rt_client *c, const void *data, size_t size, size
             offsets[i] % PJS_RT_BLOCK_ALIGN != 0)
             return pjs_error_set(err, PJS_ERR_UNSUPPORTED,
                                  "buffer %zu is laid out or placed otherwise", i);
+    return 0;
+}
+
+int pjs_rt_block_upload_start(pjs_rt_client *c, const void *data, size_t size, size_t n,
+                              const pjs_rt_upload *uploads, const size_t *offsets,
+                              pjs_rt_block_upload *u, pjs_error *err)
+{
+    *u = (pjs_rt_block_upload){0};
+    int rc = block_views_supported(c, n, uploads, offsets, err);
+    if (rc != 0)
+        return rc;
+    upload_pending pending;
     pjs_shape bytes = {.rank = 1, .dims = {(int64_t)size}};
-    int rc = pjs_rt_buffer_from_host(c, PJS_DTYPE_U8, &bytes, NULL, data, block, err);
+    rc = upload_issue(c, PJS_DTYPE_U8, &bytes, NULL, data, &u->block, &pending, err);
+    if (rc == 0)
+        u->done = pending.done; /* no relayout for bytes: nothing else pending */
+    return rc;
+}
+
+void pjs_rt_block_upload_cancel(pjs_rt_client *c, pjs_rt_block_upload *u)
+{
+    upload_pending pending = {.done = u->done};
+    if (u->block != NULL)
+        upload_finish(c, &pending, NULL);
+    pjs_rt_buffer_destroy(c, u->block);
+    *u = (pjs_rt_block_upload){0};
+}
+
+int pjs_rt_block_upload_finish(pjs_rt_client *c, pjs_rt_block_upload *u, size_t n,
+                               const pjs_rt_upload *uploads, const size_t *offsets,
+                               pjrt_buffer **block, pjrt_buffer **out, pjs_error *err)
+{
+    for (size_t i = 0; i < n; i++)
+        out[i] = NULL;
+    *block = NULL;
+    upload_pending pending = {.done = u->done};
+    u->done = NULL;
+    int rc = upload_finish(c, &pending, err);
     uint64_t base = 0;
     if (rc == 0)
-        rc = await_ready(c, *block, err);
+        rc = await_ready(c, u->block, err);
     if (rc == 0)
-        rc = pjs_rt_buffer_device_address(c, *block, &base, err);
+        rc = pjs_rt_buffer_device_address(c, u->block, &base, err);
     /* The CPU plugin's allocations are 64-byte aligned, what its
      * executables assume of their arguments. */
     uint64_t align = strcmp(pjs_rt_client_platform(c), "cpu") == 0 ? 64 : PJS_RT_BLOCK_ALIGN;
@@ -1550,10 +1583,25 @@ int pjs_rt_block_from_host(pjs_rt_client *c, const void *data, size_t size, size
                 pjs_rt_buffer_destroy(c, out[i]);
             out[i] = NULL;
         }
-        if (*block != NULL)
-            pjs_rt_buffer_destroy(c, *block);
-        *block = NULL;
+        pjs_rt_buffer_destroy(c, u->block);
+    } else {
+        *block = u->block;
     }
+    u->block = NULL;
+    return rc;
+}
+
+int pjs_rt_block_from_host(pjs_rt_client *c, const void *data, size_t size, size_t n,
+                           const pjs_rt_upload *uploads, const size_t *offsets,
+                           pjrt_buffer **block, pjrt_buffer **out, pjs_error *err)
+{
+    pjs_rt_block_upload u;
+    *block = NULL;
+    for (size_t i = 0; i < n; i++)
+        out[i] = NULL;
+    int rc = pjs_rt_block_upload_start(c, data, size, n, uploads, offsets, &u, err);
+    if (rc == 0)
+        rc = pjs_rt_block_upload_finish(c, &u, n, uploads, offsets, block, out, err);
     return rc;
 }
 
@@ -1895,6 +1943,25 @@ static void note_execution_time(pjs_rt_executable *e, uint64_t ns)
     uint64_t usual = atomic_load_explicit(&e->usual_exec_ns, memory_order_relaxed);
     uint64_t next = usual == 0 ? ns : usual - usual / 8 + ns / 8;
     atomic_store_explicit(&e->usual_exec_ns, next > 0 ? next : 1, memory_order_relaxed);
+}
+
+int pjs_rt_execute_launch(pjs_rt_executable *e, pjrt_buffer *const *args, pjrt_buffer **outputs,
+                          pjs_error *err)
+{
+    const struct pjrt_api *api = e->client->plugin->api;
+    struct pjrt_execute_options opts = {.struct_size = sizeof opts};
+    pjrt_buffer *const *arg_lists[1] = {args};
+    pjrt_buffer **out_lists[1] = {outputs};
+    for (size_t i = 0; i < e->n_results; i++)
+        outputs[i] = NULL;
+    struct pjrt_loaded_executable_execute_args a = {.struct_size = sizeof a,
+                                                    .executable = e->loaded,
+                                                    .options = &opts,
+                                                    .argument_lists = arg_lists,
+                                                    .num_devices = 1,
+                                                    .num_args = e->n_params,
+                                                    .output_lists = out_lists};
+    return CALL(api, loaded_executable_execute, &a, "executing", err);
 }
 
 int pjs_rt_execute(pjs_rt_executable *e, pjrt_buffer *const *args, pjrt_buffer **outputs,

@@ -192,6 +192,25 @@ int pjs_rt_buffers_from_host(pjs_rt_client *c, size_t n, const pjs_rt_upload *up
 int pjs_rt_block_from_host(pjs_rt_client *c, const void *data, size_t size, size_t n,
                            const pjs_rt_upload *uploads, const size_t *offsets,
                            pjrt_buffer **block, pjrt_buffer **out, pjs_error *err);
+/* pjs_rt_block_from_host in two halves, so that other work can be queued
+ * while the block travels (pipelined swap-in, docs/residency.md): start
+ * issues the copy and returns at once; the host data must stay unchanged
+ * until finish, which waits for the block to be on the device and makes the
+ * views (every view, and the block, then the caller's), or cancel, which
+ * waits for the plugin to be done with the data and destroys the block.
+ * UNSUPPORTED from start (nothing issued) or finish (nothing left) as
+ * pjs_rt_block_from_host says. */
+typedef struct pjs_rt_block_upload {
+    pjrt_buffer *block;
+    pjrt_event *done; /* the plugin is done with the host data */
+} pjs_rt_block_upload;
+int pjs_rt_block_upload_start(pjs_rt_client *c, const void *data, size_t size, size_t n,
+                              const pjs_rt_upload *uploads, const size_t *offsets,
+                              pjs_rt_block_upload *u, pjs_error *err);
+int pjs_rt_block_upload_finish(pjs_rt_client *c, pjs_rt_block_upload *u, size_t n,
+                               const pjs_rt_upload *uploads, const size_t *offsets,
+                               pjrt_buffer **block, pjrt_buffer **out, pjs_error *err);
+void pjs_rt_block_upload_cancel(pjs_rt_client *c, pjs_rt_block_upload *u);
 /* Copies a buffer back to host memory (dst_size must be its exact size). */
 int pjs_rt_buffer_to_host(pjs_rt_client *c, pjrt_buffer *b, void *dst, size_t dst_size,
                           pjs_error *err);
@@ -249,6 +268,14 @@ const char *pjs_rt_client_host_memory(const pjs_rt_client *c);
  * caller. */
 int pjs_rt_execute(pjs_rt_executable *e, pjrt_buffer *const *args, pjrt_buffer **outputs,
                    pjs_error *err);
+
+/* Queues e on the client's device and returns without waiting: outputs are
+ * new buffers, defined once it ran, which later executions may take as
+ * arguments (the plugin orders them); whatever waits for the last of them
+ * waits for this one too. args must outlive the execution (destroy them
+ * after such a wait). */
+int pjs_rt_execute_launch(pjs_rt_executable *e, pjrt_buffer *const *args, pjrt_buffer **outputs,
+                          pjs_error *err);
 
 /* The most outputs whose copies pjs_rt_execute_read starts ahead; an
  * executable with more reads them after the execution. */

@@ -44,6 +44,15 @@
  * does wait for the copy, the owner's thread is blocked and leaves it the
  * CPU.
  *
+ * Pipelined swap-in. When a plan finds its model cold and the bundle has
+ * swap-in stages, the owner's load only issues one copy per stage
+ * (pjs_model_start_staged_load) and the execution runs the stage modules:
+ * stage k is queued as soon as its block is on the device, so the device
+ * computes stage k while later blocks travel; only the last stage is waited
+ * for. The floor stays held and the load's cost is charged once every block
+ * has arrived (end_staged_load). Later executions, and loads made by the
+ * transfer thread or a warm-up, use the whole model's modules.
+ *
  * A plan's inputs are gathered into one buffer per input (rows in plan
  * order, zero padding up to the compiled size) unless a single request fills
  * the batch, uploaded next to the model's weights, executed, and read back:
@@ -148,6 +157,7 @@ struct pjs_dispatcher {
     bool stopping;
     uint64_t in_flight;
     transfer xfer;          /* model, done, rc, err under the lock */
+    bool stage_next_load;   /* the owner's next cache load may be staged (acquire) */
     pjs_model *lookahead;   /* prefetched (or in flight), not run yet, held
                                and referenced; token holder only */
     uint64_t prefetches;    /* copies started beside executions */
@@ -261,13 +271,66 @@ static int write_outputs_on_device(owner_scratch *sc, const batch *bt,
     return 0;
 }
 
+/* Runs m's swap-in stages at size_index on the uploaded inputs: stage k is
+ * queued once its weights are on the device (pjs_model_await_stage), its
+ * outputs passed on as device buffers; the last stage is waited for and
+ * read as pjs_rt_execute_read reads. */
+static int run_stages(pjs_model *m, size_t size_index, pjrt_buffer *const *inputs,
+                      pjrt_buffer **results, void *const *outputs, const size_t *result_bytes,
+                      pjs_rt_exec_times *times, pjs_error *err)
+{
+    const pjs_bundle *b = m->bundle;
+    const pjs_manifest *man = &b->manifest;
+    size_t n_carried = 0, most_args = 0;
+    for (size_t k = 0; k < man->n_stages; k++) {
+        size_t n_in = k == 0 ? man->n_inputs : man->stages[k - 1].n_outputs;
+        n_carried += man->stages[k].n_outputs;
+        if (man->stages[k].n_weights + n_in > most_args)
+            most_args = man->stages[k].n_weights + n_in;
+    }
+    pjrt_buffer **carried = calloc(n_carried + 1, sizeof *carried);
+    pjrt_buffer **args = calloc(most_args + 1, sizeof *args);
+    int rc = carried != NULL && args != NULL
+                 ? 0
+                 : pjs_error_set(err, PJS_ERR_NOMEM, "model %s: out of memory", m->name);
+    pjrt_buffer *const *in = inputs;
+    size_t n_in = man->n_inputs, at = 0;
+    for (size_t k = 0; rc == 0 && k < man->n_stages; k++) {
+        const pjs_swap_in_stage *st = &man->stages[k];
+        pjs_rt_executable *e = pjs_bundle_stage_module_at(b, k, size_index)->exec;
+        if ((rc = pjs_model_await_stage(m, k, err)) != 0)
+            break;
+        for (size_t j = 0; j < st->n_weights; j++)
+            args[j] = m->weights[b->stages[k].weights[j]];
+        memcpy(args + st->n_weights, in, n_in * sizeof *args);
+        if (k + 1 < man->n_stages) {
+            rc = pjs_rt_execute_launch(e, args, carried + at, err);
+            in = carried + at;
+            n_in = st->n_outputs;
+            at += st->n_outputs;
+        } else {
+            rc = pjs_rt_execute_read(e, args, results, outputs, result_bytes, times, err);
+        }
+        if (rc != 0)
+            pjs_error_prefix(err, "model %s: swap-in stage %zu: ", m->name, k);
+    }
+    /* after the last stage's wait (or a failure): no stage reads them now */
+    for (size_t i = 0; carried != NULL && i < n_carried; i++)
+        if (carried[i] != NULL)
+            pjs_rt_buffer_destroy(m->client, carried[i]);
+    free(carried);
+    free(args);
+    return rc;
+}
+
 /* Executes module (variant, size_index) of m on inputs at the module's full
  * shapes: host memory, or device memory where in_device[i] is an address
  * (in_device may be NULL); reads output o into outputs[o] when it is not
  * NULL, and with `deliver` (NULL: none) writes its requests' in_shm
- * outputs. */
+ * outputs. `staged`: through the swap-in stages instead (run_stages; the
+ * model has them and no variants). */
 static int device_execute(owner_scratch *sc, pjs_model *m, size_t variant, size_t size_index,
-                          const void *const *inputs, const uint64_t *in_device,
+                          bool staged, const void *const *inputs, const uint64_t *in_device,
                           void *const *outputs, const batch *deliver, exec_times *t,
                           pjs_error *err)
 {
@@ -276,6 +339,10 @@ static int device_execute(owner_scratch *sc, pjs_model *m, size_t variant, size_
     const pjs_variant *var = &man->variants[variant];
     pjs_bundle_module *mod = pjs_bundle_module_at(b, variant, size_index);
     size_t n_w = b->weights.n_tensors;
+    /* inputs are uploaded in the layout of the executable that takes them */
+    pjs_rt_executable *takes = staged ? pjs_bundle_stage_module_at(b, 0, size_index)->exec
+                                      : mod->exec;
+    size_t first_input = staged ? man->stages[0].n_weights : n_w;
     if (grow((void **)&sc->args, &sc->args_cap, n_w + man->n_inputs + 1, sizeof *sc->args) != 0 ||
         grow((void **)&sc->results, &sc->results_cap, man->n_outputs + 1,
              sizeof *sc->results) != 0 ||
@@ -293,13 +360,12 @@ static int device_execute(owner_scratch *sc, pjs_model *m, size_t variant, size_
         pjs_shape shape = s->shape;
         if (s->batched)
             shape.dims[0] = mod->batch_size;
+        const pjs_rt_tensor_type *param = &takes->params[first_input + uploaded];
         if (in_device != NULL && in_device[uploaded] != 0)
-            rc = pjs_rt_buffer_view_device(m->client, s->dtype, &shape,
-                                           &mod->exec->params[n_w + uploaded],
+            rc = pjs_rt_buffer_view_device(m->client, s->dtype, &shape, param,
                                            in_device[uploaded], &args[n_w + uploaded], err);
         else
-            rc = pjs_rt_buffer_from_host(m->client, s->dtype, &shape,
-                                         &mod->exec->params[n_w + uploaded], inputs[uploaded],
+            rc = pjs_rt_buffer_from_host(m->client, s->dtype, &shape, param, inputs[uploaded],
                                          &args[n_w + uploaded], err);
         if (rc != 0) {
             pjs_error_prefix(err, "model %s: input \"%s\": ", m->name, s->name);
@@ -313,7 +379,11 @@ static int device_execute(owner_scratch *sc, pjs_model *m, size_t variant, size_
         sc->result_bytes[o] = s->batched ? rb * (size_t)mod->batch_size : rb;
     }
     pjs_rt_exec_times times = {.want_cpu = false};
-    rc = pjs_rt_execute_read(mod->exec, args, results, outputs, sc->result_bytes, &times, err);
+    if (staged)
+        rc = run_stages(m, size_index, args + n_w, results, outputs, sc->result_bytes, &times, err);
+    else
+        rc = pjs_rt_execute_read(mod->exec, args, results, outputs, sc->result_bytes, &times,
+                                 err);
     t->infer_done = times.executed_ns;
     if (rc != 0) {
         pjs_error_prefix(err, "model %s: ", m->name);
@@ -566,8 +636,8 @@ static void run_batch(owner_scratch *sc, const batch *bt, uint64_t start, exec_t
     if (rc == 0)
         rc = output_targets(bt, targets, whole, &err);
     if (rc == 0)
-        rc = device_execute(sc, m, bt->variant, bt->size_index, inputs, in_device,
-                            (void *const *)targets, bt, t, &err);
+        rc = device_execute(sc, m, bt->variant, bt->size_index, m->staged_loading, inputs,
+                            in_device, (void *const *)targets, bt, t, &err);
     if (rc == 0)
         slice_outputs(bt, whole);
     t->output_done = pjs_now_ns();
@@ -708,7 +778,16 @@ static int cache_load(pjs_wcache_entry *e, void *ctx, pjs_error *err)
     int rc = host_upload_begin(d, m, err);
     if (rc != 0)
         return rc;
-    rc = pjs_model_load_weights(m, err);
+    rc = d->stage_next_load ? pjs_model_start_staged_load(m, err) : PJS_ERR_UNSUPPORTED;
+    if (rc == 0) { /* in flight: end_staged_load releases the floor and charges the load */
+        pjs_model_ref(m);
+        pthread_mutex_lock(&d->lock);
+        m->share.cold = false;
+        pthread_mutex_unlock(&d->lock);
+        return 0;
+    }
+    if (rc == PJS_ERR_UNSUPPORTED)
+        rc = pjs_model_load_weights(m, err);
     host_upload_done(d, m);
     if (rc != 0)
         return pjs_error_prefix(err, "loading its weights: ");
@@ -872,21 +951,46 @@ static void maybe_prefetch(pjs_dispatcher *d, pjs_model *running)
 }
 
 /* Makes m's weights resident before it runs `uses` requests. A copy in
- * flight is committed first (it may be m's own): one copy at a time. */
-static int acquire(pjs_dispatcher *d, pjs_model *m, uint64_t uses, pjs_error *err)
+ * flight is committed first (it may be m's own): one copy at a time.
+ * `staged`: a load may be left in flight for a staged execution (see top;
+ * m->staged_loading tells), which end_staged_load then ends. */
+static int acquire(pjs_dispatcher *d, pjs_model *m, uint64_t uses, bool staged,
+                   pjs_error *err)
 {
     if (!m->wentry.resident)
         transfer_settle(d, true);
     if (m == d->lookahead)
         drop_lookahead(d); /* it runs now */
     bool over_budget = false;
+    d->stage_next_load = staged;
     int rc = pjs_wcache_acquire(&d->cache, &m->wentry, uses, &over_budget, err);
+    d->stage_next_load = false;
     if (rc != 0)
         return pjs_error_prefix(err, "model %s: ", m->name);
     if (over_budget) /* on every load of it: each request, when other models run between */
         warn_over_budget(m, m->wentry.bytes, "device", d->cache.budget,
                          "loaded after evicting every other model");
     return 0;
+}
+
+/* After a staged execution: waits for any block still in flight, gives the
+ * floor back and charges the load, issue to last arrival; a failed copy
+ * leaves m not resident. */
+static void end_staged_load(pjs_dispatcher *d, pjs_model *m)
+{
+    pjs_error err;
+    int rc = pjs_model_finish_staged_load(m, &err);
+    host_upload_done(d, m);
+    if (rc != 0) {
+        pjs_log_limited(&m->prefetch_log, PJS_LOG_WARN, "%s", err.msg);
+        pjs_wcache_release(&d->cache, &m->wentry);
+        return;
+    }
+    pthread_mutex_lock(&d->lock);
+    pjs_sched_charge_load(&d->sched, &m->share, m->staged_load_end,
+                          m->staged_load_end - m->staged_load_start);
+    m->wentry.load_ns = m->share.load_ns;
+    pthread_mutex_unlock(&d->lock);
 }
 
 static void release_if_retired(pjs_dispatcher *d, pjs_model *m)
@@ -1073,13 +1177,17 @@ static void run_plan(pjs_dispatcher *d, pjs_sched_plan *plan, request_fifo *done
     }
     pjs_tier tier = tier_of(d, bt.model);
     pjs_error acquire_err;
-    if (acquire(d, bt.model, bt.n, &acquire_err) != 0) {
+    if (acquire(d, bt.model, bt.n, true, &acquire_err) != 0) {
         fail_jobs(plan->jobs, &acquire_err, done);
     } else {
-        maybe_prefetch(d, bt.model);
+        bool staged = bt.model->staged_loading;
+        if (!staged) /* its own copies take the link now */
+            maybe_prefetch(d, bt.model);
         uint64_t start = pjs_now_ns();
         exec_times t;
         run_batch(sc, &bt, start, &t);
+        if (staged)
+            end_staged_load(d, bt.model);
         if (bt.reqs[0]->error.code == PJS_OK) {
             pthread_mutex_lock(&d->lock);
             pjs_sched_record(&d->sched, plan->queue, plan->size_index, t.output_done,
@@ -1294,7 +1402,7 @@ static void warm_up_run(device_task *task)
         w->reused = true;
         return;
     }
-    if ((w->rc = acquire(w->dispatcher, m, 0, &w->err)) != 0 || w->runs <= 0)
+    if ((w->rc = acquire(w->dispatcher, m, 0, false, &w->err)) != 0 || w->runs <= 0)
         return;
     const pjs_manifest *man = pjs_model_manifest(m);
     const void *inputs[PJS_INFER_MAX_TENSORS] = {0};
@@ -1323,10 +1431,17 @@ static void warm_up_run(device_task *task)
             for (int run = 0; run < w->runs && w->rc == 0; run++) {
                 exec_times t;
                 uint64_t start = pjs_now_ns();
-                w->rc = device_execute(&w->dispatcher->scratch, m, v, k, inputs, NULL, outputs, NULL,
-                                       &t, &w->err);
+                w->rc = device_execute(&w->dispatcher->scratch, m, v, k, false, inputs, NULL,
+                                       outputs, NULL, &t, &w->err);
                 if (t.output_done - start < cost)
                     cost = t.output_done - start;
+            }
+            /* the stages too, once: their first run's one-time costs would
+             * otherwise fall on a cold request */
+            if (w->rc == 0 && man->n_stages > 0) {
+                exec_times t;
+                w->rc = device_execute(&w->dispatcher->scratch, m, v, k, true, inputs, NULL,
+                                       outputs, NULL, &t, &w->err);
             }
             for (size_t i = 0; i < PJS_INFER_MAX_TENSORS; i++) {
                 free(host[i]);

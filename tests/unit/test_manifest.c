@@ -950,6 +950,65 @@ REJECT(test_reject_meta_bad_call_name,
     "  - {name: feat, dtype: f32, shape: [batch, 8, 8, 8]}\n"
 #define WIDE "  - {name: wide, inputs: {image: [batch, 3, 32, 64]}}\n"
 
+/* ---- swap-in stages ----------------------------------------------------- */
+
+#define STAGES                                                                                \
+    "swap_in_stages:\n"                                                                       \
+    "  - weights: [l0.w, l0.b]\n"                                                             \
+    "    outputs: [{name: h, dtype: f32, shape: [batch, 32]}, {name: s, dtype: i32, "         \
+    "shape: [2]}]\n"                                                                          \
+    "  - {weights: []}\n"
+
+static void test_swap_in_stages(void **state)
+{
+    (void)state;
+    pjs_manifest m;
+    pjs_error err;
+    assert_int_equal(parse(&m, MODEL STAGES, &err), 0);
+    assert_int_equal(m.n_stages, 2);
+    assert_int_equal(m.stages[0].n_weights, 2);
+    assert_string_equal(m.stages[0].weights[0], "l0.w");
+    assert_string_equal(m.stages[0].weights[1], "l0.b");
+    assert_int_equal(m.stages[0].n_outputs, 2);
+    check_tensor(&m.stages[0].outputs[0], "h", PJS_DTYPE_F32, true, 2, (const int64_t[]){-1, 32});
+    check_tensor(&m.stages[0].outputs[1], "s", PJS_DTYPE_I32, false, 1, (const int64_t[]){2});
+    assert_int_equal(m.stages[1].n_weights, 0);
+    assert_int_equal(m.stages[1].n_outputs, 0);
+    pjs_manifest_free(&m);
+    assert_zeroed(&m);
+    assert_int_equal(parse(&m, MODEL, &err), 0);
+    assert_int_equal(m.n_stages, 0);
+    assert_null(m.stages);
+    pjs_manifest_free(&m);
+}
+
+REJECT(test_reject_one_stage, MODEL "swap_in_stages:\n  - {weights: [a]}\n", "swap_in_stages",
+       "a model has 2 to 16 stages, not 1")
+REJECT(test_reject_last_stage_outputs,
+       MODEL "swap_in_stages:\n  - {weights: [a], outputs: [{name: h, dtype: f32, shape: [1]}]}\n"
+             "  - {weights: [b], outputs: [{name: g, dtype: f32, shape: [1]}]}\n",
+       "swap_in_stages[1].outputs", "the last stage returns the model's outputs")
+REJECT(test_reject_stage_without_outputs,
+       MODEL "swap_in_stages:\n  - {weights: [a]}\n  - {weights: [b]}\n", "swap_in_stages[0]",
+       "missing \"outputs\"")
+REJECT(test_reject_stage_without_weights,
+       MODEL "swap_in_stages:\n  - {outputs: [{name: h, dtype: f32, shape: [1]}]}\n"
+             "  - {weights: [b]}\n",
+       "swap_in_stages[0]", "weights")
+REJECT(test_reject_stage_duplicate_weight,
+       MODEL "swap_in_stages:\n  - {weights: [a, a], outputs: [{name: h, dtype: f32, "
+             "shape: [1]}]}\n  - {weights: [b]}\n",
+       "swap_in_stages[0].weights", "a")
+REJECT(test_reject_stage_unknown_key,
+       MODEL "swap_in_stages:\n  - {weights: [a], outputs: [{name: h, dtype: f32, shape: [1]}], "
+             "file: x}\n  - {weights: [b]}\n",
+       "swap_in_stages[0]", "file")
+REJECT(test_reject_stages_with_variants,
+       MODEL "variants:\n  - {name: wide, inputs: {x: [batch, 32]}}\n" STAGES, "swap_in_stages",
+       "not allowed together with variants")
+REJECT(test_reject_stages_in_meta, HEAD META_BODY STAGES, "swap_in_stages",
+       "only kind: model has modules")
+
 static void test_variants(void **state)
 {
     (void)state;
@@ -1428,6 +1487,16 @@ int main(void)
         cmocka_unit_test(test_reject_meta_calls_itself),
         cmocka_unit_test(test_reject_meta_duplicate_calls),
         cmocka_unit_test(test_reject_meta_bad_call_name),
+
+        cmocka_unit_test(test_swap_in_stages),
+        cmocka_unit_test(test_reject_one_stage),
+        cmocka_unit_test(test_reject_last_stage_outputs),
+        cmocka_unit_test(test_reject_stage_without_outputs),
+        cmocka_unit_test(test_reject_stage_without_weights),
+        cmocka_unit_test(test_reject_stage_duplicate_weight),
+        cmocka_unit_test(test_reject_stage_unknown_key),
+        cmocka_unit_test(test_reject_stages_with_variants),
+        cmocka_unit_test(test_reject_stages_in_meta),
 
         cmocka_unit_test(test_variants),
         cmocka_unit_test(test_variants_unbatched),
