@@ -12,12 +12,13 @@ static const char help[] =
     "usage: pjserve check [OPTIONS] BUNDLE...\n"
     "\n"
     "Validates each bundle (manifest, weights, one module per variant and batch\n"
-    "size) and compiles every module, checking its parameters and results against\n"
-    "its variant's shapes in the manifest and the weights. Compiled executables go\n"
-    "to the executable cache, so a later run or serve of the same bundle skips\n"
-    "compilation. Prints what was found, the modules of each variant, and ends\n"
-    "with 'modules: K (compiled C, from cache H)'. Exits 1 if any bundle is\n"
-    "invalid.\n"
+    "size, and per swap-in stage and batch size) and compiles every module,\n"
+    "checking its parameters and results against its variant's (or stage's)\n"
+    "shapes in the manifest and the weights. Compiled executables go to the\n"
+    "executable cache, so a later run or serve of the same bundle skips\n"
+    "compilation. Prints what was found, the modules of each variant and stage,\n"
+    "and ends with 'modules: K (compiled C, from cache H)'. Exits 1 if any bundle\n"
+    "is invalid.\n"
     "\n"
     "options:\n" PJS_CLI_COMMON_HELP;
 
@@ -93,13 +94,14 @@ typedef struct tally {
     int modules, compiled, cached, failed_bundles;
 } tally;
 
-/* Compiles the modules of one variant; prints one line per module. */
-static int check_variant(pjs_bundle *b, size_t v, pjs_cli_runtime *rt, tally *t)
+/* Compiles the modules of one variant or swap-in stage (one per batch
+ * size, from `mods`); prints one line per module. */
+static int check_modules(pjs_bundle *b, pjs_bundle_module *mods, const char *indent,
+                         pjs_cli_runtime *rt, tally *t)
 {
-    const char *indent = b->manifest.n_variants > 1 ? "    " : "  ";
     pjs_error err;
     for (size_t i = 0; i < b->manifest.n_batch_sizes; i++) {
-        pjs_bundle_module *mod = pjs_bundle_module_at(b, v, i);
+        pjs_bundle_module *mod = &mods[i];
         fflush(stdout);
         if (pjs_bundle_compile_module(b, mod, rt->client, rt->cache, &err) != 0) {
             fprintf(stderr, "pjserve: error: %s\n", err.msg);
@@ -139,11 +141,22 @@ static void check_one(const char *dir, pjs_cli_runtime *rt, tally *t)
                b->hooks->run != NULL ? " pjserve_run" : "");
     printf("  weights: %zu tensors, %llu bytes\n", b->weights.n_tensors,
            (unsigned long long)pjs_safetensors_total_bytes(&b->weights));
-    for (size_t v = 0; v < m->n_variants; v++) {
+    int rc = 0;
+    for (size_t v = 0; rc == 0 && v < m->n_variants; v++) {
         if (m->n_variants > 1)
             printf("  variant %s: %zu modules\n", m->variants[v].name, m->n_batch_sizes);
-        if (check_variant(b, v, rt, t) != 0)
-            break;
+        rc = check_modules(b, pjs_bundle_module_at(b, v, 0), m->n_variants > 1 ? "    " : "  ",
+                           rt, t);
+    }
+    for (size_t k = 0; rc == 0 && k < m->n_stages; k++) {
+        const struct pjs_bundle_stage *st = &b->stages[k];
+        printf("  swap-in stage %zu: takes %zu weights, copies %zu as its block; ", k,
+               m->stages[k].n_weights, st->end - st->first);
+        if (k + 1 < m->n_stages)
+            printf("passes %zu tensors on\n", m->stages[k].n_outputs);
+        else
+            printf("returns the outputs\n");
+        rc = check_modules(b, pjs_bundle_stage_module_at(b, k, 0), "    ", rt, t);
     }
     pjs_bundle_close(b);
 }

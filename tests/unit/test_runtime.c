@@ -509,6 +509,81 @@ static void test_weights_as_views_of_one_block(void **state)
     pjs_rt_executable_destroy(e);
 }
 
+/* Pipelined swap-in's parts: two blocks started before either is waited
+ * for, the first stage launched without a wait and its output fed to the
+ * second, which alone is waited for; and a started block cancelled. */
+static void test_blocks_in_flight_feed_launched_stages(void **state)
+{
+    (void)state;
+    static const char stage0[] =
+        "module @stage0 {\n"
+        "  func.func public @main(%w: tensor<4xf32>, %x: tensor<4xf32>) -> tensor<4xf32> {\n"
+        "    %0 = stablehlo.multiply %w, %x : tensor<4xf32>\n"
+        "    return %0 : tensor<4xf32>\n"
+        "  }\n"
+        "}\n";
+    static const char stage1[] =
+        "module @stage1 {\n"
+        "  func.func public @main(%b: tensor<4xf32>, %h: tensor<4xf32>) -> tensor<4xf32> {\n"
+        "    %0 = stablehlo.add %b, %h : tensor<4xf32>\n"
+        "    return %0 : tensor<4xf32>\n"
+        "  }\n"
+        "}\n";
+    pjs_rt_executable *e0, *e1;
+    pjs_error err;
+    assert_int_equal(pjs_rt_compile(client, stage0, strlen(stage0), NULL, "s0", &e0, &err), 0);
+    assert_int_equal(pjs_rt_compile(client, stage1, strlen(stage1), NULL, "s1", &e1, &err), 0);
+    _Alignas(256) float floor[2][PJS_RT_BLOCK_ALIGN / sizeof(float)] = {{2, 3, 4, 5},
+                                                                         {10, 20, 30, 40}};
+    pjs_rt_upload upload = {.dtype = PJS_DTYPE_F32, .shape = &e0->params[0].shape};
+    size_t offset = 0;
+    pjs_rt_block_upload u[2];
+    for (int k = 0; k < 2; k++)
+        assert_int_equal(pjs_rt_block_upload_start(client, floor[k], sizeof floor[k], 1, &upload,
+                                                   &offset, &u[k], &err),
+                         0);
+    pjrt_buffer *block[2], *w[2];
+    assert_int_equal(pjs_rt_block_upload_finish(client, &u[0], 1, &upload, &offset, &block[0],
+                                                &w[0], &err),
+                     0);
+    const float x[4] = {1, 1, 2, -1};
+    pjrt_buffer *in, *h;
+    assert_int_equal(pjs_rt_buffer_from_host(client, PJS_DTYPE_F32, &e0->params[1].shape, NULL, x,
+                                             &in, &err),
+                     0);
+    assert_int_equal(pjs_rt_execute_launch(e0, (pjrt_buffer *[]){w[0], in}, &h, &err), 0);
+    assert_int_equal(pjs_rt_block_upload_finish(client, &u[1], 1, &upload, &offset, &block[1],
+                                                &w[1], &err),
+                     0);
+    float y[4];
+    pjrt_buffer *out;
+    assert_int_equal(pjs_rt_execute_read(e1, (pjrt_buffer *[]){w[1], h}, &out, (void *[]){y},
+                                         (size_t[]){sizeof y}, NULL, &err),
+                     0);
+    for (int i = 0; i < 4; i++)
+        assert_true(y[i] == floor[0][i] * x[i] + floor[1][i]);
+    pjs_rt_buffer_destroy(client, out);
+    pjs_rt_buffer_destroy(client, h);
+    pjs_rt_buffer_destroy(client, in);
+    for (int k = 0; k < 2; k++) {
+        pjs_rt_buffer_destroy(client, w[k]);
+        pjs_rt_buffer_destroy(client, block[k]);
+    }
+
+    assert_int_equal(pjs_rt_block_upload_start(client, floor[0], sizeof floor[0], 1, &upload,
+                                               &offset, &u[0], &err),
+                     0);
+    pjs_rt_block_upload_cancel(client, &u[0]);
+    assert_null(u[0].block);
+    offset = 64; /* not a view's alignment: nothing is started */
+    assert_int_equal(pjs_rt_block_upload_start(client, floor[0], sizeof floor[0], 1, &upload,
+                                               &offset, &u[0], &err),
+                     PJS_ERR_UNSUPPORTED);
+    assert_null(u[0].block);
+    pjs_rt_executable_destroy(e0);
+    pjs_rt_executable_destroy(e1);
+}
+
 /* An input above PJS_RT_STAGED_UPLOAD_MAX is read in place until its transfer
  * completes; below, the plugin copies it within the call: the same values. */
 static void test_upload_either_side_of_the_staging_limit(void **state)
@@ -804,6 +879,7 @@ int main(void)
         cmocka_unit_test(test_wait_and_schedule_settings),
         cmocka_unit_test(test_xla_flags_are_part_of_the_cache_key),
         cmocka_unit_test(test_weights_as_views_of_one_block),
+        cmocka_unit_test(test_blocks_in_flight_feed_launched_stages),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }
