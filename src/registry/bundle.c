@@ -416,7 +416,8 @@ static int check_stage_signature(const pjs_bundle *b, const pjs_bundle_module *m
                              file, e->n_params, e->n_results, k, st->n_weights, n_ins, n_outs);
     for (size_t j = 0; j < st->n_weights; j++) {
         const pjs_st_tensor *t = &b->weights.tensors[b->stages[k].weights[j]];
-        snprintf(what, sizeof what, "parameter %zu (weight \"%s\")", j, t->name);
+        snprintf(what, sizeof what, "parameter %zu (weight \"%s\", swap_in_stages[%zu].weights[%zu])",
+                 j, t->name, k, j);
         int rc = check_type(&e->params[j], t->dtype, &t->shape, file, what,
                             "weights.safetensors", err);
         if (rc == 0 && e->params[j].other_layout)
