@@ -79,7 +79,8 @@ StableHLO helpers (`default_target_version`, `main_signature`,
 """
 
 from .bundle import (DEFAULT_VARIANT, FORMAT_VERSION, MANIFEST_FILE, WEIGHTS_FILE, Manifest,
-                     TensorSpec, Variant, module_file, random_inputs, read_manifest, tensor_spec)
+                     SwapInStage, TensorSpec, Variant, module_file, random_inputs, read_manifest,
+                     swap_in_file, tensor_spec)
 from .hooks import HOOKS_LIBRARY, HOOKS_SOURCE, export_meta, hooks_builder
 from .jax_export import (PLUGIN_STABLEHLO_VERSION, artifact_version, custom_call_targets,
                          default_target_version, deserialize_portable_artifact, export_jax,
@@ -96,6 +97,7 @@ __all__ = [
     "export_faster_rcnn", "random_faster_rcnn", "export_meta", "hooks_builder", "tensor_spec", "HOOKS_SOURCE", "HOOKS_LIBRARY",
     "DEFAULT_VARIANT", "FORMAT_VERSION", "MANIFEST_FILE", "WEIGHTS_FILE", "Manifest",
     "TensorSpec", "Variant", "module_file", "random_inputs", "read_manifest",
+    "SwapInStage", "swap_in_file",
     "PLUGIN_STABLEHLO_VERSION", "artifact_version", "custom_call_targets",
     "default_target_version", "deserialize_portable_artifact", "main_signature",
     "serialize_portable_artifact", "stablehlo_versions", "weight_names_and_arrays",

@@ -8,7 +8,8 @@ docs/exporter.md for how the exporter fills it in). A hooked bundle adds
 ``model.c`` (and the ``model.so`` built from it) and declares the tensors
 clients see (``client_inputs`` / ``client_outputs``); a bundle of kind meta has
 only the manifest, ``model.c`` and ``model.so`` (docs/hooks.md,
-docs/meta-models.md).
+docs/meta-models.md). A model split into swap-in stages adds
+``swap_in.s{k}.b{N}.mlir`` for each stage k and batch size N.
 
 Nothing here depends on jax: examples/run_demo.py and the tests use
 `read_manifest` and `random_inputs` to drive a server from a bundle alone.
@@ -36,6 +37,8 @@ BATCH_AXIS = "batch"
 BATCH_SIZE_MAX = 65536  # the server's limit (docs/bundle-format.md)
 DEFAULT_VARIANT = "default"  # the top-level shapes, as the server names them
 VARIANTS_MAX = 16  # variants besides the default (the server's limit)
+SWAP_IN_STAGES_MIN = 2  # entries of swap_in_stages (the server's limits)
+SWAP_IN_STAGES_MAX = 16
 
 NAME_RE = re.compile(r"[A-Za-z0-9_.-]+\Z")
 
@@ -46,6 +49,11 @@ def module_file(batch_size: int, variant: Optional[str] = None) -> str:
     if variant is None or variant == DEFAULT_VARIANT:
         return f"model.b{int(batch_size)}.mlir"
     return f"model.{variant}.b{int(batch_size)}.mlir"
+
+
+def swap_in_file(stage: int, batch_size: int) -> str:
+    """File name of swap-in stage `stage`'s module compiled for `batch_size`."""
+    return f"swap_in.s{int(stage)}.b{int(batch_size)}.mlir"
 
 
 @dataclass
@@ -83,6 +91,15 @@ class Variant:
 
 
 @dataclass
+class SwapInStage:
+    """One entry of swap_in_stages: the weights the stage's module takes (in
+    argument_order order) and the tensors it hands to the next stage (empty
+    on the last stage, which returns the model's outputs)."""
+    weights: List[str]
+    outputs: List[TensorSpec] = field(default_factory=list)
+
+
+@dataclass
 class Manifest:
     name: str
     batch_sizes: List[int]
@@ -114,6 +131,9 @@ class Manifest:
     # Libraries model.c links with, as they follow -l (pjserve build-hooks
     # appends -lNAME); kinds model and meta.
     hooks_libraries: List[str] = field(default_factory=list)
+    # A model split into stages for its first execution after its weights
+    # were copied to the device (kind model; empty: not split).
+    swap_in_stages: List[SwapInStage] = field(default_factory=list)
     extra: dict = field(default_factory=dict)  # keys this reader does not know
 
     def variant_names(self) -> List[str]:
@@ -326,6 +346,13 @@ def _yaml_tensors(key: str, specs: List[TensorSpec]) -> List[str]:
     return [f"{key}:\n"] + [_yaml_tensor(t) for t in specs]
 
 
+def _yaml_swap_in_stage(stage: SwapInStage) -> str:
+    out = f"  - weights: [{', '.join(_yaml_str(w) for w in stage.weights)}]\n"
+    if stage.outputs:
+        out += "    outputs:\n" + "".join("    " + _yaml_tensor(t) for t in stage.outputs)
+    return out
+
+
 def manifest_yaml(m: Manifest) -> str:
     """The manifest.yaml text for `m` (kind model, hooked or not, or meta)."""
     out = [f'format_version: "{m.format_version}"\n',
@@ -343,6 +370,9 @@ def manifest_yaml(m: Manifest) -> str:
         if m.variants:
             out.append("variants:\n")
             out += [_yaml_variant(v, m) for v in m.variants]
+        if m.swap_in_stages:
+            out.append("swap_in_stages:\n")
+            out += [_yaml_swap_in_stage(st) for st in m.swap_in_stages]
     if m.client_inputs or m.kind == "meta":
         out += _yaml_tensors("client_inputs", m.client_inputs)
     if m.client_outputs or m.kind == "meta":
@@ -534,7 +564,7 @@ def read_manifest(bundle_dir) -> Manifest:
     doc = yaml.safe_load(path.read_text())
     known = {"format_version", "name", "kind", "description", "batch_sizes", "inputs",
              "outputs", "variants", "residency", "weight", "client_inputs", "client_outputs",
-             "meta", "decoupled", "sequence", "hooks_libraries"}
+             "meta", "decoupled", "sequence", "hooks_libraries", "swap_in_stages"}
 
     def tensors(key):
         return [_parse_tensor(e, f"{key}[{i}]") for i, e in enumerate(doc.get(key) or [])]
@@ -564,6 +594,11 @@ def read_manifest(bundle_dir) -> Manifest:
         max_sequences_per_client=sequence.get("max_sequences_per_client"),
         evict_after_idle_ms=sequence.get("evict_after_idle_ms"),
         hooks_libraries=[str(x) for x in doc.get("hooks_libraries") or []],
+        swap_in_stages=[
+            SwapInStage(weights=[str(w) for w in e.get("weights") or []],
+                        outputs=[_parse_tensor(t, f"swap_in_stages[{i}].outputs[{j}]")
+                                 for j, t in enumerate(e.get("outputs") or [])])
+            for i, e in enumerate(doc.get("swap_in_stages") or [])],
         extra={k: v for k, v in doc.items() if k not in known},
     )
 
