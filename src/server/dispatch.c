@@ -962,9 +962,14 @@ static int acquire(pjs_dispatcher *d, pjs_model *m, uint64_t uses, bool staged,
     if (m == d->lookahead)
         drop_lookahead(d); /* it runs now */
     bool over_budget = false;
-    d->stage_next_load = staged;
+    /* set only for a load made here: the transfer thread is idle after the
+     * settle above and reads the flag only in a copy handed to it later */
+    bool stage = staged && !m->wentry.resident;
+    if (stage)
+        d->stage_next_load = true;
     int rc = pjs_wcache_acquire(&d->cache, &m->wentry, uses, &over_budget, err);
-    d->stage_next_load = false;
+    if (stage)
+        d->stage_next_load = false;
     if (rc != 0)
         return pjs_error_prefix(err, "model %s: ", m->name);
     if (over_budget) /* on every load of it: each request, when other models run between */
