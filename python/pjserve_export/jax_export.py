@@ -34,6 +34,7 @@ import numpy as np
 from . import bundle as B
 from . import dtypes
 from . import hooks as H
+from . import swap_in as S
 from .safetensors_io import write_safetensors
 
 # The newest StableHLO version the plugins pjserve is tested with accept:
@@ -248,9 +249,9 @@ def _export_one(fn, param_structs, input_specs, n: Optional[int]):
         param_structs, *inputs)
 
 
-def _check_exported(exp, n: Optional[int], n_weights: int, n_inputs: int,
-                    output_names: Sequence[str]):
-    n_args = n_weights + n_inputs
+def _check_plain(exp, n_args: int, where: str):
+    """What every exported module must be: all arguments kept, no effects,
+    one device, no shape polymorphism."""
     problems = []
     if tuple(exp.module_kept_var_idx) != tuple(range(n_args)):
         problems.append(f"jax dropped arguments (kept {exp.module_kept_var_idx} of {n_args})")
@@ -261,8 +262,12 @@ def _check_exported(exp, n: Optional[int], n_weights: int, n_inputs: int,
     if exp.uses_global_constants:
         problems.append("the module uses shape polymorphism (dimension arguments)")
     if problems:
-        raise ValueError(f"batch size {n}: cannot export: " + "; ".join(problems))
+        raise ValueError(f"{where}: cannot export: " + "; ".join(problems))
 
+
+def _check_exported(exp, n: Optional[int], n_weights: int, n_inputs: int,
+                    output_names: Sequence[str]):
+    _check_plain(exp, n_weights + n_inputs, f"batch size {n}")
     n_out = len(exp.out_avals)
     leaf = jax.tree_util.tree_structure(0)
     flat_tuple = jax.tree_util.tree_structure(tuple(range(n_out)))
@@ -380,7 +385,8 @@ def export_jax(fn: Callable, params: Any, example_inputs: Sequence[Any], out_dir
                idle_timeout_ms: Optional[int] = None,
                max_sequences: Optional[int] = None,
                max_sequences_per_client: Optional[int] = None,
-               evict_after_idle_ms: Optional[int] = None) -> Path:
+               evict_after_idle_ms: Optional[int] = None,
+               swap_in_stages: Optional[Any] = None) -> Path:
     """Exports ``fn(params, *inputs)`` as the bundle ``out_dir/name/``; returns its path.
 
     fn: a jax-traceable function returning one array or a tuple of arrays, each
@@ -444,6 +450,12 @@ def export_jax(fn: Callable, params: Any, example_inputs: Sequence[Any], out_dir
         evicts the least recently used one idle longer than this); None: the
         server's defaults (60000 ms, 1024, a quarter of max_sequences, 1000
         ms or the idle timeout when shorter).
+    swap_in_stages: None or 1: the model is exported whole. An int K from 2
+        to 16: it is also split into at most K stages of about equal weight
+        bytes, ``swap_in.s{k}.b{N}.mlir``, which the server runs on a cold
+        model's first execution, copying stage k+1's weights while stage k
+        executes; weights are written sorted by the stage that first uses
+        them. Not with variants. See `swap_in`.
 
     An existing bundle of the same name is replaced atomically.
     """
@@ -492,6 +504,7 @@ def export_jax(fn: Callable, params: Any, example_inputs: Sequence[Any], out_dir
     if not batched and (stateful or variants):
         raise ValueError("a model without a batch axis (batch_sizes None) has no variants and "
                          "no sequence state or controls")
+    stages = _check_swap_in_stages(swap_in_stages, variants)
 
     weight_names, weight_arrays = weight_names_and_arrays(params)
     treedef = jax.tree_util.tree_structure(params)
@@ -509,13 +522,37 @@ def export_jax(fn: Callable, params: Any, example_inputs: Sequence[Any], out_dir
     if missing:
         raise ValueError(f"labels files not among extra_files: {missing}")
 
+    split = None
+    if stages is not None:
+        def input_structs(n):
+            return [jax.ShapeDtypeStruct(_batch_axis(n) + shape, dt) for shape, dt in input_specs]
+        split = S.split_model(fn, params, weight_arrays, input_structs, sizes, stages,
+                              output_names)
+        if split is None:
+            warnings.warn(f"model {name!r}: swap_in_stages={stages!r}: fn has no place to cut "
+                          "between the first uses of its weights; exported without stages",
+                          stacklevel=2)
+    model_fn, model_names, model_arrays, model_structs = fn, weight_names, weight_arrays, \
+        param_structs
+    if split is not None:
+        model_fn = _reordered(fn, treedef, split.order)
+        model_names = [weight_names[w] for w in split.order]
+        model_arrays = [weight_arrays[w] for w in split.order]
+        model_structs = [jax.ShapeDtypeStruct(a.shape, a.dtype) for a in model_arrays]
+
     def export_variant(specs, what):
-        return _export_modules(fn, name, param_structs, weight_arrays, weight_names,
+        return _export_modules(model_fn, name, model_structs, model_arrays, model_names,
                                input_names, output_names, specs, sizes, target,
                                strip_debug_info, what)
 
     modules, out_specs = export_variant(input_specs, "")
     files = {B.module_file(n): artifact for n, artifact in modules.items()}
+    manifest_stages = []
+    if split is not None:
+        manifest_stages, stage_files = _export_stages(
+            split, weight_names, weight_arrays, input_names, input_specs, output_names,
+            out_specs, sizes, target, strip_debug_info)
+        files.update(stage_files)
     manifest_variants = []
     for vname, specs in variant_specs.items():
         v_modules, v_out = export_variant(specs, f"variant {vname!r}: ")
@@ -539,7 +576,7 @@ def export_jax(fn: Callable, params: Any, example_inputs: Sequence[Any], out_dir
         sequence_state=state_pairs, sequence_controls=controls, idle_timeout_ms=idle_timeout_ms,
         max_sequences=max_sequences, max_sequences_per_client=max_sequences_per_client,
         evict_after_idle_ms=evict_after_idle_ms,
-        hooks_libraries=libraries)
+        hooks_libraries=libraries, swap_in_stages=manifest_stages)
     by_name = {t.name: t for t in manifest.inputs + manifest.outputs}
     for i, o in state_pairs:
         a, b = by_name[i], by_name[o]
@@ -549,13 +586,94 @@ def export_jax(fn: Callable, params: Any, example_inputs: Sequence[Any], out_dir
                              "input, so they must match")
 
     with B.StagedBundle(out_dir, name) as staging:
-        write_safetensors(staging / B.WEIGHTS_FILE, dict(zip(weight_names, weight_arrays)),
-                          {ARGUMENT_ORDER_KEY: json.dumps(weight_names)})
+        write_safetensors(staging / B.WEIGHTS_FILE, dict(zip(model_names, model_arrays)),
+                          {ARGUMENT_ORDER_KEY: json.dumps(model_names)})
         for file, artifact in files.items():
             (staging / file).write_bytes(artifact)
         (staging / B.MANIFEST_FILE).write_text(B.manifest_yaml(manifest))
         H.add_bundle_files(staging, hooks_source, extra_files, build_hooks)
     return Path(out_dir) / name
+
+
+def _check_swap_in_stages(value, variants):
+    """None (export whole) or an int in 2..16."""
+    lo, hi = B.SWAP_IN_STAGES_MIN, B.SWAP_IN_STAGES_MAX
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or \
+            not (value == 1 or lo <= value <= hi):
+        raise ValueError(f"swap_in_stages must be None, 1 (no stages) or an int from {lo} to "
+                         f"{hi}, got {value!r}")
+    stages = int(value)
+    if stages == 1:
+        return None
+    if variants:
+        raise ValueError("swap_in_stages and variants cannot be combined: a model split into "
+                         "swap-in stages has one set of input shapes")
+    return stages
+
+
+def _reordered(fn, treedef, order):
+    """fn taking its weights as one list in `order` (of params' leaves)."""
+    position = {w: i for i, w in enumerate(order)}
+
+    def model(weights, *inputs):
+        leaves = [weights[position[w]] for w in range(len(order))]
+        return fn(jax.tree_util.tree_unflatten(treedef, leaves), *inputs)
+    return model
+
+
+def _export_stages(split, weight_names, weight_arrays, input_names, input_specs, output_names,
+                   out_specs, sizes, target, strip_debug_info):
+    """The manifest's swap_in_stages entries and {file name: portable
+    artifact} of every stage at every batch size, each checked against what
+    the entries declare."""
+    last = len(split.stages) - 1
+    entries = []
+    # per stage: (name, per-example or whole shape, dtype, batched) of what it takes and returns
+    takes = [[(nm, shape, dtypes.manifest_name(dt), sizes is not None)
+              for nm, (shape, dt) in zip(input_names, input_specs)]]
+    returns = []
+    for k, st in enumerate(split.stages):
+        if k == last:
+            returns.append([(nm, shape, dt, sizes is not None)
+                            for nm, (shape, dt) in zip(output_names, out_specs)])
+            entries.append(B.SwapInStage([weight_names[w] for w in st.weights]))
+            continue
+        outs = [B.TensorSpec(f"s{k}.{i}", split.kinds[v].dtype, split.kinds[v].shape,
+                             batched=split.kinds[v].batched) for i, v in enumerate(st.outs)]
+        entries.append(B.SwapInStage([weight_names[w] for w in st.weights], outs))
+        returns.append([(t.name, t.shape, t.dtype, t.batched) for t in outs])
+        takes.append(returns[-1])
+
+    files = {}
+    for n in sizes or [None]:
+        program = split.programs[n]
+        for k, st in enumerate(split.stages):
+            where = f"swap-in stage {k}, batch size {n or 1}"
+            weights = [jax.ShapeDtypeStruct(weight_arrays[w].shape, weight_arrays[w].dtype)
+                       for w in st.weights]
+            ins = [jax.ShapeDtypeStruct(program.avals[v].shape, program.avals[v].dtype)
+                   for v in st.ins]
+            f = S.stage_function(program, st.lo, st.hi, st.weights, st.ins, st.outs)
+            exp = jax.export.export(jax.jit(f, keep_unused=True), platforms=["cpu"])(
+                weights, *ins)
+            _check_plain(exp, len(weights) + len(ins), where)
+
+            def full(tensors):
+                return [(((n,) if batched and n is not None else ()) + tuple(shape), dt)
+                        for _, shape, dt, batched in tensors]
+            want_args = [(tuple(w.shape), dtypes.manifest_name(w.dtype)) for w in weights]
+            want_args += full(takes[k])
+            want_res = full(returns[k])
+            names = [weight_names[w] for w in st.weights] + [t[0] for t in takes[k]]
+            text = exp.mlir_module()
+            _verify_signature(text, want_args, want_res, names, where)
+            artifact = serialize_portable_artifact(text, target, strip_debug_info)
+            _verify_signature(deserialize_portable_artifact(artifact), want_args, want_res,
+                              names, where)
+            files[B.swap_in_file(k, n or 1)] = artifact
+    return entries, files
 
 
 def _manifest_variant(vname, input_names, input_specs, specs, output_names, out_specs, v_out):
@@ -575,11 +693,13 @@ def _manifest_variant(vname, input_names, input_specs, specs, output_names, out_
 
 
 def _verify_signature(text, want_args, want_res, arg_names, n):
+    """n: the batch size, or a string saying which module it is."""
+    where = n if isinstance(n, str) else f"batch size {n}"
     args, results = main_signature(text)
     if args != want_args:
         detail = [f"{nm}: module {got} vs expected {want}"
                   for nm, got, want in zip(arg_names, args, want_args) if got != want]
-        raise ValueError(f"batch size {n}: @main arguments do not match weights then inputs "
+        raise ValueError(f"{where}: @main arguments do not match weights then inputs "
                          f"({len(args)} vs {len(want_args)} arguments) {detail}")
     if results != want_res:
-        raise ValueError(f"batch size {n}: @main results {results} != expected {want_res}")
+        raise ValueError(f"{where}: @main results {results} != expected {want_res}")

@@ -424,3 +424,372 @@ def test_input_formats_validation(tmp_path, formats, message):
 def test_input_format_needs_three_extents(tmp_path):
     with pytest.raises(ValueError, match="three extents"):
         export_linear(tmp_path, input_formats={"x": "NCHW"})
+
+
+# ---- swap-in stages -------------------------------------------------------------
+
+from pjserve_export import swap_in as S  # noqa: E402
+
+MLP_DIMS = [16, 32, 32, 32, 8]
+
+
+def _mlp_params():
+    rng = np.random.default_rng(5)
+    return {f"l{i}": {"w": (rng.standard_normal((a, b)) / np.sqrt(a)).astype(np.float32),
+                      "b": rng.standard_normal(b).astype(np.float32)}
+            for i, (a, b) in enumerate(zip(MLP_DIMS, MLP_DIMS[1:]))}
+
+
+def _mlp(p, x):
+    for i in range(4):
+        x = x @ p[f"l{i}"]["w"] + p[f"l{i}"]["b"]
+        if i < 3:
+            x = jnp.tanh(x)
+    return x
+
+
+def export_mlp(tmp_path, **kw):
+    args = dict(name="mlp", batch_sizes=[1, 4], input_names=["x"], output_names=["y"],
+                swap_in_stages=3)
+    args.update(kw)
+    return pe.export_jax(_mlp, _mlp_params(), [np.zeros((1, 16), np.float32)], tmp_path, **args)
+
+
+def _stage_of(manifest, order):
+    """Per weight of argument_order: its stage, the first entry listing it (the last
+    stage for a weight no entry lists)."""
+    stages = manifest.swap_in_stages
+    first = {}
+    for k, st in enumerate(stages):
+        for w in st.weights:
+            first.setdefault(w, k)
+    return [first.get(w, len(stages) - 1) for w in order]
+
+
+def check_swap_in_bundle(path):
+    """What the loader checks of a bundle with swap_in_stages, from the files
+    alone: the entries, the argument_order rule and every stage module's @main
+    (weights as listed, then stage 0's inputs or the previous stage's outputs;
+    returning the entry's outputs, the last the model's)."""
+    m = pe.read_manifest(path)
+    tensors, meta = pe.read_safetensors(path / "weights.safetensors")
+    order = json.loads(meta["argument_order"])
+    stages = m.swap_in_stages
+    assert 2 <= len(stages) <= 16 and not m.variants
+    for k, st in enumerate(stages):
+        assert len(set(st.weights)) == len(st.weights) and set(st.weights) <= set(order)
+        assert st.weights == sorted(st.weights, key=order.index)    # in argument_order order
+        if k + 1 < len(stages):
+            assert st.outputs and [t.name for t in st.outputs] == \
+                [f"s{k}.{i}" for i in range(len(st.outputs))]
+        else:
+            assert st.outputs == []
+    ranks = _stage_of(m, order)
+    assert ranks == sorted(ranks), "stages decrease along argument_order"
+
+    def full(specs, n):
+        return [(t.full_shape(n), t.dtype) for t in specs]
+
+    for n in m.batch_sizes:
+        takes = m.inputs
+        for k, st in enumerate(stages):
+            artifact = (path / pe.swap_in_file(k, n)).read_bytes()
+            args, results = pe.main_signature(pe.deserialize_portable_artifact(artifact))
+            weights = [(tuple(tensors[w].shape), _manifest_dtype(tensors[w])) for w in st.weights]
+            assert args == weights + full(takes, n), (k, n)
+            gives = st.outputs if k + 1 < len(stages) else m.outputs
+            assert results == full(gives, n), (k, n)
+            takes = st.outputs
+        # the whole-model modules take every weight in argument_order
+        args, _ = pe.main_signature(pe.deserialize_portable_artifact(
+            (path / pe.module_file(n)).read_bytes()))
+        assert args[:len(order)] == [(tuple(tensors[w].shape), _manifest_dtype(tensors[w]))
+                                     for w in order]
+    files = {p.name for p in path.glob("swap_in.*")}
+    assert files == {pe.swap_in_file(k, n) for k in range(len(stages)) for n in m.batch_sizes}
+    return m, order
+
+
+def _manifest_dtype(a):
+    from pjserve_export import dtypes
+    return dtypes.manifest_name(a.dtype)
+
+
+def test_swap_in_stages_mlp(tmp_path):
+    path = export_mlp(tmp_path)
+    doc = yaml.safe_load((path / "manifest.yaml").read_text())
+    # Weight bytes: l0 544 floats, l1 1056, l2 1056, l3 264: the most even split.
+    assert doc["swap_in_stages"] == [
+        {"weights": ["l0.b", "l0.w"],
+         "outputs": [{"name": "s0.0", "dtype": "f32", "shape": ["batch", 32]}]},
+        {"weights": ["l1.b", "l1.w"],
+         "outputs": [{"name": "s1.0", "dtype": "f32", "shape": ["batch", 32]}]},
+        {"weights": ["l2.b", "l2.w", "l3.b", "l3.w"]},
+    ]
+    m, order = check_swap_in_bundle(path)
+    assert order == ["l0.b", "l0.w", "l1.b", "l1.w", "l2.b", "l2.w", "l3.b", "l3.w"]
+    assert [len(st.outputs) for st in m.swap_in_stages] == [1, 1, 0]
+    assert sorted(p.name for p in path.glob("*.mlir")) == [
+        "model.b1.mlir", "model.b4.mlir", "swap_in.s0.b1.mlir", "swap_in.s0.b4.mlir",
+        "swap_in.s1.b1.mlir", "swap_in.s1.b4.mlir", "swap_in.s2.b1.mlir", "swap_in.s2.b4.mlir"]
+
+
+def test_swap_in_stages_reorder_weights_for_the_whole_model(tmp_path):
+    """Weights first used in a later stage move after those of earlier ones,
+    and the whole-model modules take them in that order; one never used goes
+    last."""
+    params = {"a_late": np.full((8, 4), 0.5, np.float32), "b_early": np.eye(4, 8, dtype=np.float32),
+              "c_unused": np.ones(3, np.float32)}
+
+    def fn(p, x):
+        return jnp.tanh(x @ p["b_early"]) @ p["a_late"]
+
+    path = pe.export_jax(fn, params, [np.zeros((1, 4), np.float32)], tmp_path, name="re",
+                         batch_sizes=[2], input_names=["x"], output_names=["y"],
+                         swap_in_stages=2)
+    m, order = check_swap_in_bundle(path)
+    assert order == ["b_early", "a_late", "c_unused"]
+    assert [st.weights for st in m.swap_in_stages] == [["b_early"], ["a_late"]]
+    tensors, _ = pe.read_safetensors(path / "weights.safetensors")
+    assert list(tensors) == order
+
+
+def test_swap_in_stages_1_or_none_is_todays_export(tmp_path):
+    a = export_mlp(tmp_path / "a", swap_in_stages=None)
+    b = export_mlp(tmp_path / "b", swap_in_stages=1)
+    c = pe.export_jax(_mlp, _mlp_params(), [np.zeros((1, 16), np.float32)], tmp_path / "c",
+                      name="mlp", batch_sizes=[1, 4], input_names=["x"], output_names=["y"])
+    names = sorted(p.name for p in a.iterdir())
+    assert names == ["manifest.yaml", "model.b1.mlir", "model.b4.mlir", "weights.safetensors"]
+    for f in names:
+        assert (a / f).read_bytes() == (b / f).read_bytes() == (c / f).read_bytes(), f
+
+
+def test_swap_in_stages_export_is_reproducible(tmp_path):
+    a = export_mlp(tmp_path / "a")
+    b = export_mlp(tmp_path / "b")
+    names = sorted(p.name for p in a.iterdir())
+    assert names == sorted(p.name for p in b.iterdir())
+    for f in names:
+        assert (a / f).read_bytes() == (b / f).read_bytes(), f
+
+
+def _bundle_of_module(out_dir, name, artifact, weights, inputs, outputs):
+    """A bundle without batch axis around one module: `weights` {name: array}
+    in argument order, inputs and outputs [(name, dtype, full shape)]."""
+    out_dir.mkdir(parents=True)
+    (out_dir / "model.b1.mlir").write_bytes(artifact)
+    pe.write_safetensors(out_dir / "weights.safetensors", weights,
+                         {"argument_order": json.dumps(list(weights))})
+    m = pe.Manifest(name=name, batch_sizes=[1],
+                    inputs=[pe.TensorSpec(nm, dt, shape, batched=False)
+                            for nm, dt, shape in inputs],
+                    outputs=[pe.TensorSpec(nm, dt, shape, batched=False)
+                             for nm, dt, shape in outputs])
+    from pjserve_export import bundle as B
+    (out_dir / "manifest.yaml").write_text(B.manifest_yaml(m))
+
+
+def _run(pjserve, bundle, arrays, out_dir):
+    argv = ["run", bundle]
+    for nm, a in arrays.items():
+        f = out_dir / f"in-{nm}.npy"
+        out_dir.mkdir(parents=True, exist_ok=True)
+        np.save(f, a)
+        argv += ["--input", f"{nm}={f}"]
+    result = pjserve(*argv, "--output-dir", out_dir / "out")
+    assert result.returncode == 0, result.stderr
+    return {p.stem: np.load(p) for p in (out_dir / "out").glob("*.npy")}
+
+
+def run_stages_through_pjserve(pjserve, path, n, inputs, work):
+    """Runs each stage module of `path` at batch size n as a bundle of its
+    own through `pjserve run`, each on the previous one's results; returns
+    the last stage's outputs by name."""
+    m = pe.read_manifest(path)
+    tensors, _ = pe.read_safetensors(path / "weights.safetensors")
+    values = dict(inputs)
+    takes = m.inputs
+    for k, st in enumerate(m.swap_in_stages):
+        gives = st.outputs if st.outputs else m.outputs
+        d = work / f"s{k}"
+        _bundle_of_module(d, f"s{k}", (path / pe.swap_in_file(k, n)).read_bytes(),
+                          {w: tensors[w] for w in st.weights},
+                          [(t.name, t.dtype, t.full_shape(n)) for t in takes],
+                          [(t.name, t.dtype, t.full_shape(n)) for t in gives])
+        values = _run(pjserve, d, {t.name: values[t.name] for t in takes}, work / f"run{k}")
+        takes = gives
+    return values
+
+
+def run_whole_model_through_pjserve(pjserve, path, inputs, work):
+    """`pjserve run` of the bundle's whole-model modules (a copy without the
+    stages: the reordered weights file serves them)."""
+    import shutil
+    from pjserve_export import bundle as B
+    copy = work / "whole" / path.name
+    shutil.copytree(path, copy)
+    for f in copy.glob("swap_in.*"):
+        f.unlink()
+    m = pe.read_manifest(copy)
+    m.swap_in_stages = []
+    (copy / "manifest.yaml").write_text(B.manifest_yaml(m))
+    return _run(pjserve, copy, inputs, work / "whole-run")
+
+
+def test_swap_in_stage_modules_compose_to_the_model(tmp_path, pjserve):
+    """The exported stage modules, run one after the other by pjserve, answer
+    as fn does; so do the whole-model modules over the reordered weights."""
+    params = _mlp_params()
+    path = export_mlp(tmp_path)
+    x = np.random.default_rng(6).standard_normal((4, 16)).astype(np.float32)
+    want = np.asarray(_mlp(params, x))
+    got = run_stages_through_pjserve(pjserve, path, 4, {"x": x}, tmp_path / "stages")
+    np.testing.assert_allclose(got["y"], want, rtol=1e-5, atol=1e-5)
+    whole = run_whole_model_through_pjserve(pjserve, path, {"x": x}, tmp_path)
+    np.testing.assert_allclose(whole["y"], want, rtol=1e-5, atol=1e-5)
+
+
+def test_swap_in_self_check_catches_a_wrong_stage(tmp_path, monkeypatch):
+    real = S.stage_function
+
+    def broken(p, lo, hi, weights, ins, outs):
+        f = real(p, lo, hi, weights, ins, outs)
+        if lo != 0:
+            return f
+        return lambda ws, *xs: tuple(y + 1e-3 for y in f(ws, *xs))
+
+    monkeypatch.setattr(S, "stage_function", broken)
+    with pytest.raises(ValueError, match="output 'y' differs from fn's"):
+        export_mlp(tmp_path)
+    assert not (tmp_path / "mlp").exists()
+
+
+@pytest.mark.parametrize("value,message", [
+    (0, "an int from 2 to 16"), (17, "an int from 2 to 16"), (-3, "an int from 2 to 16"),
+    ("x", "an int from 2 to 16"), (True, "an int from 2 to 16"),
+    (2.0, "an int from 2 to 16"), ([2], "an int from 2 to 16"),
+])
+def test_swap_in_stages_validation(tmp_path, value, message):
+    with pytest.raises(ValueError, match=message):
+        export_mlp(tmp_path, swap_in_stages=value)
+    assert not (tmp_path / "mlp").exists()
+
+
+@pytest.mark.parametrize("value", [2])
+def test_swap_in_stages_not_with_variants(tmp_path, value):
+    with pytest.raises(ValueError, match="swap_in_stages and variants cannot be combined"):
+        export_pool(tmp_path, {"long": [np.zeros((1, 8, 16), np.float32)]},
+                    swap_in_stages=value)
+
+
+def test_swap_in_stages_need_the_same_trace_at_every_batch_size(tmp_path):
+    def fn(p, x):
+        y = x @ p["w"]
+        return jnp.tanh(y) @ p["v"] if x.shape[0] > 1 else y @ p["v"]
+
+    params = {"w": np.ones((4, 4), np.float32), "v": np.ones((4, 2), np.float32)}
+    with pytest.raises(ValueError, match="other operations at batch size"):
+        pe.export_jax(fn, params, [np.zeros((1, 4), np.float32)], tmp_path, name="t",
+                      batch_sizes=[1, 2], input_names=["x"], output_names=["y"],
+                      swap_in_stages=2)
+
+
+def test_swap_in_stages_nothing_to_cut_exports_whole(tmp_path):
+    with pytest.warns(UserWarning, match="no place to cut.*exported without stages"):
+        path = pe.export_jax(lambda p, x: jnp.tanh(x @ p["w"]) * 2,
+                             {"w": np.ones((16, 4), np.float32)}, X, tmp_path, name="one",
+                             batch_sizes=[1], input_names=["x"], output_names=["y"],
+                             swap_in_stages=2)
+    assert "swap_in_stages" not in yaml.safe_load((path / "manifest.yaml").read_text())
+    assert not list(path.glob("swap_in.*"))
+
+
+def _convnet_params():
+    rng = np.random.default_rng(7)
+
+    def conv(cin, cout):
+        return {"w": (rng.standard_normal((3, 3, cin, cout)) / np.sqrt(9 * cin)).astype(np.float32),
+                "b": (0.1 * rng.standard_normal(cout)).astype(np.float32)}
+    return {"stem": conv(3, 8), "block1": {"a": conv(8, 8), "b": conv(8, 8)},
+            "block2": {"a": conv(8, 8), "b": conv(8, 8)},
+            "fc": {"w": (rng.standard_normal((8, 10)) / np.sqrt(8)).astype(np.float32)}}
+
+
+@jax.jit
+def _conv(x, c):
+    y = jax.lax.conv_general_dilated(x, c["w"], (1, 1), "SAME",
+                                     dimension_numbers=("NHWC", "HWIO", "NHWC"))
+    return y + c["b"]
+
+
+def _convnet(p, x):
+    """A stem and two residual blocks (jitted convolutions, as layers often
+    are), global average pooling, a dense layer; also returns the input
+    scaled, an output carried from the start."""
+    h = jax.nn.relu(_conv(x, p["stem"]))
+    for blk in ("block1", "block2"):
+        h = jax.nn.relu(h + _conv(jax.nn.relu(_conv(h, p[blk]["a"])), p[blk]["b"]))
+    return jnp.mean(h, axis=(1, 2)) @ p["fc"]["w"], x * 0.5
+
+
+@pytest.mark.parametrize("stages", [2, 3])
+def test_swap_in_stages_convnet(tmp_path, pjserve, stages):
+    params = _convnet_params()
+    path = pe.export_jax(_convnet, params, [np.zeros((1, 8, 8, 3), np.float32)], tmp_path,
+                         name="convnet", batch_sizes=[1, 2], input_names=["x"],
+                         output_names=["logits", "half"], swap_in_stages=stages)
+    m, order = check_swap_in_bundle(path)
+    assert len(m.swap_in_stages) == stages
+    # Every carried tensor is an activation with the batch axis first.
+    assert all(t.batched for st in m.swap_in_stages for t in st.outputs)
+    # The stem's weights are copied with the first stage, the dense layer's with the last.
+    assert {"stem.b", "stem.w"} <= set(m.swap_in_stages[0].weights)
+    assert "fc.w" in m.swap_in_stages[-1].weights and order[-1] == "fc.w"
+    x = np.random.default_rng(8).standard_normal((2, 8, 8, 3)).astype(np.float32)
+    want = [np.asarray(a) for a in _convnet(params, x)]
+    got = run_stages_through_pjserve(pjserve, path, 2, {"x": x}, tmp_path / "run")
+    np.testing.assert_allclose(got["logits"], want[0], rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(got["half"], want[1], rtol=1e-6, atol=0)
+
+
+def _odd(p, x, k):
+    return x @ p["w"], x, jnp.arange(3.0), k + 1, p["v"]
+
+
+def test_swap_in_stages_without_batch_axis_and_odd_outputs(tmp_path, pjserve):
+    """A model without batch axis: one module per stage (b1), fixed-shape
+    carries; outputs that are an input, a constant and a weight still come
+    out of the last stage."""
+    params = {"w": np.arange(16, dtype=np.float32).reshape(4, 4), "v": np.ones(2, np.float32)}
+    path = pe.export_jax(_odd, params, [np.zeros((3, 4), np.float32), np.zeros(2, np.int32)],
+                         tmp_path, name="odd", batch_sizes=None, input_names=["x", "k"],
+                         output_names=["a", "b", "c", "d", "e"], swap_in_stages=2)
+    m, order = check_swap_in_bundle(path)
+    assert sorted(p.name for p in path.glob("swap_in.*")) == ["swap_in.s0.b1.mlir",
+                                                             "swap_in.s1.b1.mlir"]
+    assert [st.weights for st in m.swap_in_stages] == [["w"], ["v"]]
+    assert not any(t.batched for t in m.swap_in_stages[0].outputs)
+    x = np.random.default_rng(9).standard_normal((3, 4)).astype(np.float32)
+    k = np.array([3, -4], np.int32)
+    got = run_stages_through_pjserve(pjserve, path, 1, {"x": x, "k": k}, tmp_path / "run")
+    for name, want in zip("abcde", _odd(params, x, k)):
+        np.testing.assert_allclose(got[name], np.asarray(want), rtol=1e-6, err_msg=name)
+
+
+def test_swap_in_stages_resnet_passes_through(tmp_path):
+    from pjserve_export import resnet
+    path = resnet.resnet_model(depth=18, width=4, image=32, classes=10).export(
+        tmp_path, batch_sizes=[1], swap_in_stages=3)
+    m, _ = check_swap_in_bundle(path)
+    assert len(m.swap_in_stages) == 3
+
+
+def test_balanced_cuts():
+    # Candidates before 10, 20, ..., 90 of 100 bytes: 4 stages of about 25.
+    amounts = list(range(10, 100, 10))
+    cuts = [0] + [amounts[i] for i in S.balanced_cuts(amounts, 100, 4)] + [100]
+    assert sorted(b - a for a, b in zip(cuts, cuts[1:])) == [20, 20, 30, 30]
+    assert S.balanced_cuts(amounts, 100, 2) == [4]        # 50
+    assert S.balanced_cuts([40], 100, 5) == [0]           # fewer candidates than cuts
+    assert S.balanced_cuts([], 100, 3) == []
