@@ -455,7 +455,10 @@ def export_jax(fn: Callable, params: Any, example_inputs: Sequence[Any], out_dir
         bytes, ``swap_in.s{k}.b{N}.mlir``, which the server runs on a cold
         model's first execution, copying stage k+1's weights while stage k
         executes; weights are written sorted by the stage that first uses
-        them. Not with variants. See `swap_in`.
+        them. "auto": K and the cuts minimize the cold latency modelled from
+        the bandwidth and execution times measured on jax's default device
+        (the whole model when one stage is best). Not with variants. See
+        `swap_in`.
 
     An existing bundle of the same name is replaced atomically.
     """
@@ -529,9 +532,10 @@ def export_jax(fn: Callable, params: Any, example_inputs: Sequence[Any], out_dir
         split = S.split_model(fn, params, weight_arrays, input_structs, sizes, stages,
                               output_names)
         if split is None:
-            warnings.warn(f"model {name!r}: swap_in_stages={stages!r}: fn has no place to cut "
-                          "between the first uses of its weights; exported without stages",
-                          stacklevel=2)
+            warnings.warn(f"model {name!r}: swap_in_stages={stages!r}: "
+                          + ("one stage has the least modelled cold latency"
+                             if stages == "auto" else "fn has no place to cut between the first "
+                             "uses of its weights") + "; exported without stages", stacklevel=2)
     model_fn, model_names, model_arrays, model_structs = fn, weight_names, weight_arrays, \
         param_structs
     if split is not None:
@@ -596,17 +600,20 @@ def export_jax(fn: Callable, params: Any, example_inputs: Sequence[Any], out_dir
 
 
 def _check_swap_in_stages(value, variants):
-    """None (export whole) or an int in 2..16."""
+    """None (export whole), an int in 2..16, or "auto"."""
     lo, hi = B.SWAP_IN_STAGES_MIN, B.SWAP_IN_STAGES_MAX
     if value is None:
         return None
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or \
+    if isinstance(value, str) and value == "auto":
+        stages = "auto"
+    elif isinstance(value, bool) or not isinstance(value, (int, np.integer)) or \
             not (value == 1 or lo <= value <= hi):
-        raise ValueError(f"swap_in_stages must be None, 1 (no stages) or an int from {lo} to "
-                         f"{hi}, got {value!r}")
-    stages = int(value)
-    if stages == 1:
-        return None
+        raise ValueError(f"swap_in_stages must be None, 1 (no stages), an int from {lo} to {hi} "
+                         f"or 'auto', got {value!r}")
+    else:
+        stages = int(value)
+        if stages == 1:
+            return None
     if variants:
         raise ValueError("swap_in_stages and variants cannot be combined: a model split into "
                          "swap-in stages has one set of input shapes")

@@ -29,13 +29,19 @@ How a model is split:
    So the candidates are, for each amount of weight bytes first used before
    a cut, the latest valid cut with that amount.
 4. ``swap_in_stages=K`` picks K-1 candidates that split the weight bytes
-   most evenly (least sum of squared stage bytes).
+   most evenly (least sum of squared stage bytes). ``"auto"`` splits into up
+   to 32 fine segments that way, measures the host-to-device bandwidth and
+   each segment's execution time on jax's default device, and groups the
+   segments into the stages that minimize the modelled cold latency
+   (`plan_stages`).
 
 The exporter then writes the weights sorted by stage (so each stage's new
 weights are one contiguous block of argument_order), exports each stage as a
 module, and checks that the chained stages compute what ``fn`` computes.
 """
 
+import statistics
+import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
@@ -44,6 +50,18 @@ import numpy as np
 
 from . import bundle as B
 from . import dtypes
+
+# The modelled costs (seconds) of one host-to-device copy and of one module
+# execution, beyond what the bytes and the computation take: what a stage
+# adds to a cold execution even when nothing is left to overlap.
+COPY_OVERHEAD_S = 20e-6
+LAUNCH_OVERHEAD_S = 30e-6
+# "auto" times the model in at most this many segments.
+AUTO_SEGMENTS_MAX = 32
+# Repetitions of each measurement ("auto"): the best copy, the median run.
+COPY_REPEATS = 3
+RUN_REPEATS = 5
+
 
 def _jit_primitive():
     from jax.extend.core import primitives
@@ -307,6 +325,100 @@ def balanced_cuts(amounts: Sequence[int], total: int, stages: int) -> List[int]:
     return sorted(picks)
 
 
+# ---- the "auto" plan -------------------------------------------------------
+
+@dataclass
+class StagePlan:
+    ends: List[int]                 # per stage: the segment it ends before (the last: M)
+    latency_s: float                # the modelled cold latency of this plan
+    by_stages: Dict[int, float]     # the best modelled latency for each stage count
+
+
+def plan_stages(segment_bytes: Sequence[float], segment_s: Sequence[float],
+                bandwidth: float, copy_overhead_s: float = COPY_OVERHEAD_S,
+                launch_overhead_s: float = LAUNCH_OVERHEAD_S,
+                max_stages: int = B.SWAP_IN_STAGES_MAX) -> StagePlan:
+    """Groups M segments (bytes each copies first, seconds each computes)
+    into the stages with the least modelled cold latency.
+
+    Copies run back to back: stage k's copy ends at
+    X_k = (bytes of stages 0..k) / bandwidth + (k + 1) * copy_overhead_s.
+    Stage k computes once its copy and stage k-1 are done:
+    C_k = max(X_k, C_{k-1}) + (its segments' seconds) + launch_overhead_s.
+    The plan minimizes C of the last stage over every grouping of 1 to
+    max_stages stages (the fewer stages on a tie). Since C_k grows with
+    C_{k-1}, the best plan ending stage k at segment j extends the best one
+    ending stage k-1 somewhere before j: a DP over (segment end, stage count)."""
+    nb = np.asarray(segment_bytes, np.float64)
+    ns = np.asarray(segment_s, np.float64)
+    m = len(nb)
+    if m == 0 or len(ns) != m:
+        raise ValueError("plan_stages needs as many segment times as segment sizes, at least one")
+    prefix_b = np.concatenate([[0.0], np.cumsum(nb)])
+    prefix_s = np.concatenate([[0.0], np.cumsum(ns)])
+    inf = float("inf")
+    # best[k][j]: least C_k with stage k ending before segment j; how[k][j]: its start
+    best = [[inf] * (m + 1) for _ in range(min(m, max_stages))]
+    how = [[-1] * (m + 1) for _ in range(min(m, max_stages))]
+    for k in range(len(best)):
+        for j in range(k + 1, m + 1):
+            x = prefix_b[j] / bandwidth + (k + 1) * copy_overhead_s
+            starts = [0] if k == 0 else range(k, j)
+            for i in starts:
+                before = 0.0 if k == 0 else best[k - 1][i]
+                c = max(x, before) + (prefix_s[j] - prefix_s[i]) + launch_overhead_s
+                if c < best[k][j]:
+                    best[k][j], how[k][j] = c, i
+    by_stages = {k + 1: float(best[k][m]) for k in range(len(best))}
+    k = min(by_stages, key=lambda s: (by_stages[s], s)) - 1
+    ends, j = [], m
+    while k >= 0:
+        ends.append(j)
+        j = how[k][j]
+        k -= 1
+    return StagePlan(sorted(ends), by_stages[len(ends)], by_stages)
+
+
+def _measure_bandwidth(arrays: Sequence[np.ndarray]) -> float:
+    """Bytes per second of copying the weights to jax's default device as
+    one block, as the server copies a stage's weights: the best of
+    COPY_REPEATS copies of the whole block less the best of as many copies
+    of one byte (the fixed cost of a copy is COPY_OVERHEAD_S's part)."""
+    block = np.concatenate([np.ascontiguousarray(a).reshape(-1).view(np.uint8)
+                            for a in arrays] + [np.zeros(1, np.uint8)])
+
+    def best(x):
+        t = float("inf")
+        for _ in range(COPY_REPEATS):
+            t0 = time.perf_counter()
+            jax.block_until_ready(jax.device_put(x))
+            t = min(t, time.perf_counter() - t0)
+        return t
+    seconds = best(block) - best(block[:1])
+    return block.nbytes / seconds if seconds > 0 else float("inf")
+
+
+def _measure_segments(p: Program, segments: Sequence["Stage"], weights: Sequence[np.ndarray],
+                      inputs: Sequence[np.ndarray]) -> List[float]:
+    """Seconds each segment takes (median of RUN_REPEATS after one warm-up
+    run), on jax's default device at the batch size of `inputs`."""
+    values = {p.n_weights + i: jax.device_put(x) for i, x in enumerate(inputs)}
+    dev_weights = jax.device_put(list(weights))
+    times = []
+    for s in segments:
+        seg = jax.jit(stage_function(p, s.lo, s.hi, s.weights, s.ins, s.outs))
+        args = ([dev_weights[w] for w in s.weights], *(values[v] for v in s.ins))
+        out = jax.block_until_ready(seg(*args))
+        runs = []
+        for _ in range(RUN_REPEATS):
+            t0 = time.perf_counter()
+            jax.block_until_ready(seg(*args))
+            runs.append(time.perf_counter() - t0)
+        times.append(statistics.median(runs))
+        values.update(zip(s.outs, out))
+    return times
+
+
 # ---- stages ------------------------------------------------------------------
 
 def stage_weights(p: Program, lo: int, hi: int, last: bool) -> List[int]:
@@ -371,6 +483,24 @@ def choose_cuts(p: Program, live: Liveness, kinds: List[Optional[Carry]],
     first = weight_first_use(p)
     cuts, amounts, total = candidate_cuts(valid, first, weight_bytes)
     return [cuts[i] for i in balanced_cuts(amounts, total, stages)]
+
+
+def choose_cuts_auto(p: Program, live: Liveness, kinds: List[Optional[Carry]],
+                     weights: Sequence[np.ndarray], inputs: Sequence[np.ndarray]) -> List[int]:
+    """The cuts of the plan with the least modelled cold latency on jax's
+    default device ([] when one stage is best)."""
+    weight_bytes = [a.nbytes for a in weights]
+    fine = choose_cuts(p, live, kinds, weight_bytes, AUTO_SEGMENTS_MAX)
+    if not fine:
+        return []
+    segs = stages_at_cuts(p, live, fine)
+    seg_bytes = [0] * len(segs)
+    for w, k in enumerate(stage_of_weights(p.n_weights, segs)):
+        seg_bytes[k] += weight_bytes[w]
+    bandwidth = _measure_bandwidth(weights)
+    seg_s = _measure_segments(p, segs, weights, inputs)
+    plan = plan_stages(seg_bytes, seg_s, bandwidth)
+    return [fine[j - 1] for j in plan.ends[:-1]]
 
 
 def example_inputs(input_structs: Sequence[jax.ShapeDtypeStruct], seed: int = 0):
@@ -448,7 +578,8 @@ def split_model(fn: Callable, params, weight_arrays: Sequence[np.ndarray],
                 input_structs: Callable[[Optional[int]], List[jax.ShapeDtypeStruct]],
                 sizes: Optional[Sequence[int]], stages, output_names: Sequence[str]
                 ) -> Optional[Split]:
-    """Splits fn(params, *inputs) into at most `stages` stages, checks that the chained stages compute what fn does, and returns
+    """Splits fn(params, *inputs) into at most `stages` stages (an int, or
+    "auto"), checks that the chained stages compute what fn does, and returns
     the Split, or None when the model has no cut worth making (then it is
     exported whole). `input_structs(n)` gives the inputs at batch size n."""
     treedef = jax.tree_util.tree_structure(params)
@@ -467,7 +598,10 @@ def split_model(fn: Callable, params, weight_arrays: Sequence[np.ndarray],
     live = liveness(p0)
     kinds = carry_kinds(progs)
     examples = example_inputs(input_structs(first))
-    cuts = choose_cuts(p0, live, kinds, [a.nbytes for a in weight_arrays], stages)
+    if stages == "auto":
+        cuts = choose_cuts_auto(p0, live, kinds, weight_arrays, examples)
+    else:
+        cuts = choose_cuts(p0, live, kinds, [a.nbytes for a in weight_arrays], stages)
     if not cuts:
         return None
     result = stages_at_cuts(p0, live, cuts)

@@ -667,7 +667,7 @@ def test_swap_in_self_check_catches_a_wrong_stage(tmp_path, monkeypatch):
 
 @pytest.mark.parametrize("value,message", [
     (0, "an int from 2 to 16"), (17, "an int from 2 to 16"), (-3, "an int from 2 to 16"),
-    ("x", "an int from 2 to 16"), (True, "an int from 2 to 16"),
+    ("x", "an int from 2 to 16 or 'auto'"), (True, "an int from 2 to 16"),
     (2.0, "an int from 2 to 16"), ([2], "an int from 2 to 16"),
 ])
 def test_swap_in_stages_validation(tmp_path, value, message):
@@ -676,7 +676,7 @@ def test_swap_in_stages_validation(tmp_path, value, message):
     assert not (tmp_path / "mlp").exists()
 
 
-@pytest.mark.parametrize("value", [2])
+@pytest.mark.parametrize("value", [2, "auto"])
 def test_swap_in_stages_not_with_variants(tmp_path, value):
     with pytest.raises(ValueError, match="swap_in_stages and variants cannot be combined"):
         export_pool(tmp_path, {"long": [np.zeros((1, 8, 16), np.float32)]},
@@ -783,6 +783,70 @@ def test_swap_in_stages_resnet_passes_through(tmp_path):
         tmp_path, batch_sizes=[1], swap_in_stages=3)
     m, _ = check_swap_in_bundle(path)
     assert len(m.swap_in_stages) == 3
+
+
+def test_swap_in_auto_uses_the_plan(tmp_path, monkeypatch):
+    """"auto" groups the fine segments as plan_stages says for the measured
+    numbers (here made up: a slow copy and equal segments)."""
+    monkeypatch.setattr(S, "_measure_bandwidth", lambda arrays: 1e6)      # 1 MB/s
+    monkeypatch.setattr(S, "_measure_segments",
+                        lambda p, segments, weights, inputs: [5e-3] * len(segments))
+    path = export_mlp(tmp_path, swap_in_stages="auto")
+    m, _ = check_swap_in_bundle(path)
+    assert len(m.swap_in_stages) >= 2
+    # A copy that costs nothing: one stage is best, and the model is exported whole.
+    monkeypatch.setattr(S, "_measure_bandwidth", lambda arrays: float("inf"))
+    with pytest.warns(UserWarning, match="one stage has the least modelled cold latency"):
+        path = export_mlp(tmp_path, swap_in_stages="auto")
+    assert not list(path.glob("swap_in.*"))
+
+
+def test_swap_in_auto_measures_on_this_device(tmp_path):
+    """Real measurements: whatever plan they make, the bundle is consistent."""
+    import warnings
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        path = export_mlp(tmp_path, swap_in_stages="auto")
+    if pe.read_manifest(path).swap_in_stages:
+        check_swap_in_bundle(path)
+    else:
+        assert not list(path.glob("swap_in.*"))
+
+
+def test_plan_stages_compute_heavy_vs_transfer_heavy():
+    # 8 segments of 10 MB at 10 GB/s: 1 ms of copy each.
+    mb10 = [10e6] * 8
+    # Computation dwarfs the copies: a first stage as small as can be, whose
+    # computation hides all the rest of the copy; more stages only cost.
+    heavy = S.plan_stages(mb10, [10e-3] * 8, 10e9)
+    assert heavy.ends == [1, 8]
+    # Copy-bound with a little less computation than copying: every stage
+    # hides the next one's copy, so as many stages as segments.
+    transfer = S.plan_stages(mb10, [0.9e-3] * 8, 10e9)
+    assert transfer.ends == list(range(1, 9))
+    assert transfer.latency_s < transfer.by_stages[1]
+    # Tiny weights: nothing to hide, every stage only adds overheads.
+    tiny = S.plan_stages([1e3] * 8, [10e-3] * 8, 10e9)
+    assert tiny.ends == [8] and tiny.latency_s == tiny.by_stages[1]
+
+
+def test_plan_stages_model():
+    # One stage: copy everything (2 s at 1 B/s... here 1 B/s, 2 bytes), then compute 3 s.
+    one = S.plan_stages([1, 1], [1.5, 1.5], 1.0, copy_overhead_s=0, launch_overhead_s=0,
+                        max_stages=1)
+    assert one.ends == [2] and one.latency_s == pytest.approx(5.0)
+    # Two stages: X0 = 1, C0 = 2.5; X1 = 2, C1 = max(2, 2.5) + 1.5 = 4.
+    two = S.plan_stages([1, 1], [1.5, 1.5], 1.0, copy_overhead_s=0, launch_overhead_s=0)
+    assert two.ends == [1, 2] and two.latency_s == pytest.approx(4.0)
+    assert two.by_stages == {1: pytest.approx(5.0), 2: pytest.approx(4.0)}
+    # Overheads: (k + 1) copies and k + 1 launches by the end of stage k.
+    o = S.plan_stages([1, 1], [1.5, 1.5], 1.0, copy_overhead_s=0.25, launch_overhead_s=0.5)
+    assert o.by_stages[1] == pytest.approx(2 + 0.25 + 3 + 0.5)
+    assert o.by_stages[2] == pytest.approx(max(2 + 0.5, 1 + 0.25 + 1.5 + 0.5) + 1.5 + 0.5)
+    # Uneven segments: the cut goes where the copy behind it is hidden best.
+    uneven = S.plan_stages([1, 8, 1], [9, 0.5, 0.5], 1.0, copy_overhead_s=0,
+                           launch_overhead_s=0, max_stages=2)
+    assert uneven.ends == [1, 3]
 
 
 def test_balanced_cuts():
