@@ -590,8 +590,8 @@ def _bundle_of_module(out_dir, name, artifact, weights, inputs, outputs):
     (out_dir / "manifest.yaml").write_text(B.manifest_yaml(m))
 
 
-def _run(pjserve, bundle, arrays, out_dir):
-    argv = ["run", bundle]
+def _run(pjserve, bundle, arrays, out_dir, *options):
+    argv = ["run", bundle, *options]
     for nm, a in arrays.items():
         f = out_dir / f"in-{nm}.npy"
         out_dir.mkdir(parents=True, exist_ok=True)
@@ -622,31 +622,20 @@ def run_stages_through_pjserve(pjserve, path, n, inputs, work):
     return values
 
 
-def run_whole_model_through_pjserve(pjserve, path, inputs, work):
-    """`pjserve run` of the bundle's whole-model modules (a copy without the
-    stages: the reordered weights file serves them)."""
-    import shutil
-    from pjserve_export import bundle as B
-    copy = work / "whole" / path.name
-    shutil.copytree(path, copy)
-    for f in copy.glob("swap_in.*"):
-        f.unlink()
-    m = pe.read_manifest(copy)
-    m.swap_in_stages = []
-    (copy / "manifest.yaml").write_text(B.manifest_yaml(m))
-    return _run(pjserve, copy, inputs, work / "whole-run")
-
-
 def test_swap_in_stage_modules_compose_to_the_model(tmp_path, pjserve):
     """The exported stage modules, run one after the other by pjserve, answer
     as fn does; so do the whole-model modules over the reordered weights."""
     params = _mlp_params()
     path = export_mlp(tmp_path)
+    result = pjserve("check", path)     # the loader's own checks of the stages
+    assert result.returncode == 0, result.stderr
     x = np.random.default_rng(6).standard_normal((4, 16)).astype(np.float32)
     want = np.asarray(_mlp(params, x))
     got = run_stages_through_pjserve(pjserve, path, 4, {"x": x}, tmp_path / "stages")
     np.testing.assert_allclose(got["y"], want, rtol=1e-5, atol=1e-5)
-    whole = run_whole_model_through_pjserve(pjserve, path, {"x": x}, tmp_path)
+    # Copied weight by weight, the weights are never staged: this runs the
+    # whole-model module, on the reordered weights.
+    whole = _run(pjserve, path, {"x": x}, tmp_path / "whole", "--weight-upload", "each")
     np.testing.assert_allclose(whole["y"], want, rtol=1e-5, atol=1e-5)
 
 
@@ -741,6 +730,8 @@ def test_swap_in_stages_convnet(tmp_path, pjserve, stages):
                          output_names=["logits", "half"], swap_in_stages=stages)
     m, order = check_swap_in_bundle(path)
     assert len(m.swap_in_stages) == stages
+    result = pjserve("check", path)
+    assert result.returncode == 0, result.stderr
     # Every carried tensor is an activation with the batch axis first.
     assert all(t.batched for st in m.swap_in_stages for t in st.outputs)
     # The stem's weights are copied with the first stage, the dense layer's with the last.
@@ -770,6 +761,8 @@ def test_swap_in_stages_without_batch_axis_and_odd_outputs(tmp_path, pjserve):
                                                              "swap_in.s1.b1.mlir"]
     assert [st.weights for st in m.swap_in_stages] == [["w"], ["v"]]
     assert not any(t.batched for t in m.swap_in_stages[0].outputs)
+    result = pjserve("check", path)
+    assert result.returncode == 0, result.stderr
     x = np.random.default_rng(9).standard_normal((3, 4)).astype(np.float32)
     k = np.array([3, -4], np.int32)
     got = run_stages_through_pjserve(pjserve, path, 1, {"x": x, "k": k}, tmp_path / "run")
