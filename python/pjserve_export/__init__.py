@@ -72,6 +72,12 @@ hooks_source=, extra_files=, build_hooks=)` and `export_meta(out_dir, name=,
 calls=, client_inputs=, client_outputs=, source=)`; `hooks_builder` builds
 model.so (``pjserve build-hooks``).
 
+Swap-in stages (docs/exporter.md § Swap-in stages): ``export_jax(...,
+swap_in_stages=K or "auto")`` also splits the model into stages the server
+runs on a cold model's first execution while later stages' weights are still
+being copied; `swap_in` has the splitting and `swap_in.plan_stages`, the
+chooser of "auto".
+
 Also here: the safetensors reader/writer (`read_safetensors`,
 `write_safetensors`), manifest helpers (`read_manifest`, `random_inputs`) and
 StableHLO helpers (`default_target_version`, `main_signature`,
