@@ -298,8 +298,9 @@ gpu-bench: build
 	$(PYTHON) scripts/gpu-bench
 
 # The catalogue benchmark on a GPU: packages pjserve and ResNet-50 (bf16 and
-# f32, weights written there) into .gpu-catalogue/, then writes 1,000 models
-# of distinct weights, measures cold and warm requests and replays the
+# f32, whole and in swap-in stages, weights written there) into
+# .gpu-catalogue/, then writes 1,000 models of distinct weights, measures cold
+# (with and without pipelined swap-in) and warm requests and replays the
 # catalogue trace at rising rates (scripts/gpu-catalogue --help). Without a
 # GPU it says so and exits 2: carry .gpu-catalogue/ to a GPU machine and run
 # .gpu-catalogue/gpu-catalogue --run-only there.

@@ -1,11 +1,12 @@
 """scripts/gpu-catalogue: the catalogue benchmark package for a GPU machine, run here on the CPU plugin.
 
-The package carries pjserve and its libraries, ResNet-50 (bf16 and f32) and a
-tiny network of the same shape, without their weights (written from the
-header where it runs), and the trace generator. Without a GPU it says so and
-exits 2. With --pjrt-plugin and --arch tiny it runs every phase on the CPU
-plugin: bundles of distinct weights, jax's answers, cold requests from host
-memory and from the files, warm ones, the catalogue trace at two rates; the
+The package carries pjserve and its libraries, ResNet-50 (bf16 and f32, each
+whole and split into swap-in stages) and a tiny network of the same shape,
+without their weights (written from the header where it runs), and the trace
+generator. Without a GPU it says so and exits 2. With --pjrt-plugin and --arch
+tiny it runs every phase on the CPU plugin: bundles of distinct weights, jax's
+answers, cold requests from host memory (whole, and staged with pipelined
+swap-in) and from the files, warm ones, the catalogue trace at two rates; the
 tiers pjserve reports must be the ones each phase is built to hit.
 """
 
@@ -55,8 +56,18 @@ def test_package_holds_pjserve_the_modules_and_headers_only(package):
     for f in ("bin/pjserve", "gpu-catalogue", "gpu_package.py", "gpu_models.py",
               "catalogue_trace.py", "models/resnet50-bf16/model.b16.mlir",
               "models/resnet50-bf16/weights.header", "models/resnet50-f32/model.b1.mlir",
-              "models/tiny-bf16/manifest.yaml", "models/tiny-f32/weights.header"):
+              "models/tiny-bf16/manifest.yaml", "models/tiny-f32/weights.header",
+              "models/resnet50-bf16-staged/swap_in.s3.b1.mlir",
+              "models/resnet50-f32-staged/weights.header",
+              "models/tiny-bf16-staged/swap_in.s0.b1.mlir",
+              "models/tiny-f32-staged/model.b1.mlir"):
         assert (package / f).is_file(), f
+    for arch in ("resnet50", "tiny"):
+        for dtype in ("bf16", "f32"):
+            manifest = (package / "models" / f"{arch}-{dtype}-staged" / "manifest.yaml").read_text()
+            assert "swap_in_stages:" in manifest and "batch_sizes: [1]" in manifest
+            assert "swap_in_stages" not in \
+                (package / "models" / f"{arch}-{dtype}" / "manifest.yaml").read_text()
     assert not list(package.rglob("weights.safetensors"))
     size = sum(f.stat().st_size for f in package.rglob("*") if f.is_file())
     assert size < CARRY_LIMIT
@@ -110,6 +121,30 @@ def test_each_model_has_weights_of_its_own_drawn_as_jax_draws_them(package, tmp_
             (template / "model.b4.mlir").read_bytes()
 
 
+@pytest.mark.parametrize("arch,dtype", [("resnet50", "bf16"), ("tiny", "bf16"), ("tiny", "f32")])
+def test_a_staged_twin_holds_its_models_weights_by_name(package, tmp_path, arch, dtype):
+    try:
+        gc = load_script(package)
+        whole = package / "models" / f"{arch}-{dtype}"
+        staged = package / "models" / f"{arch}-{dtype}-staged"
+        gc.write_bundles(whole, ["m0000", "m0001"], tmp_path)
+        gc.write_bundles(staged, ["s0000", "s0001"], tmp_path, twin=whole)
+    finally:
+        sys.path.remove(str(package))
+
+    def tensors(name):
+        data = (tmp_path / name / "weights.safetensors").read_bytes()
+        header = gc.split_safetensors(tmp_path / name / "weights.safetensors")[0]
+        return [(n, e["shape"], data[len(header) + e["data_offsets"][0]:
+                                     len(header) + e["data_offsets"][1]])
+                for n, e in gc.header_entries(header)]
+    for i in (0, 1):
+        a, b = tensors(f"m000{i}"), tensors(f"s000{i}")
+        assert [n for n, _, _ in a] != [n for n, _, _ in b]  # stage order, not the file's
+        assert sorted(a) == sorted(b)  # but each name's values the same
+    assert tensors("s0000") != tensors("s0001")  # and each twin weights of its own
+
+
 def test_whole_benchmark_on_the_cpu_plugin(package, plugin_path, tmp_path):
     work = tmp_path / "work"
     # the python with numpy, grpcio and jax: a GPU machine's python3 has them
@@ -124,21 +159,34 @@ def test_whole_benchmark_on_the_cpu_plugin(package, plugin_path, tmp_path):
     assert res["limits"]["file_read_gb_s"] > 0
     cold = {(c["tier"], c["dtype"]): c for c in res["cold"]}
     each = "host, a copy per weight"  # --weight-upload each, beside the default
-    assert set(cold) == {(t, d) for t in ("host", each, "file", "device (warm)")
+    staged = "host, pipelined swap-in"  # the staged twins, --weight-upload block
+    assert set(cold) == {(t, d) for t in ("host", staged, each, "file", "device (warm)")
                          for d in ("bf16", "f32")}
     for (tier, dtype), c in cold.items():
         assert c["measured"] > 0 and c["p50_ms"] > 0
         # every measured request finds the tier the run is built to hit
         found = {t: d["requests"] for t, d in c["server_tiers"].items()}
-        want = {"device (warm)": "device", each: "host"}.get(tier, tier)
+        want = {"device (warm)": "device", each: "host", staged: "host"}.get(tier, tier)
         assert found[want] == c["requests"] == c["measured"], (tier, dtype, found)
         assert (c["device_load_ms"] is not None) == (want != "device")
         assert (c["host_load_ms"] is not None) == (tier == "file")
+        # every measured load of a staged twin was staged, per the debug log
+        assert c.get("staged_loads") == (c["measured"] if tier == staged else None)
+    goal = res["cold_goal"]
+    assert goal["goal_ms"] == 10
+    for dtype in ("bf16", "f32"):
+        assert set(goal["dtypes"][dtype]) == {"host", staged}
+        assert goal["dtypes"][dtype][staged]["staged_loads"] == cold[(staged, dtype)]["measured"]
     assert res["checks"] and all(c["ok"] for c in res["checks"])
     # two bf16 models of their own weights and an f32 one, each from every tier
     assert {c["model"] for c in res["checks"]} == {"m0000", "m0001", "f0000"}
     assert {c["answer"] for c in res["checks"]} >= {"host last", "file first", "warm last",
                                                     "cold == warm, bit for bit"}
+    # the staged twins' cold answers, against jax's and the whole model's
+    for model in ("m0000", "m0001", "f0000"):
+        answers = {c["answer"] for c in res["checks"] if c["model"] == model}
+        assert {f"{staged} first", f"{staged} last", f"{staged} first == host last",
+                f"{staged} last == host last"} <= answers, answers
     small, large = res["catalogue"]  # one run per device budget, on the same traces
     assert (small["device_weight_budget"], large["device_weight_budget"]) == ("250K", "10M")
     assert small["models"] == 24 and small["device_capacity_models"] < 24
@@ -158,6 +206,9 @@ def test_whole_benchmark_on_the_cpu_plugin(package, plugin_path, tmp_path):
     assert sum(x["weight_loads_per_s"] for x in small["rates"]) * 2 > 24
     assert sum(x["weight_loads_per_s"] for x in large["rates"]) * 2 <= 24
     table = (tmp_path / "gpu_catalogue.md").read_text()
+    assert f"| {staged} | bf16 |" in table and f"| {staged} | f32 |" in table
+    assert "- Cold request, bf16, goal 10 ms: host p50 " in table
+    assert "; host with pipelined swap-in p50 " in table
     for heading in ("## Cold and warm requests", "What a load can at best cost",
                     "## 24 models on one GPU, the catalogue trace, device budget 250K",
                     "## 24 models on one GPU, the catalogue trace, device budget 10M",
