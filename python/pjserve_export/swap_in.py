@@ -175,7 +175,9 @@ def evaluate(p: Program, lo: int, hi: int, values: Dict[int, Any],
     env = dict(p.consts)
     env.update(values)
     for op in p.ops[lo:hi]:
-        subfuns, params = op.prim.get_bind_params(op.params)
+        bound = op.prim.get_bind_params(op.params)
+        # jax up to 0.8 returns (subfunctions, params); later ones the params alone
+        subfuns, params = ((), bound) if isinstance(bound, dict) else bound
         with op.ctx.manager:
             out = op.prim.bind(*subfuns, *(env[v] for v in op.ins), **params)
         if not op.prim.multiple_results:
@@ -379,6 +381,31 @@ def plan_stages(segment_bytes: Sequence[float], segment_s: Sequence[float],
     return StagePlan(sorted(ends), by_stages[len(ends)], by_stages)
 
 
+def _copier(x: np.ndarray) -> Callable[[], Any]:
+    """A function copying `x` to jax's default device: from pinned host
+    memory where the device has it (as the server copies, from its page-locked
+    floors), else from `x` itself."""
+    dev = jax.devices()[0]
+    try:
+        host = jax.sharding.SingleDeviceSharding(dev, memory_kind="pinned_host")
+        pinned = jax.device_put(x, host)
+        jax.block_until_ready(pinned)
+        target = jax.sharding.SingleDeviceSharding(dev, memory_kind="device")
+        jax.block_until_ready(jax.device_put(pinned, target))
+        return lambda: jax.device_put(pinned, target)
+    except Exception:   # no memory kinds (the CPU), or no pinned host memory
+        return lambda: jax.device_put(x, dev)
+
+
+def _best_time(f: Callable[[], Any], repeats: int) -> float:
+    best = float("inf")
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        jax.block_until_ready(f())
+        best = min(best, time.perf_counter() - t0)
+    return best
+
+
 def _measure_bandwidth(arrays: Sequence[np.ndarray]) -> float:
     """Bytes per second of copying the weights to jax's default device as
     one block, as the server copies a stage's weights: the best of
@@ -386,35 +413,38 @@ def _measure_bandwidth(arrays: Sequence[np.ndarray]) -> float:
     of one byte (the fixed cost of a copy is COPY_OVERHEAD_S's part)."""
     block = np.concatenate([np.ascontiguousarray(a).reshape(-1).view(np.uint8)
                             for a in arrays] + [np.zeros(1, np.uint8)])
-
-    def best(x):
-        t = float("inf")
-        for _ in range(COPY_REPEATS):
-            t0 = time.perf_counter()
-            jax.block_until_ready(jax.device_put(x))
-            t = min(t, time.perf_counter() - t0)
-        return t
-    seconds = best(block) - best(block[:1])
+    seconds = _best_time(_copier(block), COPY_REPEATS) - \
+        _best_time(_copier(np.zeros(1, np.uint8)), COPY_REPEATS)
     return block.nbytes / seconds if seconds > 0 else float("inf")
+
+
+def _median_time(f: Callable[[], Any], repeats: int) -> float:
+    runs = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        jax.block_until_ready(f())
+        runs.append(time.perf_counter() - t0)
+    return statistics.median(runs)
 
 
 def _measure_segments(p: Program, segments: Sequence["Stage"], weights: Sequence[np.ndarray],
                       inputs: Sequence[np.ndarray]) -> List[float]:
-    """Seconds each segment takes (median of RUN_REPEATS after one warm-up
-    run), on jax's default device at the batch size of `inputs`."""
+    """Seconds each segment takes on jax's default device at the batch size
+    of `inputs`: the median of RUN_REPEATS runs after a warm-up run, less the
+    median of as many runs of a trivial computation (the cost of calling and
+    waiting, which LAUNCH_OVERHEAD_S models for the server)."""
     values = {p.n_weights + i: jax.device_put(x) for i, x in enumerate(inputs)}
     dev_weights = jax.device_put(list(weights))
+    one = jax.device_put(np.zeros((), np.float32))
+    trivial = jax.jit(lambda x: x + 1)
+    jax.block_until_ready(trivial(one))
+    baseline = _median_time(lambda: trivial(one), RUN_REPEATS)
     times = []
     for s in segments:
         seg = jax.jit(stage_function(p, s.lo, s.hi, s.weights, s.ins, s.outs))
         args = ([dev_weights[w] for w in s.weights], *(values[v] for v in s.ins))
         out = jax.block_until_ready(seg(*args))
-        runs = []
-        for _ in range(RUN_REPEATS):
-            t0 = time.perf_counter()
-            jax.block_until_ready(seg(*args))
-            runs.append(time.perf_counter() - t0)
-        times.append(statistics.median(runs))
+        times.append(max(0.0, _median_time(lambda: seg(*args), RUN_REPEATS) - baseline))
         values.update(zip(s.outs, out))
     return times
 
