@@ -1945,8 +1945,10 @@ static void note_execution_time(pjs_rt_executable *e, uint64_t ns)
     atomic_store_explicit(&e->usual_exec_ns, next > 0 ? next : 1, memory_order_relaxed);
 }
 
-int pjs_rt_execute_launch(pjs_rt_executable *e, pjrt_buffer *const *args, pjrt_buffer **outputs,
-                          pjs_error *err)
+/* Queues one execution of e; *done (done NULL: not wanted) becomes its
+ * completion event. */
+static int launch(pjs_rt_executable *e, pjrt_buffer *const *args, pjrt_buffer **outputs,
+                  pjrt_event **done, pjs_error *err)
 {
     const struct pjrt_api *api = e->client->plugin->api;
     struct pjrt_execute_options opts = {.struct_size = sizeof opts};
@@ -1960,8 +1962,20 @@ int pjs_rt_execute_launch(pjs_rt_executable *e, pjrt_buffer *const *args, pjrt_b
                                                     .argument_lists = arg_lists,
                                                     .num_devices = 1,
                                                     .num_args = e->n_params,
-                                                    .output_lists = out_lists};
-    return CALL(api, loaded_executable_execute, &a, "executing", err);
+                                                    .output_lists = out_lists,
+                                                    .device_complete_events = done};
+    int rc = CALL(api, loaded_executable_execute, &a, "executing", err);
+    if (rc != 0 && done != NULL) {
+        destroy_event(api, *done);
+        *done = NULL;
+    }
+    return rc;
+}
+
+int pjs_rt_execute_launch(pjs_rt_executable *e, pjrt_buffer *const *args, pjrt_buffer **outputs,
+                          pjs_error *err)
+{
+    return launch(e, args, outputs, NULL, err);
 }
 
 int pjs_rt_execute(pjs_rt_executable *e, pjrt_buffer *const *args, pjrt_buffer **outputs,
@@ -1984,26 +1998,9 @@ int pjs_rt_execute_read(pjs_rt_executable *e, pjrt_buffer *const *args, pjrt_buf
     bool cpu = times != NULL && times->want_cpu;
     uint64_t cpu_start = cpu ? thread_cpu_ns() : 0;
     const struct pjrt_api *api = e->client->plugin->api;
-    struct pjrt_execute_options opts = {.struct_size = sizeof opts};
-    pjrt_buffer *const *arg_lists[1] = {args};
-    pjrt_buffer **out_lists[1] = {outputs};
     pjrt_event *done = NULL;
-    for (size_t i = 0; i < e->n_results; i++)
-        outputs[i] = NULL;
-    struct pjrt_loaded_executable_execute_args a = {.struct_size = sizeof a,
-                                                    .executable = e->loaded,
-                                                    .options = &opts,
-                                                    .argument_lists = arg_lists,
-                                                    .num_devices = 1,
-                                                    .num_args = e->n_params,
-                                                    .output_lists = out_lists,
-                                                    .device_complete_events = &done};
     uint64_t start = monotonic_ns();
-    int rc = CALL(api, loaded_executable_execute, &a, "executing", err);
-    if (rc != 0) {
-        destroy_event(api, done);
-        done = NULL;
-    }
+    int rc = launch(e, args, outputs, &done, err);
     uint64_t cpu_launched = cpu ? thread_cpu_ns() : 0;
     /* A device plugin queues each copy behind the execution on its stream, so
      * starting the reads before waiting saves a round trip to the device per

@@ -773,3 +773,26 @@ class SourceRelay:
             except OSError:
                 pass
             s.close()
+
+
+def start_or_fail(server: ServerProcess) -> ServerProcess:
+    """server.start(); a server that does not come up fails the test with why."""
+    try:
+        server.start()
+    except ServerFailure as e:
+        pytest.fail(str(e), pytrace=False)
+    return server
+
+
+def stop_all_checked(servers: Sequence[ServerProcess]):
+    """Stops every server still running (SIGTERM, exit and log checked), kills
+    what is left, and fails the test when any did not shut down cleanly."""
+    problems = []
+    for s in servers:
+        if s.alive():
+            problems += [f"{s.name}: {p}" for p in s.stop_and_check()]
+    for s in servers:
+        s.kill()
+    if problems:
+        pytest.fail("server did not shut down cleanly:\n- " + "\n- ".join(problems)
+                    + "\n" + "\n".join(s.describe() for s in servers), pytrace=False)

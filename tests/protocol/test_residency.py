@@ -44,7 +44,8 @@ import tritonclient.http as httpclient
 import pjserve_export as pe
 from protocol_util import (BUDGET, EVICTIONS, LOAD_SECONDS, LOADS, PINNED, RESIDENT, USED, Case,
                            ServerFailure, ServerProcess, grpc_infer_case, http_infer_case,
-                           http_json, metric, parse_metrics, run_threads, scrape, serve_only)
+                           http_json, metric, parse_metrics, run_threads, scrape, serve_only,
+                           start_or_fail, stop_all_checked)
 
 N_MODELS = 10
 IN, HIDDEN, OUT = 64, 768, 32
@@ -140,22 +141,10 @@ def start_server(pjserve_bin, plugin_path, cache_dir, residency_models, tmp_path
         s = ServerProcess(pjserve_bin, plugin_path, repo, cache_dir, tmp_path / f"srv{k}",
                           ["--device-weight-budget", str(budget), *extra], f"residency{k}")
         started.append(s)
-        try:
-            s.start()
-        except ServerFailure as e:
-            pytest.fail(str(e), pytrace=False)
-        return s
+        return start_or_fail(s)
 
     yield start
-    problems = []
-    for s in started:
-        if s.alive():
-            problems += [f"{s.name}: {p}" for p in s.stop_and_check()]
-    for s in started:
-        s.kill()
-    if problems:
-        pytest.fail("server did not shut down cleanly:\n- " + "\n- ".join(problems)
-                    + "\n" + "\n".join(s.describe() for s in started), pytrace=False)
+    stop_all_checked(started)
 
 
 # ---- metrics ---------------------------------------------------------------------------

@@ -37,8 +37,9 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 
 import pjserve_export as pe
-from protocol_util import (LOAD_SECONDS, LOADS, Case, ServerFailure, ServerProcess,
-                           grpc_infer_case, http_infer_case, parse_metrics, scrape, serve_only)
+from protocol_util import (LOAD_SECONDS, LOADS, Case, ServerProcess, grpc_infer_case,
+                           http_infer_case, parse_metrics, scrape, serve_only, start_or_fail,
+                           stop_all_checked)
 
 IN, HIDDEN, OUT = 32, 256, 8
 BATCH_SIZES = (1, 4)
@@ -112,20 +113,10 @@ def start_server(pjserve_bin, plugin_path, cache_dir, swap_models, tmp_path):
                           ["--device-weight-budget", str(budget), "--log-level", "debug",
                            *extra], f"swap{k}")
         started.append(s)
-        try:
-            s.start()
-        except ServerFailure as e:
-            pytest.fail(str(e), pytrace=False)
-        return s
+        return start_or_fail(s)
 
     yield start
-    problems = []
-    for s in started:
-        if s.alive():
-            problems += [f"{s.name}: {p}" for p in s.stop_and_check()]
-    for s in started:
-        s.kill()
-    assert not problems, problems
+    stop_all_checked(started)
 
 
 def infer_both(server, case: Case, what: str):
