@@ -126,6 +126,40 @@ int pjs_model_create(pjs_bundle *b, pjs_rt_client *c, pjs_exec_cache *cache, pjs
     return 0;
 }
 
+/* Bytes a weight takes in a private floor: whole PJS_RT_BLOCK_ALIGN units,
+ * so that each weight starts aligned for the plugin's copies, and for an
+ * executable reading it within the floor's one device block. */
+static size_t floor_stride(const pjs_st_tensor *t)
+{
+    return ((size_t)t->nbytes + PJS_RT_BLOCK_ALIGN - 1) / PJS_RT_BLOCK_ALIGN * PJS_RT_BLOCK_ALIGN;
+}
+
+/* Weights [first, end) of the floor as one block, as pjs_rt_block_upload_start
+ * wants them: uploads[] and offsets[] within the block (from weight
+ * `first`), and the block's place and size in the floor. */
+static void floor_run(const pjs_model *m, size_t first, size_t end, pjs_rt_upload *uploads,
+                      size_t *offsets, const char **data, size_t *size)
+{
+    const pjs_bundle *b = m->bundle;
+    const char *base = (const char *)m->host_weights[first < end ? first : 0];
+    for (size_t i = first; i < end; i++) {
+        const pjs_st_tensor *t = &b->weights.tensors[i];
+        uploads[i - first] = (pjs_rt_upload){.dtype = t->dtype, .shape = &t->shape};
+        offsets[i - first] = (size_t)((const char *)m->host_weights[i] - base);
+    }
+    *data = base;
+    *size = end > first ? offsets[end - 1 - first] + floor_stride(&b->weights.tensors[end - 1])
+                        : 0;
+}
+
+/* Swap-in stage k's run of weights (floor_run). */
+static void stage_block(const pjs_model *m, size_t k, pjs_rt_upload *uploads, size_t *offsets,
+                        const char **data, size_t *size)
+{
+    const pjs_bundle *b = m->bundle;
+    floor_run(m, b->stages[k].first, b->stages[k].end, uploads, offsets, data, size);
+}
+
 /* A private floor copied to the device as one block, the weights views of
  * it: on an H200 a ResNet-50's 161 copies took 4.4 ms where one copy of its
  * 51 MB takes 0.94 (docs/benchmarks.md). PJS_ERR_UNSUPPORTED, nothing
@@ -143,20 +177,16 @@ static int upload_floor_block(pjs_model *m, pjs_error *err)
     int rc = uploads != NULL && offsets != NULL
                  ? 0
                  : pjs_error_set(err, PJS_ERR_NOMEM, "model %s: out of memory", m->name);
-    for (size_t i = 0; rc == 0 && i < n; i++) {
-        const pjs_st_tensor *t = &b->weights.tensors[i];
-        uploads[i] = (pjs_rt_upload){.dtype = t->dtype, .shape = &t->shape};
-        offsets[i] = (size_t)((const char *)m->host_weights[i] - (const char *)m->host_block.data);
-    }
     if (rc == 0) {
         pjs_error why;
-        rc = pjs_rt_block_from_host(m->client, m->host_block.data,
-                                    (size_t)pjs_model_floor_bytes(m), n, uploads, offsets,
+        const char *data;
+        size_t size;
+        floor_run(m, 0, n, uploads, offsets, &data, &size);
+        rc = pjs_rt_block_from_host(m->client, data, size, n, uploads, offsets,
                                     &m->weight_block, m->weights, &why);
         if (rc == 0)
             pjs_log(PJS_LOG_DEBUG, "model %s: %zu weights copied to the device as one block of "
-                                   "%llu bytes", m->name, n,
-                    (unsigned long long)pjs_model_floor_bytes(m));
+                                   "%zu bytes", m->name, n, size);
         else if (rc == PJS_ERR_UNSUPPORTED)
             pjs_log(PJS_LOG_DEBUG, "model %s: weights copied one by one (%s)", m->name, why.msg);
         else {
@@ -186,33 +216,6 @@ int pjs_model_load_weights(pjs_model *m, pjs_error *err)
         rc = pjs_bundle_upload_weights(m->bundle, m->client, m->host_weights, m->weights, err);
     atomic_fetch_add(&m->load_ns, pjs_now_ns() - t0);
     return rc;
-}
-
-/* Bytes a weight takes in a private floor: whole PJS_RT_BLOCK_ALIGN units,
- * so that each weight starts aligned for the plugin's copies, and for an
- * executable reading it within the floor's one device block. */
-static size_t floor_stride(const pjs_st_tensor *t)
-{
-    return ((size_t)t->nbytes + PJS_RT_BLOCK_ALIGN - 1) / PJS_RT_BLOCK_ALIGN * PJS_RT_BLOCK_ALIGN;
-}
-
-/* Stage k's run of weights, as pjs_rt_block_upload_start wants it:
- * uploads[] and offsets[] within the block (from the run's first weight),
- * and the block's place in the floor. */
-static void stage_block(const pjs_model *m, size_t k, pjs_rt_upload *uploads, size_t *offsets,
-                        const char **data, size_t *size)
-{
-    const pjs_bundle *b = m->bundle;
-    size_t first = b->stages[k].first, end = b->stages[k].end;
-    const char *base = (const char *)m->host_weights[first < end ? first : 0];
-    for (size_t i = first; i < end; i++) {
-        const pjs_st_tensor *t = &b->weights.tensors[i];
-        uploads[i - first] = (pjs_rt_upload){.dtype = t->dtype, .shape = &t->shape};
-        offsets[i - first] = (size_t)((const char *)m->host_weights[i] - base);
-    }
-    *data = base;
-    *size = end > first ? offsets[end - 1 - first] + floor_stride(&b->weights.tensors[end - 1])
-                        : 0;
 }
 
 int pjs_model_start_staged_load(pjs_model *m, pjs_error *err)
