@@ -32,6 +32,7 @@
 #include "frontend/grpc/internal.h"
 
 #include <errno.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -73,6 +74,11 @@ struct pjs_grpc_conn_guard {
     pjs_log_limiter refusals; /* bounds the lines refusals write */
     int listeners[GUARD_MAX_LISTENERS]; /* written while binding (one thread) */
     int n_listeners;
+    /* Bumped (release) after each socket handed to the mutator and read
+     * (acquire) before the free: gRPC's own ordering of its pollers before
+     * grpc_shutdown_blocking returns is invisible to ThreadSanitizer, since
+     * the library is uninstrumented; this edge makes it visible. */
+    atomic_uint sockets_seen;
 };
 
 static bool guard_mutate_fd(int fd, grpc_socket_mutator *m)
@@ -96,8 +102,10 @@ static bool guard_mutate_fd_2(const guard_socket_info *info, grpc_socket_mutator
     pjs_grpc_conn_guard *g = (pjs_grpc_conn_guard *)m;
     if (info->usage == GUARD_FD_SERVER_LISTENER && g->n_listeners < GUARD_MAX_LISTENERS)
         g->listeners[g->n_listeners++] = info->fd;
-    if (info->usage != GUARD_FD_SERVER_CONNECTION || info->fd < g->ceiling)
+    if (info->usage != GUARD_FD_SERVER_CONNECTION || info->fd < g->ceiling) {
+        atomic_fetch_add_explicit(&g->sockets_seen, 1, memory_order_release);
         return true;
+    }
     shutdown(info->fd, SHUT_RDWR);
     pjs_log_limited(&g->refusals, PJS_LOG_WARN,
                     "gRPC: connection refused: descriptor %d is past gRPC's share of the file "
@@ -105,6 +113,7 @@ static bool guard_mutate_fd_2(const guard_socket_info *info, grpc_socket_mutator
                     "hard file limit (ulimit -Hn, LimitNOFILE=) or cap connections in a proxy "
                     "in front",
                     info->fd, g->ceiling);
+    atomic_fetch_add_explicit(&g->sockets_seen, 1, memory_order_release);
     return true;
 }
 
@@ -168,4 +177,10 @@ void pjs__grpc_conn_guard_listening(pjs_grpc_conn_guard *g)
     g->n_listeners = 0;
 }
 
-void pjs__grpc_conn_guard_free(pjs_grpc_conn_guard *g) { free(g); }
+void pjs__grpc_conn_guard_free(pjs_grpc_conn_guard *g)
+{
+    if (g == NULL)
+        return;
+    (void)atomic_load_explicit(&g->sockets_seen, memory_order_acquire);
+    free(g);
+}
