@@ -644,13 +644,14 @@ static pjs_sched_queue *select_by_discipline(const pjs_sched *s, uint64_t now, a
 }
 
 /* Whether cold queue q may yield to `instead` (resident) now: its oldest
- * job has waited less than the deferral bound, and each of its deadlines
- * still holds after instead's execution, q's load and q's execution. */
+ * job has waited less than `bounds` deferral bounds, and each of its
+ * deadlines still holds after instead's execution, q's load and q's
+ * execution. */
 static bool may_defer(const pjs_sched *s, const pjs_sched_queue *q,
-                      const pjs_sched_queue *instead, uint64_t now)
+                      const pjs_sched_queue *instead, uint64_t now, double bounds)
 {
     double waited_ns = (double)(now - head_arrival(q));
-    if (waited_ns >= s->cfg.cold_model_defer_ms * 1e6)
+    if (waited_ns >= bounds * s->cfg.cold_model_defer_ms * 1e6)
         return false;
     uint64_t d = most_urgent(q);
     if (d == UINT64_MAX)
@@ -678,8 +679,13 @@ bool pjs_sched_next(pjs_sched *s, uint64_t now, pjs_sched_plan *plan)
         q = select_by_discipline(s, now, ALL);
         if (q->share->cold && s->cfg.cold_model_defer_ms > 0) {
             pjs_sched_queue *resident = select_by_discipline(s, now, RESIDENT);
-            if (resident != NULL && may_defer(s, q, resident, now))
+            if (resident != NULL && may_defer(s, q, resident, now, 1.0)) {
                 q = resident;
+            } else if (resident != NULL && s->cfg.weight_prefetch &&
+                       may_defer(s, q, resident, now, 2.0)) {
+                plan->cold_due = q;
+                q = resident;
+            }
         }
     }
     drop_expired(s, q, now, plan);

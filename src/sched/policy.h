@@ -39,7 +39,12 @@
  *      instead, as long as the cold queue's oldest job has waited less than
  *      cold_model_defer_ms and deferring cannot make any of its deadlines
  *      miss; so a cold model's requests gather while the device stays busy
- *      and one load serves them all.
+ *      and one load serves them all. With weight_prefetch, once that bound
+ *      is spent the resident queue still runs for up to as long again, and
+ *      the plan names the cold queue (`cold_due`) so that the caller copies
+ *      its weights beside that execution instead of stopping the device for
+ *      the load; it runs when the copy is done (no longer cold) or when the
+ *      second bound is spent too, whichever comes first.
  *   3. Coalescing: jobs are taken in FIFO order (committed jobs of the queue
  *      first), always including the oldest. When the queue holds at least
  *      the largest compiled size in rows, the largest size is filled. With
@@ -172,6 +177,8 @@ typedef struct pjs_sched_plan {
     size_t n_jobs;
     pjs_sched_job *expired;   /* deadline passed: answer DEADLINE_EXCEEDED */
     pjs_sched_job *shed;      /* edf: predicted to miss: answer DEADLINE_EXCEEDED */
+    pjs_sched_queue *cold_due; /* a cold queue whose turn this plan took: copy its
+                                  weights beside it (see Residency); else NULL */
 } pjs_sched_plan;
 
 void pjs_sched_init(pjs_sched *s, const pjs_sched_config *cfg);

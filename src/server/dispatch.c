@@ -914,10 +914,11 @@ static void transfer_settle(pjs_dispatcher *d, bool wait)
     pjs_model_unref(m);
 }
 
-/* Before `running` executes: starts copying the weights of the cold model
- * the scheduler would pick next, if the transfer is idle and room can be
- * made without evicting `running`. */
-static void maybe_prefetch(pjs_dispatcher *d, pjs_model *running)
+/* Before `running` executes: starts copying the weights of `due` (the
+ * cold model whose turn `running` took, pjs_sched_plan.cold_due) or else of
+ * the cold model the scheduler would pick next, if the transfer is idle and
+ * room can be made without evicting `running`. */
+static void maybe_prefetch(pjs_dispatcher *d, pjs_model *running, pjs_model *due)
 {
     if (!d->sched.cfg.weight_prefetch)
         return;
@@ -928,7 +929,9 @@ static void maybe_prefetch(pjs_dispatcher *d, pjs_model *running)
         pthread_mutex_lock(&d->lock);
     }
     pjs_model *m = NULL;
-    if (d->lookahead == NULL) {
+    if (d->lookahead == NULL && due != NULL && due->share.cold) {
+        m = pjs_model_ref(due);
+    } else if (d->lookahead == NULL) {
         pjs_sched_queue *q = pjs_sched_next_cold(&d->sched, pjs_now_ns());
         if (q != NULL && q->owner != running)
             m = pjs_model_ref(q->owner);
@@ -1136,8 +1139,10 @@ static void record_tier_locked(pjs_dispatcher *d, pjs_tier tier, const batch *bt
 }
 
 /* Runs a plan (token held, lock not held); every request of it, executed
- * or dropped, ends up in done. */
-static void run_plan(pjs_dispatcher *d, pjs_sched_plan *plan, request_fifo *done)
+ * or dropped, ends up in done. `due`: the model of plan->cold_due, if any
+ * (referenced). */
+static void run_plan(pjs_dispatcher *d, pjs_sched_plan *plan, pjs_model *due,
+                     request_fifo *done)
 {
     uint64_t now = pjs_now_ns();
     for (pjs_sched_job *j = plan->expired, *next; j != NULL; j = next) {
@@ -1187,7 +1192,7 @@ static void run_plan(pjs_dispatcher *d, pjs_sched_plan *plan, request_fifo *done
     } else {
         bool staged = bt.model->staged_loading;
         if (!staged) /* its own copies take the link now */
-            maybe_prefetch(d, bt.model);
+            maybe_prefetch(d, bt.model, due);
         uint64_t start = pjs_now_ns();
         exec_times t;
         run_batch(sc, &bt, start, &t);
@@ -1252,12 +1257,15 @@ static void own_device_locked(pjs_dispatcher *d, bool on_submit)
             pjs_sched_plan plan;
             pjs_sched_next(&d->sched, pjs_now_ns(), &plan);
             d->queued -= plan.n_jobs + list_length(plan.expired) + list_length(plan.shed);
+            pjs_model *due = plan.cold_due != NULL ? pjs_model_ref(plan.cold_due->owner) : NULL;
             if (on_submit)
                 d->inline_plans++;
             else
                 d->worker_plans++;
             pthread_mutex_unlock(&d->lock);
-            run_plan(d, &plan, &done);
+            run_plan(d, &plan, due, &done);
+            if (due != NULL)
+                pjs_model_unref(due);
             pthread_mutex_lock(&d->lock);
             if (hand_off(d) || d->tasks != NULL || d->sched.active == NULL ||
                 (on_submit && runs == PJS_DISPATCH_INLINE_MAX_RUNS))

@@ -849,32 +849,79 @@ static void test_cold_model_deferred_behind_resident_work(void **state)
     expect_next(&r, &now, &r.warm, 1);
 }
 
+/* Runs the resident model (always with a request queued) until the cold
+ * model's request runs; counts the resident runs and those whose plan
+ * named the cold queue as due for a copy beside them. */
+static void run_until_cold(residency_pair *r, uint64_t *now, int *warm_runs, int *due_runs)
+{
+    *warm_runs = *due_runs = 0;
+    for (;;) {
+        if (r->warm.share.queued == 0)
+            enqueue_ok(&r->s, &r->warm.q[0], job(100 + *warm_runs, *now, 0, 1), *now);
+        pjs_sched_plan p;
+        assert_true(pjs_sched_next(&r->s, *now, &p));
+        bool cold_ran = p.queue == &r->cold.q[0];
+        if (cold_ran) {
+            assert_null(p.cold_due);
+        } else {
+            *warm_runs += 1;
+            if (p.cold_due != NULL) {
+                assert_ptr_equal(p.cold_due, &r->cold.q[0]);
+                *due_runs += 1;
+            }
+        }
+        execute(&r->s, &p, now);
+        free_plan(&p);
+        if (cold_ran)
+            break;
+    }
+}
+
 /* The deferral ends once the cold model's oldest request has waited the
- * bound, however much resident work is queued. */
+ * bound, however much resident work is queued. Without weight_prefetch
+ * the cold model then runs (and loads); with it, resident work runs for up
+ * to one bound more, each plan naming the cold queue so its weights are
+ * copied beside. */
 static void test_cold_deferral_bounded_by_wait(void **state)
 {
     (void)state;
     residency_pair r;
     pair_init(&r, PJS_DISCIPLINE_FIFO, 3.5);
+    r.s.cfg.weight_prefetch = false;
     uint64_t now = 100 * MS;
     enqueue_ok(&r.s, &r.cold.q[0], job(1, now, 0, 1), now);
-    int warm_runs = 0;
-    for (;;) {
-        /* the resident model always has a request queued */
-        if (r.warm.share.queued == 0)
-            enqueue_ok(&r.s, &r.warm.q[0], job(100 + warm_runs, now, 0, 1), now);
-        pjs_sched_plan p;
-        assert_true(pjs_sched_next(&r.s, now, &p));
-        bool cold_ran = p.queue == &r.cold.q[0];
-        warm_runs += !cold_ran;
-        execute(&r.s, &p, &now);
-        free_plan(&p);
-        if (cold_ran)
-            break;
-    }
+    int warm_runs, due_runs;
+    run_until_cold(&r, &now, &warm_runs, &due_runs);
     /* 1 ms executions at 100, 101, 102 and 103 ms; at 104 the cold request
      * has waited 4 >= 3.5 */
     assert_int_equal(warm_runs, 4);
+    assert_int_equal(due_runs, 0);
+    drain(&r.s);
+
+    pair_init(&r, PJS_DISCIPLINE_FIFO, 3.5);
+    now = 100 * MS;
+    enqueue_ok(&r.s, &r.cold.q[0], job(1, now, 0, 1), now);
+    run_until_cold(&r, &now, &warm_runs, &due_runs);
+    /* due at 104, 105 and 106 ms; at 107 it has waited 7 >= 2 x 3.5 */
+    assert_int_equal(warm_runs, 7);
+    assert_int_equal(due_runs, 3);
+    drain(&r.s);
+
+    /* once its copy made it resident, it runs at its next turn */
+    pair_init(&r, PJS_DISCIPLINE_FIFO, 3.5);
+    now = 100 * MS;
+    enqueue_ok(&r.s, &r.cold.q[0], job(1, now, 0, 1), now);
+    enqueue_ok(&r.s, &r.warm.q[0], job(2, now + 1, 0, 1), now + 1);
+    now += 4 * MS;
+    pjs_sched_plan p;
+    assert_true(pjs_sched_next(&r.s, now, &p));
+    assert_ptr_equal(p.queue, &r.warm.q[0]);
+    assert_ptr_equal(p.cold_due, &r.cold.q[0]);
+    execute(&r.s, &p, &now);
+    free_plan(&p);
+    r.cold.share.cold = false; /* the copy beside it is done */
+    enqueue_ok(&r.s, &r.warm.q[0], job(3, now, 0, 1), now);
+    expect_next(&r, &now, &r.cold, 1);
     drain(&r.s);
 }
 
