@@ -30,10 +30,12 @@
  * about to execute a resident model and the scheduler names a cold model
  * with queued work (pjs_sched_next_cold), the owner reserves its room in
  * the weight cache (evicting by the policy, never the model about to run)
- * and hands the copy to the transfer thread. The owner alone commits it,
- * at its next decision once the copy is done, or waiting for it before a
- * load, a device task, or running that model. So residency still changes
- * only under the token, and no execution reads weights in flight. The
+ * and hands the copy to the transfer thread. The copy goes on beside
+ * executions and beside the owner's own loads of other models (a file
+ * read in it must not stop them). The owner alone commits it, at its next
+ * decision once the copy is done, or waiting for it before a device task
+ * or running that model. So residency still changes only under the token,
+ * and no execution reads weights in flight. The
  * prefetched model is held (pjs_wcache_entry.holds) until it runs, so no
  * other load evicts it first, and there is one such lookahead at a time;
  * the hold goes when it runs, when its copy failed, or when its queue
@@ -140,8 +142,13 @@ struct pjs_dispatcher {
                               the token came back, or stopping */
     pthread_cond_t idle;   /* in_flight reached zero */
     pthread_cond_t task_done;
+    pthread_cond_t token_back; /* the token came back and token_wanted > 0 */
     pjs_sched sched;
     bool device_held;      /* the device token */
+    unsigned reading;      /* owners that gave the token up to read a file
+                              (read_beside), until they hold it again */
+    unsigned token_wanted; /* of those, the ones done reading: the token
+                              goes to them next */
     pjs_wcache cache;      /* changed by the token holder only */
     /* The host tier (see "host tier" below): whether a budget manages the
      * host floors, and their books, changed under host_lock by the thread
@@ -149,6 +156,7 @@ struct pjs_dispatcher {
     bool host_tier;
     pjs_wcache host;
     pthread_mutex_t host_lock;
+    pthread_cond_t host_read; /* a floor's read ended (its entry left in_flight) */
     owner_scratch scratch; /* used by the token holder only */
     device_task *tasks;
     request_fifo finished; /* executed or dropped, on_done not yet called */
@@ -688,11 +696,14 @@ static void warn_over_budget(pjs_model *m, uint64_t bytes, const char *tier, uin
  * evicting other floors by the eviction policy (uses times what reloading
  * them costs per byte) until it fits. A floor being read by an upload is
  * held, so never dropped under it; `device` models' floors are pinned
- * (outside the budget); `unpinned` models have none. Uploads are made by
- * the token holder, or by the transfer thread while the holder executes
- * other models (which waits for that copy before uploading itself), and
- * host_lock orders them with a retired model's release. A floor holds a
- * reference to its model, as device weights do. */
+ * (outside the budget); `unpinned` models have none. Floors are read by
+ * the token holder, by an owner that gave the token up for the read
+ * (read_beside), or by the transfer thread. host_lock guards the books;
+ * a file is read outside it (its room reserved, the entry in flight, then
+ * committed), so one thread's read never stops another thread's upload
+ * of a floor already in memory; a thread that needs a floor being read
+ * waits for that read. A floor holds a reference to its model, as device
+ * weights do. */
 
 static int host_load(pjs_wcache_entry *e, void *ctx, pjs_error *err)
 {
@@ -733,10 +744,25 @@ static int host_upload_begin(pjs_dispatcher *d, pjs_model *m, pjs_error *err)
     if (!d->host_tier || !pjs_residency_has_floor(m->residency))
         return 0;
     bool over_budget = false;
+    int rc = 0;
     pthread_mutex_lock(&d->host_lock);
-    int rc = pjs_residency_device_pinned(m->residency)
-                 ? pjs_wcache_set_pinned(&d->host, &m->hentry, true, err)
-                 : pjs_wcache_acquire(&d->host, &m->hentry, 1, &over_budget, err);
+    while (m->hentry.in_flight) /* another thread reads it */
+        pthread_cond_wait(&d->host_read, &d->host_lock);
+    if (pjs_residency_device_pinned(m->residency)) {
+        rc = pjs_wcache_set_pinned(&d->host, &m->hentry, true, err);
+    } else {
+        if (!m->hentry.resident && pjs_wcache_reserve(&d->host, &m->hentry, NULL)) {
+            pthread_mutex_unlock(&d->host_lock);
+            rc = host_load(&m->hentry, d, err);
+            pthread_mutex_lock(&d->host_lock);
+            pjs_wcache_commit(&d->host, &m->hentry, rc == 0);
+            pthread_cond_broadcast(&d->host_read);
+        }
+        /* resident now: counts the use; else (no room without evicting a
+         * held floor) reads it over the budget, under the lock */
+        if (rc == 0)
+            rc = pjs_wcache_acquire(&d->host, &m->hentry, 1, &over_budget, err);
+    }
     if (rc == 0)
         atomic_fetch_add(&m->hentry.holds, 1);
     pthread_mutex_unlock(&d->host_lock);
@@ -760,6 +786,8 @@ static void host_release(pjs_dispatcher *d, pjs_model *m)
     if (!d->host_tier)
         return;
     pthread_mutex_lock(&d->host_lock);
+    while (m->hentry.in_flight)
+        pthread_cond_wait(&d->host_read, &d->host_lock);
     pjs_wcache_release(&d->host, &m->hentry);
     pthread_mutex_unlock(&d->host_lock);
 }
@@ -770,15 +798,14 @@ static void host_release(pjs_dispatcher *d, pjs_model *m)
  * its device weights whatever thread drops the repository's reference. They
  * also keep the scheduler's view of residency (share.cold) and of load
  * costs current, under the lock, and charge a load to the model's share. */
-static int cache_load(pjs_wcache_entry *e, void *ctx, pjs_error *err)
+static int load_weights(pjs_dispatcher *d, pjs_model *m, bool staged, pjs_error *err)
 {
-    pjs_dispatcher *d = ctx;
-    pjs_model *m = pjs_model_of_wentry(e);
+    pjs_wcache_entry *e = &m->wentry;
     uint64_t start = pjs_now_ns();
     int rc = host_upload_begin(d, m, err);
     if (rc != 0)
         return rc;
-    rc = d->stage_next_load ? pjs_model_start_staged_load(m, err) : PJS_ERR_UNSUPPORTED;
+    rc = staged ? pjs_model_start_staged_load(m, err) : PJS_ERR_UNSUPPORTED;
     if (rc == 0) { /* in flight: end_staged_load releases the floor and charges the load */
         pjs_model_ref(m);
         pthread_mutex_lock(&d->lock);
@@ -799,6 +826,13 @@ static int cache_load(pjs_wcache_entry *e, void *ctx, pjs_error *err)
     m->share.cold = false;
     pthread_mutex_unlock(&d->lock);
     return 0;
+}
+
+/* The owner's loads (pjs_wcache_acquire); a staged one when acquire asks. */
+static int cache_load(pjs_wcache_entry *e, void *ctx, pjs_error *err)
+{
+    pjs_dispatcher *d = ctx;
+    return load_weights(d, pjs_model_of_wentry(e), d->stage_next_load, err);
 }
 
 static void cache_evict(pjs_wcache_entry *e, void *ctx)
@@ -861,7 +895,7 @@ static void *transfer_main(void *arg)
         pjs_model *m = d->xfer.model;
         pthread_mutex_unlock(&d->lock);
         pjs_error err;
-        int rc = cache_load(&m->wentry, d, &err);
+        int rc = load_weights(d, m, false, &err);
         pthread_mutex_lock(&d->lock);
         d->xfer.rc = rc;
         if (rc != 0)
@@ -954,19 +988,25 @@ static void maybe_prefetch(pjs_dispatcher *d, pjs_model *running, pjs_model *due
 }
 
 /* Makes m's weights resident before it runs `uses` requests. A copy in
- * flight is committed first (it may be m's own): one copy at a time.
+ * flight is committed if done; it is waited for only when it is m's own
+ * (another model's copy, perhaps still reading its file, goes on beside
+ * this load).
  * `staged`: a load may be left in flight for a staged execution (see top;
  * m->staged_loading tells), which end_staged_load then ends. */
 static int acquire(pjs_dispatcher *d, pjs_model *m, uint64_t uses, bool staged,
                    pjs_error *err)
 {
-    if (!m->wentry.resident)
-        transfer_settle(d, true);
+    if (!m->wentry.resident) {
+        pthread_mutex_lock(&d->lock);
+        bool own_copy = d->xfer.model == m;
+        pthread_mutex_unlock(&d->lock);
+        transfer_settle(d, own_copy);
+    }
     if (m == d->lookahead)
         drop_lookahead(d); /* it runs now */
     bool over_budget = false;
-    /* set only for a load made here: the transfer thread is idle after the
-     * settle above and reads the flag only in a copy handed to it later */
+    /* read by cache_load on this thread only (the transfer thread's copies
+     * are never staged) */
     bool stage = staged && !m->wentry.resident;
     if (stage)
         d->stage_next_load = true;
@@ -1138,6 +1178,37 @@ static void record_tier_locked(pjs_dispatcher *d, pjs_tier tier, const batch *bt
     }
 }
 
+/* Token held, lock not held, before m (whose floor is not in host memory)
+ * is loaded to run a plan: reads m's file into its host floor with the
+ * token given up meanwhile, so that requests for models on the device or
+ * in host memory execute during the read instead of waiting for it; then
+ * takes the token back, ahead of anyone else. True when the floor was read
+ * and is held for the load (host_upload_done after it); false, and nothing
+ * held, when the read failed: the load then reads again and its error
+ * goes to the plan's requests. */
+static bool device_work_locked(const pjs_dispatcher *d);
+
+static bool read_beside(pjs_dispatcher *d, pjs_model *m)
+{
+    pthread_mutex_lock(&d->lock);
+    d->device_held = false;
+    d->reading++;
+    if (device_work_locked(d))
+        pthread_cond_signal(&d->work);
+    pthread_mutex_unlock(&d->lock);
+    pjs_error err;
+    bool held = host_upload_begin(d, m, &err) == 0;
+    pthread_mutex_lock(&d->lock);
+    d->token_wanted++;
+    while (d->device_held)
+        pthread_cond_wait(&d->token_back, &d->lock);
+    d->token_wanted--;
+    d->reading--;
+    d->device_held = true;
+    pthread_mutex_unlock(&d->lock);
+    return held;
+}
+
 /* Runs a plan (token held, lock not held); every request of it, executed
  * or dropped, ends up in done. `due`: the model of plan->cold_due, if any
  * (referenced). */
@@ -1158,12 +1229,19 @@ static void run_plan(pjs_dispatcher *d, pjs_sched_plan *plan, pjs_model *due,
     /* Our own reference: the requests' go with their completion, and the
      * model is looked at after that. */
     pjs_model *model = pjs_model_ref(plan->queue->owner);
+    pjs_tier tier = tier_of(d, model);
+    /* before the owner's scratch holds anything: another owner uses it
+     * while this one reads */
+    bool floor_held = tier == PJS_TIER_FILE && pjs_residency_has_floor(model->residency) &&
+                      read_beside(d, model);
     owner_scratch *sc = &d->scratch;
     if (grow((void **)&sc->reqs, &sc->reqs_cap, plan->n_jobs, sizeof *sc->reqs) != 0 ||
         grow((void **)&sc->first_row, &sc->rows_cap, plan->n_jobs, sizeof *sc->first_row) != 0) {
         pjs_error nomem;
         pjs_error_set(&nomem, PJS_ERR_NOMEM, "model %s: out of memory", model->name);
         fail_jobs(plan->jobs, &nomem, done);
+        if (floor_held)
+            host_upload_done(d, model);
         release_if_retired(d, model);
         pjs_model_unref(model);
         return;
@@ -1185,9 +1263,11 @@ static void run_plan(pjs_dispatcher *d, pjs_sched_plan *plan, pjs_model *due,
         bt.first_row[i] = row;
         row += j->rows;
     }
-    pjs_tier tier = tier_of(d, bt.model);
     pjs_error acquire_err;
-    if (acquire(d, bt.model, bt.n, true, &acquire_err) != 0) {
+    int acquired = acquire(d, bt.model, bt.n, true, &acquire_err);
+    if (floor_held)
+        host_upload_done(d, model); /* the load took its own hold */
+    if (acquired != 0) {
         fail_jobs(plan->jobs, &acquire_err, done);
     } else {
         bool staged = bt.model->staged_loading;
@@ -1213,10 +1293,12 @@ static void run_plan(pjs_dispatcher *d, pjs_sched_plan *plan, pjs_model *due,
     pjs_model_unref(model);
 }
 
-/* Lock held: whether the device has work and is free to take. */
+/* Lock held: whether the device has work and is free to take (an owner
+ * done reading beside takes it first). */
 static bool device_work_locked(const pjs_dispatcher *d)
 {
-    return !d->device_held && (d->tasks != NULL || d->sched.active != NULL);
+    return !d->device_held && d->token_wanted == 0 &&
+           (d->tasks != NULL || d->sched.active != NULL);
 }
 
 static void finish_all_locked(pjs_dispatcher *d);
@@ -1268,7 +1350,7 @@ static void own_device_locked(pjs_dispatcher *d, bool on_submit)
                 pjs_model_unref(due);
             pthread_mutex_lock(&d->lock);
             if (hand_off(d) || d->tasks != NULL || d->sched.active == NULL ||
-                (on_submit && runs == PJS_DISPATCH_INLINE_MAX_RUNS))
+                d->token_wanted > 0 || (on_submit && runs == PJS_DISPATCH_INLINE_MAX_RUNS))
                 break;
             while (done.head != NULL)
                 fifo_push(&d->finished, fifo_pop(&done));
@@ -1276,6 +1358,8 @@ static void own_device_locked(pjs_dispatcher *d, bool on_submit)
         }
     }
     d->device_held = false;
+    if (d->token_wanted > 0)
+        pthread_cond_broadcast(&d->token_back);
     bool more_work = d->tasks != NULL || d->sched.active != NULL;
     while (done.head != NULL) /* they wait for their on_done */
         fifo_push(&d->finished, fifo_pop(&done));
@@ -1318,7 +1402,7 @@ static void *worker_main(void *arg)
         } else if (d->finished.length > 0) {
             finish_all_locked(d);
         } else if (d->stopping && d->sched.active == NULL && d->tasks == NULL &&
-                   !d->device_held) {
+                   !d->device_held && d->reading == 0) {
             break;
         } else {
             pthread_cond_wait(&d->work, &d->lock);
@@ -1658,6 +1742,8 @@ int pjs_dispatcher_create(int workers, const pjs_sched_config *cfg, uint64_t wei
     pthread_cond_init(&d->work, NULL);
     pthread_cond_init(&d->idle, NULL);
     pthread_cond_init(&d->task_done, NULL);
+    pthread_cond_init(&d->token_back, NULL);
+    pthread_cond_init(&d->host_read, NULL);
     pjs_sched_init(&d->sched, cfg);
     pjs_wcache_init(&d->cache, weight_budget, autonomous, cfg->eviction,
                     &(pjs_wcache_ops){.load = cache_load,
@@ -1877,6 +1963,8 @@ void pjs_dispatcher_destroy(pjs_dispatcher *d)
     for (size_t i = 0; i < PJS_INFER_MAX_TENSORS; i++)
         pjs_rt_host_free(d->scratch.staging_client, &d->scratch.staging[i]);
     pthread_cond_destroy(&d->task_done);
+    pthread_cond_destroy(&d->token_back);
+    pthread_cond_destroy(&d->host_read);
     pthread_cond_destroy(&d->idle);
     pthread_cond_destroy(&d->work);
     pthread_mutex_destroy(&d->lock);
