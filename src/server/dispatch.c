@@ -46,6 +46,12 @@
  * does wait for the copy, the owner's thread is blocked and leaves it the
  * CPU.
  *
+ * Reading beside. An owner whose plan's model must first be read from its
+ * file into host memory (the host tier) gives the token up for the read
+ * (read_beside) and takes it back, before anyone else, when the read is
+ * done: requests for models on the device or in host memory execute
+ * meanwhile instead of queueing behind a disk read.
+ *
  * Pipelined swap-in. When a plan finds its model cold and the bundle has
  * swap-in stages, the owner's load only issues one copy per stage
  * (pjs_model_start_staged_load) and the execution runs the stage modules:
@@ -1294,7 +1300,7 @@ static void run_plan(pjs_dispatcher *d, pjs_sched_plan *plan, pjs_model *due,
 }
 
 /* Lock held: whether the device has work and is free to take (an owner
- * done reading beside takes it first). */
+ * back from read_beside takes it first). */
 static bool device_work_locked(const pjs_dispatcher *d)
 {
     return !d->device_held && d->token_wanted == 0 &&
