@@ -95,7 +95,7 @@ Systems (--systems, default all, one after another on the same trace):
 Every system serves x @ W + b of the requested model's own weights, read on
 demand from the same files. pjserve's tiers come from
 pjserve_request_tier_seconds (requests by the tier their model was in when
-their execution was planned: device, host, file; received to executed), the
+they were queued: device, host, file; received to executed), the
 delta between a scrape at the end of the warm-up and one after the last
 answer: counts -> shares, quantiles interpolated within its power-of-2
 buckets. --metrics-models 1 (the default) keeps those scrapes cheap: the
@@ -864,10 +864,11 @@ def pjserve_tiers(before_text, after_text):
                                              outcome=outcome) -
                                     labelled(before, "pjserve_all_models_requests_total",
                                              outcome=outcome))
-    # Loads, from the tier counts: a request planned in host or file waited for
-    # an upload (coalesced requests share one), one in file for a read of the
-    # file first; prefetches load models before their requests are planned, so
-    # these are not the loads themselves (the per-model series below are, with
+    # Loads, from the tier counts: a request queued while its model was in
+    # host or file waited for an upload (coalesced requests share one), one in
+    # file for a read of the file first (by its execution or by a copy ahead of
+    # it); coalescing and prefetches shared between requests mean these are not
+    # the loads themselves (the per-model series below are, with
     # --metrics-models all). The extra time they waited over a device hit,
     # from the histograms' sums.
     dev = d.get("device")
@@ -1148,7 +1149,7 @@ def markdown(result):
                              f"{'' if h['share'] is None else ' %'} | {fmt(h['mean_ms'], '.3f')} "
                              f"| {fmt(h['p50'], '.3f')} | {fmt(h['p99'], '.3f')} | "
                              f"{fmt(h['p99_9'], '.3f')} |")
-        lines += ["", "| run | requests planned in host or file | in file | their extra wait "
+        lines += ["", "| run | requests queued in host or file | in file | their extra wait "
                   "over a device hit, host + file s | uploads | upload s | file reads | "
                   "file read s | prefetches | host floors used MiB | device weights used MiB |"
                   " server failures |", "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
@@ -1171,9 +1172,9 @@ def markdown(result):
                 f"{fmt(mib(p['weight_cache_used_bytes_end']), ',.0f')} | "
                 f"{p['server_failure']:.0f} |")
         lines += ["", "Uploads, file reads and their seconds are the per-model load counters "
-                  "summed: only with --metrics-models all (else -). A request planned in host or "
-                  "file waited for an upload, in file for a read first; prefetched models are "
-                  "loaded before their requests are planned."]
+                  "summed: only with --metrics-models all (else -). A request queued while its model "
+                  "was in host or file waited for an upload, in file for a read first (its own "
+                  "execution's, or a copy made ahead of its turn)."]
     peers = [(k, r) for k, r in result["runs"].items() if "client_tiers" in r]
     if peers:
         lines += ["", "Peers by tier (the client's latency; load: the request waited for its "

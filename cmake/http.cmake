@@ -22,7 +22,7 @@ add_library(pjs_http_codec STATIC
   src/frontend/http/control_json.c
   src/frontend/http/shm_json.c
 )
-target_link_libraries(pjs_http_codec PUBLIC pjs_core PkgConfig::JANSSON ZLIB::ZLIB)
+target_link_libraries(pjs_http_codec PUBLIC pjs_core PkgConfig::JANSSON ZLIB::ZLIB m)
 
 add_library(pjs_http_daemon STATIC
   src/frontend/http/http_frontend.c

@@ -164,6 +164,9 @@ struct pjs_infer_request {
      * compiled batch size, and how many requests. */
     int64_t exec_rows, exec_batch_size;
     size_t exec_requests;
+    /* Where its model's weights were when it was queued (a pjs_tier): the
+     * tier it is counted under (pjserve_request_tier_seconds). */
+    unsigned char queued_tier;
     pjs_error error; /* code PJS_OK on success */
 
     /* Called once when outputs or error are set (see the top of this file). */

@@ -75,8 +75,8 @@ typedef struct pjs_model_stats {
     pjs_batch_stat *batch;
 } pjs_model_stats;
 
-/* Executed requests by the tier their model's weights were in when the
- * execution was planned (core/residency.h), and their time from received
+/* Executed requests by the tier their model's weights were in when each
+ * was queued (core/residency.h), and their time from received
  * to executed: a sum and buckets of pjs_queue_wait_bucket. */
 typedef struct pjs_tier_stats {
     uint64_t requests[PJS_N_TIERS];

@@ -1160,23 +1160,30 @@ static void fail_jobs(pjs_sched_job *jobs, const pjs_error *err, request_fifo *d
     }
 }
 
-/* Token holder: where m's weights are before it is acquired to run. */
-static pjs_tier tier_of(pjs_dispatcher *d, pjs_model *m)
+/* Where m's weights are when they are not on the device. */
+static pjs_tier host_tier_of(pjs_dispatcher *d, pjs_model *m)
 {
-    if (m->wentry.resident)
-        return PJS_TIER_DEVICE;
     bool in_host;
     uint64_t loads, evictions;
     pjs_dispatcher_host_residency(d, m, &in_host, &loads, &evictions);
     return in_host ? PJS_TIER_HOST : PJS_TIER_FILE;
 }
 
+/* Token holder: where m's weights are before it is acquired to run. */
+static pjs_tier tier_of(pjs_dispatcher *d, pjs_model *m)
+{
+    return m->wentry.resident ? PJS_TIER_DEVICE : host_tier_of(d, m);
+}
+
 /* Lock held: counts bt's requests, which succeeded, under the tier their
- * model was in, received to executed (`executed`). */
-static void record_tier_locked(pjs_dispatcher *d, pjs_tier tier, const batch *bt,
-                               uint64_t executed)
+ * model was in when each was queued, received to executed (`executed`).
+ * Not the tier when the execution was planned: a request that arrived
+ * while its model was only in its file and waited for a copy made ahead of
+ * its turn is a file request. */
+static void record_tier_locked(pjs_dispatcher *d, const batch *bt, uint64_t executed)
 {
     for (size_t j = 0; j < bt->n; j++) {
+        pjs_tier tier = (pjs_tier)bt->reqs[j]->queued_tier;
         uint64_t ns = executed - bt->reqs[j]->times.received;
         d->tiers.requests[tier]++;
         d->tiers.ns[tier] += ns;
@@ -1288,7 +1295,7 @@ static void run_plan(pjs_dispatcher *d, pjs_sched_plan *plan, pjs_model *due,
             pthread_mutex_lock(&d->lock);
             pjs_sched_record(&d->sched, plan->queue, plan->size_index, t.output_done,
                              t.output_done - start);
-            record_tier_locked(d, tier, &bt, t.output_done);
+            record_tier_locked(d, &bt, t.output_done);
             pthread_mutex_unlock(&d->lock);
         }
         record_batch_stats(&bt, start, &t);
@@ -1842,6 +1849,9 @@ int pjs_dispatcher_submit(pjs_dispatcher *d, pjs_infer_request *r, bool committe
     r->job = (pjs_sched_job){
         .arrival_ns = now, .deadline_ns = r->deadline_ns, .rows = r->batch, .committed = committed};
     pthread_mutex_lock(&d->lock);
+    /* share.cold is false from the end of a copy made ahead of its turn;
+     * the host books' lock is a leaf */
+    r->queued_tier = m->share.cold ? host_tier_of(d, m) : PJS_TIER_DEVICE;
     int rc = 0;
     if (!d->accepting)
         rc = pjs_error_set(err, PJS_ERR_UNAVAILABLE,
