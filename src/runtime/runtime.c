@@ -33,6 +33,10 @@
 #define MAX_PLUGINS 4
 /* A transparent huge page on x86-64 and arm64 (4 KiB base pages). */
 #define HUGE_PAGE_BYTES ((size_t)2 << 20)
+/* Freed host blocks kept for reuse: at most this many, of at most this many
+ * bytes together (pjs_rt_host_free). */
+#define HOST_SPARE_BLOCKS 8
+#define HOST_SPARE_BYTES ((size_t)64 << 20)
 
 struct pjs_rt_plugin {
     char path[PATH_MAX];
@@ -66,6 +70,11 @@ struct pjs_rt_client {
     /* What pjs_rt_host_alloc gives: HOST_UNDECIDED until the first call
      * decides (and logs) it, then HOST_DMA_MAPPED or HOST_PAGEABLE. */
     atomic_int host_memory;
+    /* Blocks pjs_rt_host_free kept for the next pjs_rt_host_alloc of the
+     * same size (see there), under spare_lock. */
+    pthread_mutex_t spare_lock;
+    pjs_rt_host_memory spare[HOST_SPARE_BLOCKS];
+    size_t n_spare, spare_bytes;
     /* The loaded executables by cache key, shared by every compile of the
      * same module (pjs_rt_compile): chained buckets, n_shared_buckets a
      * power of two, grown as they fill. */
@@ -768,6 +777,7 @@ int pjs_rt_client_create(pjs_rt_plugin *p, const pjs_rt_option *options, size_t 
     if (c != NULL) {
         atomic_init(&c->host_memory, HOST_UNDECIDED);
         pthread_mutex_init(&c->shared_lock, NULL);
+        pthread_mutex_init(&c->spare_lock, NULL);
     }
     int rc = 0;
     if (c == NULL || (values = calloc(n_options + 1, sizeof *values)) == NULL) {
@@ -826,12 +836,17 @@ int pjs_rt_client_open(const char *plugin_path, const pjs_rt_option *options, si
     return rc;
 }
 
+static void release_host_block(pjs_rt_client *c, pjs_rt_host_memory *m);
+
 void pjs_rt_client_destroy(pjs_rt_client *c)
 {
     if (c == NULL)
         return;
+    for (size_t i = 0; i < c->n_spare; i++)
+        release_host_block(c, &c->spare[i]);
     destroy_plugin_client(c);
     pthread_mutex_destroy(&c->shared_lock);
+    pthread_mutex_destroy(&c->spare_lock);
     free(c->shared);
     free(c);
 }
@@ -1709,6 +1724,40 @@ static void note_host_memory(pjs_rt_client *c, int pin_rc, size_t size, const pj
     }
 }
 
+/* Host blocks are mapped fresh (mmap: zero-filled by the kernel, page by
+ * page as they are first touched) and unmapped when freed, except that a
+ * freed block of at most HOST_SPARE_BYTES is kept (the oldest kept ones
+ * unmapped to stay within HOST_SPARE_BLOCKS blocks and HOST_SPARE_BYTES in
+ * all) and handed to the next allocation of its size, zeroed by memset: under a host budget, floors are freed and
+ * read again all the time, mostly at the sizes of the models being evicted,
+ * and a kept block spares the read its page faults, the kernel's zeroing,
+ * the unmap's TLB shootdown and, where memory is DMA-mapped, a new mapping. */
+static bool take_spare(pjs_rt_client *c, size_t rounded, pjs_rt_host_memory *out)
+{
+    bool found = false;
+    pthread_mutex_lock(&c->spare_lock);
+    for (size_t i = c->n_spare; i-- > 0 && !found;) /* the newest first */
+        if (c->spare[i].size == rounded) {
+            *out = c->spare[i];
+            memmove(&c->spare[i], &c->spare[i + 1], (c->n_spare - i - 1) * sizeof *c->spare);
+            c->n_spare--;
+            c->spare_bytes -= rounded;
+            found = true;
+        }
+    pthread_mutex_unlock(&c->spare_lock);
+    if (found)
+        memset(out->data, 0, out->size);
+    return found;
+}
+
+static void release_host_block(pjs_rt_client *c, pjs_rt_host_memory *m)
+{
+    if (m->pinned)
+        pjs_rt_host_unpin(c, m->data);
+    munmap(m->data, m->size);
+    *m = (pjs_rt_host_memory){0};
+}
+
 int pjs_rt_host_alloc(pjs_rt_client *c, size_t size, pjs_rt_host_memory *out, pjs_error *err)
 {
     *out = (pjs_rt_host_memory){0};
@@ -1716,6 +1765,8 @@ int pjs_rt_host_alloc(pjs_rt_client *c, size_t size, pjs_rt_host_memory *out, pj
         return 0;
     size_t page = (size_t)sysconf(_SC_PAGESIZE);
     size_t rounded = (size + page - 1) / page * page;
+    if (take_spare(c, rounded, out))
+        return 0;
     void *data = mmap(NULL, rounded, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (data == MAP_FAILED)
         return pjs_error_set(err, PJS_ERR_NOMEM,
@@ -1739,10 +1790,24 @@ void pjs_rt_host_free(pjs_rt_client *c, pjs_rt_host_memory *m)
 {
     if (m->data == NULL)
         return;
-    if (m->pinned)
-        pjs_rt_host_unpin(c, m->data);
-    munmap(m->data, m->size);
+    if (m->size > HOST_SPARE_BYTES) {
+        release_host_block(c, m);
+        return;
+    }
+    pjs_rt_host_memory oldest[HOST_SPARE_BLOCKS];
+    size_t n_oldest = 0;
+    pthread_mutex_lock(&c->spare_lock);
+    while (c->n_spare == HOST_SPARE_BLOCKS || m->size > HOST_SPARE_BYTES - c->spare_bytes) {
+        oldest[n_oldest] = c->spare[0];
+        c->spare_bytes -= oldest[n_oldest++].size;
+        memmove(&c->spare[0], &c->spare[1], --c->n_spare * sizeof *c->spare);
+    }
+    c->spare[c->n_spare++] = *m;
+    c->spare_bytes += m->size;
+    pthread_mutex_unlock(&c->spare_lock);
     *m = (pjs_rt_host_memory){0};
+    for (size_t i = 0; i < n_oldest; i++) /* outside the lock: unmapping takes a while */
+        release_host_block(c, &oldest[i]);
 }
 
 /* Starts copying b into dst (dst_size its exact size), in the buffer's own

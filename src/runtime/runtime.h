@@ -248,7 +248,8 @@ typedef struct pjs_rt_host_memory {
 /* Allocates; fails only when memory itself cannot be had (a plugin that
  * refuses to map falls back to pageable memory). */
 int pjs_rt_host_alloc(pjs_rt_client *c, size_t size, pjs_rt_host_memory *out, pjs_error *err);
-/* Unmaps and frees; m is zeroed. A zeroed m is a no-op. */
+/* Frees (a small block may be kept, for a while, for the next allocation
+ * of its size: see runtime.c); m is zeroed. A zeroed m is a no-op. */
 void pjs_rt_host_free(pjs_rt_client *c, pjs_rt_host_memory *m);
 
 /* DMA-maps [data, data + size) (page-aligned, not yet mapped) for the

@@ -5,7 +5,8 @@
  * fallback: pjs_rt_host_pin says UNSUPPORTED, pjs_rt_host_alloc hands out
  * pageable memory and the client reports "pageable"; and weights copied to
  * the device from such memory come back unchanged, from a block holding
- * several weights at the offsets a model's host floor gives them.
+ * several weights at the offsets a model's host floor gives them; a freed
+ * block is reused, zeroed, by the next allocation of its size.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -86,6 +87,31 @@ static void test_empty_allocation_holds_nothing(void **state)
     pjs_rt_host_free(client, &m);
 }
 
+/* A freed block is handed to the next allocation of its size, zero-filled
+ * like a fresh one; one of another size is not. */
+static void test_freed_block_is_reused_zeroed(void **state)
+{
+    (void)state;
+    size_t page = (size_t)sysconf(_SC_PAGESIZE);
+    pjs_rt_host_memory a, b, c;
+    pjs_error err;
+    assert_int_equal(pjs_rt_host_alloc(client, 3 * page, &a, &err), 0);
+    memset(a.data, 0x5a, a.size);
+    void *where = a.data;
+    pjs_rt_host_free(client, &a);
+    assert_null(a.data);
+    assert_int_equal(pjs_rt_host_alloc(client, 5 * page, &c, &err), 0);
+    assert_ptr_not_equal(c.data, where);
+    assert_int_equal(pjs_rt_host_alloc(client, 3 * page - 7, &b, &err), 0);
+    assert_ptr_equal(b.data, where);
+    assert_int_equal(b.size, 3 * page);
+    const unsigned char *bytes = b.data;
+    for (size_t i = 0; i < b.size; i++)
+        assert_int_equal(bytes[i], 0);
+    pjs_rt_host_free(client, &b);
+    pjs_rt_host_free(client, &c);
+}
+
 /* Two weights in one block at 64-byte strides, as a model's floor lays them
  * out, each copied to the device and back. */
 static void test_weights_load_from_a_fallback_block(void **state)
@@ -127,6 +153,7 @@ int main(void)
         cmocka_unit_test(test_cpu_plugin_maps_no_host_memory),
         cmocka_unit_test(test_allocation_falls_back_to_pageable_memory),
         cmocka_unit_test(test_empty_allocation_holds_nothing),
+        cmocka_unit_test(test_freed_block_is_reused_zeroed),
         cmocka_unit_test(test_weights_load_from_a_fallback_block),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
