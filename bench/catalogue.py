@@ -97,8 +97,8 @@ demand from the same files. pjserve's tiers come from
 pjserve_request_tier_seconds (requests by the tier their model was in when
 they were queued: device, host, file; received to executed), the
 delta between a scrape at the end of the warm-up and one after the last
-answer: counts -> shares, quantiles interpolated within its power-of-2
-buckets. --metrics-models 1 (the default) keeps those scrapes cheap: the
+answer: counts -> shares, quantiles interpolated within its buckets (four
+to an octave). --metrics-models 1 (the default) keeps those scrapes cheap: the
 server-wide pjserve_all_models_* totals give failures, the tier counts the
 requests that waited for an upload (host, file) or a read of their file
 (file), and their cost is estimated as the extra received-to-executed time
@@ -1134,8 +1134,9 @@ def markdown(result):
     pj = [(k, r) for k, r in result["runs"].items() if "pjserve" in r]
     if pj:
         lines += ["", "pjserve by tier (pjserve_request_tier_seconds over the measured interval:"
-                  " received to executed, server side; quantiles interpolated within the "
-                  "histogram's power-of-2 buckets):", "",
+                  " received to executed, server side, by the tier the model was in when the "
+                  "request was queued; quantiles interpolated within the histogram's buckets, "
+                  "four to an octave):", "",
                   "| run | tier | requests | share | mean ms | p50 ms | p99 ms | p99.9 ms |",
                   "|---|---|---:|---:|---:|---:|---:|---:|"]
         for key, r in pj:
