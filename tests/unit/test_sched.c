@@ -885,27 +885,26 @@ static void run_until_cold(residency_pair *r, uint64_t *now, int *warm_runs, int
 static void test_cold_deferral_bounded_by_wait(void **state)
 {
     (void)state;
+    /* without prefetch: 1 ms executions at 100, 101, 102 and 103 ms; at 104
+     * the cold request has waited 4 >= 3.5. With it: due at 104, 105 and
+     * 106 ms; at 107 it has waited 7 >= 2 x 3.5 */
+    static const struct {
+        bool prefetch;
+        int warm_runs, due_runs;
+    } cases[] = {{false, 4, 0}, {true, 7, 3}};
     residency_pair r;
-    pair_init(&r, PJS_DISCIPLINE_FIFO, 3.5);
-    r.s.cfg.weight_prefetch = false;
-    uint64_t now = 100 * MS;
-    enqueue_ok(&r.s, &r.cold.q[0], job(1, now, 0, 1), now);
-    int warm_runs, due_runs;
-    run_until_cold(&r, &now, &warm_runs, &due_runs);
-    /* 1 ms executions at 100, 101, 102 and 103 ms; at 104 the cold request
-     * has waited 4 >= 3.5 */
-    assert_int_equal(warm_runs, 4);
-    assert_int_equal(due_runs, 0);
-    drain(&r.s);
-
-    pair_init(&r, PJS_DISCIPLINE_FIFO, 3.5);
-    now = 100 * MS;
-    enqueue_ok(&r.s, &r.cold.q[0], job(1, now, 0, 1), now);
-    run_until_cold(&r, &now, &warm_runs, &due_runs);
-    /* due at 104, 105 and 106 ms; at 107 it has waited 7 >= 2 x 3.5 */
-    assert_int_equal(warm_runs, 7);
-    assert_int_equal(due_runs, 3);
-    drain(&r.s);
+    uint64_t now;
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        pair_init(&r, PJS_DISCIPLINE_FIFO, 3.5);
+        r.s.cfg.weight_prefetch = cases[c].prefetch;
+        now = 100 * MS;
+        enqueue_ok(&r.s, &r.cold.q[0], job(1, now, 0, 1), now);
+        int warm_runs, due_runs;
+        run_until_cold(&r, &now, &warm_runs, &due_runs);
+        assert_int_equal(warm_runs, cases[c].warm_runs);
+        assert_int_equal(due_runs, cases[c].due_runs);
+        drain(&r.s);
+    }
 
     /* once its copy made it resident, it runs at its next turn */
     pair_init(&r, PJS_DISCIPLINE_FIFO, 3.5);
