@@ -365,8 +365,11 @@ static int strings_to_bytes(const unsigned char *raw, uint64_t count, enum str_k
     /* UTF-8 takes at most 4 bytes per code point: never more than the raw size */
     size_t cap = (size_t)count * (PJS_BYTES_PREFIX + (size_t)width * unit);
     unsigned char *out = malloc(cap > 0 ? cap : 1);
-    unsigned char *elem = malloc((size_t)width * unit);
-    if (out == NULL || elem == NULL) {
+    /* one element's UTF-8, only where there are elements: with none, the
+     * header's width is bounded by nothing the file holds */
+    bool need_elem = kind == STR_UTF32 && count > 0;
+    unsigned char *elem = need_elem ? malloc((size_t)width * unit) : NULL;
+    if (out == NULL || (need_elem && elem == NULL)) {
         free(out);
         free(elem);
         return pjs_error_set(err, PJS_ERR_NOMEM, "%s: out of memory for %llu strings", label,

@@ -817,6 +817,16 @@ static void test_strings_read_as_bytes(void **state)
                        "string width in '|S0' must be 1..");
     expect_reject_dict("{'descr': '|S4', 'fortran_order': False, 'shape': (2,), }", "abcdef", 6,
                        "needs 8 bytes, the file has 6 (truncated)");
+
+    /* no elements: a width of two billion characters allocates nothing
+     * for them (the fuzzer found a 4.8 GB allocation here) */
+    craft(&b, 1, "{'descr': '|U2000000000', 'fortran_order': False, 'shape': (2, 0), }", "", 0);
+    expect_parse(&b, PJS_DTYPE_INVALID, &a);
+    assert_int_equal(a.dtype, PJS_DTYPE_BYTES);
+    assert_int_equal(a.nbytes, 0);
+    assert_int_equal(a.shape.rank, 2);
+    assert_int_equal(a.shape.dims[1], 0);
+    pjs_npy_free(&a);
 }
 
 static void test_strings_saved_fixed_width(void **state)
