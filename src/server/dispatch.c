@@ -954,6 +954,27 @@ static void transfer_settle(pjs_dispatcher *d, bool wait)
     pjs_model_unref(m);
 }
 
+/* Token held, lock not held, no copy in flight and no lookahead: hands the
+ * copy of m's weights (referenced; the reference goes to the transfer) to
+ * the transfer thread, if room can be made without evicting `keep`; false
+ * (m's reference dropped) when it cannot. */
+static bool start_copy(pjs_dispatcher *d, pjs_model *m, const pjs_wcache_entry *keep)
+{
+    if (!pjs_wcache_reserve(&d->cache, &m->wentry, keep)) {
+        pjs_model_unref(m);
+        return false;
+    }
+    atomic_fetch_add(&m->wentry.holds, 1);
+    d->lookahead = pjs_model_ref(m);
+    pthread_mutex_lock(&d->lock);
+    d->xfer.model = m;
+    d->xfer.done = false;
+    d->prefetches++;
+    pthread_cond_signal(&d->xfer.wake);
+    pthread_mutex_unlock(&d->lock);
+    return true;
+}
+
 /* Before `running` executes: starts copying the weights of `due` (the
  * cold model whose turn `running` took, pjs_sched_plan.cold_due) or else of
  * the cold model the scheduler would pick next, if the transfer is idle and
@@ -977,20 +998,8 @@ static void maybe_prefetch(pjs_dispatcher *d, pjs_model *running, pjs_model *due
             m = pjs_model_ref(q->owner);
     }
     pthread_mutex_unlock(&d->lock);
-    if (m == NULL)
-        return;
-    if (!pjs_wcache_reserve(&d->cache, &m->wentry, &running->wentry)) {
-        pjs_model_unref(m);
-        return;
-    }
-    atomic_fetch_add(&m->wentry.holds, 1);
-    d->lookahead = pjs_model_ref(m);
-    pthread_mutex_lock(&d->lock);
-    d->xfer.model = m;
-    d->xfer.done = false;
-    d->prefetches++;
-    pthread_cond_signal(&d->xfer.wake);
-    pthread_mutex_unlock(&d->lock);
+    if (m != NULL)
+        start_copy(d, m, &running->wentry);
 }
 
 /* Makes m's weights resident before it runs `uses` requests. A copy in
@@ -1192,26 +1201,41 @@ static void record_tier_locked(pjs_dispatcher *d, const batch *bt, uint64_t exec
 }
 
 /* Token held, lock not held, before m (whose floor is not in host memory)
- * is loaded to run a plan: reads m's file into its host floor with the
- * token given up meanwhile, so that requests for models on the device or
- * in host memory execute during the read instead of waiting for it; then
- * takes the token back, ahead of anyone else. True when the floor was read
- * and is held for the load (host_upload_done after it); false, and nothing
- * held, when the read failed: the load then reads again and its error
- * goes to the plan's requests. */
+ * is loaded to run a plan: has m's file read with the token given up
+ * meanwhile, so that requests for models on the device or in host memory
+ * execute during the read instead of waiting for it; then takes the token
+ * back, ahead of anyone else. The transfer thread makes the whole copy
+ * when it is idle (at its lower priority: on a busy machine the read
+ * yields to executions) and m has no swap-in stages (a staged load is the
+ * owner's); else this thread reads the floor itself. True when this
+ * thread read the floor and holds it for the load (host_upload_done after
+ * it); false otherwise: the copy is the transfer's (acquire commits it),
+ * or the read failed, and then the load reads again and its error goes to
+ * the plan's requests. */
 static bool device_work_locked(const pjs_dispatcher *d);
 
 static bool read_beside(pjs_dispatcher *d, pjs_model *m)
 {
     pthread_mutex_lock(&d->lock);
+    bool idle = d->xfer.model == NULL && d->lookahead == NULL;
+    pthread_mutex_unlock(&d->lock);
+    bool handed = idle && d->sched.cfg.weight_prefetch && pjs_model_manifest(m)->n_stages == 0 &&
+                  start_copy(d, pjs_model_ref(m), NULL);
+    pthread_mutex_lock(&d->lock);
     d->device_held = false;
     d->reading++;
     if (device_work_locked(d))
         pthread_cond_signal(&d->work);
-    pthread_mutex_unlock(&d->lock);
-    pjs_error err;
-    bool held = host_upload_begin(d, m, &err) == 0;
-    pthread_mutex_lock(&d->lock);
+    bool held = false;
+    if (handed) { /* committed by acquire, or by whoever owns the device first */
+        while (d->xfer.model == m && !d->xfer.done)
+            pthread_cond_wait(&d->xfer.finished, &d->lock);
+    } else {
+        pthread_mutex_unlock(&d->lock);
+        pjs_error err;
+        held = host_upload_begin(d, m, &err) == 0;
+        pthread_mutex_lock(&d->lock);
+    }
     d->token_wanted++;
     while (d->device_held)
         pthread_cond_wait(&d->token_back, &d->lock);
