@@ -742,6 +742,13 @@ static bool host_wanted(const pjs_wcache_entry *e, void *ctx)
     return cache_wanted(&m->wentry, ctx);
 }
 
+/* host_lock held: returns once no other thread is reading m's floor. */
+static void await_host_read(pjs_dispatcher *d, pjs_model *m)
+{
+    while (m->hentry.in_flight)
+        pthread_cond_wait(&d->host_read, &d->host_lock);
+}
+
 /* Before m's weights are uploaded: its floor in host memory, held until
  * host_upload_done. A `host` model's floor is loaded from its file when
  * absent; a `device` model's is pinned. No-op without a host tier. */
@@ -752,8 +759,7 @@ static int host_upload_begin(pjs_dispatcher *d, pjs_model *m, pjs_error *err)
     bool over_budget = false;
     int rc = 0;
     pthread_mutex_lock(&d->host_lock);
-    while (m->hentry.in_flight) /* another thread reads it */
-        pthread_cond_wait(&d->host_read, &d->host_lock);
+    await_host_read(d, m);
     if (pjs_residency_device_pinned(m->residency)) {
         rc = pjs_wcache_set_pinned(&d->host, &m->hentry, true, err);
     } else {
@@ -792,8 +798,7 @@ static void host_release(pjs_dispatcher *d, pjs_model *m)
     if (!d->host_tier)
         return;
     pthread_mutex_lock(&d->host_lock);
-    while (m->hentry.in_flight)
-        pthread_cond_wait(&d->host_read, &d->host_lock);
+    await_host_read(d, m);
     pjs_wcache_release(&d->host, &m->hentry);
     pthread_mutex_unlock(&d->host_lock);
 }
